@@ -16,9 +16,10 @@ type Codec interface {
 	// ContentType returns the codec's content type. The registry normalizes
 	// it once, at registration (see NormalizeContentType).
 	ContentType() string
-	// Encode appends the encoding of v to dst and returns the extended
-	// slice. v holds a value of the declared message type. On error the
-	// returned slice is ignored.
+	// Encode appends the encoding of *v to dst and returns the extended
+	// slice. v is a non-nil pointer to a value of the declared message type,
+	// valid only for the duration of the call (berth reuses it). On error
+	// the returned slice is ignored.
 	Encode(dst []byte, v any) ([]byte, error)
 	// Decode decodes data into v, a non-nil pointer to a zero value of the
 	// declared type. data is lent for the duration of the call only: the
@@ -51,7 +52,9 @@ func Implementing[I any]() Selector {
 // semantics of encoding/json (struct tags, omitempty, Marshaler and
 // TextMarshaler, HTML escaping, sorted map keys) while appending into the
 // caller's buffer and decoding about twice as fast; TestJSONMatchesEncodingJSON
-// pins the equivalence for the shapes berth users send.
+// pins the equivalence for the shapes berth users send. Since Encode gets a
+// pointer to the value, the bytes are those of json.Marshal(&v): a
+// MarshalJSON method with a pointer receiver is honored.
 var JSON Codec = jsonCodec{}
 
 type jsonCodec struct{}
@@ -80,27 +83,42 @@ type protoCodec struct{}
 func (protoCodec) ContentType() string { return "application/protobuf" }
 
 func (protoCodec) Encode(dst []byte, v any) ([]byte, error) {
-	m, ok := v.(proto.Message)
+	m, ok := v.(proto.Message) // a declared value type implementing proto.Message
 	if !ok {
-		return dst, codecTypeError("payload.Protobuf.Encode", v)
+		// v points to a declared pointer type, such as **pb.Order.
+		if m = protoElem(v, false); m == nil {
+			return dst, codecTypeError("payload.Protobuf.Encode", v)
+		}
 	}
 	return proto.MarshalOptions{}.MarshalAppend(dst, m)
+}
+
+// protoElem returns the proto.Message that v, a pointer to a declared
+// pointer type, points to; alloc makes a new message for a nil one, else a
+// nil message stays a typed nil (which encodes as empty). It returns nil if v
+// is not of that shape.
+func protoElem(v any, alloc bool) proto.Message {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Pointer || rv.IsNil() {
+		return nil
+	}
+	e := rv.Elem()
+	if e.Kind() != reflect.Pointer || !e.Type().Implements(protoMessageType) {
+		return nil
+	}
+	if alloc && e.IsNil() {
+		e.Set(reflect.New(e.Type().Elem()))
+	}
+	return e.Interface().(proto.Message)
 }
 
 func (protoCodec) Decode(data []byte, v any) error {
 	if m, ok := v.(proto.Message); ok {
 		return proto.Unmarshal(data, m)
 	}
-	// v is a pointer to a declared pointer type, such as **pb.Order.
-	rv := reflect.ValueOf(v)
-	if rv.Kind() == reflect.Pointer && !rv.IsNil() {
-		e := rv.Elem()
-		if e.Kind() == reflect.Pointer && e.Type().Implements(protoMessageType) {
-			if e.IsNil() {
-				e.Set(reflect.New(e.Type().Elem()))
-			}
-			return proto.Unmarshal(data, e.Interface().(proto.Message))
-		}
+	// v points to a declared pointer type, such as **pb.Order.
+	if m := protoElem(v, true); m != nil {
+		return proto.Unmarshal(data, m)
 	}
 	return codecTypeError("payload.Protobuf.Decode", v)
 }
@@ -116,11 +134,11 @@ type rawCodec struct{}
 func (rawCodec) ContentType() string { return "application/octet-stream" }
 
 func (rawCodec) Encode(dst []byte, v any) ([]byte, error) {
-	b, ok := v.([]byte)
+	b, ok := v.(*[]byte)
 	if !ok {
 		return dst, codecTypeError("payload.Raw.Encode", v)
 	}
-	return append(dst, b...), nil
+	return append(dst, *b...), nil
 }
 
 func (rawCodec) Decode(data []byte, v any) error {

@@ -88,7 +88,22 @@ func Encode[M any](p *Pool, r *Registry, h Header, v M) (Buffer, error) {
 	base := unsafe.SliceData(s.data)
 	d, err := AppendHeader(s.data[:0], &h)
 	if err == nil {
-		d, err = ce.codec.Encode(d, v)
+		// The codec gets a pointer to a pooled copy of v: passing v itself
+		// as an interface would allocate for every non-pointer M.
+		var box *M
+		if se != nil {
+			box, _ = se.boxes.Get().(*M)
+		}
+		if box == nil {
+			box = new(M)
+		}
+		*box = v
+		d, err = ce.codec.Encode(d, box)
+		var zero M
+		*box = zero
+		if se != nil {
+			se.boxes.Put(box)
+		}
 		if err != nil {
 			err = Wrap(InvalidOperation, "payload.Encode", err)
 		}

@@ -212,19 +212,28 @@ func TestProtobufAndRawCodecsRoundTrip(t *testing.T) {
 		t.Fatalf("access as the value type = %v, want TypeMismatch", err)
 	}
 	// Codec misuse is a typed error, not a panic.
-	if _, err := Protobuf.Encode(nil, Item{}); !errors.Is(err, TypeMismatch) {
+	if _, err := Protobuf.Encode(nil, &Item{}); !errors.Is(err, TypeMismatch) {
 		t.Fatalf("Protobuf.Encode(non-proto) = %v", err)
 	}
 	var notProto Item
 	if err := Protobuf.Decode(nil, &notProto); !errors.Is(err, TypeMismatch) {
 		t.Fatalf("Protobuf.Decode(non-proto) = %v", err)
 	}
-	if _, err := Raw.Encode(nil, "string"); !errors.Is(err, TypeMismatch) {
+	if _, err := Raw.Encode(nil, []byte("not a pointer")); !errors.Is(err, TypeMismatch) {
 		t.Fatalf("Raw.Encode(string) = %v", err)
 	}
 	if err := Raw.Decode(nil, nil); !errors.Is(err, TypeMismatch) {
 		t.Fatalf("Raw.Decode(nil) = %v", err)
 	}
+	var nilOrder *testpb.Order
+	nm, err := NewMessage(&p, r, testHeader(), nilOrder)
+	if err != nil || nm.PayloadLen() != 0 {
+		t.Fatalf("nil proto message: %v, payload %d bytes", err, nm.PayloadLen())
+	}
+	if o, err := Value[*testpb.Order](nm); err != nil || o == nil || o.GetKind() != "" {
+		t.Fatalf("nil proto message decodes to %v, %v; want an empty message", o, err)
+	}
+	nm.Release()
 	rm, _ := NewMessage(&p, r, testHeader(), []byte{1, 2, 3})
 	defer rm.Release()
 	if b, err := Value[[]byte](rm); err != nil || !bytes.Equal(b, []byte{1, 2, 3}) {
@@ -358,17 +367,22 @@ func TestJSONMatchesEncodingJSON(t *testing.T) {
 		unexp    int
 	}
 	seven := 7
+	str := "unicode \u2028 é 😀 \x01"
+	num := 3.25
+	var null *Shape
+	// Encode hands the codec a pointer to the value, so compare with
+	// json.Marshal of the same pointer.
 	values := []any{
-		Shape{Embedded: Embedded{E: 1}, Name: "n", Skip: "s", HTML: "<a>&</a>", Ptr: &seven,
+		&Shape{Embedded: Embedded{E: 1}, Name: "n", Skip: "s", HTML: "<a>&</a>", Ptr: &seven,
 			Map: map[string]int{"z": 1, "a": 2, "m": 3}, Raw: stdjson.RawMessage(`{"x":[1,2]}`),
 			Time: time.Date(2026, 11, 29, 1, 2, 3, 4, time.UTC), Bytes: []byte{0, 1, 2}, Untagged: 9, Str: 42,
 			Any: map[string]any{"k": []any{1.5, "v", nil, true}}, unexp: 3},
-		Shape{},
-		[]int{1, 2, 3},
-		map[string]string{"b": "1", "a": "2"},
-		"unicode \u2028 é 😀 \x01",
-		3.25,
-		nil,
+		&Shape{},
+		&[]int{1, 2, 3},
+		&map[string]string{"b": "1", "a": "2"},
+		&str,
+		&num,
+		&null,
 	}
 	for _, v := range values {
 		want, err := stdjson.Marshal(v)

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // SendCacheLimit is the most declared types whose send selection a Registry
@@ -32,6 +33,7 @@ type sendEntry struct {
 	entry    *CodecEntry
 	typeName string
 	sizeHint atomic.Int32 // largest frame encoded for the type
+	boxes    sync.Pool    // *M for the declared type M: what Encode hands the codec
 }
 
 // Registry maps declared message types to codecs for sending, and content
@@ -52,9 +54,41 @@ type sendEntry struct {
 type Registry struct {
 	mu      sync.Mutex    // guards entries until Freeze, and send cache inserts
 	entries []*CodecEntry // registration order; entries[0] is JSON
-	recv    atomic.Pointer[map[string]*CodecEntry]
-	send    sync.Map // reflect.Type → *sendEntry
-	sendLen atomic.Int32
+	recv    atomic.Pointer[recvTable]
+	// send is the send cache, copied on write (at most SendCacheLimit
+	// inserts, ever) so that reads are a plain map lookup without a lock.
+	// It is keyed by the type's descriptor pointer: hashing a pointer is
+	// several times cheaper than hashing a reflect.Type interface value.
+	send atomic.Pointer[map[unsafe.Pointer]*sendEntry]
+}
+
+// typeKey returns the descriptor pointer inside a reflect.Type, which is
+// unique per type and, as a map key of type unsafe.Pointer, keeps the
+// descriptor alive.
+func typeKey(t reflect.Type) unsafe.Pointer {
+	return (*[2]unsafe.Pointer)(unsafe.Pointer(&t))[1]
+}
+
+// recvTable is the receive table built at Freeze. Few codecs are the norm,
+// and then a scan that compares lengths first beats hashing; many codecs go
+// through the map.
+type recvTable struct {
+	list []*CodecEntry // nil when byType is used
+	m    map[string]*CodecEntry
+}
+
+const recvScanMax = 8
+
+func (t *recvTable) lookup(ct []byte) *CodecEntry {
+	if t.list != nil {
+		for _, e := range t.list {
+			if len(e.contentType) == len(ct) && e.contentType == string(ct) {
+				return e
+			}
+		}
+		return nil
+	}
+	return t.m[string(ct)]
 }
 
 // NewRegistry returns a Registry holding only the JSON codec.
@@ -110,11 +144,18 @@ func (r *Registry) Freeze() {
 		return
 	}
 	r.initLocked()
-	t := make(map[string]*CodecEntry, len(r.entries))
-	for _, e := range r.entries {
-		t[e.contentType] = e
+	t := &recvTable{}
+	if len(r.entries) <= recvScanMax {
+		t.list = append([]*CodecEntry(nil), r.entries...)
+	} else {
+		t.m = make(map[string]*CodecEntry, len(r.entries))
+		for _, e := range r.entries {
+			t.m[e.contentType] = e
+		}
 	}
-	r.recv.Store(&t)
+	empty := map[unsafe.Pointer]*sendEntry{}
+	r.send.Store(&empty)
+	r.recv.Store(t)
 }
 
 // Frozen reports whether Freeze has been called.
@@ -137,32 +178,44 @@ func SendCodecFor[M any](r *Registry) (*CodecEntry, error) {
 }
 
 // SendCacheLen returns the number of declared types in the send cache.
-func (r *Registry) SendCacheLen() int { return int(r.sendLen.Load()) }
+func (r *Registry) SendCacheLen() int {
+	if c := r.send.Load(); c != nil {
+		return len(*c)
+	}
+	return 0
+}
 
 // sendSelect returns the cached selection for t, or, when t cannot be
 // cached, a freshly evaluated entry.
 func (r *Registry) sendSelect(t reflect.Type) (*sendEntry, *CodecEntry, error) {
-	if v, ok := r.send.Load(t); ok {
-		return v.(*sendEntry), nil, nil
-	}
-	if r.recv.Load() == nil {
+	c := r.send.Load()
+	if c == nil {
 		return nil, nil, NewError(NotConfigured, "payload.Registry.SendCodec", "registry is not frozen")
 	}
+	k := typeKey(t)
+	if se, ok := (*c)[k]; ok {
+		return se, nil, nil
+	}
 	e := r.evaluate(t)
-	if r.sendLen.Load() >= SendCacheLimit {
+	if len(*c) >= SendCacheLimit {
 		return nil, e, nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if v, ok := r.send.Load(t); ok {
-		return v.(*sendEntry), nil, nil
+	c = r.send.Load()
+	if se, ok := (*c)[k]; ok {
+		return se, nil, nil
 	}
-	if r.sendLen.Load() >= SendCacheLimit {
+	if len(*c) >= SendCacheLimit {
 		return nil, e, nil
 	}
+	next := make(map[unsafe.Pointer]*sendEntry, len(*c)+1)
+	for k, v := range *c {
+		next[k] = v
+	}
 	se := &sendEntry{entry: e, typeName: t.String()}
-	r.send.Store(t, se)
-	r.sendLen.Add(1)
+	next[k] = se
+	r.send.Store(&next)
 	return se, nil, nil
 }
 
@@ -187,7 +240,7 @@ func (r *Registry) ReceiveCodec(contentType []byte) (*CodecEntry, error) {
 	if t == nil {
 		return nil, NewError(NotConfigured, "payload.Registry.ReceiveCodec", "registry is not frozen")
 	}
-	if e, ok := (*t)[string(contentType)]; ok {
+	if e := t.lookup(contentType); e != nil {
 		return e, nil
 	}
 	return nil, unknownContentType(contentType)
