@@ -76,8 +76,6 @@ var Protobuf Codec = protoCodec{}
 // IsProtoMessage selects declared types that implement proto.Message.
 var IsProtoMessage Selector = Implementing[proto.Message]()
 
-var protoMessageType = reflect.TypeFor[proto.Message]()
-
 type protoCodec struct{}
 
 func (protoCodec) ContentType() string { return "application/protobuf" }
@@ -103,13 +101,20 @@ func protoElem(v any, alloc bool) proto.Message {
 		return nil
 	}
 	e := rv.Elem()
-	if e.Kind() != reflect.Pointer || !e.Type().Implements(protoMessageType) {
+	if e.Kind() != reflect.Pointer {
+		return nil
+	}
+	// A type assertion uses the runtime's itab cache; reflect's Implements
+	// would scan method sets on every call.
+	m, ok := e.Interface().(proto.Message)
+	if !ok {
 		return nil
 	}
 	if alloc && e.IsNil() {
 		e.Set(reflect.New(e.Type().Elem()))
+		m = e.Interface().(proto.Message)
 	}
-	return e.Interface().(proto.Message)
+	return m
 }
 
 func (protoCodec) Decode(data []byte, v any) error {
