@@ -54,7 +54,7 @@ type recorder struct {
 	onTurn  func(e *Envelope)
 }
 
-func (r *recorder) InvokeSystemMessage(any)          {}
+func (r *recorder) InvokeSystemMessage(any)         {}
 func (r *recorder) EscalateFailure(reason, msg any) {}
 func (r *recorder) InvokeUserMessage(m any) {
 	if r.running.Add(1) != 1 {

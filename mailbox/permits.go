@@ -58,7 +58,7 @@ type Permits struct {
 type waiter struct {
 	next, prev *waiter
 	ch         chan bool // blocking waiter: true for a grant, false for Close
-	g          Grantee       // asynchronous waiter
+	g          Grantee   // asynchronous waiter
 	queued     bool
 }
 
