@@ -47,10 +47,18 @@ type Envelope struct {
 	// Seq is the owner's sequence number, assigned at admission.
 	Seq uint64
 
+	// Admitted is when the item was admitted, in the clock of the layer
+	// above (for queue-wait measurements); the mailbox does not read it.
+	Admitted int64
+
 	reserved int64
 	permits  *Permits // non-nil while the item holds a permit
+	box      *Mailbox // set while the item's turn runs
 	live     bool
 }
+
+// Mailbox returns the mailbox running the item's turn; nil outside a turn.
+func (e *Envelope) Mailbox() *Mailbox { return e.box }
 
 var envelopes = sync.Pool{New: func() any { return new(Envelope) }}
 

@@ -83,6 +83,13 @@ type Mailbox struct {
 	counters   *Counters
 	invoker    actor.MessageInvoker
 	dispatcher actor.Dispatcher
+
+	// Owner is the layer above's owner object, for the invoker to find from
+	// an item (Envelope.Mailbox). Set it before the mailbox is used.
+	Owner any
+	// OnStop, if set, runs on the drain after protoactor's Stop system
+	// message has been processed: the actor is stopped. Set it before use.
+	OnStop func()
 }
 
 // New returns an open mailbox with the given lane limits (zero limits take
@@ -223,6 +230,9 @@ func (m *Mailbox) run() {
 			}
 			m.mu.Unlock()
 			m.invoker.InvokeSystemMessage(msg)
+			if _, stop := msg.(*actor.Stop); stop && m.OnStop != nil {
+				m.OnStop()
+			}
 			continue
 		}
 		if turns >= limit && limit > 0 && m.runnableLocked() {
@@ -248,6 +258,7 @@ func (m *Mailbox) run() {
 // turn runs one item and then ends it, whatever the handler did.
 func (m *Mailbox) turn(e *Envelope) {
 	defer m.finish(e)
+	e.box = m
 	m.invoker.InvokeUserMessage(e)
 }
 
@@ -362,6 +373,23 @@ func (m *Mailbox) Close() []*Envelope {
 	m.counters.queued[Lifecycle].add(-int64(len(life)))
 	m.counters.queued[Application].add(-int64(len(app) + len(held)))
 	return out
+}
+
+// CloseIfEmpty closes the mailbox only if nothing is queued or held, and
+// reports whether it did. Called from the owner's own turn, it makes that
+// turn the owner's last (passivation).
+func (m *Mailbox) CloseIfEmpty() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return true
+	}
+	if m.lanes[0].len() > 0 || m.lanes[1].len() > 0 || m.hold.len() > 0 {
+		return false
+	}
+	m.closed = true
+	m.signalRoomLocked()
+	return true
 }
 
 // Closed reports whether Close was called.

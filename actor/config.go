@@ -1,0 +1,128 @@
+package actor
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"runtime"
+	"time"
+
+	"github.com/berthrt/berth/mailbox"
+	"github.com/berthrt/berth/payload"
+)
+
+// Defaults for Config fields left zero (DESIGN §5–§6).
+const (
+	DefaultMaxRequestsInFlight = 4096
+	DefaultSendTimeout         = time.Second
+	DefaultRequestTimeout      = 30 * time.Second
+	DefaultThroughput          = 300
+)
+
+// DefaultMaxQueuedApplicationJobs returns the default number of host-wide
+// job permits: GOMAXPROCS × 128.
+func DefaultMaxQueuedApplicationJobs() int { return runtime.GOMAXPROCS(0) * 128 }
+
+// CodecRegistration adds a codec to a host's registry: Select picks the
+// declared types it sends (nil: receive only). Later registrations win.
+type CodecRegistration struct {
+	Codec  payload.Codec
+	Select payload.Selector
+}
+
+// Config configures a Host. The zero value works: every zero field takes
+// its default.
+type Config struct {
+	// Name identifies the host in reply routes and metrics; default
+	// "host-" and 8 random hex digits.
+	Name string
+	// MaxQueuedApplicationJobs is the number of host-wide job permits:
+	// queued application messages. Default GOMAXPROCS × 128; 1..2^31-1.
+	MaxQueuedApplicationJobs int
+	// MaxRequestsInFlight bounds requests waiting for replies; beyond it
+	// Ask fails with CapacityExceeded. Default 4,096.
+	MaxRequestsInFlight int
+	// SendTimeout bounds the wait for room in a full owner lane; then the
+	// send fails with DeadlineExceeded. Default 1 s.
+	SendTimeout time.Duration
+	// RequestTimeout is the deadline of an Ask whose context has none.
+	// Default 30 s.
+	RequestTimeout time.Duration
+	// IdleTimeout passivates an object that has had no message for this
+	// long (its deactivate hook runs, and its next message activates it
+	// again). Zero, the default, keeps objects active until the host stops.
+	IdleTimeout time.Duration
+	// ApplicationLimits and LifecycleLimits bound each owner's lanes;
+	// defaults 1,024 items / 64 MiB and 128 items / 4 MiB.
+	ApplicationLimits, LifecycleLimits mailbox.Limits
+	// Throughput is how many turns a drain runs before yielding; default 300.
+	Throughput int
+	// Codecs are registered after JSON (the default) and protobuf (for
+	// proto.Message types), in order.
+	Codecs []CodecRegistration
+	// Observer receives the host's events (see package metrics). Nil: none.
+	Observer Observer
+	// MetricsAddr, if set and Observer implements http.Handler (as
+	// metrics.Metrics does), serves it at /metrics on this address while
+	// the host runs.
+	MetricsAddr string
+	// OnPayloadRelease, if set, observes every final release of a payload
+	// buffer of this host (tests and diagnostics).
+	OnPayloadRelease func(payload.ReleaseEvent)
+	// Logger receives the host's log records; default slog.Default().
+	Logger *slog.Logger
+}
+
+// withDefaults validates c and fills in defaults. Errors name the field.
+func (c Config) withDefaults() (Config, error) {
+	var errs []error
+	bad := func(field, why string) {
+		errs = append(errs, payload.NewError(payload.InvalidOperation, "actor.NewHost", "Config."+field+": "+why))
+	}
+	if c.Name == "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		c.Name = "host-" + hex.EncodeToString(b[:])
+	}
+	if len(c.Name) > 255 {
+		bad("Name", "longer than 255 bytes")
+	}
+	switch {
+	case c.MaxQueuedApplicationJobs == 0:
+		c.MaxQueuedApplicationJobs = DefaultMaxQueuedApplicationJobs()
+	case c.MaxQueuedApplicationJobs < 0:
+		bad("MaxQueuedApplicationJobs", "negative")
+	}
+	switch {
+	case c.MaxRequestsInFlight == 0:
+		c.MaxRequestsInFlight = DefaultMaxRequestsInFlight
+	case c.MaxRequestsInFlight < 0:
+		bad("MaxRequestsInFlight", "negative")
+	}
+	switch {
+	case c.SendTimeout == 0:
+		c.SendTimeout = DefaultSendTimeout
+	case c.SendTimeout < 0:
+		bad("SendTimeout", "negative")
+	}
+	switch {
+	case c.RequestTimeout == 0:
+		c.RequestTimeout = DefaultRequestTimeout
+	case c.RequestTimeout < 0:
+		bad("RequestTimeout", "negative")
+	}
+	if c.IdleTimeout < 0 {
+		bad("IdleTimeout", "negative")
+	}
+	switch {
+	case c.Throughput == 0:
+		c.Throughput = DefaultThroughput
+	case c.Throughput < 0:
+		bad("Throughput", "negative")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, errors.Join(errs...)
+}

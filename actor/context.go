@@ -1,0 +1,87 @@
+package actor
+
+import (
+	"context"
+	"time"
+
+	"github.com/berthrt/berth/mailbox"
+	"github.com/berthrt/berth/payload"
+)
+
+// Context is what a handler (or a factory) runs in: a context.Context for
+// the turn, plus the owner's identity. It is valid only during the call it
+// was passed to; do not keep it. Done is closed when the host closes.
+//
+// Sends made with a handler's Context (or a context derived from it) never
+// wait for a job permit while the owner's gate is held: when the host is
+// saturated they queue, in order, behind the owner's earlier sends, and
+// Tell returns once the message is queued.
+type Context struct {
+	host  *Host
+	owner *owner
+	env   *mailbox.Envelope // the running item; nil outside a turn
+}
+
+type turnKey struct{}
+
+// Deadline implements context.Context. A turn has no deadline of its own;
+// see MessageDeadline for the sender's.
+func (c *Context) Deadline() (time.Time, bool) { return time.Time{}, false }
+
+// Done implements context.Context: it is closed when the host closes.
+func (c *Context) Done() <-chan struct{} { return c.host.done }
+
+// Err implements context.Context.
+func (c *Context) Err() error {
+	select {
+	case <-c.host.done:
+		return context.Canceled
+	default:
+		return nil
+	}
+}
+
+// Value implements context.Context.
+func (c *Context) Value(key any) any {
+	if key == (turnKey{}) {
+		return c
+	}
+	return nil
+}
+
+// Self returns the owner's reference: the object, or for a channel
+// subscriber Ref{Kind: channel name, ID: "#" and its index}.
+func (c *Context) Self() Ref { return c.owner.ref }
+
+// Host returns the host the owner runs on.
+func (c *Context) Host() *Host { return c.host }
+
+// MessageDeadline returns the running message's absolute deadline, if its
+// sender set one (every Ask does).
+func (c *Context) MessageDeadline() (time.Time, bool) {
+	if c.env == nil || c.env.Msg == nil {
+		return time.Time{}, false
+	}
+	return c.env.Msg.Header().Deadline()
+}
+
+// Op returns the running message's operation id.
+func (c *Context) Op() payload.OpID {
+	if c.env == nil || c.env.Msg == nil {
+		return payload.OpID{}
+	}
+	return c.env.Msg.Header().Op()
+}
+
+// turnOf returns the handler Context behind ctx if ctx belongs to a turn
+// that is running, else nil.
+func turnOf(ctx context.Context) *Context {
+	c, ok := ctx.(*Context)
+	if !ok {
+		c, _ = ctx.Value(turnKey{}).(*Context)
+	}
+	if c == nil || c.env == nil {
+		return nil
+	}
+	return c
+}

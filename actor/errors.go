@@ -1,0 +1,41 @@
+package actor
+
+import "github.com/berthrt/berth/payload"
+
+// The error kinds of DESIGN §7, the same values as in package payload, so
+// errors.Is(err, actor.Unavailable) and errors.Is(err, payload.Unavailable)
+// are the same test.
+const (
+	NotFound         = payload.NotFound
+	AlreadyExists    = payload.AlreadyExists
+	TypeMismatch     = payload.TypeMismatch
+	NotConfigured    = payload.NotConfigured
+	Rejected         = payload.Rejected
+	Unavailable      = payload.Unavailable
+	CapacityExceeded = payload.CapacityExceeded
+	DeadlineExceeded = payload.DeadlineExceeded
+	ShuttingDown     = payload.ShuttingDown
+	ProtocolError    = payload.ProtocolError
+	InvalidOperation = payload.InvalidOperation
+	DataLost         = payload.DataLost
+	InternalFailure  = payload.InternalFailure
+)
+
+// Errors returned by the send calls; each names the calls that return it.
+var (
+	// ErrShuttingDown: Tell, Ask, Publish, AskChannel on a host that is not
+	// running (not started, stopping or stopped), and requests cut short by
+	// Stop or Close.
+	ErrShuttingDown = payload.NewError(payload.ShuttingDown, "actor", "host is not running")
+	// ErrTooManyRequests: Ask and AskChannel when MaxRequestsInFlight
+	// requests are already waiting for replies.
+	ErrTooManyRequests = payload.NewError(payload.CapacityExceeded, "actor.Ask", "too many requests in flight")
+	// ErrReentrant: Ask from a handler to its own owner, which could never
+	// be answered (the owner runs one turn at a time).
+	ErrReentrant = payload.NewError(payload.InvalidOperation, "actor.Ask", "a handler asked its own owner")
+	// ErrSendTimeout: Tell, Ask and Publish waited SendTimeout for room in
+	// the owner's lane.
+	ErrSendTimeout = payload.NewError(payload.DeadlineExceeded, "actor", "timed out waiting for room in the owner's queue")
+	// ErrRequestTimeout: Ask and AskChannel got no reply by the deadline.
+	ErrRequestTimeout = payload.NewError(payload.DeadlineExceeded, "actor.Ask", "no reply before the deadline")
+)

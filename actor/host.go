@@ -1,0 +1,419 @@
+package actor
+
+import (
+	"context"
+	"errors"
+	"hash/maphash"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pa "github.com/asynkron/protoactor-go/actor"
+	"github.com/berthrt/berth/mailbox"
+	"github.com/berthrt/berth/payload"
+)
+
+// Host states.
+const (
+	stateCreated int32 = iota
+	stateRunning
+	stateStopping
+	stateClosed
+)
+
+// Host hosts stateful objects and channel subscribers: one owner per object
+// or subscriber, each a protoactor-go actor whose mailbox holds encoded,
+// reference-counted messages. Several hosts may live in one process.
+//
+// Life cycle: NewHost, Register kinds and channels, Start; then Stop(ctx)
+// to finish queued work gracefully (deactivate hooks run) or Close to stop
+// at once. After Stop or Close returns, no goroutine of the host is left.
+// A Host is safe for concurrent use.
+type Host struct {
+	cfg  Config
+	name string
+	obs  Observer
+	log  *slog.Logger
+
+	pool     *payload.Pool
+	reg      *payload.Registry
+	permits  *mailbox.Permits
+	counters mailbox.Counters
+	requests requestTable
+	inflight atomic.Int32
+	owners   atomic.Int64 // live owners (objects and subscribers)
+	running  atomic.Int64 // turns running now
+
+	mu       sync.Mutex // guards registration and the state transitions
+	state    atomic.Int32
+	specs    []*spec
+	kinds    map[string]*kindRuntime // fixed at Start
+	channels map[string]*channelRuntime
+	done     chan struct{} // closed by Close
+
+	system   *pa.ActorSystem
+	props    *pa.Props
+	spawnMu  sync.Mutex
+	spawning *mailbox.Mailbox // the mailbox the next spawn takes; guarded by spawnMu
+	drains   sync.WaitGroup   // dispatcher goroutines
+	actors   sync.WaitGroup   // owners whose actor has not stopped
+	bg       sync.WaitGroup   // janitor, metrics server
+	bgStop   chan struct{}
+	server   *http.Server
+	seed     maphash.Seed
+}
+
+// NewHost returns a host configured by cfg (see Config for defaults). It
+// fails with InvalidOperation naming the bad field.
+func NewHost(cfg Config) (*Host, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	h := &Host{
+		cfg:      cfg,
+		name:     cfg.Name,
+		obs:      cfg.Observer,
+		log:      cfg.Logger.With("host", cfg.Name),
+		pool:     payload.NewPool(payload.PoolOptions{OnRelease: cfg.OnPayloadRelease}),
+		reg:      payload.NewRegistry(),
+		kinds:    map[string]*kindRuntime{},
+		channels: map[string]*channelRuntime{},
+		done:     make(chan struct{}),
+		bgStop:   make(chan struct{}),
+		seed:     maphash.MakeSeed(),
+	}
+	if h.obs == nil {
+		h.obs = noObserver{}
+	}
+	h.permits = mailbox.NewPermits(cfg.MaxQueuedApplicationJobs, nil)
+	if err := h.reg.Register(payload.Protobuf, payload.IsProtoMessage); err != nil {
+		return nil, err
+	}
+	for i, c := range cfg.Codecs {
+		if err := h.reg.Register(c.Codec, c.Select); err != nil {
+			return nil, &payload.Error{Kind: payload.InvalidOperation, Op: "actor.NewHost",
+				Detail: "Config.Codecs[" + itoa(i) + "]", Err: err}
+		}
+	}
+	return h, nil
+}
+
+// Name returns the host's name.
+func (h *Host) Name() string { return h.name }
+
+// Register adds kinds and channels to the host. It must be called before
+// Start; mistakes in the definitions are reported by Start.
+func (h *Host) Register(items ...Registrable) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.state.Load() != stateCreated {
+		return payload.NewError(payload.InvalidOperation, "actor.Host.Register", "host already started")
+	}
+	for _, it := range items {
+		h.specs = append(h.specs, it.specs()...)
+	}
+	return nil
+}
+
+// Start checks the registrations, freezes the codec registry, spawns the
+// channel subscribers and starts taking messages. A registration mistake
+// (duplicate kind or channel, empty name, nil factory, two handlers for one
+// type) fails Start with an error naming the kind and type.
+func (h *Host) Start() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.state.Load() != stateCreated {
+		return payload.NewError(payload.InvalidOperation, "actor.Host.Start", "host already started")
+	}
+	var errs []error
+	for _, s := range h.specs {
+		errs = append(errs, s.errs...)
+		if len(s.errs) > 0 {
+			continue
+		}
+		if s.channel {
+			cr := h.channels[s.name]
+			if cr == nil {
+				if _, clash := h.kinds[s.name]; clash {
+					errs = append(errs, payload.NewError(payload.AlreadyExists, "actor.Host.Start", "channel "+s.name+" has the name of a kind"))
+					continue
+				}
+				cr = &channelRuntime{name: s.name, byType: map[string][]*owner{}, targets: map[string][]target{}}
+				h.channels[s.name] = cr
+			}
+			cr.specs = append(cr.specs, s)
+			continue
+		}
+		if _, dup := h.kinds[s.name]; dup {
+			errs = append(errs, payload.NewError(payload.AlreadyExists, "actor.Host.Start", "kind "+s.name+" registered twice"))
+			continue
+		}
+		if _, clash := h.channels[s.name]; clash {
+			errs = append(errs, payload.NewError(payload.AlreadyExists, "actor.Host.Start", "kind "+s.name+" has the name of a channel"))
+			continue
+		}
+		h.kinds[s.name] = &kindRuntime{spec: s, host: h}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if _, taken := hosts.LoadOrStore(h.name, h); taken {
+		return payload.NewError(payload.AlreadyExists, "actor.Host.Start", "another running host in this process is named "+h.name)
+	}
+	if h.cfg.MetricsAddr != "" {
+		if err := h.serveMetrics(); err != nil {
+			hosts.Delete(h.name)
+			return err
+		}
+	}
+	h.reg.Freeze()
+
+	h.system = pa.NewActorSystem(pa.WithLoggerFactory(func(*pa.ActorSystem) *slog.Logger {
+		return slog.New(minLevel{h.log.Handler(), slog.LevelWarn}).With("lib", "protoactor")
+	}))
+	h.props = pa.PropsFromProducer(func() pa.Actor { return ownerActor{} },
+		pa.WithMailbox(func() pa.Mailbox { return h.spawning }),
+		pa.WithDispatcher(dispatcher{h}))
+
+	h.state.Store(stateRunning)
+	for _, cr := range h.channels {
+		for i, s := range cr.specs {
+			o := h.newOwner(s, nil, Ref{Kind: cr.name, ID: "#" + itoa(i)})
+			cr.subs = append(cr.subs, o)
+			for t, hd := range s.handlers {
+				cr.byType[t] = append(cr.byType[t], o)
+				cr.targets[t] = append(cr.targets[t], target{o: o})
+				if hd.request {
+					cr.serving(t)
+				}
+			}
+		}
+	}
+	h.obs.Attach(h)
+	if h.cfg.IdleTimeout > 0 {
+		h.bg.Add(1)
+		go h.janitor()
+	}
+	return nil
+}
+
+// Stop stops the host gracefully: it takes no new messages from outside
+// (sends fail with ShuttingDown), lets queued messages and the messages
+// their handlers send run, runs every object's deactivate hook in a last
+// turn, and then closes the host. If ctx ends first, Stop closes the host
+// at once (Close) and returns ctx.Err(); work not done by then ends with
+// ShuttingDown.
+func (h *Host) Stop(ctx context.Context) error {
+	if !h.state.CompareAndSwap(stateRunning, stateStopping) {
+		return h.Close()
+	}
+	err := h.quiesce(ctx)
+	if err == nil {
+		h.deactivateAll()
+		err = h.quiesce(ctx)
+	}
+	if cerr := h.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// quiesce waits until no message is queued, waiting for a permit, or
+// running. It polls: the conditions span many owners and there is no single
+// event to wait on.
+func (h *Host) quiesce(ctx context.Context) error {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		if h.permits.InUse() == 0 && h.permits.Waiters() == 0 && h.running.Load() == 0 &&
+			h.counters.Queued(mailbox.Application) == 0 && h.counters.Queued(mailbox.Lifecycle) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// deactivateAll asks every object to run its deactivate hook in a last turn.
+func (h *Host) deactivateAll() {
+	for _, kr := range h.kinds {
+		for _, o := range kr.all() {
+			o.postControl(controlDeactivate)
+		}
+	}
+}
+
+// Close stops the host at once: queued messages end with ShuttingDown
+// (their payloads released undecoded), waiting requests complete with
+// ShuttingDown, running handlers see their Context done and are waited for,
+// and every goroutine of the host has ended when Close returns.
+// Deactivate hooks do not run (use Stop). Close is idempotent.
+func (h *Host) Close() error {
+	h.mu.Lock()
+	prev := h.state.Swap(stateClosed)
+	if prev == stateClosed {
+		h.mu.Unlock()
+		return nil
+	}
+	close(h.done)
+	h.mu.Unlock()
+
+	h.permits.Close()
+	close(h.bgStop)
+	if h.server != nil {
+		_ = h.server.Close()
+	}
+	h.bg.Wait()
+	if h.system == nil {
+		return nil
+	}
+	var all []*owner
+	for _, kr := range h.kinds {
+		all = append(all, kr.all()...)
+	}
+	for _, cr := range h.channels {
+		all = append(all, cr.subs...)
+	}
+	for _, o := range all {
+		for _, e := range o.mb.Close() {
+			h.endUnrun(o, "", e, ErrShuttingDown, RejectShuttingDown)
+		}
+	}
+	for _, o := range all {
+		if o.pid != nil {
+			h.system.Root.Stop(o.pid)
+		}
+	}
+	h.actors.Wait()
+	h.drains.Wait()
+	h.system.Shutdown()
+	hosts.CompareAndDelete(h.name, h)
+	return nil
+}
+
+// Stats returns a snapshot of the host's gauges and counters.
+func (h *Host) Stats() Stats {
+	return Stats{
+		OwnersActive:      int(h.owners.Load()),
+		QueuedApplication: h.counters.Queued(mailbox.Application),
+		QueuedLifecycle:   h.counters.Queued(mailbox.Lifecycle),
+		PermitsInUse:      h.permits.InUse(),
+		PermitWaiters:     h.permits.Waiters(),
+		PermitsMax:        h.permits.Max(),
+		RequestsInFlight:  int(h.inflight.Load()),
+		Payload:           h.pool.Stats(),
+	}
+}
+
+// Permits returns the host-wide job permits, for links that follow the
+// pressure state (Paused) and for tests.
+func (h *Host) Permits() *mailbox.Permits { return h.permits }
+
+// acceptsExternal reports whether sends from outside a handler are taken.
+func (h *Host) acceptsExternal() bool { return h.state.Load() == stateRunning }
+
+// acceptsInternal reports whether sends from handlers are taken: also while
+// stopping gracefully, so that chains of messages finish.
+func (h *Host) acceptsInternal() bool {
+	s := h.state.Load()
+	return s == stateRunning || s == stateStopping
+}
+
+// dispatcher runs mailbox drains on their own goroutines and counts them,
+// so Close can wait for every one.
+type dispatcher struct{ h *Host }
+
+func (d dispatcher) Schedule(fn func()) {
+	d.h.drains.Add(1)
+	go d.run(fn)
+}
+
+func (d dispatcher) run(fn func()) {
+	defer d.h.drains.Done()
+	fn()
+}
+
+func (d dispatcher) Throughput() int { return d.h.cfg.Throughput }
+
+// janitor passivates objects idle for longer than IdleTimeout.
+func (h *Host) janitor() {
+	defer h.bg.Done()
+	every := h.cfg.IdleTimeout / 4
+	if every < time.Millisecond {
+		every = time.Millisecond
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.bgStop:
+			return
+		case <-t.C:
+		}
+		limit := nanotime() - int64(h.cfg.IdleTimeout)
+		for _, kr := range h.kinds {
+			for _, o := range kr.all() {
+				if o.lastActive.Load() < limit && o.mb.Idle() {
+					o.postControl(controlPassivate)
+				}
+			}
+		}
+	}
+}
+
+func (h *Host) serveMetrics() error {
+	handler, ok := h.obs.(http.Handler)
+	if !ok {
+		return payload.NewError(payload.NotConfigured, "actor.Host.Start",
+			"Config.MetricsAddr is set but Config.Observer does not serve HTTP (use metrics.New)")
+	}
+	ln, err := net.Listen("tcp", h.cfg.MetricsAddr)
+	if err != nil {
+		return &payload.Error{Kind: payload.Unavailable, Op: "actor.Host.Start", Detail: "Config.MetricsAddr", Err: err}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", handler)
+	h.server = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	h.bg.Add(1)
+	go func() {
+		defer h.bg.Done()
+		_ = h.server.Serve(ln)
+	}()
+	return nil
+}
+
+// MetricsAddr returns the address /metrics is served on, or "" if none.
+func (h *Host) MetricsAddr() string {
+	if h.server == nil {
+		return ""
+	}
+	return h.cfg.MetricsAddr
+}
+
+var clockBase = time.Now()
+
+// nanotime is a monotonic clock in nanoseconds.
+func nanotime() int64 { return int64(time.Since(clockBase)) }
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// minLevel drops records below a level (protoactor logs chattily at Info).
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= m.min && m.Handler.Enabled(ctx, l)
+}
+
+func (m minLevel) WithAttrs(a []slog.Attr) slog.Handler { return minLevel{m.Handler.WithAttrs(a), m.min} }
+func (m minLevel) WithGroup(g string) slog.Handler      { return minLevel{m.Handler.WithGroup(g), m.min} }

@@ -1,0 +1,205 @@
+package actor
+
+import (
+	"context"
+	"reflect"
+
+	"github.com/berthrt/berth/mailbox"
+	"github.com/berthrt/berth/payload"
+)
+
+// Ref names an object: its kind and its id.
+type Ref struct {
+	Kind string
+	ID   string
+}
+
+// String returns "kind/id".
+func (r Ref) String() string { return r.Kind + "/" + r.ID }
+
+// typeName is the message type name a declared type M travels under; it is
+// the name payload.Encode writes into the header.
+func typeName[M any]() string { return reflect.TypeFor[M]().String() }
+
+// handler runs one message type: it decodes the payload into the declared
+// type, returns the item's permit, runs the user function and, for a
+// request, sends the reply.
+type handler struct {
+	typeName  string
+	request   bool
+	replyType string // request handlers: the type name of R
+	run       func(c *Context, state any, e *mailbox.Envelope) error
+}
+
+// spec is the type-erased definition of a kind or of a channel subscriber:
+// a handler set and, for kinds, the state factory and deactivate hook.
+// It is read-only once a host using it has started.
+type spec struct {
+	name       string
+	channel    bool
+	factory    func(c *Context, id string) (any, error)
+	deactivate func(ctx context.Context, id string, state any)
+	handlers   map[string]*handler
+	errs       []error
+}
+
+func (s *spec) add(h *handler) {
+	if _, dup := s.handlers[h.typeName]; dup {
+		s.errs = append(s.errs, payload.NewError(payload.AlreadyExists, "actor.Handle",
+			describe(s)+": two handlers for message type "+h.typeName))
+		return
+	}
+	s.handlers[h.typeName] = h
+}
+
+func describe(s *spec) string {
+	if s.channel {
+		return "channel " + s.name
+	}
+	return "kind " + s.name
+}
+
+// Registrable is a Kind or a Channel, ready for Host.Register.
+type Registrable interface {
+	specs() []*spec
+}
+
+// Kind is an object kind: a state type S, a factory that makes the state of
+// a newly activated object, and typed handlers. Define it with NewKind, add
+// handlers with Handle and HandleRequest, and register it on hosts before
+// they start. A Kind is not safe for concurrent modification.
+type Kind[S any] struct {
+	s *spec
+}
+
+// NewKind defines an object kind. factory makes the state of an object when
+// it activates, in the object's first turn; an error fails that turn's
+// message and the next message tries again.
+func NewKind[S any](name string, factory func(ctx *Context, id string) (*S, error)) *Kind[S] {
+	s := &spec{name: name, handlers: map[string]*handler{}}
+	if name == "" {
+		s.errs = append(s.errs, payload.NewError(payload.InvalidOperation, "actor.NewKind", "empty kind name"))
+	}
+	if factory == nil {
+		s.errs = append(s.errs, payload.NewError(payload.InvalidOperation, "actor.NewKind", "kind "+name+": nil factory"))
+	} else {
+		s.factory = func(c *Context, id string) (any, error) {
+			st, err := factory(c, id)
+			if err == nil && st == nil {
+				err = payload.NewError(payload.InternalFailure, "actor.NewKind", "kind "+name+": factory returned nil state")
+			}
+			return st, err
+		}
+	}
+	return &Kind[S]{s: s}
+}
+
+// Name returns the kind's name.
+func (k *Kind[S]) Name() string { return k.s.name }
+
+// OnDeactivate sets a hook that runs when an object passivates or its host
+// stops gracefully, in the object's last turn, with its state.
+func (k *Kind[S]) OnDeactivate(fn func(ctx context.Context, id string, state *S)) {
+	k.s.deactivate = func(ctx context.Context, id string, st any) { fn(ctx, id, st.(*S)) }
+}
+
+func (k *Kind[S]) specs() []*spec { return []*spec{k.s} }
+
+// Handle adds a one-way handler for messages of type M to kind k, for Tell.
+// The handler receives the decoded value, never raw bytes. Asking a type
+// that has a one-way handler fails with InvalidOperation before sending.
+func Handle[S, M any](k *Kind[S], fn func(ctx *Context, state *S, msg M) error) {
+	k.s.add(&handler{typeName: typeName[M](), run: func(c *Context, st any, e *mailbox.Envelope) error {
+		v, err := payload.Value[M](e.Msg)
+		if err != nil {
+			return err
+		}
+		e.ReturnPermit() // immediately before the handler's first instruction
+		return fn(c, st.(*S), v)
+	}})
+}
+
+// HandleRequest adds a request handler for messages of type M to kind k:
+// its result R (or error) is the reply to Ask. Sent with Tell, the message
+// runs the handler and the result is dropped.
+func HandleRequest[S, M, R any](k *Kind[S], fn func(ctx *Context, state *S, msg M) (R, error)) {
+	k.s.add(&handler{typeName: typeName[M](), request: true, replyType: typeName[R](), run: func(c *Context, st any, e *mailbox.Envelope) error {
+		v, err := payload.Value[M](e.Msg)
+		if err != nil {
+			return err
+		}
+		e.ReturnPermit()
+		r, err := fn(c, st.(*S), v)
+		if err != nil {
+			return err
+		}
+		return replyWith(c, r)
+	}})
+}
+
+// Channel is a named set of subscribers on a host. Publish fans a message
+// out to every subscriber of its type, each in its own turn; AskChannel
+// sends a request to one subscriber that serves its type. Channels do not
+// relocate. Define subscribers with Subscribe and Serve before registering.
+type Channel struct {
+	name string
+	subs []*spec
+	errs []error
+}
+
+// NewChannel defines a channel.
+func NewChannel(name string) *Channel {
+	c := &Channel{name: name}
+	if name == "" {
+		c.errs = append(c.errs, payload.NewError(payload.InvalidOperation, "actor.NewChannel", "empty channel name"))
+	}
+	return c
+}
+
+// Name returns the channel's name.
+func (ch *Channel) Name() string { return ch.name }
+
+func (ch *Channel) specs() []*spec {
+	if len(ch.errs) > 0 {
+		return []*spec{{name: ch.name, channel: true, errs: ch.errs}}
+	}
+	return ch.subs
+}
+
+func (ch *Channel) subscriber() *spec {
+	s := &spec{name: ch.name, channel: true, handlers: map[string]*handler{},
+		factory: func(*Context, string) (any, error) { return struct{}{}, nil }}
+	ch.subs = append(ch.subs, s)
+	return s
+}
+
+// Subscribe adds a subscriber to ch that receives every published message
+// of type M in its own turns.
+func Subscribe[M any](ch *Channel, fn func(ctx *Context, msg M) error) {
+	ch.subscriber().add(&handler{typeName: typeName[M](), run: func(c *Context, _ any, e *mailbox.Envelope) error {
+		v, err := payload.Value[M](e.Msg)
+		if err != nil {
+			return err
+		}
+		e.ReturnPermit()
+		return fn(c, v)
+	}})
+}
+
+// Serve adds a subscriber to ch that answers requests of type M (AskChannel
+// picks one such subscriber per request). It also receives published
+// messages of type M; their results are dropped.
+func Serve[M, R any](ch *Channel, fn func(ctx *Context, msg M) (R, error)) {
+	ch.subscriber().add(&handler{typeName: typeName[M](), request: true, replyType: typeName[R](), run: func(c *Context, _ any, e *mailbox.Envelope) error {
+		v, err := payload.Value[M](e.Msg)
+		if err != nil {
+			return err
+		}
+		e.ReturnPermit()
+		r, err := fn(c, v)
+		if err != nil {
+			return err
+		}
+		return replyWith(c, r)
+	}})
+}

@@ -1,0 +1,93 @@
+package actor
+
+import (
+	"time"
+
+	"github.com/berthrt/berth/mailbox"
+	"github.com/berthrt/berth/payload"
+)
+
+// Outcome is how a turn ended.
+type Outcome uint8
+
+// The outcomes.
+const (
+	OutcomeOK    Outcome = iota // the handler returned without error
+	OutcomeError                // the handler (or decode, or activation) returned an error
+	OutcomePanic                // the handler panicked; recovered
+)
+
+// String returns "ok", "error" or "panic".
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeError:
+		return "error"
+	case OutcomePanic:
+		return "panic"
+	}
+	return "ok"
+}
+
+// Reject reasons reported to Observer.Rejected.
+const (
+	RejectFull         = "lane_full"      // no room in the owner's lane within SendTimeout
+	RejectTooLarge     = "too_large"      // larger than the owner's lane
+	RejectShuttingDown = "shutting_down"  // the host stopped first
+	RejectCancelled    = "cancelled"      // the sender's context ended while waiting
+	RejectExpired      = "expired"        // the request's deadline passed before its turn
+	RejectNotFound     = "not_found"      // no such kind, channel, handler or subscriber
+	RejectActivation   = "activation"     // the object's factory failed
+	RejectUnknownType  = "unknown_type"   // no handler for the message type
+	RejectProtocol     = "protocol_error" // the payload did not decode
+)
+
+// Observer receives a host's events: the narrow hook through which metrics
+// see the core (package metrics implements it for Prometheus). Methods are
+// called on the message path, concurrently, and must be fast; with strings
+// and durations only, they cost no allocation. Kind is the object kind or
+// the channel name.
+type Observer interface {
+	// Attach is called once, when the host starts, with the source of the
+	// host's gauges.
+	Attach(host StatsSource)
+	// Admitted: a message entered an owner's lane.
+	Admitted(kind string, lane mailbox.Lane, payloadBytes int)
+	// Rejected: a message was not admitted or did not run (see the Reject
+	// reasons); its payload was released undecoded.
+	Rejected(kind string, reason string)
+	// Handled: a turn ended, after waiting queueWait in the lane and
+	// running for run.
+	Handled(kind string, queueWait, run time.Duration, outcome Outcome)
+	// Activated and Deactivated: an object's owner came or went.
+	Activated(kind string)
+	Deactivated(kind string)
+}
+
+// StatsSource is what an Observer reads the host's gauges from.
+type StatsSource interface {
+	// Name returns the host name.
+	Name() string
+	// Stats returns a snapshot of the host's gauges and counters.
+	Stats() Stats
+}
+
+// Stats is a snapshot of a host's gauges and counters.
+type Stats struct {
+	OwnersActive      int           // objects and channel subscribers with an owner here
+	QueuedApplication int64         // application items queued (held included)
+	QueuedLifecycle   int64         // lifecycle items queued
+	PermitsInUse      int           // host-wide job permits in use
+	PermitWaiters     int           // senders waiting for a permit
+	PermitsMax        int           // MaxQueuedApplicationJobs
+	RequestsInFlight  int           // requests waiting for replies
+	Payload           payload.Stats // copy accounting of the host's payload pool
+}
+
+type noObserver struct{}
+
+func (noObserver) Attach(StatsSource)                                    {}
+func (noObserver) Admitted(string, mailbox.Lane, int)                    {}
+func (noObserver) Rejected(string, string)                               {}
+func (noObserver) Handled(string, time.Duration, time.Duration, Outcome) {}
+func (noObserver) Activated(string)                                      {}
+func (noObserver) Deactivated(string)                                    {}

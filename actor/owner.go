@@ -1,0 +1,352 @@
+package actor
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pa "github.com/asynkron/protoactor-go/actor"
+	"github.com/berthrt/berth/mailbox"
+	"github.com/berthrt/berth/payload"
+)
+
+// owner is the single place an object's (or a channel subscriber's)
+// messages run: a protoactor actor with a berth mailbox. Its fields other
+// than the mailbox and the atomics are touched only in its own turns.
+type owner struct {
+	host *Host
+	spec *spec
+	ref  Ref
+	mb   *mailbox.Mailbox
+	pid  *pa.PID
+
+	state any
+	ready bool   // state made by the factory
+	prev  *owner // the previous activation, if it was still deactivating
+	ctx   Context
+
+	lastActive atomic.Int64      // nanotime of the last turn's end (with IdleTimeout)
+	gone       chan struct{}     // closed when the deactivation finished
+	out        outbox            // sends from this owner's handlers awaiting permits
+	kr         *kindRuntime      // nil for channel subscribers
+	stopOnce   sync.Once
+}
+
+// Control items on the lifecycle lane.
+type control uint8
+
+const (
+	controlPassivate  control = iota + 1 // deactivate if still idle and empty
+	controlDeactivate                    // host stopping: deactivate now
+)
+
+// newOwner makes an owner and spawns its actor. Callers serialize per object.
+func (h *Host) newOwner(s *spec, kr *kindRuntime, ref Ref) *owner {
+	o := &owner{host: h, spec: s, ref: ref, kr: kr, gone: make(chan struct{})}
+	o.ctx = Context{host: h, owner: o}
+	o.out.host, o.out.o = h, o
+	o.mb = mailbox.New(h.cfg.ApplicationLimits, h.cfg.LifecycleLimits, &h.counters)
+	o.mb.Owner = o
+	o.mb.OnStop = o.stopped
+	o.lastActive.Store(nanotime())
+	h.actors.Add(1)
+	h.spawnMu.Lock()
+	h.spawning = o.mb
+	o.pid = h.system.Root.Spawn(h.props)
+	h.spawning = nil
+	h.spawnMu.Unlock()
+	h.owners.Add(1)
+	h.obs.Activated(s.name)
+	return o
+}
+
+func (o *owner) stopped() {
+	o.stopOnce.Do(func() {
+		o.host.owners.Add(-1)
+		o.host.actors.Done()
+	})
+}
+
+// postControl queues a control item on the owner's lifecycle lane. Control
+// never takes a job permit.
+func (o *owner) postControl(c control) {
+	e := mailbox.NewEnvelope()
+	e.Lane = mailbox.Lifecycle
+	e.Control = c
+	if err := o.mb.AdmitOverflow(e); err != nil {
+		e.Release()
+	}
+}
+
+// ownerActor is the protoactor actor of every owner; the owner itself is
+// found from the item's mailbox, so one value serves them all.
+type ownerActor struct{}
+
+func (ownerActor) Receive(c pa.Context) {
+	if e, ok := c.Message().(*mailbox.Envelope); ok {
+		e.Mailbox().Owner.(*owner).turn(e)
+	}
+}
+
+// turn runs one item. The mailbox releases the item afterwards, whatever
+// happens here.
+func (o *owner) turn(e *mailbox.Envelope) {
+	h := o.host
+	if e.Msg == nil {
+		if c, ok := e.Control.(control); ok {
+			o.control(c)
+		}
+		return
+	}
+	h.running.Add(1)
+	defer h.running.Add(-1)
+	hv := e.Msg.Header()
+	hd := o.spec.handlers[string(hv.Type())]
+	if hd == nil {
+		h.obs.Rejected(o.spec.name, RejectUnknownType)
+		o.fail(e, payload.NewError(payload.NotFound, "actor", describe(o.spec)+": no handler for message type "+string(hv.Type())))
+		return
+	}
+	start := nanotime()
+	if dl := hv.DeadlineUnixNano(); dl != 0 && wallNano() > dl {
+		// The sender has given up; do not run work nobody waits for.
+		h.obs.Rejected(o.spec.name, RejectExpired)
+		o.fail(e, ErrRequestTimeout)
+		return
+	}
+	o.ctx.env = e
+	outcome := o.run(hd, e)
+	o.ctx.env = nil
+	end := nanotime()
+	if h.cfg.IdleTimeout > 0 {
+		o.lastActive.Store(end)
+	}
+	h.obs.Handled(o.spec.name, durationNs(start-e.Admitted), durationNs(end-start), outcome)
+}
+
+// run makes the state if needed and runs the handler, recovering a panic.
+func (o *owner) run(hd *handler, e *mailbox.Envelope) (outcome Outcome) {
+	defer func() {
+		if r := recover(); r != nil {
+			o.host.log.Error("handler panicked", "owner", o.ref.String(), "type", hd.typeName, "panic", r)
+			o.fail(e, &payload.Error{Kind: payload.InternalFailure, Op: "actor", Detail: fmt.Sprintf("%s: handler for %s panicked: %v", o.ref, hd.typeName, r)})
+			outcome = OutcomePanic
+		}
+	}()
+	if !o.ready {
+		if o.prev != nil {
+			<-o.prev.gone // the previous activation's deactivate hook finishes first
+			o.prev = nil
+		}
+		st, err := o.spec.factory(&o.ctx, o.ref.ID)
+		if err != nil {
+			o.host.obs.Rejected(o.spec.name, RejectActivation)
+			o.fail(e, &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: o.ref.String() + ": activation failed", Err: err})
+			return OutcomeError
+		}
+		o.state, o.ready = st, true
+	}
+	if err := hd.run(&o.ctx, o.state, e); err != nil {
+		if e.HasPermit() && payload.KindOf(err) == payload.ProtocolError {
+			// The payload did not decode: the handler never started.
+			o.host.obs.Rejected(o.spec.name, RejectProtocol)
+		}
+		o.fail(e, err)
+		return OutcomeError
+	}
+	return OutcomeOK
+}
+
+// fail ends a request with err (a one-way message's error is logged).
+func (o *owner) fail(e *mailbox.Envelope, err error) {
+	hv := e.Msg.Header()
+	if route := hv.ReplyTo(); len(route) > 0 {
+		o.host.routeReply(route, hv.Op(), reply{err: err})
+		return
+	}
+	o.host.log.Debug("one-way message failed", "owner", o.ref.String(), "type", string(hv.Type()), "err", err)
+}
+
+// control runs a lifecycle control item.
+func (o *owner) control(c control) {
+	switch c {
+	case controlPassivate:
+		if o.kr == nil || nanotime()-o.lastActive.Load() < int64(o.host.cfg.IdleTimeout) {
+			return
+		}
+		o.kr.deactivate(o, false)
+	case controlDeactivate:
+		if o.kr != nil {
+			o.kr.deactivate(o, true)
+		}
+	}
+}
+
+// kindRuntime is a kind on a host: its owners, sharded by object id.
+type kindRuntime struct {
+	spec   *spec
+	host   *Host
+	shards [32]ownerShard
+}
+
+type ownerShard struct {
+	mu          sync.RWMutex
+	m           map[string]*owner // guarded by mu
+	passivating map[string]*owner // deactivating owners, guarded by mu
+	_           [16]byte
+}
+
+func (kr *kindRuntime) shard(id string) *ownerShard {
+	return &kr.shards[maphash.String(kr.host.seed, id)%uint64(len(kr.shards))]
+}
+
+// owner returns the object's owner on this host, activating it if needed
+// (one activation per object per host). It fails with ShuttingDown once the
+// host takes no more messages.
+func (kr *kindRuntime) owner(id string, internal bool) (*owner, error) {
+	sh := kr.shard(id)
+	sh.mu.RLock()
+	o := sh.m[id]
+	sh.mu.RUnlock()
+	if o != nil {
+		return o, nil
+	}
+	h := kr.host
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if o = sh.m[id]; o != nil {
+		return o, nil
+	}
+	if (!internal && !h.acceptsExternal()) || (internal && !h.acceptsInternal()) {
+		return nil, ErrShuttingDown
+	}
+	o = h.newOwner(kr.spec, kr, Ref{Kind: kr.spec.name, ID: id})
+	o.prev = sh.passivating[id]
+	if sh.m == nil {
+		sh.m = map[string]*owner{}
+	}
+	sh.m[id] = o
+	return o, nil
+}
+
+// all returns a snapshot of the kind's owners.
+func (kr *kindRuntime) all() []*owner {
+	var out []*owner
+	for i := range kr.shards {
+		sh := &kr.shards[i]
+		sh.mu.RLock()
+		for _, o := range sh.m {
+			out = append(out, o)
+		}
+		sh.mu.RUnlock()
+	}
+	return out
+}
+
+// deactivate ends an object's activation from its own turn: the mailbox
+// closes if empty (else passivation waits for another idle period, unless
+// the host is stopping), the owner leaves the map, the hook runs, the actor
+// stops. A sender that finds the mailbox closed looks the object up again
+// and activates a new owner, whose factory waits for this hook.
+func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
+	sh := kr.shard(o.ref.ID)
+	sh.mu.Lock()
+	if !o.mb.CloseIfEmpty() {
+		sh.mu.Unlock()
+		if stopping {
+			o.postControl(controlDeactivate) // after what is queued
+		}
+		return
+	}
+	if sh.m[o.ref.ID] == o {
+		delete(sh.m, o.ref.ID)
+	}
+	if sh.passivating == nil {
+		sh.passivating = map[string]*owner{}
+	}
+	sh.passivating[o.ref.ID] = o
+	sh.mu.Unlock()
+
+	if o.ready && kr.spec.deactivate != nil {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					kr.host.log.Error("deactivate hook panicked", "owner", o.ref.String(), "panic", r)
+				}
+			}()
+			kr.spec.deactivate(context.WithoutCancel(&o.ctx), o.ref.ID, o.state)
+		}()
+	}
+	o.state = nil
+	sh.mu.Lock()
+	if sh.passivating[o.ref.ID] == o {
+		delete(sh.passivating, o.ref.ID)
+	}
+	sh.mu.Unlock()
+	close(o.gone)
+	kr.host.obs.Deactivated(kr.spec.name)
+	kr.host.system.Root.Stop(o.pid)
+}
+
+// channelRuntime is a channel on a host: its subscriber owners, by message
+// type, and round-robin cursors for requests.
+type channelRuntime struct {
+	name    string
+	specs   []*spec
+	subs    []*owner
+	byType  map[string][]*owner
+	targets map[string][]target // byType as send targets
+	serve   map[string]*servers
+}
+
+type servers struct {
+	owners []*owner
+	next   atomic.Uint32
+}
+
+func (cr *channelRuntime) serving(t string) {
+	if cr.serve == nil {
+		cr.serve = map[string]*servers{}
+	}
+	s := cr.serve[t]
+	if s == nil {
+		s = &servers{}
+		cr.serve[t] = s
+	}
+	// Filled once byType is complete for t; see pick.
+	s.owners = nil
+	for _, o := range cr.byType[t] {
+		if o.spec.handlers[t].request {
+			s.owners = append(s.owners, o)
+		}
+	}
+}
+
+// pick returns the next subscriber serving requests of type t, skipping
+// avoid (the asking owner itself) when another exists.
+func (cr *channelRuntime) pick(t string, avoid *owner) *owner {
+	s := cr.serve[t]
+	if s == nil || len(s.owners) == 0 {
+		return nil
+	}
+	n := uint32(len(s.owners))
+	for i := uint32(0); i < n; i++ {
+		o := s.owners[(s.next.Add(1)-1)%n]
+		if o != avoid {
+			return o
+		}
+	}
+	return nil
+}
+
+func wallNano() int64 { return time.Now().UnixNano() }
+
+func durationNs(ns int64) time.Duration {
+	if ns < 0 {
+		return 0
+	}
+	return time.Duration(ns)
+}

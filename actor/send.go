@@ -1,0 +1,569 @@
+package actor
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/berthrt/berth/mailbox"
+	"github.com/berthrt/berth/payload"
+)
+
+// flagReply marks a reply frame.
+const flagReply uint8 = 1
+
+// Tell sends msg to object to and returns once it is accepted locally:
+// admitted to the owner's queue, or — from a handler, while the host's job
+// permits are exhausted — queued in order behind that owner's earlier sends.
+// The declared type M selects the codec and the handler.
+//
+// From outside a handler, Tell first waits (cancellably) for a job permit,
+// then, if the owner's lane is full, up to SendTimeout for room. Errors:
+// NotFound (no such kind, or no handler for M), ShuttingDown, DeadlineExceeded
+// (ErrSendTimeout, or ctx's deadline), CapacityExceeded (the message is
+// larger than a lane), ctx.Err() on cancellation, and encoding errors.
+func Tell[M any](ctx context.Context, h *Host, to Ref, msg M) error {
+	turn := turnOf(ctx)
+	if !h.accepts(turn) {
+		return ErrShuttingDown
+	}
+	kr, _, err := h.handlerFor(to.Kind, typeName[M]())
+	if err != nil {
+		return err
+	}
+	m, err := payload.NewMessage(h.pool, h.reg, payload.Header{
+		Target: payload.Target{Scope: payload.ScopeObject, Name: to.Kind, ID: to.ID},
+		Op:     payload.NewOpID(),
+	}, msg)
+	if err != nil {
+		return err
+	}
+	return h.dispatch(ctx, turn, target{kr: kr, id: to.ID}, m)
+}
+
+// Ask sends request msg to object to and waits for its reply, which the
+// object's request handler for M returns. It completes exactly once, with
+// whichever comes first: the reply, the handler's error, the deadline (ctx's,
+// or RequestTimeout), cancellation of ctx, or the host shutting down.
+//
+// Errors before sending: NotFound (no such kind or handler), InvalidOperation
+// (M has a one-way handler; or a handler asking its own object:
+// ErrReentrant), TypeMismatch (the handler replies with another type than
+// R), CapacityExceeded (ErrTooManyRequests), ShuttingDown; then those of
+// Tell; then the handler's error, InternalFailure if it panicked,
+// DeadlineExceeded (ErrRequestTimeout), ShuttingDown.
+func Ask[M, R any](ctx context.Context, h *Host, to Ref, msg M) (R, error) {
+	var zero R
+	turn := turnOf(ctx)
+	if !h.accepts(turn) {
+		return zero, ErrShuttingDown
+	}
+	kr, hd, err := h.handlerFor(to.Kind, typeName[M]())
+	if err != nil {
+		return zero, err
+	}
+	if err := checkRequest[R](hd, to.Kind); err != nil {
+		return zero, err
+	}
+	if turn != nil && turn.owner.kr == kr && turn.owner.ref.ID == to.ID {
+		return zero, ErrReentrant
+	}
+	return ask[M, R](ctx, h, turn, target{kr: kr, id: to.ID},
+		payload.Target{Scope: payload.ScopeObject, Name: to.Kind, ID: to.ID}, msg)
+}
+
+// Publish sends msg to every subscriber of its type M on channel, each in
+// its own turn with its own job permit; the subscribers share one encoded
+// payload, released once after the last of them. It returns once the first
+// subscriber has the message and the others are queued for their permits
+// (in order, behind earlier sends of the same source).
+//
+// Errors: NotFound (no such channel, or no subscriber for M), and those of
+// Tell for the first subscriber.
+func Publish[M any](ctx context.Context, h *Host, channel string, msg M) error {
+	turn := turnOf(ctx)
+	if !h.accepts(turn) {
+		return ErrShuttingDown
+	}
+	cr := h.channels[channel]
+	if cr == nil {
+		return payload.NewError(payload.NotFound, "actor.Publish", "no channel "+channel)
+	}
+	ts := cr.targets[typeName[M]()]
+	if len(ts) == 0 {
+		return payload.NewError(payload.NotFound, "actor.Publish", "channel "+channel+" has no subscriber for "+typeName[M]())
+	}
+	m, err := payload.NewMessage(h.pool, h.reg, payload.Header{
+		Target: payload.Target{Scope: payload.ScopeChannel, Name: channel},
+		Op:     payload.NewOpID(),
+	}, msg)
+	if err != nil {
+		return err
+	}
+	if turn != nil && turn.host == h {
+		turn.owner.out.enqueue(&pendingSend{m: m, targets: ts, fanout: true})
+		return nil
+	}
+	// The first child waits for its permit like any ingress; the others
+	// take theirs lazily through the permit FIFO.
+	if err := h.dispatch(ctx, nil, ts[0], m.Share()); err != nil {
+		m.Release()
+		return err
+	}
+	if len(ts) == 1 {
+		m.Release()
+		return nil
+	}
+	src := &outbox{host: h}
+	src.enqueue(&pendingSend{m: m, targets: ts, next: 1, fanout: true})
+	return nil
+}
+
+// AskChannel sends request msg to one subscriber of channel that serves M
+// (round robin) and waits for its reply, like Ask. A subscriber asking its
+// own channel is served by another subscriber, or gets ErrReentrant if it
+// is the only one.
+func AskChannel[M, R any](ctx context.Context, h *Host, channel string, msg M) (R, error) {
+	var zero R
+	turn := turnOf(ctx)
+	if !h.accepts(turn) {
+		return zero, ErrShuttingDown
+	}
+	cr := h.channels[channel]
+	if cr == nil {
+		return zero, payload.NewError(payload.NotFound, "actor.AskChannel", "no channel "+channel)
+	}
+	t := typeName[M]()
+	var self *owner
+	if turn != nil {
+		self = turn.owner
+	}
+	o := cr.pick(t, self)
+	if o == nil {
+		if s := cr.serve[t]; s != nil && len(s.owners) > 0 {
+			return zero, ErrReentrant
+		}
+		return zero, payload.NewError(payload.NotFound, "actor.AskChannel", "channel "+channel+" has no subscriber serving "+t)
+	}
+	if err := checkRequest[R](o.spec.handlers[t], channel); err != nil {
+		return zero, err
+	}
+	return ask[M, R](ctx, h, turn, target{o: o}, payload.Target{Scope: payload.ScopeChannel, Name: channel}, msg)
+}
+
+func checkRequest[R any](hd *handler, name string) error {
+	if !hd.request {
+		return payload.NewError(payload.InvalidOperation, "actor.Ask",
+			name+": "+hd.typeName+" has a one-way handler; use Tell")
+	}
+	if rt := typeName[R](); rt != hd.replyType {
+		return payload.NewError(payload.TypeMismatch, "actor.Ask",
+			name+": the handler for "+hd.typeName+" replies with "+hd.replyType+", not "+rt)
+	}
+	return nil
+}
+
+// ask sends a request and waits for its one terminal.
+func ask[M, R any](ctx context.Context, h *Host, turn *Context, t target, pt payload.Target, msg M) (R, error) {
+	var zero R
+	if int(h.inflight.Add(1)) > h.cfg.MaxRequestsInFlight {
+		h.inflight.Add(-1)
+		return zero, ErrTooManyRequests
+	}
+	defer h.inflight.Add(-1)
+	deadline := time.Now().Add(h.cfg.RequestTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	op := payload.NewOpID()
+	m, err := payload.NewMessage(h.pool, h.reg, payload.Header{Target: pt, Op: op, ReplyTo: h.name, Deadline: deadline}, msg)
+	if err != nil {
+		return zero, err
+	}
+	p := pendings.Get().(*pending)
+	h.requests.add(op, p)
+	if err := h.dispatch(ctx, turn, t, m); err != nil {
+		h.requests.take(op)
+		pendings.Put(p)
+		return zero, err
+	}
+	r, err := h.await(ctx, op, p, deadline)
+	if err != nil {
+		return zero, err
+	}
+	if r.err != nil {
+		return zero, r.err
+	}
+	rm, err := h.reg.Open(r.buf)
+	if err != nil {
+		r.buf.Release()
+		return zero, err
+	}
+	v, err := payload.Value[R](rm)
+	rm.Release()
+	return v, err
+}
+
+// await waits for the request's terminal. If the waiter gives up but finds
+// the reply already taken by its deliverer, the reply came first and is
+// returned.
+func (h *Host) await(ctx context.Context, op payload.OpID, p *pending, deadline time.Time) (reply, error) {
+	p.timer.Reset(time.Until(deadline))
+	var err error
+	select {
+	case r := <-p.ch:
+		p.timer.Stop()
+		pendings.Put(p)
+		return r, nil
+	case <-ctx.Done():
+		err = ctxErr(ctx)
+	case <-p.timer.C:
+		err = ErrRequestTimeout
+	case <-h.done:
+		err = ErrShuttingDown
+	}
+	p.timer.Stop()
+	if h.requests.take(op) == nil {
+		r := <-p.ch
+		pendings.Put(p)
+		return r, nil
+	}
+	pendings.Put(p)
+	return reply{}, err
+}
+
+// replyWith encodes a request handler's result and routes it to the asker.
+// A request sent with Tell has no reply route; its result is dropped.
+func replyWith[R any](c *Context, r R) error {
+	hv := c.env.Msg.Header()
+	route := hv.ReplyTo()
+	if len(route) == 0 {
+		return nil
+	}
+	h := c.host
+	buf, err := payload.Encode(h.pool, h.reg, payload.Header{Op: hv.Op(), Flags: flagReply}, r)
+	if err != nil {
+		return err
+	}
+	h.routeReply(route, hv.Op(), reply{buf: buf})
+	return nil
+}
+
+// hosts maps host names to running hosts in this process, for replies
+// between them.
+var hosts sync.Map
+
+// routeReply delivers a reply to the asker's host. Replies take no permit.
+func (h *Host) routeReply(route []byte, op payload.OpID, r reply) {
+	if string(route) == h.name {
+		h.requests.complete(op, r)
+		return
+	}
+	if v, ok := hosts.Load(string(route)); ok {
+		v.(*Host).requests.complete(op, r)
+		return
+	}
+	h.log.Warn("reply route unknown; reply dropped", "route", string(route))
+	if !r.buf.IsZero() {
+		r.buf.Release()
+	}
+}
+
+// accepts reports whether the host takes a send from this context.
+func (h *Host) accepts(turn *Context) bool {
+	if turn != nil && turn.host == h {
+		return h.acceptsInternal()
+	}
+	return h.acceptsExternal()
+}
+
+// handlerFor finds the kind and its handler for a message type.
+func (h *Host) handlerFor(kind, typ string) (*kindRuntime, *handler, error) {
+	kr := h.kinds[kind]
+	if kr == nil {
+		h.obs.Rejected(kind, RejectNotFound)
+		return nil, nil, payload.NewError(payload.NotFound, "actor", "no kind "+kind+" on host "+h.name)
+	}
+	hd := kr.spec.handlers[typ]
+	if hd == nil {
+		h.obs.Rejected(kind, RejectNotFound)
+		return nil, nil, payload.NewError(payload.NotFound, "actor", "kind "+kind+" has no handler for "+typ)
+	}
+	return kr, hd, nil
+}
+
+// target is where a message goes: an object, activated on demand, or a
+// fixed channel subscriber.
+type target struct {
+	kr *kindRuntime
+	id string
+	o  *owner
+}
+
+func (t target) name() string {
+	if t.o != nil {
+		return t.o.spec.name
+	}
+	return t.kr.spec.name
+}
+
+func (t target) resolve(internal bool) (*owner, error) {
+	if t.o != nil {
+		return t.o, nil
+	}
+	return t.kr.owner(t.id, internal)
+}
+
+// dispatch admits m for t and takes ownership of m in every case. From a
+// handler of this host it goes through the owner's outbox; from outside, it
+// waits for a permit, then for lane room.
+func (h *Host) dispatch(ctx context.Context, turn *Context, t target, m *payload.Message) error {
+	if turn != nil && turn.host == h {
+		turn.owner.out.sendOne(t, m)
+		return nil
+	}
+	if err := h.permits.Acquire(ctx); err != nil {
+		m.Release()
+		if errors.Is(err, mailbox.ErrPermitsClosed) {
+			h.obs.Rejected(t.name(), RejectShuttingDown)
+			return ErrShuttingDown
+		}
+		h.obs.Rejected(t.name(), RejectCancelled)
+		return ctxErr(ctx)
+	}
+	e := mailbox.NewEnvelope()
+	e.Msg = m
+	e.HoldPermit(h.permits)
+	return h.admitWait(ctx, t, e)
+}
+
+// admitWait admits an item that holds its permit, waiting up to SendTimeout
+// for lane room. On failure the item is released undecoded.
+func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope) error {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		o, err := t.resolve(false)
+		if err != nil {
+			h.reject(t.name(), e, RejectShuttingDown)
+			return err
+		}
+		size := e.Msg.Len()
+		e.Admitted = nanotime()
+		room, err := o.mb.AdmitOrWait(e)
+		switch {
+		case err == nil:
+			h.obs.Admitted(o.spec.name, mailbox.Application, size)
+			return nil
+		case errors.Is(err, mailbox.ErrClosed):
+			if t.o != nil || !h.acceptsExternal() {
+				h.reject(t.name(), e, RejectShuttingDown)
+				return ErrShuttingDown
+			}
+			continue // passivated: the next lookup activates a new owner
+		case errors.Is(err, mailbox.ErrFull):
+			if timer == nil {
+				timer = time.NewTimer(h.cfg.SendTimeout)
+			}
+			select {
+			case <-room:
+				continue
+			case <-ctx.Done():
+				h.reject(t.name(), e, RejectCancelled)
+				return ctxErr(ctx)
+			case <-timer.C:
+				h.reject(t.name(), e, RejectFull)
+				return ErrSendTimeout
+			case <-h.done:
+				h.reject(t.name(), e, RejectShuttingDown)
+				return ErrShuttingDown
+			}
+		default:
+			h.reject(t.name(), e, RejectTooLarge)
+			return err
+		}
+	}
+}
+
+// admitGranted admits an item that was granted its permit asynchronously.
+// It cannot wait, so lane limits do not apply (the permit bounds it).
+func (h *Host) admitGranted(t target, e *mailbox.Envelope) {
+	for {
+		o, err := t.resolve(true)
+		if err != nil {
+			h.endUnrun(nil, t.name(), e, err, RejectShuttingDown)
+			return
+		}
+		size := e.Msg.Len()
+		e.Admitted = nanotime()
+		err = o.mb.AdmitOverflow(e)
+		if err == nil {
+			h.obs.Admitted(o.spec.name, mailbox.Application, size)
+			return
+		}
+		if t.o != nil || !h.acceptsInternal() {
+			h.endUnrun(nil, t.name(), e, ErrShuttingDown, RejectShuttingDown)
+			return
+		}
+	}
+}
+
+// reject ends an item that was never admitted (the sender gets the error).
+func (h *Host) reject(kind string, e *mailbox.Envelope, reason string) {
+	h.obs.Rejected(kind, reason)
+	e.Release()
+}
+
+// endUnrun ends an admitted or granted item that will not run: a request
+// gets err as its reply; the payload is released undecoded.
+func (h *Host) endUnrun(o *owner, kind string, e *mailbox.Envelope, err error, reason string) {
+	if o != nil {
+		kind = o.spec.name
+	}
+	h.obs.Rejected(kind, reason)
+	if e.Msg != nil {
+		hv := e.Msg.Header()
+		if route := hv.ReplyTo(); len(route) > 0 {
+			h.routeReply(route, hv.Op(), reply{err: err})
+		}
+	}
+	e.Release()
+}
+
+func ctxErr(ctx context.Context) error {
+	err := ctx.Err()
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &payload.Error{Kind: payload.DeadlineExceeded, Op: "actor", Err: err}
+	}
+	return err
+}
+
+// outbox holds the sends of one source — an owner's handlers, or the rest
+// of an external Publish — that wait for job permits. It has at most one
+// waiter in the permit queue at a time, so its sends are admitted in order
+// and sources are served oldest first. Sends queue here only when no permit
+// is free (or earlier sends still wait); nothing here waits while holding a
+// gate.
+type outbox struct {
+	host   *Host
+	o      *owner // nil for an external fan-out
+	mu     sync.Mutex
+	head   *pendingSend // guarded by mu
+	tail   *pendingSend
+	queued bool // a waiter is in the permit queue; guarded by mu
+}
+
+// pendingSend is one send waiting in an outbox: a message and its targets
+// (one, or every subscriber of a fan-out, which share the message).
+type pendingSend struct {
+	link    *pendingSend
+	m       *payload.Message
+	one     [1]target
+	targets []target
+	next    int // index of the next target to admit
+	fanout  bool
+}
+
+// sendOne sends m to t from a handler: at once if a permit is free and
+// nothing is queued before it, else queued.
+func (ob *outbox) sendOne(t target, m *payload.Message) {
+	ob.mu.Lock()
+	idle := ob.head == nil && !ob.queued
+	ob.mu.Unlock()
+	if idle && ob.host.permits.TryAcquire() {
+		e := mailbox.NewEnvelope()
+		e.Msg = m
+		e.HoldPermit(ob.host.permits)
+		ob.host.admitGranted(t, e)
+		return
+	}
+	ps := &pendingSend{m: m}
+	ps.one[0] = t
+	ps.targets = ps.one[:]
+	ob.enqueue(ps)
+}
+
+// enqueue adds ps behind the source's earlier sends and makes sure the
+// source waits for a permit.
+func (ob *outbox) enqueue(ps *pendingSend) {
+	ob.mu.Lock()
+	if ob.tail != nil {
+		ob.tail.link = ps
+	} else {
+		ob.head = ps
+	}
+	ob.tail = ps
+	wait := !ob.queued
+	ob.queued = true
+	ob.mu.Unlock()
+	if wait {
+		ob.host.permits.Enqueue(ob)
+	}
+}
+
+// Granted implements mailbox.Grantee: admit the next child with the permit,
+// and keep going while permits are free without overtaking other waiters.
+func (ob *outbox) Granted() {
+	for {
+		ob.mu.Lock()
+		ps := ob.head
+		ob.mu.Unlock()
+		t := ps.targets[ps.next]
+		m := ps.m
+		if ps.fanout {
+			m = ps.m.Share()
+		}
+		e := mailbox.NewEnvelope()
+		e.Msg = m
+		e.HoldPermit(ob.host.permits)
+		ob.host.admitGranted(t, e)
+
+		ob.mu.Lock()
+		ps.next++
+		var done *pendingSend
+		if ps.next == len(ps.targets) {
+			done = ps
+			ob.head = ps.link
+			if ob.head == nil {
+				ob.tail = nil
+			}
+		}
+		empty := ob.head == nil
+		if empty {
+			ob.queued = false
+		}
+		ob.mu.Unlock()
+		if done != nil && done.fanout {
+			done.m.Release()
+		}
+		if empty {
+			return
+		}
+		if !ob.host.permits.TryAcquire() {
+			ob.host.permits.Enqueue(ob)
+			return
+		}
+	}
+}
+
+// Abandoned implements mailbox.Grantee: the host closed; every queued send
+// ends (requests get ShuttingDown from the host, payloads are released).
+func (ob *outbox) Abandoned() {
+	ob.mu.Lock()
+	ps := ob.head
+	ob.head, ob.tail, ob.queued = nil, nil, false
+	ob.mu.Unlock()
+	for ; ps != nil; ps = ps.link {
+		for _, t := range ps.targets[ps.next:] {
+			ob.host.obs.Rejected(t.name(), RejectShuttingDown)
+		}
+		if ps.fanout || ps.next == 0 {
+			ps.m.Release()
+		}
+	}
+}
