@@ -28,10 +28,10 @@ type owner struct {
 	prev  *owner // the previous activation, if it was still deactivating
 	ctx   Context
 
-	lastActive atomic.Int64      // nanotime of the last turn's end (with IdleTimeout)
-	gone       chan struct{}     // closed when the deactivation finished
-	out        outbox            // sends from this owner's handlers awaiting permits
-	kr         *kindRuntime      // nil for channel subscribers
+	lastActive atomic.Int64  // nanotime of the last turn's end (with IdleTimeout)
+	gone       chan struct{} // closed when the deactivation finished
+	out        outbox        // sends from this owner's handlers awaiting permits
+	kr         *kindRuntime  // nil for channel subscribers
 	stopOnce   sync.Once
 }
 

@@ -24,6 +24,10 @@ type Stats struct {
 	// Allocated counts storage allocations that the pool could not serve
 	// from reusable storage.
 	Allocated uint64
+	// Buffers counts buffers handed out (Get, Copy, Adopt, Encode). Only
+	// pools with a release observer number their buffers; for others it is 0.
+	// With an observer, buffers 1..Buffers are exactly the IDs it will see.
+	Buffers uint64
 }
 
 // Stats returns a snapshot of the pool's counters. Counters are read one at a
@@ -35,6 +39,7 @@ func (p *Pool) Stats() Stats {
 		Views:         p.stats.views.load(),
 		Decodes:       p.stats.decodes.load(),
 		Allocated:     p.stats.allocated.load(),
+		Buffers:       p.ids.Load(),
 	}
 }
 
