@@ -263,10 +263,25 @@ func (h *Host) Close() error {
 		h.mu.Unlock()
 		return nil
 	}
-	close(h.done)
 	h.mu.Unlock()
 
+	// First no new turn may start (mailboxes closed), then running handlers
+	// see their Context done.
 	h.permits.Close()
+	var all []*owner
+	var unrun [][]*mailbox.Envelope
+	if h.system != nil {
+		for _, kr := range h.kinds {
+			all = append(all, kr.all()...)
+		}
+		for _, cr := range h.channels {
+			all = append(all, cr.subs...)
+		}
+		for _, o := range all {
+			unrun = append(unrun, o.mb.Close())
+		}
+	}
+	close(h.done)
 	close(h.bgStop)
 	if h.server != nil {
 		_ = h.server.Close()
@@ -275,15 +290,8 @@ func (h *Host) Close() error {
 	if h.system == nil {
 		return nil
 	}
-	var all []*owner
-	for _, kr := range h.kinds {
-		all = append(all, kr.all()...)
-	}
-	for _, cr := range h.channels {
-		all = append(all, cr.subs...)
-	}
-	for _, o := range all {
-		for _, e := range o.mb.Close() {
+	for i, o := range all {
+		for _, e := range unrun[i] {
 			h.endUnrun(o, "", e, ErrShuttingDown, RejectShuttingDown)
 		}
 	}

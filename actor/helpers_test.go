@@ -1,0 +1,198 @@
+package actor
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/berthrt/berth/mailbox"
+	"github.com/berthrt/berth/payload"
+)
+
+// ledger counts final payload releases per buffer.
+type ledger struct {
+	mu     sync.Mutex
+	counts map[uint64]int
+	total  atomic.Int64
+}
+
+func newLedger() *ledger { return &ledger{counts: map[uint64]int{}} }
+
+func (l *ledger) observe(ev payload.ReleaseEvent) {
+	l.mu.Lock()
+	l.counts[ev.ID]++
+	l.mu.Unlock()
+	l.total.Add(1)
+}
+
+// checkExactlyOnce asserts that buffers 1..issued were each released exactly once.
+func (l *ledger) checkExactlyOnce(t *testing.T, issued uint64) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if issued == 0 {
+		t.Fatal("no buffers issued; the ledger is not wired")
+	}
+	for id := uint64(1); id <= issued; id++ {
+		if n := l.counts[id]; n != 1 {
+			t.Fatalf("payload buffer %d released %d times, want exactly 1 (of %d issued)", id, n, issued)
+		}
+	}
+	if len(l.counts) != int(issued) {
+		t.Fatalf("%d buffers released, %d issued", len(l.counts), issued)
+	}
+}
+
+// waitFor polls cond until it holds or 10 s pass.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// checkNoHostGoroutines fails if a goroutine running berth or protoactor
+// code (other than the caller's) is still alive, polling briefly because a
+// goroutine that has finished its work may still be unwinding.
+func checkNoHostGoroutines(t testing.TB) {
+	t.Helper()
+	var leaked []string
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		leaked = leaked[:0]
+		buf := make([]byte, 4<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		for _, g := range strings.Split(string(buf), "\n\n") {
+			if strings.Contains(g, "runtime.Stack(") || strings.Contains(g, "testing.(*T).Run") {
+				continue
+			}
+			if strings.Contains(g, "berthrt/berth/") || strings.Contains(g, "protoactor-go") {
+				leaked = append(leaked, g)
+			}
+		}
+		if len(leaked) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines left after the host stopped:\n%s", len(leaked), strings.Join(leaked, "\n\n"))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Test kind: a counter with a gate handlers can block on.
+
+type Counter struct {
+	N    int
+	Seen map[int]int // sender → last sequence number
+}
+
+type Inc struct {
+	By     int
+	Sender int
+	Seq    int
+}
+
+type Get struct{}
+
+type Block struct{ Key string }
+
+type Boom struct{}
+
+type Fail struct{}
+
+type Echo struct{ S string }
+
+// gates lets a test block handlers by key and see them start.
+type gates struct {
+	mu      sync.Mutex
+	open    map[string]chan struct{}
+	started map[string]chan struct{}
+}
+
+func newGates() *gates {
+	return &gates{open: map[string]chan struct{}{}, started: map[string]chan struct{}{}}
+}
+
+func (g *gates) chans(key string) (open, started chan struct{}) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.open[key] == nil {
+		g.open[key] = make(chan struct{})
+		g.started[key] = make(chan struct{}, 1000)
+	}
+	return g.open[key], g.started[key]
+}
+
+func (g *gates) release(key string) { o, _ := g.chans(key); close(o) }
+
+func (g *gates) waitStarted(t testing.TB, key string) {
+	t.Helper()
+	_, s := g.chans(key)
+	select {
+	case <-s:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("handler %q did not start", key)
+	}
+}
+
+var errFail = payload.NewError(payload.Rejected, "test", "handler says no")
+
+func counterKind(g *gates) *Kind[Counter] {
+	k := NewKind("counter", func(ctx *Context, id string) (*Counter, error) {
+		return &Counter{Seen: map[int]int{}}, nil
+	})
+	Handle(k, func(ctx *Context, c *Counter, m Inc) error {
+		c.N += m.By
+		return nil
+	})
+	HandleRequest(k, func(ctx *Context, c *Counter, _ Get) (int, error) { return c.N, nil })
+	HandleRequest(k, func(ctx *Context, c *Counter, m Echo) (string, error) { return m.S, nil })
+	Handle(k, func(ctx *Context, c *Counter, m Block) error {
+		open, started := g.chans(m.Key)
+		started <- struct{}{}
+		select {
+		case <-open:
+		case <-ctx.Done(): // the host closed
+		}
+		return nil
+	})
+	HandleRequest(k, func(ctx *Context, c *Counter, _ Boom) (int, error) { panic("boom") })
+	HandleRequest(k, func(ctx *Context, c *Counter, _ Fail) (int, error) { return 0, errFail })
+	return k
+}
+
+// startHost starts a host with the given kinds and config; it is closed and
+// checked for leftover goroutines at the end of the test.
+func startHost(t testing.TB, cfg Config, items ...Registrable) *Host {
+	t.Helper()
+	h, err := NewHost(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Register(items...); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		h.Close()
+		checkNoHostGoroutines(t)
+	})
+	return h
+}
+
+var bg = context.Background()
+
+type mailboxLimitsT = mailbox.Limits
+
+func mailboxLimits(items int) mailboxLimitsT { return mailboxLimitsT{Items: items, Bytes: 64 << 20} }

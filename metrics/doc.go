@@ -1,0 +1,63 @@
+// Package metrics exports a berth host's events and gauges to Prometheus.
+//
+// A *Metrics is an actor.Observer: pass it as actor.Config.Observer and the
+// host reports every admitted, rejected and handled message to it, and
+// attaches itself as the source of its gauges when it starts. A *Metrics is
+// also an http.Handler serving the registry it was built on, so setting
+// actor.Config.MetricsAddr as well serves /metrics while the host runs.
+//
+//	reg := prometheus.NewRegistry()
+//	m := metrics.New(reg)
+//	h, err := actor.NewHost(actor.Config{Observer: m, MetricsAddr: ":9090"})
+//
+// # Series
+//
+// Event series, counted as the host reports them (namespace "berth"):
+//
+//	berth_messages_admitted_total{kind,lane}       messages that entered an owner's lane
+//	berth_messages_rejected_total{kind,reason}     messages not admitted or not run (actor.Reject*)
+//	berth_messages_handled_total{kind,outcome}     turns ended: ok, error or panic
+//	berth_handler_duration_seconds{kind}           histogram of handler run time
+//	berth_queue_wait_seconds{kind}                 histogram of time queued before the turn
+//	berth_payload_admitted_bytes_total{kind}       encoded payload bytes admitted
+//	berth_activations_total{kind}                  owners that came
+//	berth_deactivations_total{kind}                owners that went
+//
+// Scrape-time series, read from each attached host's actor.Stats when the
+// registry is gathered, labelled host=StatsSource.Name():
+//
+//	berth_owners_active{host}                      owners on the host
+//	berth_lane_depth{host,lane}                    items queued in owners' lanes
+//	berth_permits_in_use{host}                     host-wide job permits in use
+//	berth_permit_waiters{host}                     senders waiting for a permit
+//	berth_permits_max{host}                        job permits in all
+//	berth_requests_in_flight{host}                 requests waiting for replies
+//	berth_payload_decodes_total{host}              codec decodes
+//	berth_payload_full_copies_total{host}          whole-buffer copies
+//	berth_payload_full_copy_bytes_total{host}      bytes those copies copied
+//	berth_payload_views_total{host}                zero-copy views handed out
+//
+// Label values are the host's own strings: kind is the object kind or
+// channel name, lane is mailbox.Lane.String(), outcome is
+// actor.Outcome.String(), reason is one of the actor.Reject* constants.
+//
+// # Invariants
+//
+//   - Nothing is registered anywhere but the prometheus.Registerer given to
+//     New; the global registry is never touched.
+//   - The event methods (Admitted, Rejected, Handled, Activated,
+//     Deactivated) do not allocate once a label combination has been seen:
+//     each combination's child metrics are looked up once and cached for the
+//     life of the Metrics. The cache, like the registry, grows with the
+//     number of distinct combinations; kinds and channels are fixed at
+//     registration, but a "not_found" rejection carries the kind name the
+//     sender asked for.
+//   - Event series have no host label, because the Observer events do not
+//     say which host they come from: when several hosts share one Metrics,
+//     their events are summed. Scrape-time series are per host.
+//   - Before any host is attached the scrape-time series are absent. A host
+//     stays attached after it stops (reporting its final values) until a
+//     host of the same name attaches and replaces it.
+//   - A *Metrics is safe for concurrent use. Use New; the zero Metrics is
+//     not usable.
+package metrics

@@ -1,0 +1,114 @@
+package metrics
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/mailbox"
+)
+
+// hostCollector reads the attached hosts' Stats when the registry is
+// gathered. It is a Collector rather than a set of GaugeFuncs because hosts
+// attach after registration, and each adds a host label value.
+type hostCollector struct {
+	mu    sync.Mutex
+	hosts map[string]actor.StatsSource // by Name(); guarded by mu
+
+	ownersActive     *prometheus.Desc
+	laneDepth        *prometheus.Desc
+	permitsInUse     *prometheus.Desc
+	permitWaiters    *prometheus.Desc
+	permitsMax       *prometheus.Desc
+	requestsInFlight *prometheus.Desc
+	decodes          *prometheus.Desc
+	fullCopies       *prometheus.Desc
+	fullCopyBytes    *prometheus.Desc
+	views            *prometheus.Desc
+}
+
+func newHostCollector() *hostCollector {
+	desc := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "", name), help,
+			append([]string{"host"}, labels...), nil)
+	}
+	return &hostCollector{
+		hosts: map[string]actor.StatsSource{},
+		ownersActive: desc("owners_active",
+			"Objects and channel subscribers with an owner on the host."),
+		laneDepth: desc("lane_depth",
+			"Items queued in the host's owner lanes (held items included).", "lane"),
+		permitsInUse: desc("permits_in_use",
+			"Host-wide job permits in use."),
+		permitWaiters: desc("permit_waiters",
+			"Senders waiting for a job permit."),
+		permitsMax: desc("permits_max",
+			"Host-wide job permits (MaxQueuedApplicationJobs)."),
+		requestsInFlight: desc("requests_in_flight",
+			"Requests waiting for replies."),
+		decodes: desc("payload_decodes_total",
+			"Codec decodes: each builds a handler's message once."),
+		fullCopies: desc("payload_full_copies_total",
+			"Whole-buffer payload copies made by berth."),
+		fullCopyBytes: desc("payload_full_copy_bytes_total",
+			"Bytes copied by whole-buffer payload copies."),
+		views: desc("payload_views_total",
+			"Zero-copy views of payload bytes handed out."),
+	}
+}
+
+func (c *hostCollector) attach(s actor.StatsSource) {
+	name := s.Name()
+	c.mu.Lock()
+	c.hosts[name] = s
+	c.mu.Unlock()
+}
+
+// Describe implements prometheus.Collector.
+func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		c.ownersActive, c.laneDepth, c.permitsInUse, c.permitWaiters, c.permitsMax,
+		c.requestsInFlight, c.decodes, c.fullCopies, c.fullCopyBytes, c.views,
+	} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
+	// Stats is called outside mu: it is the host's code, and a slow host
+	// must not hold up Attach.
+	type attached struct {
+		name string
+		src  actor.StatsSource
+	}
+	c.mu.Lock()
+	all := make([]attached, 0, len(c.hosts))
+	for name, s := range c.hosts {
+		all = append(all, attached{name, s})
+	}
+	c.mu.Unlock()
+
+	for _, a := range all {
+		host := a.name
+		st := a.src.Stats()
+		gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{host}, labels...)...)
+		}
+		counter := func(d *prometheus.Desc, v uint64) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), host)
+		}
+		gauge(c.ownersActive, float64(st.OwnersActive))
+		gauge(c.laneDepth, float64(st.QueuedApplication), mailbox.Application.String())
+		gauge(c.laneDepth, float64(st.QueuedLifecycle), mailbox.Lifecycle.String())
+		gauge(c.permitsInUse, float64(st.PermitsInUse))
+		gauge(c.permitWaiters, float64(st.PermitWaiters))
+		gauge(c.permitsMax, float64(st.PermitsMax))
+		gauge(c.requestsInFlight, float64(st.RequestsInFlight))
+		counter(c.decodes, st.Payload.Decodes)
+		counter(c.fullCopies, st.Payload.FullCopies)
+		counter(c.fullCopyBytes, st.Payload.FullCopyBytes)
+		counter(c.views, st.Payload.Views)
+	}
+}

@@ -1,0 +1,549 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/mailbox"
+	"github.com/berthrt/berth/metrics"
+	"github.com/berthrt/berth/payload"
+)
+
+// fakeHost is a StatsSource whose stats the test sets.
+type fakeHost struct {
+	name string
+	mu   sync.Mutex
+	st   actor.Stats // guarded by mu
+}
+
+func (f *fakeHost) Name() string { return f.name }
+
+func (f *fakeHost) Stats() actor.Stats {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.st
+}
+
+func (f *fakeHost) set(st actor.Stats) {
+	f.mu.Lock()
+	f.st = st
+	f.mu.Unlock()
+}
+
+// hostSeries are the names of the scrape-time series.
+var hostSeries = []string{
+	"berth_owners_active",
+	"berth_lane_depth",
+	"berth_permits_in_use",
+	"berth_permit_waiters",
+	"berth_permits_max",
+	"berth_requests_in_flight",
+	"berth_payload_decodes_total",
+	"berth_payload_full_copies_total",
+	"berth_payload_full_copy_bytes_total",
+	"berth_payload_views_total",
+}
+
+// eventSeries are the names of the series the Observer methods update.
+var eventSeries = []string{
+	"berth_messages_admitted_total",
+	"berth_messages_rejected_total",
+	"berth_messages_handled_total",
+	"berth_handler_duration_seconds",
+	"berth_queue_wait_seconds",
+	"berth_payload_admitted_bytes_total",
+	"berth_activations_total",
+	"berth_deactivations_total",
+}
+
+func compare(t *testing.T, reg prometheus.Gatherer, want string, names ...string) {
+	t.Helper()
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// family returns the gathered family called name, or nil.
+func family(t *testing.T, reg prometheus.Gatherer, name string) *dto.MetricFamily {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf
+		}
+	}
+	return nil
+}
+
+// labelValues returns the values of label across the metrics of family
+// name, sorted.
+func labelValues(t *testing.T, reg prometheus.Gatherer, name, label string) []string {
+	t.Helper()
+	var vs []string
+	mf := family(t, reg, name)
+	if mf == nil {
+		t.Fatalf("no family %s", name)
+	}
+	for _, m := range mf.GetMetric() {
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == label {
+				vs = append(vs, lp.GetValue())
+			}
+		}
+	}
+	slices.Sort(vs)
+	return vs
+}
+
+func TestEventCounters(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+
+	m.Admitted("counter", mailbox.Application, 100)
+	m.Admitted("counter", mailbox.Application, 20)
+	m.Admitted("counter", mailbox.Lifecycle, 3)
+	m.Admitted("news", mailbox.Application, 7)
+	m.Rejected("counter", actor.RejectFull)
+	m.Rejected("counter", actor.RejectFull)
+	m.Rejected("nope", actor.RejectNotFound)
+	m.Handled("counter", time.Millisecond, time.Millisecond, actor.OutcomeOK)
+	m.Handled("counter", time.Millisecond, time.Millisecond, actor.OutcomeOK)
+	m.Handled("counter", time.Millisecond, time.Millisecond, actor.OutcomeError)
+	m.Handled("news", time.Millisecond, time.Millisecond, actor.OutcomePanic)
+	m.Activated("counter")
+	m.Activated("counter")
+	m.Deactivated("counter")
+
+	compare(t, reg, `
+# HELP berth_messages_admitted_total Messages that entered an owner's lane.
+# TYPE berth_messages_admitted_total counter
+berth_messages_admitted_total{kind="counter",lane="application"} 2
+berth_messages_admitted_total{kind="counter",lane="lifecycle"} 1
+berth_messages_admitted_total{kind="news",lane="application"} 1
+# HELP berth_messages_rejected_total Messages that were not admitted or did not run, by reason.
+# TYPE berth_messages_rejected_total counter
+berth_messages_rejected_total{kind="counter",reason="lane_full"} 2
+berth_messages_rejected_total{kind="nope",reason="not_found"} 1
+# HELP berth_messages_handled_total Turns that ended, by outcome (ok, error, panic).
+# TYPE berth_messages_handled_total counter
+berth_messages_handled_total{kind="counter",outcome="error"} 1
+berth_messages_handled_total{kind="counter",outcome="ok"} 2
+berth_messages_handled_total{kind="news",outcome="panic"} 1
+# HELP berth_payload_admitted_bytes_total Encoded payload bytes of admitted messages.
+# TYPE berth_payload_admitted_bytes_total counter
+berth_payload_admitted_bytes_total{kind="counter"} 123
+berth_payload_admitted_bytes_total{kind="news"} 7
+# HELP berth_activations_total Owners (objects and channel subscribers) that came.
+# TYPE berth_activations_total counter
+berth_activations_total{kind="counter"} 2
+# HELP berth_deactivations_total Owners (objects and channel subscribers) that went.
+# TYPE berth_deactivations_total counter
+berth_deactivations_total{kind="counter"} 1
+`, "berth_messages_admitted_total", "berth_messages_rejected_total", "berth_messages_handled_total",
+		"berth_payload_admitted_bytes_total", "berth_activations_total", "berth_deactivations_total")
+}
+
+func TestHistograms(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+
+	// Binary fractions of a second, so the sums are exact.
+	m.Handled("counter", 250*time.Millisecond, 125*time.Millisecond, actor.OutcomeOK)
+	m.Handled("counter", 500*time.Millisecond, 2*time.Second, actor.OutcomeError)
+	m.Handled("counter", 0, 20*time.Second, actor.OutcomePanic) // run beyond the last bucket
+
+	check := func(name string, wantSum float64, wantLE map[float64]uint64) {
+		t.Helper()
+		mf := family(t, reg, name)
+		if mf == nil || len(mf.GetMetric()) != 1 {
+			t.Fatalf("%s: want one series, got %v", name, mf)
+		}
+		if mf.GetType() != dto.MetricType_HISTOGRAM {
+			t.Fatalf("%s: type %v", name, mf.GetType())
+		}
+		mt := mf.GetMetric()[0]
+		if got := mt.GetLabel(); len(got) != 1 || got[0].GetName() != "kind" || got[0].GetValue() != "counter" {
+			t.Fatalf("%s: labels %v", name, got)
+		}
+		h := mt.GetHistogram()
+		if h.GetSampleCount() != 3 || h.GetSampleSum() != wantSum {
+			t.Fatalf("%s: count %d sum %v, want 3 and %v", name, h.GetSampleCount(), h.GetSampleSum(), wantSum)
+		}
+		seen := 0
+		for _, b := range h.GetBucket() {
+			if want, ok := wantLE[b.GetUpperBound()]; ok {
+				seen++
+				if b.GetCumulativeCount() != want {
+					t.Errorf("%s: le=%v count %d, want %d", name, b.GetUpperBound(), b.GetCumulativeCount(), want)
+				}
+			}
+		}
+		if seen != len(wantLE) {
+			t.Fatalf("%s: buckets %v lack some of %v", name, h.GetBucket(), wantLE)
+		}
+	}
+	check("berth_queue_wait_seconds", 0.75, map[float64]uint64{0.00001: 1, 0.1: 1, 0.5: 3, 10: 3})
+	check("berth_handler_duration_seconds", 22.125, map[float64]uint64{0.1: 0, 0.5: 1, 5: 2, 10: 2})
+}
+
+func TestNoHostNoGauges(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	metrics.New(reg)
+	n, err := testutil.GatherAndCount(reg, hostSeries...)
+	if err != nil || n != 0 {
+		t.Fatalf("before Attach: %d host series, err %v; want none", n, err)
+	}
+}
+
+func TestHostGauges(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	a := &fakeHost{name: "a"}
+	a.set(actor.Stats{
+		OwnersActive:      3,
+		QueuedApplication: 11,
+		QueuedLifecycle:   2,
+		PermitsInUse:      9,
+		PermitWaiters:     4,
+		PermitsMax:        1024,
+		RequestsInFlight:  5,
+		Payload:           payload.Stats{Decodes: 40, FullCopies: 6, FullCopyBytes: 600, Views: 70, Allocated: 1, Buffers: 2},
+	})
+	m.Attach(a)
+
+	compare(t, reg, `
+# HELP berth_owners_active Objects and channel subscribers with an owner on the host.
+# TYPE berth_owners_active gauge
+berth_owners_active{host="a"} 3
+# HELP berth_lane_depth Items queued in the host's owner lanes (held items included).
+# TYPE berth_lane_depth gauge
+berth_lane_depth{host="a",lane="application"} 11
+berth_lane_depth{host="a",lane="lifecycle"} 2
+# HELP berth_permits_in_use Host-wide job permits in use.
+# TYPE berth_permits_in_use gauge
+berth_permits_in_use{host="a"} 9
+# HELP berth_permit_waiters Senders waiting for a job permit.
+# TYPE berth_permit_waiters gauge
+berth_permit_waiters{host="a"} 4
+# HELP berth_permits_max Host-wide job permits (MaxQueuedApplicationJobs).
+# TYPE berth_permits_max gauge
+berth_permits_max{host="a"} 1024
+# HELP berth_requests_in_flight Requests waiting for replies.
+# TYPE berth_requests_in_flight gauge
+berth_requests_in_flight{host="a"} 5
+# HELP berth_payload_decodes_total Codec decodes: each builds a handler's message once.
+# TYPE berth_payload_decodes_total counter
+berth_payload_decodes_total{host="a"} 40
+# HELP berth_payload_full_copies_total Whole-buffer payload copies made by berth.
+# TYPE berth_payload_full_copies_total counter
+berth_payload_full_copies_total{host="a"} 6
+# HELP berth_payload_full_copy_bytes_total Bytes copied by whole-buffer payload copies.
+# TYPE berth_payload_full_copy_bytes_total counter
+berth_payload_full_copy_bytes_total{host="a"} 600
+# HELP berth_payload_views_total Zero-copy views of payload bytes handed out.
+# TYPE berth_payload_views_total counter
+berth_payload_views_total{host="a"} 70
+`, hostSeries...)
+
+	// The values are read at scrape time, not at Attach.
+	a.set(actor.Stats{OwnersActive: 1, QueuedLifecycle: 8, PermitsMax: 1024})
+	compare(t, reg, `
+# HELP berth_owners_active Objects and channel subscribers with an owner on the host.
+# TYPE berth_owners_active gauge
+berth_owners_active{host="a"} 1
+# HELP berth_lane_depth Items queued in the host's owner lanes (held items included).
+# TYPE berth_lane_depth gauge
+berth_lane_depth{host="a",lane="application"} 0
+berth_lane_depth{host="a",lane="lifecycle"} 8
+`, "berth_owners_active", "berth_lane_depth")
+}
+
+func TestTwoHosts(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	a, b := &fakeHost{name: "a"}, &fakeHost{name: "b"}
+	a.set(actor.Stats{OwnersActive: 1, PermitsMax: 10})
+	b.set(actor.Stats{OwnersActive: 2, PermitsMax: 20})
+	m.Attach(a)
+	m.Attach(b)
+
+	for _, name := range hostSeries {
+		if got := labelValues(t, reg, name, "host"); name == "berth_lane_depth" {
+			if !slices.Equal(got, []string{"a", "a", "b", "b"}) {
+				t.Fatalf("%s: host labels %v", name, got)
+			}
+		} else if !slices.Equal(got, []string{"a", "b"}) {
+			t.Fatalf("%s: host labels %v", name, got)
+		}
+	}
+	compare(t, reg, `
+# HELP berth_owners_active Objects and channel subscribers with an owner on the host.
+# TYPE berth_owners_active gauge
+berth_owners_active{host="a"} 1
+berth_owners_active{host="b"} 2
+# HELP berth_permits_max Host-wide job permits (MaxQueuedApplicationJobs).
+# TYPE berth_permits_max gauge
+berth_permits_max{host="a"} 10
+berth_permits_max{host="b"} 20
+`, "berth_owners_active", "berth_permits_max")
+
+	// A host of the same name (a restarted host) replaces the old one
+	// rather than duplicating the series.
+	a2 := &fakeHost{name: "a"}
+	a2.set(actor.Stats{OwnersActive: 7})
+	m.Attach(a2)
+	compare(t, reg, `
+# HELP berth_owners_active Objects and channel subscribers with an owner on the host.
+# TYPE berth_owners_active gauge
+berth_owners_active{host="a"} 7
+berth_owners_active{host="b"} 2
+`, "berth_owners_active")
+}
+
+func TestServeHTTP(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	m.Attach(&fakeHost{name: "a"})
+	m.Admitted("counter", mailbox.Application, 1)
+	m.Rejected("counter", actor.RejectExpired)
+	m.Handled("counter", time.Millisecond, time.Millisecond, actor.OutcomeOK)
+	m.Activated("counter")
+	m.Deactivated("counter")
+
+	rec := httptest.NewRecorder()
+	m.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+		t.Fatalf("Content-Type %q", ct)
+	}
+	body := rec.Body.String()
+	for _, name := range append(slices.Clone(eventSeries), hostSeries...) {
+		if !strings.Contains(body, "\n# TYPE "+name+" ") {
+			t.Errorf("response lacks %s", name)
+		}
+	}
+	if !strings.Contains(body, `berth_messages_admitted_total{kind="counter",lane="application"} 1`) {
+		t.Errorf("response lacks the admitted sample:\n%s", body)
+	}
+}
+
+func TestServeHTTPNotGatherer(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(prometheus.WrapRegistererWith(prometheus.Labels{"zone": "z1"}, reg))
+	m.Admitted("counter", mailbox.Application, 1)
+
+	rec := httptest.NewRecorder()
+	m.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusInternalServerError || !strings.Contains(rec.Body.String(), "not a prometheus.Gatherer") {
+		t.Fatalf("status %d, body %q; want 500 saying the Registerer is not a Gatherer", rec.Code, rec.Body)
+	}
+	// The series still went to the registry behind the wrapper.
+	compare(t, reg, `
+# HELP berth_messages_admitted_total Messages that entered an owner's lane.
+# TYPE berth_messages_admitted_total counter
+berth_messages_admitted_total{kind="counter",lane="application",zone="z1"} 1
+`, "berth_messages_admitted_total")
+}
+
+func TestMisusePanics(t *testing.T) {
+	mustPanic := func(what, want string, f func()) {
+		t.Helper()
+		defer func() {
+			t.Helper()
+			r := recover()
+			if r == nil {
+				t.Fatalf("%s did not panic", what)
+			}
+			if msg := fmt.Sprint(r); !strings.Contains(msg, want) {
+				t.Fatalf("%s panicked with %q; want it to mention %q", what, msg, want)
+			}
+		}()
+		f()
+	}
+	mustPanic("New(nil)", "metrics: New with a nil", func() { metrics.New(nil) })
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	mustPanic("a second New on one registry", "duplicate metrics collector registration", func() { metrics.New(reg) })
+	mustPanic("Attach(nil)", "metrics: Attach with a nil", func() { m.Attach(nil) })
+}
+
+func TestLint(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	m.Attach(&fakeHost{name: "a"})
+	m.Admitted("counter", mailbox.Application, 1)
+	m.Rejected("counter", actor.RejectFull)
+	m.Handled("counter", time.Millisecond, time.Millisecond, actor.OutcomeOK)
+	m.Activated("counter")
+	m.Deactivated("counter")
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mfs) != len(eventSeries)+len(hostSeries) {
+		t.Fatalf("gathered %d families, want %d", len(mfs), len(eventSeries)+len(hostSeries))
+	}
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	if err != nil || len(problems) > 0 {
+		t.Fatalf("promlint: %v %v", problems, err)
+	}
+}
+
+// TestEventsDoNotAllocate pins the Observer contract: once a label
+// combination has been seen, the event methods cost no allocation.
+func TestEventsDoNotAllocate(t *testing.T) {
+	m := metrics.New(prometheus.NewRegistry())
+	// Label values that are not constants, as the host's are not.
+	kind := strings.Repeat("k", 8)
+	run := func() {
+		m.Admitted(kind, mailbox.Application, 64)
+		m.Admitted(kind, mailbox.Lifecycle, 8)
+		m.Rejected(kind, actor.RejectFull)
+		m.Handled(kind, time.Microsecond, time.Millisecond, actor.OutcomeOK)
+		m.Handled(kind, time.Microsecond, time.Millisecond, actor.OutcomePanic)
+		m.Activated(kind)
+		m.Deactivated(kind)
+	}
+	run() // warm-up: creates and caches the children
+	if n := testing.AllocsPerRun(1000, run); n != 0 {
+		t.Fatalf("event methods allocate %v times per round after warm-up; want 0", n)
+	}
+}
+
+// TestConcurrent runs the event methods, Attach and scrapes at once; under
+// -race it checks the cache and the host list, and the totals are exact.
+func TestConcurrent(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	const workers, rounds = 8, 500
+	kinds := []string{"a", "b", "c", "d"}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range rounds {
+				k := kinds[(w+i)%len(kinds)]
+				m.Admitted(k, mailbox.Application, 2)
+				m.Rejected(k, actor.RejectCancelled)
+				m.Handled(k, time.Microsecond, time.Microsecond, actor.OutcomeOK)
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := range 50 {
+			m.Attach(&fakeHost{name: fmt.Sprint("h", i%5)})
+			if _, err := reg.Gather(); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	})
+	wg.Wait()
+
+	var want strings.Builder
+	want.WriteString("# HELP berth_messages_handled_total Turns that ended, by outcome (ok, error, panic).\n")
+	want.WriteString("# TYPE berth_messages_handled_total counter\n")
+	for _, k := range kinds {
+		fmt.Fprintf(&want, "berth_messages_handled_total{kind=%q,outcome=\"ok\"} %d\n", k, workers*rounds/len(kinds))
+	}
+	compare(t, reg, want.String(), "berth_messages_handled_total")
+	if got := labelValues(t, reg, "berth_owners_active", "host"); !slices.Equal(got, []string{"h0", "h1", "h2", "h3", "h4"}) {
+		t.Fatalf("hosts %v", got)
+	}
+}
+
+type tally struct{ n int }
+
+type add struct{ By int }
+
+type boom struct{}
+
+// TestHostEndToEnd runs messages through a real host observed by a Metrics
+// and scrapes it through ServeHTTP.
+func TestHostEndToEnd(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+
+	k := actor.NewKind("tally", func(*actor.Context, string) (*tally, error) { return &tally{}, nil })
+	actor.Handle(k, func(_ *actor.Context, s *tally, msg add) error { s.n += msg.By; return nil })
+	actor.Handle(k, func(*actor.Context, *tally, boom) error { return errors.New("boom") })
+	const name = "metrics-e2e"
+	h, err := actor.NewHost(actor.Config{Name: name, Observer: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Register(k); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 10 {
+		ref := actor.Ref{Kind: "tally", ID: fmt.Sprint("id", i%2)}
+		if err := actor.Tell(ctx, h, ref, add{By: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := actor.Tell(ctx, h, actor.Ref{Kind: "tally", ID: "id0"}, boom{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := actor.Tell(ctx, h, actor.Ref{Kind: "nope", ID: "x"}, add{}); err == nil {
+		t.Fatal("Tell to an unknown kind succeeded")
+	}
+
+	// While the host runs, its gauges are scraped live.
+	if got := labelValues(t, reg, "berth_owners_active", "host"); !slices.Equal(got, []string{name}) {
+		t.Fatalf("host labels %v", got)
+	}
+	if err := h.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	rec := httptest.NewRecorder()
+	m.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	body, _ := io.ReadAll(rec.Body)
+	for _, line := range []string{
+		`berth_messages_admitted_total{kind="tally",lane="application"} 11`,
+		`berth_messages_handled_total{kind="tally",outcome="ok"} 10`,
+		`berth_messages_handled_total{kind="tally",outcome="error"} 1`,
+		`berth_messages_rejected_total{kind="nope",reason="not_found"} 1`,
+		`berth_handler_duration_seconds_count{kind="tally"} 11`,
+		`berth_queue_wait_seconds_count{kind="tally"} 11`,
+		`berth_activations_total{kind="tally"} 2`,
+		`berth_deactivations_total{kind="tally"} 2`,
+		`berth_owners_active{host="metrics-e2e"} 0`,
+		`berth_lane_depth{host="metrics-e2e",lane="application"} 0`,
+		`berth_permits_in_use{host="metrics-e2e"} 0`,
+		`berth_payload_decodes_total{host="metrics-e2e"} 11`,
+	} {
+		if !strings.Contains(string(body), "\n"+line+"\n") {
+			t.Errorf("scrape lacks %s", line)
+		}
+	}
+	if t.Failed() {
+		t.Logf("scrape:\n%s", body)
+	}
+}
