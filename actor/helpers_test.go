@@ -2,91 +2,25 @@ package actor
 
 import (
 	"context"
-	"runtime"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/berthrt/berth/internal/testutil"
 	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/payload"
 )
 
-// ledger counts final payload releases per buffer.
-type ledger struct {
-	mu     sync.Mutex
-	counts map[uint64]int
-	total  atomic.Int64
-}
+type ledger = testutil.Ledger
 
-func newLedger() *ledger { return &ledger{counts: map[uint64]int{}} }
+func newLedger() *ledger { return testutil.NewLedger() }
 
-func (l *ledger) observe(ev payload.ReleaseEvent) {
-	l.mu.Lock()
-	l.counts[ev.ID]++
-	l.mu.Unlock()
-	l.total.Add(1)
-}
-
-// checkExactlyOnce asserts that buffers 1..issued were each released exactly once.
-func (l *ledger) checkExactlyOnce(t *testing.T, issued uint64) {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if issued == 0 {
-		t.Fatal("no buffers issued; the ledger is not wired")
-	}
-	for id := uint64(1); id <= issued; id++ {
-		if n := l.counts[id]; n != 1 {
-			t.Fatalf("payload buffer %d released %d times, want exactly 1 (of %d issued)", id, n, issued)
-		}
-	}
-	if len(l.counts) != int(issued) {
-		t.Fatalf("%d buffers released, %d issued", len(l.counts), issued)
-	}
-}
-
-// waitFor polls cond until it holds or 10 s pass.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(200 * time.Microsecond)
-	}
+	testutil.WaitFor(t, what, cond)
 }
 
-// checkNoHostGoroutines fails if a goroutine running berth or protoactor
-// code (other than the caller's) is still alive, polling briefly because a
-// goroutine that has finished its work may still be unwinding.
-func checkNoHostGoroutines(t testing.TB) {
-	t.Helper()
-	var leaked []string
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		leaked = leaked[:0]
-		buf := make([]byte, 4<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		for _, g := range strings.Split(string(buf), "\n\n") {
-			if strings.Contains(g, "runtime.Stack(") || strings.Contains(g, "testing.(*T).Run") {
-				continue
-			}
-			if strings.Contains(g, "berthrt/berth/") || strings.Contains(g, "protoactor-go") {
-				leaked = append(leaked, g)
-			}
-		}
-		if len(leaked) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines left after the host stopped:\n%s", len(leaked), strings.Join(leaked, "\n\n"))
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+func checkNoHostGoroutines(t testing.TB) { t.Helper(); testutil.CheckNoGoroutines(t) }
 
 // Test kind: a counter with a gate handlers can block on.
 

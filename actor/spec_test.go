@@ -31,7 +31,7 @@ func TestSpec9_ReleaseObservedAfterHandlerCompletion(t *testing.T) {
 		if !handlerDone.Load() {
 			releasedEarly.Store(true)
 		}
-		l.observe(ev)
+		l.Observe(ev)
 	}}
 	k := NewKind("obj", func(*Context, string) (*Counter, error) { return &Counter{}, nil })
 	Handle(k, func(ctx *Context, c *Counter, m Block) error {
@@ -49,11 +49,11 @@ func TestSpec9_ReleaseObservedAfterHandlerCompletion(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.waitStarted(t, "k")
-	if l.total.Load() != 0 {
+	if l.Total() != 0 {
 		t.Fatal("payload released while its handler runs")
 	}
 	g.release("k")
-	waitFor(t, "the release", func() bool { return l.total.Load() == 1 })
+	waitFor(t, "the release", func() bool { return l.Total() == 1 })
 	if releasedEarly.Load() {
 		t.Fatal("release observed before the handler completed")
 	}
@@ -66,7 +66,7 @@ func TestSpec9_EveryTerminalPathReleasesExactlyOnce(t *testing.T) {
 	g := newGates()
 	l := newLedger()
 	h, err := NewHost(Config{
-		OnPayloadRelease:         l.observe,
+		OnPayloadRelease:         l.Observe,
 		ApplicationLimits:        mailboxLimits(2),
 		SendTimeout:              20 * time.Millisecond,
 		MaxQueuedApplicationJobs: 64,
@@ -136,7 +136,7 @@ func TestSpec9_EveryTerminalPathReleasesExactlyOnce(t *testing.T) {
 	h.Close()
 	checkNoHostGoroutines(t)
 
-	l.checkExactlyOnce(t, h.Stats().Payload.Buffers)
+	l.CheckExactlyOnce(t, h.Stats().Payload.Buffers)
 	if h.Stats().Payload.Decodes > uint64(h.Stats().Payload.Buffers) {
 		t.Fatal("more decodes than payloads")
 	}
@@ -157,27 +157,25 @@ func TestSpec9_HandlerGetsNoNativeStorageOrReleaseResponsibility(t *testing.T) {
 		}
 		return nil
 	})
-	h := startHost(t, Config{OnPayloadRelease: l.observe,
+	h := startHost(t, Config{OnPayloadRelease: l.Observe,
 		Codecs: []CodecRegistration{{Codec: payload.Raw, Select: payload.ForType[[]byte]()}}}, k)
 	orig := []byte("the first payload")
 	if err := Tell(bg, h, Ref{"keeper", "1"}, orig); err != nil {
 		t.Fatal(err)
 	}
 	got := <-kept
-	waitFor(t, "release", func() bool { return l.total.Load() == 1 })
+	waitFor(t, "release", func() bool { return l.Total() == 1 })
 	for i := 0; i < 100; i++ { // reuse the storage many times over
 		Tell(bg, h, Ref{"keeper", "1"}, []byte("XXXXXXXXXXXXXXXXXXXXXXXXXX"))
 	}
-	waitFor(t, "releases", func() bool { return l.total.Load() == 101 })
+	waitFor(t, "releases", func() bool { return l.Total() == 101 })
 	if string(got) != "the first payload" {
 		t.Fatalf("the handler's value changed with the storage: %q", got)
 	}
-	if l.count(1) != 1 {
+	if l.Count(1) != 1 {
 		t.Fatal("the framework did not release the first payload exactly once")
 	}
 }
-
-func (l *ledger) count(id uint64) int { l.mu.Lock(); defer l.mu.Unlock(); return l.counts[id] }
 
 // Spec §9, Deserialization Timing and Count: "The codec deserialization
 // callback isn't called for a message rejected for queue-full or owner
