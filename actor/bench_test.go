@@ -89,7 +89,13 @@ func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Disca
 // newBenchHost starts a host with items registered; the caller closes it.
 func newBenchHost(b *testing.B, items ...actor.Registrable) *actor.Host {
 	b.Helper()
-	h, err := actor.NewHost(actor.Config{Logger: discardLogger()})
+	return newBenchHostWith(b, actor.Config{}, items...)
+}
+
+func newBenchHostWith(b *testing.B, cfg actor.Config, items ...actor.Registrable) *actor.Host {
+	b.Helper()
+	cfg.Logger = discardLogger()
+	h, err := actor.NewHost(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -318,9 +324,15 @@ func BenchmarkRawProtoSendManyActors(b *testing.B) {
 
 // BenchmarkAskRoundTrip Asks one active object from outside, sequentially:
 // each op is one complete Ask (send, turn, reply, decode).
-func BenchmarkAskRoundTrip(b *testing.B) {
+func BenchmarkAskRoundTrip(b *testing.B) { benchAsk(b, actor.Config{}) }
+
+// BenchmarkAskRoundTripInline is BenchmarkAskRoundTrip with
+// Config.InlineAsk: the idle object's turn runs on the asking goroutine.
+func BenchmarkAskRoundTripInline(b *testing.B) { benchAsk(b, actor.Config{InlineAsk: true}) }
+
+func benchAsk(b *testing.B, cfg actor.Config) {
 	b.ReportAllocs()
-	h := newBenchHost(b, counterKind())
+	h := newBenchHostWith(b, cfg, counterKind())
 	defer closeHost(b, h)
 	ctx := context.Background()
 	ref := actor.Ref{Kind: "counter", ID: "one"}

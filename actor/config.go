@@ -58,6 +58,14 @@ type Config struct {
 	ApplicationLimits, LifecycleLimits mailbox.Limits
 	// Throughput is how many turns a drain runs before yielding; default 300.
 	Throughput int
+	// InlineAsk lets an Ask from outside a handler run the request's turn
+	// on the calling goroutine when the object is idle, instead of handing
+	// it to a dispatcher goroutine: a fraction of the round-trip latency.
+	// The price: such an Ask cannot return before its handler finishes. Its
+	// result is still the terminal that came first — a deadline or
+	// cancellation that passed while the handler ran wins over the reply —
+	// but it is delivered when the handler ends. Off by default.
+	InlineAsk bool
 	// Codecs are registered after JSON (the default) and protobuf (for
 	// proto.Message types), in order.
 	Codecs []CodecRegistration

@@ -34,10 +34,11 @@ const (
 // at once. After Stop or Close returns, no goroutine of the host is left.
 // A Host is safe for concurrent use.
 type Host struct {
-	cfg  Config
-	name string
-	obs  Observer
-	log  *slog.Logger
+	cfg      Config
+	name     string
+	obs      Observer
+	observed bool // an Observer is set: time the turns
+	log      *slog.Logger
 
 	pool     *payload.Pool
 	reg      *payload.Registry
@@ -55,16 +56,18 @@ type Host struct {
 	channels map[string]*channelRuntime
 	done     chan struct{} // closed by Close
 
-	system   *pa.ActorSystem
-	props    *pa.Props
-	spawnMu  sync.Mutex
-	spawning *mailbox.Mailbox // the mailbox the next spawn takes; guarded by spawnMu
-	drains   sync.WaitGroup   // dispatcher goroutines
-	actors   sync.WaitGroup   // owners whose actor has not stopped
-	bg       sync.WaitGroup   // janitor, metrics server
-	bgStop   chan struct{}
-	server   *http.Server
-	seed     maphash.Seed
+	system      *pa.ActorSystem
+	props       *pa.Props
+	spawnMu     sync.Mutex
+	spawning    *mailbox.Mailbox // the mailbox the next spawn takes; guarded by spawnMu
+	drains      sync.WaitGroup   // dispatcher workers
+	handoff     chan func()      // unbuffered: drains handed to idle workers
+	workersStop chan struct{}    // closed by Close after the last drain
+	actors      sync.WaitGroup   // owners whose actor has not stopped
+	bg          sync.WaitGroup   // janitor, metrics server
+	bgStop      chan struct{}
+	server      *http.Server
+	seed        maphash.Seed
 }
 
 // NewHost returns a host configured by cfg (see Config for defaults). It
@@ -75,17 +78,20 @@ func NewHost(cfg Config) (*Host, error) {
 		return nil, err
 	}
 	h := &Host{
-		cfg:      cfg,
-		name:     cfg.Name,
-		obs:      cfg.Observer,
-		log:      cfg.Logger.With("host", cfg.Name),
-		pool:     payload.NewPool(payload.PoolOptions{OnRelease: cfg.OnPayloadRelease}),
-		reg:      payload.NewRegistry(),
-		kinds:    map[string]*kindRuntime{},
-		channels: map[string]*channelRuntime{},
-		done:     make(chan struct{}),
-		bgStop:   make(chan struct{}),
-		seed:     maphash.MakeSeed(),
+		cfg:         cfg,
+		name:        cfg.Name,
+		obs:         cfg.Observer,
+		observed:    cfg.Observer != nil,
+		log:         cfg.Logger.With("host", cfg.Name),
+		pool:        payload.NewPool(payload.PoolOptions{OnRelease: cfg.OnPayloadRelease}),
+		reg:         payload.NewRegistry(),
+		kinds:       map[string]*kindRuntime{},
+		channels:    map[string]*channelRuntime{},
+		done:        make(chan struct{}),
+		bgStop:      make(chan struct{}),
+		seed:        maphash.MakeSeed(),
+		handoff:     make(chan func()),
+		workersStop: make(chan struct{}),
 	}
 	if h.obs == nil {
 		h.obs = noObserver{}
@@ -301,6 +307,7 @@ func (h *Host) Close() error {
 		}
 	}
 	h.actors.Wait()
+	close(h.workersStop)
 	h.drains.Wait()
 	h.system.Shutdown()
 	hosts.CompareAndDelete(h.name, h)
@@ -335,21 +342,43 @@ func (h *Host) acceptsInternal() bool {
 	return s == stateRunning || s == stateStopping
 }
 
-// dispatcher runs mailbox drains on their own goroutines and counts them,
-// so Close can wait for every one.
+// dispatcher runs mailbox drains on worker goroutines that it keeps for a
+// while after their drain (a cached pool): a drain handed to an idle worker
+// needs no new goroutine and no stack growth. When no worker is idle it
+// starts one, so a drain never waits behind a blocked handler. Workers are
+// counted in drains, so Close can wait for every one.
 type dispatcher struct{ h *Host }
 
-func (d dispatcher) Schedule(fn func()) {
-	d.h.drains.Add(1)
-	go d.run(fn)
-}
+// workerIdle is how long a worker waits for another drain before it exits.
+const workerIdle = time.Second
 
-func (d dispatcher) run(fn func()) {
-	defer d.h.drains.Done()
-	fn()
+func (d dispatcher) Schedule(fn func()) {
+	select {
+	case d.h.handoff <- fn: // an idle worker took it
+	default:
+		d.h.drains.Add(1)
+		go d.h.worker(fn)
+	}
 }
 
 func (d dispatcher) Throughput() int { return d.h.cfg.Throughput }
+
+func (h *Host) worker(fn func()) {
+	defer h.drains.Done()
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		fn()
+		idle.Reset(workerIdle)
+		select {
+		case fn = <-h.handoff:
+		case <-idle.C:
+			return
+		case <-h.workersStop:
+			return
+		}
+	}
+}
 
 // janitor passivates objects idle for longer than IdleTimeout.
 func (h *Host) janitor() {

@@ -3,6 +3,8 @@ package actor
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -322,4 +324,58 @@ func TestTwoHostsInOneProcessAreIndependent(t *testing.T) {
 	if err := dup.Start(); !errors.Is(err, payload.AlreadyExists) {
 		t.Fatalf("second host named a = %v", err)
 	}
+}
+
+func TestInlineAskRunsIdleObjectsTurnAndKeepsOrderAndDeadlines(t *testing.T) {
+	g := newGates()
+	k := counterKind(g)
+	var handlerG atomic.Uint64
+	HandleRequest(k, func(ctx *Context, c *Counter, m Wait) (string, error) {
+		handlerG.Store(goid())
+		time.Sleep(time.Duration(len(m.Key)) * 10 * time.Millisecond)
+		return "slow", nil
+	})
+	l := newLedger()
+	h := startHost(t, Config{InlineAsk: true, OnPayloadRelease: l.Observe}, k)
+	// An idle object's turn runs on the asking goroutine.
+	if _, err := Ask[Echo, string](bg, h, Ref{"counter", "slow"}, Echo{S: "activate"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "idle", func() bool { return h.Stats().QueuedApplication == 0 && h.running.Load() == 0 })
+	if _, err := Ask[Wait, string](bg, h, Ref{"counter", "slow"}, Wait{}); err != nil {
+		t.Fatal(err)
+	}
+	if handlerG.Load() != goid() {
+		t.Fatal("InlineAsk: the idle object's handler did not run on the asking goroutine")
+	}
+	ref := Ref{"counter", "i"}
+	for i := 0; i < 100; i++ {
+		if err := Tell(bg, h, ref, Inc{By: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if i%10 == 9 {
+			// Queued tells run before the ask (the owner is busy, so the
+			// ask queues); an idle owner runs the ask inline.
+			if n, err := Ask[Get, int](bg, h, ref, Get{}); err != nil || n != i+1 {
+				t.Fatalf("ask %d = %d, %v; want %d", i, n, err, i+1)
+			}
+		}
+	}
+	// A deadline that passes while the inline handler runs wins.
+	ctx, cancel := context.WithTimeout(bg, 5*time.Millisecond)
+	defer cancel()
+	if _, err := Ask[Wait, string](ctx, h, Ref{"counter", "slow"}, Wait{Key: "xx"}); !errors.Is(err, payload.DeadlineExceeded) {
+		t.Fatalf("inline ask past its deadline = %v, want DeadlineExceeded", err)
+	}
+	h.Close()
+	l.CheckExactlyOnce(t, h.Stats().Payload.Buffers)
+}
+
+// goid returns the current goroutine's id, from its stack header.
+func goid() uint64 {
+	var buf [64]byte
+	s := string(buf[:runtime.Stack(buf[:], false)])
+	s = strings.TrimPrefix(s, "goroutine ")
+	id, _ := strconv.ParseUint(s[:strings.IndexByte(s, ' ')], 10, 64)
+	return id
 }

@@ -110,7 +110,10 @@ func (o *owner) turn(e *mailbox.Envelope) {
 		o.fail(e, payload.NewError(payload.NotFound, "actor", describe(o.spec)+": no handler for message type "+string(hv.Type())))
 		return
 	}
-	start := nanotime()
+	var start int64
+	if h.observed {
+		start = nanotime()
+	}
 	if dl := hv.DeadlineUnixNano(); dl != 0 && wallNano() > dl {
 		// The sender has given up; do not run work nobody waits for.
 		h.obs.Rejected(o.spec.name, RejectExpired)
@@ -120,11 +123,13 @@ func (o *owner) turn(e *mailbox.Envelope) {
 	o.ctx.env = e
 	outcome := o.run(hd, e)
 	o.ctx.env = nil
-	end := nanotime()
-	if h.cfg.IdleTimeout > 0 {
+	if h.cfg.IdleTimeout > 0 || h.observed {
+		end := nanotime()
 		o.lastActive.Store(end)
+		if h.observed {
+			h.obs.Handled(o.spec.name, durationNs(start-e.Admitted), durationNs(end-start), outcome)
+		}
 	}
-	h.obs.Handled(o.spec.name, durationNs(start-e.Admitted), durationNs(end-start), outcome)
 }
 
 // run makes the state if needed and runs the handler, recovering a panic.

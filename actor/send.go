@@ -183,10 +183,28 @@ func ask[M, R any](ctx context.Context, h *Host, turn *Context, t target, pt pay
 	}
 	p := pendings.Get().(*pending)
 	h.requests.add(op, p)
-	if err := h.dispatch(ctx, turn, t, m); err != nil {
+	ran, err := h.dispatchRun(ctx, turn, t, m, h.cfg.InlineAsk && turn == nil)
+	if err != nil {
 		h.requests.take(op)
 		pendings.Put(p)
 		return zero, err
+	}
+	if ran {
+		// The handler ran on this goroutine: if the deadline or a
+		// cancellation passed meanwhile, that terminal came first.
+		if cerr := ctx.Err(); cerr != nil || !time.Now().Before(deadline) {
+			err = ErrRequestTimeout
+			if cerr != nil {
+				err = ctxErr(ctx)
+			}
+			if h.requests.take(op) == nil {
+				if r := <-p.ch; !r.buf.IsZero() {
+					r.buf.Release()
+				}
+			}
+			pendings.Put(p)
+			return zero, err
+		}
 	}
 	r, err := h.await(ctx, op, p, deadline)
 	if err != nil {
@@ -319,28 +337,35 @@ func (t target) resolve(internal bool) (*owner, error) {
 // handler of this host it goes through the owner's outbox; from outside, it
 // waits for a permit, then for lane room.
 func (h *Host) dispatch(ctx context.Context, turn *Context, t target, m *payload.Message) error {
+	_, err := h.dispatchRun(ctx, turn, t, m, false)
+	return err
+}
+
+// dispatchRun is dispatch that, with inline, may run the item's turn on
+// this goroutine (Config.InlineAsk); it reports whether it did.
+func (h *Host) dispatchRun(ctx context.Context, turn *Context, t target, m *payload.Message, inline bool) (bool, error) {
 	if turn != nil && turn.host == h {
 		turn.owner.out.sendOne(t, m)
-		return nil
+		return false, nil
 	}
 	if err := h.permits.Acquire(ctx); err != nil {
 		m.Release()
 		if errors.Is(err, mailbox.ErrPermitsClosed) {
 			h.obs.Rejected(t.name(), RejectShuttingDown)
-			return ErrShuttingDown
+			return false, ErrShuttingDown
 		}
 		h.obs.Rejected(t.name(), RejectCancelled)
-		return ctxErr(ctx)
+		return false, ctxErr(ctx)
 	}
 	e := mailbox.NewEnvelope()
 	e.Msg = m
 	e.HoldPermit(h.permits)
-	return h.admitWait(ctx, t, e)
+	return h.admitWait(ctx, t, e, inline)
 }
 
 // admitWait admits an item that holds its permit, waiting up to SendTimeout
 // for lane room. On failure the item is released undecoded.
-func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope) error {
+func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inline bool) (ran bool, err error) {
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -351,19 +376,32 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope) err
 		o, err := t.resolve(false)
 		if err != nil {
 			h.reject(t.name(), e, RejectShuttingDown)
-			return err
+			return false, err
 		}
 		size := e.Msg.Len()
-		e.Admitted = nanotime()
-		room, err := o.mb.AdmitOrWait(e)
+		if h.observed {
+			e.Admitted = nanotime()
+		}
+		var room <-chan struct{}
+		if inline {
+			inline = false // only the first attempt
+			ran, room, err = o.mb.AdmitOrRun(e)
+			if ran || err == nil {
+				h.obs.Admitted(o.spec.name, mailbox.Application, size)
+				return ran, nil
+			}
+		} else {
+			room, err = o.mb.AdmitOrWait(e)
+			if err == nil {
+				h.obs.Admitted(o.spec.name, mailbox.Application, size)
+				return false, nil
+			}
+		}
 		switch {
-		case err == nil:
-			h.obs.Admitted(o.spec.name, mailbox.Application, size)
-			return nil
 		case errors.Is(err, mailbox.ErrClosed):
 			if t.o != nil || !h.acceptsExternal() {
 				h.reject(t.name(), e, RejectShuttingDown)
-				return ErrShuttingDown
+				return false, ErrShuttingDown
 			}
 			continue // passivated: the next lookup activates a new owner
 		case errors.Is(err, mailbox.ErrFull):
@@ -375,17 +413,17 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope) err
 				continue
 			case <-ctx.Done():
 				h.reject(t.name(), e, RejectCancelled)
-				return ctxErr(ctx)
+				return false, ctxErr(ctx)
 			case <-timer.C:
 				h.reject(t.name(), e, RejectFull)
-				return ErrSendTimeout
+				return false, ErrSendTimeout
 			case <-h.done:
 				h.reject(t.name(), e, RejectShuttingDown)
-				return ErrShuttingDown
+				return false, ErrShuttingDown
 			}
 		default:
 			h.reject(t.name(), e, RejectTooLarge)
-			return err
+			return false, err
 		}
 	}
 }
@@ -400,7 +438,9 @@ func (h *Host) admitGranted(t target, e *mailbox.Envelope) {
 			return
 		}
 		size := e.Msg.Len()
-		e.Admitted = nanotime()
+		if h.observed {
+			e.Admitted = nanotime()
+		}
 		err = o.mb.AdmitOverflow(e)
 		if err == nil {
 			h.obs.Admitted(o.spec.name, mailbox.Application, size)

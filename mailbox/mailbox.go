@@ -83,6 +83,7 @@ type Mailbox struct {
 	counters   *Counters
 	invoker    actor.MessageInvoker
 	dispatcher actor.Dispatcher
+	runFn      func() // m.run, made once: a method value allocates
 
 	// Owner is the layer above's owner object, for the invoker to find from
 	// an item (Envelope.Mailbox). Set it before the mailbox is used.
@@ -105,6 +106,7 @@ func New(app, lifecycle Limits, counters *Counters) *Mailbox {
 		counters = new(Counters)
 	}
 	m := &Mailbox{counters: counters}
+	m.runFn = m.run
 	m.lanes[Application].limit = app
 	m.lanes[Lifecycle].limit = lifecycle
 	return m
@@ -134,6 +136,51 @@ func (m *Mailbox) AdmitOverflow(e *Envelope) error {
 // span so no wake-up is missed.
 func (m *Mailbox) AdmitOrWait(e *Envelope) (<-chan struct{}, error) {
 	return m.admit(e, false, true)
+}
+
+// AdmitOrRun admits e like AdmitOrWait, except that when the mailbox is
+// idle — nothing queued or held, no drain scheduled or running, not sealed
+// or closed — it runs e's turn at once on the calling goroutine (the caller
+// holds the gate meanwhile) and reports ran. Items that arrive during that
+// turn are handed to the dispatcher afterwards. A ran item has ended
+// (released) when AdmitOrRun returns.
+func (m *Mailbox) AdmitOrRun(e *Envelope) (ran bool, room <-chan struct{}, err error) {
+	size := e.Size()
+	m.mu.Lock()
+	if e.Lane != Application || m.closed || m.sealed || m.scheduled || m.dispatcher == nil ||
+		len(m.system) > 0 || m.lanes[0].len() > 0 || m.lanes[1].len() > 0 {
+		m.mu.Unlock()
+		room, err = m.admit(e, false, true)
+		return false, room, err
+	}
+	l := &m.lanes[Application]
+	if size > l.limit.Bytes {
+		m.mu.Unlock()
+		return false, nil, ErrTooLarge
+	}
+	e.Seq = m.seq
+	m.seq++
+	e.reserved = size
+	l.bytes += size
+	m.scheduled = true // the gate: no drain starts while this turn runs
+	m.mu.Unlock()
+
+	e.box = m
+	m.invoker.InvokeUserMessage(e)
+
+	m.mu.Lock()
+	l.bytes -= e.reserved
+	m.signalRoomLocked()
+	more := m.runnableLocked()
+	if !more {
+		m.scheduled = false
+	}
+	m.mu.Unlock()
+	e.Release()
+	if more {
+		m.dispatcher.Schedule(m.runFn)
+	}
+	return true, nil, nil
 }
 
 func (m *Mailbox) admit(e *Envelope, overflow, wantRoom bool) (<-chan struct{}, error) {
@@ -179,7 +226,7 @@ func (m *Mailbox) admit(e *Envelope, overflow, wantRoom bool) (<-chan struct{}, 
 	m.mu.Unlock()
 	m.counters.queued[laneID].add(1)
 	if sched {
-		m.dispatcher.Schedule(m.run)
+		m.dispatcher.Schedule(m.runFn)
 	}
 	return nil, nil
 }
@@ -216,11 +263,17 @@ func (m *Mailbox) nextLocked() *Envelope {
 }
 
 // run is the drain: it runs system messages, then turns, until nothing is
-// runnable, yielding to the dispatcher after its throughput.
+// runnable, yielding to the dispatcher after its throughput. The end of one
+// turn and the choice of the next share one critical section.
 func (m *Mailbox) run() {
 	limit := m.dispatcher.Throughput()
+	var prev *Envelope // the item whose turn just ended
 	for turns := 0; ; {
 		m.mu.Lock()
+		if prev != nil {
+			m.lanes[prev.Lane].bytes -= prev.reserved
+			m.signalRoomLocked()
+		}
 		if len(m.system) > 0 {
 			msg := m.system[0]
 			m.system[0] = nil
@@ -229,6 +282,7 @@ func (m *Mailbox) run() {
 				m.system = nil
 			}
 			m.mu.Unlock()
+			prev = release(prev)
 			m.invoker.InvokeSystemMessage(msg)
 			if _, stop := msg.(*actor.Stop); stop && m.OnStop != nil {
 				m.OnStop()
@@ -238,38 +292,35 @@ func (m *Mailbox) run() {
 		if turns >= limit && limit > 0 && m.runnableLocked() {
 			// Yield: stay scheduled and let the dispatcher run us again.
 			m.mu.Unlock()
-			m.dispatcher.Schedule(m.run)
+			release(prev)
+			m.dispatcher.Schedule(m.runFn)
 			return
 		}
 		e := m.nextLocked()
 		if e == nil {
 			m.scheduled = false
 			m.mu.Unlock()
+			release(prev)
 			return
 		}
 		m.signalRoomLocked()
 		m.mu.Unlock()
+		prev = release(prev)
 		m.counters.queued[e.Lane].add(-1)
-		m.turn(e)
+		e.box = m
+		m.invoker.InvokeUserMessage(e)
+		prev = e
 		turns++
 	}
 }
 
-// turn runs one item and then ends it, whatever the handler did.
-func (m *Mailbox) turn(e *Envelope) {
-	defer m.finish(e)
-	e.box = m
-	m.invoker.InvokeUserMessage(e)
-}
-
-// finish ends an item's turn: its byte reservation goes, and the envelope is
-// released (message released, permit returned if the turn did not).
-func (m *Mailbox) finish(e *Envelope) {
-	m.mu.Lock()
-	m.lanes[e.Lane].bytes -= e.reserved
-	m.signalRoomLocked()
-	m.mu.Unlock()
-	e.Release()
+// release ends an item after its turn (message released, permit returned
+// if the turn did not) and returns nil.
+func release(e *Envelope) *Envelope {
+	if e != nil {
+		e.Release()
+	}
+	return nil
 }
 
 func (m *Mailbox) signalRoomLocked() {
@@ -346,7 +397,7 @@ func (m *Mailbox) Reopen(items []*Envelope) {
 	m.mu.Unlock()
 	m.counters.queued[Application].add(int64(len(items)))
 	if sched {
-		m.dispatcher.Schedule(m.run)
+		m.dispatcher.Schedule(m.runFn)
 	}
 }
 
@@ -439,7 +490,7 @@ func (m *Mailbox) PostSystemMessage(message any) {
 	sched := m.scheduleLocked()
 	m.mu.Unlock()
 	if sched {
-		m.dispatcher.Schedule(m.run)
+		m.dispatcher.Schedule(m.runFn)
 	}
 }
 

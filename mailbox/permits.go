@@ -37,21 +37,27 @@ type Grantee interface {
 // Permits are safe for concurrent use. The zero value is not usable; call
 // NewPermits.
 type Permits struct {
-	mu       sync.Mutex
-	max      int
-	inUse    int     // guarded by mu
-	head     *waiter // FIFO of waiters; guarded by mu
-	tail     *waiter
-	nWaiters int  // guarded by mu
-	closed   bool // guarded by mu
+	// state packs the count in use (bits 0–31), the number of queued
+	// waiters (bits 32–62) and the closed flag (bit 63), so that taking and
+	// returning a permit while nobody waits is one compare-and-swap.
+	state atomic.Uint64
+
+	mu   sync.Mutex // guards the waiter queue; held when waiters join or leave
+	max  int
+	head *waiter // FIFO of waiters; guarded by mu
+	tail *waiter
 
 	pauseAt, resumeAt int
 	paused            atomic.Bool
 	onPressure        func(paused bool)
-
-	inUseGauge   atomic.Int64 // mirrors inUse for lock-free reads
-	waitersGauge atomic.Int64
 }
+
+const (
+	inUseMask  = 1<<32 - 1
+	waiterOne  = 1 << 32
+	waiterMask = (1<<31 - 1) << 32
+	closedBit  = 1 << 63
+)
 
 // waiter is a queued request for one permit: either a blocked goroutine
 // (ch) or an asynchronous Grantee.
@@ -83,10 +89,10 @@ func NewPermits(max int, onPressure func(paused bool)) *Permits {
 func (p *Permits) Max() int { return p.max }
 
 // InUse returns the number of permits held: the queued application jobs.
-func (p *Permits) InUse() int { return int(p.inUseGauge.Load()) }
+func (p *Permits) InUse() int { return int(p.state.Load() & inUseMask) }
 
 // Waiters returns the number of queued waiters (they are not counted in InUse).
-func (p *Permits) Waiters() int { return int(p.waitersGauge.Load()) }
+func (p *Permits) Waiters() int { return int(p.state.Load() & waiterMask >> 32) }
 
 // Paused reports whether links should stop receiving (see Permits).
 func (p *Permits) Paused() bool { return p.paused.Load() }
@@ -97,18 +103,57 @@ func (p *Permits) Thresholds() (pauseAt, resumeAt int) { return p.pauseAt, p.res
 // ErrPermitsClosed is returned by Acquire after Close. Its kind is ShuttingDown.
 var ErrPermitsClosed = payload.NewError(payload.ShuttingDown, "mailbox.Permits", "permits are closed")
 
+// tryTake takes a permit if one is free, nobody waits and the permits are
+// open: the lock-free fast path.
+func (p *Permits) tryTake() bool {
+	for {
+		s := p.state.Load()
+		if s&(closedBit|waiterMask) != 0 || int(s&inUseMask) >= p.max {
+			return false
+		}
+		if p.state.CompareAndSwap(s, s+1) {
+			p.notify()
+			return true
+		}
+	}
+}
+
+// takeOrJoinLocked takes a free permit, or counts the caller as a waiter
+// (the caller then queues itself before unlocking). It returns taken, or
+// closed if the permits are closed.
+func (p *Permits) takeOrJoinLocked() (taken, closed bool) {
+	for {
+		s := p.state.Load()
+		switch {
+		case s&closedBit != 0:
+			return false, true
+		case s&waiterMask == 0 && int(s&inUseMask) < p.max:
+			if p.state.CompareAndSwap(s, s+1) {
+				return true, false
+			}
+		default:
+			if p.state.CompareAndSwap(s, s+waiterOne) {
+				return false, false
+			}
+		}
+	}
+}
+
 // Acquire takes one permit, waiting in FIFO order while none is free. On
 // cancellation it returns ctx.Err() and leaves the count unchanged (a permit
-// granted at the same moment is handed on). After Close it returns ErrPermitsClosed.
+// granted at the same moment is handed on). After Close it returns
+// ErrPermitsClosed.
 func (p *Permits) Acquire(ctx context.Context) error {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return ErrPermitsClosed
+	if p.tryTake() {
+		return nil
 	}
-	if p.head == nil && p.inUse < p.max {
-		p.takeLocked()
+	p.mu.Lock()
+	taken, closed := p.takeOrJoinLocked()
+	if taken || closed {
 		p.mu.Unlock()
+		if closed {
+			return ErrPermitsClosed
+		}
 		p.notify()
 		return nil
 	}
@@ -144,76 +189,88 @@ func (p *Permits) Acquire(ctx context.Context) error {
 }
 
 // TryAcquire takes a permit if one is free and nobody is waiting.
-func (p *Permits) TryAcquire() bool {
-	p.mu.Lock()
-	if p.closed || p.head != nil || p.inUse >= p.max {
-		p.mu.Unlock()
-		return false
-	}
-	p.takeLocked()
-	p.mu.Unlock()
-	p.notify()
-	return true
-}
+func (p *Permits) TryAcquire() bool { return p.tryTake() }
 
 // Enqueue waits asynchronously for one permit for g. If a permit is free and
 // nobody is waiting, g.Granted runs at once, on this goroutine; otherwise it
 // runs when a permit is handed to g in FIFO order. After Close, g.Abandoned
 // runs at once. A Grantee must not be enqueued twice at the same time.
 func (p *Permits) Enqueue(g Grantee) {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		g.Abandoned()
+	if p.tryTake() {
+		g.Granted()
 		return
 	}
-	if p.head == nil && p.inUse < p.max {
-		p.takeLocked()
+	p.mu.Lock()
+	taken, closed := p.takeOrJoinLocked()
+	if taken || closed {
 		p.mu.Unlock()
+		if closed {
+			g.Abandoned()
+			return
+		}
 		p.notify()
 		g.Granted()
 		return
 	}
-	w := &waiter{g: g}
-	p.pushLocked(w)
+	p.pushLocked(&waiter{g: g})
 	p.mu.Unlock()
 }
 
 // Release returns one permit. If someone is waiting, the permit passes
 // directly to the oldest waiter.
 func (p *Permits) Release() {
-	p.mu.Lock()
-	if p.inUse <= 0 {
-		p.mu.Unlock()
-		panic("mailbox: Permits.Release without a permit in use")
-	}
-	w := p.head
-	if w != nil && !p.closed {
-		p.removeLocked(w) // the permit changes hands; inUse is unchanged
-		p.mu.Unlock()
-		if w.g != nil {
-			w.g.Granted()
-		} else {
-			w.ch <- true
+	for {
+		s := p.state.Load()
+		if s&inUseMask == 0 {
+			panic("mailbox: Permits.Release without a permit in use")
 		}
-		return
+		if s&waiterMask != 0 && s&closedBit == 0 {
+			if p.handOver() {
+				return
+			}
+			continue // the waiters left meanwhile
+		}
+		if p.state.CompareAndSwap(s, s-1) {
+			p.notify()
+			return
+		}
 	}
-	p.inUse--
-	p.inUseGauge.Store(int64(p.inUse))
-	p.mu.Unlock()
-	p.notify()
 }
 
-// Close wakes every waiter: blocked Acquire calls return ErrPermitsClosed and
-// asynchronous waiters are Abandoned. Later Acquire, TryAcquire and Enqueue
-// calls fail. Permits already held are still returned with Release.
+// handOver gives the caller's permit to the oldest waiter; it reports false
+// if there was none after all.
+func (p *Permits) handOver() bool {
+	p.mu.Lock()
+	w := p.head
+	if w == nil {
+		p.mu.Unlock()
+		return false
+	}
+	p.removeLocked(w) // the permit changes hands; the count in use is unchanged
+	p.mu.Unlock()
+	if w.g != nil {
+		w.g.Granted()
+	} else {
+		w.ch <- true
+	}
+	return true
+}
+
+// Close wakes every waiter: blocked Acquire calls return ErrPermitsClosed
+// and asynchronous waiters are Abandoned. Later Acquire, TryAcquire and
+// Enqueue calls fail. Permits already held are still returned with Release.
 func (p *Permits) Close() {
 	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return
+	for {
+		s := p.state.Load()
+		if s&closedBit != 0 {
+			p.mu.Unlock()
+			return
+		}
+		if p.state.CompareAndSwap(s, s|closedBit) {
+			break
+		}
 	}
-	p.closed = true
 	var async []Grantee
 	for w := p.head; w != nil; {
 		next := w.next
@@ -231,11 +288,7 @@ func (p *Permits) Close() {
 	}
 }
 
-func (p *Permits) takeLocked() {
-	p.inUse++
-	p.inUseGauge.Store(int64(p.inUse))
-}
-
+// pushLocked appends w to the queue; the caller has counted it in state.
 func (p *Permits) pushLocked(w *waiter) {
 	w.queued = true
 	w.prev, w.next = p.tail, nil
@@ -245,10 +298,9 @@ func (p *Permits) pushLocked(w *waiter) {
 		p.head = w
 	}
 	p.tail = w
-	p.nWaiters++
-	p.waitersGauge.Store(int64(p.nWaiters))
 }
 
+// removeLocked takes w out of the queue and the waiter count.
 func (p *Permits) removeLocked(w *waiter) {
 	if w.prev != nil {
 		w.prev.next = w.next
@@ -261,13 +313,14 @@ func (p *Permits) removeLocked(w *waiter) {
 		p.tail = w.prev
 	}
 	w.next, w.prev, w.queued = nil, nil, false
-	p.nWaiters--
-	p.waitersGauge.Store(int64(p.nWaiters))
+	p.state.Add(^uint64(waiterOne - 1)) // minus one waiter
 }
 
-// notify updates the pressure state after the in-use count changed.
+// notify updates the pressure state from the current count. Every change of
+// the count is followed by a notify that reads the count afterwards, so the
+// last one leaves the state right.
 func (p *Permits) notify() {
-	n := int(p.inUseGauge.Load())
+	n := p.InUse()
 	switch {
 	case !p.paused.Load() && n >= p.pauseAt:
 		if p.paused.CompareAndSwap(false, true) && p.onPressure != nil {

@@ -54,6 +54,11 @@ func accountKind() *actor.Kind[account] {
 // returned exactly once with an allowed result, nothing is in flight, and
 // no goroutine of the host is left.
 func TestRandomizedOperationsReleaseEveryPayloadOnceAndCompleteEveryAsk(t *testing.T) {
+	t.Run("dispatched", func(t *testing.T) { randomized(t, false) })
+	t.Run("inline asks", func(t *testing.T) { randomized(t, true) })
+}
+
+func randomized(t *testing.T, inline bool) {
 	ops := 100_000
 	if *long {
 		ops = 2_000_000
@@ -72,6 +77,7 @@ func TestRandomizedOperationsReleaseEveryPayloadOnceAndCompleteEveryAsk(t *testi
 		RequestTimeout:           20 * time.Millisecond,
 		OnPayloadRelease:         ledger.Observe,
 		Logger:                   quietLogger(),
+		InlineAsk:                inline,
 	})
 	if err != nil {
 		t.Fatal(err)
