@@ -92,7 +92,7 @@ func newBenchHost(b *testing.B, items ...actor.Registrable) *actor.Host {
 	return newBenchHostWith(b, actor.Config{}, items...)
 }
 
-func newBenchHostWith(b *testing.B, cfg actor.Config, items ...actor.Registrable) *actor.Host {
+func newBenchHostWith(b testing.TB, cfg actor.Config, items ...actor.Registrable) *actor.Host {
 	b.Helper()
 	cfg.Logger = discardLogger()
 	h, err := actor.NewHost(cfg)

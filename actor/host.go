@@ -67,6 +67,7 @@ type Host struct {
 	bg          sync.WaitGroup   // janitor, metrics server
 	bgStop      chan struct{}
 	server      *http.Server
+	metricsAddr string // the /metrics listener address
 	seed        maphash.Seed
 }
 
@@ -419,6 +420,7 @@ func (h *Host) serveMetrics() error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", handler)
 	h.server = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	h.metricsAddr = ln.Addr().String()
 	h.bg.Add(1)
 	go func() {
 		defer h.bg.Done()
@@ -427,13 +429,9 @@ func (h *Host) serveMetrics() error {
 	return nil
 }
 
-// MetricsAddr returns the address /metrics is served on, or "" if none.
-func (h *Host) MetricsAddr() string {
-	if h.server == nil {
-		return ""
-	}
-	return h.cfg.MetricsAddr
-}
+// MetricsAddr returns the address /metrics is served on (with the port
+// chosen when Config.MetricsAddr asked for port 0), or "" if none.
+func (h *Host) MetricsAddr() string { return h.metricsAddr }
 
 var clockBase = time.Now()
 

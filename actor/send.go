@@ -172,7 +172,8 @@ func ask[M, R any](ctx context.Context, h *Host, turn *Context, t target, pt pay
 		return zero, ErrTooManyRequests
 	}
 	defer h.inflight.Add(-1)
-	deadline := time.Now().Add(h.cfg.RequestTimeout)
+	start := time.Now()
+	deadline := start.Add(h.cfg.RequestTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
@@ -192,7 +193,7 @@ func ask[M, R any](ctx context.Context, h *Host, turn *Context, t target, pt pay
 	if ran {
 		// The handler ran on this goroutine: if the deadline or a
 		// cancellation passed meanwhile, that terminal came first.
-		if cerr := ctx.Err(); cerr != nil || !time.Now().Before(deadline) {
+		if cerr := ctx.Err(); cerr != nil || time.Since(start) >= deadline.Sub(start) {
 			err = ErrRequestTimeout
 			if cerr != nil {
 				err = ctxErr(ctx)
@@ -206,7 +207,7 @@ func ask[M, R any](ctx context.Context, h *Host, turn *Context, t target, pt pay
 			return zero, err
 		}
 	}
-	r, err := h.await(ctx, op, p, deadline)
+	r, err := h.await(ctx, op, p, deadline.Sub(start)-time.Since(start))
 	if err != nil {
 		return zero, err
 	}
@@ -226,8 +227,14 @@ func ask[M, R any](ctx context.Context, h *Host, turn *Context, t target, pt pay
 // await waits for the request's terminal. If the waiter gives up but finds
 // the reply already taken by its deliverer, the reply came first and is
 // returned.
-func (h *Host) await(ctx context.Context, op payload.OpID, p *pending, deadline time.Time) (reply, error) {
-	p.timer.Reset(time.Until(deadline))
+func (h *Host) await(ctx context.Context, op payload.OpID, p *pending, left time.Duration) (reply, error) {
+	select {
+	case r := <-p.ch: // already answered (a turn run inline, or a fast owner)
+		pendings.Put(p)
+		return r, nil
+	default:
+	}
+	p.timer.Reset(left)
 	var err error
 	select {
 	case r := <-p.ch:

@@ -547,3 +547,24 @@ func TestHostEndToEnd(t *testing.T) {
 		t.Logf("scrape:\n%s", body)
 	}
 }
+
+func TestHostServesMetricsOnConfiguredAddress(t *testing.T) {
+	m := metrics.New(prometheus.NewRegistry())
+	h, err := actor.NewHost(actor.Config{Observer: m, MetricsAddr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	resp, err := http.Get("http://" + h.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "berth_permits_max") {
+		t.Fatalf("GET /metrics = %d:\n%s", resp.StatusCode, body)
+	}
+}
