@@ -24,12 +24,7 @@ func TestChannelFanOutSharesOnePayloadReleasedOnceAfterAll(t *testing.T) {
 	for i := 0; i < n; i++ {
 		Subscribe(ch, func(ctx *Context, m Headline) error {
 			if i == 0 {
-				open, started := g.chans("sub0")
-				started <- struct{}{}
-				select {
-				case <-open:
-				case <-ctx.Done():
-				}
+				g.block(ctx, "sub0")
 			}
 			got.Store(i, m.Text)
 			handled.Add(1)

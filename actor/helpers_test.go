@@ -68,6 +68,17 @@ func (g *gates) chans(key string) (open, started chan struct{}) {
 
 func (g *gates) release(key string) { o, _ := g.chans(key); close(o) }
 
+// block is a handler body: it reports that it started, then waits until
+// the test releases key or the host closes.
+func (g *gates) block(ctx context.Context, key string) {
+	open, started := g.chans(key)
+	started <- struct{}{}
+	select {
+	case <-open:
+	case <-ctx.Done():
+	}
+}
+
 func (g *gates) waitStarted(t testing.TB, key string) {
 	t.Helper()
 	_, s := g.chans(key)
@@ -91,12 +102,7 @@ func counterKind(g *gates) *Kind[Counter] {
 	HandleRequest(k, func(ctx *Context, c *Counter, _ Get) (int, error) { return c.N, nil })
 	HandleRequest(k, func(ctx *Context, c *Counter, m Echo) (string, error) { return m.S, nil })
 	Handle(k, func(ctx *Context, c *Counter, m Block) error {
-		open, started := g.chans(m.Key)
-		started <- struct{}{}
-		select {
-		case <-open:
-		case <-ctx.Done(): // the host closed
-		}
+		g.block(ctx, m.Key)
 		return nil
 	})
 	HandleRequest(k, func(ctx *Context, c *Counter, _ Boom) (int, error) { panic("boom") })

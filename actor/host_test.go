@@ -104,12 +104,7 @@ func TestRequestsInFlightAreBounded(t *testing.T) {
 	g := newGates()
 	k := counterKind(g)
 	HandleRequest(k, func(ctx *Context, c *Counter, m Wait) (string, error) {
-		open, started := g.chans(m.Key)
-		started <- struct{}{}
-		select {
-		case <-open:
-		case <-ctx.Done():
-		}
+		g.block(ctx, m.Key)
 		return "ok", nil
 	})
 	h := startHost(t, Config{MaxRequestsInFlight: 2}, k)
@@ -156,12 +151,7 @@ func TestAskDeadlineAndCancellationCompleteOnce(t *testing.T) {
 	g := newGates()
 	k := counterKind(g)
 	HandleRequest(k, func(ctx *Context, c *Counter, m Wait) (string, error) {
-		open, started := g.chans(m.Key)
-		started <- struct{}{}
-		select {
-		case <-open:
-		case <-ctx.Done():
-		}
+		g.block(ctx, m.Key)
 		return "late", nil
 	})
 	h := startHost(t, Config{RequestTimeout: 30 * time.Millisecond}, k)

@@ -82,12 +82,7 @@ func TestPermitsRepliesProgressWhilePermitsAreExhausted(t *testing.T) {
 	g := newGates()
 	k := counterKind(g)
 	HandleRequest(k, func(ctx *Context, c *Counter, m Wait) (string, error) {
-		open, started := g.chans(m.Key)
-		started <- struct{}{}
-		select {
-		case <-open:
-		case <-ctx.Done():
-		}
+		g.block(ctx, m.Key)
 		return "answered", nil
 	})
 	h := startHost(t, Config{MaxQueuedApplicationJobs: 2}, k)

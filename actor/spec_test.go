@@ -35,12 +35,7 @@ func TestSpec9_ReleaseObservedAfterHandlerCompletion(t *testing.T) {
 	}}
 	k := NewKind("obj", func(*Context, string) (*Counter, error) { return &Counter{}, nil })
 	Handle(k, func(ctx *Context, c *Counter, m Block) error {
-		open, started := g.chans(m.Key)
-		started <- struct{}{}
-		select {
-		case <-open:
-		case <-ctx.Done(): // the host closed
-		}
+		g.block(ctx, m.Key)
 		handlerDone.Store(true)
 		return nil
 	})
@@ -185,12 +180,7 @@ func TestSpec9_NoDecodeForMessageRejectedForQueueFullOrOwnerMismatch(t *testing.
 	codec := &countingJSON{}
 	k := NewKind("obj", func(*Context, string) (*Counter, error) { return &Counter{}, nil })
 	Handle(k, func(ctx *Context, c *Counter, m Block) error {
-		open, started := g.chans(m.Key)
-		started <- struct{}{}
-		select {
-		case <-open:
-		case <-ctx.Done(): // the host closed
-		}
+		g.block(ctx, m.Key)
 		return nil
 	})
 	Handle(k, func(ctx *Context, c *Counter, m Inc) error { return nil })
@@ -228,12 +218,7 @@ func TestSpec9_NoDecodeOfNextMessageWhileEarlierHandlerHoldsTheGate(t *testing.T
 	codec := &countingJSON{}
 	k := NewKind("obj", func(*Context, string) (*Counter, error) { return &Counter{}, nil })
 	Handle(k, func(ctx *Context, c *Counter, m Block) error {
-		open, started := g.chans(m.Key)
-		started <- struct{}{}
-		select {
-		case <-open:
-		case <-ctx.Done(): // the host closed
-		}
+		g.block(ctx, m.Key)
 		return nil
 	})
 	ran := make(chan struct{}, 1)
