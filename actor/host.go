@@ -220,8 +220,9 @@ func (h *Host) Stop(ctx context.Context) error {
 		return h.Close()
 	}
 	err := h.quiesce(ctx)
-	if err == nil {
-		h.deactivateAll()
+	// Deactivate every object; hooks may send to objects that activate
+	// meanwhile, so repeat until no object is left.
+	for err == nil && h.deactivateAll() > 0 {
 		err = h.quiesce(ctx)
 	}
 	if cerr := h.Close(); err == nil {
@@ -249,13 +250,17 @@ func (h *Host) quiesce(ctx context.Context) error {
 	}
 }
 
-// deactivateAll asks every object to run its deactivate hook in a last turn.
-func (h *Host) deactivateAll() {
+// deactivateAll asks every object to run its deactivate hook in a last
+// turn, and returns how many it asked.
+func (h *Host) deactivateAll() int {
+	n := 0
 	for _, kr := range h.kinds {
 		for _, o := range kr.all() {
 			o.postControl(controlDeactivate)
+			n++
 		}
 	}
+	return n
 }
 
 // Close stops the host at once: queued messages end with ShuttingDown
@@ -310,6 +315,11 @@ func (h *Host) Close() error {
 	h.actors.Wait()
 	close(h.workersStop)
 	h.drains.Wait()
+	// Turns run inline by callers (Config.InlineAsk) are not drains; wait
+	// for them too. Their handlers see their Context done.
+	for h.running.Load() > 0 {
+		time.Sleep(100 * time.Microsecond)
+	}
 	h.system.Shutdown()
 	hosts.CompareAndDelete(h.name, h)
 	return nil
