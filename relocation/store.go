@@ -1,0 +1,285 @@
+package relocation
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/berthrt/berth/payload"
+)
+
+// Lease timing (DESIGN §8): hosts renew every 5 s; a lease lasts 15 s.
+const (
+	LeaseRenew = 5 * time.Second
+	LeaseTTL   = 15 * time.Second
+)
+
+// RowState is the state of an object's Location Store row.
+type RowState uint8
+
+// Row states.
+const (
+	// Reserved: a host reserved the object to activate it, not yet committed.
+	Reserved RowState = iota + 1
+	// Active: the owner host runs the object.
+	Active
+	// Preserved: no host owns the object; its generations are kept.
+	Preserved
+)
+
+// String returns the state's name.
+func (s RowState) String() string {
+	switch s {
+	case Reserved:
+		return "reserved"
+	case Active:
+		return "active"
+	case Preserved:
+		return "preserved"
+	}
+	return "none"
+}
+
+// Ownership is who owns an object, as read from the store: the owner host
+// and its lease generation, the object and owner generations, and the row's
+// store version. A move's CAS expects exactly these values.
+type Ownership struct {
+	Host      string
+	LeaseGen  uint64
+	ObjectGen uint64 // stable across moves
+	OwnerGen  uint64 // +1 on every owner change
+	Version   uint64 // store version: +1 on every write of the row
+}
+
+// Row is an object's Location Store row.
+type Row struct {
+	Object Object
+	Ownership
+	State RowState
+}
+
+// Lease is a host's lease: its generation (one per process run) and the
+// time it runs out. Past it, the host starts no turn.
+type Lease struct {
+	Host     string
+	Gen      uint64
+	Deadline time.Time
+}
+
+// Store errors. Each has a kind; ConflictError carries the current row.
+var (
+	// ErrNoRow: the object has no row.
+	ErrNoRow = payload.NewError(payload.NotFound, "relocation.Store", "no row for the object")
+	// ErrLeaseExpired: the host's lease is missing or past its deadline.
+	ErrLeaseExpired = payload.NewError(payload.Unavailable, "relocation.Store", "host lease expired")
+)
+
+// ConflictError reports that a conditional operation found the row changed:
+// Current is the row as it is. NewerOwner is set when the row already has a
+// newer owner generation than the one expected. Kind Rejected.
+type ConflictError struct {
+	Current    Row
+	NewerOwner bool
+}
+
+// Error describes the conflict.
+func (e *ConflictError) Error() string {
+	if e.NewerOwner {
+		return "relocation.Store: rejected: object " + e.Current.Object.String() + " has a newer owner"
+	}
+	return "relocation.Store: rejected: object " + e.Current.Object.String() + " changed"
+}
+
+// Is makes errors.Is(err, payload.Rejected) true.
+func (e *ConflictError) Is(target error) bool { return target == payload.Rejected }
+
+// Store is the Location Store: one row per object, changed only by
+// conditional operations, and host leases. Implementations: MemoryStore
+// (the embedded default) and Postgres (pgbridge).
+//
+// Operations that fail with a transient error (kind Unavailable, other than
+// ErrLeaseExpired) may be retried with the same arguments.
+type Store interface {
+	// Get returns the object's row, or ErrNoRow.
+	Get(ctx context.Context, obj Object) (Row, error)
+	// Reserve claims the object for activation on host (whose lease must be
+	// live): it creates the row (object and owner generation 1), or takes
+	// over a Preserved row or one whose owner's lease expired (owner
+	// generation +1). A row owned by a live host is a ConflictError.
+	Reserve(ctx context.Context, obj Object, host string) (Row, error)
+	// Commit turns the host's reservation into an active row.
+	Commit(ctx context.Context, obj Object, expect Ownership) (Row, error)
+	// NewOwner moves the object to newHost (whose lease must be live) if the
+	// row still has exactly the expected ownership: owner generation +1,
+	// object generation kept. Only the target of a move calls it.
+	NewOwner(ctx context.Context, obj Object, expect Ownership, newHost string) (Row, error)
+	// Preserve ends the owner's ownership, keeping the generations.
+	Preserve(ctx context.Context, obj Object, expect Ownership) (Row, error)
+	// Delete removes the row if it still has the expected ownership.
+	Delete(ctx context.Context, obj Object, expect Ownership) error
+	// RenewLease starts or extends host's lease for LeaseTTL. gen is the
+	// host's generation for this process run; a new, higher gen replaces
+	// the old lease (the host restarted).
+	RenewLease(ctx context.Context, host string, gen uint64) (Lease, error)
+	// Lease returns host's lease.
+	Lease(ctx context.Context, host string) (Lease, bool, error)
+}
+
+// MemoryStore is the in-memory Location Store, the embedded default for
+// hosts in one process. Its clock can be replaced for tests. Safe for
+// concurrent use.
+type MemoryStore struct {
+	mu     sync.Mutex
+	rows   map[Object]Row
+	leases map[string]Lease
+	now    func() time.Time
+}
+
+// NewMemoryStore returns an empty store; now is its clock (nil: time.Now).
+func NewMemoryStore(now func() time.Time) *MemoryStore {
+	if now == nil {
+		now = time.Now
+	}
+	return &MemoryStore{rows: map[Object]Row{}, leases: map[string]Lease{}, now: now}
+}
+
+func (s *MemoryStore) liveLocked(host string) (Lease, bool) {
+	l, ok := s.leases[host]
+	return l, ok && s.now().Before(l.Deadline)
+}
+
+// Get implements Store.
+func (s *MemoryStore) Get(_ context.Context, obj Object) (Row, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.rows[obj]
+	if !ok {
+		return Row{}, ErrNoRow
+	}
+	return r, nil
+}
+
+// Reserve implements Store.
+func (s *MemoryStore) Reserve(_ context.Context, obj Object, host string) (Row, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, live := s.liveLocked(host)
+	if !live {
+		return Row{}, ErrLeaseExpired
+	}
+	r, ok := s.rows[obj]
+	switch {
+	case !ok:
+		r = Row{Object: obj, State: Reserved, Ownership: Ownership{ObjectGen: 1, OwnerGen: 1}}
+	case r.State == Preserved:
+		r.State, r.OwnerGen = Reserved, r.OwnerGen+1
+	case r.Host == host && r.LeaseGen == l.Gen:
+		return r, nil // already ours
+	default:
+		if _, ownerLive := s.liveLocked(r.Host); ownerLive && s.leases[r.Host].Gen == r.LeaseGen {
+			return Row{}, &ConflictError{Current: r}
+		}
+		r.State, r.OwnerGen = Reserved, r.OwnerGen+1 // the owner is gone
+	}
+	r.Host, r.LeaseGen = host, l.Gen
+	r.Version++
+	s.rows[obj] = r
+	return r, nil
+}
+
+// check compares the row with the expected ownership.
+func (s *MemoryStore) checkLocked(obj Object, expect Ownership) (Row, error) {
+	r, ok := s.rows[obj]
+	if !ok {
+		return Row{}, ErrNoRow
+	}
+	if r.OwnerGen > expect.OwnerGen {
+		return Row{}, &ConflictError{Current: r, NewerOwner: true}
+	}
+	if r.Ownership != expect {
+		return Row{}, &ConflictError{Current: r}
+	}
+	return r, nil
+}
+
+// Commit implements Store.
+func (s *MemoryStore) Commit(_ context.Context, obj Object, expect Ownership) (Row, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.checkLocked(obj, expect)
+	if err != nil {
+		return Row{}, err
+	}
+	if r.State != Reserved && r.State != Active {
+		return Row{}, &ConflictError{Current: r}
+	}
+	r.State = Active
+	r.Version++
+	s.rows[obj] = r
+	return r, nil
+}
+
+// NewOwner implements Store.
+func (s *MemoryStore) NewOwner(_ context.Context, obj Object, expect Ownership, newHost string) (Row, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, live := s.liveLocked(newHost)
+	if !live {
+		return Row{}, ErrLeaseExpired
+	}
+	r, err := s.checkLocked(obj, expect)
+	if err != nil {
+		return Row{}, err
+	}
+	r.Host, r.LeaseGen = newHost, l.Gen
+	r.OwnerGen++
+	r.State = Active
+	r.Version++
+	s.rows[obj] = r
+	return r, nil
+}
+
+// Preserve implements Store.
+func (s *MemoryStore) Preserve(_ context.Context, obj Object, expect Ownership) (Row, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.checkLocked(obj, expect)
+	if err != nil {
+		return Row{}, err
+	}
+	r.Host, r.LeaseGen, r.State = "", 0, Preserved
+	r.Version++
+	s.rows[obj] = r
+	return r, nil
+}
+
+// Delete implements Store.
+func (s *MemoryStore) Delete(_ context.Context, obj Object, expect Ownership) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.checkLocked(obj, expect); err != nil {
+		return err
+	}
+	delete(s.rows, obj)
+	return nil
+}
+
+// RenewLease implements Store.
+func (s *MemoryStore) RenewLease(_ context.Context, host string, gen uint64) (Lease, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l, ok := s.leases[host]; ok && l.Gen > gen {
+		return Lease{}, payload.NewError(payload.Rejected, "relocation.Store.RenewLease", "a newer run of host "+host+" holds the lease")
+	}
+	l := Lease{Host: host, Gen: gen, Deadline: s.now().Add(LeaseTTL)}
+	s.leases[host] = l
+	return l, nil
+}
+
+// Lease implements Store.
+func (s *MemoryStore) Lease(_ context.Context, host string) (Lease, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.leases[host]
+	return l, ok, nil
+}

@@ -1,0 +1,303 @@
+package relocation
+
+import (
+	"errors"
+	"strconv"
+	"time"
+)
+
+// TargetConfig configures the target side of moves.
+type TargetConfig struct {
+	Host           string        // this host
+	CutoverWait    time.Duration // default DefaultCutoverWait
+	CommitDeadline time.Duration // default DefaultCommitDeadline
+}
+
+type tgtPhase uint8
+
+const (
+	tgtIdle tgtPhase = iota
+	tgtAssembling
+	tgtRestoring
+	tgtReady      // relay-ready sent; receiving the pre-boundary batch
+	tgtCommitting // store CAS in flight
+	tgtOpen       // committed and opened
+	tgtDone       // failed, aborted or abandoned
+)
+
+var tgtPhaseNames = [...]string{"idle", "assembling", "restoring", "ready", "committing", "open", "done"}
+
+// Target is the target side of one move, as a pure state machine (see
+// Source). The driver makes one when a Prepare for an unknown move arrives.
+//
+// Order: Prepare → RegisterTempQueue (first of all); the chunks → verify
+// length, chunk count and CRC-32C → RestoreObject; Restored → RelayReady;
+// the relays and a Cutover whose count and checksum match → StoreNewOwner
+// (the target alone writes the owner); its success → Committed to the
+// source and OpenQueue (captured work, relays, then the temporary queue).
+// A missing cutover: after CutoverWait the target commits anyway and logs
+// it. A mismatch or failed restore before relay-ready → Failed and
+// DiscardTempQueue; never a partial restore. A store conflict or newer
+// owner → Abandon: nothing of the move ran here. Relays resent from Seq 0
+// replace the partial batch wholesale. Results that arrive after the move
+// ended never revive it.
+type Target struct {
+	cfg      TargetConfig
+	phase    tgtPhase
+	prep     *Prepare
+	chunks   [][]byte
+	got      uint32
+	record   MoveRecord
+	now      int64
+	readyAt  int64
+	deadline int64
+	relays   [][]byte
+	retry    bool // a transient store failure waits for the next tick
+	outcome  Outcome
+	ownerGen uint64 // the owner generation the commit wrote
+}
+
+// NewTarget returns a target machine.
+func NewTarget(cfg TargetConfig) *Target {
+	if cfg.CutoverWait <= 0 {
+		cfg.CutoverWait = DefaultCutoverWait
+	}
+	if cfg.CommitDeadline <= 0 {
+		cfg.CommitDeadline = DefaultCommitDeadline
+	}
+	return &Target{cfg: cfg}
+}
+
+// Phase returns the machine's phase, for logs and tests.
+func (t *Target) Phase() string { return tgtPhaseNames[t.phase] }
+
+// Done reports whether the move has ended for the target (opened, failed,
+// aborted or abandoned).
+func (t *Target) Done() bool { return t.phase == tgtOpen || t.phase == tgtDone }
+
+// Step advances the machine.
+func (t *Target) Step(in Input) Output {
+	var out Output
+	switch in := in.(type) {
+	case Receive:
+		t.receive(in.Record, &out)
+	case Restored:
+		if t.phase != tgtRestoring {
+			return out
+		}
+		if in.Err != nil {
+			t.fail(&out, "restore failed: "+in.Err.Error())
+			return out
+		}
+		t.phase = tgtReady
+		t.readyAt = t.now
+		out.send(&RelayReady{Move: t.prep.Move})
+	case Tick:
+		t.now = in.Now
+		switch {
+		case t.phase == tgtReady && t.now-t.readyAt >= int64(t.cfg.CutoverWait):
+			out.log("target: no cutover " + t.cfg.CutoverWait.String() + " after relay-ready; committing with " +
+				strconv.Itoa(len(t.relays)) + " relayed messages")
+			t.commit(&out)
+		case t.phase == tgtCommitting && t.retry:
+			if t.now >= t.deadline {
+				t.abandon(&out, "store unavailable until the commit deadline")
+				return out
+			}
+			t.retry = false
+			out.act(t.storeOp())
+		}
+	case StoreResult:
+		if t.phase != tgtCommitting || t.retry {
+			return out // late: it never revives a finished move
+		}
+		switch err := in.Err; {
+		case err == nil:
+			t.phase = tgtOpen
+			t.outcome = Moved
+			t.ownerGen = in.Row.OwnerGen
+			out.send(&Committed{Move: t.prep.Move, OwnerGen: t.ownerGen})
+			out.act(OpenQueue{Captured: t.record.Queue, Relayed: t.relays})
+			out.finish(Moved, "")
+		case isConflict(err):
+			t.abandon(&out, "store: "+err.Error())
+		default:
+			t.retry = true // transient: the same operation on the next tick
+		}
+	}
+	return out
+}
+
+func isConflict(err error) bool {
+	var c *ConflictError
+	return errors.As(err, &c) || errors.Is(err, ErrNoRow) || errors.Is(err, ErrLeaseExpired)
+}
+
+func (t *Target) receive(r Record, out *Output) {
+	if t.prep != nil && r.MoveID() != t.prep.Move {
+		out.log("target: record of another move discarded")
+		return
+	}
+	switch r := r.(type) {
+	case *Prepare:
+		t.onPrepare(r, out)
+	case *Chunk:
+		t.onChunk(r, out)
+	case *Abort:
+		if t.phase == tgtAssembling || t.phase == tgtRestoring || t.phase == tgtReady {
+			t.phase = tgtDone
+			t.outcome = Aborted
+			out.act(DiscardTempQueue{Reason: "source aborted: " + r.Reason})
+			out.finish(Aborted, r.Reason)
+		}
+	case *Relay:
+		t.onRelay(r, out)
+	case *Cutover:
+		if t.phase != tgtReady {
+			return
+		}
+		if int(r.Boundary) != len(t.relays) || r.Checksum != relayChecksum(t.relays) {
+			out.log("target: cutover does not match the relayed batch (" + strconv.Itoa(len(t.relays)) + " of " +
+				strconv.Itoa(int(r.Boundary)) + "); waiting for the batch to be resent")
+			return
+		}
+		t.commit(out)
+	}
+}
+
+func (t *Target) onPrepare(p *Prepare, out *Output) {
+	if t.prep == nil {
+		if p.ChunkCount == 0 || uint64(p.ChunkCount) > uint64(p.TotalLen)+1 {
+			t.prep = p
+			t.fail(out, "prepare with an impossible chunk count")
+			return
+		}
+		t.prep = p
+		t.chunks = make([][]byte, p.ChunkCount)
+		t.phase = tgtAssembling
+		out.act(RegisterTempQueue{Object: p.Object})
+		return
+	}
+	if *p != *t.prep {
+		if t.phase == tgtAssembling || t.phase == tgtRestoring || t.phase == tgtReady {
+			t.fail(out, "duplicate prepare differs from the first")
+		}
+		return
+	}
+	// A repeat (the source resent after a link failure): answer for the
+	// phase we are in.
+	switch t.phase {
+	case tgtReady:
+		out.send(&RelayReady{Move: p.Move})
+	case tgtOpen:
+		out.send(&Committed{Move: p.Move, OwnerGen: t.ownerGen})
+	case tgtDone:
+		if t.outcome != Aborted {
+			out.send(&Failed{Move: p.Move, Reason: "move ended: " + t.outcome.String()})
+		}
+	}
+}
+
+func (t *Target) onChunk(c *Chunk, out *Output) {
+	if t.phase != tgtAssembling {
+		return
+	}
+	if c.Index >= t.prep.ChunkCount {
+		t.fail(out, "chunk index out of range")
+		return
+	}
+	if prev := t.chunks[c.Index]; prev != nil {
+		if string(prev) != string(c.Data) {
+			t.fail(out, "duplicate chunk with different bytes")
+		}
+		return
+	}
+	t.chunks[c.Index] = append([]byte{}, c.Data...)
+	t.got++
+	if t.got < t.prep.ChunkCount {
+		return
+	}
+	var rec []byte
+	for _, ch := range t.chunks {
+		rec = append(rec, ch...)
+	}
+	t.chunks = nil
+	if uint32(len(rec)) != t.prep.TotalLen {
+		t.fail(out, "move record length "+strconv.Itoa(len(rec))+", declared "+strconv.Itoa(int(t.prep.TotalLen)))
+		return
+	}
+	if Checksum(rec) != t.prep.CRC {
+		t.fail(out, "move record checksum mismatch")
+		return
+	}
+	m, err := DecodeMoveRecord(rec)
+	if err != nil {
+		t.fail(out, err.Error())
+		return
+	}
+	t.record = m
+	t.phase = tgtRestoring
+	out.act(RestoreObject{Record: m})
+}
+
+func (t *Target) onRelay(r *Relay, out *Output) {
+	switch t.phase {
+	case tgtReady, tgtCommitting:
+	case tgtOpen:
+		if int(r.Seq) == len(t.relays) {
+			f := append([]byte{}, r.Frame...)
+			t.relays = append(t.relays, f)
+			out.act(DeliverLate{Frames: [][]byte{f}})
+		}
+		return
+	default:
+		return
+	}
+	switch {
+	case r.Seq == 0:
+		// The batch starts (again): replace whatever partial span we had.
+		t.relays = [][]byte{append([]byte{}, r.Frame...)}
+	case int(r.Seq) == len(t.relays):
+		t.relays = append(t.relays, append([]byte{}, r.Frame...))
+	default:
+		out.log("target: relay " + strconv.Itoa(int(r.Seq)) + " out of order after " + strconv.Itoa(len(t.relays)) + "; waiting for the resend")
+	}
+}
+
+func relayChecksum(frames [][]byte) uint32 {
+	var all []byte
+	for _, f := range frames {
+		all = append(all, f...)
+	}
+	return Checksum(all)
+}
+
+func (t *Target) commit(out *Output) {
+	t.phase = tgtCommitting
+	t.deadline = t.now + int64(t.cfg.CommitDeadline)
+	out.act(t.storeOp())
+}
+
+func (t *Target) storeOp() StoreNewOwner {
+	return StoreNewOwner{Object: t.prep.Object, Expect: t.prep.Owner, NewHost: t.cfg.Host}
+}
+
+// fail ends the move before relay-ready: Failed to the source, the
+// temporary queue discarded. Never a partial restore.
+func (t *Target) fail(out *Output, reason string) {
+	t.phase = tgtDone
+	t.outcome = Aborted
+	out.send(&Failed{Move: t.prep.Move, Reason: reason})
+	out.act(DiscardTempQueue{Reason: reason})
+	out.finish(Aborted, reason)
+}
+
+// abandon ends the move after relay-ready without owning the object: the
+// source is told (it keeps no follow route to us) and nothing runs here.
+func (t *Target) abandon(out *Output, reason string) {
+	t.phase = tgtDone
+	t.outcome = Abandoned
+	out.send(&Failed{Move: t.prep.Move, Reason: "abandoned: " + reason})
+	out.act(Abandon{Reason: reason})
+	out.finish(Abandoned, reason)
+}

@@ -1,0 +1,392 @@
+package relocation
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berthrt/berth/payload"
+)
+
+// The trace tests replay scripts of inputs against a source and a target
+// machine and compare what they output with the expected trace, in the
+// style of etcd's raft interaction tests. Each testdata/*.txt file is one
+// scenario: blocks of
+//
+//	command args...
+//	----
+//	expected output lines
+//
+// separated by blank lines; '#' starts a comment line. Regenerate the
+// expected traces with
+//
+//	go test ./relocation -run TestTraces -rewrite
+//
+// only when you understand the diff.
+var rewrite = flag.Bool("rewrite", false, "rewrite the expected traces in testdata")
+
+func TestTraces(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.txt")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no trace scripts: %v", err)
+	}
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { runTrace(t, f) })
+	}
+}
+
+type block struct {
+	comments []string
+	cmd      string
+	want     []string
+}
+
+func parseTrace(t *testing.T, path string) []block {
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var blocks []block
+	var cur block
+	state := 0 // 0: before command, 1: after command, 2: in output
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case state == 0 && strings.HasPrefix(line, "#"):
+			cur.comments = append(cur.comments, line)
+		case state == 0 && strings.TrimSpace(line) == "":
+			if len(cur.comments) > 0 {
+				cur.comments = append(cur.comments, "")
+			}
+		case state == 0:
+			cur.cmd = line
+			state = 1
+		case state == 1:
+			if line != "----" {
+				t.Fatalf("%s: expected ---- after %q, got %q", path, cur.cmd, line)
+			}
+			state = 2
+		case state == 2 && line == "":
+			blocks = append(blocks, cur)
+			cur, state = block{}, 0
+		default:
+			cur.want = append(cur.want, line)
+		}
+	}
+	if state == 2 {
+		blocks = append(blocks, cur)
+	} else if state == 1 {
+		t.Fatalf("%s: command %q has no ----", path, cur.cmd)
+	}
+	return blocks
+}
+
+var (
+	testMove  = MoveID{0xa1}
+	otherMove = MoveID{0xb2}
+	testObj   = Object{Kind: "counter", ID: "1"}
+	testOwner = Ownership{Host: "A", LeaseGen: 1, ObjectGen: 1, OwnerGen: 3, Version: 7}
+)
+
+// world is the two machines and the records in flight between them.
+type world struct {
+	src      *Source
+	tgt      *Target
+	s2t, t2s []Record
+	now      int64
+}
+
+func runTrace(t *testing.T, path string) {
+	blocks := parseTrace(t, path)
+	w := &world{tgt: NewTarget(TargetConfig{Host: "B"})}
+	var out strings.Builder
+	failed := false
+	for _, b := range blocks {
+		got := w.exec(t, b.cmd)
+		for _, c := range b.comments {
+			out.WriteString(c + "\n")
+		}
+		out.WriteString(b.cmd + "\n----\n")
+		for _, l := range got {
+			out.WriteString(l + "\n")
+		}
+		out.WriteString("\n")
+		if !*rewrite && strings.Join(got, "\n") != strings.Join(b.want, "\n") {
+			t.Errorf("%s: %s\n got:\n\t%s\nwant:\n\t%s", path, b.cmd, strings.Join(got, "\n\t"), strings.Join(b.want, "\n\t"))
+			failed = true
+		}
+	}
+	if *rewrite {
+		if err := os.WriteFile(path, []byte(strings.TrimRight(out.String(), "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = failed
+}
+
+func args(fields []string) map[string]string {
+	m := map[string]string{}
+	for _, f := range fields {
+		k, v, _ := strings.Cut(f, "=")
+		m[k] = v
+	}
+	return m
+}
+
+func list(s string) [][]byte {
+	if s == "" {
+		return nil
+	}
+	var out [][]byte
+	for _, p := range strings.Split(s, ",") {
+		out = append(out, []byte(p))
+	}
+	return out
+}
+
+func (w *world) exec(t *testing.T, cmd string) []string {
+	fields := strings.Fields(cmd)
+	if len(fields) < 1 || (len(fields) < 2 && fields[0] != "phases") {
+		t.Fatalf("bad command %q", cmd)
+	}
+	var a map[string]string
+	if len(fields) > 2 {
+		a = args(fields[2:])
+	} else {
+		a = map[string]string{}
+	}
+	var lines []string
+	emit := func(who string, o Output, to *[]Record) {
+		for _, r := range o.Send {
+			lines = append(lines, who+"send "+fmtRecord(r))
+			*to = append(*to, r)
+		}
+		for _, act := range o.Actions {
+			lines = append(lines, who+fmtAction(act))
+		}
+	}
+	src := func(in Input) { emit("", w.src.Step(in), &w.s2t) }
+	tgt := func(in Input) { emit("", w.tgt.Step(in), &w.t2s) }
+	switch fields[0] {
+	case "source":
+		switch fields[1] {
+		case "start":
+			cfg := SourceConfig{Move: testMove, Object: testObj, Source: "A", Target: "B", Owner: testOwner}
+			if n, err := strconv.Atoi(a["chunk"]); err == nil {
+				cfg.ChunkSize = n
+			}
+			w.src = NewSource(cfg)
+			src(Start{})
+		case "sealed":
+			src(Sealed{})
+		case "captured":
+			state := []byte(a["state"])
+			if n, err := strconv.Atoi(a["statebytes"]); err == nil {
+				state = []byte(strings.Repeat("s", n))
+			}
+			src(Captured{Record: MoveRecord{State: state, Queue: list(a["queue"])}})
+		case "held":
+			src(HeldTaken{Frames: list(a["frames"])})
+		case "abort":
+			src(OperatorAbort{Reason: a["reason"]})
+		case "target-dead":
+			src(TargetDead{})
+		case "link-up":
+			src(LinkUp{})
+		default:
+			t.Fatalf("unknown source command %q", cmd)
+		}
+	case "target":
+		switch fields[1] {
+		case "restored":
+			var err error
+			if e := a["err"]; e != "" {
+				err = errors.New(e)
+			}
+			tgt(Restored{Err: err})
+		case "tick":
+			ms, _ := strconv.Atoi(a["ms"])
+			w.now += int64(time.Duration(ms) * time.Millisecond)
+			tgt(Tick{Now: w.now})
+		case "store":
+			switch fields[2] {
+			case "ok":
+				row := Row{Object: testObj, Ownership: testOwner, State: Active}
+				row.Host, row.OwnerGen, row.Version = "B", testOwner.OwnerGen+1, testOwner.Version+1
+				tgt(StoreResult{Row: row})
+			case "conflict":
+				tgt(StoreResult{Err: &ConflictError{Current: Row{Object: testObj}}})
+			case "newer":
+				tgt(StoreResult{Err: &ConflictError{Current: Row{Object: testObj}, NewerOwner: true}})
+			case "transient":
+				tgt(StoreResult{Err: payload.NewError(payload.Unavailable, "store", "connection reset")})
+			default:
+				t.Fatalf("unknown store result %q", cmd)
+			}
+		default:
+			t.Fatalf("unknown target command %q", cmd)
+		}
+	case "reply-preflight":
+		r := &PreflightReply{Move: testMove, OK: fields[1] == "ok", Reason: a["reason"]}
+		w.t2s = append(w.t2s, r)
+		lines = append(lines, "send "+fmtRecord(r))
+	case "deliver", "drop":
+		q := &w.s2t
+		if fields[1] == "t2s" {
+			q = &w.t2s
+		}
+		n := len(*q)
+		if v, err := strconv.Atoi(a["n"]); err == nil && v < n {
+			n = v
+		}
+		batch := (*q)[:n:n]
+		*q = (*q)[n:]
+		for _, r := range batch {
+			if fields[0] == "drop" {
+				lines = append(lines, "dropped "+fmtRecord(r))
+				continue
+			}
+			lines = append(lines, "recv "+fmtRecord(r))
+			if fields[1] == "t2s" {
+				emit("  ", w.src.Step(Receive{Record: r}), &w.s2t)
+			} else {
+				emit("  ", w.tgt.Step(Receive{Record: r}), &w.t2s)
+			}
+		}
+	case "inject":
+		// inject s2t <record> ...: a crafted record, delivered at once.
+		var r Record
+		move := testMove
+		if a["move"] == "other" {
+			move = otherMove
+		}
+		switch fields[2] {
+		case "chunk":
+			idx, _ := strconv.Atoi(a["idx"])
+			r = &Chunk{Move: move, Index: uint32(idx), Data: []byte(a["data"])}
+		case "prepare":
+			r = &Prepare{Move: move, Object: testObj, Source: "A", Owner: testOwner, TotalLen: 5, ChunkCount: 1, CRC: 1}
+		case "relay":
+			seq, _ := strconv.Atoi(a["seq"])
+			r = &Relay{Move: move, Seq: uint32(seq), Frame: []byte(a["frame"])}
+		case "committed":
+			r = &Committed{Move: move, OwnerGen: 4}
+		default:
+			t.Fatalf("unknown injected record %q", cmd)
+		}
+		lines = append(lines, "recv "+fmtRecord(r))
+		if fields[1] == "t2s" {
+			emit("  ", w.src.Step(Receive{Record: r}), &w.s2t)
+		} else {
+			emit("  ", w.tgt.Step(Receive{Record: r}), &w.t2s)
+		}
+	case "phases":
+		s := "none"
+		if w.src != nil {
+			s = w.src.Phase()
+		}
+		lines = append(lines, fmt.Sprintf("source %s, target %s, in flight s2t %d t2s %d", s, w.tgt.Phase(), len(w.s2t), len(w.t2s)))
+	default:
+		t.Fatalf("unknown command %q", cmd)
+	}
+	return lines
+}
+
+func fmtMove(m MoveID) string {
+	if m == testMove {
+		return ""
+	}
+	return " move=other"
+}
+
+func fmtFrames(fs [][]byte) string {
+	parts := make([]string, len(fs))
+	for i, f := range fs {
+		parts[i] = string(f)
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+func fmtRecord(r Record) string {
+	switch r := r.(type) {
+	case *Preflight:
+		return "Preflight " + r.Object.String() + fmtMove(r.Move)
+	case *PreflightReply:
+		if r.OK {
+			return "PreflightReply ok"
+		}
+		return fmt.Sprintf("PreflightReply no reason=%q", r.Reason)
+	case *Prepare:
+		o := r.Owner
+		return fmt.Sprintf("Prepare %s from=%s owner=%s/lease%d/obj%d/own%d/v%d len=%d chunks=%d crc=%08x%s",
+			r.Object, r.Source, o.Host, o.LeaseGen, o.ObjectGen, o.OwnerGen, o.Version, r.TotalLen, r.ChunkCount, r.CRC, fmtMove(r.Move))
+	case *Chunk:
+		return fmt.Sprintf("Chunk %d len=%d%s", r.Index, len(r.Data), fmtMove(r.Move))
+	case *RelayReady:
+		return "RelayReady" + fmtMove(r.Move)
+	case *Failed:
+		return fmt.Sprintf("Failed reason=%q%s", r.Reason, fmtMove(r.Move))
+	case *Abort:
+		return fmt.Sprintf("Abort reason=%q%s", r.Reason, fmtMove(r.Move))
+	case *Relay:
+		return fmt.Sprintf("Relay %d %s%s", r.Seq, r.Frame, fmtMove(r.Move))
+	case *Cutover:
+		return fmt.Sprintf("Cutover boundary=%d checksum=%08x%s", r.Boundary, r.Checksum, fmtMove(r.Move))
+	case *Committed:
+		return fmt.Sprintf("Committed ownergen=%d%s", r.OwnerGen, fmtMove(r.Move))
+	}
+	return fmt.Sprintf("%T", r)
+}
+
+func fmtAction(a Action) string {
+	switch a := a.(type) {
+	case SealOwner:
+		return "action seal"
+	case CaptureMove:
+		return "action capture"
+	case ReopenOwner:
+		return "action reopen"
+	case TakeHeld:
+		return "action take-held"
+	case InstallFollow:
+		return "action follow " + a.Target
+	case DropFollow:
+		return "action drop-follow"
+	case RegisterTempQueue:
+		return "action temp-queue " + a.Object.String()
+	case RestoreObject:
+		st := string(a.Record.State)
+		if len(st) > 16 {
+			st = strconv.Itoa(len(st)) + " bytes"
+		}
+		return fmt.Sprintf("action restore state=%q queue=%s", st, fmtFrames(a.Record.Queue))
+	case DiscardTempQueue:
+		return fmt.Sprintf("action discard-temp reason=%q", a.Reason)
+	case StoreNewOwner:
+		e := a.Expect
+		return fmt.Sprintf("action store new-owner %s expect=%s/own%d/v%d host=%s", a.Object, e.Host, e.OwnerGen, e.Version, a.NewHost)
+	case OpenQueue:
+		return "action open captured=" + fmtFrames(a.Captured) + " relayed=" + fmtFrames(a.Relayed)
+	case DeliverLate:
+		return "action deliver-late " + fmtFrames(a.Frames)
+	case Abandon:
+		return fmt.Sprintf("action abandon reason=%q", a.Reason)
+	case Finish:
+		if a.Reason == "" {
+			return "finish " + a.Outcome.String()
+		}
+		return fmt.Sprintf("finish %s reason=%q", a.Outcome, a.Reason)
+	case Log:
+		return "log " + a.Msg
+	}
+	return fmt.Sprintf("action %T", a)
+}
