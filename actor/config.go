@@ -80,6 +80,23 @@ type Config struct {
 	OnPayloadRelease func(payload.ReleaseEvent)
 	// Logger receives the host's log records; default slog.Default().
 	Logger *slog.Logger
+
+	// Network joins the host to other hosts in this process (the
+	// in-process transport) and gives it their shared Location Store.
+	// Without one, the host stands alone with a private in-memory store.
+	Network *Network
+	// AppVersion is compared in a move's preflight: objects move only
+	// between hosts of the same application version.
+	AppVersion string
+	// FollowDuration is how long a host forwards messages for an object
+	// that moved away (Message Follow); default 30 s.
+	FollowDuration time.Duration
+	// RouteCacheTTL bounds how long a host remembers where another host's
+	// object runs; default 15 s, and always shorter than FollowDuration.
+	RouteCacheTTL time.Duration
+	// CutoverWait is how long a move's target waits for the cutover after
+	// relay-ready before it commits anyway; default 1 s.
+	CutoverWait time.Duration
 }
 
 // withDefaults validates c and fills in defaults. Errors name the field.
@@ -131,6 +148,18 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.FollowDuration == 0 {
+		c.FollowDuration = DefaultFollowDuration
+	}
+	if c.RouteCacheTTL == 0 {
+		c.RouteCacheTTL = DefaultRouteCacheTTL
+	}
+	if c.RouteCacheTTL >= c.FollowDuration {
+		bad("RouteCacheTTL", "must be shorter than FollowDuration")
+	}
+	if c.CutoverWait < 0 {
+		bad("CutoverWait", "negative")
 	}
 	return c, errors.Join(errs...)
 }

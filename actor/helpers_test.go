@@ -2,6 +2,8 @@ package actor
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -124,15 +126,21 @@ func startHost(t testing.TB, cfg Config, items ...Registrable) *Host {
 	if err := h.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		h.Close()
-		checkNoHostGoroutines(t)
-	})
+	// Cleanups run last-in first-out: the leak check, registered before
+	// the first host's Close, runs after every host of the test closed.
+	if _, done := leakChecked.LoadOrStore(t, true); !done {
+		t.Cleanup(func() { checkNoHostGoroutines(t) })
+	}
+	t.Cleanup(func() { h.Close() })
 	return h
 }
+
+var leakChecked sync.Map // testing.TB → true
 
 var bg = context.Background()
 
 type mailboxLimitsT = mailbox.Limits
 
 func mailboxLimits(items int) mailboxLimitsT { return mailboxLimitsT{Items: items, Bytes: 64 << 20} }
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

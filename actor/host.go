@@ -15,6 +15,7 @@ import (
 	pa "github.com/asynkron/protoactor-go/actor"
 	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/relocation"
 )
 
 // Host states.
@@ -66,6 +67,19 @@ type Host struct {
 	actors      sync.WaitGroup   // owners whose actor has not stopped
 	bg          sync.WaitGroup   // janitor, metrics server
 	bgStop      chan struct{}
+	// Cluster: the Location Store, this run's lease, routes, moves.
+	net           *Network
+	store         relocation.Store
+	leaseGen      uint64
+	leaseDeadline atomic.Int64 // wall clock, Unix ns; past it no turn starts
+	routes        routeTable   // route cache
+	follows       routeTable   // forwarding routes of objects that moved away
+	movesMu       sync.Mutex
+	moves         map[relocation.MoveID]*moveDriver // guarded by movesMu
+	draining      atomic.Bool
+	drainState    atomic.Int32
+	moved         atomic.Int64 // relocations completed here (either side)
+
 	server      *http.Server
 	metricsAddr string // the /metrics listener address
 	seed        maphash.Seed
@@ -172,6 +186,23 @@ func (h *Host) Start() error {
 	if _, taken := hosts.LoadOrStore(h.name, h); taken {
 		return payload.NewError(payload.AlreadyExists, "actor.Host.Start", "another running host in this process is named "+h.name)
 	}
+	h.net = h.cfg.Network
+	if h.net != nil {
+		h.store = h.net.store
+	} else {
+		h.store = relocation.NewMemoryStore(nil)
+	}
+	h.leaseGen = uint64(time.Now().UnixNano())
+	if err := h.renewLease(); err != nil {
+		hosts.Delete(h.name)
+		return err
+	}
+	if h.net != nil {
+		if err := h.net.join(h); err != nil {
+			hosts.Delete(h.name)
+			return err
+		}
+	}
 	if h.cfg.MetricsAddr != "" {
 		if err := h.serveMetrics(); err != nil {
 			hosts.Delete(h.name)
@@ -206,7 +237,39 @@ func (h *Host) Start() error {
 		h.bg.Add(1)
 		go h.janitor()
 	}
+	h.bg.Add(1)
+	go h.leaseRenewer()
+	if h.net != nil {
+		h.bg.Add(1)
+		go h.moveTicker()
+	}
 	return nil
+}
+
+// renewLease renews this run's lease in the Location Store.
+func (h *Host) renewLease() error {
+	l, err := h.store.RenewLease(storeCtx, h.name, h.leaseGen)
+	if err != nil {
+		return &payload.Error{Kind: payload.Unavailable, Op: "actor.Host", Detail: "cannot renew the host lease", Err: err}
+	}
+	h.leaseDeadline.Store(l.Deadline.UnixNano())
+	return nil
+}
+
+func (h *Host) leaseRenewer() {
+	defer h.bg.Done()
+	t := time.NewTicker(relocation.LeaseRenew)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.bgStop:
+			return
+		case <-t.C:
+			if err := h.renewLease(); err != nil {
+				h.log.Error("lease renewal failed", "err", err)
+			}
+		}
+	}
 }
 
 // Stop stops the host gracefully: it takes no new messages from outside
@@ -277,6 +340,11 @@ func (h *Host) Close() error {
 	}
 	h.mu.Unlock()
 
+	// Leave the network first: peers stop routing here and learn that our
+	// moves are over.
+	if h.net != nil {
+		h.net.leave(h)
+	}
 	// First no new turn may start (mailboxes closed), then running handlers
 	// see their Context done.
 	h.permits.Close()
@@ -306,6 +374,9 @@ func (h *Host) Close() error {
 		for _, e := range unrun[i] {
 			h.endUnrun(o, "", e, ErrShuttingDown, RejectShuttingDown)
 		}
+	}
+	for _, d := range h.allMoves() {
+		d.abandonOnClose()
 	}
 	for _, o := range all {
 		if o.pid != nil {

@@ -41,6 +41,40 @@ type spec struct {
 	deactivate func(ctx context.Context, id string, state any)
 	handlers   map[string]*handler
 	errs       []error
+
+	policy  RelocationPolicy
+	capture func(state any) ([]byte, error)                       // PreserveState
+	restore func(c *Context, id string, data []byte) (any, error) // PreserveState
+}
+
+// RelocationPolicy says what a kind's objects do when their owner moves to
+// another host (Host.Relocate, Host.Drain).
+type RelocationPolicy uint8
+
+// The relocation policies.
+const (
+	// DisableRelocation: objects of the kind do not move. A draining host
+	// deactivates them instead (their deactivate hook runs) and they
+	// activate again elsewhere on their next message. The default, so that
+	// no in-memory state is ever dropped by surprise.
+	DisableRelocation RelocationPolicy = iota
+	// RecreateOnRelocation: the queued messages move; the state is rebuilt
+	// on the target by the factory.
+	RecreateOnRelocation
+	// PreserveState: the state moves too, captured and restored through
+	// the kind's adapter (Kind.PreserveState).
+	PreserveState
+)
+
+// String returns the policy's name.
+func (p RelocationPolicy) String() string {
+	switch p {
+	case RecreateOnRelocation:
+		return "recreate"
+	case PreserveState:
+		return "preserve-state"
+	}
+	return "disabled"
 }
 
 func (s *spec) add(h *handler) {
@@ -104,6 +138,42 @@ func (k *Kind[S]) OnDeactivate(fn func(ctx context.Context, id string, state *S)
 }
 
 func (k *Kind[S]) specs() []*spec { return []*spec{k.s} }
+
+// RecreateOnRelocation lets the kind's objects move: their queued messages
+// go to the new owner, whose factory rebuilds the state.
+func (k *Kind[S]) RecreateOnRelocation() {
+	k.s.policy, k.s.capture, k.s.restore = RecreateOnRelocation, nil, nil
+}
+
+// PreserveState lets the kind's objects move with their state: capture
+// encodes it on the source, in the object's last turn there; restore
+// rebuilds it on the target before any message runs (instead of the
+// factory). A restore error aborts the move and the source keeps the object.
+func (k *Kind[S]) PreserveState(capture func(state *S) ([]byte, error), restore func(ctx *Context, id string, data []byte) (*S, error)) {
+	k.s.policy = PreserveState
+	k.s.capture = func(st any) ([]byte, error) { return capture(st.(*S)) }
+	k.s.restore = func(c *Context, id string, data []byte) (any, error) {
+		st, err := restore(c, id, data)
+		if err == nil && st == nil {
+			err = payload.NewError(payload.InternalFailure, "actor.PreserveState", "kind "+k.s.name+": restore returned nil state")
+		}
+		return st, err
+	}
+}
+
+// PreserveStateJSON is PreserveState with the state encoded as JSON (its
+// exported fields, by encoding/json rules).
+func (k *Kind[S]) PreserveStateJSON() {
+	k.PreserveState(func(st *S) ([]byte, error) {
+		return payload.JSON.Encode(nil, st)
+	}, func(_ *Context, _ string, data []byte) (*S, error) {
+		st := new(S)
+		return st, payload.JSON.Decode(data, st)
+	})
+}
+
+// Relocation returns the kind's relocation policy.
+func (k *Kind[S]) Relocation() RelocationPolicy { return k.s.policy }
 
 // Handle adds a one-way handler for messages of type M to kind k, for Tell.
 // The handler receives the decoded value, never raw bytes. Asking a type

@@ -11,6 +11,7 @@ import (
 	pa "github.com/asynkron/protoactor-go/actor"
 	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/relocation"
 )
 
 // owner is the single place an object's (or a channel subscriber's)
@@ -27,6 +28,10 @@ type owner struct {
 	ready bool   // state made by the factory
 	prev  *owner // the previous activation, if it was still deactivating
 	ctx   Context
+
+	row      relocation.Ownership // the object's row as of its activation or move here
+	incoming atomic.Bool          // a move's target: held until the commit
+	moving   atomic.Bool          // a move away is under way
 
 	lastActive atomic.Int64  // nanotime of the last turn's end (with IdleTimeout)
 	gone       chan struct{} // closed when the deactivation finished
@@ -96,9 +101,20 @@ func (ownerActor) Receive(c pa.Context) {
 func (o *owner) turn(e *mailbox.Envelope) {
 	h := o.host
 	if e.Msg == nil {
-		if c, ok := e.Control.(control); ok {
+		switch c := e.Control.(type) {
+		case control:
 			o.control(c)
+		case moveStart:
+			c.d.startSource()
+		case moveSeal:
+			c.d.sealAndCapture()
 		}
+		return
+	}
+	if dl := h.leaseDeadline.Load(); dl != 0 && wallNano() > dl {
+		// Past its lease another host may own the object: start no turn.
+		h.obs.Rejected(o.spec.name, RejectShuttingDown)
+		o.fail(e, payload.NewError(payload.Unavailable, "actor", "host "+h.name+" is past its lease"))
 		return
 	}
 	h.running.Add(1)
@@ -208,35 +224,6 @@ func (kr *kindRuntime) shard(id string) *ownerShard {
 	return &kr.shards[maphash.String(kr.host.seed, id)%uint64(len(kr.shards))]
 }
 
-// owner returns the object's owner on this host, activating it if needed
-// (one activation per object per host). It fails with ShuttingDown once the
-// host takes no more messages.
-func (kr *kindRuntime) owner(id string, internal bool) (*owner, error) {
-	sh := kr.shard(id)
-	sh.mu.RLock()
-	o := sh.m[id]
-	sh.mu.RUnlock()
-	if o != nil {
-		return o, nil
-	}
-	h := kr.host
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if o = sh.m[id]; o != nil {
-		return o, nil
-	}
-	if (!internal && !h.acceptsExternal()) || (internal && !h.acceptsInternal()) {
-		return nil, ErrShuttingDown
-	}
-	o = h.newOwner(kr.spec, kr, Ref{Kind: kr.spec.name, ID: id})
-	o.prev = sh.passivating[id]
-	if sh.m == nil {
-		sh.m = map[string]*owner{}
-	}
-	sh.m[id] = o
-	return o, nil
-}
-
 // all returns a snapshot of the kind's owners.
 func (kr *kindRuntime) all() []*owner {
 	var out []*owner
@@ -286,6 +273,10 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 		}()
 	}
 	o.state = nil
+	obj := relocation.Object{Kind: o.ref.Kind, ID: o.ref.ID}
+	if _, err := kr.host.store.Preserve(storeCtx, obj, o.row); err != nil {
+		kr.host.log.Debug("location store row not preserved", "object", obj.String(), "err", err)
+	}
 	sh.mu.Lock()
 	if sh.passivating[o.ref.ID] == o {
 		delete(sh.passivating, o.ref.ID)

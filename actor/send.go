@@ -285,6 +285,23 @@ func (h *Host) routeReply(route []byte, op payload.OpID, r reply) {
 		h.requests.complete(op, r)
 		return
 	}
+	if h.net != nil {
+		if l := h.net.linkTo(h, string(route)); l != nil {
+			buf := r.buf
+			if r.err != nil {
+				var err error
+				if buf, err = encodeWireError(h, op, r.err); err != nil {
+					h.log.Error("error reply not encodable", "err", err)
+					return
+				}
+			}
+			if err := l.send(linkItem{buf: buf}); err != nil {
+				buf.Release()
+				h.log.Warn("reply lost: the link to the asker is down", "route", string(route))
+			}
+			return
+		}
+	}
 	if v, ok := hosts.Load(string(route)); ok {
 		v.(*Host).requests.complete(op, r)
 		return
@@ -333,11 +350,20 @@ func (t target) name() string {
 	return t.kr.spec.name
 }
 
-func (t target) resolve(internal bool) (*owner, error) {
+func (t target) resolve(internal bool) (place, error) {
 	if t.o != nil {
-		return t.o, nil
+		return place{o: t.o}, nil
 	}
-	return t.kr.owner(t.id, internal)
+	return t.kr.locate(t.id, internal)
+}
+
+// sendElsewhere hands an item whose object runs on another host to the
+// transport: its permit (if any) is returned, its message sent on.
+func (h *Host) sendElsewhere(e *mailbox.Envelope, p place) error {
+	m := e.Msg
+	e.Msg = nil
+	e.Release()
+	return h.sendRemote(p.host, m)
 }
 
 // dispatch admits m for t and takes ownership of m in every case. From a
@@ -380,11 +406,15 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 		}
 	}()
 	for {
-		o, err := t.resolve(false)
+		p, err := t.resolve(false)
 		if err != nil {
 			h.reject(t.name(), e, RejectShuttingDown)
 			return false, err
 		}
+		if p.o == nil {
+			return false, h.sendElsewhere(e, p)
+		}
+		o := p.o
 		size := e.Msg.Len()
 		if h.observed {
 			e.Admitted = nanotime()
@@ -439,11 +469,18 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 // It cannot wait, so lane limits do not apply (the permit bounds it).
 func (h *Host) admitGranted(t target, e *mailbox.Envelope) {
 	for {
-		o, err := t.resolve(true)
+		p, err := t.resolve(true)
 		if err != nil {
 			h.endUnrun(nil, t.name(), e, err, RejectShuttingDown)
 			return
 		}
+		if p.o == nil {
+			if err := h.sendElsewhere(e, p); err != nil {
+				h.log.Debug("send to another host failed", "host", p.host, "err", err)
+			}
+			return
+		}
+		o := p.o
 		size := e.Msg.Len()
 		if h.observed {
 			e.Admitted = nanotime()

@@ -504,3 +504,26 @@ func (v *HeaderView) Header() Header {
 	}
 	return h
 }
+
+// SetForward rewrites, in place, the hop count and the addressed generation
+// of an encoded frame: what a forwarder changes when it hands a message on.
+// The caller must hold the only reference to the frame. It returns a
+// ProtocolError if frame does not start with a header.
+func SetForward(frame []byte, hops uint8, generation uint64) error {
+	if len(frame) < fixedLen || frame[0] != headerMagic {
+		return malformed("not a frame")
+	}
+	frame[offHops] = hops
+	binary.BigEndian.PutUint64(frame[offGeneration:], generation)
+	return nil
+}
+
+// SetFlags rewrites, in place, the flags byte of an encoded frame; the
+// caller must hold the only reference.
+func SetFlags(frame []byte, flags uint8) error {
+	if len(frame) < fixedLen || frame[0] != headerMagic {
+		return malformed("not a frame")
+	}
+	frame[offFlags] = flags
+	return nil
+}

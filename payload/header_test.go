@@ -276,3 +276,25 @@ func TestOpIDsAreUniqueAndNonZero(t *testing.T) {
 		t.Fatal("OpID.String is not 32 hex digits")
 	}
 }
+
+func TestSetForwardAndFlagsRewriteFixedFieldsInPlace(t *testing.T) {
+	h := fullHeader()
+	frame, _ := AppendHeader(nil, &h)
+	frame = append(frame, "body"...)
+	if err := SetForward(frame, 5, 99); err != nil {
+		t.Fatal(err)
+	}
+	if err := SetFlags(frame, 0x42); err != nil {
+		t.Fatal(err)
+	}
+	v, n, err := DecodeHeader(frame)
+	if err != nil || v.Hops() != 5 || v.Generation() != 99 || v.Flags() != 0x42 || string(frame[n:]) != "body" {
+		t.Fatalf("after rewrite: hops %d gen %d flags %x err %v", v.Hops(), v.Generation(), v.Flags(), err)
+	}
+	if v.Op() != h.Op || string(v.TargetID()) != h.Target.ID {
+		t.Fatal("other fields changed")
+	}
+	if err := SetForward([]byte("short"), 1, 1); !errors.Is(err, ProtocolError) {
+		t.Fatalf("SetForward of a non-frame = %v", err)
+	}
+}

@@ -212,6 +212,19 @@ func (m *Message) Share() *Message {
 	return c
 }
 
+// TakeBuffer ends the Message and returns its reference to the frame
+// instead of releasing it: ownership of the encoded frame moves to the
+// caller (a transport handing it on). The Message must not be used after.
+func (m *Message) TakeBuffer() Buffer {
+	m.live("TakeBuffer")
+	b := m.buf
+	m.buf, m.hdr, m.codec = Buffer{}, HeaderView{}, nil
+	m.value, m.err = nil, nil
+	m.decoded.Store(false)
+	messages.Put(m)
+	return b
+}
+
 // Release drops the Message's reference to its frame and recycles the
 // Message. The frame's storage is released when its last reference goes.
 func (m *Message) Release() {

@@ -415,3 +415,25 @@ func TestJSONMatchesEncodingJSON(t *testing.T) {
 		}
 	}
 }
+
+func TestTakeBufferMovesOwnershipWithoutRelease(t *testing.T) {
+	log := newReleaseLog()
+	p := NewPool(PoolOptions{OnRelease: log.observe})
+	r := frozen(t)
+	m, _ := NewMessage(p, r, testHeader(), Item{SKU: "moved"})
+	b := m.TakeBuffer()
+	if log.total.Load() != 0 {
+		t.Fatal("TakeBuffer released the frame")
+	}
+	m2, err := r.Open(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := Value[Item](m2); v.SKU != "moved" {
+		t.Fatal("frame lost its payload")
+	}
+	m2.Release()
+	if log.total.Load() != 1 {
+		t.Fatal("frame not released exactly once")
+	}
+}

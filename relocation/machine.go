@@ -112,8 +112,12 @@ type (
 	DeliverLate struct{ Frames [][]byte }
 	// Abandon: the store said the object belongs to someone else (conflict
 	// or newer owner) or could not be written in time; nothing of the move
-	// ran here; drop it all.
-	Abandon struct{ Reason string }
+	// ran here. The captured work and the relays it got are handed back so
+	// the driver can send them on to the object's owner.
+	Abandon struct {
+		Reason            string
+		Captured, Relayed [][]byte
+	}
 )
 
 // Finish ends a machine's move with an outcome. Either machine.

@@ -283,3 +283,15 @@ func (s *MemoryStore) Lease(_ context.Context, host string) (Lease, bool, error)
 	l, ok := s.leases[host]
 	return l, ok, nil
 }
+
+// Expire ends host's lease now, as if the host stopped renewing it long
+// ago: other hosts may take its objects over at once (tests and the
+// in-process Network's Kill).
+func (s *MemoryStore) Expire(host string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l, ok := s.leases[host]; ok {
+		l.Deadline = s.now().Add(-time.Nanosecond)
+		s.leases[host] = l
+	}
+}

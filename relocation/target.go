@@ -298,6 +298,6 @@ func (t *Target) abandon(out *Output, reason string) {
 	t.phase = tgtDone
 	t.outcome = Abandoned
 	out.send(&Failed{Move: t.prep.Move, Reason: "abandoned: " + reason})
-	out.act(Abandon{Reason: reason})
+	out.act(Abandon{Reason: reason, Captured: t.record.Queue, Relayed: t.relays})
 	out.finish(Abandoned, reason)
 }

@@ -379,7 +379,7 @@ func fmtAction(a Action) string {
 	case DeliverLate:
 		return "action deliver-late " + fmtFrames(a.Frames)
 	case Abandon:
-		return fmt.Sprintf("action abandon reason=%q", a.Reason)
+		return fmt.Sprintf("action abandon reason=%q hand-on=%s%s", a.Reason, fmtFrames(a.Captured), fmtFrames(a.Relayed))
 	case Finish:
 		if a.Reason == "" {
 			return "finish " + a.Outcome.String()

@@ -1,0 +1,366 @@
+package actor
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/relocation"
+)
+
+// Routing between hosts (DESIGN §8, §9).
+//
+// Where an object runs is decided by the Location Store. A host looks an
+// object up in this order: its own owners; its forwarding routes (objects
+// that moved away from it, kept for FollowDuration — Message Follow); its
+// route cache (at most RouteCacheTTL old, shorter than Message Follow);
+// the store. An object with no live owner is reserved and activated where
+// the message is (one activation per object across the hosts sharing the
+// store). A forwarded message keeps its operation id, reply route and
+// deadline; each hop raises its owner generation; at most MaxHops hops.
+
+// Defaults for routing.
+const (
+	DefaultFollowDuration = 30 * time.Second
+	DefaultRouteCacheTTL  = 15 * time.Second
+	// MaxHops bounds Message Follow: a message forwarded more often ends
+	// with Unavailable.
+	MaxHops = 8
+)
+
+// flagError marks a reply frame that carries an error.
+const flagError uint8 = 2
+
+// place is where an object runs: a local owner, or another host.
+type place struct {
+	o    *owner
+	host string
+	gen  uint64 // the owner generation the route knows (0: unknown)
+}
+
+type routeEntry struct {
+	host    string
+	gen     uint64
+	expires int64 // nanotime
+}
+
+// routeTable maps objects to hosts: the route cache, or the forwarding
+// routes of objects that moved away.
+type routeTable struct {
+	mu sync.RWMutex
+	m  map[relocation.Object]routeEntry
+}
+
+func (t *routeTable) get(obj relocation.Object) (routeEntry, bool) {
+	t.mu.RLock()
+	e, ok := t.m[obj]
+	t.mu.RUnlock()
+	if !ok || nanotime() >= e.expires {
+		return routeEntry{}, false
+	}
+	return e, true
+}
+
+func (t *routeTable) put(obj relocation.Object, host string, gen uint64, ttl time.Duration) {
+	t.mu.Lock()
+	if t.m == nil {
+		t.m = map[relocation.Object]routeEntry{}
+	}
+	if old, ok := t.m[obj]; !ok || gen >= old.gen || nanotime() >= old.expires {
+		t.m[obj] = routeEntry{host: host, gen: gen, expires: nanotime() + int64(ttl)}
+	}
+	t.mu.Unlock()
+}
+
+func (t *routeTable) drop(obj relocation.Object) {
+	t.mu.Lock()
+	delete(t.m, obj)
+	t.mu.Unlock()
+}
+
+// dropHost forgets every route to host.
+func (t *routeTable) dropHost(host string) {
+	t.mu.Lock()
+	for k, e := range t.m {
+		if e.host == host {
+			delete(t.m, k)
+		}
+	}
+	t.mu.Unlock()
+}
+
+// routeHint tells a host where an object runs now (sent back by a host
+// that had to forward a message for it).
+type routeHint struct {
+	host string
+	gen  uint64
+}
+
+var storeCtx = context.Background()
+
+// peerLive reports whether host holds a live lease of generation gen.
+func (h *Host) peerLive(host string, gen uint64) bool {
+	l, ok, err := h.store.Lease(storeCtx, host)
+	return err == nil && ok && l.Gen == gen && time.Now().Before(l.Deadline)
+}
+
+// locate returns where object id of the kind runs, activating it here when
+// no live host owns it (one activation per object across the store).
+func (kr *kindRuntime) locate(id string, internal bool) (place, error) {
+	sh := kr.shard(id)
+	sh.mu.RLock()
+	o := sh.m[id]
+	sh.mu.RUnlock()
+	if o != nil {
+		return place{o: o}, nil
+	}
+	h := kr.host
+	obj := relocation.Object{Kind: kr.spec.name, ID: id}
+	if e, ok := h.follows.get(obj); ok {
+		return place{host: e.host, gen: e.gen}, nil
+	}
+	if e, ok := h.routes.get(obj); ok {
+		return place{host: e.host, gen: e.gen}, nil
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if o = sh.m[id]; o != nil {
+		return place{o: o}, nil
+	}
+	if (!internal && !h.acceptsExternal()) || (internal && !h.acceptsInternal()) {
+		return place{}, ErrShuttingDown
+	}
+	row, err := h.store.Get(storeCtx, obj)
+	switch {
+	case err == nil && row.State != relocation.Preserved && row.Host != h.name && h.peerLive(row.Host, row.LeaseGen):
+		h.routes.put(obj, row.Host, row.OwnerGen, h.cfg.RouteCacheTTL)
+		return place{host: row.Host, gen: row.OwnerGen}, nil
+	case err != nil && !errors.Is(err, relocation.ErrNoRow):
+		return place{}, &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: "location store", Err: err}
+	}
+	if h.draining.Load() {
+		if other := h.net.pickHost(h, kr.spec.name); other != "" {
+			return place{host: other}, nil
+		}
+	}
+	row, err = h.store.Reserve(storeCtx, obj, h.name)
+	if err == nil {
+		row, err = h.store.Commit(storeCtx, obj, row.Ownership)
+	}
+	if err != nil {
+		var ce *relocation.ConflictError
+		if errors.As(err, &ce) && ce.Current.Host != "" && ce.Current.Host != h.name {
+			h.routes.put(obj, ce.Current.Host, ce.Current.OwnerGen, h.cfg.RouteCacheTTL)
+			return place{host: ce.Current.Host, gen: ce.Current.OwnerGen}, nil
+		}
+		return place{}, &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: "cannot activate " + obj.String(), Err: err}
+	}
+	o = h.newOwner(kr.spec, kr, Ref{Kind: kr.spec.name, ID: id})
+	o.row = row.Ownership
+	o.prev = sh.passivating[id]
+	if sh.m == nil {
+		sh.m = map[string]*owner{}
+	}
+	sh.m[id] = o
+	return place{o: o}, nil
+}
+
+// sendRemote hands m to the link to host. Tell completes here: the
+// transport accepted it. On failure m is released.
+func (h *Host) sendRemote(host string, m *payload.Message) error {
+	var l *link
+	if h.net != nil {
+		l = h.net.linkTo(h, host)
+	}
+	if l == nil {
+		m.Release()
+		return payload.NewError(payload.Unavailable, "actor", "host "+host+" is not reachable")
+	}
+	buf := m.TakeBuffer()
+	if err := l.send(linkItem{buf: buf}); err != nil {
+		buf.Release()
+		return err
+	}
+	return nil
+}
+
+// receive handles one item off a link, on the link's goroutine. Nothing
+// here waits for a job permit: messages for local owners queue in the
+// link's permit source, in order.
+func (h *Host) receive(l *link, it linkItem) {
+	switch {
+	case it.hint != nil:
+		h.routes.put(it.obj, it.hint.host, it.hint.gen, h.cfg.RouteCacheTTL)
+	case it.rec != nil:
+		h.onRecord(l.from.name, it.obj, it.rec)
+	default:
+		h.onFrame(l, it.buf)
+	}
+}
+
+// dropItem ends an item that can no longer be delivered (the link closed).
+func (h *Host) dropItem(it linkItem) {
+	if !it.buf.IsZero() {
+		it.buf.Release()
+	}
+}
+
+func (h *Host) onFrame(l *link, buf payload.Buffer) {
+	hv, _, err := payload.DecodeHeader(buf.Bytes())
+	if err != nil {
+		h.log.Warn("malformed frame from a link dropped", "from", l.from.name, "err", err)
+		buf.Release()
+		return
+	}
+	if hv.Flags()&flagReply != 0 {
+		op := hv.Op()
+		if hv.Flags()&flagError != 0 {
+			rerr := decodeWireError(h, buf)
+			buf.Release()
+			h.requests.complete(op, reply{err: rerr})
+			return
+		}
+		h.requests.complete(op, reply{buf: buf})
+		return
+	}
+	m, err := h.reg.Open(buf)
+	if err != nil {
+		h.failFrame(hv.ReplyTo(), hv.Op(), err)
+		buf.Release()
+		return
+	}
+	kr := h.kinds[string(hv.TargetName())]
+	if kr == nil || hv.Scope() != payload.ScopeObject {
+		h.failMessage(m, payload.NewError(payload.NotFound, "actor", "host "+h.name+" has no kind "+string(hv.TargetName())))
+		return
+	}
+	id := string(hv.TargetID())
+	p, err := kr.locate(id, true)
+	if err != nil {
+		h.failMessage(m, err)
+		return
+	}
+	if p.o != nil {
+		ps := &pendingSend{m: m}
+		ps.one[0] = target{kr: kr, id: id}
+		ps.targets = ps.one[:]
+		l.in.enqueue(ps)
+		return
+	}
+	h.forward(l.from.name, kr, id, m, p)
+}
+
+// forward hands a message on to where its object runs now (Message
+// Follow), keeping its identity, reply route and deadline, raising its hop
+// count and owner generation; it tells the previous hop where the object is.
+func (h *Host) forward(prev string, kr *kindRuntime, id string, m *payload.Message, p place) {
+	hv := m.Header()
+	hops := int(hv.Hops()) + 1
+	if hops > MaxHops || (hops > 1 && p.gen != 0 && p.gen <= hv.Generation()) {
+		h.failMessage(m, payload.NewError(payload.Unavailable, "actor", "route loop or too many hops for "+kr.spec.name+"/"+id))
+		return
+	}
+	gen := p.gen
+	if gen < hv.Generation() {
+		gen = hv.Generation()
+	}
+	route, op := string(hv.ReplyTo()), hv.Op()
+	buf := m.TakeBuffer()
+	if err := payload.SetForward(buf.Bytes(), uint8(hops), gen); err != nil {
+		buf.Release()
+		return
+	}
+	var l *link
+	if h.net != nil {
+		l = h.net.linkTo(h, p.host)
+	}
+	if l == nil || l.send(linkItem{buf: buf}) != nil {
+		buf.Release()
+		h.routes.drop(relocation.Object{Kind: kr.spec.name, ID: id})
+		h.failFrame([]byte(route), op, payload.NewError(payload.Unavailable, "actor", "host "+p.host+" is not reachable"))
+		return
+	}
+	if prev != "" && prev != p.host {
+		if back := h.net.linkTo(h, prev); back != nil {
+			_ = back.send(linkItem{obj: relocation.Object{Kind: kr.spec.name, ID: id}, hint: &routeHint{host: p.host, gen: p.gen}})
+		}
+	}
+}
+
+// failMessage ends a message that cannot be delivered: a request gets err.
+func (h *Host) failMessage(m *payload.Message, err error) {
+	hv := m.Header()
+	h.failFrame(hv.ReplyTo(), hv.Op(), err)
+	m.Release()
+}
+
+func (h *Host) failFrame(route []byte, op payload.OpID, err error) {
+	if len(route) > 0 {
+		h.routeReply(route, op, reply{err: err})
+	} else {
+		h.log.Debug("one-way message could not be delivered", "err", err)
+	}
+}
+
+// wireError is how an error reply travels between hosts: its kind and
+// text. Errors other than berth kinds arrive as their text only.
+type wireError struct {
+	Kind uint8  `json:"k"`
+	Text string `json:"t"`
+}
+
+func encodeWireError(h *Host, op payload.OpID, err error) (payload.Buffer, error) {
+	return payload.Encode(h.pool, h.reg, payload.Header{Op: op, Flags: flagReply | flagError},
+		wireError{Kind: uint8(payload.KindOf(err)), Text: err.Error()})
+}
+
+func decodeWireError(h *Host, buf payload.Buffer) error {
+	m, err := h.reg.Open(buf.Retain())
+	if err != nil {
+		return err
+	}
+	defer m.Release()
+	we, err := payload.Value[wireError](m)
+	if err != nil {
+		return err
+	}
+	k := payload.Kind(we.Kind)
+	if k == 0 {
+		k = payload.InternalFailure
+	}
+	return &payload.Error{Kind: k, Op: "remote", Detail: we.Text}
+}
+
+// pickHost returns another running host on the network that hosts kind,
+// for a draining host to send new activations to ("" if none).
+func (n *Network) pickHost(self *Host, kind string) string {
+	if n == nil {
+		return ""
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	best, bestLoad := "", int64(-1)
+	for name, h := range n.hosts {
+		if h == self || h.draining.Load() || h.kinds[kind] == nil {
+			continue
+		}
+		if load := h.owners.Load(); bestLoad < 0 || load < bestLoad || (load == bestLoad && name < best) {
+			best, bestLoad = name, load
+		}
+	}
+	return best
+}
+
+// peerGone: a host left the network (stopped or killed).
+func (h *Host) peerGone(name string) {
+	h.routes.dropHost(name)
+	h.follows.dropHost(name)
+	h.moveEvent(name, relocation.TargetDead{})
+}
+
+// linkUp: the link to a host was healed.
+func (h *Host) linkUp(name string) {
+	h.moveEvent(name, relocation.LinkUp{})
+}

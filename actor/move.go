@@ -1,0 +1,631 @@
+package actor
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/berthrt/berth/mailbox"
+	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/relocation"
+)
+
+// Errors of Relocate and Drain.
+var (
+	// ErrNotLocal: Relocate of an object that has no owner on this host.
+	ErrNotLocal = payload.NewError(payload.NotFound, "actor.Host.Relocate", "the object has no owner on this host")
+	// ErrNoNetwork: Relocate or Drain on a host without a Network.
+	ErrNoNetwork = payload.NewError(payload.NotConfigured, "actor.Host.Relocate", "the host has no Network (Config.Network)")
+	// ErrMoveInProgress: Relocate of an object that is already moving.
+	ErrMoveInProgress = payload.NewError(payload.InvalidOperation, "actor.Host.Relocate", "the object is already moving")
+)
+
+// moveDriver carries out one move's state machine on this host: the source
+// side (the object moves away) or the target side (it moves here). Inputs
+// come from Relocate, the owner's lifecycle turns, the link, and the tick;
+// the mutex makes them one sequence.
+type moveDriver struct {
+	h    *Host
+	id   relocation.MoveID
+	obj  relocation.Object
+	kr   *kindRuntime
+	peer string
+
+	mu       sync.Mutex
+	src      *relocation.Source
+	tgt      *relocation.Target
+	o        *owner
+	captured []*mailbox.Envelope // source: the unexecuted queue at the seal
+	held     []*mailbox.Envelope // source: what arrived after the seal
+	conflict bool                // target: an owner already existed here
+	row      relocation.Ownership
+	done     chan error // source: Relocate's result
+	ended    bool
+	started  time.Time
+}
+
+// Control items the move puts on the owner's lifecycle lane.
+type (
+	moveStart struct{ d *moveDriver } // begin the source machine in a turn of the owner
+	moveSeal  struct{ d *moveDriver } // seal and capture at a turn boundary
+)
+
+// Relocate moves the object's owner, with its queued messages and (per
+// the kind's policy) its state, to the host named target while messages
+// keep flowing: none is lost or run twice, per-sender order is kept, every
+// request completes once. It returns when the move ended: nil when the
+// target owns the object; an error when the move was refused (preflight),
+// aborted before the point of no return (the object then runs here again,
+// nothing lost), or abandoned. If ctx ends before the target acknowledged
+// the move, the move is aborted; after that point it completes anyway and
+// Relocate returns ctx.Err().
+func (h *Host) Relocate(ctx context.Context, ref Ref, target string) error {
+	const op = "actor.Host.Relocate"
+	if !h.acceptsExternal() {
+		return ErrShuttingDown
+	}
+	if h.net == nil {
+		return ErrNoNetwork
+	}
+	if target == h.name || h.net.host(target) == nil {
+		return payload.NewError(payload.NotFound, op, "no other host named "+target+" on the network")
+	}
+	kr := h.kinds[ref.Kind]
+	if kr == nil {
+		return payload.NewError(payload.NotFound, op, "no kind "+ref.Kind)
+	}
+	if kr.spec.policy == DisableRelocation {
+		return payload.NewError(payload.InvalidOperation, op, "kind "+ref.Kind+" does not relocate (DisableRelocation)")
+	}
+	sh := kr.shard(ref.ID)
+	sh.mu.RLock()
+	o := sh.m[ref.ID]
+	sh.mu.RUnlock()
+	if o == nil || o.incoming.Load() {
+		return ErrNotLocal
+	}
+	if !o.moving.CompareAndSwap(false, true) {
+		return ErrMoveInProgress
+	}
+	d := &moveDriver{h: h, id: payload.NewOpID(), obj: relocation.Object{Kind: ref.Kind, ID: ref.ID}, kr: kr,
+		peer: target, o: o, done: make(chan error, 1), started: time.Now()}
+	h.addMove(d)
+	e := mailbox.NewEnvelope()
+	e.Lane = mailbox.Lifecycle
+	e.Control = moveStart{d}
+	if err := o.mb.AdmitOverflow(e); err != nil {
+		e.Release()
+		h.removeMove(d)
+		o.moving.Store(false)
+		return ErrNotLocal // the owner closed meanwhile
+	}
+	select {
+	case err := <-d.done:
+		return err
+	case <-ctx.Done():
+		d.step(relocation.OperatorAbort{Reason: ctx.Err().Error()})
+		select {
+		case err := <-d.done:
+			if err == nil {
+				return nil
+			}
+		default:
+		}
+		return ctxErr(ctx)
+	}
+}
+
+func (h *Host) addMove(d *moveDriver) {
+	h.movesMu.Lock()
+	if h.moves == nil {
+		h.moves = map[relocation.MoveID]*moveDriver{}
+	}
+	h.moves[d.id] = d
+	h.movesMu.Unlock()
+}
+
+func (h *Host) removeMove(d *moveDriver) {
+	h.movesMu.Lock()
+	if h.moves[d.id] == d {
+		delete(h.moves, d.id)
+	}
+	h.movesMu.Unlock()
+}
+
+func (h *Host) move(id relocation.MoveID) *moveDriver {
+	h.movesMu.Lock()
+	defer h.movesMu.Unlock()
+	return h.moves[id]
+}
+
+func (h *Host) allMoves() []*moveDriver {
+	h.movesMu.Lock()
+	defer h.movesMu.Unlock()
+	out := make([]*moveDriver, 0, len(h.moves))
+	for _, d := range h.moves {
+		out = append(out, d)
+	}
+	return out
+}
+
+// moveEvent steps every move with peer with in (link up, peer gone).
+func (h *Host) moveEvent(peer string, in relocation.Input) {
+	for _, d := range h.allMoves() {
+		if d.peer != peer {
+			continue
+		}
+		if _, dead := in.(relocation.TargetDead); dead && d.tgt != nil {
+			// Our source is gone. Before relay-ready nothing will come:
+			// drop the temporary queue; after it, the cutover wait commits.
+			d.step(relocation.Receive{Record: &relocation.Abort{Move: d.id, Reason: "source host gone"}})
+			continue
+		}
+		d.step(in)
+	}
+}
+
+// onRecord handles a relocation record off the link from host from.
+func (h *Host) onRecord(from string, obj relocation.Object, rec relocation.Record) {
+	switch r := rec.(type) {
+	case *relocation.Preflight:
+		reply := &relocation.PreflightReply{Move: r.Move, OK: true}
+		kr := h.kinds[r.Object.Kind]
+		switch {
+		case kr == nil:
+			reply.OK, reply.Reason = false, "host "+h.name+" has no kind "+r.Object.Kind
+		case kr.spec.policy == DisableRelocation:
+			reply.OK, reply.Reason = false, "kind "+r.Object.Kind+" does not relocate"
+		case h.draining.Load() || !h.acceptsExternal():
+			reply.OK, reply.Reason = false, "host "+h.name+" is draining or stopping"
+		case h.cfg.AppVersion != r.AppVersion:
+			reply.OK, reply.Reason = false, "application version "+h.cfg.AppVersion+" here, "+r.AppVersion+" at the source"
+		}
+		h.sendRecord(from, r.Object, reply)
+		return
+	case *relocation.Prepare:
+		d := h.move(r.Move)
+		if d == nil {
+			kr := h.kinds[r.Object.Kind]
+			if kr == nil || !h.acceptsInternal() {
+				h.sendRecord(from, r.Object, &relocation.Failed{Move: r.Move, Reason: "host " + h.name + " cannot take " + r.Object.String()})
+				return
+			}
+			d = &moveDriver{h: h, id: r.Move, obj: r.Object, kr: kr, peer: from, started: time.Now(),
+				tgt: relocation.NewTarget(relocation.TargetConfig{Host: h.name, CutoverWait: h.cfg.CutoverWait})}
+			h.addMove(d)
+		}
+		d.step(relocation.Receive{Record: r})
+		return
+	}
+	if d := h.move(rec.MoveID()); d != nil {
+		d.step(relocation.Receive{Record: rec})
+		return
+	}
+	if c, ok := rec.(*relocation.Relay); ok {
+		// A relay for a move that ended here (abandoned): hand the message
+		// on to wherever its object runs.
+		h.redispatchFrame(c.Frame)
+	}
+}
+
+func (h *Host) sendRecord(to string, obj relocation.Object, rec relocation.Record) {
+	if h.net == nil {
+		return
+	}
+	if l := h.net.linkTo(h, to); l != nil {
+		_ = l.send(linkItem{rec: rec, obj: obj})
+	}
+}
+
+// moveTicker ticks the moves (target cutover waits, store retries).
+func (h *Host) moveTicker() {
+	defer h.bg.Done()
+	t := time.NewTicker(25 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.bgStop:
+			return
+		case <-t.C:
+		}
+		now := nanotime()
+		for _, d := range h.allMoves() {
+			if d.tgt != nil {
+				d.step(relocation.Tick{Now: now})
+			}
+		}
+	}
+}
+
+// step feeds one input to the machine and carries out what it asks,
+// feeding immediate results back, all under the driver's lock.
+func (d *moveDriver) step(in relocation.Input) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stepLocked(in)
+}
+
+func (d *moveDriver) stepLocked(in relocation.Input) {
+	queue := []relocation.Input{in}
+	for len(queue) > 0 && !d.ended {
+		in := queue[0]
+		queue = queue[1:]
+		var out relocation.Output
+		if d.src != nil {
+			out = d.src.Step(in)
+		} else if d.tgt != nil {
+			out = d.tgt.Step(in)
+		} else {
+			return
+		}
+		for _, r := range out.Send {
+			d.h.sendRecord(d.peer, d.obj, r)
+		}
+		for _, a := range out.Actions {
+			if next := d.apply(a); next != nil {
+				queue = append(queue, next)
+			}
+		}
+	}
+}
+
+// apply carries out one action; it returns an input to feed back at once,
+// or nil.
+func (d *moveDriver) apply(a relocation.Action) relocation.Input {
+	h := d.h
+	switch a := a.(type) {
+	// Source actions.
+	case relocation.SealOwner:
+		e := mailbox.NewEnvelope()
+		e.Lane = mailbox.Lifecycle
+		e.Control = moveSeal{d}
+		if err := d.o.mb.AdmitOverflow(e); err != nil {
+			e.Release()
+			return relocation.OperatorAbort{Reason: "the owner closed"}
+		}
+	case relocation.ReopenOwner:
+		d.o.mb.Reopen(d.captured)
+		d.captured = nil
+	case relocation.TakeHeld:
+		d.takeHeld()
+		return relocation.HeldTaken{Frames: frames(d.held)}
+	case relocation.InstallFollow:
+		// Installed with TakeHeld, before the mailbox closed.
+	case relocation.DropFollow:
+		h.follows.drop(d.obj)
+	// Target actions.
+	case relocation.RegisterTempQueue:
+		d.registerTemp()
+	case relocation.RestoreObject:
+		return relocation.Restored{Err: d.restore(a.Record)}
+	case relocation.DiscardTempQueue:
+		d.discardTemp(nil, a.Reason)
+	case relocation.StoreNewOwner:
+		row, err := h.store.NewOwner(storeCtx, a.Object, a.Expect, a.NewHost)
+		return relocation.StoreResult{Row: row, Err: err}
+	case relocation.OpenQueue:
+		d.open(a)
+	case relocation.DeliverLate:
+		for _, f := range a.Frames {
+			if e := h.envelopeOf(f); e != nil {
+				if err := d.o.mb.AdmitOverflow(e); err != nil {
+					h.redispatch(e)
+				}
+			}
+		}
+	case relocation.Abandon:
+		d.discardTemp(append(append([][]byte(nil), a.Captured...), a.Relayed...), a.Reason)
+	case relocation.Finish:
+		d.finish(a)
+	case relocation.Log:
+		h.log.Info("relocation: "+a.Msg, "object", d.obj.String(), "peer", d.peer)
+	}
+	return nil
+}
+
+// startSource runs in a lifecycle turn of the owner: it reads the object's
+// row and starts the source machine with the preflight.
+func (d *moveDriver) startSource() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	row, err := d.h.store.Get(storeCtx, d.obj)
+	if err != nil || row.Host != d.h.name {
+		d.ended = true
+		d.o.moving.Store(false)
+		d.h.removeMove(d)
+		d.done <- &payload.Error{Kind: payload.Unavailable, Op: "actor.Host.Relocate", Detail: "the store does not show this host as the owner", Err: err}
+		return
+	}
+	d.row = row.Ownership
+	d.src = relocation.NewSource(relocation.SourceConfig{Move: d.id, Object: d.obj, Source: d.h.name, Target: d.peer,
+		Owner: row.Ownership, AppVersion: d.h.cfg.AppVersion})
+	d.stepLocked(relocation.Start{})
+}
+
+// sealAndCapture runs in a lifecycle turn of the owner, so no application
+// turn runs: the seal takes effect at this turn boundary, and the move
+// record is built now, and only now.
+func (d *moveDriver) sealAndCapture() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.src == nil || d.ended {
+		return
+	}
+	d.o.mb.Seal()
+	out := d.src.Step(relocation.Sealed{})
+	for _, r := range out.Send {
+		d.h.sendRecord(d.peer, d.obj, r)
+	}
+	for _, a := range out.Actions {
+		if _, ok := a.(relocation.CaptureMove); ok {
+			rec, err := d.capture()
+			if err != nil {
+				d.h.log.Error("relocation: capture failed; aborting", "object", d.obj.String(), "err", err)
+				d.stepLocked(relocation.OperatorAbort{Reason: "capture failed: " + err.Error()})
+				return
+			}
+			d.stepLocked(relocation.Captured{Record: rec})
+			continue
+		}
+		if next := d.apply(a); next != nil {
+			d.stepLocked(next)
+		}
+	}
+}
+
+// capture drains the unexecuted queue (undecoded) and captures the state.
+func (d *moveDriver) capture() (relocation.MoveRecord, error) {
+	queued, held := d.o.mb.Drain()
+	d.captured = append(queued, held...)
+	var rec relocation.MoveRecord
+	if d.kr.spec.policy == PreserveState && d.o.ready {
+		st, err := d.kr.spec.capture(d.o.state)
+		if err != nil {
+			d.o.mb.Reopen(d.captured)
+			d.captured = nil
+			return rec, err
+		}
+		rec.State = st
+	}
+	rec.Queue = frames(d.captured)
+	return rec, nil
+}
+
+// takeHeld makes the move final at the source: the object leaves this
+// host's owners for a forwarding route, then the mailbox closes and what
+// was held is taken for the relay.
+func (d *moveDriver) takeHeld() {
+	h, o := d.h, d.o
+	sh := d.kr.shard(d.obj.ID)
+	sh.mu.Lock()
+	if sh.m[d.obj.ID] == o {
+		delete(sh.m, d.obj.ID)
+	}
+	h.follows.put(d.obj, d.peer, d.row.OwnerGen+1, h.cfg.FollowDuration)
+	sh.mu.Unlock()
+	d.held = append(d.held, o.mb.Close()...)
+}
+
+// finish ends the move on this host.
+func (d *moveDriver) finish(f relocation.Finish) {
+	h := d.h
+	d.ended = true
+	h.removeMove(d)
+	if d.src != nil {
+		var err error
+		switch f.Outcome {
+		case relocation.Moved:
+			h.moved.Add(1)
+		case relocation.NotStarted:
+			err = payload.NewError(payload.Rejected, "actor.Host.Relocate", f.Reason)
+		case relocation.Aborted:
+			err = payload.NewError(payload.Unavailable, "actor.Host.Relocate", "move aborted: "+f.Reason)
+		case relocation.Abandoned:
+			err = payload.NewError(payload.Rejected, "actor.Host.Relocate", "move abandoned: "+f.Reason)
+		case relocation.Lost:
+			err = payload.NewError(payload.DataLost, "actor.Host.Relocate", f.Reason)
+		}
+		if f.Outcome == relocation.Moved || f.Outcome == relocation.Lost || f.Outcome == relocation.Abandoned {
+			// The messages went with the move record and the relays.
+			for _, e := range d.captured {
+				e.Release()
+			}
+			for _, e := range d.held {
+				e.Release()
+			}
+			d.captured, d.held = nil, nil
+			d.o.state = nil
+			h.obs.Deactivated(d.kr.spec.name)
+			h.system.Root.Stop(d.o.pid)
+		} else {
+			d.o.moving.Store(false)
+		}
+		d.done <- err
+		return
+	}
+	if f.Outcome != relocation.Moved && d.o != nil && !d.conflict {
+		h.obs.Deactivated(d.kr.spec.name)
+		h.system.Root.Stop(d.o.pid)
+	}
+}
+
+// registerTemp installs the incoming owner, sealed: messages sent here
+// directly wait in its hold — the temporary queue.
+func (d *moveDriver) registerTemp() {
+	h := d.h
+	sh := d.kr.shard(d.obj.ID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.m[d.obj.ID] != nil {
+		d.conflict = true
+		return
+	}
+	o := h.newOwner(d.kr.spec, d.kr, Ref{Kind: d.obj.Kind, ID: d.obj.ID})
+	o.incoming.Store(true)
+	o.mb.Seal()
+	if sh.m == nil {
+		sh.m = map[string]*owner{}
+	}
+	sh.m[d.obj.ID] = o
+	h.routes.drop(d.obj)
+	h.follows.drop(d.obj)
+	d.o = o
+}
+
+// restore rebuilds the state through the kind's policy; nothing runs yet.
+func (d *moveDriver) restore(rec relocation.MoveRecord) error {
+	if d.conflict || d.o == nil {
+		return errors.New("host " + d.h.name + " already hosts " + d.obj.String())
+	}
+	o := d.o
+	var st any
+	var err error
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				err = payload.NewError(payload.InternalFailure, "actor", "restore panicked")
+			}
+		}()
+		if d.kr.spec.policy == PreserveState && d.kr.spec.restore != nil && len(rec.State) > 0 {
+			st, err = d.kr.spec.restore(&o.ctx, d.obj.ID, rec.State)
+		} else {
+			st, err = d.kr.spec.factory(&o.ctx, d.obj.ID)
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	o.state, o.ready = st, true
+	return nil
+}
+
+// open makes the target the owner: captured work, the relays, then the
+// temporary queue, in that order.
+func (d *moveDriver) open(a relocation.OpenQueue) {
+	h, o := d.h, d.o
+	row, _ := h.store.Get(storeCtx, d.obj)
+	o.row = row.Ownership
+	var items []*mailbox.Envelope
+	for _, list := range [][][]byte{a.Captured, a.Relayed} {
+		for _, f := range list {
+			if e := h.envelopeOf(f); e != nil {
+				items = append(items, e)
+			}
+		}
+	}
+	o.incoming.Store(false)
+	o.mb.Reopen(items)
+	h.moved.Add(1)
+}
+
+// discardTemp drops the incoming owner; the messages it held (and extra,
+// for an abandoned move) go on to wherever the object runs.
+func (d *moveDriver) discardTemp(extra [][]byte, reason string) {
+	h := d.h
+	if d.o == nil || d.conflict {
+		return
+	}
+	o := d.o
+	sh := d.kr.shard(d.obj.ID)
+	sh.mu.Lock()
+	if sh.m[d.obj.ID] == o {
+		delete(sh.m, d.obj.ID)
+	}
+	sh.mu.Unlock()
+	held := o.mb.Close()
+	o.state, o.ready = nil, false
+	h.log.Info("relocation: temporary queue discarded", "object", d.obj.String(), "reason", reason, "messages", len(held))
+	for _, e := range held {
+		h.redispatch(e)
+	}
+	for _, f := range extra {
+		h.redispatchFrame(f)
+	}
+}
+
+// envelopeOf makes a queue item of a frame received in a move record or a
+// relay: the boundary copies it once.
+func (h *Host) envelopeOf(frame []byte) *mailbox.Envelope {
+	m, err := h.reg.Open(h.pool.Copy(frame))
+	if err != nil {
+		h.log.Warn("relocation: undecodable frame in a move dropped", "err", err)
+		return nil
+	}
+	e := mailbox.NewEnvelope()
+	e.Msg = m
+	return e
+}
+
+// redispatch sends an item that will not run here to wherever its object
+// runs now.
+func (h *Host) redispatch(e *mailbox.Envelope) {
+	m := e.Msg
+	e.Msg = nil
+	e.Release()
+	if m != nil {
+		h.redispatchMessage(m)
+	}
+}
+
+func (h *Host) redispatchFrame(f []byte) {
+	m, err := h.reg.Open(h.pool.Copy(f))
+	if err == nil {
+		h.redispatchMessage(m)
+	}
+}
+
+func (h *Host) redispatchMessage(m *payload.Message) {
+	hv := m.Header()
+	kr := h.kinds[string(hv.TargetName())]
+	if kr == nil {
+		h.failMessage(m, payload.NewError(payload.NotFound, "actor", "no kind "+string(hv.TargetName())))
+		return
+	}
+	id := string(hv.TargetID())
+	p, err := kr.locate(id, true)
+	if err != nil {
+		h.failMessage(m, err)
+		return
+	}
+	if p.o != nil {
+		e := mailbox.NewEnvelope()
+		e.Msg = m
+		if err := p.o.mb.AdmitOverflow(e); err != nil {
+			e.Msg = nil
+			e.Release()
+			h.failMessage(m, payload.NewError(payload.Unavailable, "actor", "owner closed"))
+		}
+		return
+	}
+	h.forward("", kr, id, m, p)
+}
+
+func frames(items []*mailbox.Envelope) [][]byte {
+	out := make([][]byte, 0, len(items))
+	for _, e := range items {
+		if e.Msg != nil {
+			out = append(out, e.Msg.Frame())
+		}
+	}
+	return out
+}
+
+// abandonOnClose ends a move when its host closes: a waiting Relocate gets
+// ShuttingDown; envelopes the move held are ended.
+func (d *moveDriver) abandonOnClose() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ended {
+		return
+	}
+	d.ended = true
+	d.h.removeMove(d)
+	for _, e := range append(d.captured, d.held...) {
+		d.h.endUnrun(d.o, "", e, ErrShuttingDown, RejectShuttingDown)
+	}
+	d.captured, d.held = nil, nil
+	if d.done != nil {
+		d.done <- ErrShuttingDown
+	}
+}
