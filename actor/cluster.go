@@ -118,10 +118,10 @@ func (kr *kindRuntime) locate(id string, internal bool) (place, error) {
 	}
 	h := kr.host
 	obj := relocation.Object{Kind: kr.spec.name, ID: id}
-	if e, ok := h.follows.get(obj); ok {
+	if e, ok := h.follows.get(obj); ok && e.host != h.name {
 		return place{host: e.host, gen: e.gen}, nil
 	}
-	if e, ok := h.routes.get(obj); ok {
+	if e, ok := h.routes.get(obj); ok && e.host != h.name {
 		return place{host: e.host, gen: e.gen}, nil
 	}
 	sh.mu.Lock()
@@ -167,19 +167,23 @@ func (kr *kindRuntime) locate(id string, internal bool) (place, error) {
 	return place{o: o}, nil
 }
 
+// errHostGone: the host a route names is no longer on the network.
+var errHostGone = payload.NewError(payload.Unavailable, "actor", "the host is not on the network")
+
 // sendRemote hands m to the link to host. Tell completes here: the
-// transport accepted it. On failure m is released.
-func (h *Host) sendRemote(host string, m *payload.Message) error {
+// transport accepted it. If the host is gone, m is left to the caller and
+// errHostGone returned (the caller looks the object up again); on other
+// failures m is released.
+func (h *Host) sendRemote(host string, m *payload.Message, fence uint64, via string) error {
 	var l *link
 	if h.net != nil {
 		l = h.net.linkTo(h, host)
 	}
 	if l == nil {
-		m.Release()
-		return payload.NewError(payload.Unavailable, "actor", "host "+host+" is not reachable")
+		return errHostGone
 	}
 	buf := m.TakeBuffer()
-	if err := l.send(linkItem{buf: buf}); err != nil {
+	if err := l.send(linkItem{buf: buf, fenceSeq: fence, fenceVia: via}); err != nil {
 		buf.Release()
 		return err
 	}
@@ -192,22 +196,78 @@ func (h *Host) sendRemote(host string, m *payload.Message) error {
 func (h *Host) receive(l *link, it linkItem) {
 	switch {
 	case it.hint != nil:
-		h.routes.put(it.obj, it.hint.host, it.hint.gen, h.cfg.RouteCacheTTL)
+		if it.hint.host != h.name { // a move to here is known here already
+			h.routes.put(it.obj, it.hint.host, it.hint.gen, h.cfg.RouteCacheTTL)
+		}
+	case it.fence != nil:
+		h.onFence(l, it.obj, it.fence)
+	case it.left:
+		ps := &pendingSend{mark: &fenceMark{left: l.from.name}}
+		ps.targets = ps.one[:]
+		l.in.enqueue(ps) // behind everything admitted off this link
+		return
 	case it.rec != nil:
 		h.onRecord(l.from.name, it.obj, it.rec)
 	default:
-		h.onFrame(l, it.buf)
+		h.onFrame(l, it)
 	}
+}
+
+// bounceTo hands a frame back to the host it came from, which routes it
+// again; it reports false (keeping buf with the caller) if that host is
+// gone too.
+func (h *Host) bounceTo(prev string, buf payload.Buffer) bool {
+	ph := h.bounceHost(prev)
+	if ph == nil {
+		return false
+	}
+	ph.bounced(buf)
+	return true
+}
+
+// bounceHost returns the running host named prev, other than h, or nil.
+func (h *Host) bounceHost(prev string) *Host {
+	if prev == "" || h.net == nil {
+		return nil
+	}
+	ph := h.net.host(prev)
+	if ph == nil || ph == h || !ph.acceptsInternal() {
+		return nil
+	}
+	return ph
+}
+
+// bounced takes back a frame this host sent that its destination left
+// before receiving: it is routed again (replies and messages alike).
+func (h *Host) bounced(buf payload.Buffer) {
+	hv, _, err := payload.DecodeHeader(buf.Bytes())
+	if err != nil || !h.acceptsInternal() {
+		h.obs.Rejected("", RejectUndeliverable)
+		buf.Release()
+		return
+	}
+	if hv.Flags()&flagReply != 0 {
+		buf.Release() // the asker left; nobody waits for this reply
+		return
+	}
+	m, err := h.reg.Open(buf)
+	if err != nil {
+		buf.Release()
+		return
+	}
+	h.redispatchMessage(m)
 }
 
 // dropItem ends an item that can no longer be delivered (the link closed).
 func (h *Host) dropItem(it linkItem) {
 	if !it.buf.IsZero() {
+		h.obs.Rejected("", RejectUndeliverable)
 		it.buf.Release()
 	}
 }
 
-func (h *Host) onFrame(l *link, buf payload.Buffer) {
+func (h *Host) onFrame(l *link, it linkItem) {
+	buf := it.buf
 	hv, _, err := payload.DecodeHeader(buf.Bytes())
 	if err != nil {
 		h.log.Warn("malformed frame from a link dropped", "from", l.from.name, "err", err)
@@ -239,23 +299,44 @@ func (h *Host) onFrame(l *link, buf payload.Buffer) {
 	id := string(hv.TargetID())
 	p, err := kr.locate(id, true)
 	if err != nil {
+		if ph := h.bounceHost(l.from.name); ph != nil && errors.Is(err, ErrShuttingDown) {
+			ph.bounced(m.TakeBuffer()) // this host is closing: the sender routes it again
+			return
+		}
 		h.failMessage(m, err)
 		return
 	}
-	if p.o != nil {
-		ps := &pendingSend{m: m}
+	if it.fenceSeq != 0 && it.fenceOf == "" {
+		it.fenceOf = l.from.name
+	}
+	if p.o != nil || !l.in.idle() {
+		// Admit here — or, if earlier messages off this link still wait
+		// for permits, queue behind them even to be forwarded, so none
+		// overtakes another.
+		ps := &pendingSend{m: m, relayed: true, from: l.from.name,
+			fence: linkItem{fenceSeq: it.fenceSeq, fenceVia: it.fenceVia, fenceOf: it.fenceOf}}
 		ps.one[0] = target{kr: kr, id: id}
 		ps.targets = ps.one[:]
+		if p.o != nil && it.fenceSeq != 0 && h.holdForFence(fenceKey{obj: relocation.Object{Kind: kr.spec.name, ID: id}, sender: it.fenceOf},
+			it.fenceVia, heldForFence{seq: it.fenceSeq, l: l, ps: ps}) {
+			return
+		}
 		l.in.enqueue(ps)
 		return
 	}
-	h.forward(l.from.name, kr, id, m, p)
+	h.forwardFenced(l.from.name, kr, id, m, p, it)
 }
 
 // forward hands a message on to where its object runs now (Message
 // Follow), keeping its identity, reply route and deadline, raising its hop
 // count and owner generation; it tells the previous hop where the object is.
 func (h *Host) forward(prev string, kr *kindRuntime, id string, m *payload.Message, p place) {
+	h.forwardFenced(prev, kr, id, m, p, linkItem{})
+}
+
+// forwardFenced is forward keeping the fence the message carries (so the
+// final owner still orders it behind its sender's older messages).
+func (h *Host) forwardFenced(prev string, kr *kindRuntime, id string, m *payload.Message, p place, fence linkItem) {
 	hv := m.Header()
 	hops := int(hv.Hops()) + 1
 	if hops > MaxHops || (hops > 1 && p.gen != 0 && p.gen <= hv.Generation()) {
@@ -276,7 +357,10 @@ func (h *Host) forward(prev string, kr *kindRuntime, id string, m *payload.Messa
 	if h.net != nil {
 		l = h.net.linkTo(h, p.host)
 	}
-	if l == nil || l.send(linkItem{buf: buf}) != nil {
+	if l == nil && h.bounceTo(prev, buf) {
+		return // this host is leaving: the previous hop routes it again
+	}
+	if l == nil || l.send(linkItem{buf: buf, fenceSeq: fence.fenceSeq, fenceVia: fence.fenceVia, fenceOf: fence.fenceOf}) != nil {
 		buf.Release()
 		h.routes.drop(relocation.Object{Kind: kr.spec.name, ID: id})
 		h.failFrame([]byte(route), op, payload.NewError(payload.Unavailable, "actor", "host "+p.host+" is not reachable"))
@@ -297,6 +381,7 @@ func (h *Host) failMessage(m *payload.Message, err error) {
 }
 
 func (h *Host) failFrame(route []byte, op payload.OpID, err error) {
+	h.obs.Rejected("", RejectUndeliverable)
 	if len(route) > 0 {
 		h.routeReply(route, op, reply{err: err})
 	} else {
@@ -353,10 +438,16 @@ func (n *Network) pickHost(self *Host, kind string) string {
 	return best
 }
 
-// peerGone: a host left the network (stopped or killed).
-func (h *Host) peerGone(name string) {
+// peerGone: a host left the network (stopped or killed). Messages held for
+// fences that travel through it are released now if nothing more can come
+// from it (it crashed, or never sent here), else when its last item, on
+// its link here, has been handled.
+func (h *Host) peerGone(name string, releaseNow bool) {
 	h.routes.dropHost(name)
 	h.follows.dropHost(name)
+	if releaseNow {
+		h.releaseFences(name)
+	}
 	h.moveEvent(name, relocation.TargetDead{})
 }
 

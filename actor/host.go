@@ -79,6 +79,10 @@ type Host struct {
 	draining      atomic.Bool
 	drainState    atomic.Int32
 	moved         atomic.Int64 // relocations completed here (either side)
+	killed        atomic.Bool  // Network.Kill: undelivered messages are lost
+	sent          sentTable    // where this host last sent each object's messages
+	fences        fenceTable   // messages held for their sender's fence
+	heldForFence  atomic.Int64
 
 	server      *http.Server
 	metricsAddr string // the /metrics listener address
@@ -288,6 +292,9 @@ func (h *Host) Stop(ctx context.Context) error {
 	for err == nil && h.deactivateAll() > 0 {
 		err = h.quiesce(ctx)
 	}
+	if err == nil && h.net != nil {
+		err = h.leaveGracefully(ctx)
+	}
 	if cerr := h.Close(); err == nil {
 		err = cerr
 	}
@@ -302,7 +309,8 @@ func (h *Host) quiesce(ctx context.Context) error {
 	defer tick.Stop()
 	for {
 		if h.permits.InUse() == 0 && h.permits.Waiters() == 0 && h.running.Load() == 0 &&
-			h.counters.Queued(mailbox.Application) == 0 && h.counters.Queued(mailbox.Lifecycle) == 0 {
+			h.counters.Queued(mailbox.Application) == 0 && h.counters.Queued(mailbox.Lifecycle) == 0 &&
+			(h.net == nil || h.net.pending(h) == 0) {
 			return nil
 		}
 		select {
@@ -311,6 +319,29 @@ func (h *Host) quiesce(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// leaveGracefully stops the other hosts from routing here and waits until
+// what they already sent has been handled (forwarded after the objects
+// that moved away), so that leaving the network loses and reorders nothing.
+func (h *Host) leaveGracefully(ctx context.Context) error {
+	h.net.markLeaving(h)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	quiet := 0
+	for quiet < 3 { // a few quiet polls: senders that resolved just before the mark
+		if h.net.pendingIn(h) == 0 && h.permits.InUse() == 0 && h.running.Load() == 0 {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	return nil
 }
 
 // deactivateAll asks every object to run its deactivate hook in a last
@@ -406,6 +437,8 @@ func (h *Host) Stats() Stats {
 		PermitWaiters:     h.permits.Waiters(),
 		PermitsMax:        h.permits.Max(),
 		RequestsInFlight:  int(h.inflight.Load()),
+		HeldForFence:      int(h.heldForFence.Load()),
+		Relocations:       h.moved.Load(),
 		Payload:           h.pool.Stats(),
 	}
 }

@@ -193,6 +193,7 @@ func (h *Host) onRecord(from string, obj relocation.Object, rec relocation.Recor
 			}
 			d = &moveDriver{h: h, id: r.Move, obj: r.Object, kr: kr, peer: from, started: time.Now(),
 				tgt: relocation.NewTarget(relocation.TargetConfig{Host: h.name, CutoverWait: h.cfg.CutoverWait})}
+			d.tgt.Step(relocation.Tick{Now: nanotime()}) // the machine's clock starts now
 			h.addMove(d)
 		}
 		d.step(relocation.Receive{Record: r})
@@ -223,11 +224,14 @@ func (h *Host) moveTicker() {
 	defer h.bg.Done()
 	t := time.NewTicker(25 * time.Millisecond)
 	defer t.Stop()
-	for {
+	for i := 0; ; i++ {
 		select {
 		case <-h.bgStop:
 			return
 		case <-t.C:
+		}
+		if i%40 == 0 {
+			h.releaseFences("")
 		}
 		now := nanotime()
 		for _, d := range h.allMoves() {
@@ -288,8 +292,7 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 		d.o.mb.Reopen(d.captured)
 		d.captured = nil
 	case relocation.TakeHeld:
-		d.takeHeld()
-		return relocation.HeldTaken{Frames: frames(d.held)}
+		return relocation.HeldTaken{Frames: d.takeHeld()}
 	case relocation.InstallFollow:
 		// Installed with TakeHeld, before the mailbox closed.
 	case relocation.DropFollow:
@@ -394,8 +397,11 @@ func (d *moveDriver) capture() (relocation.MoveRecord, error) {
 
 // takeHeld makes the move final at the source: the object leaves this
 // host's owners for a forwarding route, then the mailbox closes and what
-// was held is taken for the relay.
-func (d *moveDriver) takeHeld() {
+// was held is taken for the relay. Past relay-ready the source never
+// reopens, so the held and captured items end here: their frames are
+// copied out for the relays (records outlive this host's buffers) and the
+// items released, returning their permits.
+func (d *moveDriver) takeHeld() [][]byte {
 	h, o := d.h, d.o
 	sh := d.kr.shard(d.obj.ID)
 	sh.mu.Lock()
@@ -404,7 +410,19 @@ func (d *moveDriver) takeHeld() {
 	}
 	h.follows.put(d.obj, d.peer, d.row.OwnerGen+1, h.cfg.FollowDuration)
 	sh.mu.Unlock()
-	d.held = append(d.held, o.mb.Close()...)
+	held := append(d.held, o.mb.Close()...)
+	out := make([][]byte, 0, len(held))
+	for _, e := range held {
+		if e.Msg != nil {
+			out = append(out, append([]byte(nil), e.Msg.Frame()...))
+		}
+		e.Release()
+	}
+	for _, e := range d.captured {
+		e.Release()
+	}
+	d.held, d.captured = nil, nil
+	return out
 }
 
 // finish ends the move on this host.
@@ -549,6 +567,7 @@ func (d *moveDriver) discardTemp(extra [][]byte, reason string) {
 func (h *Host) envelopeOf(frame []byte) *mailbox.Envelope {
 	m, err := h.reg.Open(h.pool.Copy(frame))
 	if err != nil {
+		h.obs.Rejected("", RejectProtocol)
 		h.log.Warn("relocation: undecodable frame in a move dropped", "err", err)
 		return nil
 	}

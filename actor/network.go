@@ -76,10 +76,14 @@ func (n *Network) leave(h *Host) {
 	}
 	delete(n.hosts, h.name)
 	var closing []*link
+	hasLink := map[string]bool{} // peers that get a "left" item on a link from h
 	for k, l := range n.links {
 		if k[0] == h.name || k[1] == h.name {
 			closing = append(closing, l)
 			delete(n.links, k)
+			if k[0] == h.name {
+				hasLink[k[1]] = true
+			}
 		}
 	}
 	var peers []*Host
@@ -88,10 +92,22 @@ func (n *Network) leave(h *Host) {
 	}
 	n.mu.Unlock()
 	for _, l := range closing {
-		l.close()
+		switch {
+		case h.killed.Load():
+			l.close(false) // a crash: what was on the wire is lost
+		case l.from == h:
+			// Deliver what h sent before it left; the last item tells the
+			// peer, in order, that nothing more comes from h.
+			l.mu.Lock()
+			l.items = append(l.items, linkItem{left: true})
+			l.mu.Unlock()
+			l.closeWhenEmpty()
+		default:
+			l.close(true) // hand what h did not receive back to its senders
+		}
 	}
 	for _, p := range peers {
-		p.peerGone(h.name)
+		p.peerGone(h.name, h.killed.Load() || !hasLink[p.name])
 	}
 }
 
@@ -117,6 +133,67 @@ func (n *Network) linkTo(from *Host, to string) *link {
 	l := newLink(n, from, dst)
 	n.links[key] = l
 	return l
+}
+
+// markLeaving tells the other hosts that h is about to leave: they stop
+// routing to it by their caches (they ask the store again), while links to
+// h keep delivering, so h can forward what is already on its way.
+func (n *Network) markLeaving(h *Host) {
+	n.mu.Lock()
+	var peers []*Host
+	for _, p := range n.hosts {
+		if p != h {
+			peers = append(peers, p)
+		}
+	}
+	n.mu.Unlock()
+	h.draining.Store(true)
+	for _, p := range peers {
+		p.routes.dropHost(h.name)
+		p.follows.dropHost(h.name)
+	}
+}
+
+// pendingIn returns how many items wait on, or are being handled off, the
+// links to h.
+func (n *Network) pendingIn(h *Host) int {
+	n.mu.Lock()
+	links := make([]*link, 0, len(n.links))
+	for k, l := range n.links {
+		if k[1] == h.name {
+			links = append(links, l)
+		}
+	}
+	n.mu.Unlock()
+	total := 0
+	for _, l := range links {
+		l.mu.Lock()
+		total += len(l.items) + int(l.busy)
+		l.mu.Unlock()
+		if !l.in.idle() {
+			total++ // messages off the link wait for job permits
+		}
+	}
+	return total
+}
+
+// pending returns how many items wait on links to or from h.
+func (n *Network) pending(h *Host) int {
+	n.mu.Lock()
+	links := make([]*link, 0, len(n.links))
+	for k, l := range n.links {
+		if k[0] == h.name || k[1] == h.name {
+			links = append(links, l)
+		}
+	}
+	n.mu.Unlock()
+	total := 0
+	for _, l := range links {
+		l.mu.Lock()
+		total += len(l.items)
+		l.mu.Unlock()
+	}
+	return total
 }
 
 func (n *Network) isBroken(a, b string) bool {
@@ -171,6 +248,7 @@ func (n *Network) Kill(name string) {
 	if h == nil {
 		return
 	}
+	h.killed.Store(true)
 	h.Close()
 	if ms, ok := n.store.(interface{ Expire(host string) }); ok {
 		ms.Expire(name)
@@ -179,10 +257,15 @@ func (n *Network) Kill(name string) {
 
 // linkItem is one thing on a link.
 type linkItem struct {
-	buf  payload.Buffer    // a frame: message or reply (ownership moves)
-	rec  relocation.Record // or a relocation record
-	obj  relocation.Object // the object a record or hint is about
-	hint *routeHint        // or a route hint
+	buf      payload.Buffer    // a frame: message or reply (ownership moves)
+	fenceSeq uint64            // the frame's fence number (0: none)
+	fenceVia string            // and the old route that fence travels
+	fenceOf  string            // and the host that sent the frame first ("": the link's)
+	rec      relocation.Record // or a relocation record
+	obj      relocation.Object // the object a record, hint or fence is about
+	hint     *routeHint        // or a route hint
+	fence    *fenceMsg         // or a fence
+	left     bool              // or the sender's last item: it left the network
 }
 
 // link is the ordered link from one host to another. Its receive goroutine
@@ -193,6 +276,9 @@ type link struct {
 	mu       sync.Mutex
 	items    []linkItem // guarded by mu
 	closed   bool       // guarded by mu
+	bounce   bool       // on close, hand undelivered frames back to the sender
+	busy     int32      // an item is being handled; guarded by mu
+	flush    bool       // close once everything queued is delivered
 	notify   chan struct{}
 	done     chan struct{}
 	in       outbox // the destination's permit source for messages off this link
@@ -210,15 +296,15 @@ func newLink(n *Network, from, to *Host) *link {
 // refused (the caller keeps the buffer); a record is dropped.
 func (l *link) send(it linkItem) error {
 	if l.net.isBroken(l.from.name, l.to.name) {
-		if it.rec != nil || it.hint != nil {
-			return nil // lost on the broken link; the protocol recovers
+		if it.buf.IsZero() {
+			return nil // a record, hint or fence: lost; the protocols recover
 		}
 		return errLinkDown
 	}
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		if it.rec != nil || it.hint != nil {
+		if it.buf.IsZero() {
 			return nil
 		}
 		return errLinkDown
@@ -240,19 +326,28 @@ func (l *link) run() {
 	for {
 		l.mu.Lock()
 		for len(l.items) == 0 && !l.closed {
+			if l.flush {
+				l.closed = true
+				break
+			}
 			l.mu.Unlock()
 			select {
 			case <-l.notify:
 			case <-l.to.bgStop:
-				l.close()
+				l.close(!l.to.killed.Load())
 			}
 			l.mu.Lock()
 		}
 		if l.closed {
-			rest := l.items
+			rest, bounce := l.items, l.bounce
 			l.items = nil
 			l.mu.Unlock()
 			for _, it := range rest {
+				if bounce && !it.buf.IsZero() && !l.from.killed.Load() {
+					// Not delivered: the sender's host routes it again.
+					l.from.bounced(it.buf)
+					continue
+				}
 				l.to.dropItem(it)
 			}
 			return
@@ -260,6 +355,7 @@ func (l *link) run() {
 		it := l.items[0]
 		l.items[0] = linkItem{}
 		l.items = l.items[1:]
+		l.busy = 1
 		l.mu.Unlock()
 		if d := l.net.delayOf(l.from.name, l.to.name); d > 0 {
 			select {
@@ -268,12 +364,30 @@ func (l *link) run() {
 			}
 		}
 		l.to.receive(l, it)
+		l.mu.Lock()
+		l.busy = 0
+		l.mu.Unlock()
 	}
 }
 
-func (l *link) close() {
+// closeWhenEmpty closes the link once what is queued has been delivered.
+func (l *link) closeWhenEmpty() {
 	l.mu.Lock()
-	l.closed = true
+	l.flush = true
+	l.mu.Unlock()
+	select {
+	case l.notify <- struct{}{}:
+	default:
+	}
+}
+
+// close closes the link; with bounce, frames not yet delivered go back to
+// the sending host (a graceful leave), else they are lost (a crash).
+func (l *link) close(bounce bool) {
+	l.mu.Lock()
+	if !l.closed {
+		l.closed, l.bounce = true, bounce
+	}
 	l.mu.Unlock()
 	select {
 	case l.notify <- struct{}{}:

@@ -39,6 +39,9 @@ const (
 	RejectActivation   = "activation"     // the object's factory failed
 	RejectUnknownType  = "unknown_type"   // no handler for the message type
 	RejectProtocol     = "protocol_error" // the payload did not decode
+	// RejectUndeliverable: no route led to the object's owner (a loop, too
+	// many hops, an unreachable host); a request got Unavailable.
+	RejectUndeliverable = "undeliverable"
 )
 
 // Observer receives a host's events: the narrow hook through which metrics
@@ -80,6 +83,8 @@ type Stats struct {
 	PermitWaiters     int           // senders waiting for a permit
 	PermitsMax        int           // MaxQueuedApplicationJobs
 	RequestsInFlight  int           // requests waiting for replies
+	HeldForFence      int           // messages held until their sender's fence arrives
+	Relocations       int64         // moves completed with this host as source or target
 	Payload           payload.Stats // copy accounting of the host's payload pool
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/relocation"
 )
 
 // flagReply marks a reply frame.
@@ -358,12 +359,33 @@ func (t target) resolve(internal bool) (place, error) {
 }
 
 // sendElsewhere hands an item whose object runs on another host to the
-// transport: its permit (if any) is returned, its message sent on.
-func (h *Host) sendElsewhere(e *mailbox.Envelope, p place) error {
+// transport: its permit (if any) is returned, its message sent on with its
+// fence.
+//
+// If the host is gone it forgets the route and returns errHostGone, leaving
+// e to the caller to resolve again.
+func (h *Host) sendElsewhere(e *mailbox.Envelope, p place, t target, fence uint64, via string) error {
+	if h.net == nil || h.net.host(p.host) == nil {
+		if t.kr != nil {
+			h.routes.drop(t.obj())
+			h.follows.drop(t.obj())
+		}
+		return errHostGone
+	}
 	m := e.Msg
 	e.Msg = nil
 	e.Release()
-	return h.sendRemote(p.host, m)
+	err := h.sendRemote(p.host, m, fence, via)
+	if errors.Is(err, errHostGone) {
+		m.Release() // gone between the check and the send; rare
+		return payload.NewError(payload.Unavailable, "actor", "host "+p.host+" left the network")
+	}
+	return err
+}
+
+// objOf names a target's object for routing and fences.
+func (t target) obj() relocation.Object {
+	return relocation.Object{Kind: t.kr.spec.name, ID: t.id}
 }
 
 // dispatch admits m for t and takes ownership of m in every case. From a
@@ -405,14 +427,33 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 			timer.Stop()
 		}
 	}()
+	retries := 0
 	for {
 		p, err := t.resolve(false)
 		if err != nil {
 			h.reject(t.name(), e, RejectShuttingDown)
 			return false, err
 		}
-		if p.o == nil {
-			return false, h.sendElsewhere(e, p)
+		if t.o == nil {
+			dest := p.host
+			if p.o != nil {
+				dest = h.name
+			}
+			fence, via := h.noteSend(t.obj(), dest)
+			if p.o == nil {
+				err := h.sendElsewhere(e, p, t, fence, via)
+				if errors.Is(err, errHostGone) && retries < 3 {
+					retries++
+					continue
+				}
+				if errors.Is(err, errHostGone) {
+					h.reject(t.name(), e, RejectShuttingDown)
+				}
+				return false, err
+			}
+			if fence != 0 && h.holdForFence(fenceKey{obj: t.obj(), sender: h.name}, via, heldForFence{seq: fence, t: t, e: e}) {
+				return false, nil
+			}
 		}
 		o := p.o
 		size := e.Msg.Len()
@@ -467,17 +508,51 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 
 // admitGranted admits an item that was granted its permit asynchronously.
 // It cannot wait, so lane limits do not apply (the permit bounds it).
-func (h *Host) admitGranted(t target, e *mailbox.Envelope) {
+// origin says the item was sent by this host (not received off a link or
+// released from a fence hold), so its route is noted for fences.
+func (h *Host) admitGranted(t target, e *mailbox.Envelope, origin bool) {
+	h.admitGrantedFrom(t, e, origin, nil)
+}
+
+// admitGrantedFrom is admitGranted for an item received off a link (ps):
+// if its object moved meanwhile it is forwarded as a hop, keeping its fence.
+func (h *Host) admitGrantedFrom(t target, e *mailbox.Envelope, origin bool, ps *pendingSend) {
+	retries := 0
 	for {
 		p, err := t.resolve(true)
 		if err != nil {
 			h.endUnrun(nil, t.name(), e, err, RejectShuttingDown)
 			return
 		}
-		if p.o == nil {
-			if err := h.sendElsewhere(e, p); err != nil {
-				h.log.Debug("send to another host failed", "host", p.host, "err", err)
+		var fence uint64
+		var via string
+		if origin && t.o == nil {
+			dest := p.host
+			if p.o != nil {
+				dest = h.name
 			}
+			fence, via = h.noteSend(t.obj(), dest)
+			origin = false // a retry after a closed owner is the same send
+		}
+		if p.o == nil && ps != nil && t.kr != nil {
+			m := e.Msg
+			e.Msg = nil
+			e.Release() // its permit: forwarding takes none
+			h.forwardFenced(ps.from, t.kr, t.id, m, p, ps.fence)
+			return
+		}
+		if p.o == nil {
+			err := h.sendElsewhere(e, p, t, fence, via)
+			if errors.Is(err, errHostGone) && retries < 3 {
+				retries++
+				continue
+			}
+			if err != nil {
+				h.endUnrun(nil, t.name(), e, err, RejectShuttingDown)
+			}
+			return
+		}
+		if fence != 0 && h.holdForFence(fenceKey{obj: t.obj(), sender: h.name}, via, heldForFence{seq: fence, t: t, e: e}) {
 			return
 		}
 		o := p.o
@@ -551,6 +626,19 @@ type pendingSend struct {
 	targets []target
 	next    int // index of the next target to admit
 	fanout  bool
+	relayed bool     // received off a link: not this host's own send
+	from    string   // relayed: the host it came from
+	fence   linkItem // relayed: the fence it carries (fenceSeq, fenceVia, fenceOf)
+	// mark, if set, makes this a fence marker instead of a message: when
+	// its turn comes every earlier item of the source has been admitted,
+	// and the fence counts as arrived.
+	mark *fenceMark
+}
+
+type fenceMark struct {
+	key  fenceKey
+	seq  uint64
+	left string // instead: that host left, and all it sent here is admitted
 }
 
 // sendOne sends m to t from a handler: at once if a permit is free and
@@ -563,7 +651,7 @@ func (ob *outbox) sendOne(t target, m *payload.Message) {
 		e := mailbox.NewEnvelope()
 		e.Msg = m
 		e.HoldPermit(ob.host.permits)
-		ob.host.admitGranted(t, e)
+		ob.host.admitGranted(t, e, true)
 		return
 	}
 	ps := &pendingSend{m: m}
@@ -572,10 +660,25 @@ func (ob *outbox) sendOne(t target, m *payload.Message) {
 	ob.enqueue(ps)
 }
 
+// idle reports whether nothing of the source waits for a permit.
+func (ob *outbox) idle() bool {
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	return ob.head == nil && !ob.queued
+}
+
 // enqueue adds ps behind the source's earlier sends and makes sure the
 // source waits for a permit.
+//
+// A fence marker takes no permit: with nothing ahead of it, it is reached
+// at once; else it is reached right after the item ahead of it.
 func (ob *outbox) enqueue(ps *pendingSend) {
 	ob.mu.Lock()
+	if ps.mark != nil && ob.head == nil && !ob.queued {
+		ob.mu.Unlock()
+		ob.host.markerReached(ps.mark)
+		return
+	}
 	if ob.tail != nil {
 		ob.tail.link = ps
 	} else {
@@ -590,6 +693,19 @@ func (ob *outbox) enqueue(ps *pendingSend) {
 	}
 }
 
+// popMarksLocked takes the fence markers at the head of the queue.
+func (ob *outbox) popMarksLocked() []*fenceMark {
+	var marks []*fenceMark
+	for ob.head != nil && ob.head.mark != nil {
+		marks = append(marks, ob.head.mark)
+		ob.head = ob.head.link
+		if ob.head == nil {
+			ob.tail = nil
+		}
+	}
+	return marks
+}
+
 // Granted implements mailbox.Grantee: admit the next child with the permit,
 // and keep going while permits are free without overtaking other waiters.
 func (ob *outbox) Granted() {
@@ -597,6 +713,15 @@ func (ob *outbox) Granted() {
 		ob.mu.Lock()
 		ps := ob.head
 		ob.mu.Unlock()
+		if ps.mark != nil {
+			ob.host.permits.Release() // a marker takes no permit
+			ob.host.markerReached(ps.mark)
+			ps.next = len(ps.targets)
+			if !ob.advance(ps) {
+				return
+			}
+			continue
+		}
 		t := ps.targets[ps.next]
 		m := ps.m
 		if ps.fanout {
@@ -605,34 +730,52 @@ func (ob *outbox) Granted() {
 		e := mailbox.NewEnvelope()
 		e.Msg = m
 		e.HoldPermit(ob.host.permits)
-		ob.host.admitGranted(t, e)
-
-		ob.mu.Lock()
+		if ps.relayed {
+			ob.host.admitGrantedFrom(t, e, false, ps)
+		} else {
+			ob.host.admitGranted(t, e, true)
+		}
 		ps.next++
-		var done *pendingSend
-		if ps.next == len(ps.targets) {
-			done = ps
-			ob.head = ps.link
-			if ob.head == nil {
-				ob.tail = nil
-			}
-		}
-		empty := ob.head == nil
-		if empty {
-			ob.queued = false
-		}
-		ob.mu.Unlock()
-		if done != nil && done.fanout {
-			done.m.Release()
-		}
-		if empty {
-			return
-		}
-		if !ob.host.permits.TryAcquire() {
-			ob.host.permits.Enqueue(ob)
+		if !ob.advance(ps) {
 			return
 		}
 	}
+}
+
+// advance retires ps if all its targets are done, and reports whether the
+// source should go on now (another permit was free without overtaking a
+// waiter); otherwise it has queued the source for its next permit, or the
+// source is empty.
+func (ob *outbox) advance(ps *pendingSend) bool {
+	ob.mu.Lock()
+	var done *pendingSend
+	if ps.next >= len(ps.targets) {
+		done = ps
+		ob.head = ps.link
+		if ob.head == nil {
+			ob.tail = nil
+		}
+	}
+	marks := ob.popMarksLocked()
+	empty := ob.head == nil
+	if empty {
+		ob.queued = false
+	}
+	ob.mu.Unlock()
+	if done != nil && done.fanout {
+		done.m.Release()
+	}
+	for _, m := range marks {
+		ob.host.markerReached(m)
+	}
+	if empty {
+		return false
+	}
+	if !ob.host.permits.TryAcquire() {
+		ob.host.permits.Enqueue(ob)
+		return false
+	}
+	return true
 }
 
 // Abandoned implements mailbox.Grantee: the host closed; every queued send
@@ -643,6 +786,9 @@ func (ob *outbox) Abandoned() {
 	ob.head, ob.tail, ob.queued = nil, nil, false
 	ob.mu.Unlock()
 	for ; ps != nil; ps = ps.link {
+		if ps.mark != nil {
+			continue
+		}
 		for _, t := range ps.targets[ps.next:] {
 			ob.host.obs.Rejected(t.name(), RejectShuttingDown)
 		}

@@ -91,6 +91,14 @@ func (e *Envelope) ReturnPermit() {
 	}
 }
 
+// TakePermit detaches the item's permit, if it holds one, and returns it:
+// the caller now returns it (Permits.Release) when it sees fit.
+func (e *Envelope) TakePermit() *Permits {
+	p := e.permits
+	e.permits = nil
+	return p
+}
+
 // Size returns the bytes the item reserves in its lane: payload size + 256.
 func (e *Envelope) Size() int64 {
 	if e.Msg == nil {

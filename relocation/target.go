@@ -48,9 +48,11 @@ type Target struct {
 	chunks   [][]byte
 	got      uint32
 	record   MoveRecord
-	now      int64
-	readyAt  int64
-	deadline int64
+	now      int64 // the last tick's time
+	ticked   bool  // a tick has been seen: now is meaningful
+	readyAt  int64 // when relay-ready was sent (set by the next tick if not ticked yet)
+	deadline int64 // the commit deadline (likewise)
+	waitTick bool  // readyAt or deadline waits for the first tick
 	relays   [][]byte
 	retry    bool // a transient store failure waits for the next tick
 	outcome  Outcome
@@ -91,9 +93,16 @@ func (t *Target) Step(in Input) Output {
 		}
 		t.phase = tgtReady
 		t.readyAt = t.now
+		t.waitTick = !t.ticked
 		out.send(&RelayReady{Move: t.prep.Move})
 	case Tick:
-		t.now = in.Now
+		t.now, t.ticked = in.Now, true
+		if t.waitTick {
+			// Times taken before the first tick start from it.
+			t.waitTick = false
+			t.readyAt = in.Now
+			t.deadline = in.Now + int64(t.cfg.CommitDeadline)
+		}
 		switch {
 		case t.phase == tgtReady && t.now-t.readyAt >= int64(t.cfg.CutoverWait):
 			out.log("target: no cutover " + t.cfg.CutoverWait.String() + " after relay-ready; committing with " +
@@ -275,6 +284,7 @@ func relayChecksum(frames [][]byte) uint32 {
 func (t *Target) commit(out *Output) {
 	t.phase = tgtCommitting
 	t.deadline = t.now + int64(t.cfg.CommitDeadline)
+	t.waitTick = !t.ticked
 	out.act(t.storeOp())
 }
 

@@ -1,0 +1,141 @@
+package actor
+
+import (
+	"context"
+	"errors"
+	"hash/maphash"
+	"sort"
+	"sync"
+
+	"github.com/berthrt/berth/payload"
+)
+
+// DrainState is where a host is in draining (Host.Drain).
+type DrainState int32
+
+// Drain states, in order.
+const (
+	// Serving: the host runs its objects normally.
+	Serving DrainState = iota
+	// Relocating: the host moves its objects away and activates no new one
+	// (new activations go to other hosts).
+	Relocating
+	// Relocated: every object has moved away (or was deactivated, for kinds
+	// that do not relocate); forwarding routes remain.
+	Relocated
+	// Draining: the host stops gracefully.
+	Draining
+	// Stopped: the host has stopped.
+	Stopped
+)
+
+// String returns the state's name.
+func (s DrainState) String() string {
+	return [...]string{"serving", "relocating", "relocated", "draining", "stopped"}[s]
+}
+
+// DrainState returns the host's drain state.
+func (h *Host) DrainState() DrainState { return DrainState(h.drainState.Load()) }
+
+// drainWorkers bounds the moves a drain runs at once.
+const drainWorkers = 64
+
+// Drain moves every owner off this host while traffic continues, then
+// stops the host gracefully: Serving → Relocating → Relocated → Draining →
+// Stopped. Objects of kinds that relocate move to the other hosts of the
+// network (spread by object id over the hosts that have the kind); a move
+// that aborts is tried again with another host, and an object that cannot
+// move is deactivated instead (its hook runs; it activates again elsewhere
+// on its next message), as are objects of kinds with DisableRelocation.
+// Messages that arrive meanwhile follow their objects. It returns the
+// first error of the final Stop, or ctx's.
+func (h *Host) Drain(ctx context.Context) error {
+	if h.net == nil {
+		return ErrNoNetwork
+	}
+	if !h.acceptsExternal() || !h.drainState.CompareAndSwap(int32(Serving), int32(Relocating)) {
+		return payload.NewError(payload.InvalidOperation, "actor.Host.Drain", "the host is not serving")
+	}
+	h.draining.Store(true)
+	for round := 0; round < 5 && ctx.Err() == nil; round++ {
+		if h.drainRound(ctx) == 0 {
+			break
+		}
+	}
+	h.drainState.Store(int32(Relocated))
+	h.drainState.Store(int32(Draining))
+	err := h.Stop(ctx)
+	h.drainState.Store(int32(Stopped))
+	return err
+}
+
+// drainRound moves or deactivates every object here now; it returns how
+// many it found.
+func (h *Host) drainRound(ctx context.Context) int {
+	type job struct {
+		kr *kindRuntime
+		o  *owner
+	}
+	var jobs []job
+	for _, kr := range h.kinds {
+		for _, o := range kr.all() {
+			if !o.incoming.Load() {
+				jobs = append(jobs, job{kr, o})
+			}
+		}
+	}
+	work := make(chan job)
+	var wg sync.WaitGroup
+	for w := 0; w < drainWorkers && w < len(jobs); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range work {
+				h.drainOne(ctx, j.kr, j.o)
+			}
+		}()
+	}
+	for _, j := range jobs {
+		work <- j
+	}
+	close(work)
+	wg.Wait()
+	return len(jobs)
+}
+
+var drainSeed = maphash.MakeSeed()
+
+// drainOne moves one object away, trying the other hosts in turn; if none
+// takes it, it deactivates the object.
+func (h *Host) drainOne(ctx context.Context, kr *kindRuntime, o *owner) {
+	ref := o.ref
+	if kr.spec.policy != DisableRelocation {
+		targets := h.net.hostsWithKind(h, kr.spec.name)
+		if n := len(targets); n > 0 {
+			first := int(maphash.String(drainSeed, ref.ID) % uint64(n))
+			for i := 0; i < n && ctx.Err() == nil; i++ {
+				err := h.Relocate(ctx, ref, targets[(first+i)%n])
+				if err == nil || errors.Is(err, ErrNotLocal) || errors.Is(err, ErrMoveInProgress) {
+					return
+				}
+				h.log.Info("drain: move failed; trying another host", "object", ref.String(), "err", err)
+			}
+		}
+	}
+	o.postControl(controlDeactivate)
+}
+
+// hostsWithKind returns the other running, not draining hosts that have
+// kind, sorted by name.
+func (n *Network) hostsWithKind(self *Host, kind string) []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []string
+	for name, h := range n.hosts {
+		if h != self && !h.draining.Load() && h.kinds[kind] != nil {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
