@@ -1,6 +1,8 @@
 package actor
 
 import (
+	"encoding/binary"
+	"errors"
 	"sync"
 
 	"github.com/berthrt/berth/mailbox"
@@ -91,6 +93,7 @@ type fenceKey struct {
 // here (e with its permit, admitted when released).
 type heldForFence struct {
 	seq uint64
+	via string
 	l   *link
 	ps  *pendingSend
 	t   target
@@ -155,6 +158,7 @@ func (h *Host) holdForFence(k fenceKey, via string, it heldForFence) bool {
 		permit = it.e.TakePermit()
 	}
 	w.via = via
+	it.via = via
 	// Held in fence order: a message of an older switch that arrives late
 	// goes before those of newer switches.
 	i := len(w.held)
@@ -180,16 +184,19 @@ func (h *Host) markerReached(m *fenceMark) {
 		h.releaseFences(m.left)
 		return
 	}
+	// Messages held here for this fence go first — to the owner here, or on
+	// to where the object moved (still carrying their fence) — and then,
+	// if the object moved, the fence follows them.
+	h.fenceArrived(m.key, m.seq)
 	kr := h.kinds[m.key.obj.Kind]
-	if kr != nil {
-		if p, err := kr.locate(m.key.obj.ID, true); err == nil && p.o == nil {
-			if l := h.net.linkTo(h, p.host); l != nil {
-				_ = l.send(linkItem{obj: m.key.obj, fence: &fenceMsg{sender: m.key.sender, seq: m.seq}})
-				return
-			}
+	if kr == nil {
+		return
+	}
+	if p, err := kr.locate(m.key.obj.ID, true); err == nil && p.o == nil {
+		if l := h.net.linkTo(h, p.host); l != nil {
+			_ = l.send(linkItem{obj: m.key.obj, fence: &fenceMsg{sender: m.key.sender, seq: m.seq}})
 		}
 	}
-	h.fenceArrived(m.key, m.seq)
 }
 
 // fenceArrived: sender's fence seq for obj came through Message Follow.
@@ -228,13 +235,77 @@ func (h *Host) releaseLocked(k fenceKey, w *fenceWait, force bool) {
 		if it.l != nil {
 			it.l.in.enqueue(it.ps)
 		} else {
-			h.admitGranted(it.t, it.e, false)
+			h.admitHeld(it)
 		}
 	}
 	w.held = append(w.held[:0], w.held[n:]...)
 	if len(w.held) == 0 {
 		w.since = 0
 	}
+}
+
+// fenceSnapshot encodes which fences have arrived here for obj (per
+// sender, the highest number), to move with the object: its next owner
+// must not wait again for fences that already came.
+func (h *Host) fenceSnapshot(obj relocation.Object) []byte {
+	h.fences.mu.Lock()
+	defer h.fences.mu.Unlock()
+	var out []byte
+	for k, w := range h.fences.m {
+		if k.obj == obj && w.arrived > 0 && len(k.sender) < 256 {
+			out = append(out, byte(len(k.sender)))
+			out = append(out, k.sender...)
+			out = binary.BigEndian.AppendUint64(out, w.arrived)
+		}
+	}
+	return out
+}
+
+// fenceRestore takes in the fence state of an object that moved here.
+func (h *Host) fenceRestore(obj relocation.Object, b []byte) {
+	h.fences.mu.Lock()
+	defer h.fences.mu.Unlock()
+	for len(b) > 0 {
+		n := int(b[0])
+		if len(b) < 1+n+8 {
+			return // malformed: the store of ordering state is best effort
+		}
+		k := fenceKey{obj: obj, sender: string(b[1 : 1+n])}
+		seq := binary.BigEndian.Uint64(b[1+n:])
+		b = b[1+n+8:]
+		if h.fences.m == nil {
+			h.fences.m = map[fenceKey]*fenceWait{}
+		}
+		w := h.fences.m[k]
+		if w == nil {
+			w = &fenceWait{}
+			h.fences.m[k] = w
+		}
+		w.touched = nanotime()
+		if seq > w.arrived {
+			w.arrived = seq
+			h.releaseLocked(k, w, false)
+		}
+	}
+}
+
+// admitHeld delivers a message this host sent that was held for its fence:
+// to its owner here, or — if the object moved on meanwhile — to where it
+// runs now, still carrying its fence.
+func (h *Host) admitHeld(it heldForFence) {
+	if p, err := it.t.resolve(true); err == nil && p.o == nil {
+		m := it.e.Msg
+		it.e.Msg = nil
+		it.e.Release()
+		if err := h.sendRemote(p.host, m, it.seq, it.via); err != nil {
+			if errors.Is(err, errHostGone) {
+				m.Release()
+			}
+			h.obs.Rejected(it.t.name(), RejectUndeliverable)
+		}
+		return
+	}
+	h.admitGranted(it.t, it.e, false)
 }
 
 // releaseFences releases holds whose old route died (via == host) or that

@@ -392,6 +392,7 @@ func (d *moveDriver) capture() (relocation.MoveRecord, error) {
 		rec.State = st
 	}
 	rec.Queue = frames(d.captured)
+	rec.Extra = d.h.fenceSnapshot(d.obj)
 	return rec, nil
 }
 
@@ -515,6 +516,7 @@ func (d *moveDriver) restore(rec relocation.MoveRecord) error {
 		return err
 	}
 	o.state, o.ready = st, true
+	d.h.fenceRestore(d.obj, rec.Extra)
 	return nil
 }
 

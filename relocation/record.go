@@ -140,11 +140,15 @@ func Checksum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 type MoveRecord struct {
 	State []byte
 	Queue [][]byte
+	// Extra is the driver's own data about the object (opaque here),
+	// restored with it; for berth's hosts, the object's fence state.
+	Extra []byte
 }
 
 // Encode appends the record's encoding to dst: the state length and bytes,
-// the number of queued frames, then each frame's length and bytes (all
-// lengths big-endian uint32).
+// the number of queued frames, then each frame's length and bytes, then —
+// only if Extra is not empty — its length and bytes (all lengths
+// big-endian uint32).
 func (m *MoveRecord) Encode(dst []byte) []byte {
 	dst = binary.BigEndian.AppendUint32(dst, uint32(len(m.State)))
 	dst = append(dst, m.State...)
@@ -152,6 +156,10 @@ func (m *MoveRecord) Encode(dst []byte) []byte {
 	for _, f := range m.Queue {
 		dst = binary.BigEndian.AppendUint32(dst, uint32(len(f)))
 		dst = append(dst, f...)
+	}
+	if len(m.Extra) > 0 {
+		dst = binary.BigEndian.AppendUint32(dst, uint32(len(m.Extra)))
+		dst = append(dst, m.Extra...)
 	}
 	return dst
 }
@@ -194,7 +202,11 @@ func DecodeMoveRecord(b []byte) (MoveRecord, error) {
 		m.Queue = append(m.Queue, f)
 	}
 	if len(b) != 0 {
-		return MoveRecord{}, payload.NewError(payload.ProtocolError, op, "trailing bytes after the queue")
+		extra, ok := take()
+		if !ok || len(extra) == 0 || len(b) != 0 {
+			return MoveRecord{}, payload.NewError(payload.ProtocolError, op, "malformed extra section after the queue")
+		}
+		m.Extra = extra
 	}
 	return m, nil
 }
