@@ -356,6 +356,7 @@ func (d *moveDriver) sealAndCapture() {
 		return
 	}
 	d.o.mb.Seal()
+	d.h.net.pauses.sealed(d.id)
 	out := d.src.Step(relocation.Sealed{})
 	for _, r := range out.Send {
 		d.h.sendRecord(d.peer, d.obj, r)
@@ -537,6 +538,7 @@ func (d *moveDriver) open(a relocation.OpenQueue) {
 	o.incoming.Store(false)
 	o.mb.Reopen(items)
 	h.moved.Add(1)
+	h.net.pauses.opened(d.id)
 }
 
 // discardTemp drops the incoming owner; the messages it held (and extra,

@@ -16,7 +16,8 @@ import (
 //
 // A Network is safe for concurrent use.
 type Network struct {
-	store relocation.Store
+	store  relocation.Store
+	pauses pauseLog
 
 	mu     sync.Mutex
 	hosts  map[string]*Host
@@ -33,6 +34,43 @@ func NewNetwork(store relocation.Store) *Network {
 	}
 	return &Network{store: store, hosts: map[string]*Host{}, links: map[[2]string]*link{},
 		broken: map[[2]string]bool{}, delay: map[[2]string]time.Duration{}}
+}
+
+// pauseLog measures each move's pause: from the seal at the source to the
+// opening at the target (both hosts share this process's clock).
+type pauseLog struct {
+	mu     sync.Mutex
+	sealAt map[relocation.MoveID]int64
+	done   []time.Duration
+}
+
+func (p *pauseLog) sealed(id relocation.MoveID) {
+	p.mu.Lock()
+	if p.sealAt == nil {
+		p.sealAt = map[relocation.MoveID]int64{}
+	}
+	p.sealAt[id] = nanotime()
+	p.mu.Unlock()
+}
+
+func (p *pauseLog) opened(id relocation.MoveID) {
+	p.mu.Lock()
+	if at, ok := p.sealAt[id]; ok {
+		delete(p.sealAt, id)
+		p.done = append(p.done, time.Duration(nanotime()-at))
+	}
+	p.mu.Unlock()
+}
+
+// Pauses returns the pause of every completed move on the network so far —
+// from the seal at the source to the opening at the target — and forgets
+// them.
+func (n *Network) Pauses() []time.Duration {
+	n.pauses.mu.Lock()
+	defer n.pauses.mu.Unlock()
+	out := n.pauses.done
+	n.pauses.done = nil
+	return out
 }
 
 // Store returns the network's Location Store.

@@ -1,0 +1,323 @@
+// Command berth runs berth's demo: live relocation of stateful objects
+// between hosts while traffic flows.
+//
+//	go run ./cmd/berth demo [flags]
+//
+// It starts several in-process hosts sharing an in-memory Location Store,
+// activates thousands of counter objects across them, drives steady load
+// from several senders that number their messages per object, then drains
+// one host and rebalances objects live between the others while the load
+// continues. It shows a progress line while it runs and ends with a report:
+// messages accepted, handled, lost, duplicated and out of order (checked
+// object by object), relocations done, pause p50/p99, throughput.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/metrics"
+	"github.com/berthrt/berth/relocation"
+)
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] != "demo" {
+		fmt.Fprintln(os.Stderr, "usage: berth demo [flags]   (berth demo -h for the flags)")
+		os.Exit(2)
+	}
+	fs := flag.NewFlagSet("demo", flag.ExitOnError)
+	cfg := demoConfig{}
+	fs.IntVar(&cfg.hosts, "hosts", 3, "hosts in the process (one of them is drained)")
+	fs.IntVar(&cfg.objects, "objects", 5000, "counter objects")
+	fs.IntVar(&cfg.senders, "senders", 4, "sending goroutines on each host that is not drained")
+	fs.DurationVar(&cfg.duration, "duration", 9*time.Second, "how long the load runs")
+	fs.IntVar(&cfg.rebalance, "rebalance", 1000, "objects moved between the remaining hosts after the drain")
+	fs.StringVar(&cfg.metricsAddr, "metrics", "", "serve Prometheus metrics on this address (e.g. :9090)")
+	fs.BoolVar(&cfg.quiet, "quiet", false, "no progress line")
+	_ = fs.Parse(os.Args[2:])
+	rep, err := run(context.Background(), cfg, os.Stdout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+	if rep.lost+rep.duplicated+rep.outOfOrder > 0 {
+		os.Exit(1)
+	}
+}
+
+type demoConfig struct {
+	hosts, objects, senders, rebalance int
+	duration                           time.Duration
+	metricsAddr                        string
+	quiet                              bool
+}
+
+// Counter is an object's state: per sender, the last sequence number it ran
+// and how many messages it ran, and how often the order was broken.
+type Counter struct {
+	Last       map[string]int `json:"last"`
+	Count      map[string]int `json:"count"`
+	OutOfOrder int            `json:"ooo"`
+}
+
+// Add is one numbered message from a sender.
+type Add struct {
+	Sender string
+	Seq    int
+}
+
+// Read asks for the counter's state.
+type Read struct{}
+
+func counterKind() *actor.Kind[Counter] {
+	k := actor.NewKind("counter", func(*actor.Context, string) (*Counter, error) {
+		return &Counter{Last: map[string]int{}, Count: map[string]int{}}, nil
+	})
+	actor.Handle(k, func(ctx *actor.Context, c *Counter, a Add) error {
+		if a.Seq != c.Last[a.Sender]+1 {
+			c.OutOfOrder++
+		}
+		if a.Seq > c.Last[a.Sender] {
+			c.Last[a.Sender] = a.Seq
+		}
+		c.Count[a.Sender]++
+		return nil
+	})
+	actor.HandleRequest(k, func(ctx *actor.Context, c *Counter, _ Read) (Counter, error) { return *c, nil })
+	k.PreserveStateJSON() // the state moves with the object
+	return k
+}
+
+type report struct {
+	accepted, handled, lost, duplicated, outOfOrder int
+	relocations                                     int
+	pauses                                          []time.Duration
+	elapsed                                         time.Duration
+}
+
+func run(ctx context.Context, cfg demoConfig, w io.Writer) (report, error) {
+	var rep report
+	if cfg.hosts < 2 {
+		return rep, errors.New("-hosts must be at least 2")
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	net := actor.NewNetwork(nil)
+	var obs actor.Observer
+	if cfg.metricsAddr != "" {
+		obs = metrics.New(prometheus.NewRegistry())
+	}
+	hosts := make([]*actor.Host, cfg.hosts)
+	for i := range hosts {
+		c := actor.Config{Name: "host-" + strconv.Itoa(i+1), Network: net, Logger: quiet, Observer: obs}
+		if i == 0 {
+			c.MetricsAddr = cfg.metricsAddr
+		}
+		h, err := actor.NewHost(c)
+		if err != nil {
+			return rep, err
+		}
+		h.Register(counterKind())
+		if err := h.Start(); err != nil {
+			return rep, err
+		}
+		defer h.Close()
+		hosts[i] = h
+	}
+	if addr := hosts[0].MetricsAddr(); addr != "" {
+		fmt.Fprintf(w, "metrics on http://%s/metrics\n", addr)
+	}
+	drained := hosts[len(hosts)-1]
+	staying := hosts[:len(hosts)-1]
+	ref := func(i int) actor.Ref { return actor.Ref{Kind: "counter", ID: strconv.Itoa(i)} }
+
+	fmt.Fprintf(w, "berth demo: %d hosts, %d objects, %d senders per host; draining %s, then rebalancing %d objects\n",
+		cfg.hosts, cfg.objects, cfg.senders, drained.Name(), cfg.rebalance)
+	for i := 0; i < cfg.objects; i++ { // activate the objects across every host
+		if _, err := actor.Ask[Read, Counter](ctx, hosts[i%len(hosts)], ref(i), Read{}); err != nil {
+			return rep, err
+		}
+	}
+
+	// Load: every sender numbers its messages per object.
+	type sender struct {
+		name string
+		host *actor.Host
+		sent []int // per object: the last sequence number accepted
+	}
+	var senders []*sender
+	for _, h := range staying {
+		for s := 0; s < cfg.senders; s++ {
+			senders = append(senders, &sender{name: h.Name() + "/" + strconv.Itoa(s), host: h, sent: make([]int, cfg.objects)})
+		}
+	}
+	var accepted atomic.Int64
+	stop := make(chan struct{})
+	errc := make(chan error, len(senders)+1)
+	var wg sync.WaitGroup
+	for si, s := range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(si), 1))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				i := rng.IntN(cfg.objects)
+				if err := actor.Tell(ctx, s.host, ref(i), Add{Sender: s.name, Seq: s.sent[i] + 1}); err != nil {
+					errc <- fmt.Errorf("%s: %w", s.name, err)
+					return
+				}
+				s.sent[i]++
+				accepted.Add(1)
+			}
+		}()
+	}
+
+	start := time.Now()
+	var moves atomic.Int64
+	progressDone := make(chan struct{})
+	phase := atomic.Value{}
+	phase.Store("steady load")
+	go func() { // the progress line
+		defer close(progressDone)
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		last, lastAt := int64(0), start
+		for {
+			select {
+			case <-stop:
+				return
+			case now := <-t.C:
+				n := accepted.Load()
+				rate := float64(n-last) / now.Sub(lastAt).Seconds()
+				last, lastAt = n, now
+				if !cfg.quiet {
+					fmt.Fprintf(w, "\r%5.1fs  %-26s messages %9d  %7.0f/s  relocations %6d   ",
+						now.Sub(start).Seconds(), phase.Load().(string), n, rate, drainedMoves(hosts))
+				}
+			}
+		}
+	}()
+
+	third := cfg.duration / 3
+	time.Sleep(third)
+	phase.Store("draining " + drained.Name())
+	drainStart := time.Now()
+	before := drained.Stats().Relocations
+	if err := drained.Drain(ctx); err != nil {
+		close(stop)
+		return rep, fmt.Errorf("drain: %w", err)
+	}
+	drainTook := time.Since(drainStart)
+	drainedN := drained.Stats().Relocations - before
+
+	phase.Store("rebalancing")
+	rng := rand.New(rand.NewPCG(42, 2))
+	deadline := start.Add(cfg.duration)
+	for n := 0; n < cfg.rebalance && time.Now().Before(deadline); n++ {
+		i := rng.IntN(cfg.objects)
+		row, err := net.Store().Get(ctx, relocation.Object{Kind: "counter", ID: strconv.Itoa(i)})
+		if err != nil {
+			continue
+		}
+		var src *actor.Host
+		for _, h := range staying {
+			if h.Name() == row.Host {
+				src = h
+			}
+		}
+		if src == nil {
+			continue
+		}
+		dst := staying[rng.IntN(len(staying))]
+		if dst == src {
+			continue
+		}
+		if err := src.Relocate(ctx, ref(i), dst.Name()); err == nil {
+			moves.Add(1)
+		}
+	}
+	phase.Store("steady load")
+	if d := time.Until(deadline); d > 0 {
+		time.Sleep(d)
+	}
+	close(stop)
+	wg.Wait()
+	<-progressDone
+	rep.elapsed = time.Since(start)
+	select {
+	case err := <-errc:
+		return rep, err
+	default:
+	}
+	if !cfg.quiet {
+		fmt.Fprintln(w)
+	}
+
+	// Check every object, asked through every sending host (after that
+	// host's own messages).
+	for i := 0; i < cfg.objects; i++ {
+		var c Counter
+		for _, h := range staying {
+			var err error
+			if c, err = actor.Ask[Read, Counter](ctx, h, ref(i), Read{}); err != nil {
+				return rep, fmt.Errorf("reading object %d: %w", i, err)
+			}
+		}
+		rep.outOfOrder += c.OutOfOrder
+		for _, s := range senders {
+			want, got := s.sent[i], c.Count[s.name]
+			rep.accepted += want
+			rep.handled += got
+			if got < want {
+				rep.lost += want - got
+			} else {
+				rep.duplicated += got - want
+			}
+		}
+	}
+	rep.relocations = int(moves.Load()) + int(drainedN)
+	rep.pauses = net.Pauses()
+	slices.Sort(rep.pauses)
+
+	fmt.Fprintf(w, "\nreport after %.1fs\n", rep.elapsed.Seconds())
+	fmt.Fprintf(w, "  messages accepted   %d (%.0f/s)\n", rep.accepted, float64(rep.accepted)/rep.elapsed.Seconds())
+	fmt.Fprintf(w, "  messages handled    %d\n", rep.handled)
+	fmt.Fprintf(w, "  lost                %d\n", rep.lost)
+	fmt.Fprintf(w, "  duplicated          %d\n", rep.duplicated)
+	fmt.Fprintf(w, "  out of order        %d\n", rep.outOfOrder)
+	fmt.Fprintf(w, "  relocations         %d (drain of %s: %d objects in %v, %.0f objects/s; rebalance: %d)\n",
+		rep.relocations, drained.Name(), drainedN, drainTook.Round(time.Millisecond), float64(drainedN)/drainTook.Seconds(), moves.Load())
+	if n := len(rep.pauses); n > 0 {
+		fmt.Fprintf(w, "  pause (seal → open) p50 %v  p99 %v  max %v\n",
+			rep.pauses[n/2].Round(time.Microsecond), rep.pauses[n*99/100].Round(time.Microsecond), rep.pauses[n-1].Round(time.Microsecond))
+	}
+	return rep, nil
+}
+
+// drainedMoves counts the moves the hosts completed as sources or targets,
+// halved (each move counts on both sides).
+func drainedMoves(hosts []*actor.Host) int {
+	n := int64(0)
+	for _, h := range hosts {
+		n += h.Stats().Relocations
+	}
+	return int(n / 2)
+}
