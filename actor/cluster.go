@@ -171,9 +171,9 @@ func (kr *kindRuntime) locate(id string, internal bool) (place, error) {
 var errHostGone = payload.NewError(payload.Unavailable, "actor", "the host is not on the network")
 
 // sendRemote hands m to the link to host. Tell completes here: the
-// transport accepted it. If the host is gone, m is left to the caller and
-// errHostGone returned (the caller looks the object up again); on other
-// failures m is released.
+// transport accepted it. If the host is gone or leaving, m is left to the
+// caller and errHostGone returned (the caller looks the object up again);
+// on other failures m is released.
 func (h *Host) sendRemote(host string, m *payload.Message, fence uint64, via string) error {
 	var l *link
 	if h.net != nil {
@@ -182,9 +182,10 @@ func (h *Host) sendRemote(host string, m *payload.Message, fence uint64, via str
 	if l == nil {
 		return errHostGone
 	}
-	buf := m.TakeBuffer()
-	if err := l.send(linkItem{buf: buf, fenceSeq: fence, fenceVia: via}); err != nil {
-		buf.Release()
+	if err := l.sendMessage(m, linkItem{fenceSeq: fence, fenceVia: via}); err != nil {
+		if !errors.Is(err, errHostGone) {
+			m.Release()
+		}
 		return err
 	}
 	return nil
@@ -318,7 +319,7 @@ func (h *Host) onFrame(l *link, it linkItem) {
 		ps.one[0] = target{kr: kr, id: id}
 		ps.targets = ps.one[:]
 		if p.o != nil && it.fenceSeq != 0 && h.holdForFence(fenceKey{obj: relocation.Object{Kind: kr.spec.name, ID: id}, sender: it.fenceOf},
-			it.fenceVia, heldForFence{seq: it.fenceSeq, l: l, ps: ps}) {
+			it.fenceVia, heldForFence{seq: it.fenceSeq, l: l, ps: ps, o: p.o}) == fenceHeld {
 			return
 		}
 		l.in.enqueue(ps)
@@ -354,13 +355,43 @@ func (h *Host) forwardFenced(prev string, kr *kindRuntime, id string, m *payload
 		return
 	}
 	var l *link
-	if h.net != nil {
-		l = h.net.linkTo(h, p.host)
+	var err error
+	for try := 0; ; try++ {
+		l = nil
+		if h.net != nil {
+			l = h.net.linkTo(h, p.host)
+		}
+		if l == nil {
+			break
+		}
+		err = l.send(linkItem{buf: buf, fenceSeq: fence.fenceSeq, fenceVia: fence.fenceVia, fenceOf: fence.fenceOf})
+		if !errors.Is(err, errHostGone) || try == 3 {
+			break
+		}
+		// The host is leaving: look the object up again (the routes to it
+		// are gone) and hand the frame on there, or to an owner here.
+		obj := relocation.Object{Kind: kr.spec.name, ID: id}
+		h.routes.drop(obj)
+		h.follows.drop(obj)
+		np, lerr := kr.locate(id, true)
+		if lerr != nil {
+			err = lerr
+			break
+		}
+		if np.o != nil {
+			if m, oerr := h.reg.Open(buf); oerr == nil {
+				h.redispatchMessage(m)
+			} else {
+				buf.Release()
+			}
+			return
+		}
+		p = np
 	}
 	if l == nil && h.bounceTo(prev, buf) {
 		return // this host is leaving: the previous hop routes it again
 	}
-	if l == nil || l.send(linkItem{buf: buf, fenceSeq: fence.fenceSeq, fenceVia: fence.fenceVia, fenceOf: fence.fenceOf}) != nil {
+	if l == nil || err != nil {
 		buf.Release()
 		h.routes.drop(relocation.Object{Kind: kr.spec.name, ID: id})
 		h.failFrame([]byte(route), op, payload.NewError(payload.Unavailable, "actor", "host "+p.host+" is not reachable"))

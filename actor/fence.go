@@ -92,6 +92,7 @@ type fenceKey struct {
 // link (ps, queued into the link's permit source when released) or sent
 // here (e with its permit, admitted when released).
 type heldForFence struct {
+	o   *owner // the owner it is for, when it was held
 	seq uint64
 	via string
 	l   *link
@@ -101,6 +102,7 @@ type heldForFence struct {
 }
 
 type fenceWait struct {
+	pending int    // released messages not yet delivered (in fenceTable.out)
 	arrived uint64 // the highest fence number that arrived
 	via     string // the old route the held messages' fence travels
 	since   int64  // nanotime of the oldest held message
@@ -112,13 +114,32 @@ type fenceTable struct {
 	mu   sync.Mutex
 	m    map[fenceKey]*fenceWait
 	done map[string]bool // hosts from which nothing more can come
+
+	// Released messages are delivered outside the lock (delivery can reach
+	// a fence marker, which comes back here), in release order, by one
+	// goroutine at a time (delivering); a sender's newer message queues
+	// behind its released ones still in out.
+	out        []releasedItem
+	delivering bool
 }
 
-// holdForFence holds it if its fence has not arrived yet; it reports
-// whether it did (else the caller delivers it now).
-func (h *Host) holdForFence(k fenceKey, via string, it heldForFence) bool {
+type releasedItem struct {
+	w  *fenceWait
+	it heldForFence
+}
+
+// Results of holdForFence.
+const (
+	fencePass    = iota // deliver it now
+	fenceHeld           // held (or queued behind released messages): done
+	fenceReroute        // its owner left this host meanwhile: resolve again
+)
+
+// holdForFence holds it if its fence has not arrived yet and reports
+// what the caller does next.
+func (h *Host) holdForFence(k fenceKey, via string, it heldForFence) int {
 	if h.net == nil {
-		return false
+		return fencePass
 	}
 	var permit *mailbox.Permits
 	defer func() {
@@ -127,6 +148,7 @@ func (h *Host) holdForFence(k fenceKey, via string, it heldForFence) bool {
 		if permit != nil {
 			permit.Release()
 		}
+		h.flushFences()
 	}()
 	h.fences.mu.Lock()
 	defer h.fences.mu.Unlock()
@@ -138,24 +160,36 @@ func (h *Host) holdForFence(k fenceKey, via string, it heldForFence) bool {
 		w = &fenceWait{}
 		h.fences.m[k] = w
 	}
+	if it.o != nil && it.o.left.Load() {
+		// The owner passed relay-ready and its held messages went after it
+		// (takeHeld): this one goes after them, routed again.
+		return fenceReroute
+	}
 	w.touched = nanotime()
-	if it.seq <= w.arrived {
-		return false // its fence came: it is older than anything held
-	}
-	if len(w.held) == 0 && h.fences.done[via] {
-		// The old route is gone and all it sent here is handled: nothing
-		// can be ahead of us on it. (With messages held, a new one queues
-		// among them even then: they are released in order.)
-		return false
-	}
-	if len(w.held) == 0 {
-		w.since = nanotime()
+	// Its fence came (it is older than anything held), or the old route is
+	// gone and all it sent here is handled: nothing can be ahead of it on
+	// that route. (With messages held, a new one queues among them even
+	// then: they are released in order.)
+	passes := it.seq <= w.arrived || (len(w.held) == 0 && h.fences.done[via])
+	if passes && w.pending == 0 {
+		return fencePass
 	}
 	if it.e != nil {
 		// A held message gives its job permit back: holds must never
 		// starve the permits that the fence it waits for needs to arrive.
 		// It enters the owner's queue without one when released.
 		permit = it.e.TakePermit()
+	}
+	if passes {
+		// Released messages of this sender are still being delivered: it
+		// goes behind them.
+		w.pending++
+		h.fences.out = append(h.fences.out, releasedItem{w, it})
+		h.heldForFence.Add(1)
+		return fenceHeld
+	}
+	if len(w.held) == 0 {
+		w.since = nanotime()
 	}
 	w.via = via
 	it.via = via
@@ -173,7 +207,7 @@ func (h *Host) holdForFence(k fenceKey, via string, it heldForFence) bool {
 		h.log.Warn("fence hold bound reached; releasing", "object", k.obj.String(), "sender", k.sender)
 		h.releaseLocked(k, w, true)
 	}
-	return true
+	return fenceHeld
 }
 
 // markerReached: a fence's marker reached the head of the job queue of
@@ -201,6 +235,7 @@ func (h *Host) markerReached(m *fenceMark) {
 
 // fenceArrived: sender's fence seq for obj came through Message Follow.
 func (h *Host) fenceArrived(k fenceKey, seq uint64) {
+	defer h.flushFences()
 	h.fences.mu.Lock()
 	defer h.fences.mu.Unlock()
 	if h.fences.m == nil {
@@ -218,9 +253,10 @@ func (h *Host) fenceArrived(k fenceKey, seq uint64) {
 	h.releaseLocked(k, w, false)
 }
 
-// releaseLocked delivers, in order, the held messages whose fence arrived
-// (all of them with force). Delivery happens under the table lock so that
-// a message arriving meanwhile cannot overtake them.
+// releaseLocked releases, in order, the held messages whose fence arrived
+// (all of them with force) to fenceTable.out; the caller delivers them
+// after unlocking (flushFences). A message arriving meanwhile for the same
+// sender and object queues behind them, so none overtakes another.
 func (h *Host) releaseLocked(k fenceKey, w *fenceWait, force bool) {
 	n := 0
 	for _, it := range w.held {
@@ -231,17 +267,45 @@ func (h *Host) releaseLocked(k fenceKey, w *fenceWait, force bool) {
 			w.arrived = it.seq // forced: this switch's later messages pass
 		}
 		n++
-		h.heldForFence.Add(-1)
-		if it.l != nil {
-			it.l.in.enqueue(it.ps)
-		} else {
-			h.admitHeld(it)
-		}
+		w.pending++
+		h.fences.out = append(h.fences.out, releasedItem{w, it})
 	}
+	clear(w.held[:n])
 	w.held = append(w.held[:0], w.held[n:]...)
 	if len(w.held) == 0 {
 		w.since = 0
 	}
+}
+
+// flushFences delivers the released messages, in order, outside the table
+// lock; one goroutine at a time does it (a nested call, from a delivery
+// that reached a fence marker, leaves its additions to the running one).
+func (h *Host) flushFences() {
+	h.fences.mu.Lock()
+	if h.fences.delivering {
+		h.fences.mu.Unlock()
+		return
+	}
+	h.fences.delivering = true
+	for len(h.fences.out) > 0 {
+		batch := h.fences.out
+		h.fences.out = nil
+		h.fences.mu.Unlock()
+		for _, r := range batch {
+			h.heldForFence.Add(-1)
+			if r.it.l != nil {
+				r.it.l.in.enqueue(r.it.ps)
+			} else {
+				h.admitHeld(r.it)
+			}
+		}
+		h.fences.mu.Lock()
+		for _, r := range batch {
+			r.w.pending--
+		}
+	}
+	h.fences.delivering = false
+	h.fences.mu.Unlock()
 }
 
 // fenceSnapshot encodes which fences have arrived here for obj (per
@@ -261,8 +325,38 @@ func (h *Host) fenceSnapshot(obj relocation.Object) []byte {
 	return out
 }
 
+// takeFenceHeld takes the messages held here for fences of obj, whose
+// owner is leaving (o.left is set): each sender's in order.
+func (h *Host) takeFenceHeld(obj relocation.Object) []heldForFence {
+	h.fences.mu.Lock()
+	defer h.fences.mu.Unlock()
+	var out []heldForFence
+	for k, w := range h.fences.m {
+		if k.obj == obj && len(w.held) > 0 {
+			out = append(out, w.held...)
+			h.heldForFence.Add(-int64(len(w.held)))
+			w.held, w.since = nil, 0
+		}
+	}
+	return out
+}
+
+// sendFences sends the fences of a snapshot to host to, as fence messages.
+func (h *Host) sendFences(to string, obj relocation.Object, b []byte) {
+	l := h.net.linkTo(h, to)
+	for l != nil && len(b) > 0 {
+		n := int(b[0])
+		if len(b) < 1+n+8 {
+			return
+		}
+		_ = l.send(linkItem{obj: obj, fence: &fenceMsg{sender: string(b[1 : 1+n]), seq: binary.BigEndian.Uint64(b[1+n:])}})
+		b = b[1+n+8:]
+	}
+}
+
 // fenceRestore takes in the fence state of an object that moved here.
 func (h *Host) fenceRestore(obj relocation.Object, b []byte) {
+	defer h.flushFences()
 	h.fences.mu.Lock()
 	defer h.fences.mu.Unlock()
 	for len(b) > 0 {
@@ -293,14 +387,16 @@ func (h *Host) fenceRestore(obj relocation.Object, b []byte) {
 // to its owner here, or — if the object moved on meanwhile — to where it
 // runs now, still carrying its fence.
 func (h *Host) admitHeld(it heldForFence) {
-	if p, err := it.t.resolve(true); err == nil && p.o == nil {
-		m := it.e.Msg
-		it.e.Msg = nil
-		it.e.Release()
-		if err := h.sendRemote(p.host, m, it.seq, it.via); err != nil {
-			if errors.Is(err, errHostGone) {
-				m.Release()
-			}
+	for try := 0; try < 4; try++ {
+		p, err := it.t.resolve(true)
+		if err != nil || p.o != nil {
+			break
+		}
+		err = h.sendElsewhere(it.e, p, it.t, it.seq, it.via)
+		if errors.Is(err, errHostGone) {
+			continue // the host left: look the object up again
+		}
+		if err != nil {
 			h.obs.Rejected(it.t.name(), RejectUndeliverable)
 		}
 		return
@@ -311,6 +407,7 @@ func (h *Host) admitHeld(it heldForFence) {
 // releaseFences releases holds whose old route died (via == host) or that
 // are older than FollowDuration (host == "").
 func (h *Host) releaseFences(host string) {
+	defer h.flushFences()
 	h.fences.mu.Lock()
 	defer h.fences.mu.Unlock()
 	if host != "" {
@@ -323,6 +420,7 @@ func (h *Host) releaseFences(host string) {
 	limit := now - int64(h.cfg.FollowDuration)
 	for k, w := range h.fences.m {
 		switch {
+		case len(w.held) == 0 && w.pending > 0:
 		case len(w.held) == 0:
 			// Forget a sender's fences once its marked messages are over.
 			if host == "" && w.touched < now-2*int64(h.cfg.FollowDuration) {

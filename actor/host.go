@@ -326,6 +326,7 @@ func (h *Host) quiesce(ctx context.Context) error {
 // that moved away), so that leaving the network loses and reorders nothing.
 func (h *Host) leaveGracefully(ctx context.Context) error {
 	h.net.markLeaving(h)
+	h.net.refuseLinksTo(h)
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	quiet := 0

@@ -43,6 +43,13 @@ type moveDriver struct {
 	done     chan error // source: Relocate's result
 	ended    bool
 	started  time.Time
+
+	// Target, after a commit: the move stays known for FollowDuration to
+	// answer a source that resends (its Committed was lost).
+	opened   bool
+	ownerGen uint64 // the owner generation committed
+	lateNext uint32 // the next relay position not yet delivered
+	endedAt  int64  // nanotime
 }
 
 // Control items the move puts on the owner's lifecycle lane.
@@ -235,9 +242,17 @@ func (h *Host) moveTicker() {
 		}
 		now := nanotime()
 		for _, d := range h.allMoves() {
-			if d.tgt != nil {
-				d.step(relocation.Tick{Now: now})
+			if d.tgt == nil {
+				continue
 			}
+			d.mu.Lock()
+			expired := d.ended && d.opened && now-d.endedAt > int64(h.cfg.FollowDuration)
+			d.mu.Unlock()
+			if expired {
+				h.removeMove(d)
+				continue
+			}
+			d.step(relocation.Tick{Now: now})
 		}
 	}
 }
@@ -247,7 +262,30 @@ func (h *Host) moveTicker() {
 func (d *moveDriver) step(in relocation.Input) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.ended && d.opened {
+		if r, ok := in.(relocation.Receive); ok {
+			d.afterCommit(r.Record)
+		}
+		return
+	}
 	d.stepLocked(in)
+}
+
+// afterCommit answers records of a source that did not learn of the
+// commit (its Committed was lost): the cutover or prepare is answered
+// again; relays the target committed without (its cutover wait ran out)
+// are delivered late, once each, and repeats of the others dropped.
+func (d *moveDriver) afterCommit(rec relocation.Record) {
+	switch r := rec.(type) {
+	case *relocation.Cutover, *relocation.Prepare:
+		d.h.sendRecord(d.peer, d.obj, &relocation.Committed{Move: d.id, OwnerGen: d.ownerGen})
+	case *relocation.Relay:
+		if r.Seq == d.lateNext {
+			d.lateNext++
+			d.h.log.Warn("relocation: relay after the commit delivered late", "object", d.obj.String(), "seq", r.Seq)
+			d.h.redispatchFrame(r.Frame)
+		}
+	}
 }
 
 func (d *moveDriver) stepLocked(in relocation.Input) {
@@ -263,15 +301,43 @@ func (d *moveDriver) stepLocked(in relocation.Input) {
 		} else {
 			return
 		}
-		for _, r := range out.Send {
-			d.h.sendRecord(d.peer, d.obj, r)
-		}
+		gone := d.sendAll(out.Send)
 		for _, a := range out.Actions {
 			if next := d.apply(a); next != nil {
 				queue = append(queue, next)
 			}
 		}
+		if gone {
+			queue = append(queue, d.peerDead())
+		}
 	}
+}
+
+// sendAll sends records to the peer; it reports whether the peer has left
+// the network (the records went nowhere).
+func (d *moveDriver) sendAll(recs []relocation.Record) bool {
+	if len(recs) == 0 || d.h.net == nil {
+		return false
+	}
+	l := d.h.net.linkTo(d.h, d.peer)
+	if l == nil {
+		return true
+	}
+	for _, r := range recs {
+		_ = l.send(linkItem{rec: r, obj: d.obj})
+	}
+	return false
+}
+
+// peerDead is the input for "the peer left the network" (as moveEvent
+// gives it): a source learns its target died; a target treats it as an
+// abort from its source (ignored past relay-ready: the cutover wait
+// commits).
+func (d *moveDriver) peerDead() relocation.Input {
+	if d.tgt != nil {
+		return relocation.Receive{Record: &relocation.Abort{Move: d.id, Reason: "source host gone"}}
+	}
+	return relocation.TargetDead{}
 }
 
 // apply carries out one action; it returns an input to feed back at once,
@@ -358,8 +424,8 @@ func (d *moveDriver) sealAndCapture() {
 	d.o.mb.Seal()
 	d.h.net.pauses.sealed(d.id)
 	out := d.src.Step(relocation.Sealed{})
-	for _, r := range out.Send {
-		d.h.sendRecord(d.peer, d.obj, r)
+	if d.sendAll(out.Send) {
+		defer d.stepLocked(relocation.TargetDead{})
 	}
 	for _, a := range out.Actions {
 		if _, ok := a.(relocation.CaptureMove); ok {
@@ -410,8 +476,36 @@ func (d *moveDriver) takeHeld() [][]byte {
 	if sh.m[d.obj.ID] == o {
 		delete(sh.m, d.obj.ID)
 	}
-	h.follows.put(d.obj, d.peer, d.row.OwnerGen+1, h.cfg.FollowDuration)
+	o.left.Store(true)
+	gen := d.row.OwnerGen + 1
+	h.follows.put(d.obj, d.peer, gen, h.cfg.FollowDuration)
+	// Messages held here for fences go after the object, still carrying
+	// their fences, before anything this host routes to it from now on
+	// (the shard lock keeps senders from resolving the new place until
+	// they are on the link).
+	for _, it := range h.takeFenceHeld(d.obj) {
+		var m *payload.Message
+		fence := linkItem{fenceSeq: it.seq, fenceVia: it.via}
+		if it.ps != nil {
+			m, it.ps.m = it.ps.m, nil
+			fence.fenceOf = it.ps.fence.fenceOf
+			if fence.fenceOf == "" {
+				fence.fenceOf = it.ps.from
+			}
+		} else {
+			m, it.e.Msg = it.e.Msg, nil
+			it.e.Release()
+			fence.fenceOf = h.name
+		}
+		if m != nil {
+			h.forwardFenced("", d.kr, d.obj.ID, m, place{host: d.peer, gen: gen}, fence)
+		}
+	}
 	sh.mu.Unlock()
+	// Fences that arrived here after the capture (while sealed) go after
+	// the object: its new owner must not wait for them. A fence arriving
+	// from now on finds no owner here and follows by itself.
+	h.sendFences(d.peer, d.obj, h.fenceSnapshot(d.obj))
 	held := append(d.held, o.mb.Close()...)
 	out := make([][]byte, 0, len(held))
 	for _, e := range held {
@@ -467,6 +561,10 @@ func (d *moveDriver) finish(f relocation.Finish) {
 	if f.Outcome != relocation.Moved && d.o != nil && !d.conflict {
 		h.obs.Deactivated(d.kr.spec.name)
 		h.system.Root.Stop(d.o.pid)
+	}
+	if d.opened {
+		d.endedAt = nanotime()
+		h.addMove(d) // kept a while, to answer a source that resends
 	}
 }
 
@@ -537,6 +635,7 @@ func (d *moveDriver) open(a relocation.OpenQueue) {
 	}
 	o.incoming.Store(false)
 	o.mb.Reopen(items)
+	d.opened, d.ownerGen, d.lateNext = true, row.OwnerGen, uint32(len(a.Relayed))
 	h.moved.Add(1)
 	h.net.pauses.opened(d.id)
 }

@@ -2,6 +2,7 @@ package actor
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/berthrt/berth/payload"
@@ -16,14 +17,16 @@ import (
 //
 // A Network is safe for concurrent use.
 type Network struct {
-	store  relocation.Store
-	pauses pauseLog
+	store      relocation.Store
+	pauses     pauseLog
+	recordHook atomic.Pointer[func(from, to string, rec relocation.Record) bool]
 
-	mu     sync.Mutex
-	hosts  map[string]*Host
-	links  map[[2]string]*link
-	broken map[[2]string]bool // unordered pairs (sorted)
-	delay  map[[2]string]time.Duration
+	mu      sync.Mutex
+	hosts   map[string]*Host
+	links   map[[2]string]*link
+	broken  map[[2]string]bool
+	leaving map[string]bool // hosts whose incoming links refuse frames // unordered pairs (sorted)
+	delay   map[[2]string]time.Duration
 }
 
 // NewNetwork returns a network whose hosts share store; nil means a new
@@ -113,6 +116,7 @@ func (n *Network) leave(h *Host) {
 		return
 	}
 	delete(n.hosts, h.name)
+	delete(n.leaving, h.name)
 	var closing []*link
 	hasLink := map[string]bool{} // peers that get a "left" item on a link from h
 	for k, l := range n.links {
@@ -149,6 +153,21 @@ func (n *Network) leave(h *Host) {
 	}
 }
 
+// SetRecordHook installs a hook, for fault-injection tests, that sees
+// every relocation record as it is sent, from one host to another; a
+// record for which it returns false is lost. The hook must not block; nil
+// removes it.
+func (n *Network) SetRecordHook(hook func(from, to string, rec relocation.Record) bool) {
+	if hook == nil {
+		n.recordHook.Store(nil)
+		return
+	}
+	n.recordHook.Store(&hook)
+}
+
+// Host returns the running host named name on the network, or nil.
+func (n *Network) Host(name string) *Host { return n.host(name) }
+
 func (n *Network) host(name string) *Host {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -169,6 +188,7 @@ func (n *Network) linkTo(from *Host, to string) *link {
 		return nil
 	}
 	l := newLink(n, from, dst)
+	l.refusing = n.leaving[to]
 	n.links[key] = l
 	return l
 }
@@ -189,6 +209,30 @@ func (n *Network) markLeaving(h *Host) {
 	for _, p := range peers {
 		p.routes.dropHost(h.name)
 		p.follows.dropHost(h.name)
+	}
+}
+
+// refuseLinksTo makes the links to h refuse frames from now on: a sender
+// gets its frame back and routes it again (elsewhere: the peers forgot
+// their routes to h). What is already queued is still delivered, so h
+// hands it on in order, and nothing can be added behind it.
+func (n *Network) refuseLinksTo(h *Host) {
+	n.mu.Lock()
+	if n.leaving == nil {
+		n.leaving = map[string]bool{}
+	}
+	n.leaving[h.name] = true
+	var links []*link
+	for k, l := range n.links {
+		if k[1] == h.name {
+			links = append(links, l)
+		}
+	}
+	n.mu.Unlock()
+	for _, l := range links {
+		l.mu.Lock()
+		l.refusing = true
+		l.mu.Unlock()
 	}
 }
 
@@ -234,6 +278,9 @@ func (n *Network) pending(h *Host) int {
 	return total
 }
 
+// Broken reports whether the link between a and b is broken.
+func (n *Network) Broken(a, b string) bool { return n.isBroken(a, b) }
+
 func (n *Network) isBroken(a, b string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -246,9 +293,13 @@ func (n *Network) delayOf(a, b string) time.Duration {
 	return n.delay[pair(a, b)]
 }
 
-// Break breaks the link between hosts a and b in both directions: records
-// sent while it is broken are lost, and messages are refused (the sender
-// gets Unavailable); what was already queued is still delivered, in order.
+// Break breaks the link between hosts a and b in both directions until
+// Heal. Relocation records sent while it is broken are lost (the moves
+// resend what their phase needs when the link is up again). Messages,
+// replies, fences and hints are not lost: they wait on the link, in order,
+// and are delivered after Heal — the model is a transport session that
+// resumes, as a reconnecting connection with a resend buffer does. If a
+// host is killed meanwhile, what waits on its links is lost.
 func (n *Network) Break(a, b string) {
 	n.mu.Lock()
 	n.broken[pair(a, b)] = true
@@ -261,7 +312,13 @@ func (n *Network) Heal(a, b string) {
 	n.mu.Lock()
 	delete(n.broken, pair(a, b))
 	ha, hb := n.hosts[a], n.hosts[b]
+	ls := []*link{n.links[[2]string{a, b}], n.links[[2]string{b, a}]}
 	n.mu.Unlock()
+	for _, l := range ls {
+		if l != nil {
+			l.wake()
+		}
+	}
 	if ha != nil {
 		ha.linkUp(b)
 	}
@@ -314,6 +371,7 @@ type link struct {
 	mu       sync.Mutex
 	items    []linkItem // guarded by mu
 	closed   bool       // guarded by mu
+	refusing bool       // the destination is leaving: frames are refused; guarded by mu
 	bounce   bool       // on close, hand undelivered frames back to the sender
 	busy     int32      // an item is being handled; guarded by mu
 	flush    bool       // close once everything queued is delivered
@@ -330,20 +388,27 @@ func newLink(n *Network, from, to *Host) *link {
 	return l
 }
 
-// send queues it for delivery. A frame on a broken or closed link is
-// refused (the caller keeps the buffer); a record is dropped.
+// send queues it for delivery. A frame on a closed link is refused (the
+// caller keeps the buffer); a record on a broken or closed link, or one
+// the record hook refuses, is dropped.
 func (l *link) send(it linkItem) error {
-	if l.net.isBroken(l.from.name, l.to.name) {
-		if it.buf.IsZero() {
-			return nil // a record, hint or fence: lost; the protocols recover
+	if it.rec != nil {
+		if l.net.isBroken(l.from.name, l.to.name) {
+			return nil // lost; the relocation protocol recovers
 		}
-		return errLinkDown
+		if hook := l.net.recordHook.Load(); hook != nil && !(*hook)(l.from.name, l.to.name, it.rec) {
+			return nil
+		}
 	}
 	l.mu.Lock()
-	if l.closed {
+	if l.closed || l.refusing {
+		refusing := l.refusing && !l.closed
 		l.mu.Unlock()
 		if it.buf.IsZero() {
 			return nil
+		}
+		if refusing {
+			return errHostGone // the caller keeps the frame and routes it again
 		}
 		return errLinkDown
 	}
@@ -363,8 +428,8 @@ func (l *link) run() {
 	defer close(l.done)
 	for {
 		l.mu.Lock()
-		for len(l.items) == 0 && !l.closed {
-			if l.flush {
+		for (len(l.items) == 0 || l.net.isBroken(l.from.name, l.to.name)) && !l.closed {
+			if l.flush && len(l.items) == 0 {
 				l.closed = true
 				break
 			}
@@ -408,6 +473,14 @@ func (l *link) run() {
 	}
 }
 
+// wake makes the link's goroutine look at its queue again.
+func (l *link) wake() {
+	select {
+	case l.notify <- struct{}{}:
+	default:
+	}
+}
+
 // closeWhenEmpty closes the link once what is queued has been delivered.
 func (l *link) closeWhenEmpty() {
 	l.mu.Lock()
@@ -431,4 +504,24 @@ func (l *link) close(bounce bool) {
 	case l.notify <- struct{}{}:
 	default:
 	}
+}
+
+// sendMessage queues m's frame with the fence fields of it. If the
+// destination is leaving it returns errHostGone and m stays the caller's;
+// on a closed link it returns errLinkDown (m too stays the caller's).
+func (l *link) sendMessage(m *payload.Message, it linkItem) error {
+	l.mu.Lock()
+	switch {
+	case l.closed:
+		l.mu.Unlock()
+		return errLinkDown
+	case l.refusing:
+		l.mu.Unlock()
+		return errHostGone
+	}
+	it.buf = m.TakeBuffer()
+	l.items = append(l.items, it)
+	l.mu.Unlock()
+	l.wake()
+	return nil
 }

@@ -32,6 +32,7 @@ type owner struct {
 	row      relocation.Ownership // the object's row as of its activation or move here
 	incoming atomic.Bool          // a move's target: held until the commit
 	moving   atomic.Bool          // a move away is under way
+	left     atomic.Bool          // the move away passed relay-ready: no longer the owner
 
 	lastActive atomic.Int64  // nanotime of the last turn's end (with IdleTimeout)
 	gone       chan struct{} // closed when the deactivation finished

@@ -372,14 +372,18 @@ func (h *Host) sendElsewhere(e *mailbox.Envelope, p place, t target, fence uint6
 		}
 		return errHostGone
 	}
-	m := e.Msg
-	e.Msg = nil
-	e.Release()
-	err := h.sendRemote(p.host, m, fence, via)
+	err := h.sendRemote(p.host, e.Msg, fence, via)
 	if errors.Is(err, errHostGone) {
-		m.Release() // gone between the check and the send; rare
-		return payload.NewError(payload.Unavailable, "actor", "host "+p.host+" left the network")
+		// Gone or leaving between the lookup and the send: e keeps its
+		// message, and the caller looks the object up again.
+		if t.kr != nil {
+			h.routes.drop(t.obj())
+			h.follows.drop(t.obj())
+		}
+		return errHostGone
 	}
+	e.Msg = nil // sent, or released by sendRemote
+	e.Release()
 	return err
 }
 
@@ -451,8 +455,13 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 				}
 				return false, err
 			}
-			if fence != 0 && h.holdForFence(fenceKey{obj: t.obj(), sender: h.name}, via, heldForFence{seq: fence, t: t, e: e}) {
-				return false, nil
+			if fence != 0 {
+				switch h.holdForFence(fenceKey{obj: t.obj(), sender: h.name}, via, heldForFence{seq: fence, t: t, e: e, o: p.o}) {
+				case fenceHeld:
+					return false, nil
+				case fenceReroute:
+					continue
+				}
 			}
 		}
 		o := p.o
@@ -518,14 +527,14 @@ func (h *Host) admitGranted(t target, e *mailbox.Envelope, origin bool) {
 // if its object moved meanwhile it is forwarded as a hop, keeping its fence.
 func (h *Host) admitGrantedFrom(t target, e *mailbox.Envelope, origin bool, ps *pendingSend) {
 	retries := 0
+	var fence uint64 // kept across retries: a retry is the same send
+	var via string
 	for {
 		p, err := t.resolve(true)
 		if err != nil {
 			h.endUnrun(nil, t.name(), e, err, RejectShuttingDown)
 			return
 		}
-		var fence uint64
-		var via string
 		if origin && t.o == nil {
 			dest := p.host
 			if p.o != nil {
@@ -552,8 +561,13 @@ func (h *Host) admitGrantedFrom(t target, e *mailbox.Envelope, origin bool, ps *
 			}
 			return
 		}
-		if fence != 0 && h.holdForFence(fenceKey{obj: t.obj(), sender: h.name}, via, heldForFence{seq: fence, t: t, e: e}) {
-			return
+		if fence != 0 {
+			switch h.holdForFence(fenceKey{obj: t.obj(), sender: h.name}, via, heldForFence{seq: fence, t: t, e: e, o: p.o}) {
+			case fenceHeld:
+				return
+			case fenceReroute:
+				continue
+			}
 		}
 		o := p.o
 		size := e.Msg.Len()

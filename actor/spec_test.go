@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/relocation"
 )
 
 // countingJSON is JSON under its own content type, counting decode callbacks.
@@ -236,5 +237,110 @@ func TestSpec9_NoDecodeOfNextMessageWhileEarlierHandlerHoldsTheGate(t *testing.T
 	<-ran
 	if n := codec.decodes.Load(); n != 1 {
 		t.Fatalf("decodes after the gate opened = %d, want 1", n)
+	}
+}
+
+// Spec §9, Deserialization Timing and Count: "The codec deserialization
+// callback isn't called for a message held during a move until commit
+// replay or abort resumption."
+//
+// The move is stopped between the target's restore and the source's
+// acceptance of relay-ready (the RelayReady record is lost): the source is
+// sealed with its queue captured, the target holds its temporary queue.
+// Messages then sent through either host are held, undecoded. They are
+// decoded — once each — only when the move commits (replay at the target)
+// or aborts (resumption at the source).
+func TestSpec9_HeldDuringMoveNotDecodedUntilCommitReplayOrAbortResumption(t *testing.T) {
+	for _, outcome := range []string{"commit", "abort"} {
+		t.Run(outcome, func(t *testing.T) {
+			codec := &countingJSON{}
+			n := NewNetwork(nil)
+			g := newGates()
+			var hs []*Host
+			for _, name := range []string{"a", "b"} {
+				hs = append(hs, startHost(t, Config{Name: name, Network: n, Logger: quietLogger(), CutoverWait: time.Minute,
+					Codecs: []CodecRegistration{{Codec: codec, Select: payload.ForType[Inc]()}}}, movableKind(g)))
+			}
+			a, b := hs[0], hs[1]
+			ref := Ref{"counter", "held"}
+			if err := Tell(bg, a, ref, Block{Key: "gate1"}); err != nil {
+				t.Fatal(err)
+			}
+			g.waitStarted(t, "gate1")
+			Tell(bg, a, ref, Block{Key: "gate2"}) // busy again when the seal comes
+			for i := 0; i < 3; i++ {              // queued: captured by the move
+				Tell(bg, a, ref, Inc{By: 1})
+			}
+			relayReady, preflighted := make(chan struct{}), make(chan struct{})
+			var once, oncePre atomic.Bool
+			n.SetRecordHook(func(from, to string, rec relocation.Record) bool {
+				if _, ok := rec.(*relocation.PreflightReply); ok && oncePre.CompareAndSwap(false, true) {
+					close(preflighted)
+				}
+				if _, ok := rec.(*relocation.RelayReady); ok && once.CompareAndSwap(false, true) {
+					close(relayReady)
+					return false
+				}
+				return true
+			})
+			ctx, cancel := context.WithCancel(bg)
+			defer cancel()
+			moved := make(chan error, 1)
+			go func() { moved <- a.Relocate(ctx, ref, "b") }()
+			waitFor(t, "the move to be posted", func() bool { return a.Stats().QueuedLifecycle >= 1 })
+			g.release("gate1") // the move starts (preflight) at this turn boundary
+			g.waitStarted(t, "gate2")
+			select {
+			case <-preflighted:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no preflight")
+			}
+			waitFor(t, "the seal to be posted", func() bool { return a.Stats().QueuedLifecycle >= 1 })
+			g.release("gate2") // the seal comes at this turn boundary
+			select {
+			case <-relayReady:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the move did not reach relay-ready")
+			}
+			for i := 0; i < 2; i++ {
+				Tell(bg, a, ref, Inc{By: 1}) // held at the sealed source
+				Tell(bg, b, ref, Inc{By: 1}) // held in the target's temporary queue
+			}
+			waitFor(t, "the messages to be held", func() bool {
+				return b.Stats().QueuedApplication >= 2 && a.Stats().QueuedApplication >= 2
+			})
+			if d := codec.decodes.Load(); d != 0 {
+				t.Fatalf("%d messages decoded while held during the move", d)
+			}
+			n.SetRecordHook(nil)
+			switch outcome {
+			case "commit":
+				n.Heal("a", "b") // the source resends Prepare; relay-ready is answered again
+				if err := <-moved; err != nil {
+					t.Fatalf("move: %v", err)
+				}
+			case "abort":
+				cancel()
+				if err := <-moved; err == nil {
+					t.Fatal("the move committed; want an abort")
+				}
+			}
+			// (On an abort, the messages held at the target come back to
+			// the source by Message Follow, after the abort.)
+			waitFor(t, "all seven messages to run", func() bool {
+				got, err := Ask[Get, int](bg, a, ref, Get{})
+				if err != nil || got > 7 {
+					t.Fatalf("count = %d, %v; want 7", got, err)
+				}
+				return got == 7
+			})
+			if d := codec.decodes.Load(); d != 7 {
+				t.Fatalf("%d decodes after the %s, want 7 (each message once, when it ran)", d, outcome)
+			}
+			host := map[string]*Host{"commit": b, "abort": a}[outcome]
+			if host.Stats().OwnersActive != 1 {
+				t.Fatalf("after the %s the object does not run on %s", outcome, host.Name())
+			}
+		})
 	}
 }

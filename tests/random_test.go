@@ -200,7 +200,11 @@ func randomized(t *testing.T, inline bool) {
 			return s.QueuedApplication == 0 && s.PermitsInUse == 0 && s.RequestsInFlight == 0
 		})
 		for obj := 0; obj < objects; obj++ {
-			got, err := actor.Ask[balance, int](context.Background(), h, actor.Ref{Kind: "account", ID: fmt.Sprint(obj)}, balance{})
+			// A deadline of its own: the host's RequestTimeout is short on
+			// purpose, and a loaded machine must not fail the check.
+			actx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			got, err := actor.Ask[balance, int](actx, h, actor.Ref{Kind: "account", ID: fmt.Sprint(obj)}, balance{})
+			cancel()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -72,6 +72,7 @@ type Counter struct {
 	Last       map[string]int `json:"last"`
 	Count      map[string]int `json:"count"`
 	OutOfOrder int            `json:"ooo"`
+	Breaks     []string       `json:"breaks,omitempty"` // the first few order breaks
 }
 
 // Add is one numbered message from a sender.
@@ -90,6 +91,9 @@ func counterKind() *actor.Kind[Counter] {
 	actor.Handle(k, func(ctx *actor.Context, c *Counter, a Add) error {
 		if a.Seq != c.Last[a.Sender]+1 {
 			c.OutOfOrder++
+			if len(c.Breaks) < 4 {
+				c.Breaks = append(c.Breaks, fmt.Sprintf("%s: %d after %d", a.Sender, a.Seq, c.Last[a.Sender]))
+			}
 		}
 		if a.Seq > c.Last[a.Sender] {
 			c.Last[a.Sender] = a.Seq
@@ -104,6 +108,7 @@ func counterKind() *actor.Kind[Counter] {
 
 type report struct {
 	accepted, handled, lost, duplicated, outOfOrder int
+	breaks                                          []string // examples of order breaks, by object
 	relocations                                     int
 	pauses                                          []time.Duration
 	elapsed                                         time.Duration
@@ -282,6 +287,9 @@ func run(ctx context.Context, cfg demoConfig, w io.Writer) (report, error) {
 			}
 		}
 		rep.outOfOrder += c.OutOfOrder
+		for _, b := range c.Breaks {
+			rep.breaks = append(rep.breaks, "object "+strconv.Itoa(i)+" "+b)
+		}
 		for _, s := range senders {
 			want, got := s.sent[i], c.Count[s.name]
 			rep.accepted += want

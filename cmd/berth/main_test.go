@@ -21,8 +21,8 @@ func TestDemoLosesNothing(t *testing.T) {
 		t.Fatalf("nothing happened: %+v", rep)
 	}
 	if rep.lost != 0 || rep.duplicated != 0 || rep.outOfOrder != 0 || rep.handled != rep.accepted {
-		t.Fatalf("report: %d accepted, %d handled, %d lost, %d duplicated, %d out of order",
-			rep.accepted, rep.handled, rep.lost, rep.duplicated, rep.outOfOrder)
+		t.Fatalf("report: %d accepted, %d handled, %d lost, %d duplicated, %d out of order %v",
+			rep.accepted, rep.handled, rep.lost, rep.duplicated, rep.outOfOrder, rep.breaks)
 	}
 	testutil.CheckNoGoroutines(t)
 }

@@ -1,0 +1,379 @@
+package tests
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/internal/testutil"
+	"github.com/berthrt/berth/mailbox"
+	"github.com/berthrt/berth/relocation"
+)
+
+// tally is a relocating object's state: per sender, the last sequence
+// number it ran and how many messages it ran, and every order violation.
+type tally struct {
+	Last  map[string]int `json:"last"`
+	Count map[string]int `json:"count"`
+	Bad   []string       `json:"bad"`
+}
+
+// numbered is one message of a sender, numbered per object from 1.
+type numbered struct {
+	Sender string
+	Seq    int
+}
+
+// numberedAsk is a numbered message sent as a request; the reply is the
+// sequence number the object ran.
+type numberedAsk struct {
+	Sender string
+	Seq    int
+}
+
+type readTally struct{}
+
+func (t *tally) run(sender string, seq int) {
+	if seq != t.Last[sender]+1 {
+		t.Bad = append(t.Bad, fmt.Sprintf("%s: %d after %d", sender, seq, t.Last[sender]))
+	}
+	if seq > t.Last[sender] {
+		t.Last[sender] = seq
+	}
+	t.Count[sender]++
+}
+
+func tallyKind() *actor.Kind[tally] {
+	k := actor.NewKind("tally", func(*actor.Context, string) (*tally, error) {
+		return &tally{Last: map[string]int{}, Count: map[string]int{}}, nil
+	})
+	actor.Handle(k, func(ctx *actor.Context, t *tally, m numbered) error { t.run(m.Sender, m.Seq); return nil })
+	actor.HandleRequest(k, func(ctx *actor.Context, t *tally, m numberedAsk) (int, error) {
+		t.run(m.Sender, m.Seq)
+		return m.Seq, nil
+	})
+	actor.HandleRequest(k, func(ctx *actor.Context, t *tally, _ readTally) (tally, error) { return *t, nil })
+	k.PreserveStateJSON()
+	return k
+}
+
+type relocationRun struct {
+	hosts     int // hosts that send and take objects (the last one is drained)
+	objects   int
+	senders   int // per sending host
+	movers    int // goroutines relocating random objects at once
+	duration  time.Duration
+	faultKill bool // a spare host takes moves and is killed before relay-ready
+	faultLink bool // links break right after relay-ready, then heal
+}
+
+// relocationProperty drives numbered traffic from several hosts while
+// objects move at random and one host drains, then checks every object:
+// per sender, every message ran exactly once and in order, every Ask
+// completed once with its own answer, and no goroutine is left.
+func relocationProperty(t *testing.T, cfg relocationRun) {
+	ctx := context.Background()
+	net := actor.NewNetwork(nil)
+	var hosts []*actor.Host
+	rejected := &rejectLog{}
+	start := func(name string) *actor.Host {
+		h, err := actor.NewHost(actor.Config{Name: name, Network: net, Logger: quietLogger(), CutoverWait: 2 * time.Second,
+			Observer: rejected})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Register(tallyKind())
+		if err := h.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	for i := 1; i <= cfg.hosts; i++ {
+		hosts = append(hosts, start("h"+strconv.Itoa(i)))
+	}
+	var spare *actor.Host
+	if cfg.faultKill {
+		spare = start("spare")
+	}
+	defer func() {
+		for _, h := range hosts {
+			h.Close()
+		}
+		if spare != nil {
+			spare.Close()
+		}
+		testutil.CheckNoGoroutines(t)
+	}()
+	drained := hosts[len(hosts)-1]
+	staying := hosts[:len(hosts)-1]
+	ref := func(i int) actor.Ref { return actor.Ref{Kind: "tally", ID: strconv.Itoa(i)} }
+	for i := 0; i < cfg.objects; i++ { // spread the objects over every host
+		if _, err := actor.Ask[readTally, tally](ctx, hosts[i%len(hosts)], ref(i), readTally{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	type sender struct {
+		name string
+		host *actor.Host
+		sent []int
+	}
+	var senders []*sender
+	for _, h := range staying {
+		for s := 0; s < cfg.senders; s++ {
+			senders = append(senders, &sender{name: h.Name() + "/" + strconv.Itoa(s), host: h, sent: make([]int, cfg.objects)})
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var asks, tells atomic.Int64
+	for si, s := range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(si), 7))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				i := rng.IntN(cfg.objects)
+				seq := s.sent[i] + 1
+				if rng.IntN(8) == 0 {
+					actx, cancel := context.WithTimeout(ctx, 20*time.Second)
+					got, err := actor.Ask[numberedAsk, int](actx, s.host, ref(i), numberedAsk{Sender: s.name, Seq: seq})
+					cancel()
+					if err != nil || got != seq {
+						t.Errorf("%s: Ask #%d to object %d = %d, %v", s.name, seq, i, got, err)
+						return
+					}
+					asks.Add(1)
+				} else {
+					if err := actor.Tell(ctx, s.host, ref(i), numbered{Sender: s.name, Seq: seq}); err != nil {
+						t.Errorf("%s: Tell #%d to object %d: %v", s.name, seq, i, err)
+						return
+					}
+					tells.Add(1)
+				}
+				s.sent[i] = seq
+			}
+		}()
+	}
+
+	// Faults: a record hook that acts on the move records it sees.
+	var kills, breaks atomic.Int64
+	var faultMu sync.Mutex
+	var brokenMoves sync.Map
+	killed := false
+	if cfg.faultKill || cfg.faultLink {
+		net.SetRecordHook(func(from, to string, rec relocation.Record) bool {
+			switch rec.(type) {
+			case *relocation.Prepare:
+				if cfg.faultKill && to == "spare" {
+					faultMu.Lock()
+					first := !killed
+					killed = true
+					faultMu.Unlock()
+					if first {
+						kills.Add(1)
+						go net.Kill("spare") // before relay-ready: the move aborts, the object resumes at its source
+					}
+					return false
+				}
+			case *relocation.Relay, *relocation.Cutover:
+				// After relay-ready: the link breaks, losing the relays
+				// and the cutover, and heals a little later.
+				// Once per move (its resend must get through before the
+				// target's cutover wait ends: past it the target commits
+				// without the lost relays, which then run late — a
+				// documented limit, not what this test is about).
+				if !cfg.faultLink {
+					return true
+				}
+				if _, again := brokenMoves.LoadOrStore(rec.MoveID(), true); again {
+					return true
+				}
+				if cfg.faultLink && breaks.Load() < 20 && !net.Broken(from, to) {
+					breaks.Add(1)
+					net.Break(from, to)
+					go func() {
+						time.Sleep(30 * time.Millisecond) // the outage
+						net.Heal(from, to)
+					}()
+					return false
+				}
+			}
+			return true
+		})
+	}
+
+	// Movers: random relocations among the staying hosts (and the spare).
+	targets := append([]*actor.Host(nil), staying...)
+	if spare != nil {
+		targets = append(targets, spare)
+	}
+	var moved, aborted atomic.Int64
+	moverStop := make(chan struct{})
+	var mwg sync.WaitGroup
+	for m := 0; m < cfg.movers; m++ {
+		mwg.Add(1)
+		go func() {
+			defer mwg.Done()
+			rng := rand.New(rand.NewPCG(uint64(m), 99))
+			for {
+				select {
+				case <-moverStop:
+					return
+				default:
+				}
+				i := rng.IntN(cfg.objects)
+				row, err := net.Store().Get(ctx, relocation.Object{Kind: "tally", ID: strconv.Itoa(i)})
+				if err != nil {
+					continue
+				}
+				src := net.Host(row.Host)
+				dst := targets[rng.IntN(len(targets))]
+				if src == nil || src == dst || src == drained {
+					continue
+				}
+				switch err := src.Relocate(ctx, ref(i), dst.Name()); {
+				case err == nil:
+					moved.Add(1)
+				case errors.Is(err, actor.ErrNotLocal), errors.Is(err, actor.ErrMoveInProgress), errors.Is(err, actor.ErrShuttingDown):
+				default:
+					aborted.Add(1)
+				}
+			}
+		}()
+	}
+
+	wait := func(d time.Duration) {
+		select {
+		case <-time.After(d):
+		case <-stop:
+		}
+	}
+	wait(cfg.duration / 3)
+	if err := drained.Drain(ctx); err != nil {
+		t.Errorf("drain: %v", err)
+	}
+	wait(cfg.duration / 2)
+	close(moverStop)
+	mwg.Wait()
+	close(stop)
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	if cfg.faultLink {
+		net.SetRecordHook(nil)
+		for _, h := range staying {
+			for _, o := range staying {
+				if h != o {
+					net.Heal(h.Name(), o.Name())
+				}
+			}
+		}
+	}
+
+	// Every object, asked through every sending host (after that host's
+	// own messages).
+	for i := 0; i < cfg.objects; i++ {
+		var st tally
+		for _, h := range staying {
+			var err error
+			actx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			st, err = actor.Ask[readTally, tally](actx, h, ref(i), readTally{})
+			cancel()
+			if err != nil {
+				t.Fatalf("reading object %d through %s: %v", i, h.Name(), err)
+			}
+		}
+		if len(st.Bad) > 0 {
+			t.Errorf("object %d ran messages out of order: %v", i, st.Bad)
+		}
+		for _, s := range senders {
+			if got, want := st.Count[s.name], s.sent[i]; got != want {
+				t.Errorf("object %d ran %d messages of %s, want %d (lost or duplicated)", i, got, s.name, want)
+			}
+		}
+		if t.Failed() {
+			t.Logf("rejections: %v", rejected)
+			for _, h := range hosts {
+				t.Logf("%s: %+v", h.Name(), h.Stats())
+			}
+			return
+		}
+	}
+	if moved.Load() == 0 {
+		t.Fatal("no object moved")
+	}
+	if cfg.faultKill && kills.Load() == 0 {
+		t.Fatal("the kill fault never fired")
+	}
+	if cfg.faultLink && breaks.Load() == 0 {
+		t.Fatal("the link fault never fired")
+	}
+	t.Logf("%d tells, %d asks; %d moves done, %d aborted; %d drained; faults: %d kills, %d link breaks",
+		tells.Load(), asks.Load(), moved.Load(), aborted.Load(), drained.Stats().Relocations, kills.Load(), breaks.Load())
+}
+
+// TestRelocationLosesDuplicatesAndReordersNothing: four hosts, 1,000
+// objects with preserved state, numbered traffic from six senders, four
+// goroutines moving random objects, and a host drain in the middle.
+func TestRelocationLosesDuplicatesAndReordersNothing(t *testing.T) {
+	d := 3 * time.Second
+	if *long {
+		d = 60 * time.Second
+	}
+	relocationProperty(t, relocationRun{hosts: 4, objects: 1000, senders: 2, movers: 4, duration: d})
+}
+
+// TestRelocationAbortsWhenTheTargetDiesBeforeRelayReady: moves to a spare
+// host that is killed when it is about to prepare; those moves abort and
+// their objects resume at their sources with nothing lost or run twice.
+func TestRelocationAbortsWhenTheTargetDiesBeforeRelayReady(t *testing.T) {
+	relocationProperty(t, relocationRun{hosts: 3, objects: 300, senders: 2, movers: 3, duration: 2 * time.Second, faultKill: true})
+}
+
+// TestRelocationRetransmitsWhenTheLinkBreaksAfterRelayReady: the link
+// between source and target breaks right after relay-ready, losing the
+// relays and the cutover; after it heals the source sends them again and
+// the target replaces its partial span: nothing lost or run twice.
+func TestRelocationRetransmitsWhenTheLinkBreaksAfterRelayReady(t *testing.T) {
+	relocationProperty(t, relocationRun{hosts: 3, objects: 300, senders: 2, movers: 3, duration: 2 * time.Second, faultLink: true})
+}
+
+// rejectLog counts rejections by reason, for failure reports.
+type rejectLog struct {
+	mu sync.Mutex
+	m  map[string]int
+}
+
+func (r *rejectLog) Attach(actor.StatsSource)                                    {}
+func (r *rejectLog) Admitted(string, mailbox.Lane, int)                          {}
+func (r *rejectLog) Handled(string, time.Duration, time.Duration, actor.Outcome) {}
+func (r *rejectLog) Activated(string)                                            {}
+func (r *rejectLog) Deactivated(string)                                          {}
+func (r *rejectLog) Rejected(kind, reason string) {
+	r.mu.Lock()
+	if r.m == nil {
+		r.m = map[string]int{}
+	}
+	r.m[reason]++
+	r.mu.Unlock()
+}
+
+func (r *rejectLog) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return fmt.Sprint(r.m)
+}
