@@ -7,13 +7,16 @@ package actor_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/payload"
 )
 
 type blob struct{ Data []byte }
@@ -68,9 +71,30 @@ func reportPauses(b *testing.B, p []time.Duration) {
 	b.ReportMetric(us(p[len(p)-1]), "pause-max-µs")
 }
 
-// BenchmarkRelocatePause moves one object back and forth between two hosts;
-// each op is one move. "loaded" keeps a sender telling the moving object
-// and 99 others from a third host throughout.
+// moveCounts sums the hosts' captured, relayed and forwarded counters.
+func moveCounts(hs []*actor.Host) [3]int64 {
+	var c [3]int64
+	for _, h := range hs {
+		s := h.Stats()
+		c[0] += s.Captured
+		c[1] += s.Relayed
+		c[2] += s.Forwarded
+	}
+	return c
+}
+
+// reportMoveCounts reports, per move, the messages that moved queued in
+// the move record, were relayed after relay-ready, and were forwarded.
+func reportMoveCounts(b *testing.B, before, after [3]int64, moves int) {
+	b.ReportMetric(float64(after[0]-before[0])/float64(moves), "captured/move")
+	b.ReportMetric(float64(after[1]-before[1])/float64(moves), "relayed/move")
+	b.ReportMetric(float64(after[2]-before[2])/float64(moves), "forwarded/move")
+}
+
+// BenchmarkRelocatePause moves objects back and forth between two hosts
+// (sixteen objects in turn); each op is one move. "loaded" keeps four
+// closed-loop senders on a third host busy throughout (each: 16 tells then
+// an ask, to the moving objects or to 100 others).
 func BenchmarkRelocatePause(b *testing.B) {
 	for _, size := range []int{1 << 10, 1 << 20} {
 		for _, loaded := range []bool{false, true} {
@@ -86,45 +110,76 @@ func BenchmarkRelocatePause(b *testing.B) {
 			b.Run(name, func(b *testing.B) {
 				n, hs := startBenchNetwork(b, func() actor.Registrable { return blobKind(size) }, "a", "b", "c")
 				ctx := context.Background()
-				ref := actor.Ref{Kind: "blob", ID: "moving"}
-				if _, err := actor.Ask[benchGet, int](ctx, hs[0], ref, benchGet{}); err != nil {
-					b.Fatal(err)
-				}
-				stop := make(chan struct{})
-				var wg sync.WaitGroup
-				if loaded {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for i := 0; ; i++ {
-							select {
-							case <-stop:
-								return
-							default:
-							}
-							r := ref
-							if i%2 == 1 {
-								r = actor.Ref{Kind: "blob", ID: strconv.Itoa(i % 100)}
-							}
-							if err := actor.Tell(ctx, hs[2], r, blobTouch{}); err != nil {
-								b.Error(err)
-								return
-							}
-						}
-					}()
-				}
-				n.Pauses()
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					from, to := hs[i%2], hs[(i+1)%2]
-					if err := from.Relocate(ctx, ref, to.Name()); err != nil {
+				// Sixteen objects take turns to move, so that each one
+				// moves every sixteenth op (an object moved back to back
+				// makes messages chase it past MaxHops).
+				const moving = 16
+				refs := make([]actor.Ref, moving)
+				where := make([]int, moving)
+				for j := range refs {
+					refs[j] = actor.Ref{Kind: "blob", ID: "moving-" + strconv.Itoa(j)}
+					if _, err := actor.Ask[benchGet, int](ctx, hs[0], refs[j], benchGet{}); err != nil {
 						b.Fatal(err)
 					}
 				}
+				stop := make(chan struct{})
+				var wg sync.WaitGroup
+				var unavailable atomic.Int64
+				if loaded {
+					// Closed-loop load from the third host: four goroutines
+					// each tell 16 messages and ask once, in a loop — two
+					// to the moving object, two to 100 others.
+					for g := 0; g < 4; g++ {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							for i := 0; ; i++ {
+								select {
+								case <-stop:
+									return
+								default:
+								}
+								r := refs[i%moving]
+								if g >= 2 {
+									r = actor.Ref{Kind: "blob", ID: strconv.Itoa(i % 100)}
+								}
+								for j := 0; j < 16; j++ {
+									if err := actor.Tell(ctx, hs[2], r, blobTouch{}); err != nil {
+										b.Error(err)
+										return
+									}
+								}
+								if _, err := actor.Ask[benchGet, int](ctx, hs[2], r, benchGet{}); err != nil {
+									if !errors.Is(err, payload.Unavailable) {
+										b.Error(err)
+										return
+									}
+									// It chased its object past MaxHops.
+									unavailable.Add(1)
+								}
+							}
+						}()
+					}
+				}
+				n.Pauses()
+				before := moveCounts(hs)
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					j := i % moving
+					from, to := hs[where[j]], hs[1-where[j]]
+					if err := from.Relocate(ctx, refs[j], to.Name()); err != nil {
+						b.Fatal(err)
+					}
+					where[j] = 1 - where[j]
+				}
 				b.StopTimer()
+				reportMoveCounts(b, before, moveCounts(hs), b.N)
 				close(stop)
 				wg.Wait()
 				reportPauses(b, n.Pauses())
+				if loaded {
+					b.ReportMetric(float64(unavailable.Load()), "asks-past-MaxHops")
+				}
 			})
 		}
 	}

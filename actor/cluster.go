@@ -354,6 +354,7 @@ func (h *Host) forwardFenced(prev string, kr *kindRuntime, id string, m *payload
 		buf.Release()
 		return
 	}
+	h.forwarded.Add(1)
 	var l *link
 	var err error
 	for try := 0; ; try++ {
@@ -393,6 +394,8 @@ func (h *Host) forwardFenced(prev string, kr *kindRuntime, id string, m *payload
 	}
 	if l == nil || err != nil {
 		buf.Release()
+		h.forwarded.Add(-1) // not handed on after all
+
 		h.routes.drop(relocation.Object{Kind: kr.spec.name, ID: id})
 		h.failFrame([]byte(route), op, payload.NewError(payload.Unavailable, "actor", "host "+p.host+" is not reachable"))
 		return

@@ -126,6 +126,11 @@ type fenceTable struct {
 type releasedItem struct {
 	w  *fenceWait
 	it heldForFence
+	// Or a fence to send on to host fwdTo, in order after the messages
+	// released before it (they may follow the object to the same place).
+	fwdTo  string
+	fwdObj relocation.Object
+	fwd    fenceMsg
 }
 
 // Results of holdForFence.
@@ -184,7 +189,7 @@ func (h *Host) holdForFence(k fenceKey, via string, it heldForFence) int {
 		// Released messages of this sender are still being delivered: it
 		// goes behind them.
 		w.pending++
-		h.fences.out = append(h.fences.out, releasedItem{w, it})
+		h.fences.out = append(h.fences.out, releasedItem{w: w, it: it})
 		h.heldForFence.Add(1)
 		return fenceHeld
 	}
@@ -227,10 +232,17 @@ func (h *Host) markerReached(m *fenceMark) {
 		return
 	}
 	if p, err := kr.locate(m.key.obj.ID, true); err == nil && p.o == nil {
-		if l := h.net.linkTo(h, p.host); l != nil {
-			_ = l.send(linkItem{obj: m.key.obj, fence: &fenceMsg{sender: m.key.sender, seq: m.seq}})
-		}
+		h.queueFence(p.host, m.key.obj, fenceMsg{sender: m.key.sender, seq: m.seq})
 	}
+}
+
+// queueFence sends a fence on to host to, after every message released
+// here before it has been delivered (or sent on).
+func (h *Host) queueFence(to string, obj relocation.Object, f fenceMsg) {
+	h.fences.mu.Lock()
+	h.fences.out = append(h.fences.out, releasedItem{fwdTo: to, fwdObj: obj, fwd: f})
+	h.fences.mu.Unlock()
+	h.flushFences()
 }
 
 // fenceArrived: sender's fence seq for obj came through Message Follow.
@@ -268,7 +280,7 @@ func (h *Host) releaseLocked(k fenceKey, w *fenceWait, force bool) {
 		}
 		n++
 		w.pending++
-		h.fences.out = append(h.fences.out, releasedItem{w, it})
+		h.fences.out = append(h.fences.out, releasedItem{w: w, it: it})
 	}
 	clear(w.held[:n])
 	w.held = append(w.held[:0], w.held[n:]...)
@@ -292,6 +304,13 @@ func (h *Host) flushFences() {
 		h.fences.out = nil
 		h.fences.mu.Unlock()
 		for _, r := range batch {
+			if r.fwdTo != "" {
+				if l := h.net.linkTo(h, r.fwdTo); l != nil {
+					f := r.fwd
+					_ = l.send(linkItem{obj: r.fwdObj, fence: &f})
+				}
+				continue
+			}
 			h.heldForFence.Add(-1)
 			if r.it.l != nil {
 				r.it.l.in.enqueue(r.it.ps)
@@ -301,7 +320,9 @@ func (h *Host) flushFences() {
 		}
 		h.fences.mu.Lock()
 		for _, r := range batch {
-			r.w.pending--
+			if r.w != nil {
+				r.w.pending--
+			}
 		}
 	}
 	h.fences.delivering = false
@@ -343,13 +364,12 @@ func (h *Host) takeFenceHeld(obj relocation.Object) []heldForFence {
 
 // sendFences sends the fences of a snapshot to host to, as fence messages.
 func (h *Host) sendFences(to string, obj relocation.Object, b []byte) {
-	l := h.net.linkTo(h, to)
-	for l != nil && len(b) > 0 {
+	for len(b) > 0 {
 		n := int(b[0])
 		if len(b) < 1+n+8 {
 			return
 		}
-		_ = l.send(linkItem{obj: obj, fence: &fenceMsg{sender: string(b[1 : 1+n]), seq: binary.BigEndian.Uint64(b[1+n:])}})
+		h.queueFence(to, obj, fenceMsg{sender: string(b[1 : 1+n]), seq: binary.BigEndian.Uint64(b[1+n:])})
 		b = b[1+n+8:]
 	}
 }

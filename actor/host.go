@@ -79,6 +79,9 @@ type Host struct {
 	draining      atomic.Bool
 	drainState    atomic.Int32
 	moved         atomic.Int64 // relocations completed here (either side)
+	captured      atomic.Int64 // messages in move records sent from here
+	relayed       atomic.Int64 // messages relayed from here
+	forwarded     atomic.Int64 // messages forwarded from here
 	killed        atomic.Bool  // Network.Kill: undelivered messages are lost
 	sent          sentTable    // where this host last sent each object's messages
 	fences        fenceTable   // messages held for their sender's fence
@@ -440,6 +443,9 @@ func (h *Host) Stats() Stats {
 		RequestsInFlight:  int(h.inflight.Load()),
 		HeldForFence:      int(h.heldForFence.Load()),
 		Relocations:       h.moved.Load(),
+		Captured:          h.captured.Load(),
+		Relayed:           h.relayed.Load(),
+		Forwarded:         h.forwarded.Load(),
 		Payload:           h.pool.Stats(),
 	}
 }

@@ -301,11 +301,20 @@ func (d *moveDriver) stepLocked(in relocation.Input) {
 		} else {
 			return
 		}
-		gone := d.sendAll(out.Send)
+		// A source sends first (its records start remote work); a target
+		// acts first, so that when its reply (Committed) arrives the
+		// object already runs here — the source's Relocate returns then.
+		gone := false
+		if d.src != nil {
+			gone = d.sendAll(out.Send)
+		}
 		for _, a := range out.Actions {
 			if next := d.apply(a); next != nil {
 				queue = append(queue, next)
 			}
+		}
+		if d.src == nil {
+			gone = d.sendAll(out.Send)
 		}
 		if gone {
 			queue = append(queue, d.peerDead())
@@ -459,6 +468,7 @@ func (d *moveDriver) capture() (relocation.MoveRecord, error) {
 		rec.State = st
 	}
 	rec.Queue = frames(d.captured)
+	d.h.captured.Add(int64(len(rec.Queue)))
 	rec.Extra = d.h.fenceSnapshot(d.obj)
 	return rec, nil
 }
@@ -518,6 +528,7 @@ func (d *moveDriver) takeHeld() [][]byte {
 		e.Release()
 	}
 	d.held, d.captured = nil, nil
+	h.relayed.Add(int64(len(out)))
 	return out
 }
 

@@ -1,6 +1,7 @@
 package actor
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -372,6 +373,7 @@ type link struct {
 	items    []linkItem // guarded by mu
 	closed   bool       // guarded by mu
 	refusing bool       // the destination is leaving: frames are refused; guarded by mu
+	room     chan struct{} // closed when the queue falls below linkLow; guarded by mu
 	bounce   bool       // on close, hand undelivered frames back to the sender
 	busy     int32      // an item is being handled; guarded by mu
 	flush    bool       // close once everything queued is delivered
@@ -459,6 +461,10 @@ func (l *link) run() {
 		l.items[0] = linkItem{}
 		l.items = l.items[1:]
 		l.busy = 1
+		if l.room != nil && len(l.items) < linkLow {
+			close(l.room)
+			l.room = nil
+		}
 		l.mu.Unlock()
 		if d := l.net.delayOf(l.from.name, l.to.name); d > 0 {
 			select {
@@ -499,6 +505,10 @@ func (l *link) close(bounce bool) {
 	if !l.closed {
 		l.closed, l.bounce = true, bounce
 	}
+	if l.room != nil {
+		close(l.room)
+		l.room = nil
+	}
 	l.mu.Unlock()
 	select {
 	case l.notify <- struct{}{}:
@@ -524,4 +534,49 @@ func (l *link) sendMessage(m *payload.Message, it linkItem) error {
 	l.mu.Unlock()
 	l.wake()
 	return nil
+}
+
+// Flow control on a link: a sender from outside the hosts' handlers (Tell,
+// Ask) waits while more than linkHigh items are queued on the link, until
+// fewer than linkLow are. Forwarded messages, replies, relocation records
+// and sends from handlers never wait (the link goroutines and owners must
+// not block on each other); they are bounded by the senders that do.
+const (
+	linkHigh = 8192
+	linkLow  = linkHigh / 2
+)
+
+// waitRoom waits until the link has room for an external send, ctx ends
+// (its error), timeout passes (ErrSendTimeout) or done closes.
+func (l *link) waitRoom(ctx context.Context, timeout time.Duration, done <-chan struct{}) error {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		l.mu.Lock()
+		if len(l.items) < linkHigh || l.closed {
+			l.mu.Unlock()
+			return nil
+		}
+		if l.room == nil {
+			l.room = make(chan struct{})
+		}
+		room := l.room
+		l.mu.Unlock()
+		if timer == nil {
+			timer = time.NewTimer(timeout)
+		}
+		select {
+		case <-room:
+		case <-ctx.Done():
+			return ctxErr(ctx)
+		case <-timer.C:
+			return ErrSendTimeout
+		case <-done:
+			return ErrShuttingDown
+		}
+	}
 }

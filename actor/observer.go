@@ -85,6 +85,9 @@ type Stats struct {
 	RequestsInFlight  int           // requests waiting for replies
 	HeldForFence      int           // messages held until their sender's fence arrives
 	Relocations       int64         // moves completed with this host as source or target
+	Captured          int64         // queued messages moved in move records (this host the source)
+	Relayed           int64         // messages relayed after relay-ready (this host the source)
+	Forwarded         int64         // messages handed on by Message Follow or a route (hops taken here)
 	Payload           payload.Stats // copy accounting of the host's payload pool
 }
 

@@ -443,6 +443,21 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 			if p.o != nil {
 				dest = h.name
 			}
+			if p.o == nil && h.net != nil {
+				if l := h.net.linkTo(h, p.host); l != nil {
+					if err := l.waitRoom(ctx, h.cfg.SendTimeout, h.done); err != nil {
+						reason := RejectCancelled
+						switch {
+						case errors.Is(err, ErrSendTimeout):
+							reason = RejectFull
+						case errors.Is(err, ErrShuttingDown):
+							reason = RejectShuttingDown
+						}
+						h.reject(t.name(), e, reason)
+						return false, err
+					}
+				}
+			}
 			fence, via := h.noteSend(t.obj(), dest)
 			if p.o == nil {
 				err := h.sendElsewhere(e, p, t, fence, via)
