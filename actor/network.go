@@ -370,13 +370,13 @@ type link struct {
 	net      *Network
 	from, to *Host
 	mu       sync.Mutex
-	items    []linkItem // guarded by mu
-	closed   bool       // guarded by mu
-	refusing bool       // the destination is leaving: frames are refused; guarded by mu
+	items    []linkItem    // guarded by mu
+	closed   bool          // guarded by mu
+	refusing bool          // the destination is leaving: frames are refused; guarded by mu
 	room     chan struct{} // closed when the queue falls below linkLow; guarded by mu
-	bounce   bool       // on close, hand undelivered frames back to the sender
-	busy     int32      // an item is being handled; guarded by mu
-	flush    bool       // close once everything queued is delivered
+	bounce   bool          // on close, hand undelivered frames back to the sender
+	busy     int32         // an item is being handled; guarded by mu
+	flush    bool          // close once everything queued is delivered
 	notify   chan struct{}
 	done     chan struct{}
 	in       outbox // the destination's permit source for messages off this link
