@@ -38,4 +38,30 @@
 //   - No payload is decoded before its owner's turn starts, or at all if
 //     it is rejected.
 //   - After Stop or Close returns, no goroutine of the host is running.
+//
+// # Several hosts and live relocation
+//
+// Hosts that share a Network (the in-process transport) and its Location
+// Store activate each object once across all of them and route messages to
+// wherever it runs. Host.Relocate moves a live object — its queued messages,
+// undecoded, and its state per the kind's policy (DisableRelocation by
+// default, RecreateOnRelocation, PreserveState) — to another host while
+// messages keep flowing; Host.Drain moves every object off a host and stops
+// it. Invariants, with every host up:
+//
+//   - No message is lost or run twice across a move; every Ask completes
+//     exactly once.
+//   - Per sending host and object, messages run in the order sent, also
+//     across route switches (fences: see fence.go).
+//   - A message held during a move is decoded only when it runs: at the
+//     target after the commit, or at the source after an abort.
+//   - Before relay-ready is accepted a move may abort and the object resumes
+//     at the source, queue order intact, store untouched; after it, the
+//     source never runs the object again.
+//   - Only the target writes the new owner to the Location Store.
+//
+// Not covered: messages on their way to or queued at a host that crashes;
+// relays that arrive after the target's CutoverWait ran out run late; a
+// message that would follow its object more than MaxHops times ends with
+// Unavailable (see the README for the full list).
 package actor
