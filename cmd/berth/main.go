@@ -46,6 +46,7 @@ func main() {
 	fs.IntVar(&cfg.senders, "senders", 4, "sending goroutines on each host that is not drained")
 	fs.DurationVar(&cfg.duration, "duration", 9*time.Second, "how long the load runs")
 	fs.IntVar(&cfg.rebalance, "rebalance", 1000, "objects moved between the remaining hosts after the drain")
+	fs.IntVar(&cfg.rate, "rate", 50000, "messages per second, all senders together (0: as fast as they can)")
 	fs.StringVar(&cfg.metricsAddr, "metrics", "", "serve Prometheus metrics on this address (e.g. :9090)")
 	fs.BoolVar(&cfg.quiet, "quiet", false, "no progress line")
 	_ = fs.Parse(os.Args[2:])
@@ -61,6 +62,7 @@ func main() {
 
 type demoConfig struct {
 	hosts, objects, senders, rebalance int
+	rate                               int // messages/s over all senders; 0: unpaced
 	duration                           time.Duration
 	metricsAddr                        string
 	quiet                              bool
@@ -149,8 +151,12 @@ func run(ctx context.Context, cfg demoConfig, w io.Writer) (report, error) {
 	staying := hosts[:len(hosts)-1]
 	ref := func(i int) actor.Ref { return actor.Ref{Kind: "counter", ID: strconv.Itoa(i)} }
 
-	fmt.Fprintf(w, "berth demo: %d hosts, %d objects, %d senders per host; draining %s, then rebalancing %d objects\n",
-		cfg.hosts, cfg.objects, cfg.senders, drained.Name(), cfg.rebalance)
+	load := "as fast as they can"
+	if cfg.rate > 0 {
+		load = strconv.Itoa(cfg.rate) + " messages/s"
+	}
+	fmt.Fprintf(w, "berth demo: %d hosts, %d objects, %d senders per host (%s); draining %s, then rebalancing %d objects\n",
+		cfg.hosts, cfg.objects, cfg.senders, load, drained.Name(), cfg.rebalance)
 	for i := 0; i < cfg.objects; i++ { // activate the objects across every host
 		if _, err := actor.Ask[Read, Counter](ctx, hosts[i%len(hosts)], ref(i), Read{}); err != nil {
 			return rep, err
@@ -178,12 +184,30 @@ func run(ctx context.Context, cfg demoConfig, w io.Writer) (report, error) {
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(si), 1))
+			// Paced: a burst per millisecond tick, so the load is steady.
+			var tick <-chan time.Time
+			perTick, sentThisTick := 0, 0
+			if cfg.rate > 0 {
+				t := time.NewTicker(time.Millisecond)
+				defer t.Stop()
+				tick = t.C
+				perTick = max(1, cfg.rate/len(senders)/1000)
+			}
 			for {
+				if tick != nil && sentThisTick >= perTick {
+					select {
+					case <-stop:
+						return
+					case <-tick:
+						sentThisTick = 0
+					}
+				}
 				select {
 				case <-stop:
 					return
 				default:
 				}
+				sentThisTick++
 				i := rng.IntN(cfg.objects)
 				if err := actor.Tell(ctx, s.host, ref(i), Add{Sender: s.name, Seq: s.sent[i] + 1}); err != nil {
 					errc <- fmt.Errorf("%s: %w", s.name, err)
@@ -234,31 +258,39 @@ func run(ctx context.Context, cfg demoConfig, w io.Writer) (report, error) {
 	drainedN := drained.Stats().Relocations - before
 
 	phase.Store("rebalancing")
-	rng := rand.New(rand.NewPCG(42, 2))
 	deadline := start.Add(cfg.duration)
-	for n := 0; n < cfg.rebalance && time.Now().Before(deadline); n++ {
-		i := rng.IntN(cfg.objects)
-		row, err := net.Store().Get(ctx, relocation.Object{Kind: "counter", ID: strconv.Itoa(i)})
-		if err != nil {
-			continue
-		}
-		var src *actor.Host
-		for _, h := range staying {
-			if h.Name() == row.Host {
-				src = h
+	// Rebalance: moves by 16 workers, each object picked at random and sent
+	// to the other staying host, until -rebalance moves or the deadline.
+	var picks, taken atomic.Int64
+	var rwg sync.WaitGroup
+	for wkr := 0; wkr < 16; wkr++ {
+		rwg.Add(1)
+		go func() {
+			defer rwg.Done()
+			rng := rand.New(rand.NewPCG(42, uint64(wkr)))
+			for picks.Add(1) <= int64(4*cfg.rebalance) && time.Now().Before(deadline) {
+				i := rng.IntN(cfg.objects)
+				row, err := net.Store().Get(ctx, relocation.Object{Kind: "counter", ID: strconv.Itoa(i)})
+				if err != nil {
+					continue
+				}
+				src := net.Host(row.Host)
+				dst := staying[rng.IntN(len(staying))]
+				if src == nil || src == dst || src == drained {
+					continue
+				}
+				if taken.Add(1) > int64(cfg.rebalance) {
+					return
+				}
+				if err := src.Relocate(ctx, ref(i), dst.Name()); err == nil {
+					moves.Add(1)
+				} else {
+					taken.Add(-1) // refused or aborted: the slot is free again
+				}
 			}
-		}
-		if src == nil {
-			continue
-		}
-		dst := staying[rng.IntN(len(staying))]
-		if dst == src {
-			continue
-		}
-		if err := src.Relocate(ctx, ref(i), dst.Name()); err == nil {
-			moves.Add(1)
-		}
+		}()
 	}
+	rwg.Wait()
 	phase.Store("steady load")
 	if d := time.Until(deadline); d > 0 {
 		time.Sleep(d)
