@@ -26,6 +26,11 @@ type hostCollector struct {
 	fullCopies       *prometheus.Desc
 	fullCopyBytes    *prometheus.Desc
 	views            *prometheus.Desc
+	heldForFence     *prometheus.Desc
+	relocations      *prometheus.Desc
+	captured         *prometheus.Desc
+	relayed          *prometheus.Desc
+	forwarded        *prometheus.Desc
 }
 
 func newHostCollector() *hostCollector {
@@ -55,6 +60,16 @@ func newHostCollector() *hostCollector {
 			"Bytes copied by whole-buffer payload copies."),
 		views: desc("payload_views_total",
 			"Zero-copy views of payload bytes handed out."),
+		heldForFence: desc("held_for_fence",
+			"Messages held until their sending host's fence arrives (order across a route switch)."),
+		relocations: desc("relocations_total",
+			"Moves completed with the host as source or target."),
+		captured: desc("relocation_captured_messages_total",
+			"Queued messages moved in move records sent from the host."),
+		relayed: desc("relocation_relayed_messages_total",
+			"Messages relayed from the host after relay-ready."),
+		forwarded: desc("forwarded_messages_total",
+			"Messages the host handed on to where their object runs (Message Follow or a route)."),
 	}
 }
 
@@ -70,6 +85,7 @@ func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.ownersActive, c.laneDepth, c.permitsInUse, c.permitWaiters, c.permitsMax,
 		c.requestsInFlight, c.decodes, c.fullCopies, c.fullCopyBytes, c.views,
+		c.heldForFence, c.relocations, c.captured, c.relayed, c.forwarded,
 	} {
 		ch <- d
 	}
@@ -110,5 +126,10 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.fullCopies, st.Payload.FullCopies)
 		counter(c.fullCopyBytes, st.Payload.FullCopyBytes)
 		counter(c.views, st.Payload.Views)
+		gauge(c.heldForFence, float64(st.HeldForFence))
+		counter(c.relocations, uint64(st.Relocations))
+		counter(c.captured, uint64(st.Captured))
+		counter(c.relayed, uint64(st.Relayed))
+		counter(c.forwarded, uint64(st.Forwarded))
 	}
 }

@@ -57,6 +57,11 @@ var hostSeries = []string{
 	"berth_payload_full_copies_total",
 	"berth_payload_full_copy_bytes_total",
 	"berth_payload_views_total",
+	"berth_held_for_fence",
+	"berth_relocations_total",
+	"berth_relocation_captured_messages_total",
+	"berth_relocation_relayed_messages_total",
+	"berth_forwarded_messages_total",
 }
 
 // eventSeries are the names of the series the Observer methods update.
@@ -225,6 +230,11 @@ func TestHostGauges(t *testing.T) {
 		PermitWaiters:     4,
 		PermitsMax:        1024,
 		RequestsInFlight:  5,
+		HeldForFence:      12,
+		Relocations:       13,
+		Captured:          14,
+		Relayed:           15,
+		Forwarded:         16,
 		Payload:           payload.Stats{Decodes: 40, FullCopies: 6, FullCopyBytes: 600, Views: 70, Allocated: 1, Buffers: 2},
 	})
 	m.Attach(a)
@@ -261,6 +271,21 @@ berth_payload_full_copy_bytes_total{host="a"} 600
 # HELP berth_payload_views_total Zero-copy views of payload bytes handed out.
 # TYPE berth_payload_views_total counter
 berth_payload_views_total{host="a"} 70
+# HELP berth_held_for_fence Messages held until their sending host's fence arrives (order across a route switch).
+# TYPE berth_held_for_fence gauge
+berth_held_for_fence{host="a"} 12
+# HELP berth_relocations_total Moves completed with the host as source or target.
+# TYPE berth_relocations_total counter
+berth_relocations_total{host="a"} 13
+# HELP berth_relocation_captured_messages_total Queued messages moved in move records sent from the host.
+# TYPE berth_relocation_captured_messages_total counter
+berth_relocation_captured_messages_total{host="a"} 14
+# HELP berth_relocation_relayed_messages_total Messages relayed from the host after relay-ready.
+# TYPE berth_relocation_relayed_messages_total counter
+berth_relocation_relayed_messages_total{host="a"} 15
+# HELP berth_forwarded_messages_total Messages the host handed on to where their object runs (Message Follow or a route).
+# TYPE berth_forwarded_messages_total counter
+berth_forwarded_messages_total{host="a"} 16
 `, hostSeries...)
 
 	// The values are read at scrape time, not at Attach.
