@@ -122,7 +122,7 @@ func (h *Host) drainOne(ctx context.Context, kr *kindRuntime, o *owner) {
 			}
 		}
 	}
-	o.postControl(controlDeactivate)
+	o.requestDeactivate()
 }
 
 // hostsWithKind returns the other running, not draining hosts that have

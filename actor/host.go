@@ -354,7 +354,7 @@ func (h *Host) deactivateAll() int {
 	n := 0
 	for _, kr := range h.kinds {
 		for _, o := range kr.all() {
-			o.postControl(controlDeactivate)
+			o.requestDeactivate()
 			n++
 		}
 	}

@@ -1,7 +1,9 @@
 package actor
 
 import (
+	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 
 	"github.com/berthrt/berth/payload"
@@ -198,5 +200,104 @@ func TestDrainMovesEveryObjectAwayWhileTrafficContinues(t *testing.T) {
 	}
 	if n.host("a") != nil {
 		t.Fatal("a is still on the network")
+	}
+}
+
+func TestRelocationPolicies(t *testing.T) {
+	n := NewNetwork(nil)
+	g := newGates()
+	var deactivated atomic.Int64
+	fixed := counterKind(g) // DisableRelocation: the default
+	fixed.OnDeactivate(func(context.Context, string, *Counter) { deactivated.Add(1) })
+	recreated := NewKind("fresh", func(*Context, string) (*Counter, error) { return &Counter{}, nil })
+	Handle(recreated, func(ctx *Context, c *Counter, m Inc) error { c.N += m.By; return nil })
+	HandleRequest(recreated, func(ctx *Context, c *Counter, _ Get) (int, error) { return c.N, nil })
+	Handle(recreated, func(ctx *Context, c *Counter, m Block) error { g.block(ctx, m.Key); return nil })
+	recreated.RecreateOnRelocation()
+	a := startHost(t, Config{Name: "a", Network: n, Logger: quietLogger()}, fixed, recreated)
+	b := startHost(t, Config{Name: "b", Network: n, Logger: quietLogger()}, fixed, recreated)
+
+	// DisableRelocation: refused, and the object keeps running where it is.
+	ref := Ref{"counter", "stay"}
+	Tell(bg, a, ref, Inc{By: 5})
+	if err := a.Relocate(bg, ref, "b"); !errors.Is(err, payload.InvalidOperation) {
+		t.Fatalf("relocating a DisableRelocation kind = %v, want InvalidOperation", err)
+	}
+	if got, err := Ask[Get, int](bg, b, ref, Get{}); err != nil || got != 5 || a.Stats().OwnersActive != 1 {
+		t.Fatalf("after the refused move: %d, %v, owners on a %d", got, err, a.Stats().OwnersActive)
+	}
+
+	// RecreateOnRelocation: the state is rebuilt by the factory; the queued
+	// messages move and run on it.
+	fresh := Ref{"fresh", "1"}
+	Tell(bg, a, fresh, Inc{By: 100})
+	Tell(bg, a, fresh, Block{Key: "f1"})
+	g.waitStarted(t, "f1")
+	Tell(bg, a, fresh, Block{Key: "f2"}) // busy again when the seal comes
+	for i := 0; i < 3; i++ {
+		Tell(bg, a, fresh, Inc{By: 1}) // queued: captured by the move
+	}
+	moved := make(chan error, 1)
+	go func() { moved <- a.Relocate(bg, fresh, "b") }()
+	waitFor(t, "the move to be posted", func() bool { return a.Stats().QueuedLifecycle >= 1 })
+	g.release("f1") // the move starts (lifecycle first), then f2 blocks
+	g.waitStarted(t, "f2")
+	waitFor(t, "the seal to be posted", func() bool { return a.Stats().QueuedLifecycle >= 1 })
+	g.release("f2")
+	if err := <-moved; err != nil {
+		t.Fatal(err)
+	}
+	got, err := Ask[Get, int](bg, a, fresh, Get{})
+	if err != nil || got != 3 {
+		t.Fatalf("recreated object = %d, %v; want 3 (state rebuilt, the 3 queued messages ran)", got, err)
+	}
+
+	// A drain deactivates a DisableRelocation object (its hook runs); it
+	// activates again elsewhere on its next message.
+	if err := a.Drain(bg); err != nil {
+		t.Fatal(err)
+	}
+	if deactivated.Load() != 1 {
+		t.Fatalf("deactivate hook ran %d times, want 1", deactivated.Load())
+	}
+	if got, err := Ask[Get, int](bg, b, ref, Get{}); err != nil || got != 0 {
+		t.Fatalf("after the drain the object = %d, %v; want a new activation (0)", got, err)
+	}
+}
+
+func TestRelocateRefusals(t *testing.T) {
+	n := NewNetwork(nil)
+	a := startHost(t, Config{Name: "a", Network: n, Logger: quietLogger(), AppVersion: "v1"}, movableKind(newGates()))
+	startHost(t, Config{Name: "other-version", Network: n, Logger: quietLogger(), AppVersion: "v2"}, movableKind(newGates()))
+	startHost(t, Config{Name: "no-kind", Network: n, Logger: quietLogger(), AppVersion: "v1"}, seqKind())
+	ref := Ref{"counter", "r"}
+	Tell(bg, a, ref, Inc{By: 1})
+	for _, c := range []struct {
+		target string
+		kind   payload.Kind
+	}{
+		{"nowhere", payload.NotFound},       // no such host
+		{"a", payload.NotFound},             // itself
+		{"no-kind", payload.Rejected},       // preflight: the kind is unknown there
+		{"other-version", payload.Rejected}, // preflight: another application version
+	} {
+		if err := a.Relocate(bg, ref, c.target); !errors.Is(err, c.kind) {
+			t.Errorf("Relocate to %s = %v, want kind %v", c.target, err, c.kind)
+		}
+	}
+	if err := a.Relocate(bg, Ref{"counter", "never-sent"}, "no-kind"); !errors.Is(err, ErrNotLocal) {
+		t.Errorf("Relocate of an object not here = %v, want ErrNotLocal", err)
+	}
+	if err := a.Relocate(bg, Ref{"nokind", "x"}, "no-kind"); !errors.Is(err, payload.NotFound) {
+		t.Errorf("Relocate of an unknown kind = %v, want NotFound", err)
+	}
+	alone := startHost(t, Config{Logger: quietLogger()}, movableKind(newGates()))
+	Tell(bg, alone, ref, Inc{By: 1})
+	if err := alone.Relocate(bg, ref, "a"); !errors.Is(err, ErrNoNetwork) {
+		t.Errorf("Relocate without a Network = %v, want ErrNoNetwork", err)
+	}
+	// The object still runs at a, with nothing lost.
+	if got, err := Ask[Get, int](bg, a, ref, Get{}); err != nil || got != 1 {
+		t.Fatalf("after the refusals: %d, %v", got, err)
 	}
 }

@@ -29,10 +29,11 @@ type owner struct {
 	prev  *owner // the previous activation, if it was still deactivating
 	ctx   Context
 
-	row      relocation.Ownership // the object's row as of its activation or move here
-	incoming atomic.Bool          // a move's target: held until the commit
-	moving   atomic.Bool          // a move away is under way
-	left     atomic.Bool          // the move away passed relay-ready: no longer the owner
+	row          relocation.Ownership // the object's row as of its activation or move here
+	incoming     atomic.Bool          // a move's target: held until the commit
+	moving       atomic.Bool          // a move away is under way
+	left         atomic.Bool          // the move away passed relay-ready: no longer the owner
+	deactPending atomic.Bool          // a controlDeactivate is queued
 
 	lastActive atomic.Int64  // nanotime of the last turn's end (with IdleTimeout)
 	gone       chan struct{} // closed when the deactivation finished
@@ -78,6 +79,15 @@ func (o *owner) stopped() {
 
 // postControl queues a control item on the owner's lifecycle lane. Control
 // never takes a job permit.
+// requestDeactivate posts one deactivation; while one is pending, more
+// requests add nothing (queued duplicates would keep the mailbox from ever
+// being empty, and each would post itself again).
+func (o *owner) requestDeactivate() {
+	if o.deactPending.CompareAndSwap(false, true) {
+		o.postControl(controlDeactivate)
+	}
+}
+
 func (o *owner) postControl(c control) {
 	e := mailbox.NewEnvelope()
 	e.Lane = mailbox.Lifecycle
@@ -201,6 +211,7 @@ func (o *owner) control(c control) {
 		}
 		o.kr.deactivate(o, false)
 	case controlDeactivate:
+		o.deactPending.Store(false)
 		if o.kr != nil {
 			o.kr.deactivate(o, true)
 		}
@@ -250,7 +261,7 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 	if !o.mb.CloseIfEmpty() {
 		sh.mu.Unlock()
 		if stopping {
-			o.postControl(controlDeactivate) // after what is queued
+			o.requestDeactivate() // after what is queued
 		}
 		return
 	}
