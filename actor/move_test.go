@@ -5,8 +5,10 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/relocation"
 )
 
 // movableKind is counterKind whose state moves with the object.
@@ -237,11 +239,25 @@ func TestRelocationPolicies(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		Tell(bg, a, fresh, Inc{By: 1}) // queued: captured by the move
 	}
+	// The preflight reply (and so the seal) waits until f2 runs: the seal
+	// then comes at f2's turn boundary and the Incs behind it are captured.
+	f2Running := make(chan struct{})
+	var replied atomic.Bool
+	n.SetRecordHook(func(from, to string, rec relocation.Record) bool {
+		if _, ok := rec.(*relocation.PreflightReply); ok && replied.CompareAndSwap(false, true) {
+			select {
+			case <-f2Running:
+			case <-time.After(10 * time.Second):
+			}
+		}
+		return true
+	})
 	moved := make(chan error, 1)
 	go func() { moved <- a.Relocate(bg, fresh, "b") }()
 	waitFor(t, "the move to be posted", func() bool { return a.Stats().QueuedLifecycle >= 1 })
 	g.release("f1") // the move starts (lifecycle first), then f2 blocks
 	g.waitStarted(t, "f2")
+	close(f2Running)
 	waitFor(t, "the seal to be posted", func() bool { return a.Stats().QueuedLifecycle >= 1 })
 	g.release("f2")
 	if err := <-moved; err != nil {

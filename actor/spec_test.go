@@ -271,10 +271,18 @@ func TestSpec9_HeldDuringMoveNotDecodedUntilCommitReplayOrAbortResumption(t *tes
 			for i := 0; i < 3; i++ {              // queued: captured by the move
 				Tell(bg, a, ref, Inc{By: 1})
 			}
-			relayReady, preflighted := make(chan struct{}), make(chan struct{})
+			relayReady, preflighted, gate2Running := make(chan struct{}), make(chan struct{}), make(chan struct{})
 			var once, oncePre atomic.Bool
 			n.SetRecordHook(func(from, to string, rec relocation.Record) bool {
 				if _, ok := rec.(*relocation.PreflightReply); ok && oncePre.CompareAndSwap(false, true) {
+					// The reply (and so the seal) waits until gate2 runs, so
+					// that the seal comes at gate2's turn boundary and the
+					// Incs behind it are captured. (Blocking b's link
+					// goroutine briefly is harmless here.)
+					select {
+					case <-gate2Running:
+					case <-time.After(10 * time.Second):
+					}
 					close(preflighted)
 				}
 				if _, ok := rec.(*relocation.RelayReady); ok && once.CompareAndSwap(false, true) {
@@ -290,6 +298,7 @@ func TestSpec9_HeldDuringMoveNotDecodedUntilCommitReplayOrAbortResumption(t *tes
 			waitFor(t, "the move to be posted", func() bool { return a.Stats().QueuedLifecycle >= 1 })
 			g.release("gate1") // the move starts (preflight) at this turn boundary
 			g.waitStarted(t, "gate2")
+			close(gate2Running)
 			select {
 			case <-preflighted:
 			case <-time.After(10 * time.Second):
