@@ -279,6 +279,21 @@ func (n *Network) pending(h *Host) int {
 	return total
 }
 
+// backlogged reports whether the link from host from to host to is up and
+// still has items to deliver.
+func (n *Network) backlogged(from, to string) bool {
+	n.mu.Lock()
+	l := n.links[[2]string{from, to}]
+	broken := n.broken[pair(from, to)]
+	n.mu.Unlock()
+	if l == nil || broken {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.closed && len(l.items)+int(l.busy) > 0
+}
+
 // Broken reports whether the link between a and b is broken.
 func (n *Network) Broken(a, b string) bool { return n.isBroken(a, b) }
 
