@@ -61,7 +61,8 @@
 //   - Only the target writes the new owner to the Location Store.
 //
 // Not covered: messages on their way to or queued at a host that crashes;
-// relays that arrive after the target's CutoverWait ran out run late; a
+// relays that arrive after the target's CutoverWait ran out (the link from
+// the source down that long) run late; a
 // message that would follow its object more than MaxHops times ends with
 // Unavailable (see the README for the full list).
 package actor
