@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/internal/testutil"
 	"github.com/berthrt/berth/payload"
 )
 
@@ -198,9 +199,7 @@ func BenchmarkDrain10000Objects(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		for hs[2].Stats().OwnersActive < objects {
-			time.Sleep(time.Millisecond) // activation is asynchronous to Tell
-		}
+		testutil.WaitFor(b, "the objects to activate", func() bool { return hs[2].Stats().OwnersActive >= objects })
 		n.Pauses()
 		b.StartTimer()
 		start := time.Now()

@@ -91,6 +91,19 @@ func (t *routeTable) dropHost(host string) {
 	t.mu.Unlock()
 }
 
+// forgetRoutes drops this host's cached and forwarding routes for obj: the
+// next lookup asks the store.
+func (h *Host) forgetRoutes(obj relocation.Object) {
+	h.routes.drop(obj)
+	h.follows.drop(obj)
+}
+
+// forgetHost drops every route of this host that leads to host.
+func (h *Host) forgetHost(host string) {
+	h.routes.dropHost(host)
+	h.follows.dropHost(host)
+}
+
 // routeHint tells a host where an object runs now (sent back by a host
 // that had to forward a message for it).
 type routeHint struct {
@@ -171,16 +184,23 @@ func (kr *kindRuntime) locate(id string, internal bool) (place, error) {
 var errHostGone = payload.NewError(payload.Unavailable, "actor", "the host is not on the network")
 
 // sendRemote hands m to the link to host. Tell completes here: the
-// transport accepted it. If the host is gone or leaving, m is left to the
-// caller and errHostGone returned (the caller looks the object up again);
-// on other failures m is released.
-func (h *Host) sendRemote(host string, m *payload.Message, fence uint64, via string) error {
+// transport accepted it. With a non-nil ctx (a send from outside the
+// handlers) it first waits for room on the link. If the host is gone or
+// leaving, m is left to the caller and errHostGone returned (the caller
+// looks the object up again); on other failures m is released.
+func (h *Host) sendRemote(ctx context.Context, host string, m *payload.Message, fence uint64, via string) error {
 	var l *link
 	if h.net != nil {
 		l = h.net.linkTo(h, host)
 	}
 	if l == nil {
 		return errHostGone
+	}
+	if ctx != nil {
+		if err := l.waitRoom(ctx, h.cfg.SendTimeout, h.done); err != nil {
+			m.Release()
+			return err
+		}
 	}
 	if err := l.sendMessage(m, linkItem{fenceSeq: fence, fenceVia: via}); err != nil {
 		if !errors.Is(err, errHostGone) {
@@ -314,7 +334,7 @@ func (h *Host) onFrame(l *link, it linkItem) {
 		// Admit here — or, if earlier messages off this link still wait
 		// for permits, queue behind them even to be forwarded, so none
 		// overtakes another.
-		ps := &pendingSend{m: m, relayed: true, from: l.from.name,
+		ps := &pendingSend{m: m, from: l.from.name,
 			fence: linkItem{fenceSeq: it.fenceSeq, fenceVia: it.fenceVia, fenceOf: it.fenceOf}}
 		ps.one[0] = target{kr: kr, id: id}
 		ps.targets = ps.one[:]
@@ -349,12 +369,12 @@ func (h *Host) forwardFenced(prev string, kr *kindRuntime, id string, m *payload
 		gen = hv.Generation()
 	}
 	route, op := string(hv.ReplyTo()), hv.Op()
+	obj := relocation.Object{Kind: kr.spec.name, ID: id}
 	buf := m.TakeBuffer()
 	if err := payload.SetForward(buf.Bytes(), uint8(hops), gen); err != nil {
 		buf.Release()
 		return
 	}
-	h.forwarded.Add(1)
 	var l *link
 	var err error
 	for try := 0; ; try++ {
@@ -371,9 +391,7 @@ func (h *Host) forwardFenced(prev string, kr *kindRuntime, id string, m *payload
 		}
 		// The host is leaving: look the object up again (the routes to it
 		// are gone) and hand the frame on there, or to an owner here.
-		obj := relocation.Object{Kind: kr.spec.name, ID: id}
-		h.routes.drop(obj)
-		h.follows.drop(obj)
+		h.forgetRoutes(obj)
 		np, lerr := kr.locate(id, true)
 		if lerr != nil {
 			err = lerr
@@ -394,15 +412,14 @@ func (h *Host) forwardFenced(prev string, kr *kindRuntime, id string, m *payload
 	}
 	if l == nil || err != nil {
 		buf.Release()
-		h.forwarded.Add(-1) // not handed on after all
-
-		h.routes.drop(relocation.Object{Kind: kr.spec.name, ID: id})
+		h.routes.drop(obj)
 		h.failFrame([]byte(route), op, payload.NewError(payload.Unavailable, "actor", "host "+p.host+" is not reachable"))
 		return
 	}
+	h.forwarded.Add(1)
 	if prev != "" && prev != p.host {
 		if back := h.net.linkTo(h, prev); back != nil {
-			_ = back.send(linkItem{obj: relocation.Object{Kind: kr.spec.name, ID: id}, hint: &routeHint{host: p.host, gen: p.gen}})
+			_ = back.send(linkItem{obj: obj, hint: &routeHint{host: p.host, gen: p.gen}})
 		}
 	}
 }
@@ -477,8 +494,7 @@ func (n *Network) pickHost(self *Host, kind string) string {
 // from it (it crashed, or never sent here), else when its last item, on
 // its link here, has been handled.
 func (h *Host) peerGone(name string, releaseNow bool) {
-	h.routes.dropHost(name)
-	h.follows.dropHost(name)
+	h.forgetHost(name)
 	if releaseNow {
 		h.releaseFences(name)
 	}

@@ -35,7 +35,7 @@ var (
 	ErrReentrant = payload.NewError(payload.InvalidOperation, "actor.Ask", "a handler asked its own owner")
 	// ErrSendTimeout: Tell, Ask and Publish waited SendTimeout for room in
 	// the owner's lane.
-	ErrSendTimeout = payload.NewError(payload.DeadlineExceeded, "actor", "timed out waiting for room in the owner's queue")
+	ErrSendTimeout = payload.NewError(payload.DeadlineExceeded, "actor", "timed out waiting for room in the owner's queue or on the link to its host")
 	// ErrRequestTimeout: Ask and AskChannel got no reply by the deadline.
 	ErrRequestTimeout = payload.NewError(payload.DeadlineExceeded, "actor.Ask", "no reply before the deadline")
 )

@@ -41,6 +41,7 @@ type sentEntry struct {
 	seq   uint64 // the last fence number used for the object
 	via   string // the old route of that fence
 	until int64  // nanotime until which messages carry the fence
+	last  int64  // nanotime of the last send
 }
 
 type sentTable struct {
@@ -68,7 +69,7 @@ func (h *Host) noteSend(obj relocation.Object, dest string) (uint64, string) {
 		e.until = now + int64(h.cfg.FollowDuration)
 		fence = &fenceMsg{sender: h.name, seq: e.seq}
 	}
-	e.dest = dest
+	e.dest, e.last = dest, now
 	h.sent.m[obj] = e
 	if fence != nil {
 		// Under the lock, so no message of ours for obj overtakes it.
@@ -81,6 +82,21 @@ func (h *Host) noteSend(obj relocation.Object, dest string) (uint64, string) {
 		return e.seq, e.via
 	}
 	return 0, ""
+}
+
+// pruneSent forgets where this host sent objects it has not sent to for
+// twice FollowDuration: nothing of its can still be on the way there, so
+// no fence is needed on its next switch (the table would otherwise grow
+// with every object this host ever sent to).
+func (h *Host) pruneSent() {
+	limit := nanotime() - 2*int64(h.cfg.FollowDuration)
+	h.sent.mu.Lock()
+	for obj, e := range h.sent.m {
+		if e.last < limit {
+			delete(h.sent.m, obj)
+		}
+	}
+	h.sent.mu.Unlock()
 }
 
 type fenceKey struct {
@@ -157,20 +173,12 @@ func (h *Host) holdForFence(k fenceKey, via string, it heldForFence) int {
 	}()
 	h.fences.mu.Lock()
 	defer h.fences.mu.Unlock()
-	if h.fences.m == nil {
-		h.fences.m = map[fenceKey]*fenceWait{}
-	}
-	w := h.fences.m[k]
-	if w == nil {
-		w = &fenceWait{}
-		h.fences.m[k] = w
-	}
 	if it.o != nil && it.o.left.Load() {
 		// The owner passed relay-ready and its held messages went after it
 		// (takeHeld): this one goes after them, routed again.
 		return fenceReroute
 	}
-	w.touched = nanotime()
+	w := h.waitLocked(k)
 	// Its fence came (it is older than anything held), or the old route is
 	// gone and all it sent here is handled: nothing can be ahead of it on
 	// that route. (With messages held, a new one queues among them even
@@ -232,24 +240,23 @@ func (h *Host) markerReached(m *fenceMark) {
 		return
 	}
 	if p, err := kr.locate(m.key.obj.ID, true); err == nil && p.o == nil {
-		h.queueFence(p.host, m.key.obj, fenceMsg{sender: m.key.sender, seq: m.seq})
+		h.queueFences(p.host, m.key.obj, fenceMsg{sender: m.key.sender, seq: m.seq})
 	}
 }
 
-// queueFence sends a fence on to host to, after every message released
-// here before it has been delivered (or sent on).
-func (h *Host) queueFence(to string, obj relocation.Object, f fenceMsg) {
+// queueFences sends fences on to host to, after every message released
+// here before them has been delivered (or sent on).
+func (h *Host) queueFences(to string, obj relocation.Object, fs ...fenceMsg) {
 	h.fences.mu.Lock()
-	h.fences.out = append(h.fences.out, releasedItem{fwdTo: to, fwdObj: obj, fwd: f})
+	for _, f := range fs {
+		h.fences.out = append(h.fences.out, releasedItem{fwdTo: to, fwdObj: obj, fwd: f})
+	}
 	h.fences.mu.Unlock()
 	h.flushFences()
 }
 
-// fenceArrived: sender's fence seq for obj came through Message Follow.
-func (h *Host) fenceArrived(k fenceKey, seq uint64) {
-	defer h.flushFences()
-	h.fences.mu.Lock()
-	defer h.fences.mu.Unlock()
+// waitLocked returns the wait of k, made if new, and marks it touched.
+func (h *Host) waitLocked(k fenceKey) *fenceWait {
 	if h.fences.m == nil {
 		h.fences.m = map[fenceKey]*fenceWait{}
 	}
@@ -259,6 +266,21 @@ func (h *Host) fenceArrived(k fenceKey, seq uint64) {
 		h.fences.m[k] = w
 	}
 	w.touched = nanotime()
+	return w
+}
+
+// fenceArrived: sender's fence seq for obj came through Message Follow.
+func (h *Host) fenceArrived(k fenceKey, seq uint64) {
+	defer h.flushFences()
+	h.fences.mu.Lock()
+	defer h.fences.mu.Unlock()
+	h.arrivedLocked(k, seq)
+}
+
+// arrivedLocked records that fence seq of k arrived and releases what
+// waited for it.
+func (h *Host) arrivedLocked(k fenceKey, seq uint64) {
+	w := h.waitLocked(k)
 	if seq > w.arrived {
 		w.arrived = seq
 	}
@@ -329,19 +351,46 @@ func (h *Host) flushFences() {
 	h.fences.mu.Unlock()
 }
 
-// fenceSnapshot encodes which fences have arrived here for obj (per
-// sender, the highest number), to move with the object: its next owner
-// must not wait again for fences that already came.
-func (h *Host) fenceSnapshot(obj relocation.Object) []byte {
+// fencesArrived lists the fences that have arrived here for obj: per
+// sender, the highest number.
+func (h *Host) fencesArrived(obj relocation.Object) []fenceMsg {
 	h.fences.mu.Lock()
 	defer h.fences.mu.Unlock()
-	var out []byte
+	var out []fenceMsg
 	for k, w := range h.fences.m {
-		if k.obj == obj && w.arrived > 0 && len(k.sender) < 256 {
-			out = append(out, byte(len(k.sender)))
-			out = append(out, k.sender...)
-			out = binary.BigEndian.AppendUint64(out, w.arrived)
+		if k.obj == obj && w.arrived > 0 {
+			out = append(out, fenceMsg{sender: k.sender, seq: w.arrived})
 		}
+	}
+	return out
+}
+
+// fenceSnapshot encodes fencesArrived, to move with the object (in the
+// move record's Extra section): its next owner must not wait again for
+// fences that already came.
+func (h *Host) fenceSnapshot(obj relocation.Object) []byte {
+	var out []byte
+	for _, f := range h.fencesArrived(obj) {
+		if len(f.sender) < 256 {
+			out = append(out, byte(len(f.sender)))
+			out = append(out, f.sender...)
+			out = binary.BigEndian.AppendUint64(out, f.seq)
+		}
+	}
+	return out
+}
+
+// decodeFences reads a fenceSnapshot; a malformed tail is ignored (the
+// ordering state is best effort: a missing fence only delays).
+func decodeFences(b []byte) []fenceMsg {
+	var out []fenceMsg
+	for len(b) > 0 {
+		n := int(b[0])
+		if len(b) < 1+n+8 {
+			break
+		}
+		out = append(out, fenceMsg{sender: string(b[1 : 1+n]), seq: binary.BigEndian.Uint64(b[1+n:])})
+		b = b[1+n+8:]
 	}
 	return out
 }
@@ -362,44 +411,13 @@ func (h *Host) takeFenceHeld(obj relocation.Object) []heldForFence {
 	return out
 }
 
-// sendFences sends the fences of a snapshot to host to, as fence messages.
-func (h *Host) sendFences(to string, obj relocation.Object, b []byte) {
-	for len(b) > 0 {
-		n := int(b[0])
-		if len(b) < 1+n+8 {
-			return
-		}
-		h.queueFence(to, obj, fenceMsg{sender: string(b[1 : 1+n]), seq: binary.BigEndian.Uint64(b[1+n:])})
-		b = b[1+n+8:]
-	}
-}
-
 // fenceRestore takes in the fence state of an object that moved here.
 func (h *Host) fenceRestore(obj relocation.Object, b []byte) {
 	defer h.flushFences()
 	h.fences.mu.Lock()
 	defer h.fences.mu.Unlock()
-	for len(b) > 0 {
-		n := int(b[0])
-		if len(b) < 1+n+8 {
-			return // malformed: the store of ordering state is best effort
-		}
-		k := fenceKey{obj: obj, sender: string(b[1 : 1+n])}
-		seq := binary.BigEndian.Uint64(b[1+n:])
-		b = b[1+n+8:]
-		if h.fences.m == nil {
-			h.fences.m = map[fenceKey]*fenceWait{}
-		}
-		w := h.fences.m[k]
-		if w == nil {
-			w = &fenceWait{}
-			h.fences.m[k] = w
-		}
-		w.touched = nanotime()
-		if seq > w.arrived {
-			w.arrived = seq
-			h.releaseLocked(k, w, false)
-		}
+	for _, f := range decodeFences(b) {
+		h.arrivedLocked(fenceKey{obj: obj, sender: f.sender}, f.seq)
 	}
 }
 
@@ -412,7 +430,7 @@ func (h *Host) admitHeld(it heldForFence) {
 		if err != nil || p.o != nil {
 			break
 		}
-		err = h.sendElsewhere(it.e, p, it.t, it.seq, it.via)
+		err = h.sendElsewhere(nil, it.e, p, it.t, it.seq, it.via)
 		if errors.Is(err, errHostGone) {
 			continue // the host left: look the object up again
 		}
@@ -440,10 +458,9 @@ func (h *Host) releaseFences(host string) {
 	limit := now - int64(h.cfg.FollowDuration)
 	for k, w := range h.fences.m {
 		switch {
-		case len(w.held) == 0 && w.pending > 0:
 		case len(w.held) == 0:
 			// Forget a sender's fences once its marked messages are over.
-			if host == "" && w.touched < now-2*int64(h.cfg.FollowDuration) {
+			if host == "" && w.pending == 0 && w.touched < now-2*int64(h.cfg.FollowDuration) {
 				delete(h.fences.m, k)
 			}
 		case host != "" && w.via == host:

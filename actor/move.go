@@ -44,12 +44,10 @@ type moveDriver struct {
 	ended    bool
 	started  time.Time
 
-	// Target, after a commit: the move stays known for FollowDuration to
-	// answer a source that resends (its Committed was lost).
-	opened   bool
-	ownerGen uint64 // the owner generation committed
-	lateNext uint32 // the next relay position not yet delivered
-	endedAt  int64  // nanotime
+	// Target, after the commit: the driver stays registered for
+	// FollowDuration, so that its machine answers a source that resends
+	// (its Committed was lost) and delivers relays that come late.
+	openedAt int64 // nanotime; 0 until opened
 }
 
 // Control items the move puts on the owner's lifecycle lane.
@@ -162,10 +160,8 @@ func (h *Host) moveEvent(peer string, in relocation.Input) {
 		if d.peer != peer {
 			continue
 		}
-		if _, dead := in.(relocation.TargetDead); dead && d.tgt != nil {
-			// Our source is gone. Before relay-ready nothing will come:
-			// drop the temporary queue; after it, the cutover wait commits.
-			d.step(relocation.Receive{Record: &relocation.Abort{Move: d.id, Reason: "source host gone"}})
+		if _, dead := in.(relocation.TargetDead); dead {
+			d.step(d.peerDead()) // as the driver itself sees a peer gone
 			continue
 		}
 		d.step(in)
@@ -188,14 +184,14 @@ func (h *Host) onRecord(from string, obj relocation.Object, rec relocation.Recor
 		case h.cfg.AppVersion != r.AppVersion:
 			reply.OK, reply.Reason = false, "application version "+h.cfg.AppVersion+" here, "+r.AppVersion+" at the source"
 		}
-		h.sendRecord(from, r.Object, reply)
+		h.sendRecords(from, r.Object, reply)
 		return
 	case *relocation.Prepare:
 		d := h.move(r.Move)
 		if d == nil {
 			kr := h.kinds[r.Object.Kind]
 			if kr == nil || !h.acceptsInternal() {
-				h.sendRecord(from, r.Object, &relocation.Failed{Move: r.Move, Reason: "host " + h.name + " cannot take " + r.Object.String()})
+				h.sendRecords(from, r.Object, &relocation.Failed{Move: r.Move, Reason: "host " + h.name + " cannot take " + r.Object.String()})
 				return
 			}
 			d = &moveDriver{h: h, id: r.Move, obj: r.Object, kr: kr, peer: from, started: time.Now(),
@@ -217,13 +213,20 @@ func (h *Host) onRecord(from string, obj relocation.Object, rec relocation.Recor
 	}
 }
 
-func (h *Host) sendRecord(to string, obj relocation.Object, rec relocation.Record) {
-	if h.net == nil {
-		return
+// sendRecords sends relocation records to host to; it reports whether
+// that host has left the network (the records went nowhere).
+func (h *Host) sendRecords(to string, obj relocation.Object, recs ...relocation.Record) (gone bool) {
+	if len(recs) == 0 || h.net == nil {
+		return false
 	}
-	if l := h.net.linkTo(h, to); l != nil {
-		_ = l.send(linkItem{rec: rec, obj: obj})
+	l := h.net.linkTo(h, to)
+	if l == nil {
+		return true
 	}
+	for _, r := range recs {
+		_ = l.send(linkItem{rec: r, obj: obj})
+	}
+	return false
 }
 
 // moveTicker ticks the moves (target cutover waits, store retries).
@@ -239,6 +242,7 @@ func (h *Host) moveTicker() {
 		}
 		if i%40 == 0 {
 			h.releaseFences("")
+			h.pruneSent()
 		}
 		now := nanotime()
 		for _, d := range h.allMoves() {
@@ -246,7 +250,7 @@ func (h *Host) moveTicker() {
 				continue
 			}
 			d.mu.Lock()
-			expired := d.ended && d.opened && now-d.endedAt > int64(h.cfg.FollowDuration)
+			expired := d.openedAt != 0 && now-d.openedAt > int64(h.cfg.FollowDuration)
 			d.mu.Unlock()
 			if expired {
 				h.removeMove(d)
@@ -270,30 +274,7 @@ func (h *Host) moveTicker() {
 func (d *moveDriver) step(in relocation.Input) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.ended && d.opened {
-		if r, ok := in.(relocation.Receive); ok {
-			d.afterCommit(r.Record)
-		}
-		return
-	}
 	d.stepLocked(in)
-}
-
-// afterCommit answers records of a source that did not learn of the
-// commit (its Committed was lost): the cutover or prepare is answered
-// again; relays the target committed without (its cutover wait ran out)
-// are delivered late, once each, and repeats of the others dropped.
-func (d *moveDriver) afterCommit(rec relocation.Record) {
-	switch r := rec.(type) {
-	case *relocation.Cutover, *relocation.Prepare:
-		d.h.sendRecord(d.peer, d.obj, &relocation.Committed{Move: d.id, OwnerGen: d.ownerGen})
-	case *relocation.Relay:
-		if r.Seq == d.lateNext {
-			d.lateNext++
-			d.h.log.Warn("relocation: relay after the commit delivered late", "object", d.obj.String(), "seq", r.Seq)
-			d.h.redispatchFrame(r.Frame)
-		}
-	}
 }
 
 func (d *moveDriver) stepLocked(in relocation.Input) {
@@ -314,7 +295,7 @@ func (d *moveDriver) stepLocked(in relocation.Input) {
 		// object already runs here — the source's Relocate returns then.
 		gone := false
 		if d.src != nil {
-			gone = d.sendAll(out.Send)
+			gone = d.h.sendRecords(d.peer, d.obj, out.Send...)
 		}
 		for _, a := range out.Actions {
 			if next := d.apply(a); next != nil {
@@ -322,7 +303,7 @@ func (d *moveDriver) stepLocked(in relocation.Input) {
 			}
 		}
 		if d.src == nil {
-			gone = d.sendAll(out.Send)
+			gone = d.h.sendRecords(d.peer, d.obj, out.Send...)
 		}
 		if gone {
 			queue = append(queue, d.peerDead())
@@ -330,26 +311,9 @@ func (d *moveDriver) stepLocked(in relocation.Input) {
 	}
 }
 
-// sendAll sends records to the peer; it reports whether the peer has left
-// the network (the records went nowhere).
-func (d *moveDriver) sendAll(recs []relocation.Record) bool {
-	if len(recs) == 0 || d.h.net == nil {
-		return false
-	}
-	l := d.h.net.linkTo(d.h, d.peer)
-	if l == nil {
-		return true
-	}
-	for _, r := range recs {
-		_ = l.send(linkItem{rec: r, obj: d.obj})
-	}
-	return false
-}
-
-// peerDead is the input for "the peer left the network" (as moveEvent
-// gives it): a source learns its target died; a target treats it as an
-// abort from its source (ignored past relay-ready: the cutover wait
-// commits).
+// peerDead is the input for "the peer left the network": a source learns
+// its target died; a target treats it as an abort from its source (ignored
+// past relay-ready: the cutover wait commits).
 func (d *moveDriver) peerDead() relocation.Input {
 	if d.tgt != nil {
 		return relocation.Receive{Record: &relocation.Abort{Move: d.id, Reason: "source host gone"}}
@@ -393,6 +357,7 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 	case relocation.OpenQueue:
 		d.open(a)
 	case relocation.DeliverLate:
+		h.log.Warn("relocation: relays after the commit delivered late", "object", d.obj.String(), "messages", len(a.Frames))
 		for _, f := range a.Frames {
 			if e := h.envelopeOf(f); e != nil {
 				if err := d.o.mb.AdmitOverflow(e); err != nil {
@@ -441,7 +406,7 @@ func (d *moveDriver) sealAndCapture() {
 	d.o.mb.Seal()
 	d.h.net.pauses.sealed(d.id)
 	out := d.src.Step(relocation.Sealed{})
-	if d.sendAll(out.Send) {
+	if d.h.sendRecords(d.peer, d.obj, out.Send...) {
 		defer d.stepLocked(relocation.TargetDead{})
 	}
 	for _, a := range out.Actions {
@@ -523,7 +488,7 @@ func (d *moveDriver) takeHeld() [][]byte {
 	// Fences that arrived here after the capture (while sealed) go after
 	// the object: its new owner must not wait for them. A fence arriving
 	// from now on finds no owner here and follows by itself.
-	h.sendFences(d.peer, d.obj, h.fenceSnapshot(d.obj))
+	h.queueFences(d.peer, d.obj, h.fencesArrived(d.obj)...)
 	held := append(d.held, o.mb.Close()...)
 	out := make([][]byte, 0, len(held))
 	for _, e := range held {
@@ -543,6 +508,9 @@ func (d *moveDriver) takeHeld() [][]byte {
 // finish ends the move on this host.
 func (d *moveDriver) finish(f relocation.Finish) {
 	h := d.h
+	if d.openedAt != 0 {
+		return // the target owns the object; the driver stays (openedAt)
+	}
 	d.ended = true
 	h.removeMove(d)
 	if d.src != nil {
@@ -574,16 +542,15 @@ func (d *moveDriver) finish(f relocation.Finish) {
 		} else {
 			d.o.moving.Store(false)
 		}
+		if f.Outcome != relocation.Moved {
+			h.net.pauses.ended(d.id)
+		}
 		d.done <- err
 		return
 	}
 	if f.Outcome != relocation.Moved && d.o != nil && !d.conflict {
 		h.obs.Deactivated(d.kr.spec.name)
 		h.system.Root.Stop(d.o.pid)
-	}
-	if d.opened {
-		d.endedAt = nanotime()
-		h.addMove(d) // kept a while, to answer a source that resends
 	}
 }
 
@@ -605,8 +572,7 @@ func (d *moveDriver) registerTemp() {
 		sh.m = map[string]*owner{}
 	}
 	sh.m[d.obj.ID] = o
-	h.routes.drop(d.obj)
-	h.follows.drop(d.obj)
+	h.forgetRoutes(d.obj)
 	d.o = o
 }
 
@@ -642,8 +608,7 @@ func (d *moveDriver) restore(rec relocation.MoveRecord) error {
 // temporary queue, in that order.
 func (d *moveDriver) open(a relocation.OpenQueue) {
 	h, o := d.h, d.o
-	row, _ := h.store.Get(storeCtx, d.obj)
-	o.row = row.Ownership
+	o.row = a.Owner
 	var items []*mailbox.Envelope
 	for _, list := range [][][]byte{a.Captured, a.Relayed} {
 		for _, f := range list {
@@ -654,7 +619,7 @@ func (d *moveDriver) open(a relocation.OpenQueue) {
 	}
 	o.incoming.Store(false)
 	o.mb.Reopen(items)
-	d.opened, d.ownerGen, d.lateNext = true, row.OwnerGen, uint32(len(a.Relayed))
+	d.openedAt = nanotime()
 	h.moved.Add(1)
 	h.net.pauses.opened(d.id)
 }
@@ -762,6 +727,7 @@ func (d *moveDriver) abandonOnClose() {
 	}
 	d.ended = true
 	d.h.removeMove(d)
+	d.h.net.pauses.ended(d.id)
 	for _, e := range append(d.captured, d.held...) {
 		d.h.endUnrun(d.o, "", e, ErrShuttingDown, RejectShuttingDown)
 	}

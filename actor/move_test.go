@@ -317,3 +317,52 @@ func TestRelocateRefusals(t *testing.T) {
 		t.Fatalf("after the refusals: %d, %v", got, err)
 	}
 }
+
+// The table of where a host last sent each object (for fences) forgets
+// objects it has not sent to for twice FollowDuration.
+func TestSentRoutesAreForgottenWhenIdle(t *testing.T) {
+	n := NewNetwork(nil)
+	a := startHost(t, Config{Name: "a", Network: n, Logger: quietLogger(), FollowDuration: 100 * time.Millisecond, RouteCacheTTL: 50 * time.Millisecond}, movableKind(newGates()))
+	b := startHost(t, Config{Name: "b", Network: n, Logger: quietLogger()}, movableKind(newGates()))
+	for i := 0; i < 50; i++ {
+		Tell(bg, b, Ref{"counter", itoa(i)}, Inc{By: 1}) // activates on b
+		if err := Tell(bg, a, Ref{"counter", itoa(i)}, Inc{By: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent := func() int { a.sent.mu.Lock(); defer a.sent.mu.Unlock(); return len(a.sent.m) }
+	if sent() != 50 {
+		t.Fatalf("a noted %d routes, want 50", sent())
+	}
+	waitFor(t, "idle routes to be forgotten", func() bool { return sent() == 0 })
+}
+
+// Flow control between hosts: a send from outside the handlers waits while
+// linkHigh items are queued on the link to the object's host, up to
+// SendTimeout (ErrSendTimeout); nothing queued is lost.
+func TestExternalSendsWaitForRoomOnTheLink(t *testing.T) {
+	n := NewNetwork(nil)
+	a := startHost(t, Config{Name: "a", Network: n, Logger: quietLogger(), SendTimeout: 20 * time.Millisecond}, movableKind(newGates()))
+	b := startHost(t, Config{Name: "b", Network: n, Logger: quietLogger()}, movableKind(newGates()))
+	ref := Ref{"counter", "far"}
+	if err := Tell(bg, b, ref, Inc{By: 1}); err != nil { // runs on b
+		t.Fatal(err)
+	}
+	n.Break("a", "b") // the link queues and does not deliver
+	for i := 0; i < linkHigh; i++ {
+		if err := Tell(bg, a, ref, Inc{By: 1}); err != nil {
+			t.Fatalf("tell %d with room on the link: %v", i, err)
+		}
+	}
+	if err := Tell(bg, a, ref, Inc{By: 1}); !errors.Is(err, ErrSendTimeout) {
+		t.Fatalf("tell with %d items queued on the link = %v, want ErrSendTimeout", linkHigh, err)
+	}
+	n.Heal("a", "b")
+	waitFor(t, "every queued message to run", func() bool {
+		got, err := Ask[Get, int](bg, b, ref, Get{}) // asked where it runs: no link in between
+		if err != nil || got > 1+linkHigh {
+			t.Fatalf("after the heal: %d, %v; want %d", got, err, 1+linkHigh)
+		}
+		return got == 1+linkHigh
+	})
+}

@@ -61,14 +61,27 @@ func (p *pauseLog) opened(id relocation.MoveID) {
 	p.mu.Lock()
 	if at, ok := p.sealAt[id]; ok {
 		delete(p.sealAt, id)
+		if len(p.done) == maxPauses {
+			p.done = append(p.done[:0], p.done[maxPauses/2:]...) // keep the newer half
+		}
 		p.done = append(p.done, time.Duration(nanotime()-at))
 	}
 	p.mu.Unlock()
 }
 
-// Pauses returns the pause of every completed move on the network so far —
-// from the seal at the source to the opening at the target — and forgets
-// them.
+// ended forgets a move that will not open (aborted, lost or abandoned).
+func (p *pauseLog) ended(id relocation.MoveID) {
+	p.mu.Lock()
+	delete(p.sealAt, id)
+	p.mu.Unlock()
+}
+
+// maxPauses bounds the pauses kept between two calls of Network.Pauses.
+const maxPauses = 1 << 16
+
+// Pauses returns the pause of every move completed on the network since
+// the last call (at most the newest 65,536) — from the seal at the source
+// to the opening at the target — and forgets them.
 func (n *Network) Pauses() []time.Duration {
 	n.pauses.mu.Lock()
 	defer n.pauses.mu.Unlock()
@@ -208,8 +221,7 @@ func (n *Network) markLeaving(h *Host) {
 	n.mu.Unlock()
 	h.draining.Store(true)
 	for _, p := range peers {
-		p.routes.dropHost(h.name)
-		p.follows.dropHost(h.name)
+		p.forgetHost(h.name)
 	}
 }
 
@@ -418,22 +430,28 @@ func (l *link) send(it linkItem) error {
 		}
 	}
 	l.mu.Lock()
-	if l.closed || l.refusing {
-		refusing := l.refusing && !l.closed
+	if err := l.refusalLocked(); err != nil {
 		l.mu.Unlock()
 		if it.buf.IsZero() {
-			return nil
+			return nil // a record, hint or fence: dropped
 		}
-		if refusing {
-			return errHostGone // the caller keeps the frame and routes it again
-		}
-		return errLinkDown
+		return err
 	}
 	l.items = append(l.items, it)
 	l.mu.Unlock()
-	select {
-	case l.notify <- struct{}{}:
-	default:
+	l.wake()
+	return nil
+}
+
+// refusalLocked says why the link takes no frame now: errLinkDown (closed)
+// or errHostGone (its destination is leaving: the sender keeps the frame
+// and routes it again); nil if it takes one.
+func (l *link) refusalLocked() error {
+	switch {
+	case l.closed:
+		return errLinkDown
+	case l.refusing:
+		return errHostGone
 	}
 	return nil
 }
@@ -507,10 +525,7 @@ func (l *link) closeWhenEmpty() {
 	l.mu.Lock()
 	l.flush = true
 	l.mu.Unlock()
-	select {
-	case l.notify <- struct{}{}:
-	default:
-	}
+	l.wake()
 }
 
 // close closes the link; with bounce, frames not yet delivered go back to
@@ -525,10 +540,7 @@ func (l *link) close(bounce bool) {
 		l.room = nil
 	}
 	l.mu.Unlock()
-	select {
-	case l.notify <- struct{}{}:
-	default:
-	}
+	l.wake()
 }
 
 // sendMessage queues m's frame with the fence fields of it. If the
@@ -536,13 +548,9 @@ func (l *link) close(bounce bool) {
 // on a closed link it returns errLinkDown (m too stays the caller's).
 func (l *link) sendMessage(m *payload.Message, it linkItem) error {
 	l.mu.Lock()
-	switch {
-	case l.closed:
+	if err := l.refusalLocked(); err != nil {
 		l.mu.Unlock()
-		return errLinkDown
-	case l.refusing:
-		l.mu.Unlock()
-		return errHostGone
+		return err
 	}
 	it.buf = m.TakeBuffer()
 	l.items = append(l.items, it)

@@ -30,7 +30,7 @@ func (o Outcome) String() string {
 
 // Reject reasons reported to Observer.Rejected.
 const (
-	RejectFull         = "lane_full"      // no room in the owner's lane within SendTimeout
+	RejectFull         = "lane_full"      // no room in the owner's lane (or on the link to its host) within SendTimeout
 	RejectTooLarge     = "too_large"      // larger than the owner's lane
 	RejectShuttingDown = "shutting_down"  // the host stopped first
 	RejectCancelled    = "cancelled"      // the sender's context ended while waiting

@@ -360,31 +360,54 @@ func (t target) resolve(internal bool) (place, error) {
 
 // sendElsewhere hands an item whose object runs on another host to the
 // transport: its permit (if any) is returned, its message sent on with its
-// fence.
+// fence. With a non-nil ctx it first waits for room on the link
+// (sendRemote). On any error but errHostGone the item is released.
 //
-// If the host is gone it forgets the route and returns errHostGone, leaving
-// e to the caller to resolve again.
-func (h *Host) sendElsewhere(e *mailbox.Envelope, p place, t target, fence uint64, via string) error {
-	if h.net == nil || h.net.host(p.host) == nil {
-		if t.kr != nil {
-			h.routes.drop(t.obj())
-			h.follows.drop(t.obj())
-		}
-		return errHostGone
-	}
-	err := h.sendRemote(p.host, e.Msg, fence, via)
+// If the host is gone or leaving it forgets the route and returns
+// errHostGone, leaving e to the caller to resolve again.
+func (h *Host) sendElsewhere(ctx context.Context, e *mailbox.Envelope, p place, t target, fence uint64, via string) error {
+	err := h.sendRemote(ctx, p.host, e.Msg, fence, via)
 	if errors.Is(err, errHostGone) {
-		// Gone or leaving between the lookup and the send: e keeps its
-		// message, and the caller looks the object up again.
 		if t.kr != nil {
-			h.routes.drop(t.obj())
-			h.follows.drop(t.obj())
+			h.forgetRoutes(t.obj())
 		}
 		return errHostGone
 	}
 	e.Msg = nil // sent, or released by sendRemote
 	e.Release()
 	return err
+}
+
+// rejectReason names, for the observer, why a send to another host failed.
+func rejectReason(err error) string {
+	switch {
+	case errors.Is(err, ErrSendTimeout):
+		return RejectFull
+	case errors.Is(err, ErrShuttingDown):
+		return RejectShuttingDown
+	case errors.Is(err, context.Canceled), errors.Is(err, payload.DeadlineExceeded):
+		return RejectCancelled // the sender's context ended (ctxErr)
+	}
+	return RejectUndeliverable
+}
+
+// noteRoute notes, for fences, where this host sends t's message now (p)
+// and returns the fence the message carries (0: none) and its old route.
+func (h *Host) noteRoute(t target, p place) (uint64, string) {
+	dest := p.host
+	if p.o != nil {
+		dest = h.name
+	}
+	return h.noteSend(t.obj(), dest)
+}
+
+// holdOwn holds a message this host sends to a local owner until its
+// fence arrives (holdForFence); without a fence it passes.
+func (h *Host) holdOwn(t target, p place, e *mailbox.Envelope, fence uint64, via string) int {
+	if fence == 0 {
+		return fencePass
+	}
+	return h.holdForFence(fenceKey{obj: t.obj(), sender: h.name}, via, heldForFence{seq: fence, t: t, e: e, o: p.o})
 }
 
 // objOf names a target's object for routing and fences.
@@ -439,44 +462,26 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 			return false, err
 		}
 		if t.o == nil {
-			dest := p.host
-			if p.o != nil {
-				dest = h.name
-			}
-			if p.o == nil && h.net != nil {
-				if l := h.net.linkTo(h, p.host); l != nil {
-					if err := l.waitRoom(ctx, h.cfg.SendTimeout, h.done); err != nil {
-						reason := RejectCancelled
-						switch {
-						case errors.Is(err, ErrSendTimeout):
-							reason = RejectFull
-						case errors.Is(err, ErrShuttingDown):
-							reason = RejectShuttingDown
-						}
-						h.reject(t.name(), e, reason)
-						return false, err
-					}
-				}
-			}
-			fence, via := h.noteSend(t.obj(), dest)
+			fence, via := h.noteRoute(t, p)
 			if p.o == nil {
-				err := h.sendElsewhere(e, p, t, fence, via)
-				if errors.Is(err, errHostGone) && retries < 3 {
+				// External sends wait for room on the link (flow control).
+				err := h.sendElsewhere(ctx, e, p, t, fence, via)
+				switch {
+				case errors.Is(err, errHostGone) && retries < 3:
 					retries++
 					continue
-				}
-				if errors.Is(err, errHostGone) {
+				case errors.Is(err, errHostGone):
 					h.reject(t.name(), e, RejectShuttingDown)
+				case err != nil:
+					h.obs.Rejected(t.name(), rejectReason(err))
 				}
 				return false, err
 			}
-			if fence != 0 {
-				switch h.holdForFence(fenceKey{obj: t.obj(), sender: h.name}, via, heldForFence{seq: fence, t: t, e: e, o: p.o}) {
-				case fenceHeld:
-					return false, nil
-				case fenceReroute:
-					continue
-				}
+			switch h.holdOwn(t, p, e, fence, via) {
+			case fenceHeld:
+				return false, nil
+			case fenceReroute:
+				continue
 			}
 		}
 		o := p.o
@@ -551,11 +556,7 @@ func (h *Host) admitGrantedFrom(t target, e *mailbox.Envelope, origin bool, ps *
 			return
 		}
 		if origin && t.o == nil {
-			dest := p.host
-			if p.o != nil {
-				dest = h.name
-			}
-			fence, via = h.noteSend(t.obj(), dest)
+			fence, via = h.noteRoute(t, p)
 			origin = false // a retry after a closed owner is the same send
 		}
 		if p.o == nil && ps != nil && t.kr != nil {
@@ -566,7 +567,7 @@ func (h *Host) admitGrantedFrom(t target, e *mailbox.Envelope, origin bool, ps *
 			return
 		}
 		if p.o == nil {
-			err := h.sendElsewhere(e, p, t, fence, via)
+			err := h.sendElsewhere(nil, e, p, t, fence, via)
 			if errors.Is(err, errHostGone) && retries < 3 {
 				retries++
 				continue
@@ -576,13 +577,11 @@ func (h *Host) admitGrantedFrom(t target, e *mailbox.Envelope, origin bool, ps *
 			}
 			return
 		}
-		if fence != 0 {
-			switch h.holdForFence(fenceKey{obj: t.obj(), sender: h.name}, via, heldForFence{seq: fence, t: t, e: e, o: p.o}) {
-			case fenceHeld:
-				return
-			case fenceReroute:
-				continue
-			}
+		switch h.holdOwn(t, p, e, fence, via) {
+		case fenceHeld:
+			return
+		case fenceReroute:
+			continue
 		}
 		o := p.o
 		size := e.Msg.Len()
@@ -655,8 +654,7 @@ type pendingSend struct {
 	targets []target
 	next    int // index of the next target to admit
 	fanout  bool
-	relayed bool     // received off a link: not this host's own send
-	from    string   // relayed: the host it came from
+	from    string   // received off a link: the host it came from ("": this host's own send)
 	fence   linkItem // relayed: the fence it carries (fenceSeq, fenceVia, fenceOf)
 	// mark, if set, makes this a fence marker instead of a message: when
 	// its turn comes every earlier item of the source has been admitted,
@@ -759,7 +757,7 @@ func (ob *outbox) Granted() {
 		e := mailbox.NewEnvelope()
 		e.Msg = m
 		e.HoldPermit(ob.host.permits)
-		if ps.relayed {
+		if ps.from != "" {
 			ob.host.admitGrantedFrom(t, e, false, ps)
 		} else {
 			ob.host.admitGranted(t, e, true)

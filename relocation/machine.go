@@ -107,7 +107,10 @@ type (
 	}
 	// OpenQueue: the target owns the object. Run, in order, the captured
 	// work, the pre-boundary relays, then the temporary queue.
-	OpenQueue struct{ Captured, Relayed [][]byte }
+	OpenQueue struct {
+		Captured, Relayed [][]byte
+		Owner             Ownership // the row the commit wrote
+	}
 	// DeliverLate: pre-boundary relays that arrived after the queue opened.
 	DeliverLate struct{ Frames [][]byte }
 	// Abandon: the store said the object belongs to someone else (conflict

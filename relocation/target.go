@@ -126,7 +126,7 @@ func (t *Target) Step(in Input) Output {
 			t.outcome = Moved
 			t.ownerGen = in.Row.OwnerGen
 			out.send(&Committed{Move: t.prep.Move, OwnerGen: t.ownerGen})
-			out.act(OpenQueue{Captured: t.record.Queue, Relayed: t.relays})
+			out.act(OpenQueue{Captured: t.record.Queue, Relayed: t.relays, Owner: in.Row.Ownership})
 			out.finish(Moved, "")
 		case isConflict(err):
 			t.abandon(&out, "store: "+err.Error())
@@ -162,6 +162,12 @@ func (t *Target) receive(r Record, out *Output) {
 	case *Relay:
 		t.onRelay(r, out)
 	case *Cutover:
+		if t.phase == tgtOpen {
+			// A repeat: the source did not get our Committed (it resends
+			// its batch and cutover when the link comes back).
+			out.send(&Committed{Move: t.prep.Move, OwnerGen: t.ownerGen})
+			return
+		}
 		if t.phase != tgtReady {
 			return
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/berthrt/berth/actor"
 	"github.com/berthrt/berth/internal/testutil"
 	"github.com/berthrt/berth/mailbox"
+	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
 )
 
@@ -220,7 +221,7 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 	if spare != nil {
 		targets = append(targets, spare)
 	}
-	var moved, aborted atomic.Int64
+	var moved, aborted, refused atomic.Int64
 	moverStop := make(chan struct{})
 	var mwg sync.WaitGroup
 	for m := 0; m < cfg.movers; m++ {
@@ -241,15 +242,20 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 				}
 				src := net.Host(row.Host)
 				dst := targets[rng.IntN(len(targets))]
-				if src == nil || src == dst || src == drained {
+				if src == nil || src == dst || src == drained || net.Host(dst.Name()) == nil {
 					continue
 				}
 				switch err := src.Relocate(ctx, ref(i), dst.Name()); {
 				case err == nil:
 					moved.Add(1)
 				case errors.Is(err, actor.ErrNotLocal), errors.Is(err, actor.ErrMoveInProgress), errors.Is(err, actor.ErrShuttingDown):
+				case errors.Is(err, payload.Unavailable):
+					aborted.Add(1) // the move aborted; the object resumed at its source
 				default:
-					aborted.Add(1)
+					refused.Add(1)
+					if !cfg.faultKill { // with the spare killed, moves to it are refused (NotFound)
+						t.Errorf("Relocate %d from %s to %s: %v", i, src.Name(), dst.Name(), err)
+					}
 				}
 			}
 		}()
@@ -316,14 +322,17 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 	if moved.Load() == 0 {
 		t.Fatal("no object moved")
 	}
-	if cfg.faultKill && kills.Load() == 0 {
-		t.Fatal("the kill fault never fired")
+	if cfg.faultKill && (kills.Load() == 0 || aborted.Load() == 0) {
+		t.Fatalf("the kill fault fired %d times and aborted %d moves; want both", kills.Load(), aborted.Load())
+	}
+	if !cfg.faultKill && aborted.Load() != 0 {
+		t.Fatalf("%d moves aborted without a kill (a broken link must not abort a move past relay-ready)", aborted.Load())
 	}
 	if cfg.faultLink && breaks.Load() == 0 {
 		t.Fatal("the link fault never fired")
 	}
-	t.Logf("%d tells, %d asks; %d moves done, %d aborted; %d drained; faults: %d kills, %d link breaks",
-		tells.Load(), asks.Load(), moved.Load(), aborted.Load(), drained.Stats().Relocations, kills.Load(), breaks.Load())
+	t.Logf("%d tells, %d asks; %d moves done, %d aborted, %d refused; %d drained; faults: %d kills, %d link breaks",
+		tells.Load(), asks.Load(), moved.Load(), aborted.Load(), refused.Load(), drained.Stats().Relocations, kills.Load(), breaks.Load())
 }
 
 // TestRelocationLosesDuplicatesAndReordersNothing: four hosts, 1,000
