@@ -256,15 +256,11 @@ func (h *Host) moveTicker() {
 				h.removeMove(d)
 				continue
 			}
-			if h.net.backlogged(d.peer, h.name) {
-				// The cutover wait is for a cutover that was lost, not
-				// one still queued behind other traffic on a live link:
-				// the move's clock stands still while the link from the
-				// source is delivering (committing without the relays
-				// would run them late, after newer messages).
-				continue
-			}
-			d.step(relocation.Tick{Now: now})
+			// The cutover wait runs only while the source is cut off: a
+			// cutover that is slow (queued behind traffic, a starved
+			// source) is waited for — committing without the relays would
+			// run them late, after newer messages.
+			d.step(relocation.Tick{Now: now, SourceReachable: h.net.reachable(d.peer, h.name)})
 		}
 	}
 }

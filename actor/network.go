@@ -291,19 +291,12 @@ func (n *Network) pending(h *Host) int {
 	return total
 }
 
-// backlogged reports whether the link from host from to host to is up and
-// still has items to deliver.
-func (n *Network) backlogged(from, to string) bool {
+// reachable reports whether host from is on the network and its link to
+// host to is not broken.
+func (n *Network) reachable(from, to string) bool {
 	n.mu.Lock()
-	l := n.links[[2]string{from, to}]
-	broken := n.broken[pair(from, to)]
-	n.mu.Unlock()
-	if l == nil || broken {
-		return false
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return !l.closed && len(l.items)+int(l.busy) > 0
+	defer n.mu.Unlock()
+	return n.hosts[from] != nil && !n.broken[pair(from, to)]
 }
 
 // Broken reports whether the link between a and b is broken.

@@ -13,7 +13,13 @@ type (
 	// Receive: a protocol record arrived from the peer.
 	Receive struct{ Record Record }
 	// Tick: the driver's clock, in nanoseconds on any fixed epoch.
-	Tick struct{ Now int64 }
+	Tick struct {
+		Now int64
+		// SourceReachable (target): the link from the source is up and
+		// delivering. The cutover wait counts only time without it: it is
+		// for a cutover that was lost, not one that is slow to come.
+		SourceReachable bool
+	}
 	// LinkUp: the link to the peer was re-established after a failure; the
 	// machine resends what its phase needs.
 	LinkUp struct{}

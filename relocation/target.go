@@ -103,6 +103,9 @@ func (t *Target) Step(in Input) Output {
 			t.readyAt = in.Now
 			t.deadline = in.Now + int64(t.cfg.CommitDeadline)
 		}
+		if t.phase == tgtReady && in.SourceReachable {
+			t.readyAt = in.Now // the wait starts again when the source is cut off
+		}
 		switch {
 		case t.phase == tgtReady && t.now-t.readyAt >= int64(t.cfg.CutoverWait):
 			out.log("target: no cutover " + t.cfg.CutoverWait.String() + " after relay-ready; committing with " +

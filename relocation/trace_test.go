@@ -216,7 +216,7 @@ func (w *world) exec(t *testing.T, cmd string) []string {
 		case "tick":
 			ms, _ := strconv.Atoi(a["ms"])
 			w.now += int64(time.Duration(ms) * time.Millisecond)
-			tgt(Tick{Now: w.now})
+			tgt(Tick{Now: w.now, SourceReachable: a["reachable"] == "yes"})
 		case "store":
 			switch fields[2] {
 			case "ok":
