@@ -188,7 +188,12 @@ var errHostGone = payload.NewError(payload.Unavailable, "actor", "the host is no
 // handlers) it first waits for room on the link. If the host is gone or
 // leaving, m is left to the caller and errHostGone returned (the caller
 // looks the object up again); on other failures m is released.
-func (h *Host) sendRemote(ctx context.Context, host string, m *payload.Message, fence uint64, via string) error {
+//
+// With note, the route to host is noted for that object (noteSendLocked)
+// and the message carries the fence that gives; the note and the message's
+// place on the link are one step under the sent table's lock, so no fence
+// that another goroutine sends on a later switch passes the message.
+func (h *Host) sendRemote(ctx context.Context, host string, m *payload.Message, note *relocation.Object) error {
 	var l *link
 	if h.net != nil {
 		l = h.net.linkTo(h, host)
@@ -202,13 +207,19 @@ func (h *Host) sendRemote(ctx context.Context, host string, m *payload.Message, 
 			return err
 		}
 	}
-	if err := l.sendMessage(m, linkItem{fenceSeq: fence, fenceVia: via}); err != nil {
-		if !errors.Is(err, errHostGone) {
-			m.Release()
-		}
-		return err
+	var err error
+	if note != nil {
+		h.sent.mu.Lock()
+		fence, via := h.noteSendLocked(*note, host)
+		err = l.sendMessage(m, linkItem{fenceSeq: fence, fenceVia: via})
+		h.sent.mu.Unlock()
+	} else {
+		err = l.sendMessage(m, linkItem{})
 	}
-	return nil
+	if err != nil && !errors.Is(err, errHostGone) {
+		m.Release()
+	}
+	return err
 }
 
 // receive handles one item off a link, on the link's goroutine. Nothing
@@ -330,20 +341,31 @@ func (h *Host) onFrame(l *link, it linkItem) {
 	if it.fenceSeq != 0 && it.fenceOf == "" {
 		it.fenceOf = l.from.name
 	}
-	if p.o != nil || !l.in.idle() {
+	behind := h.fences.outCount.Load() != 0 // messages released here may be ahead
+	if p.o != nil || !l.in.idle() || behind {
 		// Admit here — or, if earlier messages off this link still wait
-		// for permits, queue behind them even to be forwarded, so none
-		// overtakes another.
-		ps := &pendingSend{m: m, from: l.from.name,
+		// for permits or in the release queue, queue behind them even to
+		// be forwarded, so none overtakes another.
+		ps := &pendingSend{m: m, from: l.from.name, src: l,
 			fence: linkItem{fenceSeq: it.fenceSeq, fenceVia: it.fenceVia, fenceOf: it.fenceOf}}
 		ps.one[0] = target{kr: kr, id: id}
 		ps.targets = ps.one[:]
-		if p.o != nil && it.fenceSeq != 0 && h.holdForFence(fenceKey{obj: relocation.Object{Kind: kr.spec.name, ID: id}, sender: it.fenceOf},
-			it.fenceVia, heldForFence{seq: it.fenceSeq, l: l, ps: ps, o: p.o}) == fenceHeld {
+		key := fenceKey{obj: relocation.Object{Kind: kr.spec.name, ID: id}, sender: it.fenceOf}
+		if p.o != nil && it.fenceSeq != 0 {
+			switch h.holdForFence(key, it.fenceVia, heldForFence{seq: it.fenceSeq, l: l, ps: ps, o: p.o}) {
+			case fenceHeld:
+				return
+			case fencePass:
+				ps.fencePassed = true
+			}
+		}
+		if behind && h.queueBehind(key, l, heldForFence{l: l, ps: ps}) {
 			return
 		}
-		l.in.enqueue(ps)
-		return
+		if p.o != nil || !l.in.idle() {
+			l.in.enqueue(ps)
+			return
+		}
 	}
 	h.forwardFenced(l.from.name, kr, id, m, p, it)
 }
@@ -489,13 +511,17 @@ func (n *Network) pickHost(self *Host, kind string) string {
 	return best
 }
 
-// peerGone: a host left the network (stopped or killed). Messages held for
-// fences that travel through it are released now if nothing more can come
-// from it (it crashed, or never sent here), else when its last item, on
-// its link here, has been handled.
-func (h *Host) peerGone(name string, releaseNow bool) {
+// peerGone: a host left the network (stopped or killed). After a graceful
+// leave, messages held for fences that travel through it keep waiting
+// (the fences were passed on). Otherwise they are released now if nothing
+// more can come from it (it crashed, or never sent here), else when its
+// last item, on its link here, has been handled.
+func (h *Host) peerGone(name string, graceful, releaseNow bool) {
 	h.forgetHost(name)
-	if releaseNow {
+	switch {
+	case graceful:
+		h.fenceDeparted(name)
+	case releaseNow:
 		h.releaseFences(name)
 	}
 	h.moveEvent(name, relocation.TargetDead{})

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/relocation"
@@ -20,9 +21,23 @@ import (
 // messages it sends on the new route with the fence's number for a while
 // (FollowDuration). The new owner holds a sender's marked messages until
 // that sender's fence has arrived through Message Follow — after every
-// older message of the sender — or until the old route is reported dead or
+// older message of the sender — or until a host on the old route crashed or
 // the hold outlives FollowDuration. Holds are bounded (maxFenceHold per
 // sender and object) and counted (Stats.HeldForFence).
+//
+// What keeps this true:
+//   - A sending host is many goroutines: a message is noted (noteSend) and
+//     put on its link in one step under the sent table's lock, so a fence
+//     that another goroutine sends on a later switch never passes it.
+//   - A fence is recorded as arrived only where the object runs; on its way
+//     through other hosts it follows the object without being recorded,
+//     since older messages may come back there by a longer way round.
+//   - Messages released from a hold are delivered in order (fenceTable.out);
+//     anything newer of the same sender (or off the same link) that this
+//     host would send on meanwhile queues behind them (queueBehind).
+//   - A host that leaves gracefully first has every peer fence the objects
+//     it last sent there (fenceRoutesTo) and passes those fences on before
+//     it goes; a peer that can no longer send it a fence opens none.
 
 // maxFenceHold bounds the messages held for one sender's fence; past it
 // they are released (and the event logged).
@@ -51,37 +66,76 @@ type sentTable struct {
 
 // noteSend records that this host sends a message for obj to dest and
 // returns the fence the message must carry (0: none) and its old route.
-// On a switch away from another host it sends that host a fence first.
+// On a switch away from another host it sends that host a fence first. If
+// that host takes no fence any more (it left, or is about to), no new
+// fence is opened: it passed on, before it sealed, a fence for everything
+// this host sent it (fenceRoutesTo), or it crashed and what it held is
+// lost; the message carries the last fence while that lasts.
 func (h *Host) noteSend(obj relocation.Object, dest string) (uint64, string) {
 	if h.net == nil {
 		return 0, ""
 	}
-	now := nanotime()
 	h.sent.mu.Lock()
+	defer h.sent.mu.Unlock()
+	return h.noteSendLocked(obj, dest)
+}
+
+// noteSendLocked is noteSend with h.sent.mu held. A message sent to another
+// host goes on the link before the lock is let go: a fence that another
+// goroutine of this host sends on a later switch must not pass it.
+func (h *Host) noteSendLocked(obj relocation.Object, dest string) (uint64, string) {
+	now := nanotime()
 	if h.sent.m == nil {
 		h.sent.m = map[relocation.Object]sentEntry{}
 	}
 	e := h.sent.m[obj]
-	var fence *fenceMsg
 	if e.dest != dest && e.dest != "" && e.dest != h.name {
-		e.seq++
-		e.via = e.dest
-		e.until = now + int64(h.cfg.FollowDuration)
-		fence = &fenceMsg{sender: h.name, seq: e.seq}
+		// Under the lock, so no message of ours for obj overtakes it.
+		if h.sendFence(e.dest, obj, fenceMsg{sender: h.name, seq: e.seq + 1}) {
+			e.seq++
+			e.via = e.dest
+			e.until = now + int64(h.cfg.FollowDuration)
+		}
 	}
 	e.dest, e.last = dest, now
 	h.sent.m[obj] = e
-	if fence != nil {
-		// Under the lock, so no message of ours for obj overtakes it.
-		if l := h.net.linkTo(h, e.via); l != nil {
-			_ = l.send(linkItem{obj: obj, fence: fence})
-		}
-	}
-	h.sent.mu.Unlock()
 	if now < e.until {
 		return e.seq, e.via
 	}
 	return 0, ""
+}
+
+// sendFence puts fence f for obj on the link to host; false if that link
+// does not take it.
+func (h *Host) sendFence(host string, obj relocation.Object, f fenceMsg) bool {
+	l := h.net.linkTo(h, host)
+	return l != nil && l.send(linkItem{obj: obj, fence: &f}) == nil
+}
+
+// fenceRoutesTo: host is leaving and refuses frames from now on. Every
+// object whose messages this host last sent there switches away from it
+// now, with a fence sent while host still takes fences: a message for it
+// sent later, to wherever it runs then, waits for that fence, which
+// follows (through host) the messages host already has.
+func (h *Host) fenceRoutesTo(host string) {
+	if h.net == nil {
+		return
+	}
+	now := nanotime()
+	h.sent.mu.Lock()
+	defer h.sent.mu.Unlock()
+	for obj, e := range h.sent.m {
+		if e.dest != host {
+			continue
+		}
+		if h.sendFence(host, obj, fenceMsg{sender: h.name, seq: e.seq + 1}) {
+			e.seq++
+			e.via = host
+			e.until = now + int64(h.cfg.FollowDuration)
+		}
+		e.dest = ""
+		h.sent.m[obj] = e
+	}
 }
 
 // pruneSent forgets where this host sent objects it has not sent to for
@@ -115,6 +169,12 @@ type heldForFence struct {
 	ps  *pendingSend
 	t   target
 	e   *mailbox.Envelope
+	// queued: not held for a fence but queued behind released messages of
+	// its sender (queueBehind); when its turn comes it is sent afresh.
+	queued bool
+	// inOrder: it is being delivered in its turn: released messages still
+	// being delivered do not hold it (they are newer).
+	inOrder bool
 }
 
 type fenceWait struct {
@@ -127,16 +187,20 @@ type fenceWait struct {
 }
 
 type fenceTable struct {
-	mu   sync.Mutex
-	m    map[fenceKey]*fenceWait
-	done map[string]bool // hosts from which nothing more can come
+	mu       sync.Mutex
+	m        map[fenceKey]*fenceWait
+	done     map[string]bool // hosts gone without leaving gracefully: fences through them may be lost
+	departed map[string]bool // hosts that left gracefully
 
 	// Released messages are delivered outside the lock (delivery can reach
 	// a fence marker, which comes back here), in release order, by one
 	// goroutine at a time (delivering); a sender's newer message queues
-	// behind its released ones still in out.
-	out        []releasedItem
-	delivering bool
+	// behind its released ones still in out — also one sent on to another
+	// host (queueBehind), as are newer messages off the same link.
+	out         []releasedItem
+	delivering  bool
+	linkPending map[*link]int // per link: messages off it in out
+	outCount    atomic.Int64  // messages in out or being delivered from it
 }
 
 type releasedItem struct {
@@ -184,7 +248,7 @@ func (h *Host) holdForFence(k fenceKey, via string, it heldForFence) int {
 	// that route. (With messages held, a new one queues among them even
 	// then: they are released in order.)
 	passes := it.seq <= w.arrived || (len(w.held) == 0 && h.fences.done[via])
-	if passes && w.pending == 0 {
+	if passes && (w.pending == 0 || it.inOrder) {
 		return fencePass
 	}
 	if it.e != nil {
@@ -196,9 +260,7 @@ func (h *Host) holdForFence(k fenceKey, via string, it heldForFence) int {
 	if passes {
 		// Released messages of this sender are still being delivered: it
 		// goes behind them.
-		w.pending++
-		h.fences.out = append(h.fences.out, releasedItem{w: w, it: it})
-		h.heldForFence.Add(1)
+		h.appendOutLocked(w, it)
 		return fenceHeld
 	}
 	if len(w.held) == 0 {
@@ -231,17 +293,53 @@ func (h *Host) markerReached(m *fenceMark) {
 		h.releaseFences(m.left)
 		return
 	}
-	// Messages held here for this fence go first — to the owner here, or on
-	// to where the object moved (still carrying their fence) — and then,
-	// if the object moved, the fence follows them.
-	h.fenceArrived(m.key, m.seq)
-	kr := h.kinds[m.key.obj.Kind]
-	if kr == nil {
-		return
+	h.fenceReached(m.key.obj, h.name, fenceMsg{sender: m.key.sender, seq: m.seq})
+}
+
+// fenceReached: fence f for obj got here, after every older message of its
+// sender on its way. If the object runs here, the fence has arrived (held
+// messages waiting for it are released). Otherwise it follows the object,
+// behind the messages released here before it; it is not recorded here,
+// where older messages of its sender may still come back to (by a longer
+// way round) if the object returns. to, if not this host, is where it goes
+// first.
+func (h *Host) fenceReached(obj relocation.Object, to string, f fenceMsg) {
+	kr := h.kinds[obj.Kind]
+	for try := 0; try < 4 && kr != nil; try++ {
+		if to != h.name && h.sendFence(to, obj, f) {
+			return
+		}
+		p, err := kr.locate(obj.ID, true)
+		switch {
+		case err != nil:
+			h.log.Info("fence cannot follow its object", "object", obj.String(), "sender", f.sender, "err", err)
+			return
+		case p.o == nil:
+			if to == h.name {
+				h.queueFences(p.host, obj, f)
+				return
+			}
+			to = p.host
+		case h.arrivedAt(p.o, fenceKey{obj: obj, sender: f.sender}, f.seq):
+			return
+		default:
+			to = h.name // it left meanwhile: follow it
+		}
 	}
-	if p, err := kr.locate(m.key.obj.ID, true); err == nil && p.o == nil {
-		h.queueFences(p.host, m.key.obj, fenceMsg{sender: m.key.sender, seq: m.seq})
+}
+
+// arrivedAt records that fence seq of k arrived at owner o, unless o has
+// left (takeHeld; it reports false then): under the table lock, so a fence
+// recorded here is one that takeHeld passes on after the object.
+func (h *Host) arrivedAt(o *owner, k fenceKey, seq uint64) bool {
+	defer h.flushFences()
+	h.fences.mu.Lock()
+	defer h.fences.mu.Unlock()
+	if o.left.Load() {
+		return false
 	}
+	h.arrivedLocked(k, seq)
+	return true
 }
 
 // queueFences sends fences on to host to, after every message released
@@ -269,14 +367,6 @@ func (h *Host) waitLocked(k fenceKey) *fenceWait {
 	return w
 }
 
-// fenceArrived: sender's fence seq for obj came through Message Follow.
-func (h *Host) fenceArrived(k fenceKey, seq uint64) {
-	defer h.flushFences()
-	h.fences.mu.Lock()
-	defer h.fences.mu.Unlock()
-	h.arrivedLocked(k, seq)
-}
-
 // arrivedLocked records that fence seq of k arrived and releases what
 // waited for it.
 func (h *Host) arrivedLocked(k fenceKey, seq uint64) {
@@ -301,14 +391,61 @@ func (h *Host) releaseLocked(k fenceKey, w *fenceWait, force bool) {
 			w.arrived = it.seq // forced: this switch's later messages pass
 		}
 		n++
-		w.pending++
-		h.fences.out = append(h.fences.out, releasedItem{w: w, it: it})
+		h.appendOutLocked(w, it)
+		h.heldForFence.Add(-1) // counted again by appendOutLocked
 	}
 	clear(w.held[:n])
 	w.held = append(w.held[:0], w.held[n:]...)
 	if len(w.held) == 0 {
 		w.since = 0
 	}
+}
+
+// appendOutLocked queues it, of w, for delivery in order (flushFences).
+func (h *Host) appendOutLocked(w *fenceWait, it heldForFence) {
+	w.pending++
+	if it.l != nil {
+		if h.fences.linkPending == nil {
+			h.fences.linkPending = map[*link]int{}
+		}
+		h.fences.linkPending[it.l]++
+	}
+	h.fences.out = append(h.fences.out, releasedItem{w: w, it: it})
+	h.fences.outCount.Add(1)
+	h.heldForFence.Add(1)
+}
+
+// queueBehind queues a message that this host sends on to another host —
+// its own (l == nil) or one off link l — behind released messages of the
+// same sender (of the same link) still being delivered, so that it does not
+// overtake them; false if none are (the caller sends it now). A queued own
+// message gives its job permit back.
+func (h *Host) queueBehind(k fenceKey, l *link, it heldForFence) bool {
+	if h.net == nil || h.fences.outCount.Load() == 0 {
+		return false
+	}
+	var permit *mailbox.Permits
+	defer func() {
+		if permit != nil {
+			permit.Release()
+		}
+		h.flushFences()
+	}()
+	h.fences.mu.Lock()
+	defer h.fences.mu.Unlock()
+	if l != nil {
+		if h.fences.linkPending[l] == 0 {
+			return false
+		}
+	} else if w := h.fences.m[k]; w == nil || w.pending == 0 {
+		return false
+	}
+	if it.e != nil {
+		permit = it.e.TakePermit()
+	}
+	it.queued = l == nil
+	h.appendOutLocked(h.waitLocked(k), it)
+	return true
 }
 
 // flushFences delivers the released messages, in order, outside the table
@@ -327,16 +464,17 @@ func (h *Host) flushFences() {
 		h.fences.mu.Unlock()
 		for _, r := range batch {
 			if r.fwdTo != "" {
-				if l := h.net.linkTo(h, r.fwdTo); l != nil {
-					f := r.fwd
-					_ = l.send(linkItem{obj: r.fwdObj, fence: &f})
-				}
+				h.fenceReached(r.fwdObj, r.fwdTo, r.fwd)
 				continue
 			}
 			h.heldForFence.Add(-1)
-			if r.it.l != nil {
+			switch {
+			case r.it.l != nil:
+				r.it.ps.fencePassed = true
 				r.it.l.in.enqueue(r.it.ps)
-			} else {
+			case r.it.queued:
+				h.sendQueued(r.it)
+			default:
 				h.admitHeld(r.it)
 			}
 		}
@@ -344,11 +482,25 @@ func (h *Host) flushFences() {
 		for _, r := range batch {
 			if r.w != nil {
 				r.w.pending--
+				h.fences.outCount.Add(-1)
+			}
+			if l := r.it.l; l != nil {
+				if h.fences.linkPending[l]--; h.fences.linkPending[l] <= 0 {
+					delete(h.fences.linkPending, l)
+				}
 			}
 		}
 	}
 	h.fences.delivering = false
 	h.fences.mu.Unlock()
+}
+
+// fencesIdle reports whether no released message or fence waits to be
+// delivered or passed on.
+func (h *Host) fencesIdle() bool {
+	h.fences.mu.Lock()
+	defer h.fences.mu.Unlock()
+	return len(h.fences.out) == 0 && !h.fences.delivering
 }
 
 // fencesArrived lists the fences that have arrived here for obj: per
@@ -421,16 +573,17 @@ func (h *Host) fenceRestore(obj relocation.Object, b []byte) {
 	}
 }
 
-// admitHeld delivers a message this host sent that was held for its fence:
-// to its owner here, or — if the object moved on meanwhile — to where it
-// runs now, still carrying its fence.
+// admitHeld delivers a message this host sent that was held for its fence,
+// which has arrived: to its owner here, or — if the object moved on
+// meanwhile — to where it runs now, with the fence of this host's route
+// there (noted as it goes on the link, like a new send).
 func (h *Host) admitHeld(it heldForFence) {
 	for try := 0; try < 4; try++ {
 		p, err := it.t.resolve(true)
 		if err != nil || p.o != nil {
 			break
 		}
-		err = h.sendElsewhere(nil, it.e, p, it.t, it.seq, it.via)
+		err = h.sendElsewhere(nil, it.e, p, it.t, true)
 		if errors.Is(err, errHostGone) {
 			continue // the host left: look the object up again
 		}
@@ -442,8 +595,46 @@ func (h *Host) admitHeld(it heldForFence) {
 	h.admitGranted(it.t, it.e, false)
 }
 
-// releaseFences releases holds whose old route died (via == host) or that
-// are older than FollowDuration (host == "").
+// sendQueued sends an own message that waited behind released messages
+// of its object (queueBehind), in its turn: as a new send, its route noted
+// and held for its fence if that has not arrived, but behind nothing more.
+func (h *Host) sendQueued(it heldForFence) {
+	for try := 0; try < 4; try++ {
+		p, err := it.t.resolve(true)
+		if err != nil {
+			h.endUnrun(nil, it.t.name(), it.e, err, RejectShuttingDown)
+			return
+		}
+		if p.o == nil {
+			err = h.sendElsewhere(nil, it.e, p, it.t, true)
+			if errors.Is(err, errHostGone) {
+				continue
+			}
+			if err != nil {
+				h.obs.Rejected(it.t.name(), RejectUndeliverable)
+			}
+			return
+		}
+		fence, via := h.noteRoute(it.t, p)
+		if fence != 0 {
+			switch h.holdForFence(fenceKey{obj: it.t.obj(), sender: h.name}, via,
+				heldForFence{seq: fence, t: it.t, e: it.e, o: p.o, inOrder: true}) {
+			case fenceHeld:
+				return
+			case fenceReroute:
+				continue
+			}
+		}
+		break
+	}
+	h.admitGranted(it.t, it.e, false)
+}
+
+// releaseFences releases holds whose old route died (via == host: it
+// crashed, or closed without leaving gracefully, and fences through it may
+// be lost) — and with them holds whose fence went through a host that had
+// left gracefully, as it may have been passed on through this one — or
+// that are older than FollowDuration (host == "").
 func (h *Host) releaseFences(host string) {
 	defer h.flushFences()
 	h.fences.mu.Lock()
@@ -463,7 +654,7 @@ func (h *Host) releaseFences(host string) {
 			if host == "" && w.pending == 0 && w.touched < now-2*int64(h.cfg.FollowDuration) {
 				delete(h.fences.m, k)
 			}
-		case host != "" && w.via == host:
+		case host != "" && (w.via == host || h.fences.departed[w.via]):
 			h.log.Info("old route gone; releasing messages held for its fence", "object", k.obj.String(), "sender", k.sender)
 			h.releaseLocked(k, w, true)
 		case host == "" && w.since < limit:
@@ -471,6 +662,17 @@ func (h *Host) releaseFences(host string) {
 			h.releaseLocked(k, w, true)
 		}
 	}
+}
+
+// fenceDeparted: host left gracefully. Messages held for fences through
+// it keep waiting: it passed every such fence on before it left.
+func (h *Host) fenceDeparted(host string) {
+	h.fences.mu.Lock()
+	defer h.fences.mu.Unlock()
+	if h.fences.departed == nil {
+		h.fences.departed = map[string]bool{}
+	}
+	h.fences.departed[host] = true
 }
 
 // onFence handles a fence off link l. It queues behind the messages that

@@ -68,24 +68,25 @@ type Host struct {
 	bg          sync.WaitGroup   // janitor, metrics server
 	bgStop      chan struct{}
 	// Cluster: the Location Store, this run's lease, routes, moves.
-	net           *Network
-	store         relocation.Store
-	leaseGen      uint64
-	leaseDeadline atomic.Int64 // wall clock, Unix ns; past it no turn starts
-	routes        routeTable   // route cache
-	follows       routeTable   // forwarding routes of objects that moved away
-	movesMu       sync.Mutex
-	moves         map[relocation.MoveID]*moveDriver // guarded by movesMu
-	draining      atomic.Bool
-	drainState    atomic.Int32
-	moved         atomic.Int64 // relocations completed here (either side)
-	captured      atomic.Int64 // messages in move records sent from here
-	relayed       atomic.Int64 // messages relayed from here
-	forwarded     atomic.Int64 // messages forwarded from here
-	killed        atomic.Bool  // Network.Kill: undelivered messages are lost
-	sent          sentTable    // where this host last sent each object's messages
-	fences        fenceTable   // messages held for their sender's fence
-	heldForFence  atomic.Int64
+	net            *Network
+	store          relocation.Store
+	leaseGen       uint64
+	leaseDeadline  atomic.Int64 // wall clock, Unix ns; past it no turn starts
+	routes         routeTable   // route cache
+	follows        routeTable   // forwarding routes of objects that moved away
+	movesMu        sync.Mutex
+	moves          map[relocation.MoveID]*moveDriver // guarded by movesMu
+	draining       atomic.Bool
+	drainState     atomic.Int32
+	moved          atomic.Int64 // relocations completed here (either side)
+	captured       atomic.Int64 // messages in move records sent from here
+	relayed        atomic.Int64 // messages relayed from here
+	forwarded      atomic.Int64 // messages forwarded from here
+	killed         atomic.Bool  // Network.Kill: undelivered messages are lost
+	leftGracefully atomic.Bool  // leaveGracefully finished: every fence through here was handed on
+	sent           sentTable    // where this host last sent each object's messages
+	fences         fenceTable   // messages held for their sender's fence
+	heldForFence   atomic.Int64
 
 	server      *http.Server
 	metricsAddr string // the /metrics listener address
@@ -329,12 +330,34 @@ func (h *Host) quiesce(ctx context.Context) error {
 // that moved away), so that leaving the network loses and reorders nothing.
 func (h *Host) leaveGracefully(ctx context.Context) error {
 	h.net.markLeaving(h)
-	h.net.refuseLinksTo(h)
+	// Frames are refused from now on; each peer sends a fence for every
+	// object it last sent here (fenceRoutesTo), and this host passes those
+	// on after what it already has. Then fences are refused too (a peer
+	// that cannot send one opens no new fence), and what is queued is
+	// handled before the host leaves.
+	h.net.setLeaving(h, refusingFrames)
+	for _, p := range h.net.peers(h) {
+		p.fenceRoutesTo(h.name)
+	}
+	if err := h.waitHandedOn(ctx); err != nil {
+		return err
+	}
+	h.net.setLeaving(h, sealed)
+	if err := h.waitHandedOn(ctx); err != nil {
+		return err
+	}
+	h.leftGracefully.Store(true)
+	return nil
+}
+
+// waitHandedOn waits until everything sent here has been handled (passed
+// on after the objects that moved away, with the fences that follow them).
+func (h *Host) waitHandedOn(ctx context.Context) error {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	quiet := 0
 	for quiet < 3 { // a few quiet polls: senders that resolved just before the mark
-		if h.net.pendingIn(h) == 0 && h.permits.InUse() == 0 && h.running.Load() == 0 {
+		if h.net.pendingIn(h) == 0 && h.permits.InUse() == 0 && h.running.Load() == 0 && h.fencesIdle() {
 			quiet++
 		} else {
 			quiet = 0

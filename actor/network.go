@@ -26,7 +26,7 @@ type Network struct {
 	hosts   map[string]*Host
 	links   map[[2]string]*link
 	broken  map[[2]string]bool
-	leaving map[string]bool // hosts whose incoming links refuse frames // unordered pairs (sorted)
+	leaving map[string]leaveStage // hosts leaving gracefully: what their incoming links refuse
 	delay   map[[2]string]time.Duration
 }
 
@@ -123,6 +123,13 @@ func (n *Network) join(h *Host) error {
 
 // leave takes h off the network: its links close, and hosts that had
 // moves with it learn that it is gone.
+//
+// After a graceful leave (leaveGracefully done) every fence that had to
+// pass through h has been handed on, so messages held elsewhere for such
+// fences keep waiting for them. Otherwise (a crash, or Close without
+// Stop) fences may be lost with h, and its peers release what waits for
+// fences through h: at once on a crash or with no link from h, else once
+// everything h sent before it left has been taken in.
 func (n *Network) leave(h *Host) {
 	n.mu.Lock()
 	if n.hosts[h.name] != h {
@@ -147,15 +154,19 @@ func (n *Network) leave(h *Host) {
 		peers = append(peers, p)
 	}
 	n.mu.Unlock()
+	killed, graceful := h.killed.Load(), h.leftGracefully.Load()
 	for _, l := range closing {
 		switch {
-		case h.killed.Load():
+		case killed:
 			l.close(false) // a crash: what was on the wire is lost
 		case l.from == h:
-			// Deliver what h sent before it left; the last item tells the
-			// peer, in order, that nothing more comes from h.
+			// Deliver what h sent before it left; without a graceful leave
+			// the last item tells the peer, in order, that nothing more
+			// comes from h.
 			l.mu.Lock()
-			l.items = append(l.items, linkItem{left: true})
+			if !graceful {
+				l.items = append(l.items, linkItem{left: true})
+			}
 			l.mu.Unlock()
 			l.closeWhenEmpty()
 		default:
@@ -163,7 +174,7 @@ func (n *Network) leave(h *Host) {
 		}
 	}
 	for _, p := range peers {
-		p.peerGone(h.name, h.killed.Load() || !hasLink[p.name])
+		p.peerGone(h.name, graceful, killed || (!graceful && !hasLink[p.name]))
 	}
 }
 
@@ -202,7 +213,7 @@ func (n *Network) linkTo(from *Host, to string) *link {
 		return nil
 	}
 	l := newLink(n, from, dst)
-	l.refusing = n.leaving[to]
+	l.leaving = n.leaving[to]
 	n.links[key] = l
 	return l
 }
@@ -211,30 +222,50 @@ func (n *Network) linkTo(from *Host, to string) *link {
 // routing to it by their caches (they ask the store again), while links to
 // h keep delivering, so h can forward what is already on its way.
 func (n *Network) markLeaving(h *Host) {
-	n.mu.Lock()
-	var peers []*Host
-	for _, p := range n.hosts {
-		if p != h {
-			peers = append(peers, p)
-		}
-	}
-	n.mu.Unlock()
 	h.draining.Store(true)
-	for _, p := range peers {
+	for _, p := range n.peers(h) {
 		p.forgetHost(h.name)
 	}
 }
 
-// refuseLinksTo makes the links to h refuse frames from now on: a sender
-// gets its frame back and routes it again (elsewhere: the peers forgot
-// their routes to h). What is already queued is still delivered, so h
-// hands it on in order, and nothing can be added behind it.
-func (n *Network) refuseLinksTo(h *Host) {
+// peers returns the hosts on the network other than h.
+func (n *Network) peers(h *Host) []*Host {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []*Host
+	for _, p := range n.hosts {
+		if p != h {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// leaveStage is how far a gracefully leaving host is: what the links to
+// it refuse.
+type leaveStage int8
+
+const (
+	// notLeaving: the link takes everything.
+	notLeaving leaveStage = iota
+	// refusingFrames: a sender gets its frame back and routes it again
+	// (elsewhere: the peers forgot their routes to the host); fences are
+	// still taken, so that they follow what the host already has.
+	refusingFrames
+	// sealed: fences are refused too (every fence the host had to pass on
+	// has been taken and handled); the host is about to leave.
+	sealed
+)
+
+// setLeaving moves the links to h to stage: from then on they refuse
+// what stage refuses. What is already queued is still delivered, so h
+// hands it on in order, and nothing refused can be added behind it.
+func (n *Network) setLeaving(h *Host, stage leaveStage) {
 	n.mu.Lock()
 	if n.leaving == nil {
-		n.leaving = map[string]bool{}
+		n.leaving = map[string]leaveStage{}
 	}
-	n.leaving[h.name] = true
+	n.leaving[h.name] = stage
 	var links []*link
 	for k, l := range n.links {
 		if k[1] == h.name {
@@ -244,7 +275,7 @@ func (n *Network) refuseLinksTo(h *Host) {
 	n.mu.Unlock()
 	for _, l := range links {
 		l.mu.Lock()
-		l.refusing = true
+		l.leaving = stage
 		l.mu.Unlock()
 	}
 }
@@ -392,7 +423,7 @@ type link struct {
 	mu       sync.Mutex
 	items    []linkItem    // guarded by mu
 	closed   bool          // guarded by mu
-	refusing bool          // the destination is leaving: frames are refused; guarded by mu
+	leaving  leaveStage    // the destination is leaving: what is refused; guarded by mu
 	room     chan struct{} // closed when the queue falls below linkLow; guarded by mu
 	bounce   bool          // on close, hand undelivered frames back to the sender
 	busy     int32         // an item is being handled; guarded by mu
@@ -410,9 +441,11 @@ func newLink(n *Network, from, to *Host) *link {
 	return l
 }
 
-// send queues it for delivery. A frame on a closed link is refused (the
-// caller keeps the buffer); a record on a broken or closed link, or one
-// the record hook refuses, is dropped.
+// send queues it for delivery. A frame the link refuses stays the
+// caller's (refusalLocked's error); so does a fence (errLinkDown or
+// errHostGone: the caller must not count on it arriving). A record on a
+// broken or closed link, or one the record hook refuses, is dropped, as
+// is a record or hint for a host that is leaving.
 func (l *link) send(it linkItem) error {
 	if it.rec != nil {
 		if l.net.isBroken(l.from.name, l.to.name) {
@@ -423,10 +456,21 @@ func (l *link) send(it linkItem) error {
 		}
 	}
 	l.mu.Lock()
-	if err := l.refusalLocked(); err != nil {
+	var err error
+	switch {
+	case it.fence != nil:
+		if l.closed {
+			err = errLinkDown
+		} else if l.leaving == sealed {
+			err = errHostGone
+		}
+	default:
+		err = l.refusalLocked()
+	}
+	if err != nil {
 		l.mu.Unlock()
-		if it.buf.IsZero() {
-			return nil // a record, hint or fence: dropped
+		if it.buf.IsZero() && it.fence == nil {
+			return nil // a record or hint: dropped
 		}
 		return err
 	}
@@ -443,7 +487,7 @@ func (l *link) refusalLocked() error {
 	switch {
 	case l.closed:
 		return errLinkDown
-	case l.refusing:
+	case l.leaving != notLeaving:
 		return errHostGone
 	}
 	return nil

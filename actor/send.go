@@ -359,14 +359,22 @@ func (t target) resolve(internal bool) (place, error) {
 }
 
 // sendElsewhere hands an item whose object runs on another host to the
-// transport: its permit (if any) is returned, its message sent on with its
-// fence. With a non-nil ctx it first waits for room on the link
+// transport: its permit (if any) is returned, its message sent on. With a non-nil ctx it first waits for room on the link
 // (sendRemote). On any error but errHostGone the item is released.
 //
 // If the host is gone or leaving it forgets the route and returns
 // errHostGone, leaving e to the caller to resolve again.
-func (h *Host) sendElsewhere(ctx context.Context, e *mailbox.Envelope, p place, t target, fence uint64, via string) error {
-	err := h.sendRemote(ctx, p.host, e.Msg, fence, via)
+//
+// With note (a message this host sends, not one it hands on), the route is
+// noted for fences (noteSend) as the message goes on the link, and the
+// message carries the fence noteSend gives.
+func (h *Host) sendElsewhere(ctx context.Context, e *mailbox.Envelope, p place, t target, note bool) error {
+	var noteObj *relocation.Object
+	if note && t.kr != nil {
+		obj := t.obj()
+		noteObj = &obj
+	}
+	err := h.sendRemote(ctx, p.host, e.Msg, noteObj)
 	if errors.Is(err, errHostGone) {
 		if t.kr != nil {
 			h.forgetRoutes(t.obj())
@@ -408,6 +416,27 @@ func (h *Host) holdOwn(t target, p place, e *mailbox.Envelope, fence uint64, via
 		return fencePass
 	}
 	return h.holdForFence(fenceKey{obj: t.obj(), sender: h.name}, via, heldForFence{seq: fence, t: t, e: e, o: p.o})
+}
+
+// holdRelayed holds a message received off a link (ps) until its
+// sender's fence arrives, as onFrame does when the object runs here on
+// arrival; here the object came after the message was received (it was
+// queued behind earlier messages of the link meanwhile). If held, the
+// message leaves e (whose permit is returned) for a new pending send.
+func (h *Host) holdRelayed(t target, p place, e *mailbox.Envelope, ps *pendingSend) int {
+	if ps.fence.fenceSeq == 0 || ps.fencePassed || ps.src == nil || t.kr == nil {
+		return fencePass
+	}
+	held := &pendingSend{m: e.Msg, from: ps.from, fence: ps.fence, src: ps.src}
+	held.one[0] = t
+	held.targets = held.one[:]
+	r := h.holdForFence(fenceKey{obj: t.obj(), sender: ps.fence.fenceOf}, ps.fence.fenceVia,
+		heldForFence{seq: ps.fence.fenceSeq, l: ps.src, ps: held, o: p.o, inOrder: true})
+	if r == fenceHeld {
+		e.Msg = nil
+		e.Release()
+	}
+	return r
 }
 
 // objOf names a target's object for routing and fences.
@@ -462,10 +491,12 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 			return false, err
 		}
 		if t.o == nil {
-			fence, via := h.noteRoute(t, p)
 			if p.o == nil {
+				if h.queueBehind(fenceKey{obj: t.obj(), sender: h.name}, nil, heldForFence{t: t, e: e}) {
+					return false, nil
+				}
 				// External sends wait for room on the link (flow control).
-				err := h.sendElsewhere(ctx, e, p, t, fence, via)
+				err := h.sendElsewhere(ctx, e, p, t, true)
 				switch {
 				case errors.Is(err, errHostGone) && retries < 3:
 					retries++
@@ -477,6 +508,7 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 				}
 				return false, err
 			}
+			fence, via := h.noteRoute(t, p)
 			switch h.holdOwn(t, p, e, fence, via) {
 			case fenceHeld:
 				return false, nil
@@ -547,17 +579,11 @@ func (h *Host) admitGranted(t target, e *mailbox.Envelope, origin bool) {
 // if its object moved meanwhile it is forwarded as a hop, keeping its fence.
 func (h *Host) admitGrantedFrom(t target, e *mailbox.Envelope, origin bool, ps *pendingSend) {
 	retries := 0
-	var fence uint64 // kept across retries: a retry is the same send
-	var via string
 	for {
 		p, err := t.resolve(true)
 		if err != nil {
 			h.endUnrun(nil, t.name(), e, err, RejectShuttingDown)
 			return
-		}
-		if origin && t.o == nil {
-			fence, via = h.noteRoute(t, p)
-			origin = false // a retry after a closed owner is the same send
 		}
 		if p.o == nil && ps != nil && t.kr != nil {
 			m := e.Msg
@@ -567,7 +593,11 @@ func (h *Host) admitGrantedFrom(t target, e *mailbox.Envelope, origin bool, ps *
 			return
 		}
 		if p.o == nil {
-			err := h.sendElsewhere(nil, e, p, t, fence, via)
+			own := origin && t.o == nil
+			if own && h.queueBehind(fenceKey{obj: t.obj(), sender: h.name}, nil, heldForFence{t: t, e: e}) {
+				return
+			}
+			err := h.sendElsewhere(nil, e, p, t, own)
 			if errors.Is(err, errHostGone) && retries < 3 {
 				retries++
 				continue
@@ -577,7 +607,15 @@ func (h *Host) admitGrantedFrom(t target, e *mailbox.Envelope, origin bool, ps *
 			}
 			return
 		}
-		switch h.holdOwn(t, p, e, fence, via) {
+		var hold int
+		switch {
+		case ps != nil:
+			hold = h.holdRelayed(t, p, e, ps)
+		case origin && t.o == nil:
+			fence, via := h.noteRoute(t, p)
+			hold = h.holdOwn(t, p, e, fence, via)
+		}
+		switch hold {
 		case fenceHeld:
 			return
 		case fenceReroute:
@@ -656,6 +694,10 @@ type pendingSend struct {
 	fanout  bool
 	from    string   // received off a link: the host it came from ("": this host's own send)
 	fence   linkItem // relayed: the fence it carries (fenceSeq, fenceVia, fenceOf)
+	src     *link    // relayed: the link it came on
+	// fencePassed: its fence has been waited for (it passed or was
+	// released); it is not held again here.
+	fencePassed bool
 	// mark, if set, makes this a fence marker instead of a message: when
 	// its turn comes every earlier item of the source has been admitted,
 	// and the fence counts as arrived.

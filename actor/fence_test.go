@@ -1,0 +1,208 @@
+package actor
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berthrt/berth/relocation"
+)
+
+// A sender's message forwarded through a host that then leaves, and
+// through a second hop, must still run before the sender's next message
+// sent straight to the object's new owner. The fence of that route switch
+// has to travel the forwarding path; the leaving host's departure must not
+// release the newer message early.
+func TestFenceFollowsForwardedMessagesThroughAHostThatLeaves(t *testing.T) {
+	n := NewNetwork(nil)
+	hs := map[string]*Host{}
+	for _, name := range []string{"a", "x", "y", "z"} {
+		hs[name] = startHost(t, Config{Name: name, Network: n, Logger: quietLogger()}, seqKind())
+	}
+	a, x, y, z := hs["a"], hs["x"], hs["y"], hs["z"]
+	ref := Ref{"seq", "o"}
+	obj := relocation.Object{Kind: "seq", ID: "o"}
+	if err := Tell(bg, y, ref, SeqMsg{Seq: 0}); err != nil { // activates on y
+		t.Fatal(err)
+	}
+	if err := Tell(bg, a, ref, SeqMsg{Seq: 1}); err != nil { // a routes to y
+		t.Fatal(err)
+	}
+	waitFor(t, "the first messages", func() bool {
+		s, err := Ask[GetSeqs, []int](bg, y, ref, GetSeqs{})
+		return err == nil && len(s) == 2
+	})
+	if err := y.Relocate(bg, ref, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Relocate(bg, ref, "z"); err != nil {
+		t.Fatal(err)
+	}
+	// a still routes to y: message 2 goes a → y → x → z, slowly on the last
+	// hop.
+	n.Delay("x", "z", 150*time.Millisecond)
+	if err := Tell(bg, a, ref, SeqMsg{Seq: 2}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "message 2 to be forwarded by x", func() bool { return x.Stats().Forwarded >= 1 })
+	// y leaves gracefully while message 2 is still on its way to z.
+	if err := y.Stop(bg); err != nil {
+		t.Fatal(err)
+	}
+	// a looks the object up again (the store names z) and sends straight
+	// there.
+	a.forgetRoutes(obj)
+	if err := Tell(bg, a, ref, SeqMsg{Seq: 3}); err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	waitFor(t, "every message at z", func() bool {
+		s, err := Ask[GetSeqs, []int](bg, z, ref, GetSeqs{})
+		got = s
+		return err == nil && len(s) == 4
+	})
+	if want := []int{0, 1, 2, 3}; !slices.Equal(got, want) {
+		t.Fatalf("z ran %v; want %v (message 3 overtook message 2, forwarded through the host that left)", got, want)
+	}
+	if z.Stats().HeldForFence != 0 {
+		t.Fatalf("z still holds %d messages for fences", z.Stats().HeldForFence)
+	}
+}
+
+// OrderState records, per sender, the last number it ran and every break.
+type OrderState struct {
+	Last map[string]int
+	Bad  []string
+}
+
+// Numbered is one sender's numbered message.
+type Numbered struct {
+	Sender string
+	Seq    int
+}
+
+// NumberedAsk is Numbered sent as a request.
+type NumberedAsk struct {
+	Sender string
+	Seq    int
+}
+
+func orderKind() *Kind[OrderState] {
+	k := NewKind("order", func(*Context, string) (*OrderState, error) {
+		return &OrderState{Last: map[string]int{}}, nil
+	})
+	Handle(k, func(ctx *Context, s *OrderState, m Numbered) error {
+		if m.Seq != s.Last[m.Sender]+1 {
+			s.Bad = append(s.Bad, fmt.Sprintf("%s: %d after %d", m.Sender, m.Seq, s.Last[m.Sender]))
+		}
+		s.Last[m.Sender] = max(s.Last[m.Sender], m.Seq)
+		return nil
+	})
+	HandleRequest(k, func(ctx *Context, s *OrderState, m NumberedAsk) (int, error) {
+		if m.Seq != s.Last[m.Sender]+1 {
+			s.Bad = append(s.Bad, fmt.Sprintf("%s: %d after %d (ask)", m.Sender, m.Seq, s.Last[m.Sender]))
+		}
+		s.Last[m.Sender] = max(s.Last[m.Sender], m.Seq)
+		return m.Seq, nil
+	})
+	HandleRequest(k, func(ctx *Context, s *OrderState, _ GetSeqs) (OrderState, error) { return *s, nil })
+	k.PreserveStateJSON()
+	return k
+}
+
+// Several goroutines of one host send to the same objects while the
+// objects move between that host and others: each goroutine's messages
+// run in the order it sent them. (A route switch by one goroutine sends a
+// fence along the old route; a message another goroutine routed the old
+// way just before must not land behind that fence.)
+func TestConcurrentSendersOfOneHostKeepOrderAcrossMoves(t *testing.T) {
+	n := NewNetwork(nil)
+	names := []string{"a", "b", "c"}
+	for _, name := range names {
+		startHost(t, Config{Name: name, Network: n, Logger: quietLogger()}, orderKind())
+	}
+	a := n.Host("a")
+	const objects, senders = 4, 5
+	from := func(s int) *Host { return n.Host(names[s%2]) } // senders on a and b
+	ref := func(i int) Ref { return Ref{"order", itoa(i)} }
+	for i := 0; i < objects; i++ {
+		if err := Tell(bg, a, ref(i), Numbered{Sender: "init", Seq: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	sent := make([][objects]int, senders)
+	for s := 0; s < senders; s++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := 0; ; r++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// Mostly tells, and now and then a request, which keeps
+				// the sender from running far ahead of the objects.
+				i := (r + s) % objects
+				seq := sent[s][i] + 1
+				var err error
+				if r%16 == 15 {
+					var got int
+					got, err = Ask[NumberedAsk, int](bg, from(s), ref(i), NumberedAsk{Sender: itoa(s), Seq: seq})
+					if err == nil && got != seq {
+						err = fmt.Errorf("request %d answered %d", seq, got)
+					}
+				} else {
+					err = Tell(bg, from(s), ref(i), Numbered{Sender: itoa(s), Seq: seq})
+				}
+				if err != nil {
+					t.Errorf("sender %d: %v", s, err)
+					return
+				}
+				sent[s][i] = seq
+			}
+		}()
+	}
+	// Moves for at least a second and at least 40 times (a loaded machine
+	// moves slower; the point is the count, not the rate).
+	moves := 0
+	start := time.Now()
+	for r := 0; moves < 40 || time.Since(start) < time.Second; r++ {
+		if time.Since(start) > time.Minute {
+			t.Fatalf("only %d moves in a minute", moves)
+		}
+		i := r % objects
+		row, err := n.Store().Get(bg, relocation.Object{Kind: "order", ID: itoa(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := names[(r/objects)%len(names)]
+		if dst == row.Host {
+			dst = names[(r/objects+1)%len(names)]
+		}
+		if err := n.Host(row.Host).Relocate(bg, ref(i), dst); err == nil {
+			moves++
+		}
+	}
+	close(stop)
+	wg.Wait()
+	for i := 0; i < objects; i++ {
+		st, err := Ask[GetSeqs, OrderState](bg, a, ref(i), GetSeqs{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Bad) > 0 {
+			t.Errorf("object %d: order broken: %v", i, st.Bad)
+		}
+		for s := 0; s < senders; s++ {
+			if st.Last[itoa(s)] != sent[s][i] {
+				t.Errorf("object %d sender %d: last ran %d, sent %d", i, s, st.Last[itoa(s)], sent[s][i])
+			}
+		}
+	}
+	t.Logf("%d moves", moves)
+}
