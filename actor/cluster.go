@@ -186,8 +186,8 @@ var errHostGone = payload.NewError(payload.Unavailable, "actor", "the host is no
 // sendRemote hands m to the link to host. Tell completes here: the
 // transport accepted it. With a non-nil ctx (a send from outside the
 // handlers) it first waits for room on the link. If the host is gone or
-// leaving, m is left to the caller and errHostGone returned (the caller
-// looks the object up again); on other failures m is released.
+// leaving, errHostGone is returned (the caller looks the object up
+// again); on any failure m stays the caller's.
 //
 // With note, the route to host is noted for that object (noteSendLocked)
 // and the message carries the fence that gives; the note and the message's
@@ -203,23 +203,16 @@ func (h *Host) sendRemote(ctx context.Context, host string, m *payload.Message, 
 	}
 	if ctx != nil {
 		if err := l.waitRoom(ctx, h.cfg.SendTimeout, h.done); err != nil {
-			m.Release()
 			return err
 		}
 	}
-	var err error
-	if note != nil {
-		h.sent.mu.Lock()
-		fence, via := h.noteSendLocked(*note, host)
-		err = l.sendMessage(m, linkItem{fenceSeq: fence, fenceVia: via})
-		h.sent.mu.Unlock()
-	} else {
-		err = l.sendMessage(m, linkItem{})
+	if note == nil {
+		return l.sendMessage(m, linkItem{})
 	}
-	if err != nil && !errors.Is(err, errHostGone) {
-		m.Release()
-	}
-	return err
+	h.sent.mu.Lock()
+	defer h.sent.mu.Unlock()
+	fence, via := h.noteSendLocked(*note, host)
+	return l.sendMessage(m, linkItem{fenceSeq: fence, fenceVia: via})
 }
 
 // receive handles one item off a link, on the link's goroutine. Nothing

@@ -2,7 +2,6 @@ package actor
 
 import (
 	"encoding/binary"
-	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -227,16 +226,8 @@ func (h *Host) holdForFence(k fenceKey, via string, it heldForFence) int {
 		return fencePass
 	}
 	var permit *mailbox.Permits
-	defer func() {
-		// Returned outside the lock: the release may hand the permit to a
-		// source whose marker makes a fence arrive here.
-		if permit != nil {
-			permit.Release()
-		}
-		h.flushFences()
-	}()
 	h.fences.mu.Lock()
-	defer h.fences.mu.Unlock()
+	defer func() { h.unlockFences(permit) }()
 	if it.o != nil && it.o.left.Load() {
 		// The owner passed relay-ready and its held messages went after it
 		// (takeHeld): this one goes after them, routed again.
@@ -251,12 +242,7 @@ func (h *Host) holdForFence(k fenceKey, via string, it heldForFence) int {
 	if passes && (w.pending == 0 || it.inOrder) {
 		return fencePass
 	}
-	if it.e != nil {
-		// A held message gives its job permit back: holds must never
-		// starve the permits that the fence it waits for needs to arrive.
-		// It enters the owner's queue without one when released.
-		permit = it.e.TakePermit()
-	}
+	permit = it.takePermit()
 	if passes {
 		// Released messages of this sender are still being delivered: it
 		// goes behind them.
@@ -293,38 +279,47 @@ func (h *Host) markerReached(m *fenceMark) {
 		h.releaseFences(m.left)
 		return
 	}
-	h.fenceReached(m.key.obj, h.name, fenceMsg{sender: m.key.sender, seq: m.seq})
+	f := fenceMsg{sender: m.key.sender, seq: m.seq}
+	if to := h.fenceNext(m.key.obj, f); to != "" {
+		// Behind the messages released here before it.
+		h.queueFences(to, m.key.obj, f)
+	}
 }
 
-// fenceReached: fence f for obj got here, after every older message of its
+// fenceNext: fence f for obj got here, after every older message of its
 // sender on its way. If the object runs here, the fence has arrived (held
-// messages waiting for it are released). Otherwise it follows the object,
-// behind the messages released here before it; it is not recorded here,
-// where older messages of its sender may still come back to (by a longer
-// way round) if the object returns. to, if not this host, is where it goes
-// first.
-func (h *Host) fenceReached(obj relocation.Object, to string, f fenceMsg) {
+// messages waiting for it are released) and fenceNext returns "".
+// Otherwise it returns the host the fence follows the object to; it is
+// not recorded here, where older messages of its sender may still come
+// back to (by a longer way round) if the object returns. "" too if the
+// object cannot be found (logged).
+func (h *Host) fenceNext(obj relocation.Object, f fenceMsg) string {
 	kr := h.kinds[obj.Kind]
 	for try := 0; try < 4 && kr != nil; try++ {
-		if to != h.name && h.sendFence(to, obj, f) {
-			return
-		}
 		p, err := kr.locate(obj.ID, true)
 		switch {
 		case err != nil:
 			h.log.Info("fence cannot follow its object", "object", obj.String(), "sender", f.sender, "err", err)
-			return
+			return ""
 		case p.o == nil:
-			if to == h.name {
-				h.queueFences(p.host, obj, f)
-				return
-			}
-			to = p.host
+			return p.host
 		case h.arrivedAt(p.o, fenceKey{obj: obj, sender: f.sender}, f.seq):
-			return
-		default:
-			to = h.name // it left meanwhile: follow it
+			return ""
 		}
+		// The owner left meanwhile: look again.
+	}
+	return ""
+}
+
+// passFence sends fence f for obj on to host to; if that host takes no
+// fence any more (it left, or is about to, and refused what it was sent
+// since), the fence follows the object from here, as those messages did.
+func (h *Host) passFence(obj relocation.Object, to string, f fenceMsg) {
+	for try := 0; try < 4 && to != ""; try++ {
+		if h.sendFence(to, obj, f) {
+			return
+		}
+		to = h.fenceNext(obj, f)
 	}
 }
 
@@ -332,9 +327,8 @@ func (h *Host) fenceReached(obj relocation.Object, to string, f fenceMsg) {
 // left (takeHeld; it reports false then): under the table lock, so a fence
 // recorded here is one that takeHeld passes on after the object.
 func (h *Host) arrivedAt(o *owner, k fenceKey, seq uint64) bool {
-	defer h.flushFences()
 	h.fences.mu.Lock()
-	defer h.fences.mu.Unlock()
+	defer h.unlockFences(nil)
 	if o.left.Load() {
 		return false
 	}
@@ -401,6 +395,28 @@ func (h *Host) releaseLocked(k fenceKey, w *fenceWait, force bool) {
 	}
 }
 
+// takePermit takes the job permit of an own message that is held or
+// queued: holds must never starve the permits that the fence it waits for
+// needs to arrive. It enters its owner's queue without one when released.
+func (it heldForFence) takePermit() *mailbox.Permits {
+	if it.e == nil {
+		return nil
+	}
+	return it.e.TakePermit()
+}
+
+// unlockFences lets the fence table go, then returns the permit a held or
+// queued message gave back (outside the lock: the release may hand it to a
+// source whose marker makes a fence arrive here) and delivers what was
+// released.
+func (h *Host) unlockFences(permit *mailbox.Permits) {
+	h.fences.mu.Unlock()
+	if permit != nil {
+		permit.Release()
+	}
+	h.flushFences()
+}
+
 // appendOutLocked queues it, of w, for delivery in order (flushFences).
 func (h *Host) appendOutLocked(w *fenceWait, it heldForFence) {
 	w.pending++
@@ -425,14 +441,8 @@ func (h *Host) queueBehind(k fenceKey, l *link, it heldForFence) bool {
 		return false
 	}
 	var permit *mailbox.Permits
-	defer func() {
-		if permit != nil {
-			permit.Release()
-		}
-		h.flushFences()
-	}()
 	h.fences.mu.Lock()
-	defer h.fences.mu.Unlock()
+	defer func() { h.unlockFences(permit) }()
 	if l != nil {
 		if h.fences.linkPending[l] == 0 {
 			return false
@@ -440,9 +450,7 @@ func (h *Host) queueBehind(k fenceKey, l *link, it heldForFence) bool {
 	} else if w := h.fences.m[k]; w == nil || w.pending == 0 {
 		return false
 	}
-	if it.e != nil {
-		permit = it.e.TakePermit()
-	}
+	permit = it.takePermit()
 	it.queued = l == nil
 	h.appendOutLocked(h.waitLocked(k), it)
 	return true
@@ -464,7 +472,7 @@ func (h *Host) flushFences() {
 		h.fences.mu.Unlock()
 		for _, r := range batch {
 			if r.fwdTo != "" {
-				h.fenceReached(r.fwdObj, r.fwdTo, r.fwd)
+				h.passFence(r.fwdObj, r.fwdTo, r.fwd)
 				continue
 			}
 			h.heldForFence.Add(-1)
@@ -473,9 +481,9 @@ func (h *Host) flushFences() {
 				r.it.ps.fencePassed = true
 				r.it.l.in.enqueue(r.it.ps)
 			case r.it.queued:
-				h.sendQueued(r.it)
+				h.admitGranted(r.it.t, r.it.e, ownInTurn)
 			default:
-				h.admitHeld(r.it)
+				h.admitGranted(r.it.t, r.it.e, ownReleased)
 			}
 		}
 		h.fences.mu.Lock()
@@ -565,69 +573,11 @@ func (h *Host) takeFenceHeld(obj relocation.Object) []heldForFence {
 
 // fenceRestore takes in the fence state of an object that moved here.
 func (h *Host) fenceRestore(obj relocation.Object, b []byte) {
-	defer h.flushFences()
 	h.fences.mu.Lock()
-	defer h.fences.mu.Unlock()
+	defer h.unlockFences(nil)
 	for _, f := range decodeFences(b) {
 		h.arrivedLocked(fenceKey{obj: obj, sender: f.sender}, f.seq)
 	}
-}
-
-// admitHeld delivers a message this host sent that was held for its fence,
-// which has arrived: to its owner here, or — if the object moved on
-// meanwhile — to where it runs now, with the fence of this host's route
-// there (noted as it goes on the link, like a new send).
-func (h *Host) admitHeld(it heldForFence) {
-	for try := 0; try < 4; try++ {
-		p, err := it.t.resolve(true)
-		if err != nil || p.o != nil {
-			break
-		}
-		err = h.sendElsewhere(nil, it.e, p, it.t, true)
-		if errors.Is(err, errHostGone) {
-			continue // the host left: look the object up again
-		}
-		if err != nil {
-			h.obs.Rejected(it.t.name(), RejectUndeliverable)
-		}
-		return
-	}
-	h.admitGranted(it.t, it.e, false)
-}
-
-// sendQueued sends an own message that waited behind released messages
-// of its object (queueBehind), in its turn: as a new send, its route noted
-// and held for its fence if that has not arrived, but behind nothing more.
-func (h *Host) sendQueued(it heldForFence) {
-	for try := 0; try < 4; try++ {
-		p, err := it.t.resolve(true)
-		if err != nil {
-			h.endUnrun(nil, it.t.name(), it.e, err, RejectShuttingDown)
-			return
-		}
-		if p.o == nil {
-			err = h.sendElsewhere(nil, it.e, p, it.t, true)
-			if errors.Is(err, errHostGone) {
-				continue
-			}
-			if err != nil {
-				h.obs.Rejected(it.t.name(), RejectUndeliverable)
-			}
-			return
-		}
-		fence, via := h.noteRoute(it.t, p)
-		if fence != 0 {
-			switch h.holdForFence(fenceKey{obj: it.t.obj(), sender: h.name}, via,
-				heldForFence{seq: fence, t: it.t, e: it.e, o: p.o, inOrder: true}) {
-			case fenceHeld:
-				return
-			case fenceReroute:
-				continue
-			}
-		}
-		break
-	}
-	h.admitGranted(it.t, it.e, false)
 }
 
 // releaseFences releases holds whose old route died (via == host: it
@@ -636,9 +586,8 @@ func (h *Host) sendQueued(it heldForFence) {
 // left gracefully, as it may have been passed on through this one — or
 // that are older than FollowDuration (host == "").
 func (h *Host) releaseFences(host string) {
-	defer h.flushFences()
 	h.fences.mu.Lock()
-	defer h.fences.mu.Unlock()
+	defer h.unlockFences(nil)
 	if host != "" {
 		if h.fences.done == nil {
 			h.fences.done = map[string]bool{}

@@ -359,11 +359,10 @@ func (t target) resolve(internal bool) (place, error) {
 }
 
 // sendElsewhere hands an item whose object runs on another host to the
-// transport: its permit (if any) is returned, its message sent on. With a non-nil ctx it first waits for room on the link
-// (sendRemote). On any error but errHostGone the item is released.
-//
-// If the host is gone or leaving it forgets the route and returns
-// errHostGone, leaving e to the caller to resolve again.
+// transport: its permit (if any) is returned, its message sent on. With a
+// non-nil ctx it first waits for room on the link (sendRemote). On an
+// error e stays the caller's; if the host is gone or leaving it forgets
+// the route and returns errHostGone (the caller resolves e again).
 //
 // With note (a message this host sends, not one it hands on), the route is
 // noted for fences (noteSend) as the message goes on the link, and the
@@ -374,21 +373,22 @@ func (h *Host) sendElsewhere(ctx context.Context, e *mailbox.Envelope, p place, 
 		obj := t.obj()
 		noteObj = &obj
 	}
-	err := h.sendRemote(ctx, p.host, e.Msg, noteObj)
-	if errors.Is(err, errHostGone) {
-		if t.kr != nil {
+	if err := h.sendRemote(ctx, p.host, e.Msg, noteObj); err != nil {
+		if errors.Is(err, errHostGone) && t.kr != nil {
 			h.forgetRoutes(t.obj())
 		}
-		return errHostGone
+		return err
 	}
-	e.Msg = nil // sent, or released by sendRemote
+	e.Msg = nil // sent
 	e.Release()
-	return err
+	return nil
 }
 
 // rejectReason names, for the observer, why a send to another host failed.
 func rejectReason(err error) string {
 	switch {
+	case errors.Is(err, errHostGone):
+		return RejectShuttingDown
 	case errors.Is(err, ErrSendTimeout):
 		return RejectFull
 	case errors.Is(err, ErrShuttingDown):
@@ -410,12 +410,13 @@ func (h *Host) noteRoute(t target, p place) (uint64, string) {
 }
 
 // holdOwn holds a message this host sends to a local owner until its
-// fence arrives (holdForFence); without a fence it passes.
-func (h *Host) holdOwn(t target, p place, e *mailbox.Envelope, fence uint64, via string) int {
+// fence arrives (holdForFence); without a fence it passes. inOrder: see
+// heldForFence.
+func (h *Host) holdOwn(t target, p place, e *mailbox.Envelope, fence uint64, via string, inOrder bool) int {
 	if fence == 0 {
 		return fencePass
 	}
-	return h.holdForFence(fenceKey{obj: t.obj(), sender: h.name}, via, heldForFence{seq: fence, t: t, e: e, o: p.o})
+	return h.holdForFence(fenceKey{obj: t.obj(), sender: h.name}, via, heldForFence{seq: fence, t: t, e: e, o: p.o, inOrder: inOrder})
 }
 
 // holdRelayed holds a message received off a link (ps) until its
@@ -501,15 +502,13 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 				case errors.Is(err, errHostGone) && retries < 3:
 					retries++
 					continue
-				case errors.Is(err, errHostGone):
-					h.reject(t.name(), e, RejectShuttingDown)
 				case err != nil:
-					h.obs.Rejected(t.name(), rejectReason(err))
+					h.reject(t.name(), e, rejectReason(err))
 				}
 				return false, err
 			}
 			fence, via := h.noteRoute(t, p)
-			switch h.holdOwn(t, p, e, fence, via) {
+			switch h.holdOwn(t, p, e, fence, via, false) {
 			case fenceHeld:
 				return false, nil
 			case fenceReroute:
@@ -567,17 +566,35 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 	}
 }
 
-// admitGranted admits an item that was granted its permit asynchronously.
-// It cannot wait, so lane limits do not apply (the permit bounds it).
-// origin says the item was sent by this host (not received off a link or
-// released from a fence hold), so its route is noted for fences.
-func (h *Host) admitGranted(t target, e *mailbox.Envelope, origin bool) {
-	h.admitGrantedFrom(t, e, origin, nil)
+// sendKind says how admitGranted treats an item for fences.
+type sendKind int8
+
+const (
+	// notOwn: received off a link, or for a channel subscriber: no route
+	// is noted for it.
+	notOwn sendKind = iota
+	// ownNew: a new send of this host: its route is noted, it queues behind
+	// released messages of its object still being delivered, and it is held
+	// for its fence.
+	ownNew
+	// ownReleased: this host's, released from its fence hold: its route is
+	// noted if it goes to another host; it is not held again.
+	ownReleased
+	// ownInTurn: this host's, queued behind released messages (queueBehind)
+	// and now in its turn: as ownNew, but behind nothing more.
+	ownInTurn
+)
+
+// admitGranted admits an item that was granted its permit asynchronously
+// (or that gave it back while held for a fence). It cannot wait, so lane
+// limits do not apply (the permit bounds it).
+func (h *Host) admitGranted(t target, e *mailbox.Envelope, how sendKind) {
+	h.admitGrantedFrom(t, e, how, nil)
 }
 
 // admitGrantedFrom is admitGranted for an item received off a link (ps):
 // if its object moved meanwhile it is forwarded as a hop, keeping its fence.
-func (h *Host) admitGrantedFrom(t target, e *mailbox.Envelope, origin bool, ps *pendingSend) {
+func (h *Host) admitGrantedFrom(t target, e *mailbox.Envelope, how sendKind, ps *pendingSend) {
 	retries := 0
 	for {
 		p, err := t.resolve(true)
@@ -592,9 +609,9 @@ func (h *Host) admitGrantedFrom(t target, e *mailbox.Envelope, origin bool, ps *
 			h.forwardFenced(ps.from, t.kr, t.id, m, p, ps.fence)
 			return
 		}
+		own := how != notOwn && t.o == nil
 		if p.o == nil {
-			own := origin && t.o == nil
-			if own && h.queueBehind(fenceKey{obj: t.obj(), sender: h.name}, nil, heldForFence{t: t, e: e}) {
+			if own && how == ownNew && h.queueBehind(fenceKey{obj: t.obj(), sender: h.name}, nil, heldForFence{t: t, e: e}) {
 				return
 			}
 			err := h.sendElsewhere(nil, e, p, t, own)
@@ -607,13 +624,13 @@ func (h *Host) admitGrantedFrom(t target, e *mailbox.Envelope, origin bool, ps *
 			}
 			return
 		}
-		var hold int
+		hold := fencePass
 		switch {
 		case ps != nil:
 			hold = h.holdRelayed(t, p, e, ps)
-		case origin && t.o == nil:
+		case own && how != ownReleased:
 			fence, via := h.noteRoute(t, p)
-			hold = h.holdOwn(t, p, e, fence, via)
+			hold = h.holdOwn(t, p, e, fence, via, how == ownInTurn)
 		}
 		switch hold {
 		case fenceHeld:
@@ -720,7 +737,7 @@ func (ob *outbox) sendOne(t target, m *payload.Message) {
 		e := mailbox.NewEnvelope()
 		e.Msg = m
 		e.HoldPermit(ob.host.permits)
-		ob.host.admitGranted(t, e, true)
+		ob.host.admitGranted(t, e, ownNew)
 		return
 	}
 	ps := &pendingSend{m: m}
@@ -800,9 +817,9 @@ func (ob *outbox) Granted() {
 		e.Msg = m
 		e.HoldPermit(ob.host.permits)
 		if ps.from != "" {
-			ob.host.admitGrantedFrom(t, e, false, ps)
+			ob.host.admitGrantedFrom(t, e, notOwn, ps)
 		} else {
-			ob.host.admitGranted(t, e, true)
+			ob.host.admitGranted(t, e, ownNew)
 		}
 		ps.next++
 		if !ob.advance(ps) {
