@@ -251,6 +251,32 @@ func BenchmarkTellPipelinedOneOwner(b *testing.B) {
 	b.StopTimer()
 }
 
+// BenchmarkTellPipelinedToAnotherHost is BenchmarkTellPipelinedOneOwner
+// with the object on another host of an in-process Network: each Tell is
+// routed (route cache), noted for fences and queued on the link, and the
+// receiving host admits it off the link.
+func BenchmarkTellPipelinedToAnotherHost(b *testing.B) {
+	b.ReportAllocs()
+	_, hs := startBenchNetwork(b, func() actor.Registrable { return counterKind() }, "a", "b")
+	ctx := context.Background()
+	ref := actor.Ref{Kind: "counter", ID: "one"}
+	arm(1)
+	if err := actor.Tell(ctx, hs[1], ref, benchInc{N: 1}); err != nil { // activates on b
+		b.Fatal(err)
+	}
+	armed.Load().wait(b, "activation")
+
+	l := arm(b.N)
+	b.ResetTimer()
+	for range b.N {
+		if err := actor.Tell(ctx, hs[0], ref, benchInc{N: 1}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	l.wait(b, "handlers")
+	b.StopTimer()
+}
+
 // BenchmarkRawProtoSendOneActor is BenchmarkTellPipelinedOneOwner on raw
 // protoactor: Root.Send of a fresh pointer to one actor.
 func BenchmarkRawProtoSendOneActor(b *testing.B) {
