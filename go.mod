@@ -7,6 +7,7 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/segmentio/encoding v0.5.4
+	golang.org/x/sync v0.25.0
 	google.golang.org/protobuf v1.36.12
 )
 

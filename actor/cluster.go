@@ -3,31 +3,44 @@ package actor
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/route"
 )
 
-// Routing between hosts (DESIGN §8, §9).
+// Routing between hosts (DESIGN §8, §9; the rules are package route's).
 //
 // Where an object runs is decided by the Location Store. A host looks an
-// object up in this order: its own owners; its forwarding routes (objects
-// that moved away from it, kept for FollowDuration — Message Follow); its
-// route cache (at most RouteCacheTTL old, shorter than Message Follow);
-// the store. An object with no live owner is reserved and activated where
-// the message is (one activation per object across the hosts sharing the
-// store). A forwarded message keeps its operation id, reply route and
-// deadline; each hop raises its owner generation; at most MaxHops hops.
+// object up in this order: its own owners; its route table (forwarding
+// routes of objects that moved away from it, kept for FollowDuration —
+// Message Follow — and cached look-ups, at most RouteCacheTTL old); the
+// store. An object with no live owner is reserved and activated where the
+// message is (one activation per object across the hosts sharing the
+// store). Store calls run outside every lock, one at a time per object
+// (singleflight).
+//
+// A message at a host the object is not on goes to the newest owner that
+// host knows (route.Forward): a move's target tells every host the object
+// left recently where it went, so that is one hop, not a chain. A
+// forwarded message keeps its stamp, operation id, reply route and
+// deadline; each hop raises its owner generation. A host forwards only
+// towards a newer generation than the message has already been sent
+// towards; when it knows none, it asks the store; when the store knows
+// none either (the object is mid-move), or after MaxHops, the message goes
+// back to its origin, which looks the object up afresh and sends it again.
+// A message is never dropped for routing reasons while every host is up;
+// one that went back to its origin MaxBounces times ends with Unavailable
+// (counted: Stats.Dropped), and a skip notice closes its gap.
 
 // Defaults for routing.
 const (
 	DefaultFollowDuration = 30 * time.Second
 	DefaultRouteCacheTTL  = 15 * time.Second
-	// MaxHops bounds Message Follow: a message forwarded more often ends
-	// with Unavailable.
-	MaxHops = 8
+	// MaxHops is Message Follow's loop guard: a message forwarded this
+	// often goes back to its origin to be routed afresh.
+	MaxHops = route.MaxHops
 )
 
 // flagError marks a reply frame that carries an error.
@@ -38,141 +51,107 @@ type place struct {
 	o    *owner
 	host string
 	gen  uint64 // the owner generation the route knows (0: unknown)
+	// stored: the place comes from the store, not the route table.
+	stored bool
 }
 
-type routeEntry struct {
-	host    string
-	gen     uint64
-	expires int64 // nanotime
-}
-
-// routeTable maps objects to hosts: the route cache, or the forwarding
-// routes of objects that moved away.
-type routeTable struct {
-	mu sync.RWMutex
-	m  map[relocation.Object]routeEntry
-}
-
-func (t *routeTable) get(obj relocation.Object) (routeEntry, bool) {
-	t.mu.RLock()
-	e, ok := t.m[obj]
-	t.mu.RUnlock()
-	if !ok || nanotime() >= e.expires {
-		return routeEntry{}, false
-	}
-	return e, true
-}
-
-func (t *routeTable) put(obj relocation.Object, host string, gen uint64, ttl time.Duration) {
-	t.mu.Lock()
-	if t.m == nil {
-		t.m = map[relocation.Object]routeEntry{}
-	}
-	if old, ok := t.m[obj]; !ok || gen >= old.gen || nanotime() >= old.expires {
-		t.m[obj] = routeEntry{host: host, gen: gen, expires: nanotime() + int64(ttl)}
-	}
-	t.mu.Unlock()
-}
-
-func (t *routeTable) drop(obj relocation.Object) {
-	t.mu.Lock()
-	delete(t.m, obj)
-	t.mu.Unlock()
-}
-
-// dropHost forgets every route to host.
-func (t *routeTable) dropHost(host string) {
-	t.mu.Lock()
-	for k, e := range t.m {
-		if e.host == host {
-			delete(t.m, k)
-		}
-	}
-	t.mu.Unlock()
-}
-
-// forgetRoutes drops this host's cached and forwarding routes for obj: the
-// next lookup asks the store.
-func (h *Host) forgetRoutes(obj relocation.Object) {
-	h.routes.drop(obj)
-	h.follows.drop(obj)
-}
-
-// forgetHost drops every route of this host that leads to host.
-func (h *Host) forgetHost(host string) {
-	h.routes.dropHost(host)
-	h.follows.dropHost(host)
-}
-
-// routeHint tells a host where an object runs now (sent back by a host
-// that had to forward a message for it).
+// routeHint tells a host where an object runs now.
 type routeHint struct {
 	host string
 	gen  uint64
 }
 
-var storeCtx = context.Background()
-
 // peerLive reports whether host holds a live lease of generation gen.
 func (h *Host) peerLive(host string, gen uint64) bool {
-	l, ok, err := h.store.Lease(storeCtx, host)
+	ctx, cancel := h.storeContext()
+	defer cancel()
+	l, ok, err := h.store.Lease(ctx, host)
 	return err == nil && ok && l.Gen == gen && time.Now().Before(l.Deadline)
 }
 
 // locate returns where object id of the kind runs, activating it here when
 // no live host owns it (one activation per object across the store).
 func (kr *kindRuntime) locate(id string, internal bool) (place, error) {
-	sh := kr.shard(id)
-	sh.mu.RLock()
-	o := sh.m[id]
-	sh.mu.RUnlock()
-	if o != nil {
+	if o := kr.local(id); o != nil {
 		return place{o: o}, nil
 	}
 	h := kr.host
 	obj := relocation.Object{Kind: kr.spec.name, ID: id}
-	if e, ok := h.follows.get(obj); ok && e.host != h.name {
-		return place{host: e.host, gen: e.gen}, nil
+	if e, ok := h.lookupRoute(obj); ok && e.Host != h.name {
+		return place{host: e.Host, gen: e.Gen}, nil
 	}
-	if e, ok := h.routes.get(obj); ok && e.host != h.name {
-		return place{host: e.host, gen: e.gen}, nil
+	return kr.lookup(id, internal)
+}
+
+// lookup asks the store where object id runs, and activates it here if no
+// live host owns it. Concurrent look-ups of one object on this host share
+// one store call; no lock is held across it.
+func (kr *kindRuntime) lookup(id string, internal bool) (place, error) {
+	key := kr.spec.name + "\x00" + id
+	if internal {
+		key += "\x00i"
 	}
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if o = sh.m[id]; o != nil {
+	v, err, _ := kr.host.lookups.Do(key, func() (any, error) { return kr.resolve(id, internal) })
+	if err != nil {
+		return place{}, err
+	}
+	return v.(place), nil
+}
+
+func (kr *kindRuntime) resolve(id string, internal bool) (place, error) {
+	h := kr.host
+	if o := kr.local(id); o != nil {
 		return place{o: o}, nil
 	}
 	if (!internal && !h.acceptsExternal()) || (internal && !h.acceptsInternal()) {
 		return place{}, ErrShuttingDown
 	}
-	row, err := h.store.Get(storeCtx, obj)
+	obj := relocation.Object{Kind: kr.spec.name, ID: id}
+	ctx, cancel := h.storeContext()
+	defer cancel()
+	row, err := h.store.Get(ctx, obj)
 	switch {
 	case err == nil && row.State != relocation.Preserved && row.Host != h.name && h.peerLive(row.Host, row.LeaseGen):
-		h.routes.put(obj, row.Host, row.OwnerGen, h.cfg.RouteCacheTTL)
-		return place{host: row.Host, gen: row.OwnerGen}, nil
+		h.learnRoute(obj, row.Host, row.OwnerGen, false)
+		return place{host: row.Host, gen: row.OwnerGen, stored: true}, nil
 	case err != nil && !errors.Is(err, relocation.ErrNoRow):
 		return place{}, &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: "location store", Err: err}
 	}
 	if h.draining.Load() {
 		if other := h.net.pickHost(h, kr.spec.name); other != "" {
-			return place{host: other}, nil
+			return place{host: other, stored: true}, nil
 		}
 	}
-	row, err = h.store.Reserve(storeCtx, obj, h.name)
+	row, err = h.store.Reserve(ctx, obj, h.name)
 	if err == nil {
-		row, err = h.store.Commit(storeCtx, obj, row.Ownership)
+		row, err = h.store.Commit(ctx, obj, row.Ownership)
 	}
 	if err != nil {
 		var ce *relocation.ConflictError
 		if errors.As(err, &ce) && ce.Current.Host != "" && ce.Current.Host != h.name {
-			h.routes.put(obj, ce.Current.Host, ce.Current.OwnerGen, h.cfg.RouteCacheTTL)
-			return place{host: ce.Current.Host, gen: ce.Current.OwnerGen}, nil
+			h.learnRoute(obj, ce.Current.Host, ce.Current.OwnerGen, false)
+			return place{host: ce.Current.Host, gen: ce.Current.OwnerGen, stored: true}, nil
 		}
 		return place{}, &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: "cannot activate " + obj.String(), Err: err}
 	}
-	o = h.newOwner(kr.spec, kr, Ref{Kind: kr.spec.name, ID: id})
+	var snap route.Snapshot
+	if len(row.Order) > 0 {
+		if snap, err = route.DecodeSnapshot(row.Order); err != nil {
+			h.log.Warn("order state in the store row is malformed; starting without it", "object", obj.String(), "err", err)
+		}
+	}
+	sh := kr.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if o := sh.m[id]; o != nil {
+		return place{o: o}, nil // an incoming move's owner, or a racing activation
+	}
+	o := h.newOwner(kr.spec, kr, Ref{Kind: kr.spec.name, ID: id})
 	o.row = row.Ownership
 	o.prev = sh.passivating[id]
+	if len(snap.Senders) > 0 {
+		o.restoreOrderLocked(snap, nanotime()) // not yet published: no lock needed
+	}
 	if sh.m == nil {
 		sh.m = map[string]*owner{}
 	}
@@ -183,21 +162,14 @@ func (kr *kindRuntime) locate(id string, internal bool) (place, error) {
 // errHostGone: the host a route names is no longer on the network.
 var errHostGone = payload.NewError(payload.Unavailable, "actor", "the host is not on the network")
 
-// sendRemote hands m to the link to host. Tell completes here: the
+// sendRemote hands m, a message this host sends to t's object, to the
+// link to host, stamping it first (once). Tell completes here: the
 // transport accepted it. With a non-nil ctx (a send from outside the
 // handlers) it first waits for room on the link. If the host is gone or
 // leaving, errHostGone is returned (the caller looks the object up
 // again); on any failure m stays the caller's.
-//
-// With note, the route to host is noted for that object (noteSendLocked)
-// and the message carries the fence that gives; the note and the message's
-// place on the link are one step under the sent table's lock, so no fence
-// that another goroutine sends on a later switch passes the message.
-func (h *Host) sendRemote(ctx context.Context, host string, m *payload.Message, note *relocation.Object) error {
-	var l *link
-	if h.net != nil {
-		l = h.net.linkTo(h, host)
-	}
+func (h *Host) sendRemote(ctx context.Context, host string, t target, m *payload.Message) error {
+	l := h.net.linkTo(h, host)
 	if l == nil {
 		return errHostGone
 	}
@@ -206,13 +178,8 @@ func (h *Host) sendRemote(ctx context.Context, host string, m *payload.Message, 
 			return err
 		}
 	}
-	if note == nil {
-		return l.sendMessage(m, linkItem{})
-	}
-	h.sent.mu.Lock()
-	defer h.sent.mu.Unlock()
-	fence, via := h.noteSendLocked(*note, host)
-	return l.sendMessage(m, linkItem{fenceSeq: fence, fenceVia: via})
+	h.stamp(t, m)
+	return l.sendMessage(m)
 }
 
 // receive handles one item off a link, on the link's goroutine. Nothing
@@ -221,45 +188,14 @@ func (h *Host) sendRemote(ctx context.Context, host string, m *payload.Message, 
 func (h *Host) receive(l *link, it linkItem) {
 	switch {
 	case it.hint != nil:
-		if it.hint.host != h.name { // a move to here is known here already
-			h.routes.put(it.obj, it.hint.host, it.hint.gen, h.cfg.RouteCacheTTL)
-		}
-	case it.fence != nil:
-		h.onFence(l, it.obj, it.fence)
-	case it.left:
-		ps := &pendingSend{mark: &fenceMark{left: l.from.name}}
-		ps.targets = ps.one[:]
-		l.in.enqueue(ps) // behind everything admitted off this link
-		return
+		h.hint(it.obj, it.hint.host, it.hint.gen)
 	case it.rec != nil:
 		h.onRecord(l.from.name, it.obj, it.rec)
+	case it.bounce:
+		h.onBounce(it.buf)
 	default:
-		h.onFrame(l, it)
+		h.onFrame(l, it.buf)
 	}
-}
-
-// bounceTo hands a frame back to the host it came from, which routes it
-// again; it reports false (keeping buf with the caller) if that host is
-// gone too.
-func (h *Host) bounceTo(prev string, buf payload.Buffer) bool {
-	ph := h.bounceHost(prev)
-	if ph == nil {
-		return false
-	}
-	ph.bounced(buf)
-	return true
-}
-
-// bounceHost returns the running host named prev, other than h, or nil.
-func (h *Host) bounceHost(prev string) *Host {
-	if prev == "" || h.net == nil {
-		return nil
-	}
-	ph := h.net.host(prev)
-	if ph == nil || ph == h || !ph.acceptsInternal() {
-		return nil
-	}
-	return ph
 }
 
 // bounced takes back a frame this host sent that its destination left
@@ -291,8 +227,7 @@ func (h *Host) dropItem(it linkItem) {
 	}
 }
 
-func (h *Host) onFrame(l *link, it linkItem) {
-	buf := it.buf
+func (h *Host) onFrame(l *link, buf payload.Buffer) {
 	hv, _, err := payload.DecodeHeader(buf.Bytes())
 	if err != nil {
 		h.log.Warn("malformed frame from a link dropped", "from", l.from.name, "err", err)
@@ -312,6 +247,7 @@ func (h *Host) onFrame(l *link, it linkItem) {
 	}
 	m, err := h.reg.Open(buf)
 	if err != nil {
+		h.dropped(&hv)
 		h.failFrame(hv.ReplyTo(), hv.Op(), err)
 		buf.Release()
 		return
@@ -324,124 +260,224 @@ func (h *Host) onFrame(l *link, it linkItem) {
 	id := string(hv.TargetID())
 	p, err := kr.locate(id, true)
 	if err != nil {
-		if ph := h.bounceHost(l.from.name); ph != nil && errors.Is(err, ErrShuttingDown) {
-			ph.bounced(m.TakeBuffer()) // this host is closing: the sender routes it again
-			return
+		if errors.Is(err, ErrShuttingDown) && h.sendBack(m) {
+			return // this host is closing: the origin routes it again
 		}
 		h.failMessage(m, err)
 		return
 	}
-	if it.fenceSeq != 0 && it.fenceOf == "" {
-		it.fenceOf = l.from.name
-	}
-	behind := h.fences.outCount.Load() != 0 // messages released here may be ahead
-	if p.o != nil || !l.in.idle() || behind {
+	if p.o != nil || !l.in.idle() {
 		// Admit here — or, if earlier messages off this link still wait
-		// for permits or in the release queue, queue behind them even to
-		// be forwarded, so none overtakes another.
-		ps := &pendingSend{m: m, from: l.from.name, src: l,
-			fence: linkItem{fenceSeq: it.fenceSeq, fenceVia: it.fenceVia, fenceOf: it.fenceOf}}
+		// for permits, queue behind them even to be forwarded, so that
+		// none overtakes another.
+		ps := &pendingSend{m: m, relayed: true}
 		ps.one[0] = target{kr: kr, id: id}
 		ps.targets = ps.one[:]
-		key := fenceKey{obj: relocation.Object{Kind: kr.spec.name, ID: id}, sender: it.fenceOf}
-		if p.o != nil && it.fenceSeq != 0 {
-			switch h.holdForFence(key, it.fenceVia, heldForFence{seq: it.fenceSeq, l: l, ps: ps, o: p.o}) {
-			case fenceHeld:
-				return
-			case fencePass:
-				ps.fencePassed = true
-			}
-		}
-		if behind && h.queueBehind(key, l, heldForFence{l: l, ps: ps}) {
-			return
-		}
-		if p.o != nil || !l.in.idle() {
-			l.in.enqueue(ps)
-			return
-		}
-	}
-	h.forwardFenced(l.from.name, kr, id, m, p, it)
-}
-
-// forward hands a message on to where its object runs now (Message
-// Follow), keeping its identity, reply route and deadline, raising its hop
-// count and owner generation; it tells the previous hop where the object is.
-func (h *Host) forward(prev string, kr *kindRuntime, id string, m *payload.Message, p place) {
-	h.forwardFenced(prev, kr, id, m, p, linkItem{})
-}
-
-// forwardFenced is forward keeping the fence the message carries (so the
-// final owner still orders it behind its sender's older messages).
-func (h *Host) forwardFenced(prev string, kr *kindRuntime, id string, m *payload.Message, p place, fence linkItem) {
-	hv := m.Header()
-	hops := int(hv.Hops()) + 1
-	if hops > MaxHops || (hops > 1 && p.gen != 0 && p.gen <= hv.Generation()) {
-		h.failMessage(m, payload.NewError(payload.Unavailable, "actor", "route loop or too many hops for "+kr.spec.name+"/"+id))
+		l.in.enqueue(ps)
 		return
 	}
-	gen := p.gen
-	if gen < hv.Generation() {
-		gen = hv.Generation()
-	}
-	route, op := string(hv.ReplyTo()), hv.Op()
+	h.forward(kr, id, m, p)
+}
+
+// forward hands a message on towards where its object runs now (Message
+// Follow, route.Forward), keeping its identity, stamp, reply route and
+// deadline; it tells the message's origin where the object is.
+func (h *Host) forward(kr *kindRuntime, id string, m *payload.Message, p place) {
 	obj := relocation.Object{Kind: kr.spec.name, ID: id}
-	buf := m.TakeBuffer()
-	if err := payload.SetForward(buf.Bytes(), uint8(hops), gen); err != nil {
-		buf.Release()
-		return
-	}
-	var l *link
-	var err error
 	for try := 0; ; try++ {
-		l = nil
-		if h.net != nil {
-			l = h.net.linkTo(h, p.host)
+		hv := m.Header()
+		hop := route.Hop{Hops: hv.Hops(), Gen: hv.Generation(), Bounces: bouncesOf(hv.Flags())}
+		d := route.Forward(hop, route.Entry{Host: p.host, Gen: p.gen}, !p.stored, h.name)
+		if d.Action == route.Resolve {
+			if !p.stored {
+				h.forgetRoutes(obj, true)
+				np, err := kr.lookup(id, true)
+				if err != nil {
+					if h.sendBack(m) {
+						return
+					}
+					h.failMessage(m, err)
+					return
+				}
+				p = np
+			}
+			if p.o != nil {
+				h.admitHere(p.o, m)
+				return
+			}
+			d = route.Placed(hop, p.host, p.gen, h.name)
 		}
-		if l == nil {
-			break
+		switch d.Action {
+		case route.ToOrigin:
+			if !h.sendBack(m) {
+				h.failMessage(m, payload.NewError(payload.Unavailable, "actor", "no route to "+obj.String()+" and its sender is gone"))
+			}
+			return
+		case route.Fail:
+			h.failMessage(m, payload.NewError(payload.Unavailable, "actor", obj.String()+" moved too often to be reached"))
+			return
 		}
-		err = l.send(linkItem{buf: buf, fenceSeq: fence.fenceSeq, fenceVia: fence.fenceVia, fenceOf: fence.fenceOf})
-		if !errors.Is(err, errHostGone) || try == 3 {
-			break
+		if d.Host == h.name { // Placed: no live owner; activate here
+			np, err := kr.locate(id, true)
+			if err != nil || np.o == nil {
+				if err == nil {
+					err = payload.NewError(payload.Unavailable, "actor", "cannot place "+obj.String())
+				}
+				h.failMessage(m, err)
+				return
+			}
+			h.admitHere(np.o, m)
+			return
 		}
-		// The host is leaving: look the object up again (the routes to it
-		// are gone) and hand the frame on there, or to an owner here.
-		h.forgetRoutes(obj)
-		np, lerr := kr.locate(id, true)
+		origin := string(hv.Origin()) // m is gone once sent
+		err := h.sendHop(m, d.Host, hop.Hops+1, d.Gen)
+		if err == nil {
+			h.forwarded.Add(1)
+			if origin != "" && origin != h.name && origin != d.Host {
+				h.sendHint(origin, obj, d.Host, d.Gen)
+			}
+			return
+		}
+		// The host is leaving or gone: look again (routes to it are gone).
+		h.forgetRoutes(obj, true)
+		if try == 3 {
+			if !h.sendBack(m) {
+				h.failMessage(m, payload.NewError(payload.Unavailable, "actor", "host "+d.Host+" is not reachable"))
+			}
+			return
+		}
+		np, lerr := kr.lookup(id, true)
 		if lerr != nil {
-			err = lerr
-			break
+			if !h.sendBack(m) {
+				h.failMessage(m, lerr)
+			}
+			return
 		}
 		if np.o != nil {
-			if m, oerr := h.reg.Open(buf); oerr == nil {
-				h.redispatchMessage(m)
-			} else {
-				buf.Release()
-			}
+			h.admitHere(np.o, m)
 			return
 		}
 		p = np
 	}
-	if l == nil && h.bounceTo(prev, buf) {
-		return // this host is leaving: the previous hop routes it again
+}
+
+// sendHop sends m on to host as one more hop, towards owner generation
+// gen. On failure m stays the caller's, unchanged.
+func (h *Host) sendHop(m *payload.Message, host string, hops uint8, gen uint64) error {
+	l := h.net.linkTo(h, host)
+	if l == nil {
+		return errHostGone
 	}
-	if l == nil || err != nil {
-		buf.Release()
-		h.routes.drop(obj)
-		h.failFrame([]byte(route), op, payload.NewError(payload.Unavailable, "actor", "host "+p.host+" is not reachable"))
-		return
+	hv := m.Header()
+	oldHops, oldGen := hv.Hops(), hv.Generation()
+	_ = payload.SetForward(m.Frame(), hops, gen)
+	if err := l.sendMessage(m); err != nil {
+		_ = payload.SetForward(m.Frame(), oldHops, oldGen)
+		return err
 	}
-	h.forwarded.Add(1)
-	if prev != "" && prev != p.host {
-		if back := h.net.linkTo(h, prev); back != nil {
-			_ = back.send(linkItem{obj: obj, hint: &routeHint{host: p.host, gen: p.gen}})
+	return nil
+}
+
+// admitHere admits a forwarded or re-routed message to a local owner.
+func (h *Host) admitHere(o *owner, m *payload.Message) {
+	e := newEnvelope(m)
+	for try := 0; ; try++ {
+		_, _, err := o.admit(e, admitOverflow)
+		if err == nil {
+			return
 		}
+		// The owner closed meanwhile: route it again.
+		if try == 3 {
+			e.Msg = nil
+			e.Release()
+			h.failMessage(m, payload.NewError(payload.Unavailable, "actor", "owner closed"))
+			return
+		}
+		hv := m.Header()
+		kr := h.kinds[string(hv.TargetName())]
+		p, lerr := kr.locate(string(hv.TargetID()), true)
+		if lerr != nil {
+			e.Msg = nil
+			e.Release()
+			h.failMessage(m, lerr)
+			return
+		}
+		if p.o == nil {
+			e.Msg = nil
+			e.Release()
+			h.forward(kr, string(hv.TargetID()), m, p)
+			return
+		}
+		o = p.o
 	}
 }
 
-// failMessage ends a message that cannot be delivered: a request gets err.
+// sendBack sends m back to its origin, which routes it afresh (onBounce).
+// If this host is the origin, or the origin takes no messages any more
+// (it left), this host routes it afresh itself. It reports false (m stays
+// the caller's) if this host is closing.
+func (h *Host) sendBack(m *payload.Message) bool {
+	if h.net == nil || !h.acceptsInternal() {
+		return false
+	}
+	hv := m.Header()
+	if origin := string(hv.Origin()); origin != "" && origin != h.name {
+		if l := h.net.linkTo(h, origin); l != nil && l.sendBounce(m) == nil {
+			return true
+		}
+	}
+	h.onBounce(m.TakeBuffer())
+	return true
+}
+
+// onBounce routes afresh a message of this host that came back (its
+// route went round a loop, or past MaxHops, or through a host that left):
+// the routes for its object are forgotten, it starts again at hop 0 with
+// one more bounce, and an Ask whose deadline passed ends.
+func (h *Host) onBounce(buf payload.Buffer) {
+	h.bouncedMsgs.Add(1)
+	b := buf.Bytes()
+	hv, _, err := payload.DecodeHeader(b)
+	if err != nil {
+		buf.Release()
+		return
+	}
+	bounces := bouncesOf(hv.Flags())
+	if bounces < route.MaxBounces {
+		bounces++
+	}
+	_ = payload.SetFlags(b, hv.Flags()&^bounceMask|bounces<<bounceShift)
+	_ = payload.SetForward(b, 0, 0)
+	m, err := h.reg.Open(buf)
+	if err != nil {
+		h.dropped(&hv)
+		buf.Release()
+		return
+	}
+	hv2 := m.Header()
+	if dl := hv2.DeadlineUnixNano(); dl != 0 && wallNano() > dl {
+		h.failMessage(m, ErrRequestTimeout)
+		return
+	}
+	if kr := h.kinds[string(hv2.TargetName())]; kr != nil {
+		h.forgetRoutes(relocation.Object{Kind: kr.spec.name, ID: string(hv2.TargetID())}, true)
+	}
+	h.redispatchMessage(m)
+}
+
+// sendHint tells host to that obj runs on host at with owner generation
+// gen.
+func (h *Host) sendHint(to string, obj relocation.Object, at string, gen uint64) {
+	if l := h.net.linkTo(h, to); l != nil {
+		_ = l.send(linkItem{obj: obj, hint: &routeHint{host: at, gen: gen}})
+	}
+}
+
+// failMessage ends a message that cannot be delivered: a request gets err;
+// a skip notice follows a stamped message.
 func (h *Host) failMessage(m *payload.Message, err error) {
 	hv := m.Header()
+	h.dropped(hv)
 	h.failFrame(hv.ReplyTo(), hv.Op(), err)
 	m.Release()
 }
@@ -451,7 +487,7 @@ func (h *Host) failFrame(route []byte, op payload.OpID, err error) {
 	if len(route) > 0 {
 		h.routeReply(route, op, reply{err: err})
 	} else {
-		h.log.Debug("one-way message could not be delivered", "err", err)
+		h.log.Warn("one-way message could not be delivered", "err", err)
 	}
 }
 
@@ -504,19 +540,9 @@ func (n *Network) pickHost(self *Host, kind string) string {
 	return best
 }
 
-// peerGone: a host left the network (stopped or killed). After a graceful
-// leave, messages held for fences that travel through it keep waiting
-// (the fences were passed on). Otherwise they are released now if nothing
-// more can come from it (it crashed, or never sent here), else when its
-// last item, on its link here, has been handled.
-func (h *Host) peerGone(name string, graceful, releaseNow bool) {
+// peerGone: a host left the network (stopped or killed).
+func (h *Host) peerGone(name string) {
 	h.forgetHost(name)
-	switch {
-	case graceful:
-		h.fenceDeparted(name)
-	case releaseNow:
-		h.releaseFences(name)
-	}
 	h.moveEvent(name, relocation.TargetDead{})
 }
 

@@ -18,6 +18,7 @@ const (
 	DefaultSendTimeout         = time.Second
 	DefaultRequestTimeout      = 30 * time.Second
 	DefaultThroughput          = 300
+	DefaultStoreTimeout        = 5 * time.Second
 )
 
 // DefaultMaxQueuedApplicationJobs returns the default number of host-wide
@@ -97,6 +98,13 @@ type Config struct {
 	// CutoverWait is how long a move's target waits for the cutover after
 	// relay-ready before it commits anyway; default 1 s.
 	CutoverWait time.Duration
+	// GapTimeout is how long an object holds a sender's messages that came
+	// ahead of their turn, waiting for an older one that nobody sends
+	// again nor announces dropped (it was lost with a crashed host), before
+	// it gives up on the gap and runs them (Stats.GapsClosed); default 5 s.
+	GapTimeout time.Duration
+	// StoreTimeout bounds each Location Store call; default 5 s.
+	StoreTimeout time.Duration
 }
 
 // withDefaults validates c and fills in defaults. Errors name the field.
@@ -160,6 +168,18 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.CutoverWait < 0 {
 		bad("CutoverWait", "negative")
+	}
+	switch {
+	case c.GapTimeout == 0:
+		c.GapTimeout = DefaultGapTimeout
+	case c.GapTimeout < 0:
+		bad("GapTimeout", "negative")
+	}
+	switch {
+	case c.StoreTimeout == 0:
+		c.StoreTimeout = DefaultStoreTimeout
+	case c.StoreTimeout < 0:
+		bad("StoreTimeout", "negative")
 	}
 	return c, errors.Join(errs...)
 }

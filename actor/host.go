@@ -16,6 +16,7 @@ import (
 	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
+	"golang.org/x/sync/singleflight"
 )
 
 // Host states.
@@ -68,25 +69,31 @@ type Host struct {
 	bg          sync.WaitGroup   // janitor, metrics server
 	bgStop      chan struct{}
 	// Cluster: the Location Store, this run's lease, routes, moves.
-	net            *Network
-	store          relocation.Store
-	leaseGen       uint64
-	leaseDeadline  atomic.Int64 // wall clock, Unix ns; past it no turn starts
-	routes         routeTable   // route cache
-	follows        routeTable   // forwarding routes of objects that moved away
-	movesMu        sync.Mutex
-	moves          map[relocation.MoveID]*moveDriver // guarded by movesMu
-	draining       atomic.Bool
-	drainState     atomic.Int32
-	moved          atomic.Int64 // relocations completed here (either side)
-	captured       atomic.Int64 // messages in move records sent from here
-	relayed        atomic.Int64 // messages relayed from here
-	forwarded      atomic.Int64 // messages forwarded from here
-	killed         atomic.Bool  // Network.Kill: undelivered messages are lost
-	leftGracefully atomic.Bool  // leaveGracefully finished: every fence through here was handed on
-	sent           sentTable    // where this host last sent each object's messages
-	fences         fenceTable   // messages held for their sender's fence
-	heldForFence   atomic.Int64
+	net           *Network
+	origin        string // the origin stamped on messages: the name, on a Network
+	store         relocation.Store
+	leaseGen      uint64
+	leaseDeadline atomic.Int64              // wall clock, Unix ns; past it no turn starts
+	routeTab      [32]routeShard            // route cache and forwarding routes (order.go)
+	streams       [streamShards]streamShard // this host's sending streams (order.go)
+	lookups       singleflight.Group        // concurrent store look-ups of one object
+	movesMu       sync.Mutex
+	moves         map[relocation.MoveID]*moveDriver // guarded by movesMu
+	draining      atomic.Bool
+	drainState    atomic.Int32
+	moved         atomic.Int64 // relocations completed here (either side)
+	captured      atomic.Int64 // messages in move records sent from here
+	relayed       atomic.Int64 // messages relayed from here
+	forwarded     atomic.Int64 // messages forwarded from here
+	killed        atomic.Bool  // Network.Kill: undelivered messages are lost
+	heldMu        sync.Mutex   // guards heldOwners and owner.heldCount
+	heldOwners    map[*owner]struct{}
+	heldOut       atomic.Int64 // messages held out of order
+	gapsClosed    atomic.Int64
+	late          atomic.Int64
+	droppedMsgs   atomic.Int64
+	skipsSent     atomic.Int64
+	bouncedMsgs   atomic.Int64
 
 	server      *http.Server
 	metricsAddr string // the /metrics listener address
@@ -196,11 +203,13 @@ func (h *Host) Start() error {
 	}
 	h.net = h.cfg.Network
 	if h.net != nil {
+		h.origin = h.name
 		h.store = h.net.store
 	} else {
 		h.store = relocation.NewMemoryStore(nil)
 	}
 	h.leaseGen = uint64(time.Now().UnixNano())
+	h.initOrder()
 	if err := h.renewLease(); err != nil {
 		hosts.Delete(h.name)
 		return err
@@ -256,7 +265,9 @@ func (h *Host) Start() error {
 
 // renewLease renews this run's lease in the Location Store.
 func (h *Host) renewLease() error {
-	l, err := h.store.RenewLease(storeCtx, h.name, h.leaseGen)
+	ctx, cancel := h.storeContext()
+	defer cancel()
+	l, err := h.store.RenewLease(ctx, h.name, h.leaseGen)
 	if err != nil {
 		return &payload.Error{Kind: payload.Unavailable, Op: "actor.Host", Detail: "cannot renew the host lease", Err: err}
 	}
@@ -327,37 +338,23 @@ func (h *Host) quiesce(ctx context.Context) error {
 
 // leaveGracefully stops the other hosts from routing here and waits until
 // what they already sent has been handled (forwarded after the objects
-// that moved away), so that leaving the network loses and reorders nothing.
+// that moved away), so that leaving the network loses nothing. Order is
+// kept by the messages' sequence numbers, whatever way they take.
 func (h *Host) leaveGracefully(ctx context.Context) error {
 	h.net.markLeaving(h)
-	// Frames are refused from now on; each peer sends a fence for every
-	// object it last sent here (fenceRoutesTo), and this host passes those
-	// on after what it already has. Then fences are refused too (a peer
-	// that cannot send one opens no new fence), and what is queued is
-	// handled before the host leaves.
-	h.net.setLeaving(h, refusingFrames)
-	for _, p := range h.net.peers(h) {
-		p.fenceRoutesTo(h.name)
-	}
-	if err := h.waitHandedOn(ctx); err != nil {
-		return err
-	}
-	h.net.setLeaving(h, sealed)
-	if err := h.waitHandedOn(ctx); err != nil {
-		return err
-	}
-	h.leftGracefully.Store(true)
-	return nil
+	// Frames are refused from now on (their senders route them again,
+	// elsewhere); what is queued here is handed on before the host leaves.
+	h.net.setLeaving(h)
+	return h.waitHandedOn(ctx)
 }
 
-// waitHandedOn waits until everything sent here has been handled (passed
-// on after the objects that moved away, with the fences that follow them).
+// waitHandedOn waits until everything sent here has been handled.
 func (h *Host) waitHandedOn(ctx context.Context) error {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	quiet := 0
 	for quiet < 3 { // a few quiet polls: senders that resolved just before the mark
-		if h.net.pendingIn(h) == 0 && h.permits.InUse() == 0 && h.running.Load() == 0 && h.fencesIdle() {
+		if h.net.pendingIn(h) == 0 && h.permits.InUse() == 0 && h.running.Load() == 0 {
 			quiet++
 		} else {
 			quiet = 0
@@ -416,7 +413,7 @@ func (h *Host) Close() error {
 			all = append(all, cr.subs...)
 		}
 		for _, o := range all {
-			unrun = append(unrun, o.mb.Close())
+			unrun = append(unrun, o.closeBox())
 		}
 	}
 	close(h.done)
@@ -464,7 +461,11 @@ func (h *Host) Stats() Stats {
 		PermitWaiters:     h.permits.Waiters(),
 		PermitsMax:        h.permits.Max(),
 		RequestsInFlight:  int(h.inflight.Load()),
-		HeldForFence:      int(h.heldForFence.Load()),
+		HeldOutOfOrder:    int(h.heldOut.Load()),
+		GapsClosed:        h.gapsClosed.Load(),
+		Late:              h.late.Load(),
+		Dropped:           h.droppedMsgs.Load(),
+		Bounced:           h.bouncedMsgs.Load(),
 		Relocations:       h.moved.Load(),
 		Captured:          h.captured.Load(),
 		Relayed:           h.relayed.Load(),
@@ -583,6 +584,12 @@ var clockBase = time.Now()
 func nanotime() int64 { return int64(time.Since(clockBase)) }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// storeContext is the context of one Location Store call: it ends after
+// Config.StoreTimeout, or when the host closes.
+func (h *Host) storeContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), h.cfg.StoreTimeout)
+}
 
 // minLevel drops records below a level (protoactor logs chattily at Info).
 type minLevel struct {

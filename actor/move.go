@@ -9,6 +9,7 @@ import (
 	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/route"
 )
 
 // Errors of Relocate and Drain.
@@ -36,13 +37,23 @@ type moveDriver struct {
 	src      *relocation.Source
 	tgt      *relocation.Target
 	o        *owner
-	captured []*mailbox.Envelope // source: the unexecuted queue at the seal
-	held     []*mailbox.Envelope // source: what arrived after the seal
+	captured []*mailbox.Envelope // source: the unexecuted queue at the seal (checked in order)
+	held     []*mailbox.Envelope // source: what arrived after the seal (unchecked)
 	conflict bool                // target: an owner already existed here
 	row      relocation.Ownership
 	done     chan error // source: Relocate's result
 	ended    bool
 	started  time.Time
+	snap     route.Snapshot // target: the order state of the move record
+
+	// Sends and other work that must not run under mu (records to the
+	// peer, route hints, messages to route again) queue here; one caller
+	// at a time carries them out in order (flush).
+	outq      []relocation.Record
+	after     []func()
+	flushing  bool
+	storeOp   *relocation.StoreNewOwner // a store call to make outside mu
+	storeBusy bool                      // a store call is under way
 
 	// Target, after the commit: the driver stays registered for
 	// FollowDuration, so that its machine answers a source that resends
@@ -240,9 +251,12 @@ func (h *Host) moveTicker() {
 			return
 		case <-t.C:
 		}
+		h.expireGaps()
 		if i%40 == 0 {
-			h.releaseFences("")
-			h.pruneSent()
+			h.pruneOrder()
+		}
+		if i%400 == 0 {
+			h.forgetIdleSenders()
 		}
 		now := nanotime()
 		for _, d := range h.allMoves() {
@@ -266,11 +280,28 @@ func (h *Host) moveTicker() {
 }
 
 // step feeds one input to the machine and carries out what it asks,
-// feeding immediate results back, all under the driver's lock.
+// feeding immediate results back, under the driver's lock; then, outside
+// it, sends what the machine sent and makes the store call it asked for
+// (feeding the result back the same way).
 func (d *moveDriver) step(in relocation.Input) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.stepLocked(in)
+	for in != nil {
+		d.mu.Lock()
+		d.stepLocked(in)
+		op := d.storeOp
+		d.storeOp = nil
+		d.mu.Unlock()
+		d.flush()
+		in = nil
+		if op != nil {
+			ctx, cancel := d.h.storeContext()
+			row, err := d.h.store.NewOwner(ctx, op.Object, op.Expect, op.NewHost)
+			cancel()
+			d.mu.Lock()
+			d.storeBusy = false
+			d.mu.Unlock()
+			in = relocation.StoreResult{Row: row, Err: err}
+		}
+	}
 }
 
 func (d *moveDriver) stepLocked(in relocation.Input) {
@@ -286,26 +317,49 @@ func (d *moveDriver) stepLocked(in relocation.Input) {
 		} else {
 			return
 		}
-		// A source sends first (its records start remote work); a target
-		// acts first, so that when its reply (Committed) arrives the
-		// object already runs here — the source's Relocate returns then.
-		gone := false
-		if d.src != nil {
-			gone = d.h.sendRecords(d.peer, d.obj, out.Send...)
-		}
+		// A target acts before it replies, so that when its reply
+		// (Committed) arrives the object already runs here — the source's
+		// Relocate returns then. (The records go out after the lock.)
 		for _, a := range out.Actions {
 			if next := d.apply(a); next != nil {
 				queue = append(queue, next)
 			}
 		}
-		if d.src == nil {
-			gone = d.h.sendRecords(d.peer, d.obj, out.Send...)
-		}
-		if gone {
-			queue = append(queue, d.peerDead())
-		}
+		d.outq = append(d.outq, out.Send...)
 	}
 }
+
+// flush sends the queued records in order and runs the queued work, outside
+// the driver's lock, one caller at a time.
+func (d *moveDriver) flush() {
+	d.mu.Lock()
+	if d.flushing {
+		d.mu.Unlock()
+		return
+	}
+	d.flushing = true
+	gone := false
+	for len(d.outq) > 0 || len(d.after) > 0 {
+		recs, after := d.outq, d.after
+		d.outq, d.after = nil, nil
+		d.mu.Unlock()
+		if d.h.sendRecords(d.peer, d.obj, recs...) {
+			gone = true
+		}
+		for _, f := range after {
+			f()
+		}
+		d.mu.Lock()
+	}
+	d.flushing = false
+	d.mu.Unlock()
+	if gone {
+		d.step(d.peerDead())
+	}
+}
+
+// later queues f to run after the driver's lock (flush).
+func (d *moveDriver) later(f func()) { d.after = append(d.after, f) }
 
 // peerDead is the input for "the peer left the network": a source learns
 // its target died; a target treats it as an abort from its source (ignored
@@ -332,14 +386,26 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 			return relocation.OperatorAbort{Reason: "the owner closed"}
 		}
 	case relocation.ReopenOwner:
-		d.o.mb.Reopen(d.captured)
-		d.captured = nil
+		o := d.o
+		o.seqMu.Lock()
+		unchecked := append(d.held, o.mb.TakeHeld()...)
+		after := o.openOrderLocked(d.captured, unchecked)
+		o.seqMu.Unlock()
+		d.captured, d.held = nil, nil
+		d.later(func() { h.orderDone(o, after) })
+	case relocation.CaptureMove:
+		rec, err := d.capture()
+		if err != nil {
+			h.log.Error("relocation: capture failed; aborting", "object", d.obj.String(), "err", err)
+			return relocation.OperatorAbort{Reason: "capture failed: " + err.Error()}
+		}
+		return relocation.Captured{Record: rec}
 	case relocation.TakeHeld:
 		return relocation.HeldTaken{Frames: d.takeHeld()}
 	case relocation.InstallFollow:
 		// Installed with TakeHeld, before the mailbox closed.
 	case relocation.DropFollow:
-		h.follows.drop(d.obj)
+		h.forgetRoutes(d.obj, true)
 	// Target actions.
 	case relocation.RegisterTempQueue:
 		d.registerTemp()
@@ -348,19 +414,24 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 	case relocation.DiscardTempQueue:
 		d.discardTemp(nil, a.Reason)
 	case relocation.StoreNewOwner:
-		row, err := h.store.NewOwner(storeCtx, a.Object, a.Expect, a.NewHost)
-		return relocation.StoreResult{Row: row, Err: err}
+		if !d.storeBusy { // else the call under way answers
+			d.storeBusy = true
+			d.storeOp = &a
+		}
 	case relocation.OpenQueue:
 		d.open(a)
 	case relocation.DeliverLate:
 		h.log.Warn("relocation: relays after the commit delivered late", "object", d.obj.String(), "messages", len(a.Frames))
-		for _, f := range a.Frames {
-			if e := h.envelopeOf(f); e != nil {
-				if err := d.o.mb.AdmitOverflow(e); err != nil {
-					h.redispatch(e)
+		o, frames := d.o, a.Frames
+		d.later(func() {
+			for _, f := range frames {
+				if e := h.envelopeOf(f); e != nil {
+					if _, _, err := o.admit(e, admitOverflow); err != nil {
+						h.redispatch(e)
+					}
 				}
 			}
-		}
+		})
 	case relocation.Abandon:
 		d.discardTemp(append(append([][]byte(nil), a.Captured...), a.Relayed...), a.Reason)
 	case relocation.Finish:
@@ -372,125 +443,113 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 }
 
 // startSource runs in a lifecycle turn of the owner: it reads the object's
-// row and starts the source machine with the preflight.
+// row (outside the driver's lock) and starts the source machine with the
+// preflight.
 func (d *moveDriver) startSource() {
+	ctx, cancel := d.h.storeContext()
+	row, err := d.h.store.Get(ctx, d.obj)
+	cancel()
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	row, err := d.h.store.Get(storeCtx, d.obj)
+	if d.ended {
+		d.mu.Unlock()
+		return
+	}
 	if err != nil || row.Host != d.h.name {
 		d.ended = true
 		d.o.moving.Store(false)
 		d.h.removeMove(d)
 		d.done <- &payload.Error{Kind: payload.Unavailable, Op: "actor.Host.Relocate", Detail: "the store does not show this host as the owner", Err: err}
+		d.mu.Unlock()
 		return
 	}
 	d.row = row.Ownership
 	d.src = relocation.NewSource(relocation.SourceConfig{Move: d.id, Object: d.obj, Source: d.h.name, Target: d.peer,
 		Owner: row.Ownership, AppVersion: d.h.cfg.AppVersion})
 	d.stepLocked(relocation.Start{})
+	d.mu.Unlock()
+	d.flush()
 }
 
 // sealAndCapture runs in a lifecycle turn of the owner, so no application
 // turn runs: the seal takes effect at this turn boundary, and the move
-// record is built now, and only now.
+// record is built now, and only now. The owner's receive order freezes
+// with the seal: what arrives from now on is held unchecked, and checked
+// where the object opens.
 func (d *moveDriver) sealAndCapture() {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if d.src == nil || d.ended {
+		d.mu.Unlock()
 		return
 	}
-	d.o.mb.Seal()
+	o := d.o
+	o.seqMu.Lock()
+	o.freezeLocked()
+	o.mb.Seal()
+	o.seqMu.Unlock()
 	d.h.net.pauses.sealed(d.id)
-	out := d.src.Step(relocation.Sealed{})
-	if d.h.sendRecords(d.peer, d.obj, out.Send...) {
-		defer d.stepLocked(relocation.TargetDead{})
-	}
-	for _, a := range out.Actions {
-		if _, ok := a.(relocation.CaptureMove); ok {
-			rec, err := d.capture()
-			if err != nil {
-				d.h.log.Error("relocation: capture failed; aborting", "object", d.obj.String(), "err", err)
-				d.stepLocked(relocation.OperatorAbort{Reason: "capture failed: " + err.Error()})
-				return
-			}
-			d.stepLocked(relocation.Captured{Record: rec})
-			continue
-		}
-		if next := d.apply(a); next != nil {
-			d.stepLocked(next)
-		}
-	}
+	d.stepLocked(relocation.Sealed{})
+	d.mu.Unlock()
+	d.flush()
 }
 
-// capture drains the unexecuted queue (undecoded) and captures the state.
+// capture takes the unexecuted queue (undecoded; it passed the order
+// check), the order state with its held messages, and the state.
 func (d *moveDriver) capture() (relocation.MoveRecord, error) {
-	queued, held := d.o.mb.Drain()
-	d.captured = append(queued, held...)
+	o := d.o
+	o.seqMu.Lock()
+	queued, held := o.mb.Drain()
+	extra := o.orderSnapshotLocked(nanotime())
+	o.seqMu.Unlock()
+	d.captured, d.held = queued, held
 	var rec relocation.MoveRecord
-	if d.kr.spec.policy == PreserveState && d.o.ready {
-		st, err := d.kr.spec.capture(d.o.state)
+	if d.kr.spec.policy == PreserveState && o.ready {
+		st, err := d.kr.spec.capture(o.state)
 		if err != nil {
-			d.o.mb.Reopen(d.captured)
-			d.captured = nil
 			return rec, err
 		}
 		rec.State = st
 	}
 	rec.Queue = frames(d.captured)
+	rec.Extra = extra
 	d.h.captured.Add(int64(len(rec.Queue)))
-	rec.Extra = d.h.fenceSnapshot(d.obj)
 	return rec, nil
 }
 
 // takeHeld makes the move final at the source: the object leaves this
 // host's owners for a forwarding route, then the mailbox closes and what
 // was held is taken for the relay. Past relay-ready the source never
-// reopens, so the held and captured items end here: their frames are
-// copied out for the relays (records outlive this host's buffers) and the
-// items released, returning their permits.
+// reopens, so the held and captured items end here — and the messages
+// its order held, which the move record carries: their frames are copied
+// out for the relays (records outlive this host's buffers) and the items
+// released, returning their permits.
 func (d *moveDriver) takeHeld() [][]byte {
 	h, o := d.h, d.o
+	// The forwarding route first: a sender that misses the owner must find
+	// it (the store still names this host until the target commits; it
+	// would otherwise activate the object here again).
+	h.learnRoute(d.obj, d.peer, d.row.OwnerGen+1, true)
 	sh := d.kr.shard(d.obj.ID)
 	sh.mu.Lock()
 	if sh.m[d.obj.ID] == o {
 		delete(sh.m, d.obj.ID)
 	}
 	o.left.Store(true)
-	gen := d.row.OwnerGen + 1
-	h.follows.put(d.obj, d.peer, gen, h.cfg.FollowDuration)
-	// Messages held here for fences go after the object, still carrying
-	// their fences, before anything this host routes to it from now on
-	// (the shard lock keeps senders from resolving the new place until
-	// they are on the link).
-	for _, it := range h.takeFenceHeld(d.obj) {
-		var m *payload.Message
-		fence := linkItem{fenceSeq: it.seq, fenceVia: it.via}
-		if it.ps != nil {
-			m, it.ps.m = it.ps.m, nil
-			fence.fenceOf = it.ps.fence.fenceOf
-			if fence.fenceOf == "" {
-				fence.fenceOf = it.ps.from
-			}
-		} else {
-			m, it.e.Msg = it.e.Msg, nil
-			it.e.Release()
-			fence.fenceOf = h.name
-		}
-		if m != nil {
-			h.forwardFenced("", d.kr, d.obj.ID, m, place{host: d.peer, gen: gen}, fence)
-		}
-	}
 	sh.mu.Unlock()
-	// Fences that arrived here after the capture (while sealed) go after
-	// the object: its new owner must not wait for them. A fence arriving
-	// from now on finds no owner here and follows by itself.
-	h.queueFences(d.peer, d.obj, h.fencesArrived(d.obj)...)
-	held := append(d.held, o.mb.Close()...)
+	o.seqMu.Lock()
+	o.shut = true
+	late := o.mb.Close()
+	copies := o.order.TakeHeld()
+	o.noteHeldLocked()
+	o.seqMu.Unlock()
+	held := append(d.held, late...)
 	out := make([][]byte, 0, len(held))
 	for _, e := range held {
 		if e.Msg != nil {
 			out = append(out, append([]byte(nil), e.Msg.Frame()...))
 		}
+		e.Release()
+	}
+	for _, e := range copies {
 		e.Release()
 	}
 	for _, e := range d.captured {
@@ -563,13 +622,14 @@ func (d *moveDriver) registerTemp() {
 	}
 	o := h.newOwner(d.kr.spec, d.kr, Ref{Kind: d.obj.Kind, ID: d.obj.ID})
 	o.incoming.Store(true)
+	o.frozen = true // not yet published: no lock needed
 	o.mb.Seal()
 	if sh.m == nil {
 		sh.m = map[string]*owner{}
 	}
 	sh.m[d.obj.ID] = o
-	h.forgetRoutes(d.obj)
 	d.o = o
+	d.later(func() { h.forgetRoutes(d.obj, true) })
 }
 
 // restore rebuilds the state through the kind's policy; nothing runs yet.
@@ -578,8 +638,12 @@ func (d *moveDriver) restore(rec relocation.MoveRecord) error {
 		return errors.New("host " + d.h.name + " already hosts " + d.obj.String())
 	}
 	o := d.o
+	snap, err := route.DecodeSnapshot(rec.Extra)
+	if err != nil {
+		return err
+	}
+	d.snap = snap
 	var st any
-	var err error
 	func() {
 		defer func() {
 			if r := recover(); r != nil {
@@ -596,32 +660,53 @@ func (d *moveDriver) restore(rec relocation.MoveRecord) error {
 		return err
 	}
 	o.state, o.ready = st, true
-	d.h.fenceRestore(d.obj, rec.Extra)
 	return nil
 }
 
 // open makes the target the owner: captured work, the relays, then the
-// temporary queue, in that order.
+// temporary queue, in that order — the relays and the temporary queue
+// checked against the order state that came with the record. Then every
+// host the object left recently learns where it went.
 func (d *moveDriver) open(a relocation.OpenQueue) {
 	h, o := d.h, d.o
 	o.row = a.Owner
-	var items []*mailbox.Envelope
-	for _, list := range [][][]byte{a.Captured, a.Relayed} {
-		for _, f := range list {
-			if e := h.envelopeOf(f); e != nil {
-				items = append(items, e)
-			}
+	var captured, unchecked []*mailbox.Envelope
+	for _, f := range a.Captured {
+		if e := h.envelopeOf(f); e != nil {
+			captured = append(captured, e)
 		}
 	}
+	for _, f := range a.Relayed {
+		if e := h.envelopeOf(f); e != nil {
+			unchecked = append(unchecked, e)
+		}
+	}
+	now := nanotime()
+	o.seqMu.Lock()
+	o.restoreOrderLocked(d.snap, now)
+	o.trail.Add(d.peer, now+int64(h.cfg.FollowDuration))
+	trail := append([]route.TrailHost(nil), o.trail.Live(now)...)
 	o.incoming.Store(false)
-	o.mb.Reopen(items)
+	after := o.openOrderLocked(captured, append(unchecked, o.mb.TakeHeld()...))
+	o.seqMu.Unlock()
+	d.snap = route.Snapshot{}
 	d.openedAt = nanotime()
 	h.moved.Add(1)
 	h.net.pauses.opened(d.id)
+	obj, gen := d.obj, a.Owner.OwnerGen
+	d.later(func() {
+		h.orderDone(o, after)
+		for _, t := range trail {
+			if t.Host != h.name && t.Host != d.peer {
+				h.sendHint(t.Host, obj, h.name, gen)
+			}
+		}
+	})
 }
 
 // discardTemp drops the incoming owner; the messages it held (and extra,
-// for an abandoned move) go on to wherever the object runs.
+// for an abandoned move) go on, after the driver's lock, to wherever the
+// object runs.
 func (d *moveDriver) discardTemp(extra [][]byte, reason string) {
 	h := d.h
 	if d.o == nil || d.conflict {
@@ -634,15 +719,17 @@ func (d *moveDriver) discardTemp(extra [][]byte, reason string) {
 		delete(sh.m, d.obj.ID)
 	}
 	sh.mu.Unlock()
-	held := o.mb.Close()
+	held := o.closeBox()
 	o.state, o.ready = nil, false
 	h.log.Info("relocation: temporary queue discarded", "object", d.obj.String(), "reason", reason, "messages", len(held))
-	for _, e := range held {
-		h.redispatch(e)
-	}
-	for _, f := range extra {
-		h.redispatchFrame(f)
-	}
+	d.later(func() {
+		for _, e := range held {
+			h.redispatch(e)
+		}
+		for _, f := range extra {
+			h.redispatchFrame(f)
+		}
+	})
 }
 
 // envelopeOf makes a queue item of a frame received in a move record or a
@@ -691,16 +778,10 @@ func (h *Host) redispatchMessage(m *payload.Message) {
 		return
 	}
 	if p.o != nil {
-		e := mailbox.NewEnvelope()
-		e.Msg = m
-		if err := p.o.mb.AdmitOverflow(e); err != nil {
-			e.Msg = nil
-			e.Release()
-			h.failMessage(m, payload.NewError(payload.Unavailable, "actor", "owner closed"))
-		}
+		h.admitHere(p.o, m)
 		return
 	}
-	h.forward("", kr, id, m, p)
+	h.forward(kr, id, m, p)
 }
 
 func frames(items []*mailbox.Envelope) [][]byte {

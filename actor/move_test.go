@@ -318,9 +318,10 @@ func TestRelocateRefusals(t *testing.T) {
 	}
 }
 
-// The table of where a host last sent each object (for fences) forgets
-// objects it has not sent to for twice FollowDuration.
-func TestSentRoutesAreForgottenWhenIdle(t *testing.T) {
+// A host forgets its sending stream for an object it has not sent to for
+// twice FollowDuration (the table would otherwise grow with every object
+// it ever sent to); its next message starts a new epoch.
+func TestIdleSendingStreamsAreForgotten(t *testing.T) {
 	n := NewNetwork(nil)
 	a := startHost(t, Config{Name: "a", Network: n, Logger: quietLogger(), FollowDuration: 100 * time.Millisecond, RouteCacheTTL: 50 * time.Millisecond}, movableKind(newGates()))
 	b := startHost(t, Config{Name: "b", Network: n, Logger: quietLogger()}, movableKind(newGates()))
@@ -330,11 +331,21 @@ func TestSentRoutesAreForgottenWhenIdle(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sent := func() int { a.sent.mu.Lock(); defer a.sent.mu.Unlock(); return len(a.sent.m) }
-	if sent() != 50 {
-		t.Fatalf("a noted %d routes, want 50", sent())
+	if got := a.streamCount(); got != 50 {
+		t.Fatalf("a has %d sending streams, want 50", got)
 	}
-	waitFor(t, "idle routes to be forgotten", func() bool { return sent() == 0 })
+	waitFor(t, "idle streams to be forgotten", func() bool { return a.streamCount() == 0 })
+	// The next message starts a new stream, which b's owner takes in order.
+	if err := Tell(bg, a, Ref{"counter", "0"}, Inc{By: 1}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the message of the new stream", func() bool {
+		got, err := Ask[Get, int](bg, b, Ref{"counter", "0"}, Get{})
+		return err == nil && got == 3
+	})
+	if st := b.Stats(); st.HeldOutOfOrder != 0 || st.Late != 0 || st.GapsClosed != 0 {
+		t.Fatalf("b: %+v; want nothing held, late or given up on", st)
+	}
 }
 
 // Flow control between hosts: a send from outside the handlers waits while

@@ -22,11 +22,15 @@ type Network struct {
 	pauses     pauseLog
 	recordHook atomic.Pointer[func(from, to string, rec relocation.Record) bool]
 
+	// linkMap is a copy of links for the send path, read without a lock;
+	// replaced (under mu) whenever a link comes or goes.
+	linkMap atomic.Pointer[map[[2]string]*link]
+
 	mu      sync.Mutex
 	hosts   map[string]*Host
 	links   map[[2]string]*link
 	broken  map[[2]string]bool
-	leaving map[string]leaveStage // hosts leaving gracefully: what their incoming links refuse
+	leaving map[string]bool // hosts leaving gracefully: their incoming links refuse frames
 	delay   map[[2]string]time.Duration
 }
 
@@ -37,7 +41,7 @@ func NewNetwork(store relocation.Store) *Network {
 		store = relocation.NewMemoryStore(nil)
 	}
 	return &Network{store: store, hosts: map[string]*Host{}, links: map[[2]string]*link{},
-		broken: map[[2]string]bool{}, delay: map[[2]string]time.Duration{}}
+		broken: map[[2]string]bool{}, delay: map[[2]string]time.Duration{}, leaving: map[string]bool{}}
 }
 
 // pauseLog measures each move's pause: from the seal at the source to the
@@ -122,14 +126,9 @@ func (n *Network) join(h *Host) error {
 }
 
 // leave takes h off the network: its links close, and hosts that had
-// moves with it learn that it is gone.
-//
-// After a graceful leave (leaveGracefully done) every fence that had to
-// pass through h has been handed on, so messages held elsewhere for such
-// fences keep waiting for them. Otherwise (a crash, or Close without
-// Stop) fences may be lost with h, and its peers release what waits for
-// fences through h: at once on a crash or with no link from h, else once
-// everything h sent before it left has been taken in.
+// moves with it learn that it is gone. What h sent before it left is
+// still delivered; what was sent to h and not received goes back to its
+// senders (a crash — Kill — loses both).
 func (n *Network) leave(h *Host) {
 	n.mu.Lock()
 	if n.hosts[h.name] != h {
@@ -139,43 +138,41 @@ func (n *Network) leave(h *Host) {
 	delete(n.hosts, h.name)
 	delete(n.leaving, h.name)
 	var closing []*link
-	hasLink := map[string]bool{} // peers that get a "left" item on a link from h
 	for k, l := range n.links {
 		if k[0] == h.name || k[1] == h.name {
 			closing = append(closing, l)
 			delete(n.links, k)
-			if k[0] == h.name {
-				hasLink[k[1]] = true
-			}
 		}
 	}
+	n.publishLinksLocked()
 	var peers []*Host
 	for _, p := range n.hosts {
 		peers = append(peers, p)
 	}
 	n.mu.Unlock()
-	killed, graceful := h.killed.Load(), h.leftGracefully.Load()
+	killed := h.killed.Load()
 	for _, l := range closing {
 		switch {
 		case killed:
 			l.close(false) // a crash: what was on the wire is lost
 		case l.from == h:
-			// Deliver what h sent before it left; without a graceful leave
-			// the last item tells the peer, in order, that nothing more
-			// comes from h.
-			l.mu.Lock()
-			if !graceful {
-				l.items = append(l.items, linkItem{left: true})
-			}
-			l.mu.Unlock()
-			l.closeWhenEmpty()
+			l.closeWhenEmpty() // deliver what h sent before it left
 		default:
 			l.close(true) // hand what h did not receive back to its senders
 		}
 	}
 	for _, p := range peers {
-		p.peerGone(h.name, graceful, killed || (!graceful && !hasLink[p.name]))
+		p.peerGone(h.name)
 	}
+}
+
+// publishLinksLocked makes the send path see the current links.
+func (n *Network) publishLinksLocked() {
+	m := make(map[[2]string]*link, len(n.links))
+	for k, l := range n.links {
+		m[k] = l
+	}
+	n.linkMap.Store(&m)
 }
 
 // SetRecordHook installs a hook, for fault-injection tests, that sees
@@ -200,11 +197,16 @@ func (n *Network) host(name string) *Host {
 }
 
 // linkTo returns the link from h to the named host, or nil if that host is
-// not on the network.
+// not on the network. Finding an existing link takes no lock.
 func (n *Network) linkTo(from *Host, to string) *link {
+	key := [2]string{from.name, to}
+	if m := n.linkMap.Load(); m != nil {
+		if l := (*m)[key]; l != nil {
+			return l
+		}
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	key := [2]string{from.name, to}
 	if l := n.links[key]; l != nil {
 		return l
 	}
@@ -214,7 +216,10 @@ func (n *Network) linkTo(from *Host, to string) *link {
 	}
 	l := newLink(n, from, dst)
 	l.leaving = n.leaving[to]
+	l.broken.Store(n.broken[pair(from.name, to)])
+	l.delay.Store(int64(n.delay[pair(from.name, to)]))
 	n.links[key] = l
+	n.publishLinksLocked()
 	return l
 }
 
@@ -241,31 +246,16 @@ func (n *Network) peers(h *Host) []*Host {
 	return out
 }
 
-// leaveStage is how far a gracefully leaving host is: what the links to
-// it refuse.
-type leaveStage int8
-
-const (
-	// notLeaving: the link takes everything.
-	notLeaving leaveStage = iota
-	// refusingFrames: a sender gets its frame back and routes it again
-	// (elsewhere: the peers forgot their routes to the host); fences are
-	// still taken, so that they follow what the host already has.
-	refusingFrames
-	// sealed: fences are refused too (every fence the host had to pass on
-	// has been taken and handled); the host is about to leave.
-	sealed
-)
-
-// setLeaving moves the links to h to stage: from then on they refuse
-// what stage refuses. What is already queued is still delivered, so h
-// hands it on in order, and nothing refused can be added behind it.
-func (n *Network) setLeaving(h *Host, stage leaveStage) {
+// setLeaving makes the links to h refuse frames from now on: their
+// senders route them again (elsewhere: the peers forgot their routes to
+// h). Relocation records and hints are still taken, and what is already
+// queued is still delivered, so h hands it on and finishes its moves.
+func (n *Network) setLeaving(h *Host) {
 	n.mu.Lock()
 	if n.leaving == nil {
-		n.leaving = map[string]leaveStage{}
+		n.leaving = map[string]bool{}
 	}
-	n.leaving[h.name] = stage
+	n.leaving[h.name] = true
 	var links []*link
 	for k, l := range n.links {
 		if k[1] == h.name {
@@ -275,7 +265,7 @@ func (n *Network) setLeaving(h *Host, stage leaveStage) {
 	n.mu.Unlock()
 	for _, l := range links {
 		l.mu.Lock()
-		l.leaving = stage
+		l.leaving = true
 		l.mu.Unlock()
 	}
 }
@@ -294,7 +284,7 @@ func (n *Network) pendingIn(h *Host) int {
 	total := 0
 	for _, l := range links {
 		l.mu.Lock()
-		total += len(l.items) + int(l.busy)
+		total += l.queuedLocked() + int(l.busy)
 		l.mu.Unlock()
 		if !l.in.idle() {
 			total++ // messages off the link wait for job permits
@@ -316,7 +306,7 @@ func (n *Network) pending(h *Host) int {
 	total := 0
 	for _, l := range links {
 		l.mu.Lock()
-		total += len(l.items)
+		total += l.queuedLocked()
 		l.mu.Unlock()
 	}
 	return total
@@ -331,30 +321,32 @@ func (n *Network) reachable(from, to string) bool {
 }
 
 // Broken reports whether the link between a and b is broken.
-func (n *Network) Broken(a, b string) bool { return n.isBroken(a, b) }
-
-func (n *Network) isBroken(a, b string) bool {
+func (n *Network) Broken(a, b string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.broken[pair(a, b)]
 }
 
-func (n *Network) delayOf(a, b string) time.Duration {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.delay[pair(a, b)]
+// pairLinks returns the links between a and b (either may be nil).
+func (n *Network) pairLinksLocked(a, b string) [2]*link {
+	return [2]*link{n.links[[2]string{a, b}], n.links[[2]string{b, a}]}
 }
 
 // Break breaks the link between hosts a and b in both directions until
 // Heal. Relocation records sent while it is broken are lost (the moves
 // resend what their phase needs when the link is up again). Messages,
-// replies, fences and hints are not lost: they wait on the link, in order,
-// and are delivered after Heal — the model is a transport session that
-// resumes, as a reconnecting connection with a resend buffer does. If a
-// host is killed meanwhile, what waits on its links is lost.
+// replies and hints are not lost: they wait on the link, in order, and are
+// delivered after Heal — the model is a transport session that resumes,
+// as a reconnecting connection with a resend buffer does. If a host is
+// killed meanwhile, what waits on its links is lost.
 func (n *Network) Break(a, b string) {
 	n.mu.Lock()
 	n.broken[pair(a, b)] = true
+	for _, l := range n.pairLinksLocked(a, b) {
+		if l != nil {
+			l.broken.Store(true)
+		}
+	}
 	n.mu.Unlock()
 }
 
@@ -364,7 +356,12 @@ func (n *Network) Heal(a, b string) {
 	n.mu.Lock()
 	delete(n.broken, pair(a, b))
 	ha, hb := n.hosts[a], n.hosts[b]
-	ls := []*link{n.links[[2]string{a, b}], n.links[[2]string{b, a}]}
+	ls := n.pairLinksLocked(a, b)
+	for _, l := range ls {
+		if l != nil {
+			l.broken.Store(false)
+		}
+	}
 	n.mu.Unlock()
 	for _, l := range ls {
 		if l != nil {
@@ -383,6 +380,11 @@ func (n *Network) Heal(a, b string) {
 func (n *Network) Delay(a, b string, d time.Duration) {
 	n.mu.Lock()
 	n.delay[pair(a, b)] = d
+	for _, l := range n.pairLinksLocked(a, b) {
+		if l != nil {
+			l.delay.Store(int64(d))
+		}
+	}
 	n.mu.Unlock()
 }
 
@@ -404,26 +406,25 @@ func (n *Network) Kill(name string) {
 
 // linkItem is one thing on a link.
 type linkItem struct {
-	buf      payload.Buffer    // a frame: message or reply (ownership moves)
-	fenceSeq uint64            // the frame's fence number (0: none)
-	fenceVia string            // and the old route that fence travels
-	fenceOf  string            // and the host that sent the frame first ("": the link's)
-	rec      relocation.Record // or a relocation record
-	obj      relocation.Object // the object a record, hint or fence is about
-	hint     *routeHint        // or a route hint
-	fence    *fenceMsg         // or a fence
-	left     bool              // or the sender's last item: it left the network
+	buf    payload.Buffer    // a frame: message or reply (ownership moves)
+	bounce bool              // the frame goes back to its origin (onBounce)
+	rec    relocation.Record // or a relocation record
+	obj    relocation.Object // the object a record or hint is about
+	hint   *routeHint        // or a route hint
 }
 
 // link is the ordered link from one host to another. Its receive goroutine
-// belongs to the destination host.
+// belongs to the destination host. Sending takes only the link's own lock.
 type link struct {
 	net      *Network
 	from, to *Host
+	broken   atomic.Bool  // Network.Break
+	delay    atomic.Int64 // Network.Delay, nanoseconds
 	mu       sync.Mutex
-	items    []linkItem    // guarded by mu
+	items    []linkItem    // queued from items[head]; guarded by mu
+	head     int           // guarded by mu
 	closed   bool          // guarded by mu
-	leaving  leaveStage    // the destination is leaving: what is refused; guarded by mu
+	leaving  bool          // the destination is leaving: frames are refused; guarded by mu
 	room     chan struct{} // closed when the queue falls below linkLow; guarded by mu
 	bounce   bool          // on close, hand undelivered frames back to the sender
 	busy     int32         // an item is being handled; guarded by mu
@@ -442,13 +443,12 @@ func newLink(n *Network, from, to *Host) *link {
 }
 
 // send queues it for delivery. A frame the link refuses stays the
-// caller's (refusalLocked's error); so does a fence (errLinkDown or
-// errHostGone: the caller must not count on it arriving). A record on a
-// broken or closed link, or one the record hook refuses, is dropped, as
-// is a record or hint for a host that is leaving.
+// caller's (refusalLocked's error). A record on a broken or closed link,
+// or one the record hook refuses, is dropped, as is a hint on a closed
+// link: the relocation protocol recovers, and hints are advice.
 func (l *link) send(it linkItem) error {
 	if it.rec != nil {
-		if l.net.isBroken(l.from.name, l.to.name) {
+		if l.broken.Load() {
 			return nil // lost; the relocation protocol recovers
 		}
 		if hook := l.net.recordHook.Load(); hook != nil && !(*hook)(l.from.name, l.to.name, it.rec) {
@@ -457,19 +457,16 @@ func (l *link) send(it linkItem) error {
 	}
 	l.mu.Lock()
 	var err error
-	switch {
-	case it.fence != nil:
+	if it.buf.IsZero() {
 		if l.closed {
 			err = errLinkDown
-		} else if l.leaving == sealed {
-			err = errHostGone
 		}
-	default:
+	} else {
 		err = l.refusalLocked()
 	}
 	if err != nil {
 		l.mu.Unlock()
-		if it.buf.IsZero() && it.fence == nil {
+		if it.buf.IsZero() {
 			return nil // a record or hint: dropped
 		}
 		return err
@@ -487,7 +484,7 @@ func (l *link) refusalLocked() error {
 	switch {
 	case l.closed:
 		return errLinkDown
-	case l.leaving != notLeaving:
+	case l.leaving:
 		return errHostGone
 	}
 	return nil
@@ -500,8 +497,8 @@ func (l *link) run() {
 	defer close(l.done)
 	for {
 		l.mu.Lock()
-		for (len(l.items) == 0 || l.net.isBroken(l.from.name, l.to.name)) && !l.closed {
-			if l.flush && len(l.items) == 0 {
+		for (l.queuedLocked() == 0 || l.broken.Load()) && !l.closed {
+			if l.flush && l.queuedLocked() == 0 {
 				l.closed = true
 				break
 			}
@@ -514,8 +511,8 @@ func (l *link) run() {
 			l.mu.Lock()
 		}
 		if l.closed {
-			rest, bounce := l.items, l.bounce
-			l.items = nil
+			rest, bounce := l.items[l.head:], l.bounce
+			l.items, l.head = nil, 0
 			l.mu.Unlock()
 			for _, it := range rest {
 				if bounce && !it.buf.IsZero() && !l.from.killed.Load() {
@@ -527,20 +524,30 @@ func (l *link) run() {
 			}
 			return
 		}
-		it := l.items[0]
-		l.items[0] = linkItem{}
-		l.items = l.items[1:]
+		it := l.items[l.head]
+		l.items[l.head] = linkItem{}
+		l.head++
+		switch {
+		case l.head == len(l.items):
+			l.items, l.head = l.items[:0], 0 // reuse the array
+		case l.head > 1024 && l.head > len(l.items)/2:
+			n := copy(l.items, l.items[l.head:])
+			clear(l.items[n:])
+			l.items, l.head = l.items[:n], 0
+		}
 		l.busy = 1
-		if l.room != nil && len(l.items) < linkLow {
+		if l.room != nil && l.queuedLocked() < linkLow {
 			close(l.room)
 			l.room = nil
 		}
 		l.mu.Unlock()
-		if d := l.net.delayOf(l.from.name, l.to.name); d > 0 {
+		if d := time.Duration(l.delay.Load()); d > 0 {
+			t := time.NewTimer(d)
 			select {
-			case <-time.After(d):
+			case <-t.C:
 			case <-l.to.bgStop:
 			}
+			t.Stop()
 		}
 		l.to.receive(l, it)
 		l.mu.Lock()
@@ -548,6 +555,9 @@ func (l *link) run() {
 		l.mu.Unlock()
 	}
 }
+
+// queuedLocked returns how many items wait on the link.
+func (l *link) queuedLocked() int { return len(l.items) - l.head }
 
 // wake makes the link's goroutine look at its queue again.
 func (l *link) wake() {
@@ -580,17 +590,21 @@ func (l *link) close(bounce bool) {
 	l.wake()
 }
 
-// sendMessage queues m's frame with the fence fields of it. If the
-// destination is leaving it returns errHostGone and m stays the caller's;
-// on a closed link it returns errLinkDown (m too stays the caller's).
-func (l *link) sendMessage(m *payload.Message, it linkItem) error {
+// sendMessage queues m's frame. If the destination is leaving it returns
+// errHostGone, on a closed link errLinkDown; m stays the caller's then.
+func (l *link) sendMessage(m *payload.Message) error { return l.sendFrame(m, false) }
+
+// sendBounce queues m's frame back to its origin (onBounce there); as
+// sendMessage.
+func (l *link) sendBounce(m *payload.Message) error { return l.sendFrame(m, true) }
+
+func (l *link) sendFrame(m *payload.Message, bounce bool) error {
 	l.mu.Lock()
 	if err := l.refusalLocked(); err != nil {
 		l.mu.Unlock()
 		return err
 	}
-	it.buf = m.TakeBuffer()
-	l.items = append(l.items, it)
+	l.items = append(l.items, linkItem{buf: m.TakeBuffer(), bounce: bounce})
 	l.mu.Unlock()
 	l.wake()
 	return nil
@@ -617,7 +631,7 @@ func (l *link) waitRoom(ctx context.Context, timeout time.Duration, done <-chan 
 	}()
 	for {
 		l.mu.Lock()
-		if len(l.items) < linkHigh || l.closed {
+		if l.queuedLocked() < linkHigh || l.closed {
 			l.mu.Unlock()
 			return nil
 		}

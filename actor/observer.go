@@ -83,7 +83,11 @@ type Stats struct {
 	PermitWaiters     int           // senders waiting for a permit
 	PermitsMax        int           // MaxQueuedApplicationJobs
 	RequestsInFlight  int           // requests waiting for replies
-	HeldForFence      int           // messages held until their sender's fence arrives
+	HeldOutOfOrder    int           // messages held because an older one of their sender has not arrived
+	GapsClosed        int64         // messages of senders given up on after GapTimeout (lost with a crashed host)
+	Late              int64         // messages run after a gap before them was given up on
+	Dropped           int64         // stamped messages this host could not deliver (their senders got an error; a skip notice followed)
+	Bounced           int64         // messages sent back to their origin to be routed again
 	Relocations       int64         // moves completed with this host as source or target
 	Captured          int64         // queued messages moved in move records (this host the source)
 	Relayed           int64         // messages relayed after relay-ready (this host the source)

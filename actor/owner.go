@@ -12,6 +12,7 @@ import (
 	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/route"
 )
 
 // owner is the single place an object's (or a channel subscriber's)
@@ -34,6 +35,15 @@ type owner struct {
 	moving       atomic.Bool          // a move away is under way
 	left         atomic.Bool          // the move away passed relay-ready: no longer the owner
 	deactPending atomic.Bool          // a controlDeactivate is queued
+
+	// The receive order (order.go). Lock order: ownerShard.mu, then
+	// seqMu, then the mailbox's lock.
+	seqMu     sync.Mutex
+	order     route.Order[*mailbox.Envelope] // guarded by seqMu
+	trail     route.Trail                    // hosts the object left recently; guarded by seqMu
+	frozen    bool                           // arrivals go to the hold unchecked; guarded by seqMu
+	shut      bool                           // the mailbox closed for good; guarded by seqMu
+	heldCount int                            // messages held out of order, as last noted (noteHeldLocked); guarded by seqMu
 
 	lastActive atomic.Int64  // nanotime of the last turn's end (with IdleTimeout)
 	gone       chan struct{} // closed when the deactivation finished
@@ -256,15 +266,27 @@ func (kr *kindRuntime) all() []*owner {
 // stops. A sender that finds the mailbox closed looks the object up again
 // and activates a new owner, whose factory waits for this hook.
 func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
+	h := kr.host
 	sh := kr.shard(o.ref.ID)
 	sh.mu.Lock()
-	if !o.mb.CloseIfEmpty() {
+	o.seqMu.Lock()
+	// Messages held out of order wait for their gaps (GapTimeout at most):
+	// the owner stays until they ran.
+	if o.order.Held() > 0 || !o.mb.CloseIfEmpty() {
+		held := o.order.Held() > 0
+		o.seqMu.Unlock()
 		sh.mu.Unlock()
-		if stopping {
+		if stopping && !held {
 			o.requestDeactivate() // after what is queued
 		}
 		return
 	}
+	o.shut = true
+	var order []byte
+	if h.net != nil {
+		order = o.orderSnapshotLocked(nanotime())
+	}
+	o.seqMu.Unlock()
 	if sh.m[o.ref.ID] == o {
 		delete(sh.m, o.ref.ID)
 	}
@@ -278,7 +300,7 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 		func() {
 			defer func() {
 				if r := recover(); r != nil {
-					kr.host.log.Error("deactivate hook panicked", "owner", o.ref.String(), "panic", r)
+					h.log.Error("deactivate hook panicked", "owner", o.ref.String(), "panic", r)
 				}
 			}()
 			kr.spec.deactivate(context.WithoutCancel(&o.ctx), o.ref.ID, o.state)
@@ -286,8 +308,11 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 	}
 	o.state = nil
 	obj := relocation.Object{Kind: o.ref.Kind, ID: o.ref.ID}
-	if _, err := kr.host.store.Preserve(storeCtx, obj, o.row); err != nil {
-		kr.host.log.Debug("location store row not preserved", "object", obj.String(), "err", err)
+	ctx, cancel := h.storeContext()
+	_, err := h.store.Preserve(ctx, obj, o.row, order)
+	cancel()
+	if err != nil {
+		h.log.Debug("location store row not preserved", "object", obj.String(), "err", err)
 	}
 	sh.mu.Lock()
 	if sh.passivating[o.ref.ID] == o {
@@ -295,8 +320,30 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 	}
 	sh.mu.Unlock()
 	close(o.gone)
-	kr.host.obs.Deactivated(kr.spec.name)
-	kr.host.system.Root.Stop(o.pid)
+	h.obs.Deactivated(kr.spec.name)
+	h.system.Root.Stop(o.pid)
+}
+
+// local returns the owner of object id on this host, or nil.
+func (kr *kindRuntime) local(id string) *owner {
+	sh := kr.shard(id)
+	sh.mu.RLock()
+	o := sh.m[id]
+	sh.mu.RUnlock()
+	return o
+}
+
+// closeBox closes the owner's mailbox for good and returns every item it
+// had, then the messages it held out of order, for the caller to end or
+// send on.
+func (o *owner) closeBox() []*mailbox.Envelope {
+	o.seqMu.Lock()
+	o.shut = true
+	items := o.mb.Close()
+	items = append(items, o.order.TakeHeld()...)
+	o.noteHeldLocked()
+	o.seqMu.Unlock()
+	return items
 }
 
 // channelRuntime is a channel on a host: its subscriber owners, by message

@@ -36,6 +36,7 @@ func Tell[M any](ctx context.Context, h *Host, to Ref, msg M) error {
 	m, err := payload.NewMessage(h.pool, h.reg, payload.Header{
 		Target: payload.Target{Scope: payload.ScopeObject, Name: to.Kind, ID: to.ID},
 		Op:     payload.NewOpID(),
+		Origin: h.origin,
 	}, msg)
 	if err != nil {
 		return err
@@ -179,7 +180,11 @@ func ask[M, R any](ctx context.Context, h *Host, turn *Context, t target, pt pay
 		deadline = d
 	}
 	op := payload.NewOpID()
-	m, err := payload.NewMessage(h.pool, h.reg, payload.Header{Target: pt, Op: op, ReplyTo: h.name, Deadline: deadline}, msg)
+	origin := ""
+	if pt.Scope == payload.ScopeObject {
+		origin = h.origin
+	}
+	m, err := payload.NewMessage(h.pool, h.reg, payload.Header{Target: pt, Op: op, ReplyTo: h.name, Deadline: deadline, Origin: origin}, msg)
 	if err != nil {
 		return zero, err
 	}
@@ -358,36 +363,10 @@ func (t target) resolve(internal bool) (place, error) {
 	return t.kr.locate(t.id, internal)
 }
 
-// sendElsewhere hands an item whose object runs on another host to the
-// transport: its permit (if any) is returned, its message sent on. With a
-// non-nil ctx it first waits for room on the link (sendRemote). On an
-// error e stays the caller's; if the host is gone or leaving it forgets
-// the route and returns errHostGone (the caller resolves e again).
-//
-// With note (a message this host sends, not one it hands on), the route is
-// noted for fences (noteSend) as the message goes on the link, and the
-// message carries the fence noteSend gives.
-func (h *Host) sendElsewhere(ctx context.Context, e *mailbox.Envelope, p place, t target, note bool) error {
-	var noteObj *relocation.Object
-	if note && t.kr != nil {
-		obj := t.obj()
-		noteObj = &obj
-	}
-	if err := h.sendRemote(ctx, p.host, e.Msg, noteObj); err != nil {
-		if errors.Is(err, errHostGone) && t.kr != nil {
-			h.forgetRoutes(t.obj())
-		}
-		return err
-	}
-	e.Msg = nil // sent
-	e.Release()
-	return nil
-}
-
 // rejectReason names, for the observer, why a send to another host failed.
 func rejectReason(err error) string {
 	switch {
-	case errors.Is(err, errHostGone):
+	case errors.Is(err, errHostGone), errors.Is(err, errLinkDown):
 		return RejectShuttingDown
 	case errors.Is(err, ErrSendTimeout):
 		return RejectFull
@@ -399,50 +378,16 @@ func rejectReason(err error) string {
 	return RejectUndeliverable
 }
 
-// noteRoute notes, for fences, where this host sends t's message now (p)
-// and returns the fence the message carries (0: none) and its old route.
-func (h *Host) noteRoute(t target, p place) (uint64, string) {
-	dest := p.host
-	if p.o != nil {
-		dest = h.name
-	}
-	return h.noteSend(t.obj(), dest)
-}
-
-// holdOwn holds a message this host sends to a local owner until its
-// fence arrives (holdForFence); without a fence it passes. inOrder: see
-// heldForFence.
-func (h *Host) holdOwn(t target, p place, e *mailbox.Envelope, fence uint64, via string, inOrder bool) int {
-	if fence == 0 {
-		return fencePass
-	}
-	return h.holdForFence(fenceKey{obj: t.obj(), sender: h.name}, via, heldForFence{seq: fence, t: t, e: e, o: p.o, inOrder: inOrder})
-}
-
-// holdRelayed holds a message received off a link (ps) until its
-// sender's fence arrives, as onFrame does when the object runs here on
-// arrival; here the object came after the message was received (it was
-// queued behind earlier messages of the link meanwhile). If held, the
-// message leaves e (whose permit is returned) for a new pending send.
-func (h *Host) holdRelayed(t target, p place, e *mailbox.Envelope, ps *pendingSend) int {
-	if ps.fence.fenceSeq == 0 || ps.fencePassed || ps.src == nil || t.kr == nil {
-		return fencePass
-	}
-	held := &pendingSend{m: e.Msg, from: ps.from, fence: ps.fence, src: ps.src}
-	held.one[0] = t
-	held.targets = held.one[:]
-	r := h.holdForFence(fenceKey{obj: t.obj(), sender: ps.fence.fenceOf}, ps.fence.fenceVia,
-		heldForFence{seq: ps.fence.fenceSeq, l: ps.src, ps: held, o: p.o, inOrder: true})
-	if r == fenceHeld {
-		e.Msg = nil
-		e.Release()
-	}
-	return r
-}
-
-// objOf names a target's object for routing and fences.
+// objOf names a target's object for routing and ordering.
 func (t target) obj() relocation.Object {
 	return relocation.Object{Kind: t.kr.spec.name, ID: t.id}
+}
+
+// newEnvelope returns an application item for m.
+func newEnvelope(m *payload.Message) *mailbox.Envelope {
+	e := mailbox.NewEnvelope()
+	e.Msg = m
+	return e
 }
 
 // dispatch admits m for t and takes ownership of m in every case. From a
@@ -469,14 +414,18 @@ func (h *Host) dispatchRun(ctx context.Context, turn *Context, t target, m *payl
 		h.obs.Rejected(t.name(), RejectCancelled)
 		return false, ctxErr(ctx)
 	}
-	e := mailbox.NewEnvelope()
-	e.Msg = m
+	e := newEnvelope(m)
 	e.HoldPermit(h.permits)
 	return h.admitWait(ctx, t, e, inline)
 }
 
+// retryable reports whether a send to another host failed because that
+// host is leaving or gone: the object is looked up again.
+func retryable(err error) bool { return errors.Is(err, errHostGone) || errors.Is(err, errLinkDown) }
+
 // admitWait admits an item that holds its permit, waiting up to SendTimeout
-// for lane room. On failure the item is released undecoded.
+// for lane room. On failure the item is released undecoded (and, if it was
+// stamped, a skip notice takes its place).
 func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inline bool) (ran bool, err error) {
 	var timer *time.Timer
 	defer func() {
@@ -491,49 +440,37 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 			h.reject(t.name(), e, RejectShuttingDown)
 			return false, err
 		}
-		if t.o == nil {
-			if p.o == nil {
-				if h.queueBehind(fenceKey{obj: t.obj(), sender: h.name}, nil, heldForFence{t: t, e: e}) {
-					return false, nil
-				}
-				// External sends wait for room on the link (flow control).
-				err := h.sendElsewhere(ctx, e, p, t, true)
-				switch {
-				case errors.Is(err, errHostGone) && retries < 3:
-					retries++
-					continue
-				case err != nil:
-					h.reject(t.name(), e, rejectReason(err))
-				}
-				return false, err
-			}
-			fence, via := h.noteRoute(t, p)
-			switch h.holdOwn(t, p, e, fence, via, false) {
-			case fenceHeld:
+		if p.o == nil {
+			// External sends wait for room on the link (flow control).
+			err := h.sendRemote(ctx, p.host, t, e.Msg)
+			switch {
+			case err == nil:
+				e.Msg = nil // sent
+				e.Release()
 				return false, nil
-			case fenceReroute:
+			case retryable(err) && retries < 3:
+				h.forgetRoutes(t.obj(), true)
+				retries++
 				continue
 			}
+			h.reject(t.name(), e, rejectReason(err))
+			return false, err
 		}
 		o := p.o
+		h.stamp(t, e.Msg)
 		size := e.Msg.Len()
 		if h.observed {
 			e.Admitted = nanotime()
 		}
-		var room <-chan struct{}
+		how := admitWait
 		if inline {
-			inline = false // only the first attempt
-			ran, room, err = o.mb.AdmitOrRun(e)
-			if ran || err == nil {
-				h.obs.Admitted(o.spec.name, mailbox.Application, size)
-				return ran, nil
-			}
-		} else {
-			room, err = o.mb.AdmitOrWait(e)
-			if err == nil {
-				h.obs.Admitted(o.spec.name, mailbox.Application, size)
-				return false, nil
-			}
+			how, inline = admitInline, false // only the first attempt
+		}
+		var room <-chan struct{}
+		ran, room, err = o.admit(e, how)
+		if err == nil {
+			h.obs.Admitted(o.spec.name, mailbox.Application, size)
+			return ran, nil
 		}
 		switch {
 		case errors.Is(err, mailbox.ErrClosed):
@@ -541,7 +478,7 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 				h.reject(t.name(), e, RejectShuttingDown)
 				return false, ErrShuttingDown
 			}
-			continue // passivated: the next lookup activates a new owner
+			continue // passivated or moved: the next lookup finds it
 		case errors.Is(err, mailbox.ErrFull):
 			if timer == nil {
 				timer = time.NewTimer(h.cfg.SendTimeout)
@@ -566,35 +503,11 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 	}
 }
 
-// sendKind says how admitGranted treats an item for fences.
-type sendKind int8
-
-const (
-	// notOwn: received off a link, or for a channel subscriber: no route
-	// is noted for it.
-	notOwn sendKind = iota
-	// ownNew: a new send of this host: its route is noted, it queues behind
-	// released messages of its object still being delivered, and it is held
-	// for its fence.
-	ownNew
-	// ownReleased: this host's, released from its fence hold: its route is
-	// noted if it goes to another host; it is not held again.
-	ownReleased
-	// ownInTurn: this host's, queued behind released messages (queueBehind)
-	// and now in its turn: as ownNew, but behind nothing more.
-	ownInTurn
-)
-
-// admitGranted admits an item that was granted its permit asynchronously
-// (or that gave it back while held for a fence). It cannot wait, so lane
-// limits do not apply (the permit bounds it).
-func (h *Host) admitGranted(t target, e *mailbox.Envelope, how sendKind) {
-	h.admitGrantedFrom(t, e, how, nil)
-}
-
-// admitGrantedFrom is admitGranted for an item received off a link (ps):
-// if its object moved meanwhile it is forwarded as a hop, keeping its fence.
-func (h *Host) admitGrantedFrom(t target, e *mailbox.Envelope, how sendKind, ps *pendingSend) {
+// admitGranted admits an item that was granted its permit asynchronously:
+// a handler's send, or (relayed) a message off a link. It cannot wait, so
+// lane limits do not apply (the permit bounds it). A relayed message
+// whose object is not here (any more) is forwarded.
+func (h *Host) admitGranted(t target, e *mailbox.Envelope, relayed bool) {
 	retries := 0
 	for {
 		p, err := t.resolve(true)
@@ -602,49 +515,37 @@ func (h *Host) admitGrantedFrom(t target, e *mailbox.Envelope, how sendKind, ps 
 			h.endUnrun(nil, t.name(), e, err, RejectShuttingDown)
 			return
 		}
-		if p.o == nil && ps != nil && t.kr != nil {
-			m := e.Msg
-			e.Msg = nil
-			e.Release() // its permit: forwarding takes none
-			h.forwardFenced(ps.from, t.kr, t.id, m, p, ps.fence)
-			return
-		}
-		own := how != notOwn && t.o == nil
 		if p.o == nil {
-			if own && how == ownNew && h.queueBehind(fenceKey{obj: t.obj(), sender: h.name}, nil, heldForFence{t: t, e: e}) {
+			if relayed && t.kr != nil {
+				m := e.Msg
+				e.Msg = nil
+				e.Release() // its permit: forwarding takes none
+				h.forward(t.kr, t.id, m, p)
 				return
 			}
-			err := h.sendElsewhere(nil, e, p, t, own)
-			if errors.Is(err, errHostGone) && retries < 3 {
+			err := h.sendRemote(nil, p.host, t, e.Msg)
+			switch {
+			case err == nil:
+				e.Msg = nil
+				e.Release()
+				return
+			case retryable(err) && retries < 3 && t.kr != nil:
+				h.forgetRoutes(t.obj(), true)
 				retries++
 				continue
 			}
-			if err != nil {
-				h.endUnrun(nil, t.name(), e, err, RejectShuttingDown)
-			}
+			h.endUnrun(nil, t.name(), e, err, RejectShuttingDown)
 			return
 		}
-		hold := fencePass
-		switch {
-		case ps != nil:
-			hold = h.holdRelayed(t, p, e, ps)
-		case own && how != ownReleased:
-			fence, via := h.noteRoute(t, p)
-			hold = h.holdOwn(t, p, e, fence, via, how == ownInTurn)
-		}
-		switch hold {
-		case fenceHeld:
-			return
-		case fenceReroute:
-			continue
+		if !relayed {
+			h.stamp(t, e.Msg)
 		}
 		o := p.o
 		size := e.Msg.Len()
 		if h.observed {
 			e.Admitted = nanotime()
 		}
-		err = o.mb.AdmitOverflow(e)
-		if err == nil {
+		if _, _, err = o.admit(e, admitOverflow); err == nil {
 			h.obs.Admitted(o.spec.name, mailbox.Application, size)
 			return
 		}
@@ -655,14 +556,19 @@ func (h *Host) admitGrantedFrom(t target, e *mailbox.Envelope, how sendKind, ps 
 	}
 }
 
-// reject ends an item that was never admitted (the sender gets the error).
+// reject ends an item that was never admitted (the sender gets the error;
+// a stamped one is announced dropped).
 func (h *Host) reject(kind string, e *mailbox.Envelope, reason string) {
 	h.obs.Rejected(kind, reason)
+	if e.Msg != nil {
+		h.dropped(e.Msg.Header())
+	}
 	e.Release()
 }
 
 // endUnrun ends an admitted or granted item that will not run: a request
-// gets err as its reply; the payload is released undecoded.
+// gets err as its reply; the payload is released undecoded; a stamped one
+// is announced dropped.
 func (h *Host) endUnrun(o *owner, kind string, e *mailbox.Envelope, err error, reason string) {
 	if o != nil {
 		kind = o.spec.name
@@ -670,6 +576,7 @@ func (h *Host) endUnrun(o *owner, kind string, e *mailbox.Envelope, err error, r
 	h.obs.Rejected(kind, reason)
 	if e.Msg != nil {
 		hv := e.Msg.Header()
+		h.dropped(hv)
 		if route := hv.ReplyTo(); len(route) > 0 {
 			h.routeReply(route, hv.Op(), reply{err: err})
 		}
@@ -685,15 +592,20 @@ func ctxErr(ctx context.Context) error {
 	return err
 }
 
-// outbox holds the sends of one source — an owner's handlers, or the rest
-// of an external Publish — that wait for job permits. It has at most one
-// waiter in the permit queue at a time, so its sends are admitted in order
-// and sources are served oldest first. Sends queue here only when no permit
-// is free (or earlier sends still wait); nothing here waits while holding a
-// gate.
+// outbox holds the sends of one source — an owner's handlers, the rest of
+// an external Publish, or the messages off one link — that wait for job
+// permits. It has at most one waiter in the permit queue at a time, so its
+// sends are admitted in order and sources are served oldest first. Sends
+// queue here only when no permit is free (or earlier sends still wait);
+// nothing here waits while holding a gate.
+//
+// It is not x/sync/semaphore: a semaphore's waiter is a goroutine blocked
+// in Acquire, while a source here must not block (a handler, a link's
+// receive loop): its waiter is a callback (mailbox.Grantee) that the
+// permits call when one is free, in FIFO order across sources.
 type outbox struct {
 	host   *Host
-	o      *owner // nil for an external fan-out
+	o      *owner // nil for an external fan-out or a link
 	mu     sync.Mutex
 	head   *pendingSend // guarded by mu
 	tail   *pendingSend
@@ -709,22 +621,7 @@ type pendingSend struct {
 	targets []target
 	next    int // index of the next target to admit
 	fanout  bool
-	from    string   // received off a link: the host it came from ("": this host's own send)
-	fence   linkItem // relayed: the fence it carries (fenceSeq, fenceVia, fenceOf)
-	src     *link    // relayed: the link it came on
-	// fencePassed: its fence has been waited for (it passed or was
-	// released); it is not held again here.
-	fencePassed bool
-	// mark, if set, makes this a fence marker instead of a message: when
-	// its turn comes every earlier item of the source has been admitted,
-	// and the fence counts as arrived.
-	mark *fenceMark
-}
-
-type fenceMark struct {
-	key  fenceKey
-	seq  uint64
-	left string // instead: that host left, and all it sent here is admitted
+	relayed bool // received off a link (not this host's own send)
 }
 
 // sendOne sends m to t from a handler: at once if a permit is free and
@@ -734,10 +631,9 @@ func (ob *outbox) sendOne(t target, m *payload.Message) {
 	idle := ob.head == nil && !ob.queued
 	ob.mu.Unlock()
 	if idle && ob.host.permits.TryAcquire() {
-		e := mailbox.NewEnvelope()
-		e.Msg = m
+		e := newEnvelope(m)
 		e.HoldPermit(ob.host.permits)
-		ob.host.admitGranted(t, e, ownNew)
+		ob.host.admitGranted(t, e, false)
 		return
 	}
 	ps := &pendingSend{m: m}
@@ -755,16 +651,8 @@ func (ob *outbox) idle() bool {
 
 // enqueue adds ps behind the source's earlier sends and makes sure the
 // source waits for a permit.
-//
-// A fence marker takes no permit: with nothing ahead of it, it is reached
-// at once; else it is reached right after the item ahead of it.
 func (ob *outbox) enqueue(ps *pendingSend) {
 	ob.mu.Lock()
-	if ps.mark != nil && ob.head == nil && !ob.queued {
-		ob.mu.Unlock()
-		ob.host.markerReached(ps.mark)
-		return
-	}
 	if ob.tail != nil {
 		ob.tail.link = ps
 	} else {
@@ -779,19 +667,6 @@ func (ob *outbox) enqueue(ps *pendingSend) {
 	}
 }
 
-// popMarksLocked takes the fence markers at the head of the queue.
-func (ob *outbox) popMarksLocked() []*fenceMark {
-	var marks []*fenceMark
-	for ob.head != nil && ob.head.mark != nil {
-		marks = append(marks, ob.head.mark)
-		ob.head = ob.head.link
-		if ob.head == nil {
-			ob.tail = nil
-		}
-	}
-	return marks
-}
-
 // Granted implements mailbox.Grantee: admit the next child with the permit,
 // and keep going while permits are free without overtaking other waiters.
 func (ob *outbox) Granted() {
@@ -799,28 +674,14 @@ func (ob *outbox) Granted() {
 		ob.mu.Lock()
 		ps := ob.head
 		ob.mu.Unlock()
-		if ps.mark != nil {
-			ob.host.permits.Release() // a marker takes no permit
-			ob.host.markerReached(ps.mark)
-			ps.next = len(ps.targets)
-			if !ob.advance(ps) {
-				return
-			}
-			continue
-		}
 		t := ps.targets[ps.next]
 		m := ps.m
 		if ps.fanout {
 			m = ps.m.Share()
 		}
-		e := mailbox.NewEnvelope()
-		e.Msg = m
+		e := newEnvelope(m)
 		e.HoldPermit(ob.host.permits)
-		if ps.from != "" {
-			ob.host.admitGrantedFrom(t, e, notOwn, ps)
-		} else {
-			ob.host.admitGranted(t, e, ownNew)
-		}
+		ob.host.admitGranted(t, e, ps.relayed)
 		ps.next++
 		if !ob.advance(ps) {
 			return
@@ -842,7 +703,6 @@ func (ob *outbox) advance(ps *pendingSend) bool {
 			ob.tail = nil
 		}
 	}
-	marks := ob.popMarksLocked()
 	empty := ob.head == nil
 	if empty {
 		ob.queued = false
@@ -850,9 +710,6 @@ func (ob *outbox) advance(ps *pendingSend) bool {
 	ob.mu.Unlock()
 	if done != nil && done.fanout {
 		done.m.Release()
-	}
-	for _, m := range marks {
-		ob.host.markerReached(m)
 	}
 	if empty {
 		return false
@@ -872,9 +729,6 @@ func (ob *outbox) Abandoned() {
 	ob.head, ob.tail, ob.queued = nil, nil, false
 	ob.mu.Unlock()
 	for ; ps != nil; ps = ps.link {
-		if ps.mark != nil {
-			continue
-		}
 		for _, t := range ps.targets[ps.next:] {
 			ob.host.obs.Rejected(t.name(), RejectShuttingDown)
 		}

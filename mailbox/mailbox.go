@@ -145,6 +145,20 @@ func (m *Mailbox) AdmitOrWait(e *Envelope) (<-chan struct{}, error) {
 // turn are handed to the dispatcher afterwards. A ran item has ended
 // (released) when AdmitOrRun returns.
 func (m *Mailbox) AdmitOrRun(e *Envelope) (ran bool, room <-chan struct{}, err error) {
+	claimed, room, err := m.AdmitOrClaim(e)
+	if claimed {
+		m.RunClaimed(e)
+		return true, nil, nil
+	}
+	return false, room, err
+}
+
+// AdmitOrClaim is AdmitOrRun in two steps: where AdmitOrRun would run e's
+// turn, it takes the gate for e instead and reports claimed; the caller
+// must then call RunClaimed(e), without holding a lock that the turn or an
+// admission may need. Until then no other turn starts; items admitted
+// meanwhile queue behind e.
+func (m *Mailbox) AdmitOrClaim(e *Envelope) (claimed bool, room <-chan struct{}, err error) {
 	size := e.Size()
 	m.mu.Lock()
 	if e.Lane != Application || m.closed || m.sealed || m.scheduled || m.dispatcher == nil ||
@@ -164,7 +178,14 @@ func (m *Mailbox) AdmitOrRun(e *Envelope) (ran bool, room <-chan struct{}, err e
 	l.bytes += size
 	m.scheduled = true // the gate: no drain starts while this turn runs
 	m.mu.Unlock()
+	return true, nil, nil
+}
 
+// RunClaimed runs the turn of an item AdmitOrClaim claimed, on the calling
+// goroutine, then hands what arrived meanwhile to the dispatcher. The item
+// has ended (released) when RunClaimed returns.
+func (m *Mailbox) RunClaimed(e *Envelope) {
+	l := &m.lanes[Application]
 	e.box = m
 	m.invoker.InvokeUserMessage(e)
 
@@ -180,7 +201,6 @@ func (m *Mailbox) AdmitOrRun(e *Envelope) (ran bool, room <-chan struct{}, err e
 	if more {
 		m.dispatcher.Schedule(m.runFn)
 	}
-	return true, nil, nil
 }
 
 func (m *Mailbox) admit(e *Envelope, overflow, wantRoom bool) (<-chan struct{}, error) {

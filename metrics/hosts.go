@@ -26,7 +26,11 @@ type hostCollector struct {
 	fullCopies       *prometheus.Desc
 	fullCopyBytes    *prometheus.Desc
 	views            *prometheus.Desc
-	heldForFence     *prometheus.Desc
+	heldOutOfOrder   *prometheus.Desc
+	gapsClosed       *prometheus.Desc
+	late             *prometheus.Desc
+	dropped          *prometheus.Desc
+	bounced          *prometheus.Desc
 	relocations      *prometheus.Desc
 	captured         *prometheus.Desc
 	relayed          *prometheus.Desc
@@ -60,8 +64,16 @@ func newHostCollector() *hostCollector {
 			"Bytes copied by whole-buffer payload copies."),
 		views: desc("payload_views_total",
 			"Zero-copy views of payload bytes handed out."),
-		heldForFence: desc("held_for_fence",
-			"Messages held until their sending host's fence arrives (order across a route switch)."),
+		heldOutOfOrder: desc("held_out_of_order",
+			"Messages held because an older message of their sending host has not arrived yet."),
+		gapsClosed: desc("order_gaps_closed_total",
+			"Messages of a sending host given up on after the gap timeout (lost with a crashed host)."),
+		late: desc("order_late_messages_total",
+			"Messages run after a gap before them had been given up on."),
+		dropped: desc("dropped_messages_total",
+			"Messages the host could not deliver: their senders got an error and a skip notice followed."),
+		bounced: desc("bounced_messages_total",
+			"Messages sent back to their origin host to be routed afresh."),
 		relocations: desc("relocations_total",
 			"Moves completed with the host as source or target."),
 		captured: desc("relocation_captured_messages_total",
@@ -85,7 +97,7 @@ func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.ownersActive, c.laneDepth, c.permitsInUse, c.permitWaiters, c.permitsMax,
 		c.requestsInFlight, c.decodes, c.fullCopies, c.fullCopyBytes, c.views,
-		c.heldForFence, c.relocations, c.captured, c.relayed, c.forwarded,
+		c.heldOutOfOrder, c.gapsClosed, c.late, c.dropped, c.bounced, c.relocations, c.captured, c.relayed, c.forwarded,
 	} {
 		ch <- d
 	}
@@ -126,7 +138,11 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.fullCopies, st.Payload.FullCopies)
 		counter(c.fullCopyBytes, st.Payload.FullCopyBytes)
 		counter(c.views, st.Payload.Views)
-		gauge(c.heldForFence, float64(st.HeldForFence))
+		gauge(c.heldOutOfOrder, float64(st.HeldOutOfOrder))
+		counter(c.gapsClosed, uint64(st.GapsClosed))
+		counter(c.late, uint64(st.Late))
+		counter(c.dropped, uint64(st.Dropped))
+		counter(c.bounced, uint64(st.Bounced))
 		counter(c.relocations, uint64(st.Relocations))
 		counter(c.captured, uint64(st.Captured))
 		counter(c.relayed, uint64(st.Relayed))

@@ -57,7 +57,11 @@ var hostSeries = []string{
 	"berth_payload_full_copies_total",
 	"berth_payload_full_copy_bytes_total",
 	"berth_payload_views_total",
-	"berth_held_for_fence",
+	"berth_held_out_of_order",
+	"berth_order_gaps_closed_total",
+	"berth_order_late_messages_total",
+	"berth_dropped_messages_total",
+	"berth_bounced_messages_total",
 	"berth_relocations_total",
 	"berth_relocation_captured_messages_total",
 	"berth_relocation_relayed_messages_total",
@@ -230,7 +234,11 @@ func TestHostGauges(t *testing.T) {
 		PermitWaiters:     4,
 		PermitsMax:        1024,
 		RequestsInFlight:  5,
-		HeldForFence:      12,
+		HeldOutOfOrder:    12,
+		GapsClosed:        17,
+		Late:              18,
+		Dropped:           19,
+		Bounced:           20,
 		Relocations:       13,
 		Captured:          14,
 		Relayed:           15,
@@ -271,9 +279,21 @@ berth_payload_full_copy_bytes_total{host="a"} 600
 # HELP berth_payload_views_total Zero-copy views of payload bytes handed out.
 # TYPE berth_payload_views_total counter
 berth_payload_views_total{host="a"} 70
-# HELP berth_held_for_fence Messages held until their sending host's fence arrives (order across a route switch).
-# TYPE berth_held_for_fence gauge
-berth_held_for_fence{host="a"} 12
+# HELP berth_held_out_of_order Messages held because an older message of their sending host has not arrived yet.
+# TYPE berth_held_out_of_order gauge
+berth_held_out_of_order{host="a"} 12
+# HELP berth_order_gaps_closed_total Messages of a sending host given up on after the gap timeout (lost with a crashed host).
+# TYPE berth_order_gaps_closed_total counter
+berth_order_gaps_closed_total{host="a"} 17
+# HELP berth_order_late_messages_total Messages run after a gap before them had been given up on.
+# TYPE berth_order_late_messages_total counter
+berth_order_late_messages_total{host="a"} 18
+# HELP berth_dropped_messages_total Messages the host could not deliver: their senders got an error and a skip notice followed.
+# TYPE berth_dropped_messages_total counter
+berth_dropped_messages_total{host="a"} 19
+# HELP berth_bounced_messages_total Messages sent back to their origin host to be routed afresh.
+# TYPE berth_bounced_messages_total counter
+berth_bounced_messages_total{host="a"} 20
 # HELP berth_relocations_total Moves completed with the host as source or target.
 # TYPE berth_relocations_total counter
 berth_relocations_total{host="a"} 13

@@ -49,7 +49,7 @@ func Example() {
 	// {apple 3} <nil>
 	// true
 	// decodes: 1
-	// released 116 bytes
+	// released 133 bytes
 }
 
 // Codecs are chosen by the declared type on send and by the content type on

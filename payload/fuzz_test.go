@@ -19,7 +19,13 @@ func seedFrames(f *testing.F) {
 	chFrame, _ := AppendHeader(nil, &ch)
 	f.Add(chFrame)
 	f.Add([]byte{})
-	f.Add([]byte{headerMagic, 0, 46})
+	f.Add([]byte{headerMagic, 0, fixedLen + minVarLen})
+	stamped := Header{Op: OpID{2}, Origin: "host-9", Epoch: 3, Seq: 1 << 40}
+	stampedFrame, _ := AppendHeader(nil, &stamped)
+	f.Add(stampedFrame)
+	v1 := append([]byte(nil), full...)
+	v1[0] = 0xB1
+	f.Add(v1)
 	f.Add(bytes.Repeat([]byte{0xff}, 64))
 }
 

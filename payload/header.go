@@ -11,10 +11,10 @@ import (
 	"time"
 )
 
-// Header wire format, version 1. All integers are big-endian.
+// Header wire format, version 2. All integers are big-endian.
 //
 //	off len field
-//	0   1   magic/version: 0xB1
+//	0   1   magic/version: 0xB2
 //	1   2   header length H, including these three bytes
 //	3   1   flags (opaque to this package)
 //	4   1   hop count
@@ -22,20 +22,24 @@ import (
 //	6   16  operation id (non-zero)
 //	22  8   object generation
 //	30  8   deadline, Unix nanoseconds; 0 means none; never negative
-//	38  1+n message type name        (n ≤ 255)
+//	38  8   sender's stream epoch for the target; 0 means not stamped
+//	46  8   sender's sequence number in that epoch; 0 means not stamped
+//	54  1+n message type name        (n ≤ 255)
 //	    1+n content type             (n ≤ 255)
 //	    1+n target name: kind or channel (n ≤ 255)
 //	    2+n target id                (n ≤ MaxTargetIDLen)
 //	    1+n reply route              (n ≤ 255)
+//	    1+n origin host              (n ≤ 255)
 //	    2+n metadata                 (n ≤ MaxMetadataLen)
 //
 // Metadata is a sequence of entries: 1-byte key length (≥ 1), key, 2-byte
 // value length, value; keys are unique. The header is followed directly by
 // the payload, which runs to the end of the frame. The fixed-offset fields
-// (flags, hops, generation, deadline) can be rewritten in place by a
-// forwarder that owns the only reference.
+// (flags, hops, generation, deadline, epoch, sequence) can be rewritten in
+// place by a forwarder that owns the only reference. A frame of another
+// version (0xB1 is version 1) does not decode.
 const (
-	headerMagic = 0xB1
+	headerMagic = 0xB2
 
 	offFlags      = 3
 	offHops       = 4
@@ -43,14 +47,21 @@ const (
 	offOp         = 6
 	offGeneration = 22
 	offDeadline   = 30
-	fixedLen      = 38
+	offEpoch      = 38
+	offSeq        = 46
+	fixedLen      = 54
+
+	// minVarLen is the length of the variable part with every field empty:
+	// the length bytes of type, content type, target name, target id, reply
+	// route, origin and metadata.
+	minVarLen = 1 + 1 + 1 + 2 + 1 + 1 + 2
 
 	// MaxTargetIDLen is the longest object id a header can carry.
 	MaxTargetIDLen = 1024
 	// MaxMetadataLen is the largest encoded metadata block, in bytes.
 	MaxMetadataLen = 1024
 	// MaxHeaderLen bounds the encoded header.
-	MaxHeaderLen = fixedLen + 4*(1+255) + (2 + MaxTargetIDLen) + (2 + MaxMetadataLen)
+	MaxHeaderLen = fixedLen + 5*(1+255) + (2 + MaxTargetIDLen) + (2 + MaxMetadataLen)
 )
 
 // Scope says what a message is addressed to.
@@ -134,6 +145,9 @@ type Header struct {
 	Generation  uint64    // object generation the sender addressed
 	Hops        uint8     // forwarding hops so far
 	Flags       uint8     // opaque to this package
+	Origin      string    // host that first sent the message; may be empty
+	Epoch       uint64    // sender's stream epoch for the target object; 0 = not stamped
+	Seq         uint64    // sender's sequence number for the target object; 0 = not stamped
 	Meta        []MetaEntry
 }
 
@@ -156,7 +170,7 @@ func AppendHeader(dst []byte, h *Header) ([]byte, error) {
 		return dst, NewError(InvalidOperation, opAppendHeader, "metadata is larger than 1 KiB")
 	}
 	n := fixedLen + 1 + len(h.Type) + 1 + len(h.ContentType) + 1 + len(h.Target.Name) +
-		2 + len(h.Target.ID) + 1 + len(h.ReplyTo) + 2 + metaLen
+		2 + len(h.Target.ID) + 1 + len(h.ReplyTo) + 1 + len(h.Origin) + 2 + metaLen
 	var deadline int64
 	if !h.Deadline.IsZero() {
 		deadline = h.Deadline.UnixNano()
@@ -175,12 +189,15 @@ func AppendHeader(dst []byte, h *Header) ([]byte, error) {
 	copy(b[offOp:], h.Op[:])
 	binary.BigEndian.PutUint64(b[offGeneration:], h.Generation)
 	binary.BigEndian.PutUint64(b[offDeadline:], uint64(deadline))
+	binary.BigEndian.PutUint64(b[offEpoch:], h.Epoch)
+	binary.BigEndian.PutUint64(b[offSeq:], h.Seq)
 	i := fixedLen
 	i = put8(b, i, h.Type)
 	i = put8(b, i, h.ContentType)
 	i = put8(b, i, h.Target.Name)
 	i = put16(b, i, h.Target.ID)
 	i = put8(b, i, h.ReplyTo)
+	i = put8(b, i, h.Origin)
 	binary.BigEndian.PutUint16(b[i:], uint16(metaLen))
 	i += 2
 	for _, e := range h.Meta {
@@ -205,6 +222,8 @@ func checkHeader(h *Header) error {
 		return bad("target id is longer than 1024 bytes")
 	case len(h.ReplyTo) > 255:
 		return bad("reply route is longer than 255 bytes")
+	case len(h.Origin) > 255:
+		return bad("origin is longer than 255 bytes")
 	}
 	if msg := scopeProblem(h.Target.Scope, len(h.Target.Name), len(h.Target.ID)); msg != "" {
 		return bad(msg)
@@ -272,7 +291,7 @@ type span struct{ off, n uint16 }
 type HeaderView struct {
 	raw                                             []byte
 	typ, contentType, targetName, targetID, replyTo span
-	meta                                            span
+	origin, meta                                    span
 }
 
 const opDecodeHeader = "payload.DecodeHeader"
@@ -295,7 +314,7 @@ func DecodeHeader(frame []byte) (HeaderView, int, error) {
 		return v, 0, malformed("unknown header version")
 	}
 	n := int(binary.BigEndian.Uint16(frame[1:]))
-	if n < fixedLen+8 || n > len(frame) {
+	if n < fixedLen+minVarLen || n > len(frame) {
 		return v, 0, malformed("header length out of range")
 	}
 	b := frame[:n:n]
@@ -321,6 +340,9 @@ func DecodeHeader(frame []byte) (HeaderView, int, error) {
 	}
 	if v.replyTo, i, ok = get8(b, i); !ok {
 		return v, 0, malformed("truncated reply route")
+	}
+	if v.origin, i, ok = get8(b, i); !ok {
+		return v, 0, malformed("truncated origin")
 	}
 	if v.meta, i, ok = get16(b, i); !ok || v.meta.n > MaxMetadataLen {
 		return v, 0, malformed("truncated or oversized metadata")
@@ -418,6 +440,18 @@ func (v *HeaderView) Op() OpID { return OpID(v.raw[offOp:offGeneration]) }
 // ReplyTo returns the reply route (lent, read-only); empty for one-way messages.
 func (v *HeaderView) ReplyTo() []byte { return v.bytes(v.replyTo) }
 
+// Origin returns the host that first sent the message (lent, read-only);
+// empty when not set.
+func (v *HeaderView) Origin() []byte { return v.bytes(v.origin) }
+
+// Epoch returns the sender's stream epoch for the target object; 0 means
+// not stamped.
+func (v *HeaderView) Epoch() uint64 { return binary.BigEndian.Uint64(v.raw[offEpoch:]) }
+
+// Seq returns the sender's sequence number for the target object; 0 means
+// not stamped.
+func (v *HeaderView) Seq() uint64 { return binary.BigEndian.Uint64(v.raw[offSeq:]) }
+
 // DeadlineUnixNano returns the absolute deadline in Unix nanoseconds, or 0.
 func (v *HeaderView) DeadlineUnixNano() int64 {
 	return int64(binary.BigEndian.Uint64(v.raw[offDeadline:]))
@@ -495,6 +529,9 @@ func (v *HeaderView) Header() Header {
 		Generation:  v.Generation(),
 		Hops:        v.Hops(),
 		Flags:       v.Flags(),
+		Origin:      string(v.Origin()),
+		Epoch:       v.Epoch(),
+		Seq:         v.Seq(),
 	}
 	if d, ok := v.Deadline(); ok {
 		h.Deadline = d
@@ -525,5 +562,18 @@ func SetFlags(frame []byte, flags uint8) error {
 		return malformed("not a frame")
 	}
 	frame[offFlags] = flags
+	return nil
+}
+
+// SetStamp rewrites, in place, the stream epoch and sequence number of an
+// encoded frame: what a sender changes when it stamps a message for its
+// target. The caller must hold the only reference to the frame. It returns
+// a ProtocolError if frame does not start with a header.
+func SetStamp(frame []byte, epoch, seq uint64) error {
+	if len(frame) < fixedLen || frame[0] != headerMagic {
+		return malformed("not a frame")
+	}
+	binary.BigEndian.PutUint64(frame[offEpoch:], epoch)
+	binary.BigEndian.PutUint64(frame[offSeq:], seq)
 	return nil
 }

@@ -19,6 +19,9 @@ func fullHeader() Header {
 		Generation:  77,
 		Hops:        3,
 		Flags:       0x81,
+		Origin:      "host-3",
+		Epoch:       0x0102030405060708,
+		Seq:         1<<63 + 9,
 		Meta:        []MetaEntry{{"trace", "abc"}, {"tenant", "t1"}, {"empty", ""}},
 	}
 }
@@ -43,7 +46,8 @@ func TestHeaderRoundTripsEveryField(t *testing.T) {
 	got := v.Header()
 	if got.Type != h.Type || got.ContentType != h.ContentType || got.Target != h.Target || got.Op != h.Op ||
 		got.ReplyTo != h.ReplyTo || !got.Deadline.Equal(h.Deadline) || got.Generation != h.Generation ||
-		got.Hops != h.Hops || got.Flags != h.Flags || len(got.Meta) != 3 {
+		got.Hops != h.Hops || got.Flags != h.Flags || got.Origin != h.Origin || got.Epoch != h.Epoch ||
+		got.Seq != h.Seq || len(got.Meta) != 3 {
 		t.Fatalf("round trip:\n got %+v\nwant %+v", got, h)
 	}
 	for i := range h.Meta {
@@ -62,6 +66,9 @@ func TestHeaderRoundTripsEveryField(t *testing.T) {
 	}
 	if d, ok := v.Deadline(); !ok || d.UnixNano() != h.Deadline.UnixNano() {
 		t.Fatal("deadline lost")
+	}
+	if string(v.Origin()) != h.Origin || v.Epoch() != h.Epoch || v.Seq() != h.Seq {
+		t.Fatalf("stamp accessors: origin %q epoch %d seq %d", v.Origin(), v.Epoch(), v.Seq())
 	}
 	// Re-encoding the decoded header gives the same bytes: the encoding is canonical.
 	again, err := AppendHeader(nil, &got)
@@ -83,6 +90,12 @@ func TestHeaderWithoutDeadlineOrMeta(t *testing.T) {
 	if _, ok := v.Deadline(); ok {
 		t.Fatal("zero deadline decoded as a deadline")
 	}
+	if len(v.Origin()) != 0 || v.Epoch() != 0 || v.Seq() != 0 {
+		t.Fatal("an unstamped header decoded with a stamp")
+	}
+	if got := v.Header(); got.Origin != "" || got.Epoch != 0 || got.Seq != 0 {
+		t.Fatalf("unstamped Header() = %+v", got)
+	}
 	for range v.MetaAll() {
 		t.Fatal("metadata appeared")
 	}
@@ -97,7 +110,7 @@ func TestDecodeHeaderOfValidHeaderAllocatesNothing(t *testing.T) {
 	frame, _ := AppendHeader(nil, &h)
 	allocs := testing.AllocsPerRun(1000, func() {
 		v, _, err := DecodeHeader(frame)
-		if err != nil || v.Hops() != 3 {
+		if err != nil || v.Hops() != 3 || v.Seq() != h.Seq || len(v.Origin()) != len(h.Origin) {
 			t.Fatal(err)
 		}
 		if _, ok := v.Meta("tenant"); !ok {
@@ -125,8 +138,17 @@ func TestDecodeHeaderMalformedIsProtocolError(t *testing.T) {
 	base := fixedLen
 	typeLen := int(good[base])
 	ctAt := base + 1 + typeLen
+	gv, _, err := DecodeHeader(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	originAt := int(gv.origin.off) - 1 // the origin's length byte
+	if good[originAt] != byte(len(h.Origin)) {
+		t.Fatalf("origin length byte not at %d", originAt)
+	}
 	cases := map[string]func(b []byte) []byte{
 		"bad magic":              func(b []byte) []byte { b[0] = 0x42; return b },
+		"version 1 frame":        func(b []byte) []byte { b[0] = 0xB1; return b },
 		"length too large":       func(b []byte) []byte { b[1], b[2] = 0xff, 0xff; return b },
 		"length too small":       func(b []byte) []byte { b[1], b[2] = 0, 10; return b },
 		"length past fields":     func(b []byte) []byte { b[2]++; return append(b, 0) },
@@ -135,6 +157,7 @@ func TestDecodeHeaderMalformedIsProtocolError(t *testing.T) {
 		"unknown scope":          func(b []byte) []byte { b[offScope] = 9; return b },
 		"channel with id":        func(b []byte) []byte { b[offScope] = byte(ScopeChannel); return b },
 		"string runs past end":   func(b []byte) []byte { b[ctAt] = 250; return b },
+		"origin runs past end":   func(b []byte) []byte { b[originAt] = 250; return b },
 		"meta key empty":         func(b []byte) []byte { b[len(b)-len(metaBlock(&h))] = 0; return b },
 		"duplicate meta key":     func(b []byte) []byte { return withMeta(t, b, "\x01k\x00\x00\x01k\x00\x00") },
 		"meta value runs past":   func(b []byte) []byte { return withMeta(t, b, "\x01k\x00\x09") },
@@ -144,6 +167,7 @@ func TestDecodeHeaderMalformedIsProtocolError(t *testing.T) {
 	}
 	wantDetail := map[string]string{
 		"bad magic":              "unknown header version",
+		"version 1 frame":        "unknown header version",
 		"length too large":       "header length out of range",
 		"length too small":       "header length out of range",
 		"length past fields":     "does not match its fields",
@@ -152,6 +176,7 @@ func TestDecodeHeaderMalformedIsProtocolError(t *testing.T) {
 		"unknown scope":          "unknown scope",
 		"channel with id":        "channel target",
 		"string runs past end":   "truncated content type",
+		"origin runs past end":   "truncated origin",
 		"meta key empty":         "malformed metadata key",
 		"duplicate meta key":     "duplicate metadata key",
 		"meta value runs past":   "malformed metadata value",
@@ -231,6 +256,7 @@ func TestAppendHeaderRejectsOutOfBoundsFields(t *testing.T) {
 		"long target name":    func(h *Header) { h.Target.Name = long },
 		"long id":             func(h *Header) { h.Target.ID = strings.Repeat("i", MaxTargetIDLen+1) },
 		"long reply":          func(h *Header) { h.ReplyTo = long },
+		"long origin":         func(h *Header) { h.Origin = long },
 		"object without id":   func(h *Header) { h.Target.ID = "" },
 		"channel with id":     func(h *Header) { h.Target.Scope = ScopeChannel },
 		"none with name":      func(h *Header) { h.Target.Scope = ScopeNone },
@@ -260,6 +286,100 @@ func TestAppendHeaderRejectsOutOfBoundsFields(t *testing.T) {
 	h.Meta = []MetaEntry{{"a", strings.Repeat("v", MaxMetadataLen-1-1-2)}}
 	if _, err := AppendHeader(nil, &h); err != nil {
 		t.Fatalf("metadata of exactly 1 KiB rejected: %v", err)
+	}
+	h = fullHeader()
+	h.Origin = strings.Repeat("o", 255)
+	if _, err := AppendHeader(nil, &h); err != nil {
+		t.Fatalf("origin of exactly 255 bytes rejected: %v", err)
+	}
+}
+
+func TestHeaderOriginOf256BytesIsInvalidOperation(t *testing.T) {
+	h := fullHeader()
+	h.Origin = strings.Repeat("o", 256)
+	out, err := AppendHeader([]byte("keep"), &h)
+	if !errors.Is(err, InvalidOperation) || !strings.Contains(err.Error(), "origin") {
+		t.Fatalf("err = %v, want InvalidOperation about the origin", err)
+	}
+	if string(out) != "keep" {
+		t.Fatal("dst changed on error")
+	}
+}
+
+func TestHeaderVersion1FrameIsProtocolError(t *testing.T) {
+	h := fullHeader()
+	frame, _ := AppendHeader(nil, &h)
+	frame[0] = 0xB1
+	_, _, err := DecodeHeader(frame)
+	if !errors.Is(err, ProtocolError) || !strings.Contains(err.Error(), "unknown header version") {
+		t.Fatalf("version-1 frame: err = %v, want ProtocolError unknown header version", err)
+	}
+}
+
+func TestHeaderTruncatedOriginIsProtocolError(t *testing.T) {
+	// A header whose origin length runs past the header length.
+	h := Header{Target: Target{Scope: ScopeChannel, Name: "news"}, Op: NewOpID(), Origin: "h"}
+	frame, _ := AppendHeader(nil, &h)
+	originAt := len(frame) - 2 - 1 - 1 // metadata length, origin byte, origin length
+	if frame[originAt] != 1 || frame[originAt+1] != 'h' {
+		t.Fatalf("origin not at %d", originAt)
+	}
+	frame[originAt] = 4 // 'h' and the metadata length are 3 bytes: one past the header's end
+	_, _, err := DecodeHeader(frame)
+	if !errors.Is(err, ProtocolError) || !strings.Contains(err.Error(), "truncated origin") {
+		t.Fatalf("err = %v, want ProtocolError truncated origin", err)
+	}
+	// A header cut just before the origin's length byte.
+	cut := frame[:originAt:originAt]
+	cut[1], cut[2] = byte(len(cut)>>8), byte(len(cut))
+	if _, _, err := DecodeHeader(cut); !errors.Is(err, ProtocolError) {
+		t.Fatalf("header without an origin field: err = %v, want ProtocolError", err)
+	}
+}
+
+func TestHeaderStampRoundTrips(t *testing.T) {
+	for _, st := range []struct {
+		origin     string
+		epoch, seq uint64
+	}{{"", 0, 0}, {"host-1", 1, 1}, {strings.Repeat("o", 255), 1<<64 - 1, 1<<64 - 1}, {"", 7, 0}, {"x", 0, 42}} {
+		h := fullHeader()
+		h.Origin, h.Epoch, h.Seq = st.origin, st.epoch, st.seq
+		frame, err := AppendHeader(nil, &h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(frame) > MaxHeaderLen {
+			t.Fatalf("header of %d bytes is over MaxHeaderLen", len(frame))
+		}
+		v, n, err := DecodeHeader(frame)
+		if err != nil || n != len(frame) {
+			t.Fatal(err, n)
+		}
+		got := v.Header()
+		if got.Origin != h.Origin || got.Epoch != h.Epoch || got.Seq != h.Seq ||
+			got.Type != h.Type || got.ReplyTo != h.ReplyTo || got.Target != h.Target || len(got.Meta) != len(h.Meta) {
+			t.Fatalf("round trip:\n got %+v\nwant %+v", got, h)
+		}
+		if again, err := AppendHeader(nil, &got); err != nil || !bytes.Equal(again, frame) {
+			t.Fatalf("re-encoding differs: %v", err)
+		}
+	}
+}
+
+func TestMaxHeaderLenIsReachableAndFits(t *testing.T) {
+	long := strings.Repeat("x", 255)
+	meta := strings.Repeat("v", MaxMetadataLen-1-1-2)
+	h := Header{Type: long, ContentType: long, Target: Target{Scope: ScopeObject, Name: long, ID: strings.Repeat("i", MaxTargetIDLen)},
+		Op: NewOpID(), ReplyTo: long, Origin: long, Epoch: 1, Seq: 2, Meta: []MetaEntry{{"a", meta}}}
+	frame, err := AppendHeader(nil, &h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(frame) != MaxHeaderLen || MaxHeaderLen > 1<<16-1 {
+		t.Fatalf("largest header is %d bytes, MaxHeaderLen %d", len(frame), MaxHeaderLen)
+	}
+	if _, _, err := DecodeHeader(frame); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -296,5 +416,64 @@ func TestSetForwardAndFlagsRewriteFixedFieldsInPlace(t *testing.T) {
 	}
 	if err := SetForward([]byte("short"), 1, 1); !errors.Is(err, ProtocolError) {
 		t.Fatalf("SetForward of a non-frame = %v", err)
+	}
+}
+
+func TestSetStampRewritesEpochAndSeqInPlace(t *testing.T) {
+	h := fullHeader()
+	frame, _ := AppendHeader(nil, &h)
+	frame = append(frame, "body"...)
+	before := append([]byte(nil), frame...)
+	if err := SetStamp(frame, 12, 345); err != nil {
+		t.Fatal(err)
+	}
+	v, n, err := DecodeHeader(frame)
+	if err != nil || v.Epoch() != 12 || v.Seq() != 345 || string(frame[n:]) != "body" {
+		t.Fatalf("after SetStamp: epoch %d seq %d err %v", v.Epoch(), v.Seq(), err)
+	}
+	if got := v.Header(); got.Epoch != 12 || got.Seq != 345 || got.Origin != h.Origin {
+		t.Fatalf("Header() after SetStamp = %+v", got)
+	}
+	// Only the sixteen stamp bytes changed.
+	for i := range frame {
+		if (i < offEpoch || i >= offSeq+8) && frame[i] != before[i] {
+			t.Fatalf("byte %d changed", i)
+		}
+	}
+	if err := SetStamp(frame, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if v, _, _ := DecodeHeader(frame); v.Epoch() != 0 || v.Seq() != 0 {
+		t.Fatal("SetStamp(0, 0) did not clear the stamp")
+	}
+	allocs := testing.AllocsPerRun(1000, func() {
+		if err := SetStamp(frame, 1, 2); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("SetStamp allocates %.1f times per call, want 0", allocs)
+	}
+	if err := SetStamp([]byte("short"), 1, 1); !errors.Is(err, ProtocolError) {
+		t.Fatalf("SetStamp of a short non-frame = %v", err)
+	}
+	old := append([]byte(nil), before...)
+	old[0] = 0xB1
+	if err := SetStamp(old, 1, 1); !errors.Is(err, ProtocolError) || !bytes.Equal(old[1:], before[1:]) {
+		t.Fatalf("SetStamp of a version-1 frame = %v, or it wrote", err)
+	}
+}
+
+func TestAppendHeaderIntoCapacityAllocatesNothing(t *testing.T) {
+	h := fullHeader()
+	buf := make([]byte, 0, MaxHeaderLen)
+	allocs := testing.AllocsPerRun(1000, func() {
+		var err error
+		if buf, err = AppendHeader(buf[:0], &h); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("AppendHeader allocates %.1f times per call, want 0", allocs)
 	}
 }

@@ -283,3 +283,11 @@ func (m *Message) decodeInto(p any) error {
 	}
 	return nil
 }
+
+// Stamp rewrites, in place, the message's stream epoch and sequence number
+// (SetStamp): what a sending host does when it routes the message. The
+// caller must hold the only reference to the frame. It counts no view.
+func (m *Message) Stamp(epoch, seq uint64) {
+	m.live("Stamp")
+	_ = SetStamp(m.buf.s.data, epoch, seq)
+}

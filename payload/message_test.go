@@ -339,6 +339,9 @@ func TestHeaderFieldsSurviveEncode(t *testing.T) {
 	if v.Op() != h.Op || v.Hops() != 3 || string(v.ReplyTo()) != h.ReplyTo {
 		t.Fatal("header fields lost in Encode")
 	}
+	if string(v.Origin()) != h.Origin || v.Epoch() != h.Epoch || v.Seq() != h.Seq {
+		t.Fatalf("stamp lost in Encode: origin %q epoch %d seq %d", v.Origin(), v.Epoch(), v.Seq())
+	}
 	if d, _ := v.Deadline(); !d.Equal(time.Unix(1_900_000_000, 123)) {
 		t.Fatal("deadline lost")
 	}

@@ -56,6 +56,10 @@ type Row struct {
 	Object Object
 	Ownership
 	State RowState
+	// Order is the object's receive-order state as its last owner left it
+	// when it deactivated (opaque here: package route's Snapshot). Only
+	// Preserve writes it; the next activation takes it in.
+	Order []byte
 }
 
 // Lease is a host's lease: its generation (one per process run) and the
@@ -113,8 +117,9 @@ type Store interface {
 	// row still has exactly the expected ownership: owner generation +1,
 	// object generation kept. Only the target of a move calls it.
 	NewOwner(ctx context.Context, obj Object, expect Ownership, newHost string) (Row, error)
-	// Preserve ends the owner's ownership, keeping the generations.
-	Preserve(ctx context.Context, obj Object, expect Ownership) (Row, error)
+	// Preserve ends the owner's ownership, keeping the generations, and
+	// stores order (the object's receive-order state; nil clears it).
+	Preserve(ctx context.Context, obj Object, expect Ownership, order []byte) (Row, error)
 	// Delete removes the row if it still has the expected ownership.
 	Delete(ctx context.Context, obj Object, expect Ownership) error
 	// RenewLease starts or extends host's lease for LeaseTTL. gen is the
@@ -240,7 +245,7 @@ func (s *MemoryStore) NewOwner(_ context.Context, obj Object, expect Ownership, 
 }
 
 // Preserve implements Store.
-func (s *MemoryStore) Preserve(_ context.Context, obj Object, expect Ownership) (Row, error) {
+func (s *MemoryStore) Preserve(_ context.Context, obj Object, expect Ownership, order []byte) (Row, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, err := s.checkLocked(obj, expect)
@@ -248,6 +253,7 @@ func (s *MemoryStore) Preserve(_ context.Context, obj Object, expect Ownership) 
 		return Row{}, err
 	}
 	r.Host, r.LeaseGen, r.State = "", 0, Preserved
+	r.Order = append([]byte(nil), order...)
 	r.Version++
 	s.rows[obj] = r
 	return r, nil

@@ -53,13 +53,18 @@ func TestMemoryStoreActivationMoveAndConflicts(t *testing.T) {
 		t.Fatalf("version conflict = %v", err)
 	}
 	// Preserve keeps generations; the next reservation bumps the owner.
-	p, err := s.Preserve(ctx, obj, moved.Ownership)
+	p, err := s.Preserve(ctx, obj, moved.Ownership, []byte("order"))
 	if err != nil || p.State != Preserved || p.Host != "" || p.OwnerGen != 2 {
 		t.Fatalf("preserve = %+v, %v", p, err)
 	}
 	again, err := s.Reserve(ctx, obj, "A")
 	if err != nil || again.OwnerGen != 3 || again.ObjectGen != 1 {
 		t.Fatalf("reserve after preserve = %+v, %v", again, err)
+	}
+	// The order state Preserve stored rests with the row for the next
+	// activation.
+	if string(again.Order) != "order" {
+		t.Fatalf("reserve after preserve: order %q, want the preserved one", again.Order)
 	}
 	if err := s.Delete(ctx, obj, p.Ownership); !errors.Is(err, payload.Rejected) {
 		t.Fatalf("delete with stale ownership = %v", err)

@@ -1,0 +1,531 @@
+package actor
+
+import (
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/berthrt/berth/mailbox"
+	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/route"
+)
+
+// Order per sending host (DESIGN §9; the rules are package route's).
+//
+// On a Network, every message a host sends to an object is stamped — its
+// origin (this host), an epoch and a sequence number per object — in the
+// step that routes it (stamp), and keeps that stamp however it travels:
+// forwarded, relayed, captured in a move record, sent back to its origin.
+// Each object owner runs arrivals through its route.Order (owner.admit):
+// a message whose turn has come enters the mailbox, then those held behind
+// it; one ahead of its turn is held, encoded and undecoded, without its
+// job permit; a skip notice (a frame with flagSkip, sent by whichever
+// host dropped a stamped message: dropped) closes its gap at once; a gap
+// nobody closes is given up on after Config.GapTimeout (Stats.GapsClosed).
+//
+// While an owner is sealed for a move, or is a move's incoming owner,
+// it is frozen: arrivals go to the mailbox's hold unchecked, and are
+// checked where the object opens (the target, or the source after an
+// abort). The order state travels in the move record, and rests in the
+// Location Store row while the object is deactivated.
+//
+// Hosts without a Network stamp nothing: objects never move there.
+
+// flagSkip marks a skip notice: a frame that carries a stamp and nothing
+// to run.
+const flagSkip uint8 = 4
+
+// Bounces (how often a message went back to its origin) are kept in the
+// flags' upper nibble.
+const (
+	bounceShift = 4
+	bounceMask  = 0xF0
+)
+
+func bouncesOf(flags uint8) uint8 { return flags >> bounceShift }
+
+// DefaultGapTimeout is how long an owner holds messages behind a gap that
+// nobody closes (a message lost with a crashed host) before it gives up on
+// the gap.
+const DefaultGapTimeout = 5 * time.Second
+
+const streamShards = 64
+
+// streamShard is a part of the host's sending streams (route.Streams),
+// objects spread by hash.
+type streamShard struct {
+	mu sync.Mutex
+	s  *route.Streams // guarded by mu
+	_  [40]byte
+}
+
+// routeShard is a part of the host's route table (route cache and
+// forwarding routes), objects spread by hash.
+type routeShard struct {
+	mu sync.Mutex
+	t  route.Table // guarded by mu
+	_  [40]byte
+}
+
+var shardSeed = maphash.MakeSeed()
+
+func objHash(obj relocation.Object) uint64 {
+	var mh maphash.Hash
+	mh.SetSeed(shardSeed)
+	mh.WriteString(obj.Kind)
+	mh.WriteByte(0)
+	mh.WriteString(obj.ID)
+	return mh.Sum64()
+}
+
+// streamIdle is how long a host keeps an idle sending stream; owners keep
+// an idle sender's state twice as long (route.Order.Forget), so a sender
+// always forgets first.
+func (h *Host) streamIdle() time.Duration { return 2 * h.cfg.FollowDuration }
+
+func (h *Host) initOrder() {
+	base := uint64(time.Now().UnixNano())
+	for i := range h.streams {
+		h.streams[i].s = route.NewStreams(base+uint64(i), streamShards, int64(h.streamIdle()))
+	}
+}
+
+// stamp gives m, a message this host sends to t's object, its place in
+// this host's stream for the object, unless it has one (a retry).
+func (h *Host) stamp(t target, m *payload.Message) {
+	if h.net == nil || t.kr == nil {
+		return
+	}
+	if hv := m.Header(); hv.Seq() != 0 || string(hv.Origin()) != h.name {
+		return // stamped already, or another host's message
+	}
+	obj := t.obj()
+	sh := &h.streams[objHash(obj)%streamShards]
+	sh.mu.Lock()
+	st := sh.s.Next(obj, nanotime())
+	sh.mu.Unlock()
+	m.Stamp(st.Epoch, st.Seq)
+}
+
+// streamCount returns how many sending streams the host keeps.
+func (h *Host) streamCount() int {
+	n := 0
+	for i := range h.streams {
+		sh := &h.streams[i]
+		sh.mu.Lock()
+		n += sh.s.Len()
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Route table access.
+
+func (h *Host) routeShard(obj relocation.Object) *routeShard {
+	return &h.routeTab[objHash(obj)%uint64(len(h.routeTab))]
+}
+
+func (h *Host) lookupRoute(obj relocation.Object) (route.Entry, bool) {
+	sh := h.routeShard(obj)
+	sh.mu.Lock()
+	e, ok := sh.t.Lookup(obj, nanotime())
+	sh.mu.Unlock()
+	return e, ok
+}
+
+// learnRoute caches where obj runs (ttl: RouteCacheTTL), or installs a
+// forwarding route (follow: FollowDuration).
+func (h *Host) learnRoute(obj relocation.Object, host string, gen uint64, follow bool) {
+	ttl := h.cfg.RouteCacheTTL
+	if follow {
+		ttl = h.cfg.FollowDuration
+	}
+	now := nanotime()
+	sh := h.routeShard(obj)
+	sh.mu.Lock()
+	sh.t.Learn(obj, route.Entry{Host: host, Gen: gen, Expires: now + int64(ttl), Follow: follow}, now)
+	sh.mu.Unlock()
+}
+
+// hint applies a route hint: obj runs on host with owner generation gen.
+// A host that runs obj itself ignores it.
+func (h *Host) hint(obj relocation.Object, host string, gen uint64) {
+	if host == h.name {
+		return
+	}
+	if kr := h.kinds[obj.Kind]; kr == nil || kr.local(obj.ID) != nil {
+		return
+	}
+	now := nanotime()
+	sh := h.routeShard(obj)
+	sh.mu.Lock()
+	if !sh.t.Update(obj, host, gen, now) {
+		sh.t.Learn(obj, route.Entry{Host: host, Gen: gen, Expires: now + int64(h.cfg.RouteCacheTTL)}, now)
+	}
+	sh.mu.Unlock()
+}
+
+// forgetRoutes drops this host's cached route for obj (a forwarding route
+// stays unless all is set): the next lookup asks the store.
+func (h *Host) forgetRoutes(obj relocation.Object, all bool) {
+	sh := h.routeShard(obj)
+	sh.mu.Lock()
+	if all {
+		sh.t.Forget(obj)
+	} else {
+		sh.t.ForgetCached(obj)
+	}
+	sh.mu.Unlock()
+}
+
+// forgetHost drops every route of this host that leads to host.
+func (h *Host) forgetHost(host string) {
+	for i := range h.routeTab {
+		sh := &h.routeTab[i]
+		sh.mu.Lock()
+		sh.t.ForgetHost(host)
+		sh.mu.Unlock()
+	}
+}
+
+// pruneOrder forgets idle sending streams and expired routes.
+func (h *Host) pruneOrder() {
+	now := nanotime()
+	for i := range h.streams {
+		sh := &h.streams[i]
+		sh.mu.Lock()
+		sh.s.Prune(now)
+		sh.mu.Unlock()
+	}
+	for i := range h.routeTab {
+		sh := &h.routeTab[i]
+		sh.mu.Lock()
+		sh.t.Prune(now)
+		sh.mu.Unlock()
+	}
+}
+
+// admitHow says how an item enters its owner.
+type admitHow uint8
+
+const (
+	// admitWait: lane limits apply; when full, the caller gets ErrFull and
+	// a channel to wait on.
+	admitWait admitHow = iota
+	// admitInline: as admitWait, and an idle owner runs the turn on the
+	// calling goroutine (Config.InlineAsk).
+	admitInline
+	// admitOverflow: no lane limits (the item was granted its permit
+	// asynchronously, or comes from a link or a move).
+	admitOverflow
+)
+
+// admit runs e, an application item for owner o, through the owner's
+// receive order and admits it (see the top of this file). Nothing that can
+// call back into an admission (returning a permit: Permits.Release may
+// grant it to a waiting source at once) happens under seqMu. ran and room are
+// those of the mailbox's AdmitOrRun and AdmitOrWait. On an error nothing
+// changed and e stays the caller's; otherwise e is the owner's (held, or
+// admitted, or — a skip notice — ended).
+func (o *owner) admit(e *mailbox.Envelope, how admitHow) (ran bool, room <-chan struct{}, err error) {
+	hv := e.Msg.Header()
+	st := route.Stamp{Epoch: hv.Epoch(), Seq: hv.Seq()}
+	if st.IsZero() || o.kr == nil {
+		return o.admitBox(e, how)
+	}
+	// The origin's bytes are lent by the frame, which may be released as
+	// soon as e is admitted: keep a copy (on the stack).
+	var originBuf [64]byte
+	origin := append(originBuf[:0], hv.Origin()...)
+	skip := hv.Flags()&flagSkip != 0
+	h := o.host
+	now := nanotime()
+
+	o.seqMu.Lock()
+	if o.shut {
+		o.seqMu.Unlock()
+		return false, nil, mailbox.ErrClosed
+	}
+	if o.frozen {
+		// Sealed for a move, or incoming: the hold keeps it, unchecked.
+		err = o.mb.AdmitOverflow(e)
+		o.seqMu.Unlock()
+		return false, nil, err
+	}
+	var claimed bool
+	switch v := o.order.Check(origin, st); {
+	case v == route.Hold:
+		permit := e.TakePermit()
+		o.order.Hold(origin, st, e, now)
+		after := o.afterOrderLocked()
+		o.seqMu.Unlock()
+		if permit != nil {
+			permit.Release()
+		}
+		h.orderDone(o, after)
+		return false, nil, nil
+	case skip:
+		o.order.Skip(origin, st, nil, now)
+	default:
+		if how == admitInline {
+			claimed, room, err = o.mb.AdmitOrClaim(e)
+		} else {
+			room, err = o.admitBoxRoom(e, how)
+		}
+		if err != nil {
+			o.seqMu.Unlock()
+			return false, room, err
+		}
+		o.order.Released(origin, st, now)
+	}
+	after := o.afterOrderLocked()
+	o.seqMu.Unlock()
+	if skip {
+		e.Release()
+	}
+	h.orderDone(o, after)
+	if claimed {
+		o.mb.RunClaimed(e)
+		return true, nil, nil
+	}
+	return false, nil, nil
+}
+
+// admitBox admits an item that is not ordered.
+func (o *owner) admitBox(e *mailbox.Envelope, how admitHow) (bool, <-chan struct{}, error) {
+	if how == admitInline {
+		return o.mb.AdmitOrRun(e)
+	}
+	room, err := o.admitBoxRoom(e, how)
+	return false, room, err
+}
+
+func (o *owner) admitBoxRoom(e *mailbox.Envelope, how admitHow) (<-chan struct{}, error) {
+	if how == admitOverflow {
+		return nil, o.mb.AdmitOverflow(e)
+	}
+	return o.mb.AdmitOrWait(e)
+}
+
+// orderAfter is what an order step leaves for after the owner's seqMu:
+// items it could not admit (the owner closed meanwhile), to route again;
+// permits to give back; the counts.
+type orderAfter struct {
+	stray   []*mailbox.Envelope
+	permits []*mailbox.Permits // permits of held messages, given back after the lock
+	counts  route.Counts
+}
+
+// afterOrderLocked admits the items whose turn came (in order; skip
+// notices end), and collects the counts. Called with seqMu held.
+func (o *owner) afterOrderLocked() orderAfter {
+	var a orderAfter
+	for {
+		e, ok := o.order.Next()
+		if !ok {
+			break
+		}
+		if e == nil {
+			continue // a held skip notice given as nil
+		}
+		if e.Msg.Header().Flags()&flagSkip != 0 {
+			a.stray = append(a.stray, e) // ended after the lock
+			continue
+		}
+		if err := o.mb.AdmitOverflow(e); err != nil {
+			a.stray = append(a.stray, e)
+		}
+	}
+	a.counts = o.order.TakeCounts()
+	o.noteHeldLocked()
+	return a
+}
+
+// orderDone finishes an order step outside the owner's lock: counts, the
+// list of owners holding messages, strays.
+func (h *Host) orderDone(o *owner, a orderAfter) {
+	for _, p := range a.permits {
+		p.Release()
+	}
+	if a.counts.GapsClosed > 0 {
+		h.gapsClosed.Add(int64(a.counts.GapsClosed))
+		h.log.Info("gap in a sender's messages given up on", "object", o.ref.String(), "messages", a.counts.GapsClosed)
+	}
+	if a.counts.Late > 0 {
+		h.late.Add(int64(a.counts.Late))
+	}
+	for _, e := range a.stray {
+		if e.Msg != nil && e.Msg.Header().Flags()&flagSkip != 0 {
+			e.Release()
+			continue
+		}
+		h.redispatch(e)
+	}
+}
+
+// noteHeldLocked records, with o.seqMu held, how many messages o holds
+// out of order now: the host's gauge and its list of owners to expire
+// gaps on. Lock order: seqMu, then Host.heldMu.
+func (o *owner) noteHeldLocked() {
+	n := o.order.Held()
+	if o.heldCount == n {
+		return
+	}
+	h := o.host
+	h.heldMu.Lock()
+	h.heldOut.Add(int64(n - o.heldCount))
+	o.heldCount = n
+	if n > 0 {
+		if h.heldOwners == nil {
+			h.heldOwners = map[*owner]struct{}{}
+		}
+		h.heldOwners[o] = struct{}{}
+	} else {
+		delete(h.heldOwners, o)
+	}
+	h.heldMu.Unlock()
+}
+
+// expireGaps gives up on gaps older than GapTimeout.
+func (h *Host) expireGaps() {
+	h.heldMu.Lock()
+	owners := make([]*owner, 0, len(h.heldOwners))
+	for o := range h.heldOwners {
+		owners = append(owners, o)
+	}
+	h.heldMu.Unlock()
+	now := nanotime()
+	for _, o := range owners {
+		o.seqMu.Lock()
+		if o.frozen || o.order.Expire(now, int64(h.cfg.GapTimeout)) == 0 {
+			o.seqMu.Unlock()
+			continue
+		}
+		a := o.afterOrderLocked()
+		o.seqMu.Unlock()
+		h.orderDone(o, a)
+	}
+}
+
+// forgetIdleSenders drops the order state of senders idle for twice the
+// streams' idle time, on every owner (they hold nothing).
+func (h *Host) forgetIdleSenders() {
+	now := nanotime()
+	idle := 2 * int64(h.streamIdle())
+	for _, kr := range h.kinds {
+		for _, o := range kr.all() {
+			o.seqMu.Lock()
+			if o.order.Senders() > 0 {
+				o.order.Forget(now, idle)
+			}
+			o.seqMu.Unlock()
+		}
+	}
+}
+
+// freezeLocked makes arrivals go to the mailbox hold unchecked; with
+// seqMu held.
+func (o *owner) freezeLocked() { o.frozen = true }
+
+// openOrderLocked unfreezes the owner: items (already checked, in order)
+// go first, then each of unchecked (relayed or held, in arrival order) is
+// checked; then the mailbox opens with all of them in order. With seqMu
+// held; the caller finishes with orderDone.
+func (o *owner) openOrderLocked(items, unchecked []*mailbox.Envelope) orderAfter {
+	now := nanotime()
+	var a orderAfter
+	for _, e := range unchecked {
+		hv := e.Msg.Header()
+		st := route.Stamp{Epoch: hv.Epoch(), Seq: hv.Seq()}
+		skip := hv.Flags()&flagSkip != 0
+		switch v := o.order.Check(hv.Origin(), st); {
+		case v == route.Hold:
+			// Giving a permit back may admit a waiting send at once,
+			// which needs seqMu: that happens after the lock.
+			if p := e.TakePermit(); p != nil {
+				a.permits = append(a.permits, p)
+			}
+			o.order.Hold(hv.Origin(), st, e, now)
+			continue
+		case skip:
+			o.order.Skip(hv.Origin(), st, nil, now)
+			a.stray = append(a.stray, e)
+		default:
+			o.order.Released(hv.Origin(), st, now)
+			items = append(items, e)
+		}
+		for {
+			r, ok := o.order.Next()
+			if !ok {
+				break
+			}
+			if r == nil {
+				continue
+			}
+			if r.Msg.Header().Flags()&flagSkip != 0 {
+				a.stray = append(a.stray, r)
+				continue
+			}
+			items = append(items, r)
+		}
+	}
+	o.frozen = false
+	o.mb.Reopen(items)
+	a.counts = o.order.TakeCounts()
+	o.noteHeldLocked()
+	return a
+}
+
+// orderSnapshotLocked encodes the owner's order state and trail (move
+// record, store row); with seqMu held.
+func (o *owner) orderSnapshotLocked(now int64) []byte {
+	snap := o.order.Snapshot(now, func(e *mailbox.Envelope) []byte { return e.Msg.Frame() })
+	snap.Trail = o.trail.Snapshot(now)
+	if len(snap.Senders) == 0 && len(snap.Trail) == 0 {
+		return nil
+	}
+	return route.AppendSnapshot(nil, snap)
+}
+
+// restoreOrderLocked takes in an order snapshot (already decoded); with
+// seqMu held. Held frames are copied in (the boundary copy).
+func (o *owner) restoreOrderLocked(snap route.Snapshot, now int64) {
+	h := o.host
+	o.order.Restore(snap, now, func(_ uint64, frame []byte) (*mailbox.Envelope, bool) {
+		e := h.envelopeOf(frame)
+		return e, e != nil
+	})
+	o.trail.Restore(snap.Trail, now)
+}
+
+// dropped is called when this host ends a stamped message without
+// delivering it to its object (a routing failure, a rejected send): it
+// sends a skip notice with the message's stamp after it, so that the
+// owner does not wait for it. Best effort: a skip that cannot be placed
+// ends, and the gap closes after GapTimeout.
+func (h *Host) dropped(hv *payload.HeaderView) {
+	if hv.Seq() == 0 || hv.Flags()&flagSkip != 0 || hv.Scope() != payload.ScopeObject || !h.acceptsInternal() {
+		return
+	}
+	h.droppedMsgs.Add(1)
+	buf, err := payload.Encode(h.pool, h.reg, payload.Header{
+		Type:   "berth.skip",
+		Target: payload.Target{Scope: payload.ScopeObject, Name: string(hv.TargetName()), ID: string(hv.TargetID())},
+		Op:     hv.Op(),
+		Flags:  flagSkip,
+		Origin: string(hv.Origin()),
+		Epoch:  hv.Epoch(),
+		Seq:    hv.Seq(),
+	}, struct{}{})
+	if err != nil {
+		return
+	}
+	m, err := h.reg.Open(buf)
+	if err != nil {
+		buf.Release()
+		return
+	}
+	h.skipsSent.Add(1)
+	h.redispatchMessage(m)
+}

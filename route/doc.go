@@ -1,0 +1,54 @@
+// Package route holds berth's routing and ordering rules as pure code: no
+// goroutines, no clock (time is an input, in nanoseconds on any fixed
+// epoch), no locks, no store calls and no I/O. Like package relocation, it
+// decides and its driver (package actor) acts. None of its types is safe
+// for concurrent use; the driver serializes access.
+//
+// # Order per sender: sequence numbers
+//
+// Every message a host sends to an object carries a [Stamp]: the sending
+// host (its origin), an epoch and a sequence number, per (sending host,
+// object). [Streams] hands stamps out on the sending side; a stream starts
+// at sequence 1 in a fresh epoch and is forgotten once idle for its idle
+// time, after which the next message starts a new epoch.
+//
+// The object's owner keeps an [Order]: per sending host the epoch it is in
+// and the next sequence number it expects, and a reorder buffer of
+// messages that arrived ahead of their turn. Invariants:
+//
+//   - A message is released (handed to the owner's queue) only when every
+//     message of its sender's stream before it has been released, skipped
+//     (a skip notice: the sender or a forwarding host knows it was
+//     dropped), or given up on (a gap older than the gap wait, or a buffer
+//     past its bound — both counted as gaps closed).
+//   - Messages of one sender are released in sequence order; a message
+//     that arrives after its gap was given up on, or of an epoch older
+//     than the one the owner is in, is released at once and counted late.
+//   - A newer epoch of a sender means the sender forgot its stream: the
+//     owner expects sequence 1 of it, and releases what still waited in
+//     the older epoch first.
+//   - The order state (the expected-next table and the buffer) travels
+//     with the object: in the move record when it moves, in its Location
+//     Store row when it is deactivated ([AppendSnapshot],
+//     [DecodeSnapshot]). An owner forgets a sender only after it has been
+//     idle for longer than the sender's stream idle time, so a stream the
+//     owner forgot has been forgotten by its sender too.
+//
+// Counting is the only local proof that every older message has arrived:
+// Message Follow is a shifting, possibly circular set of paths (an object
+// can come back to a host that forwarded older messages away), which no
+// marker sent along one fixed path can flush.
+//
+// # Routes and Message Follow
+//
+// A [Table] is a host's knowledge of where objects run: cached lookups
+// (short-lived) and forwarding routes of objects that moved away from the
+// host (Message Follow). A newer owner generation always wins. A [Trail]
+// lists the hosts an object left recently, which still forward for it;
+// when the object's next move commits, each of them is told where it went,
+// so a message reaching any of them is forwarded straight to the newest
+// owner instead of down a growing chain. [Forward] decides, for a message
+// at a host the object is not on, where it goes next; its hop bound is a
+// loop guard only: a message past it goes back to its origin, which
+// resolves the object afresh.
+package route

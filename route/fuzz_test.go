@@ -1,0 +1,131 @@
+package route
+
+import (
+	"bytes"
+	"fmt"
+	"reflect"
+	"testing"
+
+	"github.com/berthrt/berth/payload"
+)
+
+// richSnapshot has every kind of field: several senders, held frames
+// (one empty), idle and waiting times, a trail.
+func richSnapshot() Snapshot {
+	return Snapshot{
+		Senders: []SenderState{
+			{Sender: "host-a", Epoch: 1 << 40, Next: 7, Idle: 1500, Waited: 900, Held: []HeldFrame{
+				{Seq: 9, Frame: []byte("m9")}, {Seq: 12, Frame: []byte{}}, {Seq: 13, Frame: bytes.Repeat([]byte{0xff}, 40)},
+			}},
+			{Sender: "", Epoch: 0, Next: 1},
+			{Sender: "host-c", Epoch: 3, Next: 1 << 50, Idle: 1 << 62},
+		},
+		Trail: []TrailAge{{Host: "p", Left: 1}, {Host: "q", Left: 1 << 40}},
+	}
+}
+
+func TestSnapshotRoundTrip(t *testing.T) {
+	for _, s := range []Snapshot{{}, richSnapshot()} {
+		b := AppendSnapshot([]byte("prefix"), s)
+		got, err := DecodeSnapshot(b[len("prefix"):])
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Decoding turns empty frames into empty (non-nil) slices and
+		// keeps absent lists nil; compare encodings, then fields.
+		if re := AppendSnapshot(nil, got); !bytes.Equal(re, b[len("prefix"):]) {
+			t.Errorf("re-encoding differs:\n%x\n%x", re, b[len("prefix"):])
+		}
+		if len(got.Senders) != len(s.Senders) || len(got.Trail) != len(s.Trail) {
+			t.Fatalf("decoded %+v, want %+v", got, s)
+		}
+		for i := range s.Senders {
+			w, g := s.Senders[i], got.Senders[i]
+			if g.Sender != w.Sender || g.Epoch != w.Epoch || g.Next != w.Next || g.Idle != w.Idle || g.Waited != w.Waited || len(g.Held) != len(w.Held) {
+				t.Errorf("sender %d: got %+v, want %+v", i, g, w)
+			}
+			for j := range w.Held {
+				if g.Held[j].Seq != w.Held[j].Seq || !bytes.Equal(g.Held[j].Frame, w.Held[j].Frame) {
+					t.Errorf("sender %d held %d: got %+v, want %+v", i, j, g.Held[j], w.Held[j])
+				}
+			}
+		}
+		if !reflect.DeepEqual(got.Trail, s.Trail) {
+			t.Errorf("trail %+v, want %+v", got.Trail, s.Trail)
+		}
+	}
+}
+
+func TestDecodeSnapshotRejects(t *testing.T) {
+	good := AppendSnapshot(nil, richSnapshot())
+	bad := map[string][]byte{
+		"version":  append([]byte{2}, good[1:]...),
+		"trailing": append(append([]byte{}, good...), 0),
+		"senders":  {1, 0xff, 0xff, 0, 0},
+	}
+	for n := 1; n < len(good); n++ {
+		bad[fmt.Sprintf("truncated at %d", n)] = good[:n]
+	}
+	for name, b := range bad {
+		if _, err := DecodeSnapshot(b); payload.KindOf(err) != payload.ProtocolError {
+			t.Errorf("%s: error %v, want a ProtocolError", name, err)
+		}
+	}
+}
+
+// FuzzDecodeSnapshot: DecodeSnapshot never panics, fails only with a
+// ProtocolError, and what it decodes re-encodes to the bytes it came from
+// — with two exceptions the format defines: the empty input is the empty
+// Snapshot, and a duration above 2^62ns decodes as 2^62ns (then the
+// re-encoding is the input with those durations clamped: as long, and a
+// fixed point).
+func FuzzDecodeSnapshot(f *testing.F) {
+	rich := AppendSnapshot(nil, richSnapshot())
+	f.Add([]byte{})
+	f.Add(AppendSnapshot(nil, Snapshot{}))
+	f.Add(rich)
+	for _, n := range []int{1, 3, 10, 37, 60, len(rich) / 2, len(rich) - 1} {
+		f.Add(rich[:n])
+	}
+	f.Add(AppendSnapshot(nil, Snapshot{Senders: []SenderState{{Sender: "a", Next: 1, Idle: 1<<62 + 1}}, Trail: []TrailAge{{Host: "p", Left: 1<<63 - 1}}}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := DecodeSnapshot(b)
+		if err != nil {
+			if payload.KindOf(err) != payload.ProtocolError {
+				t.Fatalf("error %v is not a ProtocolError", err)
+			}
+			return
+		}
+		if len(b) == 0 {
+			return
+		}
+		re := AppendSnapshot(nil, s)
+		if bytes.Equal(re, b) {
+			return
+		}
+		if !clamped(s) || len(re) != len(b) {
+			t.Fatalf("decoded %+v\nre-encodes to %x\n        from %x", s, re, b)
+		}
+		s2, err := DecodeSnapshot(re)
+		if err != nil || !bytes.Equal(AppendSnapshot(nil, s2), re) {
+			t.Fatalf("clamped re-encoding %x is no fixed point (%v)", re, err)
+		}
+	})
+}
+
+// clamped reports whether a decoded s has a duration at the decoder's
+// bound, 2^62ns.
+func clamped(s Snapshot) bool {
+	const bound = 1 << 62
+	for _, st := range s.Senders {
+		if st.Idle == bound || st.Waited == bound {
+			return true
+		}
+	}
+	for _, h := range s.Trail {
+		if h.Left == bound {
+			return true
+		}
+	}
+	return false
+}
