@@ -5,9 +5,9 @@ import (
 	"errors"
 	"hash/maphash"
 	"sort"
-	"sync"
 
 	"github.com/berthrt/berth/payload"
+	"golang.org/x/sync/errgroup"
 )
 
 // DrainState is where a host is in draining (Host.Drain).
@@ -69,38 +69,26 @@ func (h *Host) Drain(ctx context.Context) error {
 	return err
 }
 
-// drainRound moves or deactivates every object here now; it returns how
-// many it found.
+// drainRound moves or deactivates every object here now, drainWorkers at
+// a time; it returns how many it found.
 func (h *Host) drainRound(ctx context.Context) int {
-	type job struct {
-		kr *kindRuntime
-		o  *owner
-	}
-	var jobs []job
+	var g errgroup.Group
+	g.SetLimit(drainWorkers)
+	n := 0
 	for _, kr := range h.kinds {
 		for _, o := range kr.all() {
-			if !o.incoming.Load() {
-				jobs = append(jobs, job{kr, o})
+			if o.incoming.Load() {
+				continue
 			}
+			n++
+			g.Go(func() error {
+				h.drainOne(ctx, kr, o)
+				return nil
+			})
 		}
 	}
-	work := make(chan job)
-	var wg sync.WaitGroup
-	for w := 0; w < drainWorkers && w < len(jobs); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range work {
-				h.drainOne(ctx, j.kr, j.o)
-			}
-		}()
-	}
-	for _, j := range jobs {
-		work <- j
-	}
-	close(work)
-	wg.Wait()
-	return len(jobs)
+	_ = g.Wait() // drainOne reports nothing: a move that fails is retried or replaced by a deactivation
+	return n
 }
 
 var drainSeed = maphash.MakeSeed()

@@ -547,14 +547,15 @@ func (d *moveDriver) takeHeld() [][]byte {
 		if e.Msg != nil {
 			out = append(out, append([]byte(nil), e.Msg.Frame()...))
 		}
-		e.Release()
 	}
-	for _, e := range copies {
-		e.Release()
-	}
-	for _, e := range d.captured {
-		e.Release()
-	}
+	// Releasing gives permits back, which may admit a waiting send at once
+	// (a look-up, a send): after the driver's lock.
+	done := append(append(held, copies...), d.captured...)
+	d.later(func() {
+		for _, e := range done {
+			e.Release()
+		}
+	})
 	d.held, d.captured = nil, nil
 	h.relayed.Add(int64(len(out)))
 	return out
@@ -584,12 +585,12 @@ func (d *moveDriver) finish(f relocation.Finish) {
 		}
 		if f.Outcome == relocation.Moved || f.Outcome == relocation.Lost || f.Outcome == relocation.Abandoned {
 			// The messages went with the move record and the relays.
-			for _, e := range d.captured {
-				e.Release()
-			}
-			for _, e := range d.held {
-				e.Release()
-			}
+			done := append(d.captured, d.held...)
+			d.later(func() {
+				for _, e := range done {
+					e.Release()
+				}
+			})
 			d.captured, d.held = nil, nil
 			d.o.state = nil
 			h.obs.Deactivated(d.kr.spec.name)
