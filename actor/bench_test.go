@@ -626,3 +626,41 @@ func BenchmarkRawProtoIdleActorMemory(b *testing.B) {
 	b.StopTimer()
 	reportPerObject(b, grown, b.N)
 }
+
+// BenchmarkTellPipelinedOnNetwork is BenchmarkTellPipelinedOneOwner on a
+// host that is on a Network (the owner local): each Tell is also stamped
+// with its sequence number and checked against the owner's receive order.
+func BenchmarkTellPipelinedOnNetwork(b *testing.B) {
+	b.ReportAllocs()
+	_, hs := startBenchNetwork(b, func() actor.Registrable { return counterKind() }, "a")
+	ctx := context.Background()
+	ref := actor.Ref{Kind: "counter", ID: "one"}
+	l := arm(b.N)
+	b.ResetTimer()
+	for range b.N {
+		if err := actor.Tell(ctx, hs[0], ref, benchInc{N: 1}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	l.wait(b, "handlers")
+	b.StopTimer()
+}
+
+// BenchmarkAskRoundTripToAnotherHost is BenchmarkAskRoundTrip with the
+// object on another host of an in-process Network: request and reply each
+// cross a link.
+func BenchmarkAskRoundTripToAnotherHost(b *testing.B) {
+	b.ReportAllocs()
+	_, hs := startBenchNetwork(b, func() actor.Registrable { return counterKind() }, "a", "b")
+	ctx := context.Background()
+	ref := actor.Ref{Kind: "counter", ID: "one"}
+	if _, err := actor.Ask[benchGet, int](ctx, hs[1], ref, benchGet{}); err != nil { // activates on b
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		if _, err := actor.Ask[benchGet, int](ctx, hs[0], ref, benchGet{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

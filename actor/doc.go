@@ -50,9 +50,15 @@
 // it. Invariants, with every host up:
 //
 //   - No message is lost or run twice across a move; every Ask completes
-//     exactly once.
-//   - Per sending host and object, messages run in the order sent, also
-//     across route switches (fences: see fence.go).
+//     exactly once. No message is dropped for routing reasons, whatever the
+//     move rate: a message that reaches a host its object left goes to the
+//     newest owner that host knows, and one that cannot be placed goes
+//     back to the host that sent it, which looks the object up afresh.
+//   - Per sending host and object, messages run in the order sent — by all
+//     the host's goroutines together, whatever way each message took: each
+//     carries a sequence number, and the owner holds one that came ahead
+//     of its turn (encoded, without its job permit) until the older ones
+//     arrived (see order.go and package route).
 //   - A message held during a move is decoded only when it runs: at the
 //     target after the commit, or at the source after an abort.
 //   - Before relay-ready is accepted a move may abort and the object resumes
@@ -60,9 +66,10 @@
 //     source never runs the object again.
 //   - Only the target writes the new owner to the Location Store.
 //
-// Not covered: messages on their way to or queued at a host that crashes;
-// relays that arrive after the target's CutoverWait ran out (the link from
-// the source down that long) run late; a
-// message that would follow its object more than MaxHops times ends with
-// Unavailable (see the README for the full list).
+// Not covered: messages on their way to or queued at a host that crashes
+// are lost; a sender's messages behind such a loss wait GapTimeout, then
+// run (Stats.GapsClosed); relays that arrive after the target's
+// CutoverWait ran out (the link from the source down that long) run late
+// (Stats.Late). See the README for the full list, and LOCK_ORDER.md for
+// the package's locks.
 package actor

@@ -92,7 +92,6 @@ type Host struct {
 	gapsClosed    atomic.Int64
 	late          atomic.Int64
 	droppedMsgs   atomic.Int64
-	skipsSent     atomic.Int64
 	bouncedMsgs   atomic.Int64
 
 	server      *http.Server

@@ -799,18 +799,20 @@ func frames(items []*mailbox.Envelope) [][]byte {
 // ShuttingDown; envelopes the move held are ended.
 func (d *moveDriver) abandonOnClose() {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if d.ended {
+		d.mu.Unlock()
 		return
 	}
 	d.ended = true
 	d.h.removeMove(d)
 	d.h.net.pauses.ended(d.id)
-	for _, e := range append(d.captured, d.held...) {
-		d.h.endUnrun(d.o, "", e, ErrShuttingDown, RejectShuttingDown)
-	}
+	unrun := append(d.captured, d.held...)
 	d.captured, d.held = nil, nil
 	if d.done != nil {
 		d.done <- ErrShuttingDown
+	}
+	d.mu.Unlock()
+	for _, e := range unrun { // replies are sends: after the lock
+		d.h.endUnrun(d.o, "", e, ErrShuttingDown, RejectShuttingDown)
 	}
 }

@@ -526,6 +526,5 @@ func (h *Host) dropped(hv *payload.HeaderView) {
 		buf.Release()
 		return
 	}
-	h.skipsSent.Add(1)
 	h.redispatchMessage(m)
 }

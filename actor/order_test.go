@@ -2,12 +2,14 @@ package actor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/relocation"
 )
 
@@ -281,5 +283,94 @@ func TestMoveWhileSourceHoldsOutOfOrderAndTargetStartsLeaving(t *testing.T) {
 		if err := h.Stop(ctx); err != nil {
 			t.Fatalf("Stop %s: %v", h.Name(), err)
 		}
+	}
+}
+
+// seqGateKind records SeqMsg numbers and can block a turn on a gate.
+func seqGateKind(g *gates) *Kind[SeqState] {
+	k := NewKind("seq", func(*Context, string) (*SeqState, error) { return &SeqState{}, nil })
+	Handle(k, func(ctx *Context, s *SeqState, m SeqMsg) error { s.Seqs = append(s.Seqs, m.Seq); return nil })
+	HandleRequest(k, func(ctx *Context, s *SeqState, _ GetSeqs) ([]int, error) { return s.Seqs, nil })
+	Handle(k, func(ctx *Context, s *SeqState, m Block) error { g.block(ctx, m.Key); return nil })
+	return k
+}
+
+// A send that fails after it was numbered (here: no room in the owner's
+// lane within SendTimeout) is announced to the owner with a skip notice:
+// the sender's next message runs at once instead of waiting GapTimeout for
+// the one that will never come.
+func TestSkipNoticeClosesTheGapOfARejectedSend(t *testing.T) {
+	n := NewNetwork(nil)
+	g := newGates()
+	a := startHost(t, Config{Name: "a", Network: n, Logger: quietLogger(), SendTimeout: 20 * time.Millisecond,
+		GapTimeout: time.Hour, ApplicationLimits: mailbox.Limits{Items: 1, Bytes: 1 << 20}}, seqGateKind(g))
+	ref := Ref{"seq", "o"}
+	if err := Tell(bg, a, ref, Block{Key: "k"}); err != nil { // number 1: runs and blocks
+		t.Fatal(err)
+	}
+	g.waitStarted(t, "k")
+	if err := Tell(bg, a, ref, SeqMsg{Seq: 1}); err != nil { // number 2: fills the lane
+		t.Fatal(err)
+	}
+	if err := Tell(bg, a, ref, SeqMsg{Seq: 2}); !errors.Is(err, ErrSendTimeout) { // number 3: rejected
+		t.Fatalf("Tell into a full lane = %v, want ErrSendTimeout", err)
+	}
+	g.release("k")
+	if err := Tell(bg, a, ref, SeqMsg{Seq: 3}); err != nil { // number 4
+		t.Fatal(err)
+	}
+	var got []int
+	waitFor(t, "message 3 to run without waiting for the rejected one", func() bool {
+		s, err := Ask[GetSeqs, []int](bg, a, ref, GetSeqs{})
+		got = s
+		return err == nil && len(s) == 2
+	})
+	if want := []int{1, 3}; !slices.Equal(got, want) {
+		t.Fatalf("ran %v, want %v", got, want)
+	}
+	if st := a.Stats(); st.Dropped != 1 || st.GapsClosed != 0 || st.HeldOutOfOrder != 0 {
+		t.Fatalf("stats: %d dropped, %d given up on, %d held; want 1, 0, 0", st.Dropped, st.GapsClosed, st.HeldOutOfOrder)
+	}
+}
+
+// A message lost with a crashed host leaves a gap nobody can close: the
+// owner holds the sender's later message for GapTimeout, then runs it and
+// counts the gap.
+func TestGapLostWithACrashedHostClosesAfterGapTimeout(t *testing.T) {
+	n := NewNetwork(nil)
+	hs := map[string]*Host{}
+	for _, name := range []string{"a", "x", "b"} {
+		hs[name] = startHost(t, Config{Name: name, Network: n, Logger: quietLogger(), GapTimeout: 300 * time.Millisecond}, seqKind())
+	}
+	a, b := hs["a"], hs["b"]
+	ref := Ref{"seq", "o"}
+	obj := relocation.Object{Kind: "seq", ID: "o"}
+	if err := Tell(bg, b, ref, SeqMsg{Seq: 0}); err != nil { // activates on b
+		t.Fatal(err)
+	}
+	// a's message 1 takes a detour through x, whose link holds it; message
+	// 2 goes straight to b and waits there for it.
+	a.learnRoute(obj, "x", 0, false)
+	n.Break("a", "x")
+	if err := Tell(bg, a, ref, SeqMsg{Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	a.forgetRoutes(obj, true)
+	if err := Tell(bg, a, ref, SeqMsg{Seq: 2}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "message 2 to be held at b", func() bool { return b.Stats().HeldOutOfOrder == 1 })
+	n.Kill("x") // message 1 is lost with x
+	var got []int
+	waitFor(t, "message 2 to run after the gap timeout", func() bool {
+		s, err := Ask[GetSeqs, []int](bg, b, ref, GetSeqs{})
+		got = s
+		return err == nil && len(s) == 2
+	})
+	if want := []int{0, 2}; !slices.Equal(got, want) {
+		t.Fatalf("ran %v, want %v", got, want)
+	}
+	if st := b.Stats(); st.GapsClosed != 1 || st.HeldOutOfOrder != 0 {
+		t.Fatalf("b: %d given up on, %d held; want 1, 0", st.GapsClosed, st.HeldOutOfOrder)
 	}
 }
