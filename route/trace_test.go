@@ -28,11 +28,6 @@ import (
 //	go test ./route -run TestTraces -rewrite
 //
 // only when you understand the diff, and read every changed trace.
-//
-// A script named bug_*.txt records a known bug: its expected output is the
-// correct behaviour, written by hand, which the code does not show yet. It
-// is skipped (with the diff) while it fails and fails once it passes, so
-// that whoever fixes the bug renames it; -rewrite leaves it alone.
 var rewrite = flag.Bool("rewrite", false, "rewrite the expected traces in testdata")
 
 func TestTraces(t *testing.T) {
@@ -94,7 +89,6 @@ func parseTrace(t *testing.T, path string) []block {
 }
 
 func runTrace(t *testing.T, path string) {
-	knownBug := strings.HasPrefix(filepath.Base(path), "bug_")
 	blocks := parseTrace(t, path)
 	w := newWorld()
 	var out, diff strings.Builder
@@ -113,10 +107,6 @@ func runTrace(t *testing.T, path string) {
 		}
 	}
 	switch {
-	case knownBug && diff.Len() > 0:
-		t.Skipf("known bug, still present:\n%s", diff.String())
-	case knownBug:
-		t.Errorf("%s passes now: the bug is fixed; rename the script without its bug_ prefix", path)
 	case *rewrite:
 		if err := os.WriteFile(path, []byte(strings.TrimRight(out.String(), "\n")+"\n"), 0o644); err != nil {
 			t.Fatal(err)
