@@ -211,12 +211,7 @@ func (h *Host) bounced(buf payload.Buffer) {
 		buf.Release() // the asker left; nobody waits for this reply
 		return
 	}
-	m, err := h.reg.Open(buf)
-	if err != nil {
-		buf.Release()
-		return
-	}
-	h.redispatchMessage(m)
+	h.redispatchBuffer(buf)
 }
 
 // dropItem ends an item that can no longer be delivered (the link closed).

@@ -758,11 +758,18 @@ func (h *Host) redispatch(e *mailbox.Envelope) {
 	}
 }
 
-func (h *Host) redispatchFrame(f []byte) {
-	m, err := h.reg.Open(h.pool.Copy(f))
-	if err == nil {
-		h.redispatchMessage(m)
+func (h *Host) redispatchFrame(f []byte) { h.redispatchBuffer(h.pool.Copy(f)) }
+
+// redispatchBuffer opens buf and sends the message to wherever its object
+// runs; a frame that does not open is released (counted).
+func (h *Host) redispatchBuffer(buf payload.Buffer) {
+	m, err := h.reg.Open(buf)
+	if err != nil {
+		h.obs.Rejected("", RejectProtocol)
+		buf.Release()
+		return
 	}
+	h.redispatchMessage(m)
 }
 
 func (h *Host) redispatchMessage(m *payload.Message) {

@@ -518,13 +518,7 @@ func (h *Host) dropped(hv *payload.HeaderView) {
 		Epoch:  hv.Epoch(),
 		Seq:    hv.Seq(),
 	}, struct{}{})
-	if err != nil {
-		return
+	if err == nil {
+		h.redispatchBuffer(buf)
 	}
-	m, err := h.reg.Open(buf)
-	if err != nil {
-		buf.Release()
-		return
-	}
-	h.redispatchMessage(m)
 }

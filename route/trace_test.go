@@ -1,16 +1,15 @@
 package route
 
 import (
-	"bufio"
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/berthrt/berth/internal/tracetest"
 )
 
 // The trace tests replay scripts against a small simulated world that uses
@@ -31,89 +30,12 @@ import (
 var rewrite = flag.Bool("rewrite", false, "rewrite the expected traces in testdata")
 
 func TestTraces(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no trace scripts: %v", err)
-	}
-	for _, f := range files {
-		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) { runTrace(t, f) })
-	}
-}
-
-type block struct {
-	comments []string
-	cmd      string
-	want     []string
-}
-
-func parseTrace(t *testing.T, path string) []block {
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var blocks []block
-	var cur block
-	state := 0 // 0: before command, 1: after command, 2: in output
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case state == 0 && strings.HasPrefix(line, "#"):
-			cur.comments = append(cur.comments, line)
-		case state == 0 && strings.TrimSpace(line) == "":
-			if len(cur.comments) > 0 {
-				cur.comments = append(cur.comments, "")
-			}
-		case state == 0:
-			cur.cmd = line
-			state = 1
-		case state == 1:
-			if line != "----" {
-				t.Fatalf("%s: expected ---- after %q, got %q", path, cur.cmd, line)
-			}
-			state = 2
-		case state == 2 && line == "":
-			blocks = append(blocks, cur)
-			cur, state = block{}, 0
-		default:
-			cur.want = append(cur.want, line)
-		}
-	}
-	if state == 2 {
-		blocks = append(blocks, cur)
-	} else if state == 1 {
-		t.Fatalf("%s: command %q has no ----", path, cur.cmd)
-	}
-	return blocks
+	tracetest.Each(t, "testdata/*.txt", runTrace)
 }
 
 func runTrace(t *testing.T, path string) {
-	blocks := parseTrace(t, path)
 	w := newWorld()
-	var out, diff strings.Builder
-	for _, b := range blocks {
-		got := w.exec(t, b.cmd)
-		for _, c := range b.comments {
-			out.WriteString(c + "\n")
-		}
-		out.WriteString(b.cmd + "\n----\n")
-		for _, l := range got {
-			out.WriteString(l + "\n")
-		}
-		out.WriteString("\n")
-		if strings.Join(got, "\n") != strings.Join(b.want, "\n") {
-			fmt.Fprintf(&diff, "%s: %s\n got:\n\t%s\nwant:\n\t%s\n", path, b.cmd, strings.Join(got, "\n\t"), strings.Join(b.want, "\n\t"))
-		}
-	}
-	switch {
-	case *rewrite:
-		if err := os.WriteFile(path, []byte(strings.TrimRight(out.String(), "\n")+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	case diff.Len() > 0:
-		t.Error(diff.String())
-	}
+	tracetest.Run(t, path, *rewrite, func(cmd string) []string { return w.exec(t, cmd) })
 }
 
 // world is everything the scripts act on: one Order (order commands), one
