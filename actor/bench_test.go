@@ -253,8 +253,8 @@ func BenchmarkTellPipelinedOneOwner(b *testing.B) {
 
 // BenchmarkTellPipelinedToAnotherHost is BenchmarkTellPipelinedOneOwner
 // with the object on another host of an in-process Network: each Tell is
-// routed (route cache), noted for fences and queued on the link, and the
-// receiving host admits it off the link.
+// routed (route cache), stamped with its sequence number and queued on the
+// link, and the receiving host admits it off the link, in order.
 func BenchmarkTellPipelinedToAnotherHost(b *testing.B) {
 	b.ReportAllocs()
 	_, hs := startBenchNetwork(b, func() actor.Registrable { return counterKind() }, "a", "b")

@@ -3,6 +3,7 @@ package actor
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -686,7 +687,14 @@ func (d *moveDriver) open(a relocation.OpenQueue) {
 	o.seqMu.Lock()
 	o.restoreOrderLocked(d.snap, now)
 	o.trail.Add(d.peer, now+int64(h.cfg.FollowDuration))
-	trail := append([]route.TrailHost(nil), o.trail.Live(now)...)
+	// Told where the object runs now: the hosts it left recently (they
+	// forward to here, not down a chain) and the hosts that sent to it
+	// recently (they send here, not to where it was).
+	var tell []string
+	for _, t := range o.trail.Live(now) {
+		tell = append(tell, t.Host)
+	}
+	tell = o.order.SenderNames(tell)
 	o.incoming.Store(false)
 	after := o.openOrderLocked(captured, append(unchecked, o.mb.TakeHeld()...))
 	o.seqMu.Unlock()
@@ -697,9 +705,9 @@ func (d *moveDriver) open(a relocation.OpenQueue) {
 	obj, gen := d.obj, a.Owner.OwnerGen
 	d.later(func() {
 		h.orderDone(o, after)
-		for _, t := range trail {
-			if t.Host != h.name && t.Host != d.peer {
-				h.sendHint(t.Host, obj, h.name, gen)
+		for i, host := range tell {
+			if host != h.name && host != d.peer && !slices.Contains(tell[:i], host) {
+				h.sendHint(host, obj, h.name, gen)
 			}
 		}
 	})

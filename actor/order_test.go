@@ -42,8 +42,12 @@ func TestOrderHoldsNewerMessageUntilOneForwardedThroughALeavingHostArrives(t *te
 	if err := x.Relocate(bg, ref, "z"); err != nil {
 		t.Fatal(err)
 	}
-	// a still routes to y: message 2 goes a → y → z (y learnt from the
-	// second move where the object went), slowly.
+	// a still routes to y (each move tells a, a recent sender, where the
+	// object went; here a stale route stands in for a hint still on its
+	// way): message 2 goes a → y → z (y learnt from the second move where
+	// the object went), slowly.
+	a.forgetRoutes(obj, true)
+	a.learnRoute(obj, "y", 0, false)
 	n.Delay("y", "z", 150*time.Millisecond)
 	if err := Tell(bg, a, ref, SeqMsg{Seq: 2}); err != nil {
 		t.Fatal(err)
@@ -372,5 +376,42 @@ func TestGapLostWithACrashedHostClosesAfterGapTimeout(t *testing.T) {
 	}
 	if st := b.Stats(); st.GapsClosed != 1 || st.HeldOutOfOrder != 0 {
 		t.Fatalf("b: %d given up on, %d held; want 1, 0", st.GapsClosed, st.HeldOutOfOrder)
+	}
+}
+
+// A move's target tells the hosts that sent to the object recently where
+// it runs now, so they send there, not to where it was (Message Follow
+// would forward, and their newer messages could wait behind the detour).
+func TestAMoveTellsRecentSendersWhereTheObjectWent(t *testing.T) {
+	n := NewNetwork(nil)
+	hs := map[string]*Host{}
+	for _, name := range []string{"a", "b", "c"} {
+		hs[name] = startHost(t, Config{Name: name, Network: n, Logger: quietLogger()}, seqKind())
+	}
+	a, c := hs["a"], hs["c"]
+	ref := Ref{"seq", "o"}
+	obj := relocation.Object{Kind: "seq", ID: "o"}
+	if err := Tell(bg, a, ref, SeqMsg{Seq: 0}); err != nil { // activates on a
+		t.Fatal(err)
+	}
+	if _, err := Ask[GetSeqs, []int](bg, c, ref, GetSeqs{}); err != nil { // c sends to it, and caches a
+		t.Fatal(err)
+	}
+	if err := a.Relocate(bg, ref, "b"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "c to learn that the object runs on b", func() bool {
+		e, ok := c.lookupRoute(obj)
+		return ok && e.Host == "b"
+	})
+	if err := Tell(bg, c, ref, SeqMsg{Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the message at b", func() bool {
+		s, err := Ask[GetSeqs, []int](bg, hs["b"], ref, GetSeqs{})
+		return err == nil && len(s) == 2
+	})
+	if f := a.Stats().Forwarded; f != 0 {
+		t.Fatalf("a forwarded %d messages; want none (c was told where the object went)", f)
 	}
 }

@@ -44,8 +44,8 @@ func TestDecodeMoveRecordRejectsMalformedInput(t *testing.T) {
 	if _, err := DecodeMoveRecord(append(good, 0, 0, 0, 0)); !errors.Is(err, payload.ProtocolError) {
 		t.Fatal("an empty extra section accepted (it has one encoding: none)")
 	}
-	withExtra := (&MoveRecord{State: []byte("s"), Extra: []byte("fences")}).Encode(nil)
-	if m, err := DecodeMoveRecord(withExtra); err != nil || string(m.Extra) != "fences" {
+	withExtra := (&MoveRecord{State: []byte("s"), Extra: []byte("order")}).Encode(nil)
+	if m, err := DecodeMoveRecord(withExtra); err != nil || string(m.Extra) != "order" {
 		t.Fatalf("extra section round trip = %q, %v", m.Extra, err)
 	}
 	huge := []byte{0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}

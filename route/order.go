@@ -315,6 +315,14 @@ func (o *Order[T]) Held() int { return o.held }
 // Senders returns how many senders the order knows.
 func (o *Order[T]) Senders() int { return len(o.senders) }
 
+// SenderNames appends the names of the senders the order knows to dst.
+func (o *Order[T]) SenderNames(dst []string) []string {
+	for _, s := range o.senders {
+		dst = append(dst, s.name)
+	}
+	return dst
+}
+
 // TakeCounts returns the counts since the last call and resets them.
 func (o *Order[T]) TakeCounts() Counts {
 	c := o.counts
