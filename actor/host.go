@@ -86,7 +86,8 @@ type Host struct {
 	relayed       atomic.Int64 // messages relayed from here
 	forwarded     atomic.Int64 // messages forwarded from here
 	killed        atomic.Bool  // Network.Kill: undelivered messages are lost
-	heldMu        sync.Mutex   // guards heldOwners and owner.heldCount
+	clk           atomic.Int64 // coarseNow: nanotime at the last move tick
+	heldMu        sync.Mutex   // guards heldOwners
 	heldOwners    map[*owner]struct{}
 	heldOut       atomic.Int64 // messages held out of order
 	gapsClosed    atomic.Int64
@@ -208,6 +209,7 @@ func (h *Host) Start() error {
 		h.store = relocation.NewMemoryStore(nil)
 	}
 	h.leaseGen = uint64(time.Now().UnixNano())
+	h.clk.Store(nanotime())
 	h.initOrder()
 	if err := h.renewLease(); err != nil {
 		hosts.Delete(h.name)

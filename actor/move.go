@@ -252,6 +252,7 @@ func (h *Host) moveTicker() {
 			return
 		case <-t.C:
 		}
+		h.clk.Store(nanotime())
 		h.expireGaps()
 		if i%40 == 0 {
 			h.pruneOrder()

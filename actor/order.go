@@ -70,14 +70,9 @@ type routeShard struct {
 
 var shardSeed = maphash.MakeSeed()
 
-func objHash(obj relocation.Object) uint64 {
-	var mh maphash.Hash
-	mh.SetSeed(shardSeed)
-	mh.WriteString(obj.Kind)
-	mh.WriteByte(0)
-	mh.WriteString(obj.ID)
-	return mh.Sum64()
-}
+// objHash spreads objects over shards by id (objects of different kinds
+// with one id share a shard, which only costs spread).
+func objHash(obj relocation.Object) uint64 { return maphash.String(shardSeed, obj.ID) }
 
 // streamIdle is how long a host keeps an idle sending stream; owners keep
 // an idle sender's state twice as long (route.Order.Forget), so a sender
@@ -103,10 +98,16 @@ func (h *Host) stamp(t target, m *payload.Message) {
 	obj := t.obj()
 	sh := &h.streams[objHash(obj)%streamShards]
 	sh.mu.Lock()
-	st := sh.s.Next(obj, nanotime())
+	st := sh.s.Next(obj, h.coarseNow())
 	sh.mu.Unlock()
 	m.Stamp(st.Epoch, st.Seq)
 }
+
+// coarseNow is nanotime as of the last tick of the move ticker (25 ms):
+// reading the clock costs more than the rest of an ordered admission on
+// some machines, and stream idleness, route expiry and gap waits need no
+// better.
+func (h *Host) coarseNow() int64 { return h.clk.Load() }
 
 // streamCount returns how many sending streams the host keeps.
 func (h *Host) streamCount() int {
@@ -129,7 +130,7 @@ func (h *Host) routeShard(obj relocation.Object) *routeShard {
 func (h *Host) lookupRoute(obj relocation.Object) (route.Entry, bool) {
 	sh := h.routeShard(obj)
 	sh.mu.Lock()
-	e, ok := sh.t.Lookup(obj, nanotime())
+	e, ok := sh.t.Lookup(obj, h.coarseNow())
 	sh.mu.Unlock()
 	return e, ok
 }
@@ -240,7 +241,7 @@ func (o *owner) admit(e *mailbox.Envelope, how admitHow) (ran bool, room <-chan 
 	origin := append(originBuf[:0], hv.Origin()...)
 	skip := hv.Flags()&flagSkip != 0
 	h := o.host
-	now := nanotime()
+	now := h.coarseNow()
 
 	o.seqMu.Lock()
 	if o.shut {
@@ -433,7 +434,7 @@ func (o *owner) freezeLocked() { o.frozen = true }
 // checked; then the mailbox opens with all of them in order. With seqMu
 // held; the caller finishes with orderDone.
 func (o *owner) openOrderLocked(items, unchecked []*mailbox.Envelope) orderAfter {
-	now := nanotime()
+	now := o.host.coarseNow()
 	var a orderAfter
 	for _, e := range unchecked {
 		hv := e.Msg.Header()

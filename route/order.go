@@ -163,7 +163,11 @@ func (o *Order[T]) Released(sender []byte, st Stamp, now int64) {
 		s.last = now
 		return
 	}
-	s = o.enter(sender, st.Epoch, now)
+	if s == nil || st.Epoch > s.epoch {
+		s = o.enter(sender, st.Epoch, now)
+	} else {
+		s.last = now
+	}
 	if st.Seq < s.next {
 		o.counts.Late++
 		return
