@@ -31,61 +31,7 @@ var (
 // scheduleLogger drops every record without formatting it.
 var scheduleLogger = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError + 4}))
 
-// schedState is a schedule object's state: per sender, the last number
-// it ran and how many messages it ran, and every break of order.
-type schedState struct {
-	Last   map[string]int `json:"last"`
-	Count  map[string]int `json:"count"`
-	Breaks []string       `json:"breaks"`
-}
-
-// schedTell is a sender's numbered message (numbered per object from 1).
-type schedTell struct {
-	Sender string
-	Seq    int
-}
-
-// schedAsk is a numbered message sent as a request; the reply is the
-// number the object ran.
-type schedAsk struct {
-	Sender string
-	Seq    int
-}
-
-// schedRead asks for the state.
-type schedRead struct{}
-
-func (s *schedState) run(sender string, seq int) {
-	if last := s.Last[sender]; seq != last+1 {
-		s.Breaks = append(s.Breaks, fmt.Sprintf("%s: %d after %d", sender, seq, last))
-	}
-	s.Last[sender] = seq
-	s.Count[sender]++
-}
-
-func schedKind() *actor.Kind[schedState] {
-	k := actor.NewKind("sched", func(*actor.Context, string) (*schedState, error) {
-		return &schedState{Last: map[string]int{}, Count: map[string]int{}}, nil
-	})
-	actor.Handle(k, func(_ *actor.Context, s *schedState, m schedTell) error { s.run(m.Sender, m.Seq); return nil })
-	actor.HandleRequest(k, func(_ *actor.Context, s *schedState, m schedAsk) (int, error) {
-		s.run(m.Sender, m.Seq)
-		return m.Seq, nil
-	})
-	actor.HandleRequest(k, func(_ *actor.Context, s *schedState, _ schedRead) (schedState, error) {
-		return schedState{Last: cloneCounts(s.Last), Count: cloneCounts(s.Count), Breaks: slices.Clone(s.Breaks)}, nil
-	})
-	k.PreserveStateJSON()
-	return k
-}
-
-func cloneCounts(m map[string]int) map[string]int {
-	c := make(map[string]int, len(m))
-	for k, v := range m {
-		c[k] = v
-	}
-	return c
-}
+// The schedules run the property test's kind (tallyKind, relocation_test.go).
 
 // schedPlan is everything a seed decides about a schedule.
 type schedPlan struct {
@@ -350,7 +296,7 @@ func runSchedule(t *testing.T, p *schedPlan) schedResult {
 		if err != nil {
 			fatalf("%v", err)
 		}
-		if err := h.Register(schedKind()); err != nil {
+		if err := h.Register(tallyKind()); err != nil {
 			fatalf("%v", err)
 		}
 		if err := h.Start(); err != nil {
@@ -361,10 +307,10 @@ func runSchedule(t *testing.T, p *schedPlan) schedResult {
 	for _, d := range p.delays {
 		net.Delay(name(d.a), name(d.b), d.d)
 	}
-	ref := func(o int) actor.Ref { return actor.Ref{Kind: "sched", ID: "o" + strconv.Itoa(o)} }
+	ref := func(o int) actor.Ref { return actor.Ref{Kind: "tally", ID: "o" + strconv.Itoa(o)} }
 	for o, home := range p.home { // activate every object on its home host
 		actx, cancel := timeout()
-		_, err := actor.Ask[schedRead, schedState](actx, hosts[home], ref(o), schedRead{})
+		_, err := actor.Ask[readTally, tally](actx, hosts[home], ref(o), readTally{})
 		cancel()
 		if err != nil {
 			fatalf("activating object %d on %s: %v", o, name(home), err)
@@ -396,14 +342,14 @@ func runSchedule(t *testing.T, p *schedPlan) schedResult {
 				n := seq[o]
 				actx, cancel := timeout()
 				if n%p.askEvery == 0 {
-					got, err := actor.Ask[schedAsk, int](actx, h, ref(o), schedAsk{Sender: s.name, Seq: n})
+					got, err := actor.Ask[numberedAsk, int](actx, h, ref(o), numberedAsk{Sender: s.name, Seq: n})
 					if err != nil || got != n {
 						cancel()
 						sendFailed.Store(true)
 						errorf("%s on %s: Ask #%d to object %d = %d, %v", s.name, h.Name(), n, o, got, err)
 						return
 					}
-				} else if err := actor.Tell(actx, h, ref(o), schedTell{Sender: s.name, Seq: n}); err != nil {
+				} else if err := actor.Tell(actx, h, ref(o), numbered{Sender: s.name, Seq: n}); err != nil {
 					cancel()
 					sendFailed.Store(true)
 					errorf("%s on %s: Tell #%d to object %d: %v", s.name, h.Name(), n, o, err)
@@ -436,7 +382,7 @@ func runSchedule(t *testing.T, p *schedPlan) schedResult {
 			if m.delay != nil {
 				net.Delay(name(m.delay.a), name(m.delay.b), m.delay.d)
 			}
-			row, err := net.Store().Get(ctx, relocation.Object{Kind: "sched", ID: ref(m.object).ID})
+			row, err := net.Store().Get(ctx, relocation.Object{Kind: "tally", ID: ref(m.object).ID})
 			if err != nil {
 				errorf("store: object %d: %v", m.object, err)
 				return
@@ -489,7 +435,7 @@ func runSchedule(t *testing.T, p *schedPlan) schedResult {
 		via := hosts[o%len(hosts)]
 		for {
 			actx, cancel := timeout()
-			st, err := actor.Ask[schedRead, schedState](actx, via, ref(o), schedRead{})
+			st, err := actor.Ask[readTally, tally](actx, via, ref(o), readTally{})
 			cancel()
 			done := err == nil
 			for _, s := range p.senders {
@@ -499,8 +445,8 @@ func runSchedule(t *testing.T, p *schedPlan) schedResult {
 				if err != nil {
 					errorf("reading object %d through %s: %v", o, via.Name(), err)
 				}
-				if len(st.Breaks) > 0 {
-					errorf("object %d: %d breaks of order: %v", o, len(st.Breaks), st.Breaks)
+				if len(st.Bad) > 0 {
+					errorf("object %d: %d breaks of order: %v", o, len(st.Bad), st.Bad)
 				}
 				for _, s := range p.senders {
 					if st.Last[s.name] != s.count || st.Count[s.name] != s.count {
