@@ -22,20 +22,7 @@ func TestAllocsAskRoundTripAndObserverAddsNone(t *testing.T) {
 		arm(1 << 40) // the benchmark kind's Inc handler counts down a latch
 		h := newBenchHostWith(t, cfg, counterKind())
 		defer h.Close()
-		ctx := context.Background()
-		ref := actor.Ref{Kind: "counter", ID: "one"}
-		ask := func() {
-			if _, err := actor.Ask[benchGet, int](ctx, h, ref, benchGet{}); err != nil {
-				t.Fatal(err)
-			}
-			if err := actor.Tell(ctx, h, ref, benchInc{N: 1}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for i := 0; i < 100; i++ {
-			ask()
-		}
-		return testing.AllocsPerRun(1000, ask)
+		return allocsPerAskTell(t, h, h)
 	}
 	plain := measure(actor.Config{})
 	observed := measure(actor.Config{Observer: metrics.New(prometheus.NewRegistry())})
@@ -59,29 +46,10 @@ func TestAllocsOrderedSendsAddNone(t *testing.T) {
 	if raceEnabled {
 		t.Skip("sync.Pool drops items at random under -race; .ci/run runs this test without it")
 	}
-	measure := func(from, to *actor.Host) float64 {
-		ctx := context.Background()
-		ref := actor.Ref{Kind: "counter", ID: "one"}
-		if err := actor.Tell(ctx, to, ref, benchInc{N: 1}); err != nil { // activates on to
-			t.Fatal(err)
-		}
-		ask := func() {
-			if _, err := actor.Ask[benchGet, int](ctx, from, ref, benchGet{}); err != nil {
-				t.Fatal(err)
-			}
-			if err := actor.Tell(ctx, from, ref, benchInc{N: 1}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for i := 0; i < 100; i++ {
-			ask()
-		}
-		return testing.AllocsPerRun(1000, ask)
-	}
 	arm(1 << 40)
 	alone := newBenchHostWith(t, actor.Config{}, counterKind())
 	defer alone.Close()
-	plain := measure(alone, alone)
+	plain := allocsPerAskTell(t, alone, alone)
 
 	n := actor.NewNetwork(nil)
 	var hs []*actor.Host
@@ -90,8 +58,8 @@ func TestAllocsOrderedSendsAddNone(t *testing.T) {
 		defer h.Close()
 		hs = append(hs, h)
 	}
-	local := measure(hs[0], hs[0])
-	remote := measure(hs[1], hs[0])
+	local := allocsPerAskTell(t, hs[0], hs[0])
+	remote := allocsPerAskTell(t, hs[1], hs[0])
 	t.Logf("allocs per Ask+Tell: alone %.2f, on a network to a local owner %.2f, to an owner on another host %.2f", plain, local, remote)
 	if local > plain+0.1 {
 		t.Fatalf("ordering adds %.2f allocations per local Ask+Tell", local-plain)
@@ -99,4 +67,26 @@ func TestAllocsOrderedSendsAddNone(t *testing.T) {
 	if remote > 6.1 {
 		t.Fatalf("Ask+Tell to another host allocates %.2f times; want at most 6", remote)
 	}
+}
+
+// allocsPerAskTell activates the counter on host to, then measures the
+// allocations of an Ask and a Tell to it from host from.
+func allocsPerAskTell(t *testing.T, from, to *actor.Host) float64 {
+	ctx := context.Background()
+	ref := actor.Ref{Kind: "counter", ID: "one"}
+	if err := actor.Tell(ctx, to, ref, benchInc{N: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ask := func() {
+		if _, err := actor.Ask[benchGet, int](ctx, from, ref, benchGet{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := actor.Tell(ctx, from, ref, benchInc{N: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 100; i++ {
+		ask()
+	}
+	return testing.AllocsPerRun(1000, ask)
 }

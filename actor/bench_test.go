@@ -229,13 +229,20 @@ func (a *rawActor) Receive(ctx pa.Context) {
 // BenchmarkTellPipelinedOneOwner Tells b.N messages to one object from one
 // goroutine and waits until its handler has run them all.
 func BenchmarkTellPipelinedOneOwner(b *testing.B) {
-	b.ReportAllocs()
 	h := newBenchHost(b, counterKind())
 	defer closeHost(b, h)
+	benchTellPipelined(b, h, h)
+}
+
+// benchTellPipelined activates the counter on host to, then Tells it b.N
+// messages from host from, one goroutine, and waits until its handler has
+// run them all.
+func benchTellPipelined(b *testing.B, from, to *actor.Host) {
+	b.ReportAllocs()
 	ctx := context.Background()
 	ref := actor.Ref{Kind: "counter", ID: "one"}
 	arm(1)
-	if err := actor.Tell(ctx, h, ref, benchInc{N: 1}); err != nil {
+	if err := actor.Tell(ctx, to, ref, benchInc{N: 1}); err != nil {
 		b.Fatal(err)
 	}
 	armed.Load().wait(b, "activation")
@@ -243,7 +250,7 @@ func BenchmarkTellPipelinedOneOwner(b *testing.B) {
 	l := arm(b.N)
 	b.ResetTimer()
 	for range b.N {
-		if err := actor.Tell(ctx, h, ref, benchInc{N: 1}); err != nil {
+		if err := actor.Tell(ctx, from, ref, benchInc{N: 1}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -256,25 +263,8 @@ func BenchmarkTellPipelinedOneOwner(b *testing.B) {
 // routed (route cache), stamped with its sequence number and queued on the
 // link, and the receiving host admits it off the link, in order.
 func BenchmarkTellPipelinedToAnotherHost(b *testing.B) {
-	b.ReportAllocs()
 	_, hs := startBenchNetwork(b, func() actor.Registrable { return counterKind() }, "a", "b")
-	ctx := context.Background()
-	ref := actor.Ref{Kind: "counter", ID: "one"}
-	arm(1)
-	if err := actor.Tell(ctx, hs[1], ref, benchInc{N: 1}); err != nil { // activates on b
-		b.Fatal(err)
-	}
-	armed.Load().wait(b, "activation")
-
-	l := arm(b.N)
-	b.ResetTimer()
-	for range b.N {
-		if err := actor.Tell(ctx, hs[0], ref, benchInc{N: 1}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	l.wait(b, "handlers")
-	b.StopTimer()
+	benchTellPipelined(b, hs[0], hs[1])
 }
 
 // BenchmarkRawProtoSendOneActor is BenchmarkTellPipelinedOneOwner on raw
@@ -631,19 +621,8 @@ func BenchmarkRawProtoIdleActorMemory(b *testing.B) {
 // host that is on a Network (the owner local): each Tell is also stamped
 // with its sequence number and checked against the owner's receive order.
 func BenchmarkTellPipelinedOnNetwork(b *testing.B) {
-	b.ReportAllocs()
 	_, hs := startBenchNetwork(b, func() actor.Registrable { return counterKind() }, "a")
-	ctx := context.Background()
-	ref := actor.Ref{Kind: "counter", ID: "one"}
-	l := arm(b.N)
-	b.ResetTimer()
-	for range b.N {
-		if err := actor.Tell(ctx, hs[0], ref, benchInc{N: 1}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	l.wait(b, "handlers")
-	b.StopTimer()
+	benchTellPipelined(b, hs[0], hs[0])
 }
 
 // BenchmarkAskRoundTripToAnotherHost is BenchmarkAskRoundTrip with the

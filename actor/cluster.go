@@ -255,8 +255,9 @@ func (h *Host) onFrame(l *link, buf payload.Buffer) {
 	id := string(hv.TargetID())
 	p, err := kr.locate(id, true)
 	if err != nil {
-		if errors.Is(err, ErrShuttingDown) && h.sendBack(m) {
-			return // this host is closing: the origin routes it again
+		if errors.Is(err, ErrShuttingDown) {
+			h.backOrFail(m, err) // this host is closing: the origin routes it again
+			return
 		}
 		h.failMessage(m, err)
 		return
@@ -285,48 +286,25 @@ func (h *Host) forward(kr *kindRuntime, id string, m *payload.Message, p place) 
 		d := route.Forward(hop, route.Entry{Host: p.host, Gen: p.gen}, !p.stored, h.name)
 		if d.Action == route.Resolve {
 			if !p.stored {
-				h.forgetRoutes(obj, true)
-				np, err := kr.lookup(id, true)
-				if err != nil {
-					if h.sendBack(m) {
-						return
-					}
-					h.failMessage(m, err)
+				var ok bool
+				if p, ok = h.lookupAgain(kr, id, m); !ok {
 					return
 				}
-				p = np
 			}
-			if p.o != nil {
-				h.admitHere(p.o, m)
-				return
-			}
+			// The look-up activates an object that no live host owns, so
+			// the store's answer names another host.
 			d = route.Placed(hop, p.host, p.gen, h.name)
 		}
-		switch d.Action {
-		case route.ToOrigin:
-			if !h.sendBack(m) {
-				h.failMessage(m, payload.NewError(payload.Unavailable, "actor", "no route to "+obj.String()+" and its sender is gone"))
-			}
-			return
-		case route.Fail:
+		switch {
+		case d.Action == route.Fail:
 			h.failMessage(m, payload.NewError(payload.Unavailable, "actor", obj.String()+" moved too often to be reached"))
 			return
-		}
-		if d.Host == h.name { // Placed: no live owner; activate here
-			np, err := kr.locate(id, true)
-			if err != nil || np.o == nil {
-				if err == nil {
-					err = payload.NewError(payload.Unavailable, "actor", "cannot place "+obj.String())
-				}
-				h.failMessage(m, err)
-				return
-			}
-			h.admitHere(np.o, m)
+		case d.Action == route.ToOrigin, d.Host == h.name:
+			h.backOrFail(m, payload.NewError(payload.Unavailable, "actor", "no route to "+obj.String()))
 			return
 		}
 		origin := string(hv.Origin()) // m is gone once sent
-		err := h.sendHop(m, d.Host, hop.Hops+1, d.Gen)
-		if err == nil {
+		if h.sendHop(m, d.Host, hop.Hops+1, d.Gen) == nil {
 			h.forwarded.Add(1)
 			if origin != "" && origin != h.name && origin != d.Host {
 				h.sendHint(origin, obj, d.Host, d.Gen)
@@ -334,25 +312,40 @@ func (h *Host) forward(kr *kindRuntime, id string, m *payload.Message, p place) 
 			return
 		}
 		// The host is leaving or gone: look again (routes to it are gone).
-		h.forgetRoutes(obj, true)
 		if try == 3 {
-			if !h.sendBack(m) {
-				h.failMessage(m, payload.NewError(payload.Unavailable, "actor", "host "+d.Host+" is not reachable"))
-			}
+			h.backOrFail(m, payload.NewError(payload.Unavailable, "actor", "host "+d.Host+" is not reachable"))
 			return
 		}
-		np, lerr := kr.lookup(id, true)
-		if lerr != nil {
-			if !h.sendBack(m) {
-				h.failMessage(m, lerr)
-			}
+		var ok bool
+		if p, ok = h.lookupAgain(kr, id, m); !ok {
 			return
 		}
-		if np.o != nil {
-			h.admitHere(np.o, m)
-			return
-		}
-		p = np
+	}
+}
+
+// lookupAgain forgets this host's routes for object id and asks the store
+// where it runs. If it runs here (or the look-up fails), m is admitted
+// (or sent back to its origin) and ok is false; otherwise the caller
+// sends m to the returned place.
+func (h *Host) lookupAgain(kr *kindRuntime, id string, m *payload.Message) (p place, ok bool) {
+	h.forgetRoutes(relocation.Object{Kind: kr.spec.name, ID: id}, true)
+	p, err := kr.lookup(id, true)
+	switch {
+	case err != nil:
+		h.backOrFail(m, err)
+		return p, false
+	case p.o != nil:
+		h.admitHere(p.o, m)
+		return p, false
+	}
+	return p, true
+}
+
+// backOrFail sends m back to its origin (sendBack), or ends it with err if
+// this host is closing.
+func (h *Host) backOrFail(m *payload.Message, err error) {
+	if !h.sendBack(m) {
+		h.failMessage(m, err)
 	}
 }
 
@@ -373,7 +366,8 @@ func (h *Host) sendHop(m *payload.Message, host string, hops uint8, gen uint64) 
 	return nil
 }
 
-// admitHere admits a forwarded or re-routed message to a local owner.
+// admitHere admits a forwarded or re-routed message to a local owner; if
+// the owner closed meanwhile, it is routed again.
 func (h *Host) admitHere(o *owner, m *payload.Message) {
 	e := newEnvelope(m)
 	for try := 0; ; try++ {
@@ -381,29 +375,26 @@ func (h *Host) admitHere(o *owner, m *payload.Message) {
 		if err == nil {
 			return
 		}
-		// The owner closed meanwhile: route it again.
-		if try == 3 {
-			e.Msg = nil
-			e.Release()
-			h.failMessage(m, payload.NewError(payload.Unavailable, "actor", "owner closed"))
-			return
-		}
+		var p place
 		hv := m.Header()
 		kr := h.kinds[string(hv.TargetName())]
-		p, lerr := kr.locate(string(hv.TargetID()), true)
-		if lerr != nil {
-			e.Msg = nil
-			e.Release()
-			h.failMessage(m, lerr)
-			return
+		if try < 3 {
+			p, err = kr.locate(string(hv.TargetID()), true)
+		} else {
+			err = payload.NewError(payload.Unavailable, "actor", "owner closed")
 		}
-		if p.o == nil {
-			e.Msg = nil
-			e.Release()
+		if err == nil && p.o != nil {
+			o = p.o
+			continue
+		}
+		e.Msg = nil
+		e.Release()
+		if err != nil {
+			h.failMessage(m, err)
+		} else {
 			h.forward(kr, string(hv.TargetID()), m, p)
-			return
 		}
-		o = p.o
+		return
 	}
 }
 

@@ -121,39 +121,14 @@ func (c Config) withDefaults() (Config, error) {
 	if len(c.Name) > 255 {
 		bad("Name", "longer than 255 bytes")
 	}
-	switch {
-	case c.MaxQueuedApplicationJobs == 0:
-		c.MaxQueuedApplicationJobs = DefaultMaxQueuedApplicationJobs()
-	case c.MaxQueuedApplicationJobs < 0:
-		bad("MaxQueuedApplicationJobs", "negative")
-	}
-	switch {
-	case c.MaxRequestsInFlight == 0:
-		c.MaxRequestsInFlight = DefaultMaxRequestsInFlight
-	case c.MaxRequestsInFlight < 0:
-		bad("MaxRequestsInFlight", "negative")
-	}
-	switch {
-	case c.SendTimeout == 0:
-		c.SendTimeout = DefaultSendTimeout
-	case c.SendTimeout < 0:
-		bad("SendTimeout", "negative")
-	}
-	switch {
-	case c.RequestTimeout == 0:
-		c.RequestTimeout = DefaultRequestTimeout
-	case c.RequestTimeout < 0:
-		bad("RequestTimeout", "negative")
-	}
+	orDefault(&c.MaxQueuedApplicationJobs, DefaultMaxQueuedApplicationJobs(), "MaxQueuedApplicationJobs", bad)
+	orDefault(&c.MaxRequestsInFlight, DefaultMaxRequestsInFlight, "MaxRequestsInFlight", bad)
+	orDefault(&c.SendTimeout, DefaultSendTimeout, "SendTimeout", bad)
+	orDefault(&c.RequestTimeout, DefaultRequestTimeout, "RequestTimeout", bad)
 	if c.IdleTimeout < 0 {
 		bad("IdleTimeout", "negative")
 	}
-	switch {
-	case c.Throughput == 0:
-		c.Throughput = DefaultThroughput
-	case c.Throughput < 0:
-		bad("Throughput", "negative")
-	}
+	orDefault(&c.Throughput, DefaultThroughput, "Throughput", bad)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -169,17 +144,18 @@ func (c Config) withDefaults() (Config, error) {
 	if c.CutoverWait < 0 {
 		bad("CutoverWait", "negative")
 	}
-	switch {
-	case c.GapTimeout == 0:
-		c.GapTimeout = DefaultGapTimeout
-	case c.GapTimeout < 0:
-		bad("GapTimeout", "negative")
-	}
-	switch {
-	case c.StoreTimeout == 0:
-		c.StoreTimeout = DefaultStoreTimeout
-	case c.StoreTimeout < 0:
-		bad("StoreTimeout", "negative")
-	}
+	orDefault(&c.GapTimeout, DefaultGapTimeout, "GapTimeout", bad)
+	orDefault(&c.StoreTimeout, DefaultStoreTimeout, "StoreTimeout", bad)
 	return c, errors.Join(errs...)
+}
+
+// orDefault gives a zero *v the default def; a negative one is a mistake
+// reported through bad, naming field.
+func orDefault[T int | time.Duration](v *T, def T, field string, bad func(field, why string)) {
+	switch {
+	case *v == 0:
+		*v = def
+	case *v < 0:
+		bad(field, "negative")
+	}
 }

@@ -414,7 +414,8 @@ func (h *Host) Close() error {
 			all = append(all, cr.subs...)
 		}
 		for _, o := range all {
-			unrun = append(unrun, o.closeBox())
+			queued, held := o.closeBox()
+			unrun = append(unrun, append(queued, held...))
 		}
 	}
 	close(h.done)

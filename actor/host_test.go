@@ -20,14 +20,19 @@ func TestConfigZeroValueWorksAndBadFieldsAreNamed(t *testing.T) {
 		t.Fatal(err)
 	}
 	if h.cfg.MaxQueuedApplicationJobs != DefaultMaxQueuedApplicationJobs() || h.cfg.MaxRequestsInFlight != 4096 ||
-		h.cfg.SendTimeout != time.Second || !strings.HasPrefix(h.Name(), "host-") {
+		h.cfg.SendTimeout != time.Second || h.cfg.GapTimeout != DefaultGapTimeout || h.cfg.StoreTimeout != DefaultStoreTimeout ||
+		!strings.HasPrefix(h.Name(), "host-") {
 		t.Fatalf("defaults not applied: %+v", h.cfg)
 	}
 	h.Close()
-	_, err = NewHost(Config{SendTimeout: -1, MaxRequestsInFlight: -2})
-	if !errors.Is(err, payload.InvalidOperation) || !strings.Contains(err.Error(), "Config.SendTimeout") ||
-		!strings.Contains(err.Error(), "Config.MaxRequestsInFlight") {
-		t.Fatalf("bad config = %v; want InvalidOperation naming both fields", err)
+	_, err = NewHost(Config{SendTimeout: -1, MaxRequestsInFlight: -2, GapTimeout: -3, StoreTimeout: -4})
+	if !errors.Is(err, payload.InvalidOperation) {
+		t.Fatalf("bad config = %v; want InvalidOperation", err)
+	}
+	for _, field := range []string{"SendTimeout", "MaxRequestsInFlight", "GapTimeout", "StoreTimeout"} {
+		if !strings.Contains(err.Error(), "Config."+field) {
+			t.Fatalf("bad config = %v; want it to name Config.%s", err, field)
+		}
 	}
 }
 

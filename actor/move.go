@@ -485,7 +485,7 @@ func (d *moveDriver) sealAndCapture() {
 	}
 	o := d.o
 	o.seqMu.Lock()
-	o.freezeLocked()
+	o.frozen = true
 	o.mb.Seal()
 	o.seqMu.Unlock()
 	d.h.net.pauses.sealed(d.id)
@@ -537,12 +537,7 @@ func (d *moveDriver) takeHeld() [][]byte {
 	}
 	o.left.Store(true)
 	sh.mu.Unlock()
-	o.seqMu.Lock()
-	o.shut = true
-	late := o.mb.Close()
-	copies := o.order.TakeHeld()
-	o.noteHeldLocked()
-	o.seqMu.Unlock()
+	late, copies := o.closeBox()
 	held := append(d.held, late...)
 	out := make([][]byte, 0, len(held))
 	for _, e := range held {
@@ -632,7 +627,7 @@ func (d *moveDriver) registerTemp() {
 	}
 	sh.m[d.obj.ID] = o
 	d.o = o
-	d.later(func() { h.forgetRoutes(d.obj, true) })
+	h.forgetRoutes(d.obj, true)
 }
 
 // restore rebuilds the state through the kind's policy; nothing runs yet.
@@ -729,7 +724,8 @@ func (d *moveDriver) discardTemp(extra [][]byte, reason string) {
 		delete(sh.m, d.obj.ID)
 	}
 	sh.mu.Unlock()
-	held := o.closeBox()
+	queued, outOfOrder := o.closeBox()
+	held := append(queued, outOfOrder...)
 	o.state, o.ready = nil, false
 	h.log.Info("relocation: temporary queue discarded", "object", d.obj.String(), "reason", reason, "messages", len(held))
 	d.later(func() {

@@ -255,19 +255,13 @@ func (o *owner) admit(e *mailbox.Envelope, how admitHow) (ran bool, room <-chan 
 		return false, nil, err
 	}
 	var claimed bool
+	var a orderAfter
 	switch v := o.order.Check(origin, st); {
 	case v == route.Hold:
-		permit := e.TakePermit()
-		o.order.Hold(origin, st, e, now)
-		after := o.afterOrderLocked()
-		o.seqMu.Unlock()
-		if permit != nil {
-			permit.Release()
-		}
-		h.orderDone(o, after)
-		return false, nil, nil
+		o.holdLocked(e, origin, st, now, &a)
 	case skip:
-		o.order.Skip(origin, st, nil, now)
+		o.order.Skip(origin, st, e, now)
+		a.stray = append(a.stray, e)
 	default:
 		if how == admitInline {
 			claimed, room, err = o.mb.AdmitOrClaim(e)
@@ -280,12 +274,9 @@ func (o *owner) admit(e *mailbox.Envelope, how admitHow) (ran bool, room <-chan 
 		}
 		o.order.Released(origin, st, now)
 	}
-	after := o.afterOrderLocked()
+	o.readyLocked(&a, nil)
 	o.seqMu.Unlock()
-	if skip {
-		e.Release()
-	}
-	h.orderDone(o, after)
+	h.orderDone(o, a)
 	if claimed {
 		o.mb.RunClaimed(e)
 		return true, nil, nil
@@ -310,37 +301,45 @@ func (o *owner) admitBoxRoom(e *mailbox.Envelope, how admitHow) (<-chan struct{}
 }
 
 // orderAfter is what an order step leaves for after the owner's seqMu:
-// items it could not admit (the owner closed meanwhile), to route again;
-// permits to give back; the counts.
+// items to end (skip notices taken in) or to route again (the owner closed
+// meanwhile); permits of held messages to give back; the counts.
 type orderAfter struct {
 	stray   []*mailbox.Envelope
-	permits []*mailbox.Permits // permits of held messages, given back after the lock
+	permits []*mailbox.Permits
 	counts  route.Counts
 }
 
-// afterOrderLocked admits the items whose turn came (in order; skip
-// notices end), and collects the counts. Called with seqMu held.
-func (o *owner) afterOrderLocked() orderAfter {
-	var a orderAfter
+// holdLocked holds e, ahead of its turn. Its permit is given back after
+// the lock (orderDone): a give-back may admit a waiting send at once, which
+// needs seqMu.
+func (o *owner) holdLocked(e *mailbox.Envelope, origin []byte, st route.Stamp, now int64, a *orderAfter) {
+	if p := e.TakePermit(); p != nil {
+		a.permits = append(a.permits, p)
+	}
+	o.order.Hold(origin, st, e, now)
+}
+
+// readyLocked takes the held messages whose turn came, in order: skip
+// notices (taken in now) go to a.stray to be ended; the others are
+// admitted — or, with into, appended to *into (the mailbox reopens with
+// them). Then it collects the counts and notes what is still held.
+func (o *owner) readyLocked(a *orderAfter, into *[]*mailbox.Envelope) {
 	for {
 		e, ok := o.order.Next()
 		if !ok {
 			break
 		}
-		if e == nil {
-			continue // a held skip notice given as nil
-		}
-		if e.Msg.Header().Flags()&flagSkip != 0 {
-			a.stray = append(a.stray, e) // ended after the lock
-			continue
-		}
-		if err := o.mb.AdmitOverflow(e); err != nil {
+		switch {
+		case e.Msg.Header().Flags()&flagSkip != 0:
+			a.stray = append(a.stray, e)
+		case into != nil:
+			*into = append(*into, e)
+		case o.mb.AdmitOverflow(e) != nil:
 			a.stray = append(a.stray, e)
 		}
 	}
-	a.counts = o.order.TakeCounts()
+	a.counts.Add(o.order.TakeCounts())
 	o.noteHeldLocked()
-	return a
 }
 
 // orderDone finishes an order step outside the owner's lock: counts, the
@@ -357,7 +356,7 @@ func (h *Host) orderDone(o *owner, a orderAfter) {
 		h.late.Add(int64(a.counts.Late))
 	}
 	for _, e := range a.stray {
-		if e.Msg != nil && e.Msg.Header().Flags()&flagSkip != 0 {
+		if e.Msg.Header().Flags()&flagSkip != 0 {
 			e.Release()
 			continue
 		}
@@ -403,7 +402,8 @@ func (h *Host) expireGaps() {
 			o.seqMu.Unlock()
 			continue
 		}
-		a := o.afterOrderLocked()
+		var a orderAfter
+		o.readyLocked(&a, nil)
 		o.seqMu.Unlock()
 		h.orderDone(o, a)
 	}
@@ -425,10 +425,6 @@ func (h *Host) forgetIdleSenders() {
 	}
 }
 
-// freezeLocked makes arrivals go to the mailbox hold unchecked; with
-// seqMu held.
-func (o *owner) freezeLocked() { o.frozen = true }
-
 // openOrderLocked unfreezes the owner: items (already checked, in order)
 // go first, then each of unchecked (relayed or held, in arrival order) is
 // checked; then the mailbox opens with all of them in order. With seqMu
@@ -439,42 +435,22 @@ func (o *owner) openOrderLocked(items, unchecked []*mailbox.Envelope) orderAfter
 	for _, e := range unchecked {
 		hv := e.Msg.Header()
 		st := route.Stamp{Epoch: hv.Epoch(), Seq: hv.Seq()}
-		skip := hv.Flags()&flagSkip != 0
 		switch v := o.order.Check(hv.Origin(), st); {
 		case v == route.Hold:
-			// Giving a permit back may admit a waiting send at once,
-			// which needs seqMu: that happens after the lock.
-			if p := e.TakePermit(); p != nil {
-				a.permits = append(a.permits, p)
-			}
-			o.order.Hold(hv.Origin(), st, e, now)
+			o.holdLocked(e, hv.Origin(), st, now, &a)
 			continue
-		case skip:
-			o.order.Skip(hv.Origin(), st, nil, now)
+		case hv.Flags()&flagSkip != 0:
+			o.order.Skip(hv.Origin(), st, e, now)
 			a.stray = append(a.stray, e)
 		default:
 			o.order.Released(hv.Origin(), st, now)
 			items = append(items, e)
 		}
-		for {
-			r, ok := o.order.Next()
-			if !ok {
-				break
-			}
-			if r == nil {
-				continue
-			}
-			if r.Msg.Header().Flags()&flagSkip != 0 {
-				a.stray = append(a.stray, r)
-				continue
-			}
-			items = append(items, r)
-		}
+		o.readyLocked(&a, &items)
 	}
 	o.frozen = false
 	o.mb.Reopen(items)
-	a.counts = o.order.TakeCounts()
-	o.noteHeldLocked()
+	o.readyLocked(&a, nil) // the counts, and what is held now
 	return a
 }
 

@@ -19,10 +19,7 @@ import (
 // until the older one arrives (sequence numbers), however long its way.
 func TestOrderHoldsNewerMessageUntilOneForwardedThroughALeavingHostArrives(t *testing.T) {
 	n := NewNetwork(nil)
-	hs := map[string]*Host{}
-	for _, name := range []string{"a", "x", "y", "z"} {
-		hs[name] = startHost(t, Config{Name: name, Network: n, Logger: quietLogger()}, seqKind())
-	}
+	hs := startSeqHosts(t, n, Config{}, "a", "x", "y", "z")
 	a, x, y, z := hs["a"], hs["x"], hs["y"], hs["z"]
 	ref := Ref{"seq", "o"}
 	obj := relocation.Object{Kind: "seq", ID: "o"}
@@ -46,6 +43,10 @@ func TestOrderHoldsNewerMessageUntilOneForwardedThroughALeavingHostArrives(t *te
 	// object went; here a stale route stands in for a hint still on its
 	// way): message 2 goes a → y → z (y learnt from the second move where
 	// the object went), slowly.
+	waitFor(t, "a to be told where the object went", func() bool {
+		e, ok := a.lookupRoute(obj)
+		return ok && e.Host == "z"
+	})
 	a.forgetRoutes(obj, true)
 	a.learnRoute(obj, "y", 0, false)
 	n.Delay("y", "z", 150*time.Millisecond)
@@ -75,6 +76,18 @@ func TestOrderHoldsNewerMessageUntilOneForwardedThroughALeavingHostArrives(t *te
 	if st := z.Stats(); st.HeldOutOfOrder != 0 || st.GapsClosed != 0 || st.Late != 0 {
 		t.Fatalf("z: %d held out of order, %d gaps given up on, %d late; want none", st.HeldOutOfOrder, st.GapsClosed, st.Late)
 	}
+}
+
+// startSeqHosts starts hosts of the seq kind on n, named names, with cfg
+// otherwise.
+func startSeqHosts(t *testing.T, n *Network, cfg Config, names ...string) map[string]*Host {
+	hs := map[string]*Host{}
+	for _, name := range names {
+		c := cfg
+		c.Name, c.Network, c.Logger = name, n, quietLogger()
+		hs[name] = startHost(t, c, seqKind())
+	}
+	return hs
 }
 
 // OrderState records, per sender, the last number it ran and every break.
@@ -197,9 +210,26 @@ func TestConcurrentSendersOfOneHostKeepOrderAcrossMoves(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	for i := 0; i < objects; i++ {
-		st, err := Ask[GetSeqs, OrderState](bg, a, ref(i), GetSeqs{})
-		if err != nil {
-			t.Fatal(err)
+		// Tells accepted by a sender's host may still be on their way
+		// (another host's, or held behind one of them): wait until each
+		// sender's last one ran, or the deadline passes. A lost message
+		// would show as a gap given up on (checked below) or a short count.
+		var st OrderState
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			var err error
+			st, err = Ask[GetSeqs, OrderState](bg, a, ref(i), GetSeqs{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			all := true
+			for s := 0; s < senders; s++ {
+				all = all && st.Last[itoa(s)] == sent[s][i]
+			}
+			if all || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(time.Millisecond)
 		}
 		if len(st.Bad) > 0 {
 			t.Errorf("object %d: order broken %d times, first: %v", i, len(st.Bad), st.Bad[:min(len(st.Bad), 5)])
@@ -229,10 +259,7 @@ func TestConcurrentSendersOfOneHostKeepOrderAcrossMoves(t *testing.T) {
 // order, and every host must stop.
 func TestMoveWhileSourceHoldsOutOfOrderAndTargetStartsLeaving(t *testing.T) {
 	n := NewNetwork(nil)
-	hs := map[string]*Host{}
-	for _, name := range []string{"a", "b", "c"} {
-		hs[name] = startHost(t, Config{Name: name, Network: n, Logger: quietLogger()}, seqKind())
-	}
+	hs := startSeqHosts(t, n, Config{}, "a", "b", "c")
 	a, b, c := hs["a"], hs["b"], hs["c"]
 	ref := Ref{"seq", "o"}
 	obj := relocation.Object{Kind: "seq", ID: "o"}
@@ -342,10 +369,7 @@ func TestSkipNoticeClosesTheGapOfARejectedSend(t *testing.T) {
 // counts the gap.
 func TestGapLostWithACrashedHostClosesAfterGapTimeout(t *testing.T) {
 	n := NewNetwork(nil)
-	hs := map[string]*Host{}
-	for _, name := range []string{"a", "x", "b"} {
-		hs[name] = startHost(t, Config{Name: name, Network: n, Logger: quietLogger(), GapTimeout: 300 * time.Millisecond}, seqKind())
-	}
+	hs := startSeqHosts(t, n, Config{GapTimeout: 300 * time.Millisecond}, "a", "x", "b")
 	a, b := hs["a"], hs["b"]
 	ref := Ref{"seq", "o"}
 	obj := relocation.Object{Kind: "seq", ID: "o"}
@@ -384,10 +408,7 @@ func TestGapLostWithACrashedHostClosesAfterGapTimeout(t *testing.T) {
 // would forward, and their newer messages could wait behind the detour).
 func TestAMoveTellsRecentSendersWhereTheObjectWent(t *testing.T) {
 	n := NewNetwork(nil)
-	hs := map[string]*Host{}
-	for _, name := range []string{"a", "b", "c"} {
-		hs[name] = startHost(t, Config{Name: name, Network: n, Logger: quietLogger()}, seqKind())
-	}
+	hs := startSeqHosts(t, n, Config{}, "a", "b", "c")
 	a, c := hs["a"], hs["c"]
 	ref := Ref{"seq", "o"}
 	obj := relocation.Object{Kind: "seq", ID: "o"}

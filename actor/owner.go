@@ -334,16 +334,16 @@ func (kr *kindRuntime) local(id string) *owner {
 }
 
 // closeBox closes the owner's mailbox for good and returns every item it
-// had, then the messages it held out of order, for the caller to end or
+// had, in order, and the messages its order held, for the caller to end or
 // send on.
-func (o *owner) closeBox() []*mailbox.Envelope {
+func (o *owner) closeBox() (queued, held []*mailbox.Envelope) {
 	o.seqMu.Lock()
 	o.shut = true
-	items := o.mb.Close()
-	items = append(items, o.order.TakeHeld()...)
+	queued = o.mb.Close()
+	held = o.order.TakeHeld()
 	o.noteHeldLocked()
 	o.seqMu.Unlock()
-	return items
+	return queued, held
 }
 
 // channelRuntime is a channel on a host: its subscriber owners, by message

@@ -13,17 +13,10 @@ import (
 	"github.com/berthrt/berth/payload"
 )
 
-// The trace tests replay scripts of inputs against a source and a target
-// machine and compare what they output with the expected trace, in the
-// style of etcd's raft interaction tests. Each testdata/*.txt file is one
-// scenario: blocks of
-//
-//	command args...
-//	----
-//	expected output lines
-//
-// separated by blank lines; '#' starts a comment line. Regenerate the
-// expected traces with
+// The trace tests replay scripts of inputs (testdata/*.txt, one scenario
+// each; format: package internal/tracetest) against a source and a target
+// machine and compare what they output with the expected trace.
+// Regenerate the expected traces with
 //
 //	go test ./relocation -run TestTraces -rewrite
 //

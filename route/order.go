@@ -73,6 +73,13 @@ type Counts struct {
 	Skipped uint64
 }
 
+// Add adds d to c.
+func (c *Counts) Add(d Counts) {
+	c.GapsClosed += d.GapsClosed
+	c.Late += d.Late
+	c.Skipped += d.Skipped
+}
+
 type senderOrder[T any] struct {
 	name  string
 	epoch uint64

@@ -12,16 +12,9 @@ import (
 	"github.com/berthrt/berth/internal/tracetest"
 )
 
-// The trace tests replay scripts against a small simulated world that uses
-// only the public API of package route, in the style of etcd's raft
-// interaction tests. Each testdata/*.txt file is one rule or interleaving:
-// blocks of
-//
-//	command args...
-//	----
-//	expected output lines
-//
-// separated by blank lines; '#' starts a comment line. Regenerate the
+// The trace tests replay scripts (testdata/*.txt, one rule or interleaving
+// each; format: package internal/tracetest) against a small simulated
+// world that uses only the public API of package route. Regenerate the
 // expected traces with
 //
 //	go test ./route -run TestTraces -rewrite
