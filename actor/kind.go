@@ -185,7 +185,10 @@ func Handle[S, M any](k *Kind[S], fn func(ctx *Context, state *S, msg M) error) 
 			return err
 		}
 		e.ReturnPermit() // immediately before the handler's first instruction
-		return fn(c, st.(*S), v)
+		if err := fn(c, st.(*S), v); err != nil {
+			return err
+		}
+		return ackReply(c) // only an encoded Request waits for a one-way handler
 	}})
 }
 

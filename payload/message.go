@@ -291,3 +291,37 @@ func (m *Message) Stamp(epoch, seq uint64) {
 	m.live("Stamp")
 	_ = SetStamp(m.buf.s.data, epoch, seq)
 }
+
+// Frame builds a frame from a header and an already-encoded body — bytes lent
+// by their source (a database row, a network read) that do not outlive the
+// call. The body is copied once into pooled storage, and that copy is counted
+// (Stats.FullCopies, FullCopyBytes): it is the boundary copy of the message
+// path. h.ContentType must be set; Registry.Open resolves it (an unknown one
+// is a ProtocolError there). h.Type names the body's type.
+func (p *Pool) Frame(h *Header, body []byte) (Buffer, error) {
+	s := p.storage(headerSizeHint(h) + len(body))
+	base := unsafe.SliceData(s.data)
+	d, err := AppendHeader(s.data[:0], h)
+	if err != nil {
+		p.recycle(s)
+		return Buffer{}, err
+	}
+	d = append(d, body...)
+	p.stats.fullCopies.add(1)
+	p.stats.fullCopyBytes.add(uint64(len(body)))
+	if unsafe.SliceData(d) != base {
+		p.stats.fullCopies.add(1)
+		p.stats.fullCopyBytes.add(uint64(cap(s.data)))
+	}
+	s.data = d
+	return p.hand(s), nil
+}
+
+// headerSizeHint is an upper estimate of h's encoded size.
+func headerSizeHint(h *Header) int {
+	n := 96 + len(h.Type) + len(h.ContentType) + len(h.Target.Name) + len(h.Target.ID) + len(h.ReplyTo) + len(h.Origin)
+	for _, m := range h.Meta {
+		n += 4 + len(m.Key) + len(m.Value)
+	}
+	return n
+}

@@ -1,0 +1,113 @@
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+var (
+	dbSeq atomic.Int64
+
+	shared struct {
+		once   sync.Once
+		srv    *Server // nil with an external URL
+		admin  string  // URL of the admin database
+		err    error
+		inMain bool
+	}
+)
+
+// Main runs a package's tests and then stops the throwaway server, if one
+// was started. Call it from TestMain: func TestMain(m *testing.M) { pgtest.Main(m) }.
+func Main(m *testing.M) {
+	shared.inMain = true
+	code := m.Run()
+	if shared.srv != nil {
+		shared.srv.Stop()
+	}
+	os.Exit(code)
+}
+
+// Required reports whether BERTH_REQUIRE_PG=1: a missing Postgres fails the
+// tests instead of skipping them.
+func Required() bool { return os.Getenv("BERTH_REQUIRE_PG") == "1" }
+
+func setup() {
+	if u := os.Getenv("BERTH_TEST_DATABASE_URL"); u != "" {
+		shared.admin = u
+		return
+	}
+	shared.srv, shared.err = Start()
+	if shared.err == nil {
+		shared.admin = shared.srv.URL("postgres")
+	}
+}
+
+// DB is a fresh database for one test.
+type DB struct {
+	URL    string  // connection URL of the test's database
+	Server *Server // the throwaway server; nil when BERTH_TEST_DATABASE_URL names one
+}
+
+// New returns a fresh database for t, dropped when t ends. It skips t when
+// no Postgres is available (fails it under BERTH_REQUIRE_PG=1).
+func New(t testing.TB) *DB {
+	t.Helper()
+	if !shared.inMain {
+		t.Fatal("pgtest: call pgtest.Main(m) from the package's TestMain")
+	}
+	shared.once.Do(setup)
+	if shared.err != nil {
+		if Required() || shared.err != ErrNoPostgres {
+			t.Fatalf("pgtest: %v", shared.err)
+		}
+		t.Skipf("skipped: %v", shared.err)
+	}
+	name := uniqueName("berth_t")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	u, err := CreateDatabase(ctx, shared.admin, name)
+	if err != nil {
+		t.Fatalf("pgtest: create database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := DropDatabase(ctx, shared.admin, name); err != nil {
+			t.Logf("pgtest: drop database %s: %v", name, err)
+		}
+	})
+	return &DB{URL: u, Server: shared.srv}
+}
+
+// WithParams returns the URL with extra query parameters (k=v pairs).
+func (d *DB) WithParams(kv ...string) string {
+	u, err := url.Parse(d.URL)
+	if err != nil {
+		panic(err)
+	}
+	q := u.Query()
+	for i := 0; i+1 < len(kv); i += 2 {
+		q.Set(kv[i], kv[i+1])
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// Describe says which server the tests use, for logs.
+func Describe() string {
+	if shared.srv != nil {
+		return fmt.Sprintf("throwaway server in %s", shared.srv.Dir())
+	}
+	if u := os.Getenv("BERTH_TEST_DATABASE_URL"); u != "" {
+		return "BERTH_TEST_DATABASE_URL " + strings.SplitN(u, "@", 2)[len(strings.SplitN(u, "@", 2))-1]
+	}
+	return "none"
+}
