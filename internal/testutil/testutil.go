@@ -65,7 +65,13 @@ func (l *Ledger) CheckExactlyOnce(t testing.TB, issued uint64) {
 // WaitFor polls cond until it holds, failing t after 10 s.
 func WaitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	WaitForWithin(t, what, 10*time.Second, cond)
+}
+
+// WaitForWithin polls cond until it holds, failing t after d.
+func WaitForWithin(t testing.TB, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

@@ -1,0 +1,145 @@
+package pgbridge
+
+import (
+	"context"
+
+	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/payload"
+)
+
+// ObjectOptions configures Objects.
+type ObjectOptions struct {
+	// Replies publishes the reply of a request handler (nil: replies are
+	// dropped). Routed is the usual choice. In the row-lock form the reply
+	// is inserted in the claim's transaction, so it is published exactly
+	// when the row is settled; in the other forms before the settlement
+	// (a lost lease can publish a reply twice).
+	Replies Publisher
+	// OnError maps a handler's error to the row's outcome. The default
+	// retries after the subscription's RetryDelay (up to MaxAttempts).
+	// Errors that mean the payload did not decode never reach it: the
+	// decode policy settles those.
+	OnError func(d *Delivery, err error) Outcome
+}
+
+// Objects delivers each row to the object Ref{Kind: kind, ID: row key}
+// through host h, as the message the row's type, content_type and payload
+// encode: the payload is copied once into the host's pool (the boundary copy,
+// counted in its copy accounting) and decoded only in the object's turn. The
+// object's reply — or its error — is the row's outcome: the reply (through
+// opts.Replies) and Ack, or the error through OnError. Rows of one claim are
+// sent in id order from one goroutine, so the rows of one key run in that
+// order.
+func Objects(h *actor.Host, kind string, opts ObjectOptions) Handler {
+	return objHandler{h: h, kind: kind, opts: opts}
+}
+
+type objHandler struct {
+	h    *actor.Host
+	kind string
+	opts ObjectOptions
+}
+
+func (objHandler) mode() handlerMode { return modePayload }
+
+func (o objHandler) newRunner(b *Broker, s *Subscription) runner {
+	return &objRunner{objHandler: o, b: b, s: s}
+}
+
+type objRunner struct {
+	objHandler
+	b    *Broker
+	s    *Subscription
+	reqs []*actor.Request
+	meta []payload.MetaEntry
+}
+
+func (r *objRunner) read(d *Delivery, body []byte) error {
+	req, err := r.h.NewRequest(r.b.ctx, actor.Ref{Kind: r.kind, ID: d.Key}, actor.Encoded{
+		Type: d.Type, ContentType: d.ContentType, Body: body,
+	})
+	if err != nil {
+		if payload.KindOf(err) == payload.ProtocolError {
+			return err // unknown content type: the decode policy
+		}
+		// Not a property of the row (host stopping, too many requests,
+		// no such handler yet): try again later.
+		d.outcome = RetryAfter(r.s.retryDelay(d.Attempt), "not delivered: "+err.Error())
+		r.reqs = append(r.reqs, nil)
+		d.slot = len(r.reqs) - 1
+		return nil
+	}
+	r.reqs = append(r.reqs, req)
+	d.slot = len(r.reqs) - 1
+	return nil
+}
+
+func (r *objRunner) run(ctx context.Context, ds []*Delivery) {
+	for _, d := range ds {
+		if d.undec != nil || r.reqs[d.slot] == nil {
+			continue
+		}
+		if err := r.reqs[d.slot].Send(ctx); err != nil {
+			r.reqs[d.slot] = nil
+			d.outcome = r.onError(d, err)
+		}
+	}
+	for _, d := range ds {
+		if d.undec != nil || r.reqs[d.slot] == nil {
+			continue
+		}
+		rep, err := r.reqs[d.slot].Wait(ctx)
+		r.reqs[d.slot] = nil
+		switch {
+		case err != nil && payload.KindOf(err) == payload.ProtocolError:
+			// The payload did not decode into the handler's type: the
+			// handler did not run.
+			r.b.stats.decodeFailures.Add(1)
+			d.undec = err
+			d.outcome = r.s.DecodePolicy.outcome(r.s.decodeRetryDelay(), err)
+		case err != nil:
+			d.outcome = r.onError(d, err)
+		case rep != nil:
+			d.outcome = Ack
+			if r.opts.Replies != nil {
+				if perr := r.publishReply(ctx, d, rep); perr != nil {
+					d.outcome = RetryAfter(r.s.retryDelay(d.Attempt), "reply not published: "+perr.Error())
+				}
+			}
+			rep.Release()
+		default:
+			d.outcome = Ack
+		}
+	}
+}
+
+func (r *objRunner) publishReply(ctx context.Context, d *Delivery, rep *payload.Message) error {
+	hv := rep.Header()
+	var db Querier = r.b.pool
+	if tx := d.Tx(); tx != nil {
+		db = tx
+	}
+	return r.opts.Replies.Publish(ctx, db, Outgoing{
+		Key:         d.Key,
+		Type:        string(hv.Type()),
+		ContentType: string(hv.ContentType()),
+		Body:        rep.RawView(),
+	})
+}
+
+func (r *objRunner) onError(d *Delivery, err error) Outcome {
+	if r.opts.OnError != nil {
+		return r.opts.OnError(d, err)
+	}
+	return RetryAfter(r.s.retryDelay(d.Attempt), err.Error())
+}
+
+func (r *objRunner) reset() {
+	for i, q := range r.reqs {
+		if q != nil {
+			q.Discard()
+			r.reqs[i] = nil
+		}
+	}
+	r.reqs = r.reqs[:0]
+}

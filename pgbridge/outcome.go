@@ -1,0 +1,100 @@
+package pgbridge
+
+import (
+	"time"
+
+	"github.com/berthrt/berth/payload"
+)
+
+// Errors of the bridge, each of a DESIGN §7 kind (test with errors.Is on the
+// variable or on its kind).
+var (
+	// ErrLeaseLost: a lease-form settlement or extension found the row's
+	// lease taken over (it expired and the row was claimed again, or
+	// rescued); it changed nothing.
+	ErrLeaseLost = payload.NewError(payload.Rejected, "pgbridge", "lease lost: the row was claimed again")
+	// ErrBatchRolledBack: a statement of a row-lock batch failed, so the
+	// whole claim transaction rolled back; its rows will be claimed again.
+	ErrBatchRolledBack = payload.NewError(payload.Unavailable, "pgbridge", "batch rolled back; its rows will be redelivered")
+	// ErrNoRoute: Routed has no route for the message's type name.
+	ErrNoRoute = payload.NewError(payload.NotFound, "pgbridge.Routed", "no route for message type")
+	// ErrClosed: the broker is shut down.
+	ErrClosed = payload.NewError(payload.ShuttingDown, "pgbridge", "broker closed")
+)
+
+// OutcomeKind is what a settlement does with a row.
+type OutcomeKind uint8
+
+// The outcome kinds.
+const (
+	// KindAck deletes the row: it was handled.
+	KindAck OutcomeKind = iota
+	// KindRetry makes the row ready again after the outcome's delay.
+	KindRetry
+	// KindDrop deletes the row without handling it (counted apart from Ack).
+	KindDrop
+	// KindDeadLetter moves the row to the dead-letter table.
+	KindDeadLetter
+)
+
+// String names the kind (the metrics' outcome label).
+func (k OutcomeKind) String() string {
+	switch k {
+	case KindRetry:
+		return "retry"
+	case KindDrop:
+		return "drop"
+	case KindDeadLetter:
+		return "dead_letter"
+	}
+	return "ack"
+}
+
+// Outcome is a handler's verdict on a row.
+type Outcome struct {
+	Kind   OutcomeKind
+	Delay  time.Duration // KindRetry: not before now + Delay
+	Reason string        // KindRetry, KindDeadLetter: stored as last_error / reason
+}
+
+// The outcomes without parameters.
+var (
+	Ack        = Outcome{Kind: KindAck}
+	Drop       = Outcome{Kind: KindDrop}
+	Retry      = Outcome{Kind: KindRetry}
+	DeadLetter = Outcome{Kind: KindDeadLetter}
+)
+
+// RetryAfter makes the row ready again after d.
+func RetryAfter(d time.Duration, reason string) Outcome {
+	return Outcome{Kind: KindRetry, Delay: d, Reason: reason}
+}
+
+// DeadLetterWith moves the row to the dead-letter table with a reason.
+func DeadLetterWith(reason string) Outcome { return Outcome{Kind: KindDeadLetter, Reason: reason} }
+
+// DecodePolicy says how a row whose payload does not decode is settled —
+// before any handler runs, counted as a decode failure.
+type DecodePolicy uint8
+
+// The decode policies.
+const (
+	// DecodeDrop deletes it (the default).
+	DecodeDrop DecodePolicy = iota
+	// DecodeRetry makes it ready again after Subscription.DecodeRetryDelay
+	// (for a codec or type that a later deploy will register).
+	DecodeRetry
+	// DecodeDeadLetter moves it to the dead-letter table.
+	DecodeDeadLetter
+)
+
+func (p DecodePolicy) outcome(delay time.Duration, err error) Outcome {
+	reason := "undecodable: " + err.Error()
+	switch p {
+	case DecodeRetry:
+		return Outcome{Kind: KindRetry, Delay: delay, Reason: reason}
+	case DecodeDeadLetter:
+		return Outcome{Kind: KindDeadLetter, Reason: reason}
+	}
+	return Outcome{Kind: KindDrop, Reason: reason}
+}
