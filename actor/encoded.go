@@ -191,3 +191,8 @@ func ackReply(c *Context) error {
 	h.routeReply(route, hv.Op(), reply{buf: buf})
 	return nil
 }
+
+// PayloadStats returns the copy accounting of the host's payload pool:
+// boundary copies (NewRequest's copy of an encoded body among them), views
+// and decodes.
+func (h *Host) PayloadStats() payload.Stats { return h.pool.Stats() }
