@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-func TestMain(m *testing.M) { Main(m) }
+func TestMain(m *testing.M) { MainAll(m) }
 
 func TestFreshDatabasePerTest(t *testing.T) {
 	a := New(t)

@@ -35,6 +35,56 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
+// MainAll is Main for a package whose every test and example needs
+// Postgres: without Postgres binaries and BERTH_TEST_DATABASE_URL the
+// package is skipped with one line (it fails under BERTH_REQUIRE_PG=1).
+// Examples can then take a database from NewDatabase.
+func MainAll(m *testing.M) {
+	if !Available() {
+		if Required() {
+			fmt.Fprintf(os.Stderr, "pgtest: %v (BERTH_REQUIRE_PG=1)\n", ErrNoPostgres)
+			os.Exit(1)
+		}
+		fmt.Printf("skipped: %v\n", ErrNoPostgres)
+		os.Exit(0)
+	}
+	Main(m)
+}
+
+// Available reports whether tests can have a Postgres: BERTH_TEST_DATABASE_URL
+// is set, or server binaries are installed.
+func Available() bool {
+	if os.Getenv("BERTH_TEST_DATABASE_URL") != "" {
+		return true
+	}
+	_, err := FindBin()
+	return err == nil
+}
+
+// NewDatabase is New without a testing.TB (for examples): a fresh database
+// on the shared server, and a function that drops it.
+func NewDatabase() (url string, drop func(), err error) {
+	if !shared.inMain {
+		return "", nil, fmt.Errorf("pgtest: call pgtest.Main(m) or MainAll(m) from the package's TestMain")
+	}
+	shared.once.Do(setup)
+	if shared.err != nil {
+		return "", nil, shared.err
+	}
+	name := uniqueName("berth_x")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	u, err := CreateDatabase(ctx, shared.admin, name)
+	if err != nil {
+		return "", nil, err
+	}
+	return u, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		DropDatabase(ctx, shared.admin, name)
+	}, nil
+}
+
 // Required reports whether BERTH_REQUIRE_PG=1: a missing Postgres fails the
 // tests instead of skipping them.
 func Required() bool { return os.Getenv("BERTH_REQUIRE_PG") == "1" }
