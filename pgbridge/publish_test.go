@@ -199,20 +199,19 @@ func TestSubscribeConfigurationErrors(t *testing.T) {
 	rows := Rows(func(ctx context.Context, d *Delivery, r *Row) Outcome { return Ack })
 	cases := []struct {
 		name string
-		s    Subscription
+		s    *Subscription
 		h    Handler
 		kind payload.Kind
 	}{
-		{"max attempts without dead letter", Subscription{Table: Table{Name: "inbox"}, MaxAttempts: 3}, h, payload.NotConfigured},
-		{"dead-letter decode policy without dead letter", Subscription{Table: Table{Name: "inbox"}, DecodePolicy: DecodeDeadLetter}, h, payload.NotConfigured},
-		{"no table", Subscription{}, h, payload.InvalidOperation},
-		{"row mode on a payload table", Subscription{Table: Table{Name: "inbox"}}, rows, payload.InvalidOperation},
-		{"payload mode without payload", Subscription{Table: Table{Name: "inbox", Columns: Columns{Payload: "-"}}}, h, payload.InvalidOperation},
-		{"lease without locked_until", Subscription{Form: Lease, Table: Table{Name: "inbox", Columns: Columns{LockedUntil: "-"}}}, h, payload.InvalidOperation},
+		{"max attempts without dead letter", &Subscription{Table: Table{Name: "inbox"}, MaxAttempts: 3}, h, payload.NotConfigured},
+		{"dead-letter decode policy without dead letter", &Subscription{Table: Table{Name: "inbox"}, DecodePolicy: DecodeDeadLetter}, h, payload.NotConfigured},
+		{"no table", &Subscription{}, h, payload.InvalidOperation},
+		{"row mode on a payload table", &Subscription{Table: Table{Name: "inbox"}}, rows, payload.InvalidOperation},
+		{"payload mode without payload", &Subscription{Table: Table{Name: "inbox", Columns: Columns{Payload: "-"}}}, h, payload.InvalidOperation},
+		{"lease without locked_until", &Subscription{Form: Lease, Table: Table{Name: "inbox", Columns: Columns{LockedUntil: "-"}}}, h, payload.InvalidOperation},
 	}
 	for _, c := range cases {
-		s := c.s
-		if err := b.Subscribe(&s, c.h); payload.KindOf(err) != c.kind {
+		if err := b.Subscribe(c.s, c.h); payload.KindOf(err) != c.kind {
 			t.Errorf("%s: %v, want kind %v", c.name, err, c.kind)
 		}
 	}
