@@ -358,30 +358,47 @@ func TestPoisonRowsDeadLetteredRestFlows(t *testing.T) {
 	}
 }
 
-// TestLeaseClaimPastMaxAttemptsDeadLettersWithoutRunning: a row whose
-// handler crashed the process every time (its attempts were counted at each
-// claim) is dead-lettered at its next claim without running.
-func TestLeaseClaimPastMaxAttemptsDeadLettersWithoutRunning(t *testing.T) {
-	pool, _ := newPool(t)
-	tb := Table{Name: "inbox", DeadLetter: "inbox_dead"}
-	migrate(t, pool, tb)
-	b := newBroker(t, Config{Pool: pool})
-	sendJobs(t, b, tb, 1)
-	if _, err := pool.Exec(bg, "UPDATE inbox SET attempt = 3"); err != nil {
-		t.Fatal(err)
-	}
-	var ran atomic.Bool
-	err := b.Subscribe(&Subscription{Table: tb, Form: Lease, MaxAttempts: 3, PollInterval: 10 * time.Millisecond},
-		Messages(func(ctx context.Context, d *Delivery, m Job) Outcome { ran.Store(true); return Ack }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "row dead-lettered", func() bool { return count(t, pool, "inbox_dead") == 1 })
-	if ran.Load() {
-		t.Error("the handler ran a row past MaxAttempts")
+// TestClaimPastMaxAttemptsDeadLettersWithoutRunning: in the forms that
+// count the attempt at claim (lease, advisory), a row whose handler crashed
+// the process every time is dead-lettered at its next claim without
+// running.
+func TestClaimPastMaxAttemptsDeadLettersWithoutRunning(t *testing.T) {
+	for _, form := range []Form{Lease, Advisory} {
+		t.Run(form.String(), func(t *testing.T) {
+			pool, _ := newPool(t)
+			tb := Table{Name: "inbox", DeadLetter: "inbox_dead"}
+			migrate(t, pool, tb)
+			b := newBroker(t, Config{Pool: pool})
+			sendJobs(t, b, tb, 2)
+			// Row 1 was claimed three times by workers that died.
+			if _, err := pool.Exec(bg, "UPDATE inbox SET attempt = 3 WHERE id = 1"); err != nil {
+				t.Fatal(err)
+			}
+			var ran sync.Map
+			err := b.Subscribe(&Subscription{Table: tb, Form: form, MaxAttempts: 3, PollInterval: 10 * time.Millisecond},
+				Messages(func(ctx context.Context, d *Delivery, m Job) Outcome { ran.Store(d.ID, d.Attempt); return Ack }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Start(); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "inbox drained", func() bool { return count(t, pool, "inbox") == 0 })
+			if _, ok := ran.Load(int64(1)); ok {
+				t.Error("the handler ran a row past MaxAttempts")
+			}
+			if a, ok := ran.Load(int64(2)); !ok || a.(int) != 1 {
+				t.Errorf("row 2: ran %v with attempt %v, want attempt 1", ok, a)
+			}
+			var attempt int
+			var reason string
+			if err := pool.QueryRow(bg, "SELECT attempt, reason FROM inbox_dead WHERE id = 1").Scan(&attempt, &reason); err != nil {
+				t.Fatal(err)
+			}
+			if attempt != 4 {
+				t.Errorf("dead letter attempt %d, want 4 (counted at the claim)", attempt)
+			}
+		})
 	}
 }
 

@@ -30,9 +30,10 @@ const (
 	// its lease changes nothing (ErrLeaseLost).
 	Lease
 	// Advisory takes a session advisory lock per key on a held connection,
-	// then the key's oldest row: at most one row of a key in work anywhere,
-	// a key's rows in id order. The settlement commits before the lock is
-	// released.
+	// then takes the key's oldest row, counting its attempt: at most one row
+	// of a key in work anywhere, a key's rows in id order. The settlement
+	// commits before the lock is released; a connection that dies releases
+	// the lock, and the row is claimed again.
 	Advisory
 )
 
@@ -77,7 +78,8 @@ type Subscription struct {
 	// after it even if nothing woke it (default 1 s).
 	PollInterval time.Duration
 	// MaxAttempts > 0 dead-letters a row whose attempt reached it and is
-	// retried again (and, in the lease form, one claimed past it: a handler
+	// retried again (and, in the lease and advisory forms, which count the
+	// attempt at claim, one claimed past it without running it: a handler
 	// that crashed the process every time). Needs Table.DeadLetter.
 	MaxAttempts int
 	// DecodePolicy settles rows whose payload does not decode.
@@ -266,8 +268,11 @@ func (s *Subscription) build() statements {
 		// sees every settlement committed before the lock was released.
 		st.lock = "WITH c AS MATERIALIZED (SELECT DISTINCT ON (k) k FROM (SELECT t." + q(c.Key) + " AS k FROM " + t +
 			" t WHERE " + ready("t") + " ORDER BY " + order("t") + " LIMIT $2) x) SELECT k FROM c WHERE pg_try_advisory_lock(hashtext($1), hashtext(k)) LIMIT $3"
-		st.heads = "SELECT " + sel("t") + " FROM unnest($1::text[]) AS u(k) CROSS JOIN LATERAL (SELECT * FROM " + t +
-			" h WHERE h." + q(c.Key) + " = u.k ORDER BY h." + q(c.ID) + " LIMIT 1) t WHERE t." + q(c.RunAt) + " <= now()"
+		// The attempt is counted at claim, under the key's lock.
+		st.heads = "UPDATE " + t + " t SET " + q(c.Attempt) + " = t." + q(c.Attempt) + " + 1 FROM (SELECT h." + q(c.ID) +
+			" AS id FROM unnest($1::text[]) AS u(k) CROSS JOIN LATERAL (SELECT " + q(c.ID) + ", " + q(c.RunAt) + " FROM " + t +
+			" h WHERE h." + q(c.Key) + " = u.k ORDER BY h." + q(c.ID) + " LIMIT 1) h WHERE h." + q(c.RunAt) + " <= now()) x WHERE t." +
+			q(c.ID) + " = x.id RETURNING " + sel("t")
 		st.unlock = "SELECT count(*) FROM unnest($2::text[]) AS u(k) WHERE pg_advisory_unlock(hashtext($1), hashtext(k))"
 	}
 	fence, ret := "", ""
@@ -277,9 +282,10 @@ func (s *Subscription) build() statements {
 	}
 	st.del = "DELETE FROM " + t + " t WHERE t." + q(c.ID) + " = ANY($1::bigint[])" + fence + ret
 	retrySet := q(c.RunAt) + " = now() + d.secs * interval '1 second'"
-	if s.Form == Lease {
+	switch s.Form {
+	case Lease:
 		retrySet += ", " + q(c.LockedUntil) + " = NULL"
-	} else {
+	case RowLock: // nothing is written at claim: count the attempt now
 		retrySet += ", " + q(c.Attempt) + " = t." + q(c.Attempt) + " + 1"
 	}
 	if c.LastError != "" {
@@ -429,8 +435,8 @@ func (c *claimer) read(rows pgx.Rows, conn *pgx.Conn) (int, error) {
 		}
 		d.ID, d.Key = id, string(raw[1])
 		d.Attempt = int(att)
-		if s.Form != Lease {
-			d.Attempt++ // the lease claim counted it already
+		if s.Form == RowLock {
+			d.Attempt++ // the lease and advisory claims counted it already
 		}
 		d.Type = c.str(raw[3], &c.lastType)
 		d.ContentType = c.str(raw[4], &c.lastCT)
@@ -459,7 +465,7 @@ func (c *claimer) read(rows pgx.Rows, conn *pgx.Conn) (int, error) {
 				d.row.fmts = append(d.row.fmts, fd[i].Format)
 			}
 		}
-		if s.Form == Lease && s.MaxAttempts > 0 && d.Attempt > s.MaxAttempts {
+		if s.Form != RowLock && s.MaxAttempts > 0 && d.Attempt > s.MaxAttempts {
 			d.undec = errMaxAttempts // not run: settled as dead letter below
 			d.outcome = DeadLetterWith("exceeded max attempts")
 			continue
