@@ -452,11 +452,14 @@ func TestGracefulStopSettlesInFlightHardCloseLeavesThem(t *testing.T) {
 					t.Error("row still marked locked")
 				}
 				if hard && form == RowLock {
-					// The claim's transaction rolled back: the row is claimable now.
-					var free int
-					if err := pool.QueryRow(bg, "SELECT count(*) FROM (SELECT id FROM inbox FOR UPDATE SKIP LOCKED) x").Scan(&free); err != nil || free != 1 {
-						t.Errorf("row not claimable after hard close: %d, %v", free, err)
-					}
+					// The claim's connection was closed: once its backend
+					// notices (asynchronously), the transaction rolls back
+					// and the row is claimable.
+					waitFor(t, "the row claimable after the hard close", func() bool {
+						var free int
+						err := pool.QueryRow(bg, "SELECT count(*) FROM (SELECT id FROM inbox FOR UPDATE SKIP LOCKED) x").Scan(&free)
+						return err == nil && free == 1
+					})
 				}
 			})
 		}
