@@ -6,6 +6,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/berthrt/berth/internal/pgtest"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 type Job struct {
@@ -54,6 +58,72 @@ func TestMessagesEveryFormRunsEachRowOnce(t *testing.T) {
 					}
 				}
 				if st := b.Stats(); st.Claimed != rows || st.Acked != rows {
+					t.Errorf("stats %+v", st)
+				}
+			})
+		}
+	}
+}
+
+// TestEveryFormInTextFormatModes: pools in simple-protocol and exec mode
+// (as behind PgBouncer) read every column in text format; every form
+// still decodes payloads (hex bytea), lease tokens and headers.
+func TestEveryFormInTextFormatModes(t *testing.T) {
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeExec} {
+		for _, form := range []Form{RowLock, Lease, Advisory} {
+			t.Run(fmt.Sprintf("%v/%s", mode, form), func(t *testing.T) {
+				db := pgtest.New(t)
+				cfg, err := pgxpool.ParseConfig(db.URL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg.ConnConfig.DefaultQueryExecMode = mode
+				pool, err := pgxpool.NewWithConfig(bg, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer pool.Close()
+				tb := Table{Name: "inbox"}
+				migrate(t, pool, tb)
+				b := newBroker(t, Config{Pool: pool})
+				repo := Repository{Broker: b, Table: tb}
+				for i := 0; i < 20; i++ {
+					if err := repo.Publish(bg, pool, Outgoing{Key: fmt.Sprint("k", i%3), Type: "Job", ContentType: "application/json",
+						Body: []byte(fmt.Sprintf(`{"N":%d}`, i)), Headers: map[string]string{"i": fmt.Sprint(i)}}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				var mu sync.Mutex
+				seen := map[int]int{}
+				err = b.Subscribe(&Subscription{Table: tb, Form: form, Batch: 4, Ordered: true, PollInterval: 10 * time.Millisecond},
+					Messages(func(ctx context.Context, d *Delivery, m Job) Outcome {
+						h, err := d.Headers()
+						if err != nil || h["i"] != fmt.Sprint(m.N) {
+							t.Errorf("row %d: headers %v, %v", m.N, h, err)
+						}
+						mu.Lock()
+						seen[m.N]++
+						mu.Unlock()
+						return Ack
+					}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := b.Start(); err != nil {
+					t.Fatal(err)
+				}
+				waitFor(t, "every row settled", func() bool { return count(t, pool, "inbox") == 0 })
+				if err := b.Stop(bg); err != nil {
+					t.Fatal(err)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				for i := 0; i < 20; i++ {
+					if seen[i] != 1 {
+						t.Errorf("row %d ran %d times", i, seen[i])
+					}
+				}
+				if st := b.Stats(); st.DecodeFailures != 0 || st.LeaseLost != 0 {
 					t.Errorf("stats %+v", st)
 				}
 			})

@@ -31,7 +31,7 @@ type Config struct {
 	// NotifyCooldown: default 10 ms.
 	NotifyCooldown time.Duration
 	// Observer sees claims, settlements and failures (nil: none); package
-	// metrics has a Prometheus one.
+	// pgbridge/pgmetrics has a Prometheus one.
 	Observer Observer
 	// Logger: default discards.
 	Logger *slog.Logger
@@ -55,7 +55,8 @@ type Broker struct {
 
 	ctx    context.Context // cancelled by Close: hard stop
 	cancel context.CancelFunc
-	closed atomic.Bool
+	closed atomic.Bool // Stop or Close began: claim no more
+	shut   atomic.Bool // Stop finished, or Close: publish no more
 
 	mu       sync.Mutex
 	subs     []*Subscription
@@ -131,6 +132,7 @@ func (b *Broker) Stop(ctx context.Context) error {
 	b.beginStop()
 	done := make(chan struct{})
 	go func() { b.wg.Wait(); close(done) }()
+	defer b.shut.Store(true) // deliveries finishing during Stop still publish their replies
 	select {
 	case <-done:
 		b.cancel()
@@ -146,6 +148,7 @@ func (b *Broker) Stop(ctx context.Context) error {
 // are not settled (they are claimed again: the row-lock transaction rolls
 // back, the lease expires, the advisory lock ends with its connection).
 func (b *Broker) Close() error {
+	b.shut.Store(true)
 	b.beginStop()
 	b.cancel()
 	b.wg.Wait()
@@ -194,6 +197,7 @@ type Stats struct {
 	Decodes        uint64 // codec decode calls in payload mode (plain handlers)
 	LeaseLost      uint64 // lease-form settlements or extensions that found the lease taken
 	Rollbacks      uint64 // row-lock claims rolled back (ErrBatchRolledBack)
+	Unknown        uint64 // row-lock claims whose commit's fate is unknown (ErrOutcomeUnknown)
 	Published      uint64
 	Notifies       uint64 // pg_notify sent
 	Wakeups        uint64 // notifications received by the listener
@@ -202,7 +206,7 @@ type Stats struct {
 }
 
 type counters struct {
-	claimed, acked, retried, dropped, dead, decodeFailures, decodes, leaseLost, rollbacks,
+	claimed, acked, retried, dropped, dead, decodeFailures, decodes, leaseLost, rollbacks, unknown,
 	published, notifies, wakeups, noRoute, reconnects atomic.Uint64
 }
 
@@ -211,7 +215,7 @@ func (b *Broker) Stats() Stats {
 	c := &b.stats
 	return Stats{Claimed: c.claimed.Load(), Acked: c.acked.Load(), Retried: c.retried.Load(),
 		Dropped: c.dropped.Load(), DeadLettered: c.dead.Load(), DecodeFailures: c.decodeFailures.Load(),
-		Decodes: c.decodes.Load(), LeaseLost: c.leaseLost.Load(), Rollbacks: c.rollbacks.Load(),
+		Decodes: c.decodes.Load(), LeaseLost: c.leaseLost.Load(), Rollbacks: c.rollbacks.Load(), Unknown: c.unknown.Load(),
 		Published: c.published.Load(), Notifies: c.notifies.Load(), Wakeups: c.wakeups.Load(),
 		NoRoute: c.noRoute.Load(), Reconnects: c.reconnects.Load()}
 }

@@ -95,6 +95,7 @@ func (r *objRunner) run(ctx context.Context, ds []*Delivery) {
 			// The payload did not decode into the handler's type: the
 			// handler did not run.
 			r.b.stats.decodeFailures.Add(1)
+			r.b.obs.DecodeFailed(r.s.Name)
 			d.undec = err
 			d.outcome = r.s.DecodePolicy.outcome(r.s.decodeRetryDelay(), err)
 		case err != nil:

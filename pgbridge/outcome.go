@@ -16,9 +16,14 @@ var (
 	// ErrBatchRolledBack: a statement of a row-lock batch failed, so the
 	// whole claim transaction rolled back; its rows will be claimed again.
 	ErrBatchRolledBack = payload.NewError(payload.Unavailable, "pgbridge", "batch rolled back; its rows will be redelivered")
+	// ErrOutcomeUnknown: a row-lock claim's COMMIT was sent, its answer was
+	// lost with the connection, and the server could not be asked whether
+	// it committed. The rows are either settled or claimed again.
+	ErrOutcomeUnknown = payload.NewError(payload.Unavailable, "pgbridge", "settlement outcome unknown: the connection ended after COMMIT was sent")
 	// ErrNoRoute: Routed has no route for the message's type name.
 	ErrNoRoute = payload.NewError(payload.NotFound, "pgbridge.Routed", "no route for message type")
-	// ErrClosed: the broker is shut down.
+	// ErrClosed: the broker is shut down (Close, or Stop has returned;
+	// deliveries finishing during Stop still publish).
 	ErrClosed = payload.NewError(payload.ShuttingDown, "pgbridge", "broker closed")
 )
 

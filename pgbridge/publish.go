@@ -64,7 +64,7 @@ func (e *routeError) Is(target error) bool {
 
 // insert checks the broker and the table, inserts m and announces it.
 func (b *Broker) insert(ctx context.Context, db Querier, t Table, m Outgoing) error {
-	if b.closed.Load() {
+	if b.shut.Load() {
 		return ErrClosed
 	}
 	c := t.cols()
@@ -76,12 +76,14 @@ func (b *Broker) insert(ctx context.Context, db Querier, t Table, m Outgoing) er
 		return payload.NewError(payload.InvalidOperation, "pgbridge.Publish",
 			"table "+t.Name+" cannot hold a message (needs type, content_type and payload columns)")
 	}
-	var hdr []byte
+	var hdr *string // JSON text: a text parameter works in every query mode
 	if len(m.Headers) > 0 {
-		var err error
-		if hdr, err = json.Marshal(m.Headers); err != nil {
+		j, err := json.Marshal(m.Headers)
+		if err != nil {
 			return payload.Wrap(payload.InvalidOperation, "pgbridge.Publish", err)
 		}
+		s := string(j)
+		hdr = &s
 	}
 	args := [7]any{m.Key, m.Type, m.ContentType, m.Body}
 	n := 4

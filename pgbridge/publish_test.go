@@ -266,3 +266,57 @@ func TestRowModeHandsTheRowAsRead(t *testing.T) {
 	}
 	waitFor(t, "rows settled", func() bool { return count(t, pool, "events") == 0 })
 }
+
+// TestRepliesPublishDuringGracefulStop: a delivery finishing while Stop
+// waits for it still publishes (its reply is part of its settlement);
+// after Stop returns, publishing is ErrClosed.
+func TestRepliesPublishDuringGracefulStop(t *testing.T) {
+	pool, _ := newPool(t)
+	tb, out := Table{Name: "inbox"}, Table{Name: "outbox"}
+	migrate(t, pool, tb)
+	migrate(t, pool, out)
+	b := newBroker(t, Config{Pool: pool})
+	if err := Send(bg, b, pool, Repository{Broker: b, Table: tb}, "k", Job{N: 1}); err != nil {
+		t.Fatal(err)
+	}
+	inside := make(chan struct{})
+	stopping := make(chan struct{})
+	pubErr := make(chan error, 1)
+	err := b.Subscribe(&Subscription{Table: tb, PollInterval: 10 * time.Millisecond},
+		Messages(func(ctx context.Context, d *Delivery, m Job) Outcome {
+			close(inside)
+			<-stopping
+			err := Send(ctx, b, d.Tx(), Repository{Broker: b, Table: out}, d.Key, Reply{Text: "done"})
+			pubErr <- err
+			if err != nil {
+				return RetryAfter(time.Hour, err.Error())
+			}
+			return Ack
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(); err != nil {
+		t.Fatal(err)
+	}
+	<-inside
+	stopped := make(chan error, 1)
+	go func() { stopped <- b.Stop(bg) }()
+	waitFor(t, "Stop began", func() bool { return b.closed.Load() })
+	close(stopping)
+	if err := <-pubErr; err != nil {
+		t.Fatalf("publish while Stop waits for the delivery: %v", err)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, pool, "outbox"); n != 1 {
+		t.Fatalf("%d replies, want 1", n)
+	}
+	if n := count(t, pool, "inbox"); n != 0 {
+		t.Fatalf("the row was not settled")
+	}
+	if err := Send(bg, b, pool, Repository{Broker: b, Table: out}, "k", Reply{}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("publish after Stop returned: %v, want ErrClosed", err)
+	}
+}

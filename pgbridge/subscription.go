@@ -2,13 +2,17 @@ package pgbridge
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/berthrt/berth/payload"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Form is how a subscription claims rows.
@@ -231,6 +235,15 @@ func (s *Subscription) build() statements {
 		for _, col := range s.Table.RowColumns {
 			cols = append(cols, a+q(col))
 		}
+		if s.Form == RowLock {
+			// The claim's transaction id (locking the rows assigns one
+			// anyway): if a COMMIT's answer is lost, the server is asked
+			// what became of it.
+			// With the server's start time: after a restart an xid that
+			// was never written to the WAL can be handed out again, so
+			// its status says nothing about this claim.
+			cols = append(cols, "txid_current()", "pg_postmaster_start_time()")
+		}
 		return strings.Join(cols, ", ")
 	}
 	ready := func(alias string) string {
@@ -330,6 +343,8 @@ type claimer struct {
 	keys     []string
 	lastType string
 	lastCT   string
+	xid      int64     // row lock: the claim's transaction id
+	started  time.Time // row lock: the server's start time at the claim
 	rescued  time.Time
 
 	// settlement scratch
@@ -465,12 +480,28 @@ func (c *claimer) read(rows pgx.Rows, conn *pgx.Conn) (int, error) {
 				d.row.fmts = append(d.row.fmts, fd[i].Format)
 			}
 		}
+		if s.Form == RowLock {
+			x, st := len(raw)-2, len(raw)-1
+			if c.xid, err = rawInt64(raw[x], fd[x].Format, fd[x].DataTypeOID); err != nil {
+				return 0, err
+			}
+			if c.started, err = rawTime(raw[st], fd[st].Format, fd[st].DataTypeOID); err != nil {
+				return 0, err
+			}
+		}
 		if s.Form != RowLock && s.MaxAttempts > 0 && d.Attempt > s.MaxAttempts {
 			d.undec = errMaxAttempts // not run: settled as dead letter below
 			d.outcome = DeadLetterWith("exceeded max attempts")
 			continue
 		}
-		if err := c.r.read(d, raw[5]); err != nil {
+		body := raw[5]
+		if fd[5].Format == pgx.TextFormatCode && fd[5].DataTypeOID == pgtype.ByteaOID && body != nil {
+			// A text-format bytea (simple protocol, exec mode): "\x" and hex.
+			if body, err = c.unhex(body); err != nil {
+				return 0, err
+			}
+		}
+		if err := c.r.read(d, body); err != nil {
 			b.stats.decodeFailures.Add(1)
 			b.obs.DecodeFailed(s.Name)
 			d.undec = err
@@ -480,10 +511,24 @@ func (c *claimer) read(rows pgx.Rows, conn *pgx.Conn) (int, error) {
 	return len(c.live), rows.Err()
 }
 
+// unhex decodes a text-format bytea into the arena.
+func (c *claimer) unhex(v []byte) ([]byte, error) {
+	if len(v) < 2 || v[0] != '\\' || v[1] != 'x' {
+		return nil, payload.NewError(payload.ProtocolError, "pgbridge", "bytea in text format without the \\x prefix")
+	}
+	start := len(c.arena)
+	c.arena = slices.Grow(c.arena, (len(v)-2)/2)[:start+(len(v)-2)/2]
+	if _, err := hex.Decode(c.arena[start:], v[2:]); err != nil {
+		return nil, payload.Wrap(payload.ProtocolError, "pgbridge", err)
+	}
+	return c.arena[start:len(c.arena):len(c.arena)], nil
+}
+
 var errMaxAttempts = errors.New("pgbridge: exceeded max attempts")
 
 func (c *claimer) endClaim() {
 	c.r.reset()
+	c.xid = 0
 	c.live = c.live[:0]
 	if cap(c.arena) > 1<<20 {
 		c.arena = nil
@@ -579,6 +624,25 @@ func (c *claimer) claimRowLock() (n int, err error) {
 	if serr == nil && conn.PgConn().TxStatus() != 'I' {
 		serr = errors.New("transaction did not commit")
 	}
+	var pge *pgconn.PgError
+	if serr != nil && !errors.As(serr, &pge) && c.xid != 0 {
+		// No statement was refused by the server: the connection ended,
+		// maybe after COMMIT arrived. Close it (so its backend ends the
+		// transaction) and ask the server what became of it.
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Second)
+		conn.Close(cctx)
+		ccancel()
+		committed, rerr := c.commitFate(c.xid)
+		switch {
+		case rerr != nil:
+			b.stats.unknown.Add(1)
+			c.report(nil, payload.Wrap(payload.Unavailable, "pgbridge", errors.Join(ErrOutcomeUnknown, serr, rerr)))
+			return n, nil
+		case committed:
+			c.report(nil, nil)
+			return n, nil
+		}
+	}
 	if serr != nil {
 		b.stats.rollbacks.Add(1)
 		b.obs.RolledBack(s.Name, n)
@@ -588,6 +652,33 @@ func (c *claimer) claimRowLock() (n int, err error) {
 	ok = true
 	c.report(nil, nil)
 	return n, nil
+}
+
+// commitFate asks, on another connection, whether transaction xid committed,
+// waiting while its backend has not yet ended it.
+func (c *claimer) commitFate(xid int64) (bool, error) {
+	ctx, cancel := c.ctx()
+	defer cancel()
+	for {
+		var status *string
+		var started time.Time
+		if err := c.b.pool.QueryRow(ctx, "SELECT txid_status($1), pg_postmaster_start_time()", xid).Scan(&status, &started); err != nil {
+			if ctx.Err() != nil {
+				return false, err
+			}
+		} else if !started.Equal(c.started) {
+			return false, errors.New("the server restarted since the claim")
+		} else if status == nil || *status == "aborted" {
+			return false, nil
+		} else if *status == "committed" {
+			return true, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 func (c *claimer) claimAdvisory() (n int, err error) {
