@@ -36,6 +36,21 @@
 //	berth_payload_full_copies_total{host}          whole-buffer copies
 //	berth_payload_full_copy_bytes_total{host}      bytes those copies copied
 //	berth_payload_views_total{host}                zero-copy views handed out
+//	berth_held_out_of_order{host}                  messages held for an older one of their sending host
+//	berth_order_gaps_closed_total{host}            gaps given up on after the gap timeout
+//	berth_order_late_messages_total{host}          messages run after their gap was given up on
+//	berth_dropped_messages_total{host}             messages the host could not deliver
+//	berth_bounced_messages_total{host}             messages sent back to their origin to be routed afresh
+//	berth_relocations_total{host}                  moves completed with the host as source or target
+//	berth_relocation_captured_messages_total{host} queued messages moved in move records from the host
+//	berth_relocation_relayed_messages_total{host}  messages relayed from the host after relay-ready
+//	berth_forwarded_messages_total{host}           messages handed on to where their object runs
+//
+// A pgbridge.Broker's series (berth_pgbridge_…: claimed and settled rows,
+// claim-to-settle latency, decode failures, lost leases, rollbacks, notify
+// wake-ups) come from package pgbridge/pgmetrics, whose package doc lists
+// them; it is apart so that this package does not link the Postgres driver.
+// Register it on the same registry and a Metrics serves them too.
 //
 // Label values are the host's own strings: kind is the object kind or
 // channel name, lane is mailbox.Lane.String(), outcome is

@@ -35,8 +35,11 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "pgdemo" {
+		os.Exit(pgdemoMain(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	if len(os.Args) < 2 || os.Args[1] != "demo" {
-		fmt.Fprintln(os.Stderr, "usage: berth demo [flags]   (berth demo -h for the flags)")
+		fmt.Fprintln(os.Stderr, "usage: berth demo|pgdemo [flags]   (berth demo -h, berth pgdemo -h for the flags)")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("demo", flag.ExitOnError)
