@@ -1,0 +1,473 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/internal/pgtest"
+	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/pgbridge"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// Options are the knobs of one benchmark run.
+type Options struct {
+	Rows       int           // jobs / rows per measurement
+	Keys       int           // distinct keys of the berth rows (advisory form: one row per key at a time)
+	Timeout    time.Duration // bound on one drain
+	Vacuum     bool          // VACUUM ANALYZE the table after the (untimed) insert
+	PoolConns  int32         // pgxpool MaxConns of the measured client (both systems)
+	InsertSize int           // jobs per InsertManyFast / CopyFrom call
+}
+
+// DefaultOptions are the defaults of the command and of the Go benchmarks.
+func DefaultOptions() Options {
+	return Options{Rows: 50_000, Keys: 1000, Timeout: 5 * time.Minute, Vacuum: true, PoolConns: 20, InsertSize: 5000}
+}
+
+// Result is one measured drain.
+type Result struct {
+	System  string
+	Config  string
+	Rows    int
+	Elapsed time.Duration
+}
+
+// RowsPerSec is the measured throughput.
+func (r Result) RowsPerSec() float64 { return float64(r.Rows) / r.Elapsed.Seconds() }
+
+// RiverConfig is one River client configuration.
+type RiverConfig struct {
+	MaxWorkers        int
+	FetchCooldown     time.Duration
+	FetchPollInterval time.Duration
+}
+
+func (c RiverConfig) String() string {
+	return fmt.Sprintf("MaxWorkers=%d FetchCooldown=%s FetchPollInterval=%s", c.MaxWorkers, c.FetchCooldown, c.FetchPollInterval)
+}
+
+// DefaultRiverConfigs are the River settings tried by default: the first is
+// the brief's (100 workers), the others River's own `river bench` settings
+// (FetchCooldown 2 ms, FetchPollInterval 20 ms, MaxWorkers 2000) and their
+// neighbours.
+func DefaultRiverConfigs() []RiverConfig {
+	return []RiverConfig{
+		{MaxWorkers: 100, FetchCooldown: time.Millisecond, FetchPollInterval: 20 * time.Millisecond},
+		{MaxWorkers: 500, FetchCooldown: time.Millisecond, FetchPollInterval: 20 * time.Millisecond},
+		{MaxWorkers: 1000, FetchCooldown: 2 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond},
+		{MaxWorkers: 2000, FetchCooldown: 2 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond},
+	}
+}
+
+// BerthConfig is one pgbridge subscription configuration.
+type BerthConfig struct {
+	Label   string
+	Form    pgbridge.Form
+	Workers int
+	Batch   int
+}
+
+func (c BerthConfig) String() string {
+	return fmt.Sprintf("%s Workers=%d Batch=%d", c.Form, c.Workers, c.Batch)
+}
+
+// DefaultBerthConfigs are the pgbridge settings measured by default.
+func DefaultBerthConfigs() []BerthConfig {
+	return []BerthConfig{
+		{Label: "rowlock-w4", Form: pgbridge.RowLock, Workers: 4, Batch: 1},
+		{Label: "rowlock-w8", Form: pgbridge.RowLock, Workers: 8, Batch: 1},
+		{Label: "rowlock-batch", Form: pgbridge.RowLock, Workers: 2, Batch: 1000},
+		{Label: "lease-batch", Form: pgbridge.Lease, Workers: 2, Batch: 1000},
+		{Label: "advisory-w8", Form: pgbridge.Advisory, Workers: 8, Batch: 1},
+		{Label: "advisory-batch", Form: pgbridge.Advisory, Workers: 2, Batch: 1000},
+	}
+}
+
+// ExtraBerthConfigs are further pgbridge settings, measured only when named
+// in -berth (smaller batches, fewer workers).
+func ExtraBerthConfigs() []BerthConfig {
+	return []BerthConfig{
+		{Label: "rowlock-w2", Form: pgbridge.RowLock, Workers: 2, Batch: 1},
+		{Label: "rowlock-w16", Form: pgbridge.RowLock, Workers: 16, Batch: 1},
+		{Label: "rowlock-w4-b10", Form: pgbridge.RowLock, Workers: 4, Batch: 10},
+		{Label: "rowlock-w4-b100", Form: pgbridge.RowLock, Workers: 4, Batch: 100},
+		{Label: "rowlock-w1-b1000", Form: pgbridge.RowLock, Workers: 1, Batch: 1000},
+		{Label: "lease-w8", Form: pgbridge.Lease, Workers: 8, Batch: 1},
+		{Label: "lease-w4-b100", Form: pgbridge.Lease, Workers: 4, Batch: 100},
+		{Label: "advisory-w4-b100", Form: pgbridge.Advisory, Workers: 4, Batch: 100},
+	}
+}
+
+// Env is the Postgres server the measurements run on: each measurement gets
+// a fresh database on it, dropped afterwards.
+type Env struct {
+	AdminURL string
+	srv      *pgtest.Server
+	seq      int
+}
+
+// NewEnv uses the server of adminURL (a database on it the role can CREATE
+// DATABASE from), or, when adminURL is "", starts a throwaway one.
+func NewEnv(adminURL string) (*Env, error) {
+	if adminURL != "" {
+		return &Env{AdminURL: adminURL}, nil
+	}
+	srv, err := pgtest.Start()
+	if err != nil {
+		return nil, err
+	}
+	return &Env{AdminURL: srv.URL("postgres"), srv: srv}, nil
+}
+
+// Close stops the throwaway server, if one was started.
+func (e *Env) Close() {
+	if e.srv != nil {
+		e.srv.Stop()
+	}
+}
+
+// Describe names the server.
+func (e *Env) Describe() string {
+	if e.srv != nil {
+		return "throwaway server (pgtest.Start) in " + e.srv.Dir()
+	}
+	return "server of -db"
+}
+
+// ServerVersion is the server's version string.
+func (e *Env) ServerVersion(ctx context.Context) string {
+	conn, err := pgx.Connect(ctx, e.AdminURL)
+	if err != nil {
+		return "?"
+	}
+	defer conn.Close(ctx)
+	var v string
+	if err := conn.QueryRow(ctx, "SHOW server_version").Scan(&v); err != nil {
+		return "?"
+	}
+	return v
+}
+
+// database creates a fresh database and returns its URL and a drop func.
+func (e *Env) database(ctx context.Context, prefix string) (string, func(), error) {
+	e.seq++
+	name := fmt.Sprintf("bench_%s_%d_%d", prefix, time.Now().UnixNano()%1e9, e.seq)
+	u, err := pgtest.CreateDatabase(ctx, e.AdminURL, name)
+	if err != nil {
+		return "", nil, fmt.Errorf("create database: %w", err)
+	}
+	return u, func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = pgtest.DropDatabase(dctx, e.AdminURL, name)
+	}, nil
+}
+
+func newPool(ctx context.Context, url string, conns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = conns
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// --- River -----------------------------------------------------------------
+
+// NoopArgs is River's no-op job.
+type NoopArgs struct {
+	N int `json:"n"`
+}
+
+// Kind names the job kind.
+func (NoopArgs) Kind() string { return "noop" }
+
+// NoopWorker works a NoopArgs job by doing nothing.
+type NoopWorker struct {
+	river.WorkerDefaults[NoopArgs]
+}
+
+// Work does nothing.
+func (NoopWorker) Work(context.Context, *river.Job[NoopArgs]) error { return nil }
+
+// RunRiver migrates River's schema into a fresh database, inserts o.Rows
+// jobs (untimed) and times a client draining them; completion is counted on
+// the client's subscription to completed events (emitted after the
+// completer has written the completed state).
+func RunRiver(ctx context.Context, env *Env, o Options, rc RiverConfig) (Result, error) {
+	res := Result{System: "River v0.51.2", Config: rc.String(), Rows: o.Rows}
+	url, drop, err := env.database(ctx, "river")
+	if err != nil {
+		return res, err
+	}
+	defer drop()
+	pool, err := newPool(ctx, url, o.PoolConns)
+	if err != nil {
+		return res, err
+	}
+	defer pool.Close()
+	driver := riverpgxv5.New(pool)
+	mig, err := rivermigrate.New(driver, &rivermigrate.Config{Logger: quiet})
+	if err != nil {
+		return res, err
+	}
+	if _, err := mig.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return res, fmt.Errorf("rivermigrate: %w", err)
+	}
+
+	workers := river.NewWorkers()
+	river.AddWorker(workers, NoopWorker{})
+
+	// Insert with a client that works no queues (untimed).
+	ins, err := river.NewClient(driver, &river.Config{Workers: workers, Logger: quiet})
+	if err != nil {
+		return res, err
+	}
+	params := make([]river.InsertManyParams, 0, o.InsertSize)
+	for i := 0; i < o.Rows; {
+		params = params[:0]
+		for ; i < o.Rows && len(params) < o.InsertSize; i++ {
+			params = append(params, river.InsertManyParams{Args: NoopArgs{N: i}})
+		}
+		if _, err := ins.InsertManyFast(ctx, params); err != nil {
+			return res, fmt.Errorf("InsertManyFast: %w", err)
+		}
+	}
+	if o.Vacuum {
+		if _, err := pool.Exec(ctx, "VACUUM ANALYZE river_job"); err != nil {
+			return res, err
+		}
+	}
+
+	client, err := river.NewClient(driver, &river.Config{
+		FetchCooldown:     rc.FetchCooldown,
+		FetchPollInterval: rc.FetchPollInterval,
+		Logger:            quiet,
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: rc.MaxWorkers}},
+		Workers:           workers,
+	})
+	if err != nil {
+		return res, err
+	}
+	events, cancelSub := client.SubscribeConfig(&river.SubscribeConfig{
+		ChanSize: o.Rows + 1000,
+		Kinds:    []river.EventKind{river.EventKindJobCompleted, river.EventKindJobFailed, river.EventKindJobCancelled},
+	})
+	defer cancelSub()
+
+	dctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	start := time.Now()
+	if err := client.Start(dctx); err != nil {
+		return res, err
+	}
+	done, bad := 0, 0
+	for done < o.Rows && err == nil {
+		select {
+		case ev := <-events:
+			if ev == nil {
+				err = errors.New("river: subscription closed")
+			} else if ev.Kind == river.EventKindJobCompleted {
+				done++
+			} else {
+				bad++
+			}
+		case <-dctx.Done():
+			err = fmt.Errorf("river: %d of %d jobs completed: %w", done, o.Rows, dctx.Err())
+		}
+	}
+	res.Elapsed = time.Since(start)
+	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer scancel()
+	if serr := client.Stop(sctx); serr != nil && err == nil {
+		err = fmt.Errorf("river: stop: %w", serr)
+	}
+	if err != nil {
+		return res, err
+	}
+	if bad > 0 {
+		return res, fmt.Errorf("river: %d jobs failed or were cancelled", bad)
+	}
+	var completed int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE state = $1", string(rivertype.JobStateCompleted)).Scan(&completed); err != nil {
+		return res, err
+	}
+	if completed != o.Rows {
+		return res, fmt.Errorf("river: %d rows completed in river_job, want %d", completed, o.Rows)
+	}
+	return res, nil
+}
+
+// --- berth pgbridge ------------------------------------------------------------
+
+// Job is the berth no-op message.
+type Job struct {
+	N int
+}
+
+// RunBerth migrates an inbox table into a fresh database, inserts o.Rows
+// rows of Job (untimed; the same columns and bytes Send writes, through
+// COPY) and times a broker with one subscription draining them; completion
+// is counted by the subscription's OnSettled (called after each row's
+// settlement committed).
+func RunBerth(ctx context.Context, env *Env, o Options, bc BerthConfig) (Result, error) {
+	res := Result{System: "berth pgbridge", Config: bc.String(), Rows: o.Rows}
+	url, drop, err := env.database(ctx, "berth")
+	if err != nil {
+		return res, err
+	}
+	defer drop()
+	pool, err := newPool(ctx, url, o.PoolConns)
+	if err != nil {
+		return res, err
+	}
+	defer pool.Close()
+	tb := pgbridge.Table{Name: "inbox"}
+	if err := pgbridge.Migrate(ctx, pool, tb); err != nil {
+		return res, err
+	}
+	b, err := pgbridge.New(pgbridge.Config{Pool: pool})
+	if err != nil {
+		return res, err
+	}
+	defer b.Close()
+	if err := insertBerth(ctx, b, pool, o); err != nil {
+		return res, err
+	}
+	if o.Vacuum {
+		if _, err := pool.Exec(ctx, "VACUUM ANALYZE inbox"); err != nil {
+			return res, err
+		}
+	}
+
+	var settled, failed atomic.Int64
+	finished := make(chan struct{})
+	n := int64(o.Rows)
+	sub := &pgbridge.Subscription{
+		Table: tb, Form: bc.Form, Workers: bc.Workers, Batch: bc.Batch,
+		PollInterval: 10 * time.Millisecond,
+		OnSettled: func(d *pgbridge.Delivery, oc pgbridge.Outcome, err error) {
+			if err != nil || oc.Kind != pgbridge.KindAck {
+				failed.Add(1)
+				return
+			}
+			if settled.Add(1) == n {
+				close(finished)
+			}
+		},
+	}
+	err = b.Subscribe(sub, pgbridge.Messages(func(ctx context.Context, d *pgbridge.Delivery, m Job) pgbridge.Outcome {
+		return pgbridge.Ack
+	}))
+	if err != nil {
+		return res, err
+	}
+	start := time.Now()
+	if err := b.Start(); err != nil {
+		return res, err
+	}
+	select {
+	case <-finished:
+	case <-time.After(o.Timeout):
+		err = fmt.Errorf("berth: %d of %d rows settled (%d failed) after %s", settled.Load(), o.Rows, failed.Load(), o.Timeout)
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	res.Elapsed = time.Since(start)
+	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer scancel()
+	if serr := b.Stop(sctx); serr != nil && err == nil {
+		err = fmt.Errorf("berth: stop: %w", serr)
+	}
+	if err != nil {
+		return res, err
+	}
+	if f := failed.Load(); f > 0 {
+		return res, fmt.Errorf("berth: %d settlements failed or were not Ack", f)
+	}
+	var left int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM inbox").Scan(&left); err != nil {
+		return res, err
+	}
+	st := b.Stats()
+	if left != 0 || st.Acked != uint64(o.Rows) || st.Claimed != uint64(o.Rows) {
+		return res, fmt.Errorf("berth: %d rows left, stats %+v", left, st)
+	}
+	return res, nil
+}
+
+// insertBerth writes o.Rows rows as Send[Job] through a Repository would
+// (key, type, content_type, payload encoded by the broker's registry), in
+// COPY batches.
+func insertBerth(ctx context.Context, b *pgbridge.Broker, pool *pgxpool.Pool, o Options) error {
+	ce, err := payload.SendCodecFor[Job](b.Registry())
+	if err != nil {
+		return err
+	}
+	typ, ct := actor.TypeName[Job](), ce.ContentType()
+	keys := max(o.Keys, 1)
+	rows := make([][]any, 0, o.InsertSize)
+	for i := 0; i < o.Rows; {
+		rows = rows[:0]
+		for ; i < o.Rows && len(rows) < o.InsertSize; i++ {
+			body, err := ce.Codec().Encode(nil, &Job{N: i})
+			if err != nil {
+				return err
+			}
+			rows = append(rows, []any{"k" + strconv.Itoa(i%keys), typ, ct, body})
+		}
+		if _, err := pool.CopyFrom(ctx, pgx.Identifier{"inbox"}, []string{"key", "type", "content_type", "payload"},
+			pgx.CopyFromRows(rows)); err != nil {
+			return fmt.Errorf("copy: %w", err)
+		}
+	}
+	return nil
+}
+
+// --- report ------------------------------------------------------------------
+
+// Median returns the result with the median elapsed time.
+func Median(rs []Result) Result {
+	s := append([]Result(nil), rs...)
+	sort.Slice(s, func(i, j int) bool { return s[i].Elapsed < s[j].Elapsed })
+	return s[len(s)/2]
+}
+
+// Table renders results as a markdown table, with the ratio of each
+// throughput to the best River result.
+func Table(rs []Result) string {
+	best := 0.0
+	for _, r := range rs {
+		if strings.HasPrefix(r.System, "River") && r.RowsPerSec() > best {
+			best = r.RowsPerSec()
+		}
+	}
+	var sb strings.Builder
+	sb.WriteString("| system | configuration | rows | seconds | rows/s | vs River best |\n")
+	sb.WriteString("|---|---|--:|--:|--:|--:|\n")
+	for _, r := range rs {
+		ratio := "n/a"
+		if best > 0 {
+			ratio = fmt.Sprintf("%.2f×", r.RowsPerSec()/best)
+		}
+		fmt.Fprintf(&sb, "| %s | %s | %d | %.3f | %.0f | %s |\n", r.System, r.Config, r.Rows, r.Elapsed.Seconds(), r.RowsPerSec(), ratio)
+	}
+	return sb.String()
+}
