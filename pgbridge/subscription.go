@@ -285,7 +285,7 @@ func (s *Subscription) build() statements {
 		st.heads = "UPDATE " + t + " t SET " + q(c.Attempt) + " = t." + q(c.Attempt) + " + 1 FROM (SELECT h." + q(c.ID) +
 			" AS id FROM unnest($1::text[]) AS u(k) CROSS JOIN LATERAL (SELECT " + q(c.ID) + ", " + q(c.RunAt) + " FROM " + t +
 			" h WHERE h." + q(c.Key) + " = u.k ORDER BY h." + q(c.ID) + " LIMIT 1) h WHERE h." + q(c.RunAt) + " <= now()) x WHERE t." +
-			q(c.ID) + " = x.id RETURNING " + sel("t")
+			q(c.ID) + " = x.id AND t." + q(c.RunAt) + " <= now() RETURNING " + sel("t") // rechecked on a row changed meanwhile
 		st.unlock = "SELECT count(*) FROM unnest($2::text[]) AS u(k) WHERE pg_advisory_unlock(hashtext($1), hashtext(k))"
 	}
 	fence, ret := "", ""
@@ -716,36 +716,41 @@ func (c *claimer) claimAdvisory() (n int, err error) {
 	if err != nil {
 		return 0, err
 	}
-	if n > 0 {
-		b.stats.claimed.Add(uint64(n))
-		b.obs.Claimed(s.Name, n)
-		c.run()
-		sctx, scancel := c.ctx()
-		defer scancel()
-		var st pgx.Batch
-		stmts := c.queueSettle(&st, time.Time{})
-		br := conn.SendBatch(sctx, &st)
-		var serr error
-		for i := 0; i < stmts; i++ {
-			if _, err := br.Exec(); err != nil && serr == nil {
-				serr = err
-			}
-		}
-		if err := br.Close(); err != nil && serr == nil {
+	if n == 0 {
+		_, err := conn.Exec(ctx, s.sql.unlock, s.Table.Name, c.keys)
+		ok = err == nil
+		return 0, err
+	}
+	b.stats.claimed.Add(uint64(n))
+	b.obs.Claimed(s.Name, n)
+	c.run()
+	// The settlement and the unlock go in one round trip (one implicit
+	// transaction). A claimer that takes a key between the unlock and the
+	// commit cannot run a settled row: its heads statement is an UPDATE,
+	// which waits for this transaction and then skips a deleted row or one
+	// whose run_at moved on.
+	sctx, scancel := c.ctx()
+	defer scancel()
+	var st pgx.Batch
+	stmts := c.queueSettle(&st, time.Time{})
+	st.Queue(s.sql.unlock, s.Table.Name, c.keys)
+	br := conn.SendBatch(sctx, &st)
+	var serr error
+	for i := 0; i <= stmts; i++ {
+		if _, err := br.Exec(); err != nil && serr == nil {
 			serr = err
 		}
-		if serr != nil {
-			// Nothing of the implicit transaction committed; the
-			// connection (and its locks) is closed below.
-			c.report(nil, payload.Wrap(payload.Unavailable, "pgbridge", serr))
-			return n, serr
-		}
-		c.report(nil, nil)
 	}
-	// The settlement committed (its own round trip): now the keys may go.
-	if _, err := conn.Exec(ctx, s.sql.unlock, s.Table.Name, c.keys); err != nil {
-		return n, err
+	if err := br.Close(); err != nil && serr == nil {
+		serr = err
 	}
+	if serr != nil {
+		// Nothing of the implicit transaction committed; the connection
+		// (and its locks) is closed by done.
+		c.report(nil, payload.Wrap(payload.Unavailable, "pgbridge", serr))
+		return n, serr
+	}
+	c.report(nil, nil)
 	ok = true
 	return n, nil
 }
