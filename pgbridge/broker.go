@@ -138,7 +138,7 @@ func (b *Broker) Stop(ctx context.Context) error {
 		b.cancel()
 		return nil
 	case <-ctx.Done():
-		b.cancel()
+		b.hardStop()
 		<-done
 		return ctx.Err()
 	}
@@ -150,9 +150,26 @@ func (b *Broker) Stop(ctx context.Context) error {
 func (b *Broker) Close() error {
 	b.shut.Store(true)
 	b.beginStop()
-	b.cancel()
+	b.hardStop()
 	b.wg.Wait()
 	return nil
+}
+
+// hardStop cancels handlers and store calls and ends every claim's round
+// trip in flight (see claimer.arm).
+func (b *Broker) hardStop() {
+	b.cancel()
+	b.mu.Lock()
+	subs := b.subs
+	b.mu.Unlock()
+	for _, s := range subs {
+		s.mu.Lock()
+		cs := s.claimers
+		s.mu.Unlock()
+		for _, c := range cs {
+			c.abort()
+		}
+	}
 }
 
 func (b *Broker) beginStop() {

@@ -39,14 +39,24 @@ func recovered(d *Delivery, r any) {
 	d.outcome = Outcome{Kind: KindRetry, Reason: fmt.Sprintf("handler panicked: %v", r)}
 }
 
-// decodeBody decodes a lent body into v with the registry's codec for ct.
-func decodeBody(b *Broker, ct string, body []byte, v any) error {
-	ce, err := b.reg.ReceiveCodec([]byte(ct))
-	if err != nil {
-		return err
+// codecs remembers the last content type's codec: the rows of a table
+// mostly share one, and the registry look-up takes bytes.
+type codecs struct {
+	ct string
+	ce *payload.CodecEntry
+}
+
+// decode decodes a lent body into v with the registry's codec for ct.
+func (cc *codecs) decode(b *Broker, ct string, body []byte, v any) error {
+	if cc.ce == nil || ct != cc.ct {
+		ce, err := b.reg.ReceiveCodec([]byte(ct))
+		if err != nil {
+			return err
+		}
+		cc.ct, cc.ce = ct, ce
 	}
 	b.stats.decodes.Add(1)
-	if err := ce.Codec().Decode(body, v); err != nil {
+	if err := cc.ce.Codec().Decode(body, v); err != nil {
 		return payload.Wrap(payload.ProtocolError, "pgbridge: decode "+ct, err)
 	}
 	return nil
@@ -71,6 +81,7 @@ func (h msgHandler[M]) newRunner(b *Broker, s *Subscription) runner {
 }
 
 type msgRunner[M any] struct {
+	codecs
 	b    *Broker
 	fn   func(ctx context.Context, d *Delivery, m M) Outcome
 	vals []M
@@ -80,7 +91,7 @@ func (r *msgRunner[M]) read(d *Delivery, body []byte) error {
 	var zero M
 	r.vals = append(r.vals, zero)
 	d.slot = len(r.vals) - 1
-	return decodeBody(r.b, d.ContentType, body, &r.vals[d.slot])
+	return r.decode(r.b, d.ContentType, body, &r.vals[d.slot])
 }
 
 func (r *msgRunner[M]) run(ctx context.Context, ds []*Delivery) {
@@ -132,18 +143,19 @@ func (h batchHandler[M]) newRunner(b *Broker, s *Subscription) runner {
 }
 
 type batchRunner[M any] struct {
+	codecs
 	b     *Broker
 	fn    func(ctx context.Context, items []Item[M])
 	items []Item[M]
 }
 
 func (r *batchRunner[M]) read(d *Delivery, body []byte) error {
-	var it Item[M]
-	if err := decodeBody(r.b, d.ContentType, body, &it.Msg); err != nil {
+	r.items = append(r.items, Item[M]{Delivery: d, Outcome: Ack})
+	it := &r.items[len(r.items)-1]
+	if err := r.decode(r.b, d.ContentType, body, &it.Msg); err != nil {
+		r.items = r.items[:len(r.items)-1]
 		return err
 	}
-	it.Delivery, it.Outcome = d, Ack
-	r.items = append(r.items, it)
 	return nil
 }
 

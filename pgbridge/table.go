@@ -81,8 +81,11 @@ func channelName(table string) string {
 }
 
 // InboxDDL returns the SQL Migrate runs for an inbox table named name with
-// the default columns: the table, the partial index on its ready set, the
-// index the per-key order guard uses, and (when deadLetter is not "") the
+// the default columns: the table, the partial index on its ready set in
+// claim order (priority descending as -priority, then id: claims use it
+// for their order and to continue from the latest claim's position), the
+// index the per-key order guard and the advisory form use, the index of
+// leased rows the lease rescue uses, and (when deadLetter is not "") the
 // dead-letter table.
 //
 //	CREATE TABLE IF NOT EXISTS inbox (
@@ -98,7 +101,7 @@ func channelName(table string) string {
 //	    locked_until timestamptz,
 //	    last_error   text
 //	);
-//	CREATE INDEX IF NOT EXISTS inbox_ready ON inbox (priority DESC, id) WHERE locked_until IS NULL;
+//	CREATE INDEX IF NOT EXISTS inbox_ready ON inbox ((-priority::integer), id) WHERE locked_until IS NULL;
 //	CREATE INDEX IF NOT EXISTS inbox_key ON inbox (key, id);
 //	CREATE INDEX IF NOT EXISTS inbox_leased ON inbox (locked_until) WHERE locked_until IS NOT NULL;
 //	CREATE TABLE IF NOT EXISTS inbox_dead (LIKE inbox INCLUDING DEFAULTS,
@@ -119,7 +122,7 @@ func InboxDDL(name, deadLetter string) string {
     locked_until timestamptz,
     last_error   text
 );
-CREATE INDEX IF NOT EXISTS ` + q(base+"_ready") + ` ON ` + t + ` (priority DESC, id) WHERE locked_until IS NULL;
+CREATE INDEX IF NOT EXISTS ` + q(base+"_ready") + ` ON ` + t + ` ((-priority::integer), id) WHERE locked_until IS NULL;
 CREATE INDEX IF NOT EXISTS ` + q(base+"_key") + ` ON ` + t + ` (key, id);
 CREATE INDEX IF NOT EXISTS ` + q(base+"_leased") + ` ON ` + t + ` (locked_until) WHERE locked_until IS NOT NULL;
 `
