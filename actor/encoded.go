@@ -47,22 +47,36 @@ type Request struct {
 // (a content type no codec is registered for), InvalidOperation (a handler
 // asking its own object), CapacityExceeded (too many requests in flight).
 func (h *Host) NewRequest(ctx context.Context, to Ref, enc Encoded) (*Request, error) {
+	r := new(Request)
+	if err := h.Prepare(r, ctx, to, enc); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Prepare is NewRequest into a Request the caller owns: a zero Request, or
+// one that has finished (Wait returned, or Discard) — so that a caller
+// sending many requests can reuse them.
+func (h *Host) Prepare(r *Request, ctx context.Context, to Ref, enc Encoded) error {
+	if r.m != nil || (r.sent && !r.done) {
+		return payload.NewError(payload.InvalidOperation, "actor.Host.Prepare", "request still in use")
+	}
 	turn := turnOf(ctx)
 	if !h.accepts(turn) {
-		return nil, ErrShuttingDown
+		return ErrShuttingDown
 	}
 	kr, _, err := h.handlerFor(to.Kind, enc.Type)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if turn != nil && turn.owner.kr == kr && turn.owner.ref.ID == to.ID {
-		return nil, ErrReentrant
+		return ErrReentrant
 	}
 	if int(h.inflight.Add(1)) > h.cfg.MaxRequestsInFlight {
 		h.inflight.Add(-1)
-		return nil, ErrTooManyRequests
+		return ErrTooManyRequests
 	}
-	r := &Request{h: h, t: target{kr: kr, id: to.ID}, op: payload.NewOpID(), start: time.Now()}
+	*r = Request{h: h, t: target{kr: kr, id: to.ID}, op: payload.NewOpID(), start: time.Now()}
 	r.deadline = r.start.Add(h.cfg.RequestTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(r.deadline) {
 		r.deadline = d
@@ -85,9 +99,10 @@ func (h *Host) NewRequest(ctx context.Context, to Ref, enc Encoded) (*Request, e
 	}
 	if err != nil {
 		h.inflight.Add(-1)
-		return nil, err
+		r.done = true
+		return err
 	}
-	return r, nil
+	return nil
 }
 
 // Send admits the request to its object, waiting like Tell for a job

@@ -103,3 +103,30 @@ func TestRequestSendThenWaitManyInFlight(t *testing.T) {
 		t.Errorf("%d requests still counted in flight", n)
 	}
 }
+
+func TestPrepareReusesAFinishedRequestAndRefusesOneInUse(t *testing.T) {
+	h := startHost(t, Config{Logger: quietLogger()}, counterKind(newGates()))
+	var r Request
+	enc := Encoded{Type: TypeName[Inc](), ContentType: "application/json", Body: []byte(`{"By":1}`)}
+	for i := 0; i < 3; i++ {
+		if err := h.Prepare(&r, bg, Ref{"counter", "a"}, enc); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Prepare(&r, bg, Ref{"counter", "a"}, enc); payload.KindOf(err) != payload.InvalidOperation {
+			t.Fatalf("Prepare of a request in use: %v, want InvalidOperation", err)
+		}
+		if err := r.Send(bg); err != nil {
+			t.Fatal(err)
+		}
+		if rep, err := r.Wait(bg); err != nil || rep != nil {
+			t.Fatalf("wait: %v %v", rep, err)
+		}
+	}
+	n, err := Ask[Get, int](bg, h, Ref{"counter", "a"}, Get{})
+	if err != nil || n != 3 {
+		t.Fatalf("counter %d, %v; want 3", n, err)
+	}
+	if n := h.inflight.Load(); n != 0 {
+		t.Errorf("%d requests still counted in flight", n)
+	}
+}

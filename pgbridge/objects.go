@@ -50,12 +50,19 @@ type objRunner struct {
 	objHandler
 	b    *Broker
 	s    *Subscription
-	reqs []*actor.Request
-	meta []payload.MetaEntry
+	reqs []*actor.Request // the claim's requests, by slot (nil: none or finished)
+	free []*actor.Request // reused Requests: free[i] serves slot i
+	// the last reply's type and content type: replies mostly share them
+	lastType, lastCT string
 }
 
 func (r *objRunner) read(d *Delivery, body []byte) error {
-	req, err := r.h.NewRequest(r.b.ctx, actor.Ref{Kind: r.kind, ID: d.Key}, actor.Encoded{
+	n := len(r.reqs)
+	if n == len(r.free) {
+		r.free = append(r.free, new(actor.Request))
+	}
+	req := r.free[n]
+	err := r.h.Prepare(req, r.b.ctx, actor.Ref{Kind: r.kind, ID: d.Key}, actor.Encoded{
 		Type: d.Type, ContentType: d.ContentType, Body: body,
 	})
 	if err != nil {
@@ -120,10 +127,16 @@ func (r *objRunner) publishReply(ctx context.Context, d *Delivery, rep *payload.
 	if tx := d.Tx(); tx != nil {
 		db = tx
 	}
+	if string(hv.Type()) != r.lastType {
+		r.lastType = string(hv.Type())
+	}
+	if string(hv.ContentType()) != r.lastCT {
+		r.lastCT = string(hv.ContentType())
+	}
 	return r.opts.Replies.Publish(ctx, db, Outgoing{
 		Key:         d.Key,
-		Type:        string(hv.Type()),
-		ContentType: string(hv.ContentType()),
+		Type:        r.lastType,
+		ContentType: r.lastCT,
 		Body:        rep.RawView(),
 	})
 }

@@ -3,6 +3,7 @@ package pgbridge
 import (
 	"context"
 	"encoding/json"
+	"reflect"
 	"sync"
 
 	"github.com/berthrt/berth/actor"
@@ -159,7 +160,12 @@ func Send[M any](ctx context.Context, b *Broker, db Querier, pub Publisher, key 
 		return err
 	}
 	bp := encBufs.Get().(*[]byte)
-	body, err := ce.Codec().Encode((*bp)[:0], &msg)
+	box := getBox[M]() // &msg would escape through the codec interface
+	*box = msg
+	body, err := ce.Codec().Encode((*bp)[:0], box)
+	var zero M
+	*box = zero
+	putBox(box)
 	if err != nil {
 		encBufs.Put(bp)
 		return payload.Wrap(payload.InvalidOperation, "pgbridge.Send", err)
@@ -171,6 +177,21 @@ func Send[M any](ctx context.Context, b *Broker, db Querier, pub Publisher, key 
 	}
 	return err
 }
+
+// boxes holds a sync.Pool of *M per message type M, for Send.
+var boxes sync.Map // reflect.Type → *sync.Pool
+
+func boxPool[M any]() *sync.Pool {
+	t := reflect.TypeFor[M]()
+	if p, ok := boxes.Load(t); ok {
+		return p.(*sync.Pool)
+	}
+	p, _ := boxes.LoadOrStore(t, &sync.Pool{New: func() any { return new(M) }})
+	return p.(*sync.Pool)
+}
+
+func getBox[M any]() *M  { return boxPool[M]().Get().(*M) }
+func putBox[M any](b *M) { boxPool[M]().Put(b) }
 
 func itoa(n int) string {
 	if n == 0 {
