@@ -271,7 +271,8 @@ func (c *claimer) claimOnce() (int, error) {
 // so no round trip starts or goes on after Close.
 var noCancel = context.Background()
 
-// acquire takes a connection; done returns it, closing it first unless ok
+// acquire takes a connection, armed for its first round trip; done
+// returns it, closing it first unless ok
 // (a connection in an unknown state — a failed transaction, advisory locks
 // still held, a deadline passed — is never reused).
 func (c *claimer) acquire() (*pgx.Conn, func(ok bool), error) {
@@ -280,6 +281,10 @@ func (c *claimer) acquire() (*pgx.Conn, func(ok bool), error) {
 		return nil, nil, err
 	}
 	conn := pc.Conn()
+	if err := c.arm(conn); err != nil {
+		pc.Release()
+		return nil, nil, err
+	}
 	return conn, func(ok bool) {
 		c.disarm(conn)
 		if !ok {
@@ -351,9 +356,6 @@ func (c *claimer) claimRowLock() (n int, err error) {
 	}
 	ok := false
 	defer func() { done(ok) }()
-	if err := c.arm(conn); err != nil {
-		return 0, err
-	}
 	bt := c.batch()
 	bt.Queue("BEGIN")
 	switch {
@@ -474,9 +476,6 @@ func (c *claimer) claimAdvisory() (n int, err error) {
 	}
 	ok := false
 	defer func() { done(ok) }()
-	if err := c.arm(conn); err != nil {
-		return 0, err
-	}
 	var rows pgx.Rows
 	switch {
 	case !c.fromSet:
@@ -556,9 +555,6 @@ func (c *claimer) claimLease() (n int, err error) {
 	}
 	ok := false
 	defer func() { done(ok) }()
-	if err := c.arm(conn); err != nil {
-		return 0, err
-	}
 	lease := s.Lease.Microseconds()
 	var rows pgx.Rows
 	switch {

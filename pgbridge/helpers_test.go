@@ -18,6 +18,9 @@ var bg = context.Background()
 func newPool(t testing.TB) (*pgxpool.Pool, *pgtest.DB) {
 	t.Helper()
 	db := pgtest.New(t)
+	// Registered first, so it runs last: after every broker, host and
+	// pool of the test closed, none of their goroutines is left.
+	t.Cleanup(func() { testutil.CheckNoGoroutines(t) })
 	cfg, err := pgxpool.ParseConfig(db.URL)
 	if err != nil {
 		t.Fatal(err)
