@@ -408,9 +408,11 @@ func (c *claimer) claimRowLock() (n int, err error) {
 		// No statement was refused by the server: the connection ended,
 		// maybe after COMMIT arrived. Close it (so its backend ends the
 		// transaction) and ask the server what became of it.
-		cctx, ccancel := context.WithTimeout(context.Background(), time.Second)
-		conn.Close(cctx)
-		ccancel()
+		// Give the connection back first: when the server restarted,
+		// every claimer is here, and the pool must have connections for
+		// their questions.
+		done(false)
+		done = func(bool) {}
 		committed, rerr := c.commitFate(c.xid)
 		switch {
 		case rerr != nil:
@@ -576,14 +578,18 @@ func (c *claimer) claimLease() (n int, err error) {
 	}
 	b.stats.claimed.Add(uint64(n))
 	b.obs.Claimed(s.Name, n)
-	c.disarm(conn)
+	// The lease needs no connection while the handler runs: give it
+	// back, so the extensions (and other claimers) find one.
+	done(true)
 	ext := &c.ext
 	ext.start(c, c.live[0].token)
 	c.run()
 	token := ext.stop()
-	if err := c.arm(conn); err != nil {
+	conn, done, err = c.acquire()
+	if err != nil {
 		// Not settled: the leases expire and the rows are claimed again.
-		c.report(nil, err)
+		done = func(bool) {}
+		c.report(nil, payload.Wrap(payload.Unavailable, "pgbridge", err))
 		return n, err
 	}
 	st := c.batch()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/berthrt/berth/payload"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // tally records runs and successful settlements per job.
@@ -241,7 +242,26 @@ func TestLeaseStalledWorkerLosesLeaseAndDeletesNothing(t *testing.T) {
 // TestLeaseExtendedWhileHandlerRuns: a handler running for several leases
 // keeps its row: nobody else claims it and its settlement succeeds.
 func TestLeaseExtendedWhileHandlerRuns(t *testing.T) {
+	for _, conns := range []int32{24, 1} {
+		t.Run(fmt.Sprintf("pool=%d", conns), func(t *testing.T) { testLeaseExtended(t, conns) })
+	}
+}
+
+// testLeaseExtended: with a pool of as many connections as workers, the
+// extension still finds one (a lease claim holds none while its handler
+// runs).
+func testLeaseExtended(t *testing.T, conns int32) {
 	pool, _ := newPool(t)
+	cfg, err := pgxpool.ParseConfig(pool.Config().ConnConfig.ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = conns
+	pool, err = pgxpool.NewWithConfig(bg, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
 	tb := Table{Name: "inbox"}
 	migrate(t, pool, tb)
 	b := newBroker(t, Config{Pool: pool})
@@ -250,7 +270,7 @@ func TestLeaseExtendedWhileHandlerRuns(t *testing.T) {
 	var runs atomic.Int32
 	tokens := make(chan time.Time, 2)
 	done := make(chan error, 1)
-	err := b.Subscribe(&Subscription{Table: tb, Form: Lease, Lease: lease, Workers: 2, PollInterval: 10 * time.Millisecond,
+	err = b.Subscribe(&Subscription{Table: tb, Form: Lease, Lease: lease, Workers: 2, PollInterval: 10 * time.Millisecond,
 		OnSettled: func(d *Delivery, o Outcome, err error) { done <- err }},
 		Messages(func(ctx context.Context, d *Delivery, m Job) Outcome {
 			runs.Add(1)
