@@ -320,3 +320,27 @@ func TestRepliesPublishDuringGracefulStop(t *testing.T) {
 		t.Fatalf("publish after Stop returned: %v, want ErrClosed", err)
 	}
 }
+
+// TestNotifyAtMostOncePerCooldown: a burst of inserts into one table sends
+// at most one pg_notify per cooldown on its channel, plus one trailing
+// notify after the burst (so no listener waits for its poll).
+func TestNotifyAtMostOncePerCooldown(t *testing.T) {
+	pool, _ := newPool(t)
+	tb := Table{Name: "inbox"}
+	migrate(t, pool, tb)
+	const cooldown = time.Second
+	b := newBroker(t, Config{Pool: pool, ListenNotify: true, NotifyCooldown: cooldown})
+	start := time.Now()
+	const burst = 20
+	for i := 0; i < burst; i++ {
+		if err := Send(bg, b, pool, Repository{Broker: b, Table: tb}, "k", Job{N: i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	elapsed := time.Since(start)
+	bound := uint64(elapsed/cooldown) + 1
+	if n := b.Stats().Notifies; n < 1 || n > bound {
+		t.Fatalf("%d notifies for a burst of %d in %v, want 1..%d", n, burst, elapsed, bound)
+	}
+	waitFor(t, "the trailing notify", func() bool { return b.Stats().Notifies == uint64(elapsed/cooldown)+2 })
+}
