@@ -2,6 +2,10 @@ package pgtest
 
 import (
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -58,5 +62,42 @@ func TestRestartKeepsData(t *testing.T) {
 	var x int
 	if err := conn.QueryRow(ctx, "SELECT x FROM t").Scan(&x); err != nil || x != 7 {
 		t.Fatalf("after restart: x = %d, %v", x, err)
+	}
+}
+
+// TestOrphanedServerIsReaped: a server whose owner process is gone (a test
+// binary that panicked) is stopped and removed by the next Start.
+func TestOrphanedServerIsReaped(t *testing.T) {
+	if _, err := FindBin(); err != nil {
+		if Required() && os.Getenv("BERTH_TEST_DATABASE_URL") == "" {
+			t.Fatal(err)
+		}
+		t.Skipf("skipped: %v", err)
+	}
+	orphan, err := Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer orphan.Stop()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(orphan.Dir(), "owner.pid"), []byte(strconv.Itoa(dead.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	next, err := Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Stop()
+	if _, err := os.Stat(orphan.Dir()); !os.IsNotExist(err) {
+		t.Fatalf("the orphan's directory is still there: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if conn, err := pgx.Connect(ctx, orphan.URL("postgres")); err == nil {
+		conn.Close(ctx)
+		t.Fatal("the orphaned server still accepts connections")
 	}
 }

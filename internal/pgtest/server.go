@@ -33,6 +33,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -82,8 +83,15 @@ func Start() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	reapOrphans(bin)
 	dir, err := os.MkdirTemp("", "berth-pg-")
 	if err != nil {
+		return nil, err
+	}
+	// The owner's pid, for reapOrphans: a test binary that panics or times
+	// out exits without stopping its server.
+	if err := os.WriteFile(filepath.Join(dir, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		os.RemoveAll(dir)
 		return nil, err
 	}
 	s := &Server{dir: dir, bin: bin, asPG: os.Geteuid() == 0}
@@ -116,6 +124,25 @@ func Start() (*Server, error) {
 			os.RemoveAll(dir)
 			return nil, err
 		}
+	}
+}
+
+// reapOrphans stops and removes the throwaway servers of processes that
+// exited without stopping them (a panic, a test timeout, a kill).
+func reapOrphans(bin string) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "berth-pg-*"))
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, "owner.pid"))
+		if err != nil {
+			continue // not ours, or still being set up
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 || syscall.Kill(pid, 0) != syscall.ESRCH {
+			continue // its owner is alive
+		}
+		o := &Server{dir: dir, bin: bin, asPG: os.Geteuid() == 0}
+		o.run("pg_ctl", "-D", o.data(), "-m", "immediate", "-w", "stop")
+		os.RemoveAll(dir)
 	}
 }
 
