@@ -33,19 +33,13 @@ func TestMessagesEveryFormRunsEachRowOnce(t *testing.T) {
 				}
 				var mu sync.Mutex
 				seen := map[int]int{}
-				err := b.Subscribe(&Subscription{Table: tb, Form: form, Workers: 3, Batch: batch, PollInterval: 20 * time.Millisecond},
+				subscribe(t, b, &Subscription{Table: tb, Form: form, Workers: 3, Batch: batch, PollInterval: 20 * time.Millisecond},
 					Messages(func(ctx context.Context, d *Delivery, m Job) Outcome {
 						mu.Lock()
 						seen[m.N]++
 						mu.Unlock()
 						return Ack
 					}))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := b.Start(); err != nil {
-					t.Fatal(err)
-				}
 				waitFor(t, "every row settled", func() bool { return count(t, pool, "inbox") == 0 })
 				if err := b.Stop(bg); err != nil {
 					t.Fatal(err)
@@ -95,7 +89,7 @@ func TestEveryFormInTextFormatModes(t *testing.T) {
 				}
 				var mu sync.Mutex
 				seen := map[int]int{}
-				err = b.Subscribe(&Subscription{Table: tb, Form: form, Batch: 4, Ordered: true, PollInterval: 10 * time.Millisecond},
+				subscribe(t, b, &Subscription{Table: tb, Form: form, Batch: 4, Ordered: true, PollInterval: 10 * time.Millisecond},
 					Messages(func(ctx context.Context, d *Delivery, m Job) Outcome {
 						h, err := d.Headers()
 						if err != nil || h["i"] != fmt.Sprint(m.N) {
@@ -106,12 +100,6 @@ func TestEveryFormInTextFormatModes(t *testing.T) {
 						mu.Unlock()
 						return Ack
 					}))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := b.Start(); err != nil {
-					t.Fatal(err)
-				}
 				waitFor(t, "every row settled", func() bool { return count(t, pool, "inbox") == 0 })
 				if err := b.Stop(bg); err != nil {
 					t.Fatal(err)

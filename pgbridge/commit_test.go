@@ -142,7 +142,7 @@ func TestRowLockCommitAnswerLostIsResolvedByTheServer(t *testing.T) {
 	var errs []error
 	settled := 0
 	proxy.armed.Store(true)
-	err = b.Subscribe(&Subscription{Table: tb, Batch: 4, PollInterval: 10 * time.Millisecond,
+	subscribe(t, b, &Subscription{Table: tb, Batch: 4, PollInterval: 10 * time.Millisecond,
 		OnSettled: func(d *Delivery, o Outcome, err error) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -153,12 +153,6 @@ func TestRowLockCommitAnswerLostIsResolvedByTheServer(t *testing.T) {
 			}
 		}},
 		Messages(func(ctx context.Context, d *Delivery, m Job) Outcome { runs.Add(1); return Ack }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
 	waitFor(t, "four settlements reported", func() bool { mu.Lock(); defer mu.Unlock(); return settled+len(errs) >= 4 })
 	if err := b.Stop(bg); err != nil {
 		t.Fatal(err)

@@ -89,12 +89,7 @@ func TestBackendKilledMidBatchRedeliversBatch(t *testing.T) {
 			ta.ran(it.Msg.N)
 		}
 	})
-	if err := b.Subscribe(&Subscription{Table: tb, Batch: 16, PollInterval: 10 * time.Millisecond, OnSettled: ta.onSettled}, h); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
+	subscribe(t, b, &Subscription{Table: tb, Batch: 16, PollInterval: 10 * time.Millisecond, OnSettled: ta.onSettled}, h)
 	<-inside
 	var killed int
 	if err := pool.QueryRow(bg, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
@@ -145,13 +140,8 @@ func TestPostgresRestartedMidRunSubscriptionsContinue(t *testing.T) {
 				time.Sleep(time.Millisecond) // work, so the restart lands mid-run
 				return Ack
 			})
-			if err := b.Subscribe(&Subscription{Table: tb, Form: form, Workers: 3, Batch: 4, Lease: 2 * time.Second,
-				PollInterval: 20 * time.Millisecond, OnSettled: ta.onSettled}, h); err != nil {
-				t.Fatal(err)
-			}
-			if err := b.Start(); err != nil {
-				t.Fatal(err)
-			}
+			subscribe(t, b, &Subscription{Table: tb, Form: form, Workers: 3, Batch: 4, Lease: 2 * time.Second,
+				PollInterval: 20 * time.Millisecond, OnSettled: ta.onSettled}, h)
 			waitFor(t, "a tenth of the rows ran", func() bool { return ran.Load() >= jobs/10 })
 			if err := db.Server.Restart(); err != nil {
 				t.Fatal(err)
@@ -188,7 +178,7 @@ func TestLeaseStalledWorkerLosesLeaseAndDeletesNothing(t *testing.T) {
 	var lostSeen atomic.Bool
 	var staleErr error
 	settled1 := make(chan struct{})
-	err := b1.Subscribe(&Subscription{Table: tb, Form: Lease, Lease: time.Hour, PollInterval: 10 * time.Millisecond,
+	subscribe(t, b1, &Subscription{Table: tb, Form: Lease, Lease: time.Hour, PollInterval: 10 * time.Millisecond,
 		OnSettled: func(d *Delivery, o Outcome, err error) { staleErr = err; close(settled1) }},
 		Messages(func(ctx context.Context, d *Delivery, m Job) Outcome {
 			close(stalled)
@@ -196,12 +186,6 @@ func TestLeaseStalledWorkerLosesLeaseAndDeletesNothing(t *testing.T) {
 			lostSeen.Store(d.LeaseLost())
 			return Ack
 		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b1.Start(); err != nil {
-		t.Fatal(err)
-	}
 	<-stalled
 	// The stalled worker's lease runs out: no extension reached the row.
 	if _, err := pool.Exec(bg, "UPDATE inbox SET locked_until = now() - interval '1 second'"); err != nil {
@@ -209,17 +193,11 @@ func TestLeaseStalledWorkerLosesLeaseAndDeletesNothing(t *testing.T) {
 	}
 	b2 := newBroker(t, Config{Pool: pool})
 	claimed2 := make(chan int, 1)
-	err = b2.Subscribe(&Subscription{Table: tb, Form: Lease, Lease: time.Hour, PollInterval: 10 * time.Millisecond},
+	subscribe(t, b2, &Subscription{Table: tb, Form: Lease, Lease: time.Hour, PollInterval: 10 * time.Millisecond},
 		Messages(func(ctx context.Context, d *Delivery, m Job) Outcome {
 			claimed2 <- d.Attempt
 			return RetryAfter(time.Hour, "kept for the test")
 		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b2.Start(); err != nil {
-		t.Fatal(err)
-	}
 	if a := <-claimed2; a != 2 {
 		t.Errorf("second claim attempt %d, want 2 (counted at claim)", a)
 	}
@@ -270,7 +248,7 @@ func testLeaseExtended(t *testing.T, conns int32) {
 	var runs atomic.Int32
 	tokens := make(chan time.Time, 2)
 	done := make(chan error, 1)
-	err = b.Subscribe(&Subscription{Table: tb, Form: Lease, Lease: lease, Workers: 2, PollInterval: 10 * time.Millisecond,
+	subscribe(t, b, &Subscription{Table: tb, Form: Lease, Lease: lease, Workers: 2, PollInterval: 10 * time.Millisecond,
 		OnSettled: func(d *Delivery, o Outcome, err error) { done <- err }},
 		Messages(func(ctx context.Context, d *Delivery, m Job) Outcome {
 			runs.Add(1)
@@ -287,12 +265,6 @@ func testLeaseExtended(t *testing.T, conns int32) {
 			tokens <- d.LeaseToken()
 			return Ack
 		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
 	if err := <-done; err != nil {
 		t.Fatalf("settlement after extensions: %v", err)
 	}
@@ -333,15 +305,9 @@ func TestPoisonRowsDeadLetteredRestFlows(t *testing.T) {
 				ta.ran(m.N)
 				return Ack
 			})
-			err := b.Subscribe(&Subscription{Table: tb, Form: form, Workers: 2, Batch: 4, MaxAttempts: 3,
+			subscribe(t, b, &Subscription{Table: tb, Form: form, Workers: 2, Batch: 4, MaxAttempts: 3,
 				DecodePolicy: DecodeDeadLetter, RetryDelay: func(int) time.Duration { return 0 },
 				PollInterval: 10 * time.Millisecond}, h)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := b.Start(); err != nil {
-				t.Fatal(err)
-			}
 			waitFor(t, "inbox empty", func() bool { return count(t, pool, "inbox") == 0 })
 			if err := b.Stop(bg); err != nil {
 				t.Fatal(err)
@@ -394,14 +360,8 @@ func TestClaimPastMaxAttemptsDeadLettersWithoutRunning(t *testing.T) {
 				t.Fatal(err)
 			}
 			var ran sync.Map
-			err := b.Subscribe(&Subscription{Table: tb, Form: form, MaxAttempts: 3, PollInterval: 10 * time.Millisecond},
+			subscribe(t, b, &Subscription{Table: tb, Form: form, MaxAttempts: 3, PollInterval: 10 * time.Millisecond},
 				Messages(func(ctx context.Context, d *Delivery, m Job) Outcome { ran.Store(d.ID, d.Attempt); return Ack }))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := b.Start(); err != nil {
-				t.Fatal(err)
-			}
 			waitFor(t, "inbox drained", func() bool { return count(t, pool, "inbox") == 0 })
 			if _, ok := ran.Load(int64(1)); ok {
 				t.Error("the handler ran a row past MaxAttempts")
@@ -434,7 +394,7 @@ func TestGracefulStopSettlesInFlightHardCloseLeavesThem(t *testing.T) {
 				b := newBroker(t, Config{Pool: pool})
 				sendJobs(t, b, tb, 1)
 				inside := make(chan struct{})
-				err := b.Subscribe(&Subscription{Table: tb, Form: form, Lease: time.Hour, PollInterval: 10 * time.Millisecond},
+				subscribe(t, b, &Subscription{Table: tb, Form: form, Lease: time.Hour, PollInterval: 10 * time.Millisecond},
 					Messages(func(ctx context.Context, d *Delivery, m Job) Outcome {
 						close(inside)
 						if hard {
@@ -444,12 +404,6 @@ func TestGracefulStopSettlesInFlightHardCloseLeavesThem(t *testing.T) {
 						}
 						return Ack
 					}))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := b.Start(); err != nil {
-					t.Fatal(err)
-				}
 				<-inside
 				if hard {
 					b.Close()

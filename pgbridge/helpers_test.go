@@ -65,3 +65,14 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	testutil.WaitForWithin(t, what, 60*time.Second, cond)
 }
+
+// subscribe adds a subscription to b and starts b.
+func subscribe(t testing.TB, b *Broker, s *Subscription, h Handler) {
+	t.Helper()
+	if err := b.Subscribe(s, h); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -85,14 +85,8 @@ func TestObjectsRunRowsInKeyOrderWithRepliesRouted(t *testing.T) {
 				t.Fatal(err)
 			}
 			before := host.PayloadStats()
-			err := b.Subscribe(&Subscription{Table: in, Form: form, Ordered: true, Workers: 3, Batch: 8, PollInterval: 10 * time.Millisecond},
+			subscribe(t, b, &Subscription{Table: in, Form: form, Ordered: true, Workers: 3, Batch: 8, PollInterval: 10 * time.Millisecond},
 				Objects(host, "account", ObjectOptions{Replies: Routed{Broker: b}}))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := b.Start(); err != nil {
-				t.Fatal(err)
-			}
 			waitFor(t, "inbox drained", func() bool { return count(t, pool, "inbox") == 0 })
 			if err := b.Stop(bg); err != nil {
 				t.Fatal(err)
@@ -151,7 +145,7 @@ func TestObjectsReplyCommitsWithTheSettlement(t *testing.T) {
 		CREATE TRIGGER refuse BEFORE DELETE ON inbox FOR EACH ROW EXECUTE FUNCTION refuse_once();`); err != nil {
 		t.Fatal(err)
 	}
-	err := b.Subscribe(&Subscription{Table: in, PollInterval: 10 * time.Millisecond,
+	subscribe(t, b, &Subscription{Table: in, PollInterval: 10 * time.Millisecond,
 		OnSettled: func(d *Delivery, o Outcome, err error) {
 			if err != nil {
 				settleErrs++
@@ -159,12 +153,6 @@ func TestObjectsReplyCommitsWithTheSettlement(t *testing.T) {
 			}
 		}},
 		Objects(host, "account", ObjectOptions{Replies: Routed{Broker: b}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
 	waitFor(t, "inbox drained", func() bool { return count(t, pool, "inbox") == 0 })
 	if err := b.Stop(bg); err != nil {
 		t.Fatal(err)
@@ -201,15 +189,9 @@ func TestObjectsUndecodableAndFailingRows(t *testing.T) {
 	if err := Send(bg, b, pool, repo, "d", Deposit{Seq: 1, Amount: 1}); err != nil {
 		t.Fatal(err)
 	}
-	err := b.Subscribe(&Subscription{Table: in, MaxAttempts: 2, DecodePolicy: DecodeDeadLetter,
+	subscribe(t, b, &Subscription{Table: in, MaxAttempts: 2, DecodePolicy: DecodeDeadLetter,
 		RetryDelay: func(int) time.Duration { return 0 }, PollInterval: 10 * time.Millisecond},
 		Objects(host, "account", ObjectOptions{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
 	waitFor(t, "inbox drained", func() bool { return count(t, pool, "inbox") == 0 })
 	rows, err := pool.Query(bg, "SELECT key, attempt, reason FROM inbox_dead ORDER BY key")
 	if err != nil {

@@ -64,12 +64,7 @@ func TestPerKeyOrderEveryOrderedForm(t *testing.T) {
 					mu.Unlock()
 					return Ack
 				})
-				if err := b.Subscribe(&Subscription{Table: tb, Form: form, Ordered: true, Workers: 4, Batch: batch, PollInterval: 10 * time.Millisecond}, h); err != nil {
-					t.Fatal(err)
-				}
-				if err := b.Start(); err != nil {
-					t.Fatal(err)
-				}
+				subscribe(t, b, &Subscription{Table: tb, Form: form, Ordered: true, Workers: 4, Batch: batch, PollInterval: 10 * time.Millisecond}, h)
 				waitFor(t, "every row settled", func() bool { return count(t, pool, "inbox") == 0 })
 				if err := b.Stop(bg); err != nil {
 					t.Fatal(err)
@@ -116,12 +111,7 @@ func TestUnorderedRowLockRunsKeysConcurrently(t *testing.T) {
 		}
 		return Ack
 	})
-	if err := b.Subscribe(&Subscription{Table: tb, Workers: 2, PollInterval: 10 * time.Millisecond}, h); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
+	subscribe(t, b, &Subscription{Table: tb, Workers: 2, PollInterval: 10 * time.Millisecond}, h)
 	select {
 	case <-both:
 	case <-time.After(30 * time.Second):

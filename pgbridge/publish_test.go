@@ -116,7 +116,7 @@ func TestHeadersParsedOnFirstRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := make(chan string, 2)
-	err := b.Subscribe(&Subscription{Table: tb, Batch: 2, PollInterval: 10 * time.Millisecond},
+	subscribe(t, b, &Subscription{Table: tb, Batch: 2, PollInterval: 10 * time.Millisecond},
 		Messages(func(ctx context.Context, d *Delivery, m Job) Outcome {
 			h, err := d.Headers()
 			switch m.N {
@@ -132,12 +132,6 @@ func TestHeadersParsedOnFirstRead(t *testing.T) {
 			got <- d.Key
 			return Ack
 		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
 	<-got
 	<-got
 }
@@ -153,14 +147,8 @@ func TestListenNotifyWakesSubscriptions(t *testing.T) {
 	b := newBroker(t, Config{Pool: pool, ListenNotify: true})
 	other := newBroker(t, Config{Pool: pool, ListenNotify: true})
 	got := make(chan int, 4)
-	err := b.Subscribe(&Subscription{Table: tb, PollInterval: time.Hour},
+	subscribe(t, b, &Subscription{Table: tb, PollInterval: time.Hour},
 		Messages(func(ctx context.Context, d *Delivery, m Job) Outcome { got <- m.N; return Ack }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
 	// The first claim (at start) found nothing; now only a wake-up helps.
 	waitFor(t, "the listener listening", func() bool { return b.Stats().Claimed == 0 && listening(t, b, "berth_inbox_inbox") })
 	if err := Send(bg, b, pool, Repository{Broker: b, Table: tb}, "k", Job{N: 1}); err != nil {
