@@ -72,15 +72,15 @@ func (h *Host) Prepare(r *Request, ctx context.Context, to Ref, enc Encoded) err
 	if turn != nil && turn.owner.kr == kr && turn.owner.ref.ID == to.ID {
 		return ErrReentrant
 	}
+	if ctx.Err() != nil {
+		return ctxErr(ctx) // done before the send: nothing is sent
+	}
 	if int(h.inflight.Add(1)) > h.cfg.MaxRequestsInFlight {
 		h.inflight.Add(-1)
 		return ErrTooManyRequests
 	}
 	*r = Request{h: h, t: target{kr: kr, id: to.ID}, op: payload.NewOpID(), start: time.Now()}
-	r.deadline = r.start.Add(h.cfg.RequestTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(r.deadline) {
-		r.deadline = d
-	}
+	r.deadline = requestDeadline(ctx, h, turn, r.start)
 	buf, err := h.pool.Frame(&payload.Header{
 		Type:        enc.Type,
 		ContentType: enc.ContentType,

@@ -1,6 +1,10 @@
 package actor
 
-import "github.com/berthrt/berth/payload"
+import (
+	"context"
+
+	"github.com/berthrt/berth/payload"
+)
 
 // The error kinds of DESIGN §7, the same values as in package payload, so
 // errors.Is(err, actor.Unavailable) and errors.Is(err, payload.Unavailable)
@@ -34,8 +38,12 @@ var (
 	// be answered (the owner runs one turn at a time).
 	ErrReentrant = payload.NewError(payload.InvalidOperation, "actor.Ask", "a handler asked its own owner")
 	// ErrSendTimeout: Tell, Ask and Publish waited SendTimeout for room in
-	// the owner's lane.
-	ErrSendTimeout = payload.NewError(payload.DeadlineExceeded, "actor", "timed out waiting for room in the owner's queue or on the link to its host")
-	// ErrRequestTimeout: Ask and AskChannel got no reply by the deadline.
-	ErrRequestTimeout = payload.NewError(payload.DeadlineExceeded, "actor.Ask", "no reply before the deadline")
+	// the owner's lane. It matches context.DeadlineExceeded too.
+	ErrSendTimeout error = &payload.Error{Kind: payload.DeadlineExceeded, Op: "actor",
+		Detail: "timed out waiting for room in the owner's queue or on the link to its host", Err: context.DeadlineExceeded}
+	// ErrRequestTimeout: Ask and AskChannel got no reply by the deadline
+	// (ctx's, the handled message's for an Ask from a handler, or
+	// RequestTimeout). It matches context.DeadlineExceeded too.
+	ErrRequestTimeout error = &payload.Error{Kind: payload.DeadlineExceeded, Op: "actor.Ask",
+		Detail: "no reply before the deadline", Err: context.DeadlineExceeded}
 )

@@ -22,8 +22,10 @@ const flagReply uint8 = 1
 // From outside a handler, Tell first waits (cancellably) for a job permit,
 // then, if the owner's lane is full, up to SendTimeout for room. Errors:
 // NotFound (no such kind, or no handler for M), ShuttingDown, DeadlineExceeded
-// (ErrSendTimeout, or ctx's deadline), CapacityExceeded (the message is
-// larger than a lane), ctx.Err() on cancellation, and encoding errors.
+// (ErrSendTimeout; or ctx's deadline passed or ctx was cancelled — the
+// error then also matches context.DeadlineExceeded or context.Canceled),
+// CapacityExceeded (the message is larger than a lane), and encoding
+// errors. A context already done when Tell is called sends nothing.
 func Tell[M any](ctx context.Context, h *Host, to Ref, msg M) error {
 	turn := turnOf(ctx)
 	if !h.accepts(turn) {
@@ -32,6 +34,9 @@ func Tell[M any](ctx context.Context, h *Host, to Ref, msg M) error {
 	kr, _, err := h.handlerFor(to.Kind, typeName[M]())
 	if err != nil {
 		return err
+	}
+	if ctx.Err() != nil {
+		return ctxErr(ctx) // done before the send: nothing is sent
 	}
 	m, err := payload.NewMessage(h.pool, h.reg, payload.Header{
 		Target: payload.Target{Scope: payload.ScopeObject, Name: to.Kind, ID: to.ID},
@@ -48,6 +53,11 @@ func Tell[M any](ctx context.Context, h *Host, to Ref, msg M) error {
 // object's request handler for M returns. It completes exactly once, with
 // whichever comes first: the reply, the handler's error, the deadline (ctx's,
 // or RequestTimeout), cancellation of ctx, or the host shutting down.
+//
+// An Ask from a handler has the deadline of the message the handler runs,
+// if that is sooner. A context already done sends nothing. Timeouts and
+// cancellations are of kind DeadlineExceeded and also match
+// context.DeadlineExceeded or context.Canceled.
 //
 // Errors before sending: NotFound (no such kind or handler), InvalidOperation
 // (M has a one-way handler; or a handler asking its own object:
@@ -70,6 +80,9 @@ func Ask[M, R any](ctx context.Context, h *Host, to Ref, msg M) (R, error) {
 	}
 	if turn != nil && turn.owner.kr == kr && turn.owner.ref.ID == to.ID {
 		return zero, ErrReentrant
+	}
+	if ctx.Err() != nil {
+		return zero, ctxErr(ctx)
 	}
 	return ask[M, R](ctx, h, turn, target{kr: kr, id: to.ID},
 		payload.Target{Scope: payload.ScopeObject, Name: to.Kind, ID: to.ID}, msg)
@@ -95,6 +108,9 @@ func Publish[M any](ctx context.Context, h *Host, channel string, msg M) error {
 	ts := cr.targets[typeName[M]()]
 	if len(ts) == 0 {
 		return payload.NewError(payload.NotFound, "actor.Publish", "channel "+channel+" has no subscriber for "+typeName[M]())
+	}
+	if ctx.Err() != nil {
+		return ctxErr(ctx)
 	}
 	m, err := payload.NewMessage(h.pool, h.reg, payload.Header{
 		Target: payload.Target{Scope: payload.ScopeChannel, Name: channel},
@@ -151,6 +167,9 @@ func AskChannel[M, R any](ctx context.Context, h *Host, channel string, msg M) (
 	if err := checkRequest[R](o.spec.handlers[t], channel); err != nil {
 		return zero, err
 	}
+	if ctx.Err() != nil {
+		return zero, ctxErr(ctx)
+	}
 	return ask[M, R](ctx, h, turn, target{o: o}, payload.Target{Scope: payload.ScopeChannel, Name: channel}, msg)
 }
 
@@ -175,9 +194,9 @@ func ask[M, R any](ctx context.Context, h *Host, turn *Context, t target, pt pay
 	}
 	defer h.inflight.Add(-1)
 	start := time.Now()
-	deadline := start.Add(h.cfg.RequestTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+	deadline := requestDeadline(ctx, h, turn, start)
+	if !deadline.After(start) {
+		return zero, ErrRequestTimeout // nothing is sent
 	}
 	op := payload.NewOpID()
 	origin := ""
@@ -228,6 +247,23 @@ func ask[M, R any](ctx context.Context, h *Host, turn *Context, t target, pt pay
 	v, err := payload.Value[R](rm)
 	rm.Release()
 	return v, err
+}
+
+// requestDeadline is a request's deadline: the soonest of ctx's, the
+// RequestTimeout from start, and — for an Ask from a handler — the deadline
+// of the message the handler is running (a handler's request cannot be
+// answered usefully after its own asker gave up).
+func requestDeadline(ctx context.Context, h *Host, turn *Context, start time.Time) time.Time {
+	deadline := start.Add(h.cfg.RequestTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if turn != nil {
+		if d, ok := turn.MessageDeadline(); ok && d.Before(deadline) {
+			deadline = d
+		}
+	}
+	return deadline
 }
 
 // await waits for the request's terminal. If the waiter gives up but finds
@@ -584,12 +620,17 @@ func (h *Host) endUnrun(o *owner, kind string, e *mailbox.Envelope, err error, r
 	e.Release()
 }
 
+// ctxErr is the error of a send whose context is done: of kind
+// DeadlineExceeded (the sender's time ran out: its deadline passed or it
+// gave up), wrapping ctx's error, so that errors.Is matches
+// context.DeadlineExceeded or context.Canceled as well — the conventions
+// of net/http and pgx.
 func ctxErr(ctx context.Context) error {
 	err := ctx.Err()
-	if errors.Is(err, context.DeadlineExceeded) {
-		return &payload.Error{Kind: payload.DeadlineExceeded, Op: "actor", Err: err}
+	if err == nil {
+		return nil
 	}
-	return err
+	return &payload.Error{Kind: payload.DeadlineExceeded, Op: "actor", Err: err}
 }
 
 // outbox holds the sends of one source — an owner's handlers, the rest of

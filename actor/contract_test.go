@@ -1,0 +1,175 @@
+package actor
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/berthrt/berth/payload"
+)
+
+// Contract tests of issue 11: the same errors and deadlines wherever an
+// object lives. Each runs with the object on the sender's host and on
+// another host of the same network.
+
+// RelayAsk: the relay kind asks another object from its handler.
+type RelayAsk struct{ To, Key string }
+
+// contractHosts returns the sending host and the host the target objects
+// live on: the same host, or another one of a network.
+func contractHosts(t *testing.T, remote bool, g *gates, seen *atomic.Int64, relayErr chan error) (from, owner *Host) {
+	kinds := func() []Registrable {
+		k := counterKind(g)
+		HandleRequest(k, func(ctx *Context, c *Counter, m Wait) (string, error) {
+			seen.Add(1)
+			g.block(ctx, m.Key)
+			return "late", nil
+		})
+		r := NewKind("relay", func(ctx *Context, id string) (*Counter, error) { return &Counter{}, nil })
+		HandleRequest(r, func(ctx *Context, c *Counter, m RelayAsk) (string, error) {
+			_, err := Ask[Wait, string](ctx, ctx.Host(), Ref{"counter", m.To}, Wait{Key: m.Key})
+			relayErr <- err
+			return "", err
+		})
+		return []Registrable{k, r}
+	}
+	cfg := Config{Logger: quietLogger(), RequestTimeout: time.Hour}
+	if !remote {
+		h := startHost(t, cfg, kinds()...)
+		return h, h
+	}
+	n := NewNetwork(nil)
+	c1, c2 := cfg, cfg
+	c1.Name, c1.Network = "from", n
+	c2.Name, c2.Network = "owner", n
+	from, owner = startHost(t, c1, kinds()...), startHost(t, c2, kinds()...)
+	return from, owner
+}
+
+func forEachPlacement(t *testing.T, run func(t *testing.T, remote bool)) {
+	for _, remote := range []bool{false, true} {
+		name := "same host"
+		if remote {
+			name = "other host"
+		}
+		t.Run(name, func(t *testing.T) { run(t, remote) })
+	}
+}
+
+// activateOn makes object ref live on host h (an object activates on the
+// host that sends its first message).
+func activateOn(t *testing.T, h *Host, ref Ref) {
+	t.Helper()
+	if _, err := Ask[Get, int](bg, h, ref, Get{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSendWithContextDoneBeforeSendSendsNothing(t *testing.T) {
+	forEachPlacement(t, func(t *testing.T, remote bool) {
+		var seen atomic.Int64
+		g := newGates()
+		from, owner := contractHosts(t, remote, g, &seen, make(chan error, 1))
+		to := Ref{"counter", "a"}
+		activateOn(t, owner, to)
+		ctx, cancel := context.WithCancel(bg)
+		cancel()
+		for i := 0; i < 6; i++ {
+			if err := Tell(ctx, from, to, Inc{By: 1}); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Tell with a cancelled context: %v", err)
+			}
+			if _, err := Ask[Get, int](ctx, from, to, Get{}); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Ask with a cancelled context: %v", err)
+			}
+			if _, err := Ask[Wait, string](ctx, from, to, Wait{Key: "never"}); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Ask with a cancelled context: %v", err)
+			}
+			if _, err := from.Deliver(ctx, to, Encoded{Type: TypeName[Inc](), ContentType: "application/json", Body: []byte(`{"By":1}`)}); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Deliver with a cancelled context: %v", err)
+			}
+		}
+		expired, cancel2 := context.WithDeadline(bg, time.Now().Add(-time.Second))
+		defer cancel2()
+		if err := Tell(expired, from, to, Inc{By: 1}); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Tell with an expired context: %v", err)
+		}
+		n, err := Ask[Get, int](bg, from, to, Get{})
+		if err != nil || n != 0 {
+			t.Fatalf("counter %d, %v: a send whose context was done ran", n, err)
+		}
+		if s := seen.Load(); s != 0 {
+			t.Fatalf("the Wait handler ran %d times", s)
+		}
+	})
+}
+
+func TestTimeoutMatchesContextDeadlineExceededAndKind(t *testing.T) {
+	forEachPlacement(t, func(t *testing.T, remote bool) {
+		var seen atomic.Int64
+		g := newGates()
+		from, owner := contractHosts(t, remote, g, &seen, make(chan error, 1))
+		to := Ref{"counter", "slow"}
+		activateOn(t, owner, to)
+		ctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
+		defer cancel()
+		_, err := Ask[Wait, string](ctx, from, to, Wait{Key: "t"})
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, payload.DeadlineExceeded) {
+			t.Fatalf("Ask past its deadline: %v; want context.DeadlineExceeded and berth's DeadlineExceeded", err)
+		}
+		g.release("t")
+		if !errors.Is(ErrRequestTimeout, context.DeadlineExceeded) || !errors.Is(ErrSendTimeout, context.DeadlineExceeded) {
+			t.Fatal("ErrRequestTimeout and ErrSendTimeout must match context.DeadlineExceeded")
+		}
+	})
+}
+
+func TestCancellationMatchesContextCanceledAndKind(t *testing.T) {
+	forEachPlacement(t, func(t *testing.T, remote bool) {
+		var seen atomic.Int64
+		g := newGates()
+		from, owner := contractHosts(t, remote, g, &seen, make(chan error, 1))
+		to := Ref{"counter", "slow"}
+		activateOn(t, owner, to)
+		ctx, cancel := context.WithCancel(bg)
+		done := make(chan error, 1)
+		go func() {
+			_, err := Ask[Wait, string](ctx, from, to, Wait{Key: "c"})
+			done <- err
+		}()
+		g.waitStarted(t, "c")
+		cancel()
+		err := <-done
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, payload.DeadlineExceeded) {
+			t.Fatalf("Ask cancelled while waiting: %v; want context.Canceled and berth's DeadlineExceeded", err)
+		}
+		g.release("c")
+	})
+}
+
+func TestHandlerAskInheritsTheHandledMessagesDeadline(t *testing.T) {
+	forEachPlacement(t, func(t *testing.T, remote bool) {
+		var seen atomic.Int64
+		g := newGates()
+		relayErr := make(chan error, 1)
+		from, owner := contractHosts(t, remote, g, &seen, relayErr)
+		activateOn(t, owner, Ref{"counter", "b"}) // the relay (on from) asks b on owner
+		ctx, cancel := context.WithTimeout(bg, 100*time.Millisecond)
+		defer cancel()
+		if _, err := Ask[RelayAsk, string](ctx, from, Ref{"relay", "r"}, RelayAsk{To: "b", Key: "inner"}); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("outer Ask: %v", err)
+		}
+		// RequestTimeout is an hour: only the inherited deadline ends the
+		// relay's inner Ask.
+		select {
+		case err := <-relayErr:
+			if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrRequestTimeout) {
+				t.Fatalf("the relay's inner Ask: %v, want ErrRequestTimeout", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the relay's inner Ask did not inherit the deadline of the message it handled")
+		}
+		g.release("inner")
+	})
+}
