@@ -3,6 +3,7 @@ package actor
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -172,4 +173,66 @@ func TestHandlerAskInheritsTheHandledMessagesDeadline(t *testing.T) {
 		}
 		g.release("inner")
 	})
+}
+
+func TestLocateFindsTheOwnerFromAnyHost(t *testing.T) {
+	n := NewNetwork(nil)
+	hs := map[string]*Host{}
+	for _, name := range []string{"a", "b", "c"} {
+		hs[name] = startHost(t, Config{Name: name, Network: n, Logger: quietLogger()}, seqKind())
+	}
+	ref := Ref{"seq", "x"}
+	if _, err := hs["a"].Locate(bg, ref); !errors.Is(err, ErrNotActive) || !errors.Is(err, payload.NotFound) {
+		t.Fatalf("Locate before activation: %v, want ErrNotActive", err)
+	}
+	if err := Tell(bg, hs["b"], ref, SeqMsg{Seq: 1}); err != nil { // activates on b
+		t.Fatal(err)
+	}
+	var first Location
+	for name, h := range hs {
+		loc, err := h.Locate(bg, ref)
+		if err != nil || loc.Host != "b" {
+			t.Fatalf("Locate from %s: %+v, %v; want host b", name, loc, err)
+		}
+		first = loc
+	}
+	if err := hs["b"].Relocate(bg, ref, "c"); err != nil {
+		t.Fatal(err)
+	}
+	for name, h := range hs {
+		loc, err := h.Locate(bg, ref)
+		if err != nil || loc.Host != "c" {
+			t.Fatalf("Locate from %s after the move: %+v, %v; want host c", name, loc, err)
+		}
+		if loc.ObjectGeneration != first.ObjectGeneration || loc.OwnerGeneration != first.OwnerGeneration+1 {
+			t.Fatalf("generations after the move %+v, before %+v: object generation kept, owner generation +1", loc, first)
+		}
+	}
+	if _, err := hs["a"].Locate(bg, Ref{"nokind", "x"}); !errors.Is(err, payload.NotFound) || errors.Is(err, ErrNotActive) {
+		t.Fatalf("Locate of an unknown kind: %v", err)
+	}
+	alone := startHost(t, Config{Name: "alone", Logger: quietLogger()}, seqKind())
+	if err := Tell(bg, alone, ref, SeqMsg{Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if loc, err := alone.Locate(bg, ref); err != nil || loc.Host != "alone" {
+		t.Fatalf("Locate on a standalone host: %+v, %v", loc, err)
+	}
+}
+
+func TestRelocateToTheHostThatOwnsItSaysSo(t *testing.T) {
+	n := NewNetwork(nil)
+	a := startHost(t, Config{Name: "a", Network: n, Logger: quietLogger()}, seqKind())
+	startHost(t, Config{Name: "b", Network: n, Logger: quietLogger()}, seqKind())
+	ref := Ref{"seq", "x"}
+	if err := Tell(bg, a, ref, SeqMsg{Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	err := a.Relocate(bg, ref, "a")
+	if payload.KindOf(err) != payload.InvalidOperation || !strings.Contains(err.Error(), "already lives on a") {
+		t.Fatalf("Relocate to its own host: %v", err)
+	}
+	if err := a.Relocate(bg, ref, "zz"); payload.KindOf(err) != payload.NotFound || !strings.Contains(err.Error(), "no host named zz") {
+		t.Fatalf("Relocate to an unknown host: %v", err)
+	}
 }

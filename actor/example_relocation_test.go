@@ -2,6 +2,7 @@ package actor_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/berthrt/berth/actor"
@@ -78,4 +79,32 @@ func ExampleHost_Drain() {
 	// Output:
 	// drained: <nil> stopped
 	// items: 10 owners on b and c: 10
+}
+
+// Finding where an object lives, from any host.
+func ExampleHost_Locate() {
+	ctx := context.Background()
+	net := actor.NewNetwork(nil)
+	var hosts []*actor.Host
+	for _, name := range []string{"a", "b"} {
+		h, _ := actor.NewHost(actor.Config{Name: name, Network: net})
+		h.Register(cartKind())
+		h.Start()
+		defer h.Close()
+		hosts = append(hosts, h)
+	}
+	a, b := hosts[0], hosts[1]
+	cart := actor.Ref{Kind: "cart", ID: "alice"}
+	_, err := a.Locate(ctx, cart)
+	fmt.Println("before:", errors.Is(err, actor.ErrNotActive))
+	actor.Tell(ctx, b, cart, AddItem{SKU: "apple", Qty: 1}) // activates on b
+	loc, _ := a.Locate(ctx, cart)
+	fmt.Println("owner:", loc.Host, "generation:", loc.OwnerGeneration)
+	b.Relocate(ctx, cart, "a")
+	loc, _ = b.Locate(ctx, cart)
+	fmt.Println("owner:", loc.Host, "generation:", loc.OwnerGeneration)
+	// Output:
+	// before: true
+	// owner: b generation: 1
+	// owner: a generation: 2
 }

@@ -85,12 +85,18 @@ func (h *Host) Relocate(ctx context.Context, ref Ref, target string) error {
 	if h.net == nil {
 		return ErrNoNetwork
 	}
-	if target == h.name || h.net.host(target) == nil {
-		return payload.NewError(payload.NotFound, op, "no other host named "+target+" on the network")
-	}
 	kr := h.kinds[ref.Kind]
 	if kr == nil {
 		return payload.NewError(payload.NotFound, op, "no kind "+ref.Kind)
+	}
+	if target == h.name {
+		if kr.local(ref.ID) != nil {
+			return payload.NewError(payload.InvalidOperation, op, ref.String()+" already lives on "+target+": nothing to move")
+		}
+		return ErrNotLocal
+	}
+	if h.net.host(target) == nil {
+		return payload.NewError(payload.NotFound, op, "no host named "+target+" on the network")
 	}
 	if kr.spec.policy == DisableRelocation {
 		return payload.NewError(payload.InvalidOperation, op, "kind "+ref.Kind+" does not relocate (DisableRelocation)")

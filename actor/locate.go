@@ -1,0 +1,54 @@
+package actor
+
+import (
+	"context"
+	"errors"
+
+	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/relocation"
+)
+
+// Location is where an object lives, as the Location Store records it.
+type Location struct {
+	// Host is the owner host's name.
+	Host string
+	// ObjectGeneration is stable across moves; OwnerGeneration grows by one
+	// on every change of owner (a move, a reactivation after a crash).
+	ObjectGeneration, OwnerGeneration uint64
+}
+
+// ErrNotActive: Locate found no live owner — the object was never
+// activated, was deactivated, or its owner host is gone. Its next message
+// activates it.
+var ErrNotActive = payload.NewError(payload.NotFound, "actor.Host.Locate", "the object is not active on any host")
+
+// Locate returns where object ref lives, from any host of the network (or
+// on a standalone host, itself): the owner host and generations the
+// Location Store records. It does not activate the object. While a move is
+// under way it returns the owner until the move commits.
+//
+// Errors: NotFound (no such kind on this host), ErrNotActive, Unavailable
+// (the store did not answer within StoreTimeout or ctx).
+func (h *Host) Locate(ctx context.Context, ref Ref) (Location, error) {
+	const op = "actor.Host.Locate"
+	if h.kinds[ref.Kind] == nil {
+		return Location{}, payload.NewError(payload.NotFound, op, "no kind "+ref.Kind+" on host "+h.name)
+	}
+	if ctx.Err() != nil {
+		return Location{}, ctxErr(ctx)
+	}
+	sctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
+	defer cancel()
+	row, err := h.store.Get(sctx, relocation.Object{Kind: ref.Kind, ID: ref.ID})
+	switch {
+	case errors.Is(err, relocation.ErrNoRow):
+		return Location{}, ErrNotActive
+	case err != nil:
+		return Location{}, &payload.Error{Kind: payload.Unavailable, Op: op, Detail: "location store", Err: err}
+	case row.State == relocation.Preserved || row.Host == "":
+		return Location{}, ErrNotActive
+	case row.Host != h.name && !h.peerLive(row.Host, row.LeaseGen):
+		return Location{}, ErrNotActive
+	}
+	return Location{Host: row.Host, ObjectGeneration: row.ObjectGen, OwnerGeneration: row.OwnerGen}, nil
+}
