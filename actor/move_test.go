@@ -293,7 +293,7 @@ func TestRelocateRefusals(t *testing.T) {
 		kind   payload.Kind
 	}{
 		{"nowhere", payload.NotFound},       // no such host
-		{"a", payload.NotFound},             // itself
+		{"a", payload.InvalidOperation},     // itself: it already lives there
 		{"no-kind", payload.Rejected},       // preflight: the kind is unknown there
 		{"other-version", payload.Rejected}, // preflight: another application version
 	} {
