@@ -479,14 +479,17 @@ func (h *Host) failFrame(route []byte, op payload.OpID, err error) {
 
 // wireError is how an error reply travels between hosts: its kind and
 // text. Errors other than berth kinds arrive as their text only.
+// wireError is a HandlerError between hosts.
 type wireError struct {
-	Kind uint8  `json:"k"`
-	Text string `json:"t"`
+	Kind  uint8    `json:"k"`
+	Text  string   `json:"t"`
+	Codes []string `json:"c,omitempty"`
 }
 
 func encodeWireError(h *Host, op payload.OpID, err error) (payload.Buffer, error) {
+	he := handlerError(err)
 	return payload.Encode(h.pool, h.reg, payload.Header{Op: op, Flags: flagReply | flagError},
-		wireError{Kind: uint8(payload.KindOf(err)), Text: err.Error()})
+		wireError{Kind: uint8(he.Kind), Text: he.Msg, Codes: he.Codes})
 }
 
 func decodeWireError(h *Host, buf payload.Buffer) error {
@@ -503,7 +506,7 @@ func decodeWireError(h *Host, buf payload.Buffer) error {
 	if k == 0 {
 		k = payload.InternalFailure
 	}
-	return &payload.Error{Kind: k, Op: "remote", Detail: we.Text}
+	return &HandlerError{Kind: k, Msg: we.Text, Codes: we.Codes}
 }
 
 // pickHost returns another running host on the network that hosts kind,

@@ -3,6 +3,7 @@ package actor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -234,5 +235,82 @@ func TestRelocateToTheHostThatOwnsItSaysSo(t *testing.T) {
 	}
 	if err := a.Relocate(bg, ref, "zz"); payload.KindOf(err) != payload.NotFound || !strings.Contains(err.Error(), "no host named zz") {
 		t.Fatalf("Relocate to an unknown host: %v", err)
+	}
+}
+
+var (
+	errOutOfStock   = errors.New("out of stock")
+	errUnregistered = errors.New("not registered")
+)
+
+func init() { RegisterError("test.out_of_stock", errOutOfStock) }
+
+// Buy makes the shop kind fail in the way named by How.
+type Buy struct{ How string }
+
+func shopKind() *Kind[Counter] {
+	k := NewKind("shop", func(ctx *Context, id string) (*Counter, error) { return &Counter{}, nil })
+	HandleRequest(k, func(ctx *Context, c *Counter, m Buy) (int, error) {
+		switch m.How {
+		case "sentinel":
+			return 0, fmt.Errorf("buying 3 apples: %w", errOutOfStock)
+		case "unregistered":
+			return 0, fmt.Errorf("wrapped: %w", errUnregistered)
+		case "kind":
+			return 0, payload.NewError(payload.Rejected, "shop", "closed on sundays")
+		case "panic":
+			panic("the till broke")
+		}
+		return 1, nil
+	})
+	return k
+}
+
+func TestHandlerErrorIsTheSameWhereverItRan(t *testing.T) {
+	n := NewNetwork(nil)
+	a := startHost(t, Config{Name: "a", Network: n, Logger: quietLogger()}, shopKind())
+	b := startHost(t, Config{Name: "b", Network: n, Logger: quietLogger()}, shopKind())
+	ref := Ref{"shop", "s"}
+	if _, err := Ask[Buy, int](bg, a, ref, Buy{}); err != nil { // activates on a
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		how     string
+		kind    payload.Kind
+		matches []error
+		not     []error
+	}{
+		{"sentinel", payload.InternalFailure, []error{errOutOfStock}, []error{errUnregistered}},
+		{"unregistered", payload.InternalFailure, nil, []error{errUnregistered, errOutOfStock}},
+		{"kind", payload.Rejected, []error{payload.Rejected}, []error{errOutOfStock}},
+		{"panic", payload.InternalFailure, []error{payload.InternalFailure}, nil},
+	} {
+		_, local := Ask[Buy, int](bg, a, ref, Buy{How: c.how})
+		_, remote := Ask[Buy, int](bg, b, ref, Buy{How: c.how})
+		for side, err := range map[string]error{"same host": local, "other host": remote} {
+			if err == nil {
+				t.Fatalf("%s, %s: no error", c.how, side)
+			}
+			if payload.KindOf(err) != c.kind || !errors.Is(err, c.kind) {
+				t.Errorf("%s, %s: %v has kind %v, want %v", c.how, side, err, payload.KindOf(err), c.kind)
+			}
+			for _, s := range c.matches {
+				if !errors.Is(err, s) {
+					t.Errorf("%s, %s: errors.Is(%v, %v) = false", c.how, side, err, s)
+				}
+			}
+			for _, s := range c.not {
+				if errors.Is(err, s) {
+					t.Errorf("%s, %s: errors.Is(%v, %v) = true: an unregistered error must not match on one host only", c.how, side, err, s)
+				}
+			}
+		}
+		if local.Error() != remote.Error() {
+			t.Errorf("%s: message %q on the same host, %q on another", c.how, local.Error(), remote.Error())
+		}
+	}
+	_, err := Ask[Buy, int](bg, b, ref, Buy{How: "sentinel"})
+	if err.Error() != "buying 3 apples: out of stock" {
+		t.Errorf("the handler's message changed: %q", err.Error())
 	}
 }

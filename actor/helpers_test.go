@@ -93,6 +93,8 @@ func (g *gates) waitStarted(t testing.TB, key string) {
 
 var errFail = payload.NewError(payload.Rejected, "test", "handler says no")
 
+func init() { RegisterError("test.fail", errFail) } // matchable wherever the handler ran
+
 func counterKind(g *gates) *Kind[Counter] {
 	k := NewKind("counter", func(ctx *Context, id string) (*Counter, error) {
 		return &Counter{Seen: map[int]int{}}, nil

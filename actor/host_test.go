@@ -141,8 +141,8 @@ func TestPanicBecomesInternalFailureAndOwnerKeepsRunningWithItsState(t *testing.
 	ref := Ref{"counter", "p"}
 	Tell(bg, h, ref, Inc{By: 5})
 	_, err := Ask[Boom, int](bg, h, ref, Boom{})
-	var e *payload.Error
-	if !errors.As(err, &e) || e.Kind != payload.InternalFailure || !strings.Contains(err.Error(), "boom") {
+	var e *HandlerError
+	if !errors.As(err, &e) || e.Kind != payload.InternalFailure || !errors.Is(err, payload.InternalFailure) || !strings.Contains(err.Error(), "boom") {
 		t.Fatalf("panic = %v, want InternalFailure mentioning the panic", err)
 	}
 	if n, err := Ask[Get, int](bg, h, ref, Get{}); err != nil || n != 5 {

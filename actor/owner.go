@@ -206,7 +206,8 @@ func (o *owner) run(hd *handler, e *mailbox.Envelope) (outcome Outcome) {
 func (o *owner) fail(e *mailbox.Envelope, err error) {
 	hv := e.Msg.Header()
 	if route := hv.ReplyTo(); len(route) > 0 {
-		o.host.routeReply(route, hv.Op(), reply{err: err})
+		// The same error for the asker wherever it is (HandlerError).
+		o.host.routeReply(route, hv.Op(), reply{err: handlerError(err)})
 		return
 	}
 	o.host.log.Debug("one-way message failed", "owner", o.ref.String(), "type", string(hv.Type()), "err", err)

@@ -29,6 +29,10 @@ type note struct{ Text string }
 
 var errRefused = errors.New("refused by the handler")
 
+// Registered, so that errors.Is(err, errRefused) holds for the asker wherever
+// the handler ran (actor.HandlerError).
+func init() { actor.RegisterError("tests.refused", errRefused) }
+
 func accountKind() *actor.Kind[account] {
 	k := actor.NewKind("account", func(*actor.Context, string) (*account, error) { return &account{}, nil })
 	actor.Handle(k, func(ctx *actor.Context, a *account, d deposit) error { a.balance += d.Amount; return nil })
