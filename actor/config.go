@@ -129,6 +129,12 @@ func (c Config) withDefaults() (Config, error) {
 		bad("IdleTimeout", "negative")
 	}
 	orDefault(&c.Throughput, DefaultThroughput, "Throughput", bad)
+	if c.ApplicationLimits == (mailbox.Limits{}) {
+		c.ApplicationLimits = mailbox.DefaultApplicationLimits
+	}
+	if c.LifecycleLimits == (mailbox.Limits{}) {
+		c.LifecycleLimits = mailbox.DefaultLifecycleLimits
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

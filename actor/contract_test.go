@@ -314,3 +314,54 @@ func TestHandlerErrorIsTheSameWhereverItRan(t *testing.T) {
 		t.Errorf("the handler's message changed: %q", err.Error())
 	}
 }
+
+// Blob is a message of any size.
+type Blob struct{ Data string }
+
+func blobKind(ran *atomic.Int64) *Kind[Counter] {
+	k := NewKind("blob", func(ctx *Context, id string) (*Counter, error) { return &Counter{}, nil })
+	HandleRequest(k, func(ctx *Context, c *Counter, m Blob) (int, error) { ran.Add(1); return len(m.Data), nil })
+	return k
+}
+
+func TestOversizedMessageIsRefusedWhereverTheObjectLives(t *testing.T) {
+	small := mailboxLimits(1024)
+	small.Bytes = 4096
+	big := strings.Repeat("x", 8000)
+	for _, c := range []struct {
+		name       string
+		senderLane mailboxLimitsT // the receiver always has the small lane
+		remote     bool
+	}{
+		{"same host", small, false},
+		{"other host, same limits", small, true},
+		{"other host, sender with larger lanes", mailboxLimitsT{}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var ran atomic.Int64
+			n := NewNetwork(nil)
+			owner := startHost(t, Config{Name: "owner", Network: n, Logger: quietLogger(), ApplicationLimits: small}, blobKind(&ran))
+			from := owner
+			if c.remote {
+				from = startHost(t, Config{Name: "from", Network: n, Logger: quietLogger(), ApplicationLimits: c.senderLane}, blobKind(&ran))
+			}
+			ref := Ref{"blob", "b"}
+			if _, err := Ask[Blob, int](bg, owner, ref, Blob{Data: "small"}); err != nil { // activates on owner
+				t.Fatal(err)
+			}
+			if _, err := Ask[Blob, int](bg, from, ref, Blob{Data: big}); !errors.Is(err, payload.CapacityExceeded) {
+				t.Fatalf("Ask of a message larger than the lane: %v, want CapacityExceeded", err)
+			}
+			err := Tell(bg, from, ref, Blob{Data: big})
+			if c.senderLane == small && !errors.Is(err, payload.CapacityExceeded) {
+				t.Fatalf("Tell of a message larger than the lane: %v, want CapacityExceeded", err)
+			}
+			if got, err := Ask[Blob, int](bg, from, ref, Blob{Data: "ok"}); err != nil || got != 2 {
+				t.Fatalf("after the refusals: %d, %v", got, err)
+			}
+			if n := ran.Load(); n != 2 {
+				t.Fatalf("the handler ran %d times, want 2 (only the small messages)", n)
+			}
+		})
+	}
+}

@@ -437,6 +437,13 @@ func (h *Host) dispatch(ctx context.Context, turn *Context, t target, m *payload
 // dispatchRun is dispatch that, with inline, may run the item's turn on
 // this goroutine (Config.InlineAsk); it reports whether it did.
 func (h *Host) dispatchRun(ctx context.Context, turn *Context, t target, m *payload.Message, inline bool) (bool, error) {
+	if int64(m.Len())+mailbox.ItemOverhead > h.cfg.ApplicationLimits.Bytes {
+		// Larger than any lane: refused here, the same whether the
+		// object runs on this host or another.
+		m.Release()
+		h.obs.Rejected(t.name(), RejectTooLarge)
+		return false, mailbox.ErrTooLarge
+	}
 	if turn != nil && turn.host == h {
 		turn.owner.out.sendOne(t, m)
 		return false, nil
@@ -578,6 +585,12 @@ func (h *Host) admitGranted(t target, e *mailbox.Envelope, relayed bool) {
 		}
 		o := p.o
 		size := e.Msg.Len()
+		if int64(size)+mailbox.ItemOverhead > h.cfg.ApplicationLimits.Bytes {
+			// From a host whose lanes are larger: this host's limit
+			// applies at admission, and the sender of an Ask hears of it.
+			h.endUnrun(o, "", e, mailbox.ErrTooLarge, RejectTooLarge)
+			return
+		}
 		if h.observed {
 			e.Admitted = nanotime()
 		}
