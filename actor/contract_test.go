@@ -365,3 +365,28 @@ func TestOversizedMessageIsRefusedWhereverTheObjectLives(t *testing.T) {
 		})
 	}
 }
+
+func TestDrainWithNowhereToGoRefusesAndKeepsServing(t *testing.T) {
+	n := NewNetwork(nil)
+	a := startHost(t, Config{Name: "a", Network: n, Logger: quietLogger()}, seqKind())
+	ref := Ref{"seq", "x"}
+	if err := Tell(bg, a, ref, SeqMsg{Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Drain(bg); !errors.Is(err, payload.Unavailable) || !strings.Contains(err.Error(), "nowhere to go") {
+		t.Fatalf("Drain of the only host: %v, want Unavailable (nowhere to go)", err)
+	}
+	if s := a.DrainState(); s != Serving {
+		t.Fatalf("after the refused drain the host is %v, want serving", s)
+	}
+	if got, err := Ask[GetSeqs, []int](bg, a, ref, GetSeqs{}); err != nil || len(got) != 1 {
+		t.Fatalf("the object after the refused drain: %v, %v; want its state kept", got, err)
+	}
+	b := startHost(t, Config{Name: "b", Network: n, Logger: quietLogger()}, seqKind())
+	if err := a.Drain(bg); err != nil {
+		t.Fatalf("Drain with another host: %v", err)
+	}
+	if got, err := Ask[GetSeqs, []int](bg, b, ref, GetSeqs{}); err != nil || len(got) != 1 {
+		t.Fatalf("the object after the drain: %v, %v; want its state moved", got, err)
+	}
+}

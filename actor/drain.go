@@ -49,11 +49,26 @@ const drainWorkers = 64
 // on its next message), as are objects of kinds with DisableRelocation.
 // Messages that arrive meanwhile follow their objects. It returns the
 // first error of the final Stop, or ctx's.
+//
+// A host with objects of a kind that relocates and no other host serving
+// that kind has nowhere to drain to: Drain returns Unavailable at once and
+// the host keeps serving (Stop deactivates objects instead).
 func (h *Host) Drain(ctx context.Context) error {
 	if h.net == nil {
 		return ErrNoNetwork
 	}
-	if !h.acceptsExternal() || !h.drainState.CompareAndSwap(int32(Serving), int32(Relocating)) {
+	if !h.acceptsExternal() || h.DrainState() != Serving {
+		return payload.NewError(payload.InvalidOperation, "actor.Host.Drain", "the host is not serving")
+	}
+	// Objects whose state moves need somewhere to go: otherwise refuse, and
+	// keep serving, rather than drop their state.
+	for name, kr := range h.kinds {
+		if kr.spec.policy != DisableRelocation && len(kr.all()) > 0 && len(h.net.hostsWithKind(h, name)) == 0 {
+			return payload.NewError(payload.Unavailable, "actor.Host.Drain",
+				"no other host serves kind "+name+": its objects have nowhere to go (the host keeps serving; Stop deactivates them)")
+		}
+	}
+	if !h.drainState.CompareAndSwap(int32(Serving), int32(Relocating)) {
 		return payload.NewError(payload.InvalidOperation, "actor.Host.Drain", "the host is not serving")
 	}
 	h.draining.Store(true)
