@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -611,5 +612,58 @@ func TestHostServesMetricsOnConfiguredAddress(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !strings.Contains(string(body), "berth_permits_max") {
 		t.Fatalf("GET /metrics = %d:\n%s", resp.StatusCode, body)
+	}
+}
+
+// TestDocListsEverySeries: go doc ./metrics lists every series the package
+// serves, with its labels, and nothing it does not serve.
+func TestDocListsEverySeries(t *testing.T) {
+	src, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]string{} // name → "{labels}"
+	for _, line := range strings.Split(string(src), "\n") {
+		f := strings.Fields(strings.TrimPrefix(line, "//"))
+		if len(f) == 0 || !strings.HasPrefix(f[0], "berth_") || strings.HasPrefix(f[0], "berth_pgbridge_") {
+			continue
+		}
+		name, labels, _ := strings.Cut(f[0], "{")
+		documented[name] = "{" + labels
+	}
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	m.Admitted("k", mailbox.Application, 1)
+	m.Rejected("k", actor.RejectFull)
+	m.Handled("k", time.Millisecond, time.Millisecond, actor.OutcomeOK)
+	m.Activated("k")
+	m.Deactivated("k")
+	h := &fakeHost{name: "a"}
+	h.set(actor.Stats{})
+	m.Attach(h)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := map[string]bool{}
+	for _, mf := range mfs {
+		served[mf.GetName()] = true
+		var labels []string
+		for _, l := range mf.GetMetric()[0].GetLabel() {
+			labels = append(labels, l.GetName())
+		}
+		got, ok := documented[mf.GetName()]
+		if !ok {
+			t.Errorf("%s is served but not listed in doc.go", mf.GetName())
+			continue
+		}
+		if want := "{" + strings.Join(labels, ",") + "}"; got != want {
+			t.Errorf("%s: doc.go lists labels %s, served with %s", mf.GetName(), got, want)
+		}
+	}
+	for name := range documented {
+		if !served[name] {
+			t.Errorf("doc.go lists %s, which is not served", name)
+		}
 	}
 }
