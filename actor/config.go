@@ -105,6 +105,11 @@ type Config struct {
 	GapTimeout time.Duration
 	// StoreTimeout bounds each Location Store call; default 5 s.
 	StoreTimeout time.Duration
+	// StopDeactivates makes Stop deactivate the host's objects (their
+	// deactivate hooks run; they activate afresh on their next message)
+	// even when other hosts of the network could take them. By default Stop
+	// moves objects of kinds that relocate to those hosts first (Drain).
+	StopDeactivates bool
 }
 
 // withDefaults validates c and fills in defaults. Errors name the field.

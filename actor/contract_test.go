@@ -390,3 +390,42 @@ func TestDrainWithNowhereToGoRefusesAndKeepsServing(t *testing.T) {
 		t.Fatalf("the object after the drain: %v, %v; want its state moved", got, err)
 	}
 }
+
+func TestStopOnAHostWithPeersMovesItsObjectsUnlessConfiguredToDeactivate(t *testing.T) {
+	for _, deactivate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("StopDeactivates=%v", deactivate), func(t *testing.T) {
+			n := NewNetwork(nil)
+			a := startHost(t, Config{Name: "a", Network: n, Logger: quietLogger(), StopDeactivates: deactivate}, seqKind())
+			b := startHost(t, Config{Name: "b", Network: n, Logger: quietLogger()}, seqKind())
+			ref := Ref{"seq", "x"}
+			for i := 1; i <= 3; i++ {
+				if err := Tell(bg, a, ref, SeqMsg{Seq: i}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := a.Stop(bg); err != nil {
+				t.Fatal(err)
+			}
+			got, err := Ask[GetSeqs, []int](bg, b, ref, GetSeqs{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := 3; deactivate {
+				if len(got) != 0 {
+					t.Fatalf("StopDeactivates: the object kept %v, want a fresh activation", got)
+				}
+			} else if len(got) != want {
+				t.Fatalf("Stop with a peer: the object has %v, want its state moved (3 messages)", got)
+			}
+		})
+	}
+	// Alone on the network: nowhere to go, Stop deactivates (no error).
+	n := NewNetwork(nil)
+	a := startHost(t, Config{Name: "a", Network: n, Logger: quietLogger()}, seqKind())
+	if err := Tell(bg, a, Ref{"seq", "x"}, SeqMsg{Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Stop(bg); err != nil {
+		t.Fatalf("Stop of the only host: %v", err)
+	}
+}

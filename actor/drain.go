@@ -37,6 +37,21 @@ func (s DrainState) String() string {
 // DrainState returns the host's drain state.
 func (h *Host) DrainState() DrainState { return DrainState(h.drainState.Load()) }
 
+// ErrNowhereToDrain: Drain found objects of a kind that relocates and no
+// other host serving that kind.
+var ErrNowhereToDrain = errors.New("nowhere to drain to")
+
+// strandedKind returns a kind that relocates, has objects here, and has no
+// other host to go to ("" if none).
+func (h *Host) strandedKind() string {
+	for name, kr := range h.kinds {
+		if kr.spec.policy != DisableRelocation && len(kr.all()) > 0 && len(h.net.hostsWithKind(h, name)) == 0 {
+			return name
+		}
+	}
+	return ""
+}
+
 // drainWorkers bounds the moves a drain runs at once.
 const drainWorkers = 64
 
@@ -62,11 +77,9 @@ func (h *Host) Drain(ctx context.Context) error {
 	}
 	// Objects whose state moves need somewhere to go: otherwise refuse, and
 	// keep serving, rather than drop their state.
-	for name, kr := range h.kinds {
-		if kr.spec.policy != DisableRelocation && len(kr.all()) > 0 && len(h.net.hostsWithKind(h, name)) == 0 {
-			return payload.NewError(payload.Unavailable, "actor.Host.Drain",
-				"no other host serves kind "+name+": its objects have nowhere to go (the host keeps serving; Stop deactivates them)")
-		}
+	if name := h.strandedKind(); name != "" {
+		return &payload.Error{Kind: payload.Unavailable, Op: "actor.Host.Drain",
+			Detail: "no other host serves kind " + name + ": its objects have nowhere to go (the host keeps serving)", Err: ErrNowhereToDrain}
 	}
 	if !h.drainState.CompareAndSwap(int32(Serving), int32(Relocating)) {
 		return payload.NewError(payload.InvalidOperation, "actor.Host.Drain", "the host is not serving")
@@ -79,7 +92,7 @@ func (h *Host) Drain(ctx context.Context) error {
 	}
 	h.drainState.Store(int32(Relocated))
 	h.drainState.Store(int32(Draining))
-	err := h.Stop(ctx)
+	err := h.stop(ctx)
 	h.drainState.Store(int32(Stopped))
 	return err
 }

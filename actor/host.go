@@ -298,7 +298,33 @@ func (h *Host) leaseRenewer() {
 // turn, and then closes the host. If ctx ends first, Stop closes the host
 // at once (Close) and returns ctx.Err(); work not done by then ends with
 // ShuttingDown.
+//
+// On a network, Stop first drains (Drain) when the host has objects of a
+// kind that relocates and other hosts serve their kinds, so that their
+// state is kept; Config.StopDeactivates turns that off. With nowhere to go
+// for them, Stop deactivates them as on a standalone host.
 func (h *Host) Stop(ctx context.Context) error {
+	if h.net != nil && !h.cfg.StopDeactivates && h.DrainState() == Serving && h.acceptsExternal() && h.hasMovable() {
+		err := h.Drain(ctx)
+		if !errors.Is(err, ErrNowhereToDrain) {
+			return err
+		}
+	}
+	return h.stop(ctx)
+}
+
+// hasMovable reports whether the host has objects of a kind that relocates.
+func (h *Host) hasMovable() bool {
+	for _, kr := range h.kinds {
+		if kr.spec.policy != DisableRelocation && len(kr.all()) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// stop is Stop without the drain.
+func (h *Host) stop(ctx context.Context) error {
 	if !h.state.CompareAndSwap(stateRunning, stateStopping) {
 		return h.Close()
 	}
