@@ -39,6 +39,7 @@ type claimer struct {
 	rescued  time.Time
 
 	bt      pgx.Batch // reused for every round trip
+	args    []any     // reused claim arguments (claimQuery)
 	curMu   sync.Mutex
 	cur     *pgx.Conn // the connection of the round trip in flight (armed)
 	ext     extender
@@ -48,7 +49,6 @@ type claimer struct {
 	delIDs, retryIDs, deadIDs []int64
 	retrySecs                 []float64
 	retryErrs, deadReasons    []string
-	delD, retryD, deadD       []*Delivery
 }
 
 func (c *claimer) loop() {
@@ -325,6 +325,20 @@ func (c *claimer) abort() {
 	}
 }
 
+// claimQuery returns a claim statement and its arguments: lead, then — when
+// the claim continues from the floor — the floor's position. The arguments
+// live in the claimer's reused slice until its next claim.
+func (c *claimer) claimQuery(fromStart, fromFloor string, lead ...any) (string, []any) {
+	c.args = append(c.args[:0], lead...)
+	if !c.fromSet {
+		return fromStart, c.args
+	}
+	if c.s.cols.Priority != "" {
+		c.args = append(c.args, c.fromP)
+	}
+	return fromFloor, append(c.args, c.fromID)
+}
+
 // batch returns the claimer's reused, emptied batch.
 func (c *claimer) batch() *pgx.Batch {
 	clear(c.bt.QueuedQueries)
@@ -358,14 +372,8 @@ func (c *claimer) claimRowLock() (n int, err error) {
 	defer func() { done(ok) }()
 	bt := c.batch()
 	bt.Queue("BEGIN")
-	switch {
-	case !c.fromSet:
-		bt.Queue(s.sql.claim)
-	case s.cols.Priority != "":
-		bt.Queue(s.sql.claimFrom, c.fromP, c.fromID)
-	default:
-		bt.Queue(s.sql.claimFrom, c.fromID)
-	}
+	sql, args := c.claimQuery(s.sql.claim, s.sql.claimFrom)
+	bt.Queue(sql, args...)
 	br := conn.SendBatch(noCancel, bt)
 	if _, err := br.Exec(); err != nil {
 		br.Close()
@@ -478,15 +486,8 @@ func (c *claimer) claimAdvisory() (n int, err error) {
 	}
 	ok := false
 	defer func() { done(ok) }()
-	var rows pgx.Rows
-	switch {
-	case !c.fromSet:
-		rows, err = conn.Query(noCancel, s.sql.lock, s.Table.Name)
-	case s.cols.Priority != "":
-		rows, err = conn.Query(noCancel, s.sql.lockFrom, s.Table.Name, c.fromP, c.fromID)
-	default:
-		rows, err = conn.Query(noCancel, s.sql.lockFrom, s.Table.Name, c.fromID)
-	}
+	sql, args := c.claimQuery(s.sql.lock, s.sql.lockFrom, s.Table.Name)
+	rows, err := conn.Query(noCancel, sql, args...)
 	if err != nil {
 		return 0, err
 	}
@@ -557,16 +558,8 @@ func (c *claimer) claimLease() (n int, err error) {
 	}
 	ok := false
 	defer func() { done(ok) }()
-	lease := s.Lease.Microseconds()
-	var rows pgx.Rows
-	switch {
-	case !c.fromSet:
-		rows, err = conn.Query(noCancel, s.sql.claim, lease)
-	case s.cols.Priority != "":
-		rows, err = conn.Query(noCancel, s.sql.claimFrom, lease, c.fromP, c.fromID)
-	default:
-		rows, err = conn.Query(noCancel, s.sql.claimFrom, lease, c.fromID)
-	}
+	sql, args := c.claimQuery(s.sql.claim, s.sql.claimFrom, s.Lease.Microseconds())
+	rows, err := conn.Query(noCancel, sql, args...)
 	if err != nil {
 		return 0, err
 	}

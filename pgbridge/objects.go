@@ -104,7 +104,7 @@ func (r *objRunner) run(ctx context.Context, ds []*Delivery) {
 			r.b.stats.decodeFailures.Add(1)
 			r.b.obs.DecodeFailed(r.s.Name)
 			d.undec = err
-			d.outcome = r.s.DecodePolicy.outcome(r.s.decodeRetryDelay(), err)
+			d.outcome = r.s.DecodePolicy.outcome(r.s.DecodeRetryDelay, err)
 		case err != nil:
 			d.outcome = r.onError(d, err)
 		case rep != nil:

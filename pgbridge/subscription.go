@@ -188,8 +188,6 @@ func (s *Subscription) retryDelay(attempt int) time.Duration {
 	return min(time.Duration(attempt)*time.Second, time.Minute)
 }
 
-func (s *Subscription) decodeRetryDelay() time.Duration { return s.DecodeRetryDelay }
-
 // start starts the claimers; b.mu is held.
 func (s *Subscription) start() {
 	s.mu.Lock()

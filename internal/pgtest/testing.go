@@ -3,9 +3,7 @@ package pgtest
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -135,29 +133,4 @@ func New(t testing.TB) *DB {
 		}
 	})
 	return &DB{URL: u, Server: shared.srv}
-}
-
-// WithParams returns the URL with extra query parameters (k=v pairs).
-func (d *DB) WithParams(kv ...string) string {
-	u, err := url.Parse(d.URL)
-	if err != nil {
-		panic(err)
-	}
-	q := u.Query()
-	for i := 0; i+1 < len(kv); i += 2 {
-		q.Set(kv[i], kv[i+1])
-	}
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
-// Describe says which server the tests use, for logs.
-func Describe() string {
-	if shared.srv != nil {
-		return fmt.Sprintf("throwaway server in %s", shared.srv.Dir())
-	}
-	if u := os.Getenv("BERTH_TEST_DATABASE_URL"); u != "" {
-		return "BERTH_TEST_DATABASE_URL " + strings.SplitN(u, "@", 2)[len(strings.SplitN(u, "@", 2))-1]
-	}
-	return "none"
 }
