@@ -19,44 +19,62 @@ import (
 // RelayAsk: the relay kind asks another object from its handler.
 type RelayAsk struct{ To, Key string }
 
-// contractHosts returns the sending host and the host the target objects
-// live on: the same host, or another one of a network.
-func contractHosts(t *testing.T, remote bool, g *gates, seen *atomic.Int64, relayErr chan error) (from, owner *Host) {
+// contractEnv is a sending host and the host the target objects live on:
+// the same host, or another one of a network. Its counter kind has a Wait
+// handler that blocks on g (counted in seen), its relay kind asks a counter
+// from a handler (the inner Ask's error goes to relayErr), and its channel
+// "news" counts what is published to it (published).
+type contractEnv struct {
+	from, owner *Host
+	g           *gates
+	seen        atomic.Int64
+	published   atomic.Int64
+	relayErr    chan error
+}
+
+func newContractEnv(t *testing.T, remote bool) *contractEnv {
+	e := &contractEnv{g: newGates(), relayErr: make(chan error, 1)}
 	kinds := func() []Registrable {
-		k := counterKind(g)
+		k := counterKind(e.g)
 		HandleRequest(k, func(ctx *Context, c *Counter, m Wait) (string, error) {
-			seen.Add(1)
-			g.block(ctx, m.Key)
+			e.seen.Add(1)
+			e.g.block(ctx, m.Key)
 			return "late", nil
 		})
 		r := NewKind("relay", func(ctx *Context, id string) (*Counter, error) { return &Counter{}, nil })
 		HandleRequest(r, func(ctx *Context, c *Counter, m RelayAsk) (string, error) {
 			_, err := Ask[Wait, string](ctx, ctx.Host(), Ref{"counter", m.To}, Wait{Key: m.Key})
-			relayErr <- err
+			e.relayErr <- err
 			return "", err
 		})
-		return []Registrable{k, r}
+		news := NewChannel("news")
+		Subscribe(news, func(ctx *Context, m Inc) error { e.published.Add(1); return nil })
+		Serve(news, func(ctx *Context, _ Get) (int, error) { return int(e.published.Load()), nil })
+		return []Registrable{k, r, news}
 	}
 	cfg := Config{Logger: quietLogger(), RequestTimeout: time.Hour}
 	if !remote {
-		h := startHost(t, cfg, kinds()...)
-		return h, h
+		e.from = startHost(t, cfg, kinds()...)
+		e.owner = e.from
+		return e
 	}
 	n := NewNetwork(nil)
 	c1, c2 := cfg, cfg
 	c1.Name, c1.Network = "from", n
 	c2.Name, c2.Network = "owner", n
-	from, owner = startHost(t, c1, kinds()...), startHost(t, c2, kinds()...)
-	return from, owner
+	e.from, e.owner = startHost(t, c1, kinds()...), startHost(t, c2, kinds()...)
+	return e
 }
 
-func forEachPlacement(t *testing.T, run func(t *testing.T, remote bool)) {
+// forEachPlacement runs a contract test with its objects on the sender's
+// host and on another host.
+func forEachPlacement(t *testing.T, run func(t *testing.T, e *contractEnv)) {
 	for _, remote := range []bool{false, true} {
 		name := "same host"
 		if remote {
 			name = "other host"
 		}
-		t.Run(name, func(t *testing.T) { run(t, remote) })
+		t.Run(name, func(t *testing.T) { run(t, newContractEnv(t, remote)) })
 	}
 }
 
@@ -70,10 +88,8 @@ func activateOn(t *testing.T, h *Host, ref Ref) {
 }
 
 func TestSendWithContextDoneBeforeSendSendsNothing(t *testing.T) {
-	forEachPlacement(t, func(t *testing.T, remote bool) {
-		var seen atomic.Int64
-		g := newGates()
-		from, owner := contractHosts(t, remote, g, &seen, make(chan error, 1))
+	forEachPlacement(t, func(t *testing.T, e *contractEnv) {
+		from, owner := e.from, e.owner
 		to := Ref{"counter", "a"}
 		activateOn(t, owner, to)
 		ctx, cancel := context.WithCancel(bg)
@@ -91,6 +107,12 @@ func TestSendWithContextDoneBeforeSendSendsNothing(t *testing.T) {
 			if _, err := from.Deliver(ctx, to, Encoded{Type: TypeName[Inc](), ContentType: "application/json", Body: []byte(`{"By":1}`)}); !errors.Is(err, context.Canceled) {
 				t.Fatalf("Deliver with a cancelled context: %v", err)
 			}
+			if err := Publish(ctx, from, "news", Inc{By: 1}); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Publish with a cancelled context: %v", err)
+			}
+			if _, err := AskChannel[Get, int](ctx, from, "news", Get{}); !errors.Is(err, context.Canceled) {
+				t.Fatalf("AskChannel with a cancelled context: %v", err)
+			}
 		}
 		expired, cancel2 := context.WithDeadline(bg, time.Now().Add(-time.Second))
 		defer cancel2()
@@ -101,17 +123,18 @@ func TestSendWithContextDoneBeforeSendSendsNothing(t *testing.T) {
 		if err != nil || n != 0 {
 			t.Fatalf("counter %d, %v: a send whose context was done ran", n, err)
 		}
-		if s := seen.Load(); s != 0 {
+		if s := e.seen.Load(); s != 0 {
 			t.Fatalf("the Wait handler ran %d times", s)
+		}
+		if p, err := AskChannel[Get, int](bg, from, "news", Get{}); err != nil || p != 0 || e.published.Load() != 0 {
+			t.Fatalf("published %d (channel says %d, %v): a publish whose context was done ran", e.published.Load(), p, err)
 		}
 	})
 }
 
 func TestTimeoutMatchesContextDeadlineExceededAndKind(t *testing.T) {
-	forEachPlacement(t, func(t *testing.T, remote bool) {
-		var seen atomic.Int64
-		g := newGates()
-		from, owner := contractHosts(t, remote, g, &seen, make(chan error, 1))
+	forEachPlacement(t, func(t *testing.T, e *contractEnv) {
+		from, owner, g := e.from, e.owner, e.g
 		to := Ref{"counter", "slow"}
 		activateOn(t, owner, to)
 		ctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
@@ -128,10 +151,8 @@ func TestTimeoutMatchesContextDeadlineExceededAndKind(t *testing.T) {
 }
 
 func TestCancellationMatchesContextCanceledAndKind(t *testing.T) {
-	forEachPlacement(t, func(t *testing.T, remote bool) {
-		var seen atomic.Int64
-		g := newGates()
-		from, owner := contractHosts(t, remote, g, &seen, make(chan error, 1))
+	forEachPlacement(t, func(t *testing.T, e *contractEnv) {
+		from, owner, g := e.from, e.owner, e.g
 		to := Ref{"counter", "slow"}
 		activateOn(t, owner, to)
 		ctx, cancel := context.WithCancel(bg)
@@ -151,11 +172,8 @@ func TestCancellationMatchesContextCanceledAndKind(t *testing.T) {
 }
 
 func TestHandlerAskInheritsTheHandledMessagesDeadline(t *testing.T) {
-	forEachPlacement(t, func(t *testing.T, remote bool) {
-		var seen atomic.Int64
-		g := newGates()
-		relayErr := make(chan error, 1)
-		from, owner := contractHosts(t, remote, g, &seen, relayErr)
+	forEachPlacement(t, func(t *testing.T, e *contractEnv) {
+		from, owner, g, relayErr := e.from, e.owner, e.g, e.relayErr
 		activateOn(t, owner, Ref{"counter", "b"}) // the relay (on from) asks b on owner
 		ctx, cancel := context.WithTimeout(bg, 100*time.Millisecond)
 		defer cancel()
