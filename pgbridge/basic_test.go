@@ -3,7 +3,6 @@ package pgbridge
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,26 +30,14 @@ func TestMessagesEveryFormRunsEachRowOnce(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				var mu sync.Mutex
-				seen := map[int]int{}
+				ta := newTally()
 				subscribe(t, b, &Subscription{Table: tb, Form: form, Workers: 3, Batch: batch, PollInterval: 20 * time.Millisecond},
-					Messages(func(ctx context.Context, d *Delivery, m Job) Outcome {
-						mu.Lock()
-						seen[m.N]++
-						mu.Unlock()
-						return Ack
-					}))
+					Messages(func(ctx context.Context, d *Delivery, m Job) Outcome { ta.ran(m.N); return Ack }))
 				waitFor(t, "every row settled", func() bool { return count(t, pool, "inbox") == 0 })
 				if err := b.Stop(bg); err != nil {
 					t.Fatal(err)
 				}
-				mu.Lock()
-				defer mu.Unlock()
-				for i := 0; i < rows; i++ {
-					if seen[i] != 1 {
-						t.Errorf("row %d ran %d times", i, seen[i])
-					}
-				}
+				ta.exactlyOnce(t, rows)
 				if st := b.Stats(); st.Claimed != rows || st.Acked != rows {
 					t.Errorf("stats %+v", st)
 				}
@@ -87,30 +74,21 @@ func TestEveryFormInTextFormatModes(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				var mu sync.Mutex
-				seen := map[int]int{}
+				ta := newTally()
 				subscribe(t, b, &Subscription{Table: tb, Form: form, Batch: 4, Ordered: true, PollInterval: 10 * time.Millisecond},
 					Messages(func(ctx context.Context, d *Delivery, m Job) Outcome {
 						h, err := d.Headers()
 						if err != nil || h["i"] != fmt.Sprint(m.N) {
 							t.Errorf("row %d: headers %v, %v", m.N, h, err)
 						}
-						mu.Lock()
-						seen[m.N]++
-						mu.Unlock()
+						ta.ran(m.N)
 						return Ack
 					}))
 				waitFor(t, "every row settled", func() bool { return count(t, pool, "inbox") == 0 })
 				if err := b.Stop(bg); err != nil {
 					t.Fatal(err)
 				}
-				mu.Lock()
-				defer mu.Unlock()
-				for i := 0; i < 20; i++ {
-					if seen[i] != 1 {
-						t.Errorf("row %d ran %d times", i, seen[i])
-					}
-				}
+				ta.exactlyOnce(t, 20)
 				if st := b.Stats(); st.DecodeFailures != 0 || st.LeaseLost != 0 {
 					t.Errorf("stats %+v", st)
 				}

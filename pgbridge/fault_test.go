@@ -57,6 +57,21 @@ func (ta *tally) check(t *testing.T, jobs int) {
 	}
 }
 
+// exactlyOnce: jobs 0..jobs-1 each ran exactly once, and nothing else ran.
+func (ta *tally) exactlyOnce(t *testing.T, jobs int) {
+	t.Helper()
+	ta.mu.Lock()
+	defer ta.mu.Unlock()
+	for i := 0; i < jobs; i++ {
+		if ta.runs[i] != 1 {
+			t.Errorf("job %d ran %d times", i, ta.runs[i])
+		}
+	}
+	if len(ta.runs) != jobs {
+		t.Errorf("%d distinct jobs ran, want %d", len(ta.runs), jobs)
+	}
+}
+
 func sendJobs(t *testing.T, b *Broker, tb Table, n int) {
 	t.Helper()
 	for i := 0; i < n; i++ {
