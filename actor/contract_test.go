@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/relocation"
 )
 
 // Contract tests of issue 11: the same errors and deadlines wherever an
@@ -445,5 +446,103 @@ func TestStopOnAHostWithPeersMovesItsObjectsUnlessConfiguredToDeactivate(t *test
 	}
 	if err := a.Stop(bg); err != nil {
 		t.Fatalf("Stop of the only host: %v", err)
+	}
+}
+
+// frailKind is seqKind whose restore fails while failRestore is set.
+func frailKind(failRestore *atomic.Bool) *Kind[SeqState] {
+	k := NewKind("seq", func(*Context, string) (*SeqState, error) { return &SeqState{}, nil })
+	Handle(k, func(ctx *Context, s *SeqState, m SeqMsg) error { s.Seqs = append(s.Seqs, m.Seq); return nil })
+	HandleRequest(k, func(ctx *Context, s *SeqState, _ GetSeqs) ([]int, error) { return s.Seqs, nil })
+	k.PreserveState(func(s *SeqState) ([]byte, error) { return payload.JSON.Encode(nil, s) },
+		func(_ *Context, _ string, data []byte) (*SeqState, error) {
+			if failRestore.Load() {
+				return nil, errors.New("restore refused")
+			}
+			s := new(SeqState)
+			return s, payload.JSON.Decode(data, s)
+		})
+	return k
+}
+
+// A move whose restore fails aborts; messages the would-be target sent to
+// the object meanwhile (they waited in its temporary queue) run at the
+// source promptly, before the messages that target sends afterwards.
+func TestAbortedMoveRunsTheTargetsMessagesPromptlyAndInOrder(t *testing.T) {
+	var failRestore atomic.Bool
+	failRestore.Store(true)
+	n := NewNetwork(nil)
+	cfg := Config{Logger: quietLogger(), RequestTimeout: time.Hour}
+	ca, cb := cfg, cfg
+	ca.Name, ca.Network = "a", n
+	cb.Name, cb.Network = "b", n
+	a, b := startHost(t, ca, frailKind(&failRestore)), startHost(t, cb, frailKind(&failRestore))
+	ref := Ref{"seq", "x"}
+	if err := Tell(bg, a, ref, SeqMsg{Seq: 1}); err != nil { // lives on a
+		t.Fatal(err)
+	}
+	chunk, release := make(chan struct{}), make(chan struct{})
+	var once atomic.Bool
+	n.SetRecordHook(func(from, to string, rec relocation.Record) bool {
+		if _, ok := rec.(*relocation.Chunk); ok && to == "b" && once.CompareAndSwap(false, true) {
+			close(chunk) // b holds the temporary queue now
+			<-release
+		}
+		return true
+	})
+	var releaseOnce atomic.Bool
+	free := func() {
+		if releaseOnce.CompareAndSwap(false, true) {
+			close(release)
+		}
+	}
+	t.Cleanup(free)
+	moved := make(chan error, 1)
+	go func() { moved <- a.Relocate(bg, ref, "b") }()
+	<-chunk
+	waitFor(t, "b to hold the temporary queue", func() bool { return b.kinds["seq"].local("x") != nil })
+	// Sent from the would-be target while the move is under way: they wait
+	// in its temporary queue.
+	for i := 2; i <= 4; i++ {
+		if err := Tell(bg, b, ref, SeqMsg{Seq: i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	asked := make(chan error, 1)
+	go func() {
+		_, err := Ask[GetSeqs, []int](bg, b, ref, GetSeqs{})
+		asked <- err
+	}()
+	waitFor(t, "b's messages to wait in the temporary queue", func() bool { return b.Stats().QueuedApplication >= 4 })
+	free()
+	if err := <-moved; !errors.Is(err, payload.Unavailable) {
+		t.Fatalf("Relocate with a failing restore = %v, want Unavailable (aborted)", err)
+	}
+	for i := 5; i <= 7; i++ { // after the abort
+		if err := Tell(bg, b, ref, SeqMsg{Seq: i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Promptly: well before RequestTimeout (an hour here) or any 30 s
+	// default; a stuck message would hold this Ask behind it.
+	ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+	defer cancel()
+	select {
+	case err := <-asked:
+		if err != nil {
+			t.Fatalf("the Ask sent during the move: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the Ask sent to the would-be target during the aborted move is stuck")
+	}
+	got, err := Ask[GetSeqs, []int](ctx, b, ref, GetSeqs{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != "[1 2 3 4 5 6 7]" {
+		t.Fatalf("the object ran %v, want [1 2 3 4 5 6 7] (nothing lost, stuck or out of order)", got)
+	}
+	if a.Stats().OwnersActive != 1 || b.Stats().OwnersActive != 0 {
+		t.Fatalf("owners after the abort: a %d, b %d; want the object still on a", a.Stats().OwnersActive, b.Stats().OwnersActive)
 	}
 }
