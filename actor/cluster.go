@@ -189,6 +189,8 @@ func (h *Host) receive(l *link, it linkItem) {
 	switch {
 	case it.hint != nil:
 		h.hint(it.obj, it.hint.host, it.hint.gen)
+	case it.ctl != nil:
+		h.onControl(l.from.name, it.ctl)
 	case it.rec != nil:
 		h.onRecord(l.from.name, it.obj, it.rec)
 	case it.bounce:
@@ -533,6 +535,7 @@ func (n *Network) pickHost(self *Host, kind string) string {
 func (h *Host) peerGone(name string) {
 	h.forgetHost(name)
 	h.moveEvent(name, relocation.TargetDead{})
+	h.remotePeerGone(name)
 }
 
 // linkUp: the link to a host was healed.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -544,5 +545,109 @@ func TestAbortedMoveRunsTheTargetsMessagesPromptlyAndInOrder(t *testing.T) {
 	}
 	if a.Stats().OwnersActive != 1 || b.Stats().OwnersActive != 0 {
 		t.Fatalf("owners after the abort: a %d, b %d; want the object still on a", a.Stats().OwnersActive, b.Stats().OwnersActive)
+	}
+}
+
+// Relocate works from any host: the owner's host is asked to move the
+// object, with the same result and the same errors as on the owner's host.
+func TestRelocateFromAnyHostMovesTheObjectWithTheSameResultAndErrors(t *testing.T) {
+	n := NewNetwork(nil)
+	start := func(name, version string) *Host {
+		return startHost(t, Config{Name: name, Network: n, Logger: quietLogger(), AppVersion: version}, seqKind())
+	}
+	a, b, c := start("a", "v1"), start("b", "v1"), start("c", "v1")
+	start("other-version", "v2")
+	ref := Ref{"seq", "x"}
+	for i := 1; i <= 3; i++ {
+		if err := Tell(bg, a, ref, SeqMsg{Seq: i}); err != nil { // lives on a
+			t.Fatal(err)
+		}
+	}
+	// Asked from c, a host that has nothing to do with the object.
+	if err := c.Relocate(bg, ref, "b"); err != nil {
+		t.Fatalf("Relocate from a third host: %v", err)
+	}
+	if loc, err := c.Locate(bg, ref); err != nil || loc.Host != "b" {
+		t.Fatalf("after the move Locate = %+v, %v; want b", loc, err)
+	}
+	if got, err := Ask[GetSeqs, []int](bg, c, ref, GetSeqs{}); err != nil || fmt.Sprint(got) != "[1 2 3]" {
+		t.Fatalf("the object after the move = %v, %v; want its state [1 2 3]", got, err)
+	}
+	// Asked from the target itself: the object comes to the caller.
+	if err := a.Relocate(bg, ref, "a"); err != nil {
+		t.Fatalf("Relocate to the calling host: %v", err)
+	}
+	if loc, err := b.Locate(bg, ref); err != nil || loc.Host != "a" {
+		t.Fatalf("after moving it to the caller Locate = %+v, %v; want a", loc, err)
+	}
+	// The same errors wherever Relocate is called.
+	for _, from := range []*Host{a, c} {
+		for _, tc := range []struct {
+			to   string
+			ref  Ref
+			want error
+		}{
+			{"a", ref, payload.InvalidOperation},         // it already lives there
+			{"other-version", ref, payload.Rejected},     // the preflight refused
+			{"nowhere", ref, payload.NotFound},           // no such host
+			{"b", Ref{"seq", "never-sent"}, ErrNotActive}, // not active on any host
+		} {
+			err := from.Relocate(bg, tc.ref, tc.to)
+			if !errors.Is(err, tc.want) {
+				t.Errorf("Relocate(%v → %s) from %s = %v, want %v", tc.ref, tc.to, from.Name(), err, tc.want)
+			}
+			if tc.want == payload.InvalidOperation && (!errors.Is(err, ErrAlreadyThere) || !strings.Contains(fmt.Sprint(err), "already lives on a")) {
+				t.Errorf("Relocate to the owner from %s says %q; want it to say the object already lives there", from.Name(), err)
+			}
+		}
+	}
+	if got, err := Ask[GetSeqs, []int](bg, b, ref, GetSeqs{}); err != nil || fmt.Sprint(got) != "[1 2 3]" {
+		t.Fatalf("the object after the refusals = %v, %v; want it unchanged on a", got, err)
+	}
+}
+
+// A remote Relocate whose context ends before the target acknowledged the
+// move aborts it at the owner's host, as a local one does: the object stays.
+func TestRelocateFromAnotherHostIsAbortedWhenItsContextEnds(t *testing.T) {
+	n := NewNetwork(nil)
+	a := startHost(t, Config{Name: "a", Network: n, Logger: quietLogger()}, seqKind())
+	startHost(t, Config{Name: "b", Network: n, Logger: quietLogger()}, seqKind())
+	c := startHost(t, Config{Name: "c", Network: n, Logger: quietLogger()}, seqKind())
+	ref := Ref{"seq", "x"}
+	if err := Tell(bg, a, ref, SeqMsg{Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	preflight, release := make(chan struct{}), make(chan struct{})
+	free := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(free)
+	var once atomic.Bool
+	n.SetRecordHook(func(from, to string, rec relocation.Record) bool {
+		if _, ok := rec.(*relocation.PreflightReply); ok && once.CompareAndSwap(false, true) {
+			close(preflight)
+			<-release
+		}
+		return true
+	})
+	ctx, cancel := context.WithCancel(bg)
+	res := make(chan error, 1)
+	go func() { res <- c.Relocate(ctx, ref, "b") }()
+	<-preflight
+	cancel()
+	err := <-res
+	waitFor(t, "a to end the move it ran for c", func() bool {
+		a.remote.mu.Lock()
+		defer a.remote.mu.Unlock()
+		return len(a.remote.serving) == 0
+	})
+	free()
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, payload.DeadlineExceeded) {
+		t.Fatalf("cancelled remote Relocate = %v, want context.Canceled", err)
+	}
+	waitFor(t, "the aborted move to end at a", func() bool { return len(a.allMoves()) == 0 })
+	if loc, err := c.Locate(bg, ref); err != nil || loc.Host != "a" {
+		t.Fatalf("after the cancelled move Locate = %+v, %v; want it still on a", loc, err)
+	}
+	if got, err := Ask[GetSeqs, []int](bg, c, ref, GetSeqs{}); err != nil || fmt.Sprint(got) != "[1]" {
+		t.Fatalf("the object after the aborted move = %v, %v", got, err)
 	}
 }

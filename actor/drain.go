@@ -130,7 +130,7 @@ func (h *Host) drainOne(ctx context.Context, kr *kindRuntime, o *owner) {
 		if n := len(targets); n > 0 {
 			first := int(maphash.String(drainSeed, ref.ID) % uint64(n))
 			for i := 0; i < n && ctx.Err() == nil; i++ {
-				err := h.Relocate(ctx, ref, targets[(first+i)%n])
+				err := h.relocateLocal(ctx, kr, ref, targets[(first+i)%n])
 				if err == nil || errors.Is(err, ErrNotLocal) || errors.Is(err, ErrMoveInProgress) {
 					return
 				}

@@ -104,6 +104,11 @@ func init() {
 	RegisterError("berth.send_timeout", ErrSendTimeout)
 	RegisterError("berth.request_timeout", ErrRequestTimeout)
 	RegisterError("berth.not_active", ErrNotActive)
+	RegisterError("berth.not_local", ErrNotLocal)
+	RegisterError("berth.move_in_progress", ErrMoveInProgress)
+	RegisterError("berth.already_there", ErrAlreadyThere)
+	RegisterError("berth.no_network", ErrNoNetwork)
+	RegisterError("berth.nowhere_to_drain", ErrNowhereToDrain)
 }
 
 // handlerError is the error a sender sees for a handler's err (see

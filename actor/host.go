@@ -79,6 +79,7 @@ type Host struct {
 	lookups       singleflight.Group        // concurrent store look-ups of one object
 	movesMu       sync.Mutex
 	moves         map[relocation.MoveID]*moveDriver // guarded by movesMu
+	remote        remoteOps                         // Relocate across hosts (remotemove.go)
 	draining      atomic.Bool
 	drainState    atomic.Int32
 	moved         atomic.Int64 // relocations completed here (either side)
@@ -461,6 +462,7 @@ func (h *Host) Close() error {
 	for _, d := range h.allMoves() {
 		d.abandonOnClose()
 	}
+	h.remoteClose()
 	for _, o := range all {
 		if o.pid != nil {
 			h.system.Root.Stop(o.pid)

@@ -15,10 +15,15 @@ import (
 
 // Errors of Relocate and Drain.
 var (
-	// ErrNotLocal: Relocate of an object that has no owner on this host.
+	// ErrNotLocal: the host asked to move an object has no owner for it
+	// (it moved away or deactivated meanwhile). Relocate looks the object
+	// up again when it gets this from the owner's host it asked.
 	ErrNotLocal = payload.NewError(payload.NotFound, "actor.Host.Relocate", "the object has no owner on this host")
 	// ErrNoNetwork: Relocate or Drain on a host without a Network.
 	ErrNoNetwork = payload.NewError(payload.NotConfigured, "actor.Host.Relocate", "the host has no Network (Config.Network)")
+	// ErrAlreadyThere: Relocate to the host the object already lives on
+	// (an InvalidOperation that wraps it names the object and the host).
+	ErrAlreadyThere = errors.New("nothing to move")
 	// ErrMoveInProgress: Relocate of an object that is already moving.
 	ErrMoveInProgress = payload.NewError(payload.InvalidOperation, "actor.Host.Relocate", "the object is already moving")
 )
@@ -71,12 +76,22 @@ type (
 // Relocate moves the object's owner, with its queued messages and (per
 // the kind's policy) its state, to the host named target while messages
 // keep flowing: none is lost or run twice, per-sender order is kept, every
-// request completes once. It returns when the move ended: nil when the
-// target owns the object; an error when the move was refused (preflight),
-// aborted before the point of no return (the object then runs here again,
-// nothing lost), or abandoned. If ctx ends before the target acknowledged
-// the move, the move is aborted; after that point it completes anyway and
+// request completes once. It may be called on any host of the network:
+// when the object lives on another host, that host is asked to move it
+// (found through the Location Store, as Locate does), with the same result
+// and errors. It returns when the move ended: nil when the target owns the
+// object; an error when the move was refused (preflight), aborted before
+// the point of no return (the object then runs where it was, nothing
+// lost), or abandoned. If ctx ends before the target acknowledged the
+// move, the move is aborted; after that point it completes anyway and
 // Relocate returns ctx.Err().
+//
+// Errors: ErrNoNetwork; NotFound for an unknown kind or host;
+// InvalidOperation when the kind does not relocate or the object already
+// lives on target; ErrNotActive when the object is not active on any host
+// (it activates where its next message is sent, or by its kind's
+// Placement); ErrMoveInProgress; Rejected (preflight refused); Unavailable
+// (aborted, or the owner's host did not answer); ShuttingDown.
 func (h *Host) Relocate(ctx context.Context, ref Ref, target string) error {
 	const op = "actor.Host.Relocate"
 	if !h.acceptsExternal() {
@@ -89,17 +104,57 @@ func (h *Host) Relocate(ctx context.Context, ref Ref, target string) error {
 	if kr == nil {
 		return payload.NewError(payload.NotFound, op, "no kind "+ref.Kind)
 	}
-	if target == h.name {
-		if kr.local(ref.ID) != nil {
-			return payload.NewError(payload.InvalidOperation, op, ref.String()+" already lives on "+target+": nothing to move")
-		}
-		return ErrNotLocal
-	}
-	if h.net.host(target) == nil {
+	if target != h.name && h.net.host(target) == nil {
 		return payload.NewError(payload.NotFound, op, "no host named "+target+" on the network")
 	}
 	if kr.spec.policy == DisableRelocation {
 		return payload.NewError(payload.InvalidOperation, op, "kind "+ref.Kind+" does not relocate (DisableRelocation)")
+	}
+	// The owner may move or leave between the look-up and the request:
+	// look again a few times.
+	var err error
+	for try := 0; try < 4; try++ {
+		if o := kr.local(ref.ID); o != nil && !o.incoming.Load() {
+			if target == h.name {
+				return alreadyThere(ref, target)
+			}
+			err = h.relocateLocal(ctx, kr, ref, target)
+		} else {
+			var loc Location
+			if loc, err = h.Locate(ctx, ref); err != nil {
+				return err
+			}
+			switch loc.Host {
+			case target:
+				return alreadyThere(ref, target)
+			case h.name:
+				err = ErrNotLocal // between an activation and its owner here, or mid-move
+			default:
+				err = h.relocateVia(ctx, loc.Host, ref, target)
+			}
+		}
+		if !errors.Is(err, ErrNotLocal) && err != errHostGone {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctxErr(ctx)
+		}
+	}
+	if err == errHostGone {
+		return &payload.Error{Kind: payload.Unavailable, Op: op, Detail: "the owner's host of " + ref.String() + " left before it could be asked", Err: err}
+	}
+	return err
+}
+
+func alreadyThere(ref Ref, target string) error {
+	return &payload.Error{Kind: payload.InvalidOperation, Op: "actor.Host.Relocate", Detail: ref.String() + " already lives on " + target, Err: ErrAlreadyThere}
+}
+
+// relocateLocal moves object ref, which has an owner here, to target (the
+// source side of Relocate); ErrNotLocal if its owner is not here.
+func (h *Host) relocateLocal(ctx context.Context, kr *kindRuntime, ref Ref, target string) error {
+	if target == h.name {
+		return ErrNotLocal
 	}
 	sh := kr.shard(ref.ID)
 	sh.mu.RLock()

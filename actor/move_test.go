@@ -301,8 +301,8 @@ func TestRelocateRefusals(t *testing.T) {
 			t.Errorf("Relocate to %s = %v, want kind %v", c.target, err, c.kind)
 		}
 	}
-	if err := a.Relocate(bg, Ref{"counter", "never-sent"}, "no-kind"); !errors.Is(err, ErrNotLocal) {
-		t.Errorf("Relocate of an object not here = %v, want ErrNotLocal", err)
+	if err := a.Relocate(bg, Ref{"counter", "never-sent"}, "no-kind"); !errors.Is(err, ErrNotActive) {
+		t.Errorf("Relocate of an object not active anywhere = %v, want ErrNotActive", err)
 	}
 	if err := a.Relocate(bg, Ref{"nokind", "x"}, "no-kind"); !errors.Is(err, payload.NotFound) {
 		t.Errorf("Relocate of an unknown kind = %v, want NotFound", err)

@@ -411,6 +411,7 @@ type linkItem struct {
 	rec    relocation.Record // or a relocation record
 	obj    relocation.Object // the object a record or hint is about
 	hint   *routeHint        // or a route hint
+	ctl    any               // or a relocate request, answer or cancel (remotemove.go)
 }
 
 // link is the ordered link from one host to another. Its receive goroutine
@@ -472,6 +473,20 @@ func (l *link) send(it linkItem) error {
 		return err
 	}
 	l.items = append(l.items, it)
+	l.mu.Unlock()
+	l.wake()
+	return nil
+}
+
+// sendControl queues a relocate request, answer or cancel; errLinkDown if
+// the link is closed. Like messages, it waits out a broken link.
+func (l *link) sendControl(ctl any) error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return errLinkDown
+	}
+	l.items = append(l.items, linkItem{ctl: ctl})
 	l.mu.Unlock()
 	l.wake()
 	return nil

@@ -248,7 +248,8 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 				switch err := src.Relocate(ctx, ref(i), dst.Name()); {
 				case err == nil:
 					moved.Add(1)
-				case errors.Is(err, actor.ErrNotLocal), errors.Is(err, actor.ErrMoveInProgress), errors.Is(err, actor.ErrShuttingDown):
+				case errors.Is(err, actor.ErrNotLocal), errors.Is(err, actor.ErrMoveInProgress), errors.Is(err, actor.ErrShuttingDown),
+					errors.Is(err, actor.ErrAlreadyThere): // it moved to dst meanwhile
 				case errors.Is(err, payload.Unavailable):
 					aborted.Add(1) // the move aborted; the object resumed at its source
 				default:
