@@ -587,9 +587,9 @@ func TestRelocateFromAnyHostMovesTheObjectWithTheSameResultAndErrors(t *testing.
 			ref  Ref
 			want error
 		}{
-			{"a", ref, payload.InvalidOperation},         // it already lives there
-			{"other-version", ref, payload.Rejected},     // the preflight refused
-			{"nowhere", ref, payload.NotFound},           // no such host
+			{"a", ref, payload.InvalidOperation},          // it already lives there
+			{"other-version", ref, payload.Rejected},      // the preflight refused
+			{"nowhere", ref, payload.NotFound},            // no such host
 			{"b", Ref{"seq", "never-sent"}, ErrNotActive}, // not active on any host
 		} {
 			err := from.Relocate(bg, tc.ref, tc.to)
