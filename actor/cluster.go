@@ -71,7 +71,7 @@ func (h *Host) peerLive(host string, gen uint64) bool {
 
 // locate returns where object id of the kind runs, activating it here when
 // no live host owns it (one activation per object across the store).
-func (kr *kindRuntime) locate(id string, internal bool) (place, error) {
+func (kr *kindRuntime) locate(id string, mode lookupMode) (place, error) {
 	if o := kr.local(id); o != nil {
 		return place{o: o}, nil
 	}
@@ -80,30 +80,30 @@ func (kr *kindRuntime) locate(id string, internal bool) (place, error) {
 	if e, ok := h.lookupRoute(obj); ok && e.Host != h.name {
 		return place{host: e.Host, gen: e.Gen}, nil
 	}
-	return kr.lookup(id, internal)
+	return kr.lookup(id, mode)
 }
 
 // lookup asks the store where object id runs, and activates it here if no
 // live host owns it. Concurrent look-ups of one object on this host share
 // one store call; no lock is held across it.
-func (kr *kindRuntime) lookup(id string, internal bool) (place, error) {
+func (kr *kindRuntime) lookup(id string, mode lookupMode) (place, error) {
 	key := kr.spec.name + "\x00" + id
-	if internal {
-		key += "\x00i"
+	if mode != fromOutside {
+		key += "\x00" + string(rune('0'+mode))
 	}
-	v, err, _ := kr.host.lookups.Do(key, func() (any, error) { return kr.resolve(id, internal) })
+	v, err, _ := kr.host.lookups.Do(key, func() (any, error) { return kr.resolve(id, mode) })
 	if err != nil {
 		return place{}, err
 	}
 	return v.(place), nil
 }
 
-func (kr *kindRuntime) resolve(id string, internal bool) (place, error) {
+func (kr *kindRuntime) resolve(id string, mode lookupMode) (place, error) {
 	h := kr.host
 	if o := kr.local(id); o != nil {
 		return place{o: o}, nil
 	}
-	if (!internal && !h.acceptsExternal()) || (internal && !h.acceptsInternal()) {
+	if (mode == fromOutside && !h.acceptsExternal()) || (mode != fromOutside && !h.acceptsInternal()) {
 		return place{}, ErrShuttingDown
 	}
 	obj := relocation.Object{Kind: kr.spec.name, ID: id}
@@ -119,6 +119,12 @@ func (kr *kindRuntime) resolve(id string, internal bool) (place, error) {
 	}
 	if h.draining.Load() {
 		if other := h.net.pickHost(h, kr.spec.name); other != "" {
+			return place{host: other, stored: true}, nil
+		}
+	} else if mode != fromLink {
+		// A send from this host activates the object where the kind's
+		// placement says; that host activates it (fromLink).
+		if other := h.placeNew(kr.spec, id); other != "" && other != h.name {
 			return place{host: other, stored: true}, nil
 		}
 	}
@@ -255,7 +261,7 @@ func (h *Host) onFrame(l *link, buf payload.Buffer) {
 		return
 	}
 	id := string(hv.TargetID())
-	p, err := kr.locate(id, true)
+	p, err := kr.locate(id, fromLink)
 	if err != nil {
 		if errors.Is(err, ErrShuttingDown) {
 			h.backOrFail(m, err) // this host is closing: the origin routes it again
@@ -331,7 +337,7 @@ func (h *Host) forward(kr *kindRuntime, id string, m *payload.Message, p place) 
 // sends m to the returned place.
 func (h *Host) lookupAgain(kr *kindRuntime, id string, m *payload.Message) (p place, ok bool) {
 	h.forgetRoutes(relocation.Object{Kind: kr.spec.name, ID: id}, true)
-	p, err := kr.lookup(id, true)
+	p, err := kr.lookup(id, fromLink)
 	switch {
 	case err != nil:
 		h.backOrFail(m, err)
@@ -381,7 +387,7 @@ func (h *Host) admitHere(o *owner, m *payload.Message) {
 		hv := m.Header()
 		kr := h.kinds[string(hv.TargetName())]
 		if try < 3 {
-			p, err = kr.locate(string(hv.TargetID()), true)
+			p, err = kr.locate(string(hv.TargetID()), fromLink)
 		} else {
 			err = payload.NewError(payload.Unavailable, "actor", "owner closed")
 		}

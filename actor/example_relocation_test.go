@@ -108,3 +108,58 @@ func ExampleHost_Locate() {
 	// owner: b generation: 1
 	// owner: a generation: 2
 }
+
+// Relocate may be called on any host: the owner's host is asked to move
+// the object.
+func ExampleHost_Relocate_fromAnyHost() {
+	ctx := context.Background()
+	net := actor.NewNetwork(nil)
+	var hosts []*actor.Host
+	for _, name := range []string{"a", "b", "c"} {
+		h, _ := actor.NewHost(actor.Config{Name: name, Network: net})
+		h.Register(cartKind())
+		h.Start()
+		defer h.Close()
+		hosts = append(hosts, h)
+	}
+	a, c := hosts[0], hosts[2]
+	cart := actor.Ref{Kind: "cart", ID: "alice"}
+	actor.Tell(ctx, a, cart, AddItem{SKU: "apple", Qty: 2}) // activates on a
+
+	fmt.Println("moved:", c.Relocate(ctx, cart, "b")) // called on c
+	loc, _ := c.Locate(ctx, cart)
+	fmt.Println("owner:", loc.Host)
+	err := c.Relocate(ctx, cart, "b")
+	fmt.Println("again:", errors.Is(err, actor.ErrAlreadyThere))
+	// Output:
+	// moved: <nil>
+	// owner: b
+	// again: true
+}
+
+// A kind's placement decides where its objects activate; PlaceHashed
+// spreads them by id, and every host picks the same owner.
+func ExampleKind_SetPlacement() {
+	ctx := context.Background()
+	net := actor.NewNetwork(nil)
+	var hosts []*actor.Host
+	for _, name := range []string{"a", "b", "c"} {
+		carts := cartKind()
+		carts.SetPlacement(actor.PlaceHashed) // on every host
+		h, _ := actor.NewHost(actor.Config{Name: name, Network: net})
+		h.Register(carts)
+		h.Start()
+		defer h.Close()
+		hosts = append(hosts, h)
+	}
+	owners := map[string]bool{}
+	for i := 0; i < 30; i++ {
+		cart := actor.Ref{Kind: "cart", ID: fmt.Sprint("user-", i)}
+		actor.Ask[CountItems, int](ctx, hosts[0], cart, CountItems{}) // all sent from a
+		loc, _ := hosts[0].Locate(ctx, cart)
+		owners[loc.Host] = true
+	}
+	fmt.Println("hosts used:", len(owners))
+	// Output:
+	// hosts used: 3
+}

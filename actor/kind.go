@@ -42,9 +42,10 @@ type spec struct {
 	handlers   map[string]*handler
 	errs       []error
 
-	policy  RelocationPolicy
-	capture func(state any) ([]byte, error)                       // PreserveState
-	restore func(c *Context, id string, data []byte) (any, error) // PreserveState
+	policy    RelocationPolicy
+	placement Placement
+	capture   func(state any) ([]byte, error)                       // PreserveState
+	restore   func(c *Context, id string, data []byte) (any, error) // PreserveState
 }
 
 // RelocationPolicy says what a kind's objects do when their owner moves to

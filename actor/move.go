@@ -846,7 +846,7 @@ func (h *Host) redispatchMessage(m *payload.Message) {
 		return
 	}
 	id := string(hv.TargetID())
-	p, err := kr.locate(id, true)
+	p, err := kr.locate(id, fromLink)
 	if err != nil {
 		h.failMessage(m, err)
 		return

@@ -392,11 +392,11 @@ func (t target) name() string {
 	return t.kr.spec.name
 }
 
-func (t target) resolve(internal bool) (place, error) {
+func (t target) resolve(mode lookupMode) (place, error) {
 	if t.o != nil {
 		return place{o: t.o}, nil
 	}
-	return t.kr.locate(t.id, internal)
+	return t.kr.locate(t.id, mode)
 }
 
 // rejectReason names, for the observer, why a send to another host failed.
@@ -478,7 +478,7 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 	}()
 	retries := 0
 	for {
-		p, err := t.resolve(false)
+		p, err := t.resolve(fromOutside)
 		if err != nil {
 			h.reject(t.name(), e, RejectShuttingDown)
 			return false, err
@@ -553,7 +553,11 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 func (h *Host) admitGranted(t target, e *mailbox.Envelope, relayed bool) {
 	retries := 0
 	for {
-		p, err := t.resolve(true)
+		mode := fromHandler
+		if relayed {
+			mode = fromLink
+		}
+		p, err := t.resolve(mode)
 		if err != nil {
 			h.endUnrun(nil, t.name(), e, err, RejectShuttingDown)
 			return

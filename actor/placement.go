@@ -1,0 +1,144 @@
+package actor
+
+import (
+	"math/rand/v2"
+	"sort"
+)
+
+// Placement says which host activates an object of a kind when a message
+// is sent to it and no live host owns it. It is applied by the host the
+// message is sent from; the host it picks activates the object (the
+// Location Store still allows one activation per object, so hosts that
+// pick differently at the same moment end with one owner and route to
+// it). An object stays where it was activated until it moves (Relocate,
+// Drain) or deactivates: placement does not rebalance objects that live.
+// Set the same placement for a kind on every host.
+type Placement uint8
+
+// The placements.
+const (
+	// PlaceLocal activates the object on the host that sends its first
+	// message (the message a handler sends: that handler's host). The
+	// default: no extra hop, and an object lives next to its user.
+	PlaceLocal Placement = iota
+	// PlaceRandom activates it on a host picked at random among the
+	// running hosts of the network that have the kind (the sender's host
+	// included).
+	PlaceRandom
+	// PlaceHashed activates it on the host that a consistent (rendezvous)
+	// hash of the object's id picks among the running hosts that have the
+	// kind: every sender picks the same host, and a host joining or
+	// leaving changes the pick only for the ids it takes or gave up.
+	PlaceHashed
+	// PlaceLeastLoaded activates it on the running host with the kind that
+	// has the fewest active objects (ties: the lowest name).
+	PlaceLeastLoaded
+)
+
+// String returns the placement's name.
+func (p Placement) String() string {
+	switch p {
+	case PlaceRandom:
+		return "random"
+	case PlaceHashed:
+		return "hashed"
+	case PlaceLeastLoaded:
+		return "least-loaded"
+	}
+	return "local"
+}
+
+// SetPlacement sets where the kind's objects activate (see Placement);
+// the default is PlaceLocal. On a host without a Network every placement
+// is local.
+func (k *Kind[S]) SetPlacement(p Placement) { k.s.placement = p }
+
+// Placement returns the kind's placement.
+func (k *Kind[S]) Placement() Placement { return k.s.placement }
+
+// lookupMode is why a host looks an object up: placement applies to
+// messages sent from this host, not to messages that came from another
+// host (their sender placed them, or they follow a route) — those activate
+// the object here.
+type lookupMode uint8
+
+const (
+	fromOutside lookupMode = iota // Tell, Ask, … from outside a handler
+	fromHandler                   // a send of a handler of this host
+	fromLink                      // off a link, or routed again
+)
+
+// placeNew returns the host that activates object id of kind s by its
+// placement ("" or this host's name: here).
+func (h *Host) placeNew(s *spec, id string) string {
+	if s.placement == PlaceLocal || h.net == nil {
+		return ""
+	}
+	cands := h.net.candidates(s.name)
+	if len(cands) == 0 {
+		return ""
+	}
+	switch s.placement {
+	case PlaceRandom:
+		return cands[rand.IntN(len(cands))].name
+	case PlaceHashed:
+		best, bestScore := "", uint64(0)
+		for _, c := range cands {
+			if score := rendezvous(c.name, id); best == "" || score > bestScore {
+				best, bestScore = c.name, score
+			}
+		}
+		return best
+	case PlaceLeastLoaded:
+		best := cands[0]
+		for _, c := range cands[1:] {
+			if c.load < best.load {
+				best = c
+			}
+		}
+		return best.name
+	}
+	return ""
+}
+
+// candidate is a host that can take a new activation, with its load.
+type candidate struct {
+	name string
+	load int64 // active owners
+}
+
+// candidates returns the running, not draining hosts that have kind,
+// sorted by name.
+func (n *Network) candidates(kind string) []candidate {
+	n.mu.Lock()
+	out := make([]candidate, 0, len(n.hosts))
+	for name, h := range n.hosts {
+		if !h.draining.Load() && h.acceptsInternal() && h.kinds[kind] != nil && !n.leaving[name] {
+			out = append(out, candidate{name: name, load: h.owners.Load()})
+		}
+	}
+	n.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+// rendezvous is the score of host for object id in rendezvous hashing:
+// FNV-1a over both, then a 64-bit finalizer (splitmix64). It is the same
+// in every process, so every host picks the same owner.
+func rendezvous(host, id string) uint64 {
+	const prime = 1099511628211
+	x := uint64(14695981039346656037)
+	for i := 0; i < len(host); i++ {
+		x = (x ^ uint64(host[i])) * prime
+	}
+	x = (x ^ 0xff) * prime // separator: ("ab","c") ≠ ("a","bc")
+	for i := 0; i < len(id); i++ {
+		x = (x ^ uint64(id[i])) * prime
+	}
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}

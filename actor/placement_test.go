@@ -1,0 +1,151 @@
+package actor
+
+import (
+	"fmt"
+	"testing"
+)
+
+// placedKind is a counter kind named name with placement p.
+func placedKind(name string, p Placement) *Kind[Counter] {
+	k := NewKind(name, func(*Context, string) (*Counter, error) { return &Counter{}, nil })
+	Handle(k, func(ctx *Context, c *Counter, m Inc) error { c.N += m.By; return nil })
+	HandleRequest(k, func(ctx *Context, c *Counter, _ Get) (int, error) { return c.N, nil })
+	k.SetPlacement(p)
+	return k
+}
+
+func placementNetwork(t *testing.T, names ...string) []*Host {
+	t.Helper()
+	n := NewNetwork(nil)
+	var hs []*Host
+	for _, name := range names {
+		hs = append(hs, startHost(t, Config{Name: name, Network: n, Logger: quietLogger()},
+			placedKind("local", PlaceLocal), placedKind("random", PlaceRandom),
+			placedKind("hashed", PlaceHashed), placedKind("least", PlaceLeastLoaded)))
+	}
+	return hs
+}
+
+// where activates ref by an Ask from h (counted once) and returns its host.
+func where(t *testing.T, h *Host, ref Ref) string {
+	t.Helper()
+	if err := Tell(bg, h, ref, Inc{By: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := Ask[Get, int](bg, h, ref, Get{}); err != nil || n != 1 {
+		t.Fatalf("%v: %d, %v; want the first message run once", ref, n, err)
+	}
+	loc, err := h.Locate(bg, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loc.Host
+}
+
+func TestPlacementLocalIsTheDefaultAndActivatesOnTheSendersHost(t *testing.T) {
+	if p := NewKind("k", func(*Context, string) (*Counter, error) { return &Counter{}, nil }).Placement(); p != PlaceLocal {
+		t.Fatalf("default placement = %v, want local", p)
+	}
+	hs := placementNetwork(t, "a", "b", "c")
+	for i, h := range hs {
+		if got := where(t, h, Ref{"local", itoa(i)}); got != h.Name() {
+			t.Fatalf("an object first sent to from %s activated on %s", h.Name(), got)
+		}
+	}
+}
+
+func TestPlacementHashedPicksTheSameHostFromEverySender(t *testing.T) {
+	hs := placementNetwork(t, "a", "b", "c")
+	names := []string{"a", "b", "c"}
+	used := map[string]int{}
+	for i := 0; i < 90; i++ {
+		id := "obj-" + itoa(i)
+		want, best := "", uint64(0)
+		for _, n := range names {
+			if s := rendezvous(n, id); want == "" || s > best {
+				want, best = n, s
+			}
+		}
+		from := hs[i%3]
+		if got := where(t, from, Ref{"hashed", id}); got != want {
+			t.Fatalf("%s sent from %s activated on %s, want %s (the hash's pick)", id, from.Name(), got, want)
+		}
+		used[want]++
+	}
+	if len(used) != 3 {
+		t.Fatalf("90 hashed ids landed on %v; want every host used", used)
+	}
+}
+
+// Rendezvous hashing moves only the ids of a host that leaves.
+func TestPlacementHashedMovesOnlyTheLeavingHostsIDs(t *testing.T) {
+	pick := func(hosts []string, id string) string {
+		best, score := "", uint64(0)
+		for _, h := range hosts {
+			if s := rendezvous(h, id); best == "" || s > score {
+				best, score = h, s
+			}
+		}
+		return best
+	}
+	all, without := []string{"a", "b", "c", "d"}, []string{"a", "b", "d"}
+	moved := 0
+	for i := 0; i < 1000; i++ {
+		id := fmt.Sprint("id", i)
+		before, after := pick(all, id), pick(without, id)
+		if before != "c" && before != after {
+			t.Fatalf("%s moved from %s to %s when c left", id, before, after)
+		}
+		if before == "c" {
+			moved++
+		}
+	}
+	if moved < 150 || moved > 350 {
+		t.Fatalf("c held %d of 1000 ids, want about a quarter", moved)
+	}
+}
+
+func TestPlacementRandomSpreadsOverTheHostsThatHaveTheKind(t *testing.T) {
+	hs := placementNetwork(t, "a", "b", "c")
+	// A host without the kind is never picked.
+	startHost(t, Config{Name: "d", Network: hs[0].net, Logger: quietLogger()}, placedKind("local", PlaceLocal))
+	used := map[string]int{}
+	for i := 0; i < 60; i++ {
+		used[where(t, hs[0], Ref{"random", itoa(i)})]++
+	}
+	if len(used) < 2 || used["d"] != 0 {
+		t.Fatalf("60 random placements from a landed on %v; want several hosts, never d", used)
+	}
+	total := 0
+	for _, h := range hs {
+		total += h.Stats().OwnersActive
+	}
+	if total != 60 {
+		t.Fatalf("%d owners for 60 objects (one activation each)", total)
+	}
+}
+
+func TestPlacementLeastLoadedPicksTheHostWithFewestObjects(t *testing.T) {
+	hs := placementNetwork(t, "a", "b", "c")
+	a, b := hs[0], hs[1]
+	for i := 0; i < 5; i++ {
+		where(t, a, Ref{"local", "a" + itoa(i)})
+	}
+	for i := 0; i < 3; i++ {
+		where(t, b, Ref{"local", "b" + itoa(i)})
+	}
+	// Loads a 5, b 3, c 0: c takes three, then b and c tie (lowest name).
+	var got []string
+	for i := 0; i < 5; i++ {
+		got = append(got, where(t, a, Ref{"least", itoa(i)}))
+	}
+	if fmt.Sprint(got) != "[c c c b c]" {
+		t.Fatalf("least-loaded picks = %v, want [c c c b c]", got)
+	}
+	// A draining host takes no new activation.
+	hs[2].draining.Store(true)
+	defer hs[2].draining.Store(false)
+	if h := where(t, a, Ref{"least", "x"}); h == "c" {
+		t.Fatal("a draining host got a new activation")
+	}
+}
