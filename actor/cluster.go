@@ -308,7 +308,7 @@ func (h *Host) forward(kr *kindRuntime, id string, m *payload.Message, p place) 
 			h.failMessage(m, payload.NewError(payload.Unavailable, "actor", obj.String()+" moved too often to be reached"))
 			return
 		case d.Action == route.ToOrigin, d.Host == h.name:
-			h.backOrFail(m, payload.NewError(payload.Unavailable, "actor", "no route to "+obj.String()))
+			h.backOrFailBounded(m, hop, payload.NewError(payload.Unavailable, "actor", "no route to "+obj.String()))
 			return
 		}
 		origin := string(hv.Origin()) // m is gone once sent
@@ -321,7 +321,7 @@ func (h *Host) forward(kr *kindRuntime, id string, m *payload.Message, p place) 
 		}
 		// The host is leaving or gone: look again (routes to it are gone).
 		if try == 3 {
-			h.backOrFail(m, payload.NewError(payload.Unavailable, "actor", "host "+d.Host+" is not reachable"))
+			h.backOrFailBounded(m, hop, payload.NewError(payload.Unavailable, "actor", "host "+d.Host+" is not reachable"))
 			return
 		}
 		var ok bool
@@ -355,6 +355,18 @@ func (h *Host) backOrFail(m *payload.Message, err error) {
 	if !h.sendBack(m) {
 		h.failMessage(m, err)
 	}
+}
+
+// backOrFailBounded is backOrFail for a message that already went back
+// to its origin hop.Bounces times: at MaxBounces it ends with err instead
+// (a message of this host comes back here at once, so without the bound a
+// route that stays broken would loop).
+func (h *Host) backOrFailBounded(m *payload.Message, hop route.Hop, err error) {
+	if hop.Bounces >= route.MaxBounces {
+		h.failMessage(m, err)
+		return
+	}
+	h.backOrFail(m, err)
 }
 
 // sendHop sends m on to host as one more hop, towards owner generation

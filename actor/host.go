@@ -304,6 +304,15 @@ func (h *Host) leaseRenewer() {
 // kind that relocates and other hosts serve their kinds, so that their
 // state is kept; Config.StopDeactivates turns that off. With nowhere to go
 // for them, Stop deactivates them as on a standalone host.
+//
+// Stop on a network finishes in bounded time however hard other hosts send
+// to it: they stop routing here at once. A message they send meanwhile to
+// one of its objects waits in its sender (an external send up to
+// SendTimeout) until the object is handed on — moved, or deactivated and
+// then activated elsewhere — and goes there; one that cannot wait or
+// waited in vain fails with Unavailable (a Tell from outside a handler
+// returns it; an Ask from a handler hears it). Messages already sent here
+// run here, or follow their object.
 func (h *Host) Stop(ctx context.Context) error {
 	if h.net != nil && !h.cfg.StopDeactivates && h.DrainState() == Serving && h.acceptsExternal() && h.hasMovable() {
 		err := h.Drain(ctx)
@@ -325,9 +334,20 @@ func (h *Host) hasMovable() bool {
 }
 
 // stop is Stop without the drain.
+//
+// On a network the host first stops the other hosts from routing here
+// (leaving): what they send from now on goes to the objects' new hosts, or
+// waits in its sender (up to SendTimeout) until this host has deactivated
+// the object — so Stop ends in bounded time however hard they send. What
+// they sent before, queued on the links, is still delivered and handled
+// (forwarded if its object is gone).
 func (h *Host) stop(ctx context.Context) error {
 	if !h.state.CompareAndSwap(stateRunning, stateStopping) {
 		return h.Close()
+	}
+	if h.net != nil {
+		h.net.markLeaving(h)
+		h.net.setLeaving(h)
 	}
 	err := h.quiesce(ctx)
 	// Deactivate every object; hooks may send to objects that activate
@@ -336,7 +356,7 @@ func (h *Host) stop(ctx context.Context) error {
 		err = h.quiesce(ctx)
 	}
 	if err == nil && h.net != nil {
-		err = h.leaveGracefully(ctx)
+		err = h.waitHandedOn(ctx)
 	}
 	if cerr := h.Close(); err == nil {
 		err = cerr
@@ -362,18 +382,6 @@ func (h *Host) quiesce(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
-}
-
-// leaveGracefully stops the other hosts from routing here and waits until
-// what they already sent has been handled (forwarded after the objects
-// that moved away), so that leaving the network loses nothing. Order is
-// kept by the messages' sequence numbers, whatever way they take.
-func (h *Host) leaveGracefully(ctx context.Context) error {
-	h.net.markLeaving(h)
-	// Frames are refused from now on (their senders route them again,
-	// elsewhere); what is queued here is handed on before the host leaves.
-	h.net.setLeaving(h)
-	return h.waitHandedOn(ctx)
 }
 
 // waitHandedOn waits until everything sent here has been handled.

@@ -272,20 +272,27 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 	sh.mu.Lock()
 	o.seqMu.Lock()
 	// Messages held out of order wait for their gaps (GapTimeout at most):
-	// the owner stays until they ran.
-	if o.order.Held() > 0 || !o.mb.CloseIfEmpty() {
+	// the owner stays until they ran — unless its host is leaving a
+	// network: then they go with the order state into the store row, and
+	// the object's next activation (elsewhere) holds them until the
+	// missing messages, which their senders send there, arrive.
+	leaving := stopping && h.net != nil && h.draining.Load()
+	if (o.order.Held() > 0 && !leaving) || !o.mb.CloseIfEmpty() {
 		held := o.order.Held() > 0
 		o.seqMu.Unlock()
 		sh.mu.Unlock()
-		if stopping && !held {
+		if stopping && (!held || leaving) {
 			o.requestDeactivate() // after what is queued
 		}
 		return
 	}
 	o.shut = true
 	var order []byte
+	var handedOn []*mailbox.Envelope
 	if h.net != nil {
 		order = o.orderSnapshotLocked(nanotime())
+		handedOn = o.order.TakeHeld() // their frames are in order
+		o.noteHeldLocked()
 	}
 	o.seqMu.Unlock()
 	if sh.m[o.ref.ID] == o {
@@ -296,6 +303,9 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 	}
 	sh.passivating[o.ref.ID] = o
 	sh.mu.Unlock()
+	for _, e := range handedOn { // a released permit may admit a send: after the locks
+		e.Release()
+	}
 
 	if o.ready && kr.spec.deactivate != nil {
 		func() {

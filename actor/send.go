@@ -470,10 +470,13 @@ func retryable(err error) bool { return errors.Is(err, errHostGone) || errors.Is
 // for lane room. On failure the item is released undecoded (and, if it was
 // stamped, a skip notice takes its place).
 func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inline bool) (ran bool, err error) {
-	var timer *time.Timer
+	var timer, leaving *time.Timer
 	defer func() {
 		if timer != nil {
 			timer.Stop()
+		}
+		if leaving != nil {
+			leaving.Stop()
 		}
 	}()
 	retries := 0
@@ -491,10 +494,32 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 				e.Msg = nil // sent
 				e.Release()
 				return false, nil
-			case retryable(err) && retries < 3:
+			case retryable(err):
+				// The object's host is leaving: it hands its objects on
+				// (moves or deactivates them) within moments. Look again
+				// at once a few times, then every few milliseconds, for up
+				// to SendTimeout in all.
 				h.forgetRoutes(t.obj(), true)
 				retries++
-				continue
+				if retries <= 3 {
+					continue
+				}
+				if leaving == nil {
+					leaving = time.NewTimer(h.cfg.SendTimeout)
+				}
+				wait := time.NewTimer(time.Duration(min(retries, 20)) * time.Millisecond)
+				select {
+				case <-wait.C:
+					continue
+				case <-leaving.C:
+					err = &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: "host " + p.host +
+						" owns the object and is stopping; it did not hand the object on within SendTimeout (try again)", Err: err}
+				case <-ctx.Done():
+					err = ctxErr(ctx)
+				case <-h.done:
+					err = ErrShuttingDown
+				}
+				wait.Stop()
 			}
 			h.reject(t.name(), e, rejectReason(err))
 			return false, err
