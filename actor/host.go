@@ -80,6 +80,9 @@ type Host struct {
 	movesMu       sync.Mutex
 	moves         map[relocation.MoveID]*moveDriver // guarded by movesMu
 	remote        remoteOps                         // Relocate across hosts (remotemove.go)
+	deferMu       sync.Mutex                        // guards deferred, deferClosed; a leaf
+	deferred      []deferredSend                    // handlers' sends waiting for a leaving host (send.go)
+	deferClosed   bool
 	draining      atomic.Bool
 	drainState    atomic.Int32
 	moved         atomic.Int64 // relocations completed here (either side)
@@ -459,6 +462,7 @@ func (h *Host) Close() error {
 		_ = h.server.Close()
 	}
 	h.bg.Wait()
+	h.closeDeferred() // the move ticker has stopped
 	if h.system == nil {
 		return nil
 	}

@@ -315,6 +315,7 @@ func (h *Host) moveTicker() {
 		}
 		h.clk.Store(nanotime())
 		h.expireGaps()
+		h.retryDeferred()
 		if i%40 == 0 {
 			h.pruneOrder()
 		}

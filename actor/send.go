@@ -576,6 +576,12 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 // lane limits do not apply (the permit bounds it). A relayed message
 // whose object is not here (any more) is forwarded.
 func (h *Host) admitGranted(t target, e *mailbox.Envelope, relayed bool) {
+	h.admitGrantedUntil(t, e, relayed, 0)
+}
+
+// admitGrantedUntil is admitGranted for a send that may be deferred until
+// nanotime until (0: SendTimeout from now) while its object's host leaves.
+func (h *Host) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bool, until int64) {
 	retries := 0
 	for {
 		mode := fromHandler
@@ -605,6 +611,18 @@ func (h *Host) admitGranted(t target, e *mailbox.Envelope, relayed bool) {
 				h.forgetRoutes(t.obj(), true)
 				retries++
 				continue
+			case retryable(err) && t.kr != nil:
+				// The object's host is leaving and has not handed it on
+				// yet: a handler's send cannot wait here, so it is tried
+				// again on the move ticker, for up to SendTimeout.
+				if until == 0 {
+					until = nanotime() + int64(h.cfg.SendTimeout)
+				}
+				if nanotime() < until && h.deferSend(deferredSend{t: t, e: e, until: until}) {
+					return
+				}
+				err = &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: "host " + p.host +
+					" owns the object and is stopping; it did not hand the object on within SendTimeout", Err: err}
 			}
 			h.endUnrun(nil, t.name(), e, err, RejectShuttingDown)
 			return
@@ -631,6 +649,48 @@ func (h *Host) admitGranted(t target, e *mailbox.Envelope, relayed bool) {
 			h.endUnrun(nil, t.name(), e, ErrShuttingDown, RejectShuttingDown)
 			return
 		}
+	}
+}
+
+// deferredSend is a handler's send to an object whose host is leaving,
+// waiting to be routed again (retryDeferred).
+type deferredSend struct {
+	t     target
+	e     *mailbox.Envelope
+	until int64 // nanotime; past it the send fails
+}
+
+// deferSend queues d for the move ticker; false if the host is closing.
+func (h *Host) deferSend(d deferredSend) bool {
+	h.deferMu.Lock()
+	defer h.deferMu.Unlock()
+	if h.deferClosed {
+		return false
+	}
+	h.deferred = append(h.deferred, d)
+	return true
+}
+
+// retryDeferred routes the deferred sends again, in the order they were
+// deferred (on the move ticker).
+func (h *Host) retryDeferred() {
+	h.deferMu.Lock()
+	ds := h.deferred
+	h.deferred = nil
+	h.deferMu.Unlock()
+	for _, d := range ds {
+		h.admitGrantedUntil(d.t, d.e, false, d.until)
+	}
+}
+
+// closeDeferred ends the deferred sends of a closing host.
+func (h *Host) closeDeferred() {
+	h.deferMu.Lock()
+	ds := h.deferred
+	h.deferred, h.deferClosed = nil, true
+	h.deferMu.Unlock()
+	for _, d := range ds {
+		h.endUnrun(nil, d.t.name(), d.e, ErrShuttingDown, RejectShuttingDown)
 	}
 }
 
