@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
 	"github.com/berthrt/berth/route"
@@ -178,6 +179,9 @@ func (h *Host) sendRemote(ctx context.Context, host string, t target, m *payload
 	l := h.net.linkTo(h, host)
 	if l == nil {
 		return errHostGone
+	}
+	if int64(m.Len()) > l.maxItem {
+		return mailbox.ErrTooLarge // the destination's lanes are smaller than this host's
 	}
 	if ctx != nil {
 		if err := l.waitRoom(ctx, h.cfg.SendTimeout, h.done); err != nil {

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
 )
@@ -433,10 +434,16 @@ type link struct {
 	notify   chan struct{}
 	done     chan struct{}
 	in       outbox // the destination's permit source for messages off this link
+	// maxItem is the largest message the destination admits (its
+	// application lane's byte limit, less the item overhead): what a
+	// transport's handshake tells the sender, so that a message too large
+	// for the destination is refused to its sender, not dropped there.
+	maxItem int64
 }
 
 func newLink(n *Network, from, to *Host) *link {
-	l := &link{net: n, from: from, to: to, notify: make(chan struct{}, 1), done: make(chan struct{})}
+	l := &link{net: n, from: from, to: to, notify: make(chan struct{}, 1), done: make(chan struct{}),
+		maxItem: to.cfg.ApplicationLimits.Bytes - mailbox.ItemOverhead}
 	l.in.host = to
 	to.bg.Add(1)
 	go l.run()

@@ -410,6 +410,8 @@ func rejectReason(err error) string {
 		return RejectShuttingDown
 	case errors.Is(err, context.Canceled), errors.Is(err, payload.DeadlineExceeded):
 		return RejectCancelled // the sender's context ended (ctxErr)
+	case errors.Is(err, mailbox.ErrTooLarge):
+		return RejectTooLarge // larger than the destination's lanes
 	}
 	return RejectUndeliverable
 }
