@@ -66,6 +66,16 @@
 //     source never runs the object again.
 //   - Only the target writes the new owner to the Location Store.
 //
+// Location transparency: a handler error (HandlerError), a lane limit, a
+// deadline or a cancellation looks the same to the sender whether the
+// object runs on its host or another. Host.Locate and Host.Relocate work
+// from any host (Relocate asks the owner's host). An object that no live
+// host owns activates where its kind's Placement says (PlaceLocal, the
+// sender's host, by default). Stop on a network moves objects that
+// relocate away first (unless Config.StopDeactivates), stops its peers
+// routing to it at once, and finishes in bounded time under load: their
+// new messages wait in their senders until the object is handed on.
+//
 // Not covered: messages on their way to or queued at a host that crashes
 // are lost; a sender's messages behind such a loss wait GapTimeout, then
 // run (Stats.GapsClosed); relays that arrive after the target's
