@@ -25,19 +25,30 @@ func cartKind() *actor.Kind[Cart] {
 	return carts
 }
 
+// startHosts starts hosts with the given names on one in-process Network
+// (the transport and an in-memory Location Store), each with its own
+// instance of the kind; closeAll closes them.
+func startHosts(kind func() *actor.Kind[Cart], names ...string) (hosts []*actor.Host, closeAll func()) {
+	net := actor.NewNetwork(nil)
+	for _, name := range names {
+		h, _ := actor.NewHost(actor.Config{Name: name, Network: net})
+		h.Register(kind())
+		h.Start()
+		hosts = append(hosts, h)
+	}
+	return hosts, func() {
+		for _, h := range hosts {
+			h.Close()
+		}
+	}
+}
+
 // Moving a live object to another host: its state and queued messages go
 // with it, and messages sent to the old host follow it.
 func ExampleHost_Relocate() {
 	ctx := context.Background()
-	net := actor.NewNetwork(nil) // in-process transport, in-memory Location Store
-	var hosts []*actor.Host
-	for _, name := range []string{"a", "b"} {
-		h, _ := actor.NewHost(actor.Config{Name: name, Network: net})
-		h.Register(cartKind())
-		h.Start()
-		defer h.Close()
-		hosts = append(hosts, h)
-	}
+	hosts, closeAll := startHosts(cartKind, "a", "b") // on one in-process Network
+	defer closeAll()
 	a, b := hosts[0], hosts[1]
 	cart := actor.Ref{Kind: "cart", ID: "alice"}
 	actor.Tell(ctx, a, cart, AddItem{SKU: "apple", Qty: 2}) // activates on a
@@ -56,15 +67,8 @@ func ExampleHost_Relocate() {
 // traffic continues, then the host stops.
 func ExampleHost_Drain() {
 	ctx := context.Background()
-	net := actor.NewNetwork(nil)
-	var hosts []*actor.Host
-	for _, name := range []string{"a", "b", "c"} {
-		h, _ := actor.NewHost(actor.Config{Name: name, Network: net})
-		h.Register(cartKind())
-		h.Start()
-		defer h.Close()
-		hosts = append(hosts, h)
-	}
+	hosts, closeAll := startHosts(cartKind, "a", "b", "c") // on one in-process Network
+	defer closeAll()
 	for i := 0; i < 10; i++ {
 		actor.Tell(ctx, hosts[0], actor.Ref{Kind: "cart", ID: fmt.Sprint(i)}, AddItem{SKU: "apple", Qty: 1})
 	}
@@ -84,15 +88,8 @@ func ExampleHost_Drain() {
 // Finding where an object lives, from any host.
 func ExampleHost_Locate() {
 	ctx := context.Background()
-	net := actor.NewNetwork(nil)
-	var hosts []*actor.Host
-	for _, name := range []string{"a", "b"} {
-		h, _ := actor.NewHost(actor.Config{Name: name, Network: net})
-		h.Register(cartKind())
-		h.Start()
-		defer h.Close()
-		hosts = append(hosts, h)
-	}
+	hosts, closeAll := startHosts(cartKind, "a", "b") // on one in-process Network
+	defer closeAll()
 	a, b := hosts[0], hosts[1]
 	cart := actor.Ref{Kind: "cart", ID: "alice"}
 	_, err := a.Locate(ctx, cart)
@@ -113,15 +110,8 @@ func ExampleHost_Locate() {
 // the object.
 func ExampleHost_Relocate_fromAnyHost() {
 	ctx := context.Background()
-	net := actor.NewNetwork(nil)
-	var hosts []*actor.Host
-	for _, name := range []string{"a", "b", "c"} {
-		h, _ := actor.NewHost(actor.Config{Name: name, Network: net})
-		h.Register(cartKind())
-		h.Start()
-		defer h.Close()
-		hosts = append(hosts, h)
-	}
+	hosts, closeAll := startHosts(cartKind, "a", "b", "c") // on one in-process Network
+	defer closeAll()
 	a, c := hosts[0], hosts[2]
 	cart := actor.Ref{Kind: "cart", ID: "alice"}
 	actor.Tell(ctx, a, cart, AddItem{SKU: "apple", Qty: 2}) // activates on a
@@ -141,17 +131,13 @@ func ExampleHost_Relocate_fromAnyHost() {
 // spreads them by id, and every host picks the same owner.
 func ExampleKind_SetPlacement() {
 	ctx := context.Background()
-	net := actor.NewNetwork(nil)
-	var hosts []*actor.Host
-	for _, name := range []string{"a", "b", "c"} {
+	hashedCarts := func() *actor.Kind[Cart] {
 		carts := cartKind()
-		carts.SetPlacement(actor.PlaceHashed) // on every host
-		h, _ := actor.NewHost(actor.Config{Name: name, Network: net})
-		h.Register(carts)
-		h.Start()
-		defer h.Close()
-		hosts = append(hosts, h)
+		carts.SetPlacement(actor.PlaceHashed) // the same on every host
+		return carts
 	}
+	hosts, closeAll := startHosts(hashedCarts, "a", "b", "c")
+	defer closeAll()
 	owners := map[string]bool{}
 	for i := 0; i < 30; i++ {
 		cart := actor.Ref{Kind: "cart", ID: fmt.Sprint("user-", i)}
