@@ -514,8 +514,7 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 				case <-wait.C:
 					continue
 				case <-leaving.C:
-					err = &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: "host " + p.host +
-						" owns the object and is stopping; it did not hand the object on within SendTimeout (try again)", Err: err}
+					err = notHandedOn(p.host, err)
 				case <-ctx.Done():
 					err = ctxErr(ctx)
 				case <-h.done:
@@ -623,8 +622,7 @@ func (h *Host) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bool, un
 				if nanotime() < until && h.deferSend(deferredSend{t: t, e: e, until: until}) {
 					return
 				}
-				err = &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: "host " + p.host +
-					" owns the object and is stopping; it did not hand the object on within SendTimeout", Err: err}
+				err = notHandedOn(p.host, err)
 			}
 			h.endUnrun(nil, t.name(), e, err, RejectShuttingDown)
 			return
@@ -652,6 +650,13 @@ func (h *Host) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bool, un
 			return
 		}
 	}
+}
+
+// notHandedOn is the error of a send that waited SendTimeout in vain for
+// the leaving (or unreachable) host that owns its object to hand it on.
+func notHandedOn(host string, err error) error {
+	return &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: "host " + host +
+		", which owns the object, is leaving or unreachable and did not hand it on within SendTimeout (try again)", Err: err}
 }
 
 // deferredSend is a handler's send to an object whose host is leaving,
