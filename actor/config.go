@@ -72,9 +72,9 @@ type Config struct {
 	Codecs []CodecRegistration
 	// Observer receives the host's events (see package metrics). Nil: none.
 	Observer Observer
-	// MetricsAddr, if set and Observer implements http.Handler (as
-	// metrics.Metrics does), serves it at /metrics on this address while
-	// the host runs.
+	// MetricsAddr, if set and Observer is a MetricsServer (as
+	// metrics.Metrics is), serves it at /metrics on this address while the
+	// host runs.
 	MetricsAddr string
 	// OnPayloadRelease, if set, observes every final release of a payload
 	// buffer of this host (tests and diagnostics).

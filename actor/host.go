@@ -5,8 +5,6 @@ import (
 	"errors"
 	"hash/maphash"
 	"log/slog"
-	"net"
-	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -99,8 +97,8 @@ type Host struct {
 	droppedMsgs   atomic.Int64
 	bouncedMsgs   atomic.Int64
 
-	server      *http.Server
-	metricsAddr string // the /metrics listener address
+	stopMetrics func() error // ends the /metrics server (MetricsServer)
+	metricsAddr string       // the /metrics listener address
 	seed        maphash.Seed
 }
 
@@ -458,8 +456,8 @@ func (h *Host) Close() error {
 	}
 	close(h.done)
 	close(h.bgStop)
-	if h.server != nil {
-		_ = h.server.Close()
+	if h.stopMetrics != nil {
+		_ = h.stopMetrics()
 	}
 	h.bg.Wait()
 	h.closeDeferred() // the move ticker has stopped
@@ -594,25 +592,25 @@ func (h *Host) janitor() {
 	}
 }
 
+// MetricsServer is an Observer that serves itself over HTTP, for
+// Config.MetricsAddr (metrics.Metrics is one). ServeMetrics starts serving
+// at addr and returns the bound address (with the port chosen for port 0)
+// and a stop function that ends the server and waits for its goroutines.
+type MetricsServer interface {
+	ServeMetrics(addr string) (bound string, stop func() error, err error)
+}
+
 func (h *Host) serveMetrics() error {
-	handler, ok := h.obs.(http.Handler)
+	srv, ok := h.obs.(MetricsServer)
 	if !ok {
 		return payload.NewError(payload.NotConfigured, "actor.Host.Start",
 			"Config.MetricsAddr is set but Config.Observer does not serve HTTP (use metrics.New)")
 	}
-	ln, err := net.Listen("tcp", h.cfg.MetricsAddr)
+	bound, stop, err := srv.ServeMetrics(h.cfg.MetricsAddr)
 	if err != nil {
 		return &payload.Error{Kind: payload.Unavailable, Op: "actor.Host.Start", Detail: "Config.MetricsAddr", Err: err}
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", handler)
-	h.server = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	h.metricsAddr = ln.Addr().String()
-	h.bg.Add(1)
-	go func() {
-		defer h.bg.Done()
-		_ = h.server.Serve(ln)
-	}()
+	h.metricsAddr, h.stopMetrics = bound, stop
 	return nil
 }
 

@@ -7,6 +7,7 @@ package metrics
 // takes the newer release rather than pinning the old one.
 
 import (
+	"net"
 	"net/http"
 	"time"
 
@@ -154,6 +155,33 @@ func New(reg prometheus.Registerer) *Metrics {
 // formats, or responds 500 if that Registerer is not a Gatherer (see New).
 func (m *Metrics) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.handler.ServeHTTP(w, r)
+}
+
+var _ actor.MetricsServer = (*Metrics)(nil)
+
+// ServeMetrics serves m at /metrics on addr until stop is called (the
+// actor.MetricsServer a host uses for Config.MetricsAddr). It returns the
+// bound address — with the port chosen when addr asks for port 0. stop
+// closes the listener and open connections and returns once the server's
+// goroutine has ended.
+func (m *Metrics) ServeMetrics(addr string) (bound string, stop func() error, err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", m)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln) // returns http.ErrServerClosed after stop
+	}()
+	return ln.Addr().String(), func() error {
+		err := srv.Close()
+		<-done
+		return err
+	}, nil
 }
 
 // Attach adds host's gauges to the scrape-time series, labelled
