@@ -200,9 +200,6 @@ func (h *Host) Start() error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	if _, taken := hosts.LoadOrStore(h.name, h); taken {
-		return payload.NewError(payload.AlreadyExists, "actor.Host.Start", "another running host in this process is named "+h.name)
-	}
 	h.net = h.cfg.Network
 	if h.net != nil {
 		h.origin = h.name
@@ -214,18 +211,18 @@ func (h *Host) Start() error {
 	h.clk.Store(nanotime())
 	h.initOrder()
 	if err := h.renewLease(); err != nil {
-		hosts.Delete(h.name)
 		return err
-	}
-	if h.net != nil {
-		if err := h.net.join(h); err != nil {
-			hosts.Delete(h.name)
-			return err
-		}
 	}
 	if h.cfg.MetricsAddr != "" {
 		if err := h.serveMetrics(); err != nil {
-			hosts.Delete(h.name)
+			return err
+		}
+	}
+	if h.net != nil {
+		if err := h.net.join(h); err != nil {
+			if h.stopMetrics != nil {
+				_ = h.stopMetrics()
+			}
 			return err
 		}
 	}
@@ -487,7 +484,6 @@ func (h *Host) Close() error {
 		time.Sleep(100 * time.Microsecond)
 	}
 	h.system.Shutdown()
-	hosts.CompareAndDelete(h.name, h)
 	return nil
 }
 

@@ -317,10 +317,6 @@ func replyWith[R any](c *Context, r R) error {
 	return nil
 }
 
-// hosts maps host names to running hosts in this process, for replies
-// between them.
-var hosts sync.Map
-
 // routeReply delivers a reply to the asker's host. Replies take no permit.
 func (h *Host) routeReply(route []byte, op payload.OpID, r reply) {
 	if string(route) == h.name {
@@ -344,10 +340,8 @@ func (h *Host) routeReply(route []byte, op payload.OpID, r reply) {
 			return
 		}
 	}
-	if v, ok := hosts.Load(string(route)); ok {
-		v.(*Host).requests.complete(op, r)
-		return
-	}
+	// The asker's host is not reachable from here (it left the network):
+	// nobody there waits for this reply any more.
 	h.log.Warn("reply route unknown; reply dropped", "route", string(route))
 	if !r.buf.IsZero() {
 		r.buf.Release()

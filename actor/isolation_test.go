@@ -1,0 +1,82 @@
+package actor
+
+import (
+	"fmt"
+	"testing"
+)
+
+// Hosts share no package-level mutable state: two independent groups of
+// hosts with the same names run side by side in one process (in parallel)
+// without a message, reply or move of one reaching the other.
+func TestHostGroupsInOneProcessShareNoState(t *testing.T) {
+	t.Run("groups", func(t *testing.T) {
+		for g := 0; g < 2; g++ {
+			t.Run(fmt.Sprint("group-", g), func(t *testing.T) {
+				t.Parallel()
+				hostGroup(t, g)
+			})
+		}
+	})
+	checkNoHostGoroutines(t) // after both groups closed their hosts
+}
+
+func hostGroup(t *testing.T, g int) {
+	n := NewNetwork(nil)
+	var hs []*Host
+	for _, name := range []string{"a", "b"} { // the same names in both groups
+		h, err := NewHost(Config{Name: name, Network: n, Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Register(seqKind())
+		if err := h.Start(); err != nil {
+			t.Fatalf("group %d: starting host %s: %v", g, name, err)
+		}
+		defer h.Close()
+		hs = append(hs, h)
+	}
+	const objects, rounds = 8, 40
+	base := 1000 * (g + 1) // each group's own numbers
+	for r := 0; r < rounds; r++ {
+		for i := 0; i < objects; i++ {
+			ref := Ref{"seq", itoa(i)}
+			if err := Tell(bg, hs[r%2], ref, SeqMsg{Seq: base + r}); err != nil {
+				t.Fatal(err)
+			}
+			if r%10 == 9 { // move it to the other host, asked from either
+				loc, err := hs[0].Locate(bg, ref)
+				if err != nil {
+					t.Fatal(err)
+				}
+				to := "a"
+				if loc.Host == "a" {
+					to = "b"
+				}
+				if err := hs[r%2].Relocate(bg, ref, to); err != nil {
+					t.Fatalf("group %d: relocate %v to %s: %v", g, ref, to, err)
+				}
+			}
+		}
+	}
+	for i := 0; i < objects; i++ {
+		got, err := Ask[GetSeqs, []int](bg, hs[1], Ref{"seq", itoa(i)}, GetSeqs{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Exactly the group's own messages, each once, in order per
+		// sending host (a sent the even rounds, b the odd ones).
+		seen, last := map[int]bool{}, [2]int{-1, -1}
+		ok := len(got) == rounds
+		for _, v := range got {
+			r := v - base
+			if r < 0 || r >= rounds || seen[r] || r <= last[r%2] {
+				ok = false
+				break
+			}
+			seen[r], last[r%2] = true, r
+		}
+		if !ok {
+			t.Fatalf("group %d: object %d ran %v; want %d..%d once each, its own group's only, in order per sender", g, i, got, base, base+rounds-1)
+		}
+	}
+}
