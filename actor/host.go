@@ -210,18 +210,23 @@ func (h *Host) Start() error {
 	h.leaseGen = uint64(time.Now().UnixNano())
 	h.clk.Store(nanotime())
 	h.initOrder()
+	// The name is checked (join) before the lease is taken: a second host
+	// of a name must not renew the first one's lease.
+	if h.net != nil {
+		if err := h.net.join(h); err != nil {
+			return err
+		}
+	}
 	if err := h.renewLease(); err != nil {
+		if h.net != nil {
+			h.net.leave(h)
+		}
 		return err
 	}
 	if h.cfg.MetricsAddr != "" {
 		if err := h.serveMetrics(); err != nil {
-			return err
-		}
-	}
-	if h.net != nil {
-		if err := h.net.join(h); err != nil {
-			if h.stopMetrics != nil {
-				_ = h.stopMetrics()
+			if h.net != nil {
+				h.net.leave(h)
 			}
 			return err
 		}

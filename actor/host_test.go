@@ -314,10 +314,23 @@ func TestTwoHostsInOneProcessAreIndependent(t *testing.T) {
 	if na != 1 || nb != 2 {
 		t.Fatalf("a=%d b=%d", na, nb)
 	}
-	dup, _ := NewHost(Config{Name: "a"})
+	// Names identify hosts on a network, not in a process: a standalone
+	// host of the same name is independent too, while a second host of the
+	// same name on one network is refused.
+	twin := startHost(t, Config{Name: "a"}, counterKind(newGates()))
+	if n, err := Ask[Get, int](bg, twin, Ref{"counter", "x"}, Get{}); err != nil || n != 0 {
+		t.Fatalf("a second standalone host named a sees %d, %v; want its own object (0)", n, err)
+	}
+	net := NewNetwork(nil)
+	first := startHost(t, Config{Name: "a", Network: net}, counterKind(newGates()))
+	lease, _, _ := net.Store().Lease(bg, "a")
+	dup, _ := NewHost(Config{Name: "a", Network: net})
 	defer dup.Close()
 	if err := dup.Start(); !errors.Is(err, payload.AlreadyExists) {
-		t.Fatalf("second host named a = %v", err)
+		t.Fatalf("second host named a on one network = %v, want AlreadyExists", err)
+	}
+	if now, _, _ := net.Store().Lease(bg, "a"); now.Gen != lease.Gen || now.Gen != first.leaseGen {
+		t.Fatalf("the refused host took over the lease of the running one (generation %d, was %d)", now.Gen, lease.Gen)
 	}
 }
 
