@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -575,6 +576,11 @@ func (d *moveDriver) capture() (relocation.MoveRecord, error) {
 	}
 	rec.Queue = frames(d.captured)
 	rec.Extra = extra
+	if n := rec.EncodedLen(); n > relocation.MaxMoveRecord {
+		// Not an error of the state's kind: the move cannot carry it.
+		return rec, payload.NewError(payload.CapacityExceeded, "actor.Host.Relocate",
+			"the move record of "+d.obj.String()+" would be "+strconv.Itoa(n)+" bytes, more than a move carries (4 GiB)")
+	}
 	d.h.captured.Add(int64(len(rec.Queue)))
 	return rec, nil
 }

@@ -3,6 +3,7 @@ package relocation
 import (
 	"encoding/binary"
 	"hash/crc32"
+	"math"
 	"strconv"
 
 	"github.com/berthrt/berth/payload"
@@ -143,6 +144,23 @@ type MoveRecord struct {
 	// Extra is the driver's own data about the object (opaque here),
 	// restored with it; for berth's hosts, the object's fence state.
 	Extra []byte
+}
+
+// MaxMoveRecord is the largest move record a move can carry: its
+// lengths are 32-bit.
+const MaxMoveRecord = math.MaxUint32
+
+// EncodedLen returns the length of the record's encoding; a record longer
+// than MaxMoveRecord cannot move (the source refuses to capture it).
+func (m *MoveRecord) EncodedLen() int {
+	n := 8 + len(m.State)
+	for _, f := range m.Queue {
+		n += 4 + len(f)
+	}
+	if len(m.Extra) > 0 {
+		n += 4 + len(m.Extra)
+	}
+	return n
 }
 
 // Encode appends the record's encoding to dst: the state length and bytes,

@@ -71,3 +71,11 @@ func FuzzDecodeMoveRecord(f *testing.F) {
 		}
 	})
 }
+
+func TestMoveRecordEncodedLenIsTheEncodingsLength(t *testing.T) {
+	for _, m := range []MoveRecord{{}, {State: []byte("s")}, {Queue: [][]byte{[]byte("a"), nil}, Extra: []byte("xy")}, {State: make([]byte, 100), Queue: [][]byte{make([]byte, 7)}}} {
+		if got, want := m.EncodedLen(), len(m.Encode(nil)); got != want {
+			t.Errorf("EncodedLen of %+v = %d, want %d", m, got, want)
+		}
+	}
+}
