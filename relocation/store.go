@@ -131,8 +131,9 @@ type Store interface {
 }
 
 // MemoryStore is the in-memory Location Store, the embedded default for
-// hosts in one process. Its clock can be replaced for tests. Safe for
-// concurrent use.
+// hosts in one process. Its clock can be replaced for tests. A call whose
+// context is done fails with the context's error and changes nothing (as
+// a networked store's would). Safe for concurrent use.
 type MemoryStore struct {
 	mu     sync.Mutex
 	rows   map[Object]Row
@@ -154,7 +155,10 @@ func (s *MemoryStore) liveLocked(host string) (Lease, bool) {
 }
 
 // Get implements Store.
-func (s *MemoryStore) Get(_ context.Context, obj Object) (Row, error) {
+func (s *MemoryStore) Get(ctx context.Context, obj Object) (Row, error) {
+	if err := ctx.Err(); err != nil {
+		return Row{}, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.rows[obj]
@@ -165,7 +169,10 @@ func (s *MemoryStore) Get(_ context.Context, obj Object) (Row, error) {
 }
 
 // Reserve implements Store.
-func (s *MemoryStore) Reserve(_ context.Context, obj Object, host string) (Row, error) {
+func (s *MemoryStore) Reserve(ctx context.Context, obj Object, host string) (Row, error) {
+	if err := ctx.Err(); err != nil {
+		return Row{}, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l, live := s.liveLocked(host)
@@ -208,7 +215,10 @@ func (s *MemoryStore) checkLocked(obj Object, expect Ownership) (Row, error) {
 }
 
 // Commit implements Store.
-func (s *MemoryStore) Commit(_ context.Context, obj Object, expect Ownership) (Row, error) {
+func (s *MemoryStore) Commit(ctx context.Context, obj Object, expect Ownership) (Row, error) {
+	if err := ctx.Err(); err != nil {
+		return Row{}, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, err := s.checkLocked(obj, expect)
@@ -225,7 +235,10 @@ func (s *MemoryStore) Commit(_ context.Context, obj Object, expect Ownership) (R
 }
 
 // NewOwner implements Store.
-func (s *MemoryStore) NewOwner(_ context.Context, obj Object, expect Ownership, newHost string) (Row, error) {
+func (s *MemoryStore) NewOwner(ctx context.Context, obj Object, expect Ownership, newHost string) (Row, error) {
+	if err := ctx.Err(); err != nil {
+		return Row{}, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l, live := s.liveLocked(newHost)
@@ -245,7 +258,10 @@ func (s *MemoryStore) NewOwner(_ context.Context, obj Object, expect Ownership, 
 }
 
 // Preserve implements Store.
-func (s *MemoryStore) Preserve(_ context.Context, obj Object, expect Ownership, order []byte) (Row, error) {
+func (s *MemoryStore) Preserve(ctx context.Context, obj Object, expect Ownership, order []byte) (Row, error) {
+	if err := ctx.Err(); err != nil {
+		return Row{}, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, err := s.checkLocked(obj, expect)
@@ -260,7 +276,10 @@ func (s *MemoryStore) Preserve(_ context.Context, obj Object, expect Ownership, 
 }
 
 // Delete implements Store.
-func (s *MemoryStore) Delete(_ context.Context, obj Object, expect Ownership) error {
+func (s *MemoryStore) Delete(ctx context.Context, obj Object, expect Ownership) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, err := s.checkLocked(obj, expect); err != nil {
@@ -271,7 +290,10 @@ func (s *MemoryStore) Delete(_ context.Context, obj Object, expect Ownership) er
 }
 
 // RenewLease implements Store.
-func (s *MemoryStore) RenewLease(_ context.Context, host string, gen uint64) (Lease, error) {
+func (s *MemoryStore) RenewLease(ctx context.Context, host string, gen uint64) (Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return Lease{}, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l, ok := s.leases[host]; ok && l.Gen > gen {
@@ -283,7 +305,10 @@ func (s *MemoryStore) RenewLease(_ context.Context, host string, gen uint64) (Le
 }
 
 // Lease implements Store.
-func (s *MemoryStore) Lease(_ context.Context, host string) (Lease, bool, error) {
+func (s *MemoryStore) Lease(ctx context.Context, host string) (Lease, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return Lease{}, false, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l, ok := s.leases[host]
