@@ -1,0 +1,223 @@
+package membership_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berthrt/berth/internal/testutil"
+	"github.com/berthrt/berth/membership"
+	"github.com/berthrt/berth/membership/membershiptest"
+	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/relocation"
+)
+
+// fakeClock is a clock tests step by hand. Safe for concurrent use.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock(start time.Time) *fakeClock { return &fakeClock{now: start} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+var epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// newTestMemory returns a Memory on a fake clock with a small watch
+// backlog and a fast sweep, closed when t ends.
+func newTestMemory(t *testing.T, ttl time.Duration, buf int) (*membership.Memory, *fakeClock) {
+	clk := newFakeClock(epoch)
+	m := membership.NewMemory(membership.Options{Now: clk.Now, TTL: ttl, SweepEvery: time.Millisecond, WatchBuffer: buf})
+	t.Cleanup(m.Close)
+	return m, clk
+}
+
+func TestMemoryConformance(t *testing.T) {
+	const ttl = 10 * time.Second
+	membershiptest.Run(t, membershiptest.Harness{
+		New: func(t *testing.T) (membership.Membership, func(time.Duration)) {
+			m, clk := newTestMemory(t, ttl, 8)
+			return m, clk.Advance
+		},
+		TTL: ttl,
+	})
+}
+
+func TestMemoryConformanceDefaultBuffer(t *testing.T) {
+	const ttl = time.Minute
+	membershiptest.Run(t, membershiptest.Harness{
+		New: func(t *testing.T) (membership.Membership, func(time.Duration)) {
+			m, clk := newTestMemory(t, ttl, 0)
+			return m, clk.Advance
+		},
+		TTL: ttl,
+	})
+}
+
+// The lease timing agrees with the Location Store's (DESIGN §8).
+func TestDefaultsMatchTheLocationStore(t *testing.T) {
+	if membership.DefaultTTL != relocation.LeaseTTL || membership.DefaultRenew != relocation.LeaseRenew {
+		t.Fatalf("membership TTL/renew %v/%v, relocation %v/%v",
+			membership.DefaultTTL, membership.DefaultRenew, relocation.LeaseTTL, relocation.LeaseRenew)
+	}
+	if membership.DefaultMargin >= membership.DefaultTTL-membership.DefaultRenew {
+		t.Fatalf("DefaultMargin %v leaves no time for a renewal", membership.DefaultMargin)
+	}
+}
+
+// A watcher that is not reading is told, by one Sync, how many changes it
+// missed, and gets the list as it is.
+func TestMemorySlowWatcherGetsOneSyncWithDropped(t *testing.T) {
+	m, _ := newTestMemory(t, time.Minute, 4)
+	ctx := context.Background()
+	ch, err := m.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := <-ch; ev.Type != membership.Sync || len(ev.Members) != 0 {
+		t.Fatalf("first event %+v", ev)
+	}
+	const joins = 20
+	for i := range joins {
+		if _, err := m.Join(ctx, membership.Member{Name: string(rune('a' + i)), LeaseGen: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The watcher gets the one item already in the pump's hand (an event,
+	// or a Sync from an earlier overflow), then one Sync, then at most a
+	// backlog of events; every change is either delivered or counted in a
+	// Sync.
+	delivered, dropped, syncs := 0, 0, 0
+	var last membership.Event
+	for last.Rev != joins {
+		select {
+		case last = <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("stuck at rev %d after %d events", last.Rev, delivered)
+		}
+		if last.Type == membership.Sync {
+			syncs++
+			dropped += last.Dropped
+		} else {
+			delivered++
+		}
+	}
+	if syncs < 1 || syncs > 2 || delivered > 1+4 || delivered+dropped != joins {
+		t.Fatalf("got %d events and %d Syncs dropping %d; want 1 or 2 Syncs, at most 5 events, %d in all", delivered, syncs, dropped, joins)
+	}
+	// Later changes follow the Sync as usual.
+	if err := m.Leave(ctx, "a", 1); err != nil {
+		t.Fatal(err)
+	}
+	if ev := <-ch; ev.Type != membership.Left || ev.Member.Name != "a" || ev.Rev != joins+1 {
+		t.Fatalf("event after the Sync: %+v", ev)
+	}
+}
+
+// Expiry is judged by the store's clock: the lease runs out exactly TTL
+// after the store handled the last renewal.
+func TestMemoryExpiryAtTheDeadline(t *testing.T) {
+	const ttl = 10 * time.Second
+	m, clk := newTestMemory(t, ttl, 0)
+	ctx := context.Background()
+	if _, err := m.Join(ctx, membership.Member{Name: "a", LeaseGen: 1}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(ttl - time.Nanosecond)
+	if list, _ := m.Members(ctx); len(list) != 1 {
+		t.Fatalf("listed %d members 1 ns before the deadline", len(list))
+	}
+	clk.Advance(time.Nanosecond)
+	if list, _ := m.Members(ctx); len(list) != 0 {
+		t.Fatalf("listed %d members at the deadline", len(list))
+	}
+}
+
+// Expire reports the expiry at once.
+func TestMemoryExpire(t *testing.T) {
+	m, _ := newTestMemory(t, time.Minute, 0)
+	ctx := context.Background()
+	if _, err := m.Join(ctx, membership.Member{Name: "a", LeaseGen: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ch, _ := m.Watch(ctx)
+	<-ch
+	m.Expire("a")
+	m.Expire("nobody")
+	if ev := <-ch; ev.Type != membership.Expired || ev.Member.Name != "a" {
+		t.Fatalf("event after Expire: %+v", ev)
+	}
+	if _, err := m.Renew(ctx, "a", 1); !errors.Is(err, membership.ErrLeaseExpired) {
+		t.Fatalf("Renew after Expire: %v", err)
+	}
+}
+
+// Close ends every watch and every later call, and leaves no goroutine.
+func TestMemoryClose(t *testing.T) {
+	clk := newFakeClock(epoch)
+	m := membership.NewMemory(membership.Options{Now: clk.Now})
+	ctx := context.Background()
+	if _, err := m.Join(ctx, membership.Member{Name: "a", LeaseGen: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ch, _ := m.Watch(ctx)
+	m.Close()
+	m.Close()
+	for range ch { // the Sync may or may not come; the channel closes
+	}
+	if _, err := m.Members(ctx); !errors.Is(err, membership.ErrClosed) || !errors.Is(err, payload.ShuttingDown) {
+		t.Fatalf("Members after Close: %v", err)
+	}
+	if _, err := m.Watch(ctx); !errors.Is(err, membership.ErrClosed) {
+		t.Fatalf("Watch after Close: %v", err)
+	}
+	testutil.CheckNoGoroutines(t)
+}
+
+func TestNewMemoryPanicsOnNegativeOptions(t *testing.T) {
+	for _, o := range []membership.Options{{TTL: -1}, {SweepEvery: -1}, {WatchBuffer: -1}} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("NewMemory(%+v) did not panic", o)
+				}
+			}()
+			membership.NewMemory(o).Close()
+		}()
+	}
+}
+
+func TestStateAndEventNames(t *testing.T) {
+	for s, want := range map[membership.State]string{
+		membership.Serving: "serving", membership.Draining: "draining", membership.Gone: "gone", 0: "state(0)",
+	} {
+		if s.String() != want {
+			t.Errorf("State(%d).String() = %q, want %q", s, s.String(), want)
+		}
+	}
+	for e, want := range map[membership.EventType]string{
+		membership.Sync: "sync", membership.Joined: "joined", membership.StateChanged: "state changed",
+		membership.Left: "left", membership.Expired: "expired", 0: "event(0)",
+	} {
+		if e.String() != want {
+			t.Errorf("EventType(%d).String() = %q, want %q", e, e.String(), want)
+		}
+	}
+	err := &membership.GenerationError{Op: "Renew", Name: "a", Gen: 1, Current: 2}
+	if got := err.Error(); got != "membership.Renew: rejected: a generation 1 is not current (current 2)" {
+		t.Errorf("GenerationError.Error() = %q", got)
+	}
+}
