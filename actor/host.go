@@ -268,15 +268,25 @@ func (h *Host) Start() error {
 	return nil
 }
 
-// renewLease renews this run's lease in the Location Store.
+// leaseMargin is how much earlier than its lease's end, counted from the
+// renewal's local send time, a host stops starting turns.
+const leaseMargin = time.Second
+
+// renewLease renews this run's lease in the Location Store. The host's own
+// deadline follows the local-time rule (membership.LocalLease): the send
+// time of the renewal + LeaseTTL − leaseMargin, by this machine's clock —
+// never the deadline the store computed on its clock, and a slow answer
+// can only shorten it.
 func (h *Host) renewLease() error {
 	ctx, cancel := h.storeContext()
 	defer cancel()
-	l, err := h.store.RenewLease(ctx, h.name, h.leaseGen)
-	if err != nil {
+	sent := time.Now()
+	if _, err := h.store.RenewLease(ctx, h.name, h.leaseGen); err != nil {
 		return &payload.Error{Kind: payload.Unavailable, Op: "actor.Host", Detail: "cannot renew the host lease", Err: err}
 	}
-	h.leaseDeadline.Store(l.Deadline.UnixNano())
+	if dl := sent.Add(relocation.LeaseTTL - leaseMargin).UnixNano(); dl > h.leaseDeadline.Load() {
+		h.leaseDeadline.Store(dl) // renewals run one at a time; never moved back
+	}
 	return nil
 }
 

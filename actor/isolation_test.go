@@ -3,6 +3,9 @@ package actor
 import (
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/berthrt/berth/relocation"
 )
 
 // Hosts share no package-level mutable state: two independent groups of
@@ -78,5 +81,27 @@ func hostGroup(t *testing.T, g int) {
 		if !ok {
 			t.Fatalf("group %d: object %d ran %v; want %d..%d once each, its own group's only, in order per sender", g, i, got, base, base+rounds-1)
 		}
+	}
+}
+
+// A host dates its lease from the local send time of its renewal, never
+// from the deadline the store computed on its own clock: a store whose
+// clock is an hour behind does not make the host think its lease ran out
+// (it would refuse every turn), nor does one an hour ahead let it run
+// turns past its real lease.
+func TestHostLeaseFollowsTheLocalTimeRule(t *testing.T) {
+	for _, skew := range []time.Duration{-time.Hour, time.Hour} {
+		t.Run(fmt.Sprint("store clock ", skew), func(t *testing.T) {
+			store := relocation.NewMemoryStore(func() time.Time { return time.Now().Add(skew) })
+			sent := time.Now()
+			h := startHost(t, Config{Network: NewNetwork(store), Logger: quietLogger()}, counterKind(newGates()))
+			if _, err := Ask[Get, int](bg, h, Ref{"counter", "x"}, Get{}); err != nil {
+				t.Fatalf("a turn with the store's clock off by %v: %v", skew, err)
+			}
+			dl := time.Unix(0, h.leaseDeadline.Load())
+			if max := sent.Add(relocation.LeaseTTL); dl.After(time.Now().Add(relocation.LeaseTTL)) || dl.Before(sent) || dl.After(max) {
+				t.Fatalf("lease deadline %v: want the local send time + TTL − margin (about %v)", dl, max.Add(-leaseMargin))
+			}
+		})
 	}
 }
