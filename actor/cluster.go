@@ -198,16 +198,40 @@ func (h *Host) sendRemote(ctx context.Context, host string, t target, m *payload
 func (h *Host) receive(l *link, it linkItem) {
 	switch {
 	case it.hint != nil:
-		h.hint(it.obj, it.hint.host, it.hint.gen)
+		obj, hint, err := decodeHint(it.hint)
+		if err != nil {
+			h.malformedItem(l.from.name, err)
+			return
+		}
+		h.hint(obj, hint.host, hint.gen)
 	case it.ctl != nil:
-		h.onControl(l.from.name, it.ctl)
+		ctl, err := decodeControl(it.ctl)
+		if err != nil {
+			h.malformedItem(l.from.name, err)
+			return
+		}
+		h.onControl(l.from.name, ctl)
 	case it.rec != nil:
-		h.onRecord(l.from.name, it.obj, it.rec)
+		obj, rec, err := relocation.DecodeRecord(it.rec)
+		if err != nil {
+			h.malformedItem(l.from.name, err)
+			return
+		}
+		h.onRecord(l.from.name, obj, rec)
 	case it.bounce:
 		h.onBounce(it.buf)
 	default:
 		h.onFrame(l, it.buf)
 	}
+}
+
+// malformedItem drops an item off a link that does not decode (counted as
+// a protocol rejection). A lost hint is advice; a lost record is recovered
+// by the relocation protocol; a lost control item ends its Relocate by the
+// caller's deadline.
+func (h *Host) malformedItem(from string, err error) {
+	h.obs.Rejected("", RejectProtocol)
+	h.log.Warn("malformed item from a link dropped", "from", from, "err", err)
 }
 
 // bounced takes back a frame this host sent that its destination left
@@ -479,7 +503,7 @@ func (h *Host) onBounce(buf payload.Buffer) {
 // gen.
 func (h *Host) sendHint(to string, obj relocation.Object, at string, gen uint64) {
 	if l := h.net.linkTo(h, to); l != nil {
-		_ = l.send(linkItem{obj: obj, hint: &routeHint{host: at, gen: gen}})
+		l.sendHint(obj, routeHint{host: at, gen: gen})
 	}
 }
 

@@ -298,7 +298,7 @@ func (h *Host) sendRecords(to string, obj relocation.Object, recs ...relocation.
 		return true
 	}
 	for _, r := range recs {
-		_ = l.send(linkItem{rec: r, obj: obj})
+		l.sendRecord(obj, r)
 	}
 	return false
 }

@@ -405,14 +405,16 @@ func (n *Network) Kill(name string) {
 	}
 }
 
-// linkItem is one thing on a link.
+// linkItem is one thing on a link. Everything but frames crosses as
+// bytes, encoded by the sender and decoded by the receiver, as over a real
+// transport: relocation records (relocation.AppendRecord), route hints and
+// control items (wireitems.go).
 type linkItem struct {
-	buf    payload.Buffer    // a frame: message or reply (ownership moves)
-	bounce bool              // the frame goes back to its origin (onBounce)
-	rec    relocation.Record // or a relocation record
-	obj    relocation.Object // the object a record or hint is about
-	hint   *routeHint        // or a route hint
-	ctl    any               // or a relocate request, answer or cancel (remotemove.go)
+	buf    payload.Buffer // a frame: message or reply (ownership moves)
+	bounce bool           // the frame goes back to its origin (onBounce)
+	rec    []byte         // or a relocation record, with its object
+	hint   []byte         // or a route hint
+	ctl    []byte         // or a relocate request, answer or cancel (remotemove.go)
 }
 
 // link is the ordered link from one host to another. Its receive goroutine
@@ -450,50 +452,46 @@ func newLink(n *Network, from, to *Host) *link {
 	return l
 }
 
-// send queues it for delivery. A frame the link refuses stays the
-// caller's (refusalLocked's error). A record on a broken or closed link,
-// or one the record hook refuses, is dropped, as is a hint on a closed
-// link: the relocation protocol recovers, and hints are advice.
-func (l *link) send(it linkItem) error {
-	if it.rec != nil {
-		if l.broken.Load() {
-			return nil // lost; the relocation protocol recovers
-		}
-		if hook := l.net.recordHook.Load(); hook != nil && !(*hook)(l.from.name, l.to.name, it.rec) {
-			return nil
-		}
+// sendRecord queues a relocation record about obj. A record on a broken
+// or closed link, or one the record hook refuses, is lost: the relocation
+// protocol recovers.
+func (l *link) sendRecord(obj relocation.Object, rec relocation.Record) {
+	if l.broken.Load() {
+		return
 	}
-	l.mu.Lock()
-	var err error
-	if it.buf.IsZero() {
-		if l.closed {
-			err = errLinkDown
-		}
-	} else {
-		err = l.refusalLocked()
+	if hook := l.net.recordHook.Load(); hook != nil && !(*hook)(l.from.name, l.to.name, rec) {
+		return
 	}
-	if err != nil {
-		l.mu.Unlock()
-		if it.buf.IsZero() {
-			return nil // a record or hint: dropped
-		}
-		return err
-	}
-	l.items = append(l.items, it)
-	l.mu.Unlock()
-	l.wake()
-	return nil
+	l.sendBytes(linkItem{rec: relocation.AppendRecord(nil, obj, rec)})
+}
+
+// sendHint queues a route hint; on a closed link it is dropped (hints are
+// advice).
+func (l *link) sendHint(obj relocation.Object, hint routeHint) {
+	l.sendBytes(linkItem{hint: appendHint(nil, obj, hint)})
 }
 
 // sendControl queues a relocate request, answer or cancel; errLinkDown if
 // the link is closed. Like messages, it waits out a broken link.
 func (l *link) sendControl(ctl any) error {
+	return l.sendBytes(linkItem{ctl: appendControl(nil, ctl)})
+}
+
+// sendReply queues a reply frame; errLinkDown if the link is closed (the
+// frame stays the caller's). A leaving destination still takes replies.
+func (l *link) sendReply(buf payload.Buffer) error {
+	return l.sendBytes(linkItem{buf: buf})
+}
+
+// sendBytes queues an item that a leaving destination still takes;
+// errLinkDown if the link is closed.
+func (l *link) sendBytes(it linkItem) error {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
 		return errLinkDown
 	}
-	l.items = append(l.items, linkItem{ctl: ctl})
+	l.items = append(l.items, it)
 	l.mu.Unlock()
 	l.wake()
 	return nil

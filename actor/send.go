@@ -333,7 +333,7 @@ func (h *Host) routeReply(route []byte, op payload.OpID, r reply) {
 					return
 				}
 			}
-			if err := l.send(linkItem{buf: buf}); err != nil {
+			if err := l.sendReply(buf); err != nil {
 				buf.Release()
 				h.log.Warn("reply lost: the link to the asker is down", "route", string(route))
 			}
