@@ -1,0 +1,354 @@
+package inproc_test
+
+import (
+	"bytes"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/berthrt/berth/internal/testutil"
+	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/transport"
+	"github.com/berthrt/berth/transport/inproc"
+	"github.com/berthrt/berth/transport/transporttest"
+)
+
+// harness runs the suite over one Network per Run.
+func harness(n *inproc.Network) transporttest.Harness {
+	return transporttest.Harness{
+		Start: func(t *testing.T, name string, h transport.Handler) transport.Transport {
+			tr, err := n.Attach(name, h)
+			if err != nil {
+				t.Fatalf("Attach(%s): %v", name, err)
+			}
+			return tr
+		},
+		Break: func(t *testing.T, a, b string) { n.Break(a, b) },
+		Heal:  func(t *testing.T, a, b string) { n.Heal(a, b) },
+	}
+}
+
+func TestConformance(t *testing.T) {
+	transporttest.Run(t, harness(inproc.NewNetwork(inproc.Options{})))
+}
+
+// TestConformanceSmallHigh runs the suite with a low high-water mark, so
+// that flow control turns on and off often.
+func TestConformanceSmallHigh(t *testing.T) {
+	transporttest.Run(t, harness(inproc.NewNetwork(inproc.Options{High: 16})))
+}
+
+// sink records deliveries and events; safe for concurrent use.
+type sink struct {
+	mu     sync.Mutex
+	items  []transport.Item
+	back   []transport.Item
+	events []transport.Event
+	gate   chan struct{} // if non-nil, every Deliver waits for it to be closed
+}
+
+func (s *sink) Deliver(from string, it transport.Item) {
+	if s.gate != nil {
+		<-s.gate
+	}
+	s.mu.Lock()
+	s.items = append(s.items, it)
+	s.mu.Unlock()
+}
+
+func (s *sink) Returned(to string, it transport.Item) {
+	s.mu.Lock()
+	s.back = append(s.back, it)
+	s.mu.Unlock()
+}
+
+func (s *sink) Event(e transport.Event) {
+	s.mu.Lock()
+	s.events = append(s.events, e)
+	s.mu.Unlock()
+}
+
+func (s *sink) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.items)
+}
+
+func (s *sink) has(e transport.Event) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, x := range s.events {
+		if x == e {
+			return true
+		}
+	}
+	return false
+}
+
+// leakCheck checks, after the test's other cleanups closed its hosts, that
+// no goroutine is left.
+func leakCheck(t *testing.T) { t.Cleanup(func() { testutil.CheckNoGoroutines(t) }) }
+
+func attach(t *testing.T, n *inproc.Network, name string, h transport.Handler) transport.Transport {
+	t.Helper()
+	tr, err := n.Attach(name, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close(false) })
+	return tr
+}
+
+func TestAttachDuplicate(t *testing.T) {
+	leakCheck(t)
+	n := inproc.NewNetwork(inproc.Options{})
+	a := attach(t, n, "a", &sink{})
+	if _, err := n.Attach("a", &sink{}); !errors.Is(err, payload.AlreadyExists) {
+		t.Fatalf("second Attach(a): %v, want AlreadyExists", err)
+	}
+	if _, err := n.Attach("", &sink{}); !errors.Is(err, payload.InvalidOperation) {
+		t.Fatalf("Attach(\"\"): %v, want InvalidOperation", err)
+	}
+	a.Close(true)
+	attach(t, n, "a", &sink{}) // a gone name may be taken again
+}
+
+func TestHookDrops(t *testing.T) {
+	leakCheck(t)
+	n := inproc.NewNetwork(inproc.Options{})
+	var seen atomic.Int32
+	n.SetHook(func(from, to string, it transport.Item) bool {
+		seen.Add(1)
+		return it.Kind != transport.Record
+	})
+	rb := &sink{}
+	a, _ := attach(t, n, "a", &sink{}), attach(t, n, "b", rb)
+	for i, k := range []transport.Kind{transport.Record, transport.Frame, transport.Record, transport.Hint} {
+		if err := a.Send("b", transport.Item{Kind: k, Data: []byte{byte(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.WaitFor(t, "2 items", func() bool { return rb.count() == 2 })
+	if seen.Load() != 4 {
+		t.Fatalf("hook saw %d items, want 4", seen.Load())
+	}
+	rb.mu.Lock()
+	if rb.items[0].Kind != transport.Frame || rb.items[1].Kind != transport.Hint {
+		t.Fatalf("got %v", rb.items)
+	}
+	rb.mu.Unlock()
+	n.SetHook(nil)
+	if err := a.Send("b", transport.Item{Kind: transport.Record}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the record", func() bool { return rb.count() == 3 })
+	// The hook does not see refused sends.
+	n.SetHook(func(string, string, transport.Item) bool { t.Error("hook called"); return true })
+	if err := a.Send("nosuch", transport.Item{Kind: transport.Frame}); !errors.Is(err, transport.ErrUnknownPeer) {
+		t.Fatal(err)
+	}
+}
+
+func TestDelay(t *testing.T) {
+	leakCheck(t)
+	const d = 20 * time.Millisecond
+	n := inproc.NewNetwork(inproc.Options{})
+	rb := &sink{}
+	a, _ := attach(t, n, "a", &sink{}), attach(t, n, "b", rb)
+	n.Delay("b", "a", d) // either order names the pair
+	start := time.Now()
+	for i := range 3 {
+		if err := a.Send("b", transport.Item{Kind: transport.Frame, Data: []byte{byte(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.WaitFor(t, "3 items", func() bool { return rb.count() == 3 })
+	if el := time.Since(start); el < 3*d {
+		t.Fatalf("3 delayed items took %v, want at least %v", el, 3*d)
+	}
+	for i, it := range rb.items {
+		if it.Data[0] != byte(i) {
+			t.Fatalf("out of order: %v", rb.items)
+		}
+	}
+	// A crash cuts a delay short.
+	n.Delay("a", "b", time.Hour)
+	if err := a.Send("b", transport.Item{Kind: transport.Frame}); err != nil {
+		t.Fatal(err)
+	}
+	n.Kill("b")
+	n.Delay("a", "b", 0)
+}
+
+func TestKill(t *testing.T) {
+	leakCheck(t)
+	n := inproc.NewNetwork(inproc.Options{})
+	ra, rb := &sink{}, &sink{gate: make(chan struct{})}
+	a, b := attach(t, n, "a", ra), attach(t, n, "b", rb)
+	for i := range 100 {
+		if err := a.Send("b", transport.Item{Kind: transport.Frame, Data: []byte{byte(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if in, _ := b.Pending(); in != 100 {
+		t.Fatalf("b.Pending in = %d, want 100", in)
+	}
+	if _, out := a.Pending(); out != 100 {
+		t.Fatalf("a.Pending out = %d, want 100", out)
+	}
+	go func() {
+		testutil.WaitFor(t, "Gone of b", func() bool { return ra.has(transport.Event{Peer: "b", Kind: transport.Gone}) })
+		close(rb.gate)
+	}()
+	n.Kill("b") // waits for the held Deliver
+	if got := rb.count(); got > 1 {
+		t.Fatalf("a killed host took %d items, want at most the one in flight", got)
+	}
+	if len(ra.back) != 0 {
+		t.Fatalf("a crash returned %d frames", len(ra.back))
+	}
+	if in, out := a.Pending(); in != 0 || out != 0 {
+		t.Fatalf("a.Pending = %d, %d after b was killed", in, out)
+	}
+	if err := b.Send("a", transport.Item{Kind: transport.Frame}); !errors.Is(err, transport.ErrClosed) {
+		t.Fatalf("Send from a killed host: %v", err)
+	}
+	n.Kill("b") // no such host now: nothing happens
+	if got := n.Hosts(); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("Hosts() = %v", got)
+	}
+}
+
+// TestGracefulCloseWaitsOutBreak: a host that closes gracefully while its
+// link is broken delivers what it sent once the link heals; its peer's Gone
+// comes after.
+func TestGracefulCloseWaitsOutBreak(t *testing.T) {
+	leakCheck(t)
+	n := inproc.NewNetwork(inproc.Options{})
+	rb := &sink{}
+	a, b := attach(t, n, "a", &sink{}), attach(t, n, "b", rb)
+	if err := a.Send("b", transport.Item{Kind: transport.Record}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the link", func() bool { return rb.count() == 1 })
+	n.Break("a", "b")
+	for range 10 {
+		if err := a.Send("b", transport.Item{Kind: transport.Frame}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.Close(true)
+	if in, _ := b.Pending(); in != 10 {
+		t.Fatalf("b.Pending in = %d, want the 10 items waiting", in)
+	}
+	if rb.has(transport.Event{Peer: "a", Kind: transport.Gone}) {
+		t.Fatal("Gone before the items were delivered")
+	}
+	n.Heal("a", "b")
+	testutil.WaitFor(t, "Gone of a", func() bool { return rb.has(transport.Event{Peer: "a", Kind: transport.Gone}) })
+	if got := rb.count(); got != 11 {
+		t.Fatalf("%d items delivered, want 11", got)
+	}
+}
+
+// TestReturnedKeepsBounce: a bounce queued to a host that closes
+// gracefully goes back to the host that bounced it, as a Bounce.
+func TestReturnedKeepsBounce(t *testing.T) {
+	leakCheck(t)
+	n := inproc.NewNetwork(inproc.Options{})
+	ra, rb := &sink{}, &sink{gate: make(chan struct{})}
+	a, b := attach(t, n, "a", ra), attach(t, n, "b", rb)
+	send := func(k transport.Kind, d byte) {
+		if err := a.Send("b", transport.Item{Kind: k, Data: []byte{d}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(transport.Hint, 0) // held
+	send(transport.Bounce, 1)
+	send(transport.Record, 2)
+	send(transport.Frame, 3)
+	go func() {
+		testutil.WaitFor(t, "Gone of b", func() bool { return ra.has(transport.Event{Peer: "b", Kind: transport.Gone}) })
+		close(rb.gate)
+	}()
+	b.Close(true)
+	want := []transport.Item{{Kind: transport.Bounce, Data: []byte{1}}, {Kind: transport.Frame, Data: []byte{3}}}
+	ra.mu.Lock()
+	defer ra.mu.Unlock()
+	if len(ra.back) != len(want) {
+		t.Fatalf("returned %v, want %v", ra.back, want)
+	}
+	for i := range want {
+		if ra.back[i].Kind != want[i].Kind || !bytes.Equal(ra.back[i].Data, want[i].Data) {
+			t.Fatalf("returned %v, want %v", ra.back, want)
+		}
+	}
+}
+
+// TestNoCopy: with Options.NoCopy the receiver gets the sender's slice.
+func TestNoCopy(t *testing.T) {
+	leakCheck(t)
+	n := inproc.NewNetwork(inproc.Options{NoCopy: true})
+	rb := &sink{}
+	a, _ := attach(t, n, "a", &sink{}), attach(t, n, "b", rb)
+	buf := []byte("x")
+	if err := a.Send("b", transport.Item{Kind: transport.Frame, Data: buf}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the item", func() bool { return rb.count() == 1 })
+	if &rb.items[0].Data[0] != &buf[0] {
+		t.Fatal("NoCopy copied")
+	}
+}
+
+// TestAttachSeesLeaving: a host that joins learns which peers are leaving.
+func TestAttachSeesLeaving(t *testing.T) {
+	leakCheck(t)
+	n := inproc.NewNetwork(inproc.Options{})
+	a := attach(t, n, "a", &sink{})
+	a.Leave()
+	rb := &sink{}
+	b := attach(t, n, "b", rb)
+	if !rb.has(transport.Event{Peer: "a", Kind: transport.Leaving}) {
+		t.Fatalf("events %v lack Leaving of a", rb.events)
+	}
+	if err := b.Send("a", transport.Item{Kind: transport.Frame}); !errors.Is(err, transport.ErrPeerLeaving) {
+		t.Fatal(err)
+	}
+}
+
+func BenchmarkSend(b *testing.B) {
+	for _, noCopy := range []bool{false, true} {
+		name := "copy"
+		if noCopy {
+			name = "nocopy"
+		}
+		b.Run(name, func(b *testing.B) {
+			n := inproc.NewNetwork(inproc.Options{NoCopy: noCopy})
+			rb := &sink{}
+			x, _ := n.Attach("x", &sink{})
+			y, _ := n.Attach("y", discard{})
+			defer x.Close(false)
+			defer y.Close(false)
+			_ = rb
+			data := make([]byte, 128)
+			ctx := b.Context()
+			for b.Loop() {
+				if err := x.WaitRoom(ctx, "y"); err != nil {
+					b.Fatal(err)
+				}
+				if err := x.Send("y", transport.Item{Kind: transport.Frame, Data: data}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+type discard struct{}
+
+func (discard) Deliver(string, transport.Item)  {}
+func (discard) Returned(string, transport.Item) {}
+func (discard) Event(transport.Event)           {}

@@ -1,0 +1,188 @@
+// Package transport is the seam between berth hosts (DESIGN §2, §9): the
+// only way one host reaches another. A host hands a Transport items for a
+// peer — message and reply frames, relocation records, route hints,
+// control items — as bytes; the transport delivers them, in order, to the
+// peer's Handler, on a goroutine of the transport, and reports what
+// happens to the links as events. Nothing crosses as a Go pointer, so the
+// same host code runs over the in-process transport (transport/inproc) and
+// over a network (transport/remote, later).
+//
+// Invariants every implementation keeps (checked by transport/transporttest):
+//
+//   - Order: items one host sends to another are delivered in the order
+//     they were sent, each at most once, one at a time per sending peer.
+//   - Ownership: an item's Data belongs to the transport once Send
+//     returned nil, and to the receiving Handler once delivered; a refused
+//     Send leaves it with the caller, untouched.
+//   - No silent loss while both hosts run: a link that breaks delivers
+//     what was queued on it, and what was sent while it was down, once it
+//     is up again; a peer that leaves
+//     gracefully first receives everything sent to it before it left
+//     (frames it did not take are handed back to their sender through
+//     Handler.Returned), and delivers everything it sent before leaving.
+//     Only a crash (Close without grace) loses what was on the wire, and
+//     the peers get a Gone event.
+//   - Delivery never blocks on the sender: Send and Deliver run on
+//     different goroutines, and Deliver must not block on a lock or a
+//     store call held elsewhere (a host hands such work off).
+package transport
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"github.com/berthrt/berth/payload"
+)
+
+// Kind says what an item is. The transport treats the kinds alike except
+// where Send says otherwise.
+type Kind uint8
+
+// The item kinds.
+const (
+	// Frame is a message or reply frame (package payload's encoding).
+	Frame Kind = iota + 1
+	// Bounce is a frame going back to the host that first sent it, to be
+	// routed afresh there.
+	Bounce
+	// Record is a relocation record (relocation.AppendRecord).
+	Record
+	// Hint tells a host where an object runs now.
+	Hint
+	// Control is a host-to-host request or answer (a relocation asked
+	// from another host, and its answer or cancellation).
+	Control
+)
+
+// String returns the kind's name.
+func (k Kind) String() string {
+	switch k {
+	case Frame:
+		return "frame"
+	case Bounce:
+		return "bounce"
+	case Record:
+		return "record"
+	case Hint:
+		return "hint"
+	case Control:
+		return "control"
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Item is one thing on a link.
+type Item struct {
+	Kind Kind
+	Data []byte
+}
+
+// EventKind is what happened to a link or a peer.
+type EventKind uint8
+
+// The event kinds.
+const (
+	// Up: a peer joined, or a link that was down works again (moves with
+	// the peer resend what their phase needs).
+	Up EventKind = iota + 1
+	// Down: the link to a peer broke; what is queued on it waits.
+	Down
+	// Leaving: the peer is leaving gracefully; frames to it are refused
+	// from now on (ErrPeerLeaving), other items still go.
+	Leaving
+	// Gone: the peer left (gracefully or not); nothing more arrives from
+	// it, and sends to it fail with ErrUnknownPeer.
+	Gone
+)
+
+// String returns the event kind's name.
+func (k EventKind) String() string {
+	switch k {
+	case Up:
+		return "up"
+	case Down:
+		return "down"
+	case Leaving:
+		return "leaving"
+	case Gone:
+		return "gone"
+	}
+	return "event(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Event reports a change of a link or peer to the Handler.
+type Event struct {
+	Peer string
+	Kind EventKind
+}
+
+// Handler receives what arrives at a host. The transport calls it on its
+// own goroutines: Deliver one item at a time per sending peer, in order;
+// Returned and Event from any goroutine the transport chooses. Events and
+// deliveries are not ordered with each other, except that a peer's Gone
+// comes after the last item delivered from it. None of them may block for
+// long: a host hands work that waits (a store call, a lock held by another
+// host's traffic) to goroutines of its own. A Handler method must not call
+// Close on its own transport.
+type Handler interface {
+	// Deliver hands over an item from peer from; its Data is the
+	// handler's now.
+	Deliver(from string, it Item)
+	// Returned hands back a Frame or Bounce (its Kind kept) that this host
+	// sent to peer to and that the peer left (gracefully) without
+	// receiving: the host routes it again.
+	Returned(to string, it Item)
+	// Event reports a link or peer change.
+	Event(e Event)
+}
+
+// Transport is one host's end of the links to its peers.
+type Transport interface {
+	// Local returns this host's name.
+	Local() string
+	// Send queues it for peer to, after everything sent to to before.
+	// Errors (the item then stays the caller's): ErrUnknownPeer (no such
+	// peer, or it is gone); ErrPeerLeaving for a Frame or Bounce to a peer
+	// that is leaving (the caller routes the message again, elsewhere);
+	// ErrClosed (this transport is closed). A broken link is not an
+	// error: the item waits on it.
+	Send(to string, it Item) error
+	// WaitRoom waits until the link to peer to has room for a send from
+	// outside the hosts' handlers (flow control: sends from handlers,
+	// forwards, replies and records never wait), or ctx ends (its error).
+	// It returns at once when to is not a peer (the Send then fails).
+	WaitRoom(ctx context.Context, to string) error
+	// Peers returns the names of the peers this host has links to or can
+	// reach now.
+	Peers() []string
+	// Pending returns how many items wait on this host's links: queued to
+	// or from it, or being delivered.
+	Pending() (in, out int)
+	// Leave starts a graceful leave: peers get a Leaving event and refuse
+	// to send frames here from now on; everything already queued here is
+	// still delivered, and this host may still send.
+	Leave()
+	// Close ends this host's links. With graceful, what this host sent is
+	// delivered first and frames sent to it and not delivered go back to
+	// their senders (Returned); without, it is a crash: what was queued is
+	// lost. Peers get a Gone event. Close is idempotent and returns once
+	// no goroutine of this transport runs for this host.
+	Close(graceful bool) error
+}
+
+// Errors of Send.
+var (
+	// ErrUnknownPeer: no such peer, or it is gone.
+	ErrUnknownPeer = payload.NewError(payload.Unavailable, "transport.Send", "no such peer (or it is gone)")
+	// ErrPeerLeaving: the peer is leaving and takes no more frames.
+	ErrPeerLeaving = payload.NewError(payload.Unavailable, "transport.Send", "the peer is leaving")
+	// ErrClosed: the transport is closed.
+	ErrClosed = payload.NewError(payload.ShuttingDown, "transport.Send", "the transport is closed")
+)
+
+// IsRetryable reports whether a send failed because of its peer (unknown,
+// gone or leaving): the caller routes the item again.
+func IsRetryable(err error) bool {
+	return errors.Is(err, ErrUnknownPeer) || errors.Is(err, ErrPeerLeaving)
+}
