@@ -212,7 +212,7 @@ func (h *Host) receive(l *link, it linkItem) {
 		}
 		h.onControl(l.from.name, ctl)
 	case it.rec != nil:
-		obj, rec, err := relocation.DecodeRecord(it.rec)
+		obj, rec, err := relocation.DecodeRecordOwned(it.rec) // the bytes are this host's now
 		if err != nil {
 			h.malformedItem(l.from.name, err)
 			return

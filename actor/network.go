@@ -462,7 +462,14 @@ func (l *link) sendRecord(obj relocation.Object, rec relocation.Record) {
 	if hook := l.net.recordHook.Load(); hook != nil && !(*hook)(l.from.name, l.to.name, rec) {
 		return
 	}
-	l.sendBytes(linkItem{rec: relocation.AppendRecord(nil, obj, rec)})
+	size := 64 + len(obj.Kind) + len(obj.ID) // the fixed part, roughly
+	switch r := rec.(type) {
+	case *relocation.Chunk:
+		size += len(r.Data)
+	case *relocation.Relay:
+		size += len(r.Frame)
+	}
+	l.sendBytes(linkItem{rec: relocation.AppendRecord(make([]byte, 0, size), obj, rec)})
 }
 
 // sendHint queues a route hint; on a closed link it is dropped (hints are

@@ -169,7 +169,16 @@ func appendBool(dst []byte, v bool) []byte {
 // Relay.Frame) decodes as nil whether it was nil or empty when encoded; the
 // protocol does not tell the two apart (the target copies both into a
 // fresh, non-nil slice).
-func DecodeRecord(b []byte) (Object, Record, error) {
+func DecodeRecord(b []byte) (Object, Record, error) { return decodeRecord(b, false) }
+
+// DecodeRecordOwned is DecodeRecord for a caller that hands b over: the
+// byte slices of the record (Chunk.Data, Relay.Frame) alias b instead of
+// being copied, so b must not be changed or reused afterwards. A receiver
+// that owns the bytes it got from a transport uses it to save a copy of
+// every chunk of state.
+func DecodeRecordOwned(b []byte) (Object, Record, error) { return decodeRecord(b, true) }
+
+func decodeRecord(b []byte, owned bool) (Object, Record, error) {
 	if len(b) < 2 {
 		return Object{}, nil, payload.NewError(payload.ProtocolError, opDecodeRecord,
 			"truncated: "+strconv.Itoa(len(b))+" bytes, need at least the version and tag")
@@ -183,7 +192,7 @@ func DecodeRecord(b []byte) (Object, Record, error) {
 		return Object{}, nil, payload.NewError(payload.ProtocolError, opDecodeRecord,
 			"unknown record tag "+strconv.Itoa(int(tag)))
 	}
-	d := decoder{b: b[2:], rec: tagNames[tag]}
+	d := decoder{b: b[2:], rec: tagNames[tag], alias: owned}
 	obj := Object{Kind: d.string("object.Kind"), ID: d.string("object.ID")}
 	move := d.moveID()
 	var r Record
@@ -230,9 +239,10 @@ func DecodeRecord(b []byte) (Object, Record, error) {
 // decoder reads fields from b. The first failure sticks in err; later reads
 // return zero values and allocate nothing.
 type decoder struct {
-	b   []byte
-	rec string // the record type's name, for error details
-	err error
+	b     []byte
+	rec   string // the record type's name, for error details
+	err   error
+	alias bool // byte fields alias b (DecodeRecordOwned)
 }
 
 func (d *decoder) fail(detail string) {
@@ -323,11 +333,15 @@ func (d *decoder) string(field string) string {
 	return string(d.field(field))
 }
 
-// bytes returns a copy of a length-prefixed field; nil when it is empty.
+// bytes returns a length-prefixed field, a copy unless d.alias; nil when
+// it is empty.
 func (d *decoder) bytes(field string) []byte {
 	p := d.field(field)
-	if len(p) == 0 {
+	switch {
+	case len(p) == 0:
 		return nil
+	case d.alias:
+		return p[:len(p):len(p)] // no append can reach past it into b
 	}
 	return append([]byte(nil), p...)
 }

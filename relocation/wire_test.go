@@ -282,3 +282,33 @@ func FuzzDecodeRecord(f *testing.F) {
 		}
 	})
 }
+
+func TestDecodeRecordOwnedAliasesItsInputAndDecodesTheSame(t *testing.T) {
+	obj := Object{Kind: "k", ID: "i"}
+	for _, r := range []Record{&Chunk{Move: MoveID{1}, Index: 2, Data: []byte("state bytes")}, &Relay{Move: MoveID{1}, Seq: 3, Frame: []byte("frame")}, &Abort{Move: MoveID{1}, Reason: "x"}} {
+		b := AppendRecord(nil, obj, r)
+		o1, r1, err1 := DecodeRecord(b)
+		o2, r2, err2 := DecodeRecordOwned(b)
+		if err1 != nil || err2 != nil || o1 != o2 || !reflect.DeepEqual(r1, r2) {
+			t.Fatalf("%T: owned decode differs: %v %v / %+v %+v", r, err1, err2, r1, r2)
+		}
+		var data []byte
+		switch c := r2.(type) {
+		case *Chunk:
+			data = c.Data
+		case *Relay:
+			data = c.Frame
+		}
+		if data != nil {
+			if &data[0] != &b[len(b)-len(data)] {
+				t.Fatalf("%T: the owned decode copied its bytes", r)
+			}
+			if cap(data) != len(data) {
+				t.Fatalf("%T: an aliased field may be appended into the input (cap %d > len %d)", r, cap(data), len(data))
+			}
+		}
+	}
+	if _, _, err := DecodeRecordOwned([]byte{WireVersion}); !errors.Is(err, payload.ProtocolError) {
+		t.Fatalf("owned decode of a truncated record: %v", err)
+	}
+}
