@@ -289,6 +289,21 @@ func (h *Host) onFrame(l *link, buf payload.Buffer) {
 		return
 	}
 	id := string(hv.TargetID())
+	if kr.local(id) == nil {
+		// Where the object runs may take a store call (or a forward that
+		// needs one): that runs on the link's slow lane, so that a slow
+		// store never stalls the messages behind it for objects that are
+		// here. Order between the two ways is restored by the messages'
+		// sequence numbers.
+		l.slow.add(func() { h.routeIn(l, kr, id, m) })
+		return
+	}
+	h.routeIn(l, kr, id, m)
+}
+
+// routeIn admits message m off link l for object id here, or forwards it
+// to where the object runs.
+func (h *Host) routeIn(l *link, kr *kindRuntime, id string, m *payload.Message) {
 	p, err := kr.locate(id, fromLink)
 	if err != nil {
 		if errors.Is(err, ErrShuttingDown) {

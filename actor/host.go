@@ -64,7 +64,8 @@ type Host struct {
 	handoff     chan func()      // unbuffered: drains handed to idle workers
 	workersStop chan struct{}    // closed by Close after the last drain
 	actors      sync.WaitGroup   // owners whose actor has not stopped
-	bg          sync.WaitGroup   // janitor, metrics server
+	bg          sync.WaitGroup   // janitor, lease renewer, move ticker, link goroutines
+	lanes       sync.WaitGroup   // links' slow lanes (network.go)
 	bgStop      chan struct{}
 	// Cluster: the Location Store, this run's lease, routes, moves.
 	net           *Network
@@ -472,6 +473,7 @@ func (h *Host) Close() error {
 		_ = h.stopMetrics()
 	}
 	h.bg.Wait()
+	h.lanes.Wait()    // the links are closed: no more work comes to the lanes
 	h.closeDeferred() // the move ticker has stopped
 	if h.system == nil {
 		return nil

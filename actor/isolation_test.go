@@ -1,7 +1,9 @@
 package actor
 
 import (
+	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -103,5 +105,73 @@ func TestHostLeaseFollowsTheLocalTimeRule(t *testing.T) {
 				t.Fatalf("lease deadline %v: want the local send time + TTL − margin (about %v)", dl, max.Add(-leaseMargin))
 			}
 		})
+	}
+}
+
+// blockingStore holds Reserve of one object until released.
+type blockingStore struct {
+	*relocation.MemoryStore
+	id      string
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (s *blockingStore) Reserve(ctx context.Context, obj relocation.Object, host string) (relocation.Row, error) {
+	if obj.ID == s.id {
+		s.once.Do(func() { close(s.entered) })
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return relocation.Row{}, ctx.Err()
+		}
+	}
+	return s.MemoryStore.Reserve(ctx, obj, host)
+}
+
+// A store call a host makes for a message that came over a link (to find
+// or activate its object) does not run on the link's goroutine: while it
+// waits, the messages behind it on the same link for objects that are
+// already here still run.
+func TestASlowStoreCallDoesNotStallTheLink(t *testing.T) {
+	// An id the hash places on b, and an object already living on b.
+	slow := ""
+	for i := 0; slow == ""; i++ {
+		if id := "slow-" + itoa(i); rendezvous("b", id) > rendezvous("a", id) {
+			slow = id
+		}
+	}
+	fast := ""
+	for i := 0; fast == ""; i++ {
+		if id := "fast-" + itoa(i); rendezvous("b", id) > rendezvous("a", id) {
+			fast = id
+		}
+	}
+	store := &blockingStore{MemoryStore: relocation.NewMemoryStore(nil), id: slow, entered: make(chan struct{}), release: make(chan struct{})}
+	n := NewNetwork(store)
+	release := sync.OnceFunc(func() { close(store.release) })
+	t.Cleanup(release)
+	a := startHost(t, Config{Name: "a", Network: n, Logger: quietLogger()}, placedKind("hashed", PlaceHashed))
+	b := startHost(t, Config{Name: "b", Network: n, Logger: quietLogger()}, placedKind("hashed", PlaceHashed))
+	if _, err := Ask[Get, int](bg, a, Ref{"hashed", fast}, Get{}); err != nil { // lives on b
+		t.Fatal(err)
+	}
+	// a places the slow object on b; b's activation waits in the store.
+	if err := Tell(bg, a, Ref{"hashed", slow}, Inc{By: 1}); err != nil {
+		t.Fatal(err)
+	}
+	<-store.entered
+	// Behind it on the same link: a message for the object that is on b.
+	ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+	defer cancel()
+	if _, err := Ask[Get, int](ctx, a, Ref{"hashed", fast}, Get{}); err != nil {
+		t.Fatalf("a message behind a slow store call on the link: %v (the link is stalled)", err)
+	}
+	release()
+	if got, err := Ask[Get, int](ctx, a, Ref{"hashed", slow}, Get{}); err != nil || got != 1 {
+		t.Fatalf("the slow object after the store answered: %d, %v", got, err)
+	}
+	if b.Stats().OwnersActive != 2 {
+		t.Fatalf("b has %d objects, want both", b.Stats().OwnersActive)
 	}
 }

@@ -290,6 +290,7 @@ func (n *Network) pendingIn(h *Host) int {
 		if !l.in.idle() {
 			total++ // messages off the link wait for job permits
 		}
+		total += l.slow.pending() // messages off the link being looked up
 	}
 	return total
 }
@@ -309,6 +310,9 @@ func (n *Network) pending(h *Host) int {
 		l.mu.Lock()
 		total += l.queuedLocked()
 		l.mu.Unlock()
+		if l.to == h {
+			total += l.slow.pending()
+		}
 	}
 	return total
 }
@@ -436,6 +440,7 @@ type link struct {
 	notify   chan struct{}
 	done     chan struct{}
 	in       outbox // the destination's permit source for messages off this link
+	slow     lane   // the destination's work off this link that may call the store
 	// maxItem is the largest message the destination admits (its
 	// application lane's byte limit, less the item overhead): what a
 	// transport's handshake tells the sender, so that a message too large
@@ -447,6 +452,7 @@ func newLink(n *Network, from, to *Host) *link {
 	l := &link{net: n, from: from, to: to, notify: make(chan struct{}, 1), done: make(chan struct{}),
 		maxItem: to.cfg.ApplicationLimits.Bytes - mailbox.ItemOverhead}
 	l.in.host = to
+	l.slow.wg = &to.lanes
 	to.bg.Add(1)
 	go l.run()
 	return l
@@ -581,6 +587,58 @@ func (l *link) run() {
 		l.busy = 0
 		l.mu.Unlock()
 	}
+}
+
+// lane runs work in order on a goroutine of its own, started when work
+// comes and ended when none is left; wg counts it (the host's Close waits).
+type lane struct {
+	mu      sync.Mutex
+	work    []func() // guarded by mu
+	running bool     // guarded by mu
+	wg      *sync.WaitGroup
+}
+
+func (ln *lane) add(f func()) {
+	ln.mu.Lock()
+	ln.work = append(ln.work, f)
+	start := !ln.running
+	ln.running = true
+	if start {
+		ln.wg.Add(1)
+	}
+	ln.mu.Unlock()
+	if start {
+		go ln.run()
+	}
+}
+
+func (ln *lane) run() {
+	defer ln.wg.Done()
+	for {
+		ln.mu.Lock()
+		if len(ln.work) == 0 {
+			ln.running = false
+			ln.work = nil
+			ln.mu.Unlock()
+			return
+		}
+		f := ln.work[0]
+		ln.work[0] = nil
+		ln.work = ln.work[1:]
+		ln.mu.Unlock()
+		f()
+	}
+}
+
+// pending returns how much work waits or runs on the lane.
+func (ln *lane) pending() int {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	n := len(ln.work)
+	if ln.running {
+		n++
+	}
+	return n
 }
 
 // queuedLocked returns how many items wait on the link.
