@@ -443,19 +443,15 @@ func testGracefulCloseDeliversSent(t *testing.T, s *suite) {
 	awaitPendingZero(t, b)
 }
 
-// testGracefulCloseReturnsFrames: the frames and bounces queued to a host
-// that closes gracefully, and not delivered, go back to their sender
-// (Returned), in order, kinds kept; each frame is delivered or returned,
-// once; other kinds are never returned.
-func testGracefulCloseReturnsFrames(t *testing.T, s *suite) {
-	const n = 300
-	hs := s.start(t, []string{"a", "b"}, nil, holding())
-	a, b := hs[0], hs[1]
+// closeWhileHeld sends n mixed items from a to b, whose handler holds the
+// first one, and closes b (gracefully or not) while it holds it; b's
+// handler is released once b's Close is under way (a learnt that b is
+// gone) or done. It returns when a has seen Gone.
+func closeWhileHeld(t *testing.T, a, b *host, n int, graceful bool) {
+	t.Helper()
 	sendMixed(t, a, b, 0, n)
 	<-b.rec.entered
-	done := closeAsync(t, b, true)
-	// Release b's handler once b's Close is under way (its peer learnt it
-	// is gone), or done.
+	done := closeAsync(t, b, graceful)
 	a.rec.within(waitLimit, func(log []entry) bool {
 		select {
 		case <-done:
@@ -467,6 +463,17 @@ func testGracefulCloseReturnsFrames(t *testing.T, s *suite) {
 	b.rec.unhold()
 	<-done
 	a.rec.awaitEvent(t, b.name, transport.Gone)
+}
+
+// testGracefulCloseReturnsFrames: the frames and bounces queued to a host
+// that closes gracefully, and not delivered, go back to their sender
+// (Returned), in order, kinds kept; each frame is delivered or returned,
+// once; other kinds are never returned.
+func testGracefulCloseReturnsFrames(t *testing.T, s *suite) {
+	const n = 300
+	hs := s.start(t, []string{"a", "b"}, nil, holding())
+	a, b := hs[0], hs[1]
+	closeWhileHeld(t, a, b, n, true)
 	back := returned(a.rec.snapshot(), b.name)
 	got := delivered(b.rec.snapshot(), a.name)
 	if len(back) == 0 {
@@ -528,20 +535,7 @@ func testCrashCloseReceiver(t *testing.T, s *suite) {
 	const n = 300
 	hs := s.start(t, []string{"a", "b"}, nil, holding())
 	a, b := hs[0], hs[1]
-	sendMixed(t, a, b, 0, n)
-	<-b.rec.entered
-	done := closeAsync(t, b, false)
-	a.rec.within(waitLimit, func(log []entry) bool {
-		select {
-		case <-done:
-			return true
-		default:
-		}
-		return indexEvent(log, b.name, transport.Gone) >= 0
-	})
-	b.rec.unhold()
-	<-done
-	a.rec.awaitEvent(t, b.name, transport.Gone)
+	closeWhileHeld(t, a, b, n, false)
 	awaitPendingZero(t, a)
 	if back := returned(a.rec.snapshot(), b.name); len(back) != 0 {
 		t.Fatalf("a crash returned %d items", len(back))
