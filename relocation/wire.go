@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/berthrt/berth/internal/wire"
 	"github.com/berthrt/berth/payload"
 )
 
@@ -65,20 +66,20 @@ func AppendRecord(dst []byte, obj Object, r Record) []byte {
 		if r != nil {
 			dst = appendHead(dst, tagPreflight, obj, r.Move)
 			dst = appendObject(dst, r.Object)
-			return appendString(dst, r.AppVersion)
+			return wire.AppendString(dst, r.AppVersion)
 		}
 	case *PreflightReply:
 		if r != nil {
 			dst = appendHead(dst, tagPreflightReply, obj, r.Move)
-			dst = appendBool(dst, r.OK)
-			return appendString(dst, r.Reason)
+			dst = wire.AppendBool(dst, r.OK)
+			return wire.AppendString(dst, r.Reason)
 		}
 	case *Prepare:
 		if r != nil {
 			dst = appendHead(dst, tagPrepare, obj, r.Move)
 			dst = appendObject(dst, r.Object)
-			dst = appendString(dst, r.Source)
-			dst = appendString(dst, r.Owner.Host)
+			dst = wire.AppendString(dst, r.Source)
+			dst = wire.AppendString(dst, r.Owner.Host)
 			dst = binary.BigEndian.AppendUint64(dst, r.Owner.LeaseGen)
 			dst = binary.BigEndian.AppendUint64(dst, r.Owner.ObjectGen)
 			dst = binary.BigEndian.AppendUint64(dst, r.Owner.OwnerGen)
@@ -91,7 +92,7 @@ func AppendRecord(dst []byte, obj Object, r Record) []byte {
 		if r != nil {
 			dst = appendHead(dst, tagChunk, obj, r.Move)
 			dst = binary.BigEndian.AppendUint32(dst, r.Index)
-			return appendBytes(dst, r.Data)
+			return wire.AppendBytes(dst, r.Data)
 		}
 	case *RelayReady:
 		if r != nil {
@@ -100,18 +101,18 @@ func AppendRecord(dst []byte, obj Object, r Record) []byte {
 	case *Failed:
 		if r != nil {
 			dst = appendHead(dst, tagFailed, obj, r.Move)
-			return appendString(dst, r.Reason)
+			return wire.AppendString(dst, r.Reason)
 		}
 	case *Abort:
 		if r != nil {
 			dst = appendHead(dst, tagAbort, obj, r.Move)
-			return appendString(dst, r.Reason)
+			return wire.AppendString(dst, r.Reason)
 		}
 	case *Relay:
 		if r != nil {
 			dst = appendHead(dst, tagRelay, obj, r.Move)
 			dst = binary.BigEndian.AppendUint32(dst, r.Seq)
-			return appendBytes(dst, r.Frame)
+			return wire.AppendBytes(dst, r.Frame)
 		}
 	case *Cutover:
 		if r != nil {
@@ -136,25 +137,8 @@ func appendHead(dst []byte, tag byte, obj Object, move MoveID) []byte {
 }
 
 func appendObject(dst []byte, o Object) []byte {
-	dst = appendString(dst, o.Kind)
-	return appendString(dst, o.ID)
-}
-
-func appendString(dst []byte, s string) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(s)))
-	return append(dst, s...)
-}
-
-func appendBytes(dst []byte, b []byte) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(b)))
-	return append(dst, b...)
-}
-
-func appendBool(dst []byte, v bool) []byte {
-	if v {
-		return append(dst, 1)
-	}
-	return append(dst, 0)
+	dst = wire.AppendString(dst, o.Kind)
+	return wire.AppendString(dst, o.ID)
 }
 
 // DecodeRecord decodes a record encoded by AppendRecord and the object it
@@ -192,166 +176,44 @@ func decodeRecord(b []byte, owned bool) (Object, Record, error) {
 		return Object{}, nil, payload.NewError(payload.ProtocolError, opDecodeRecord,
 			"unknown record tag "+strconv.Itoa(int(tag)))
 	}
-	d := decoder{b: b[2:], rec: tagNames[tag], alias: owned}
-	obj := Object{Kind: d.string("object.Kind"), ID: d.string("object.ID")}
-	move := d.moveID()
+	d := &wire.Reader{B: b[2:], Op: opDecodeRecord, What: tagNames[tag], Alias: owned}
+	obj := Object{Kind: d.String("object.Kind"), ID: d.String("object.ID")}
+	var move MoveID
+	copy(move[:], d.Take("Move", len(move)))
 	var r Record
 	switch tag {
 	case tagPreflight:
-		r = &Preflight{Move: move, Object: Object{Kind: d.string("Object.Kind"), ID: d.string("Object.ID")}, AppVersion: d.string("AppVersion")}
+		r = &Preflight{Move: move, Object: Object{Kind: d.String("Object.Kind"), ID: d.String("Object.ID")}, AppVersion: d.String("AppVersion")}
 	case tagPreflightReply:
-		r = &PreflightReply{Move: move, OK: d.bool("OK"), Reason: d.string("Reason")}
+		r = &PreflightReply{Move: move, OK: d.Bool("OK"), Reason: d.String("Reason")}
 	case tagPrepare:
-		p := &Prepare{Move: move, Object: Object{Kind: d.string("Object.Kind"), ID: d.string("Object.ID")}, Source: d.string("Source")}
-		p.Owner.Host = d.string("Owner.Host")
-		p.Owner.LeaseGen = d.uint64("Owner.LeaseGen")
-		p.Owner.ObjectGen = d.uint64("Owner.ObjectGen")
-		p.Owner.OwnerGen = d.uint64("Owner.OwnerGen")
-		p.Owner.Version = d.uint64("Owner.Version")
-		p.TotalLen = d.uint32("TotalLen")
-		p.ChunkCount = d.uint32("ChunkCount")
-		p.CRC = d.uint32("CRC")
+		p := &Prepare{Move: move, Object: Object{Kind: d.String("Object.Kind"), ID: d.String("Object.ID")}, Source: d.String("Source")}
+		p.Owner.Host = d.String("Owner.Host")
+		p.Owner.LeaseGen = d.Uint64("Owner.LeaseGen")
+		p.Owner.ObjectGen = d.Uint64("Owner.ObjectGen")
+		p.Owner.OwnerGen = d.Uint64("Owner.OwnerGen")
+		p.Owner.Version = d.Uint64("Owner.Version")
+		p.TotalLen = d.Uint32("TotalLen")
+		p.ChunkCount = d.Uint32("ChunkCount")
+		p.CRC = d.Uint32("CRC")
 		r = p
 	case tagChunk:
-		r = &Chunk{Move: move, Index: d.uint32("Index"), Data: d.bytes("Data")}
+		r = &Chunk{Move: move, Index: d.Uint32("Index"), Data: d.Bytes("Data")}
 	case tagRelayReady:
 		r = &RelayReady{Move: move}
 	case tagFailed:
-		r = &Failed{Move: move, Reason: d.string("Reason")}
+		r = &Failed{Move: move, Reason: d.String("Reason")}
 	case tagAbort:
-		r = &Abort{Move: move, Reason: d.string("Reason")}
+		r = &Abort{Move: move, Reason: d.String("Reason")}
 	case tagRelay:
-		r = &Relay{Move: move, Seq: d.uint32("Seq"), Frame: d.bytes("Frame")}
+		r = &Relay{Move: move, Seq: d.Uint32("Seq"), Frame: d.Bytes("Frame")}
 	case tagCutover:
-		r = &Cutover{Move: move, Boundary: d.uint32("Boundary"), Checksum: d.uint32("Checksum")}
+		r = &Cutover{Move: move, Boundary: d.Uint32("Boundary"), Checksum: d.Uint32("Checksum")}
 	case tagCommitted:
-		r = &Committed{Move: move, OwnerGen: d.uint64("OwnerGen")}
+		r = &Committed{Move: move, OwnerGen: d.Uint64("OwnerGen")}
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.fail(strconv.Itoa(len(d.b)) + " trailing bytes after " + d.rec)
-	}
-	if d.err != nil {
-		return Object{}, nil, d.err
+	if err := d.End(); err != nil {
+		return Object{}, nil, err
 	}
 	return obj, r, nil
-}
-
-// decoder reads fields from b. The first failure sticks in err; later reads
-// return zero values and allocate nothing.
-type decoder struct {
-	b     []byte
-	rec   string // the record type's name, for error details
-	err   error
-	alias bool // byte fields alias b (DecodeRecordOwned)
-}
-
-func (d *decoder) fail(detail string) {
-	if d.err == nil {
-		d.err = payload.NewError(payload.ProtocolError, opDecodeRecord, detail)
-	}
-}
-
-// take returns the next n bytes (aliasing d.b), or fails naming field.
-func (d *decoder) take(field string, n int) []byte {
-	if d.err != nil {
-		return nil
-	}
-	if len(d.b) < n {
-		d.fail("truncated " + d.rec + "." + field + ": need " + strconv.Itoa(n) +
-			" bytes, " + strconv.Itoa(len(d.b)) + " left")
-		return nil
-	}
-	out := d.b[:n:n]
-	d.b = d.b[n:]
-	return out
-}
-
-func (d *decoder) moveID() MoveID {
-	var id MoveID
-	copy(id[:], d.take("Move", len(id)))
-	return id
-}
-
-func (d *decoder) uint32(field string) uint32 {
-	if p := d.take(field, 4); p != nil {
-		return binary.BigEndian.Uint32(p)
-	}
-	return 0
-}
-
-func (d *decoder) uint64(field string) uint64 {
-	if p := d.take(field, 8); p != nil {
-		return binary.BigEndian.Uint64(p)
-	}
-	return 0
-}
-
-func (d *decoder) bool(field string) bool {
-	p := d.take(field, 1)
-	if p == nil {
-		return false
-	}
-	switch p[0] {
-	case 0:
-		return false
-	case 1:
-		return true
-	}
-	d.fail("invalid " + d.rec + "." + field + ": bool byte " + strconv.Itoa(int(p[0])) + " (want 0 or 1)")
-	return false
-}
-
-// field returns a length-prefixed field, aliasing d.b. The length is
-// checked against the remaining input before anything uses it, so a
-// forged length never causes a large allocation.
-func (d *decoder) field(field string) []byte {
-	if d.err != nil {
-		return nil
-	}
-	n, k := binary.Uvarint(d.b)
-	switch {
-	case k == 0:
-		d.fail("truncated " + d.rec + "." + field + ": missing length")
-		return nil
-	case k < 0:
-		d.fail("invalid " + d.rec + "." + field + ": length varint overflows 64 bits")
-		return nil
-	case k != uvarintLen(n):
-		d.fail("invalid " + d.rec + "." + field + ": length varint is not minimally encoded")
-		return nil
-	}
-	d.b = d.b[k:]
-	if n > uint64(len(d.b)) {
-		d.fail("invalid " + d.rec + "." + field + ": length " + strconv.FormatUint(n, 10) +
-			" past the end (" + strconv.Itoa(len(d.b)) + " bytes left)")
-		return nil
-	}
-	return d.take(field, int(n))
-}
-
-func (d *decoder) string(field string) string {
-	return string(d.field(field))
-}
-
-// bytes returns a length-prefixed field, a copy unless d.alias; nil when
-// it is empty.
-func (d *decoder) bytes(field string) []byte {
-	p := d.field(field)
-	switch {
-	case len(p) == 0:
-		return nil
-	case d.alias:
-		return p[:len(p):len(p)] // no append can reach past it into b
-	}
-	return append([]byte(nil), p...)
-}
-
-// uvarintLen is the length of the minimal uvarint encoding of v.
-func uvarintLen(v uint64) int {
-	n := 1
-	for v >= 0x80 {
-		v >>= 7
-		n++
-	}
-	return n
 }
