@@ -12,6 +12,7 @@ import (
 
 	pa "github.com/asynkron/protoactor-go/actor"
 	"github.com/berthrt/berth/mailbox"
+	"github.com/berthrt/berth/membership"
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
 	"golang.org/x/sync/singleflight"
@@ -72,7 +73,8 @@ type Host struct {
 	origin        string // the origin stamped on messages: the name, on a Network
 	store         relocation.Store
 	leaseGen      uint64
-	leaseDeadline atomic.Int64              // wall clock, Unix ns; past it no turn starts
+	lease         membership.LocalLease     // touched by renewLease only
+	leaseDeadline atomic.Int64              // lease's deadline, wall clock, Unix ns; past it no turn starts
 	routeTab      [32]routeShard            // route cache and forwarding routes (order.go)
 	streams       [streamShards]streamShard // this host's sending streams (order.go)
 	lookups       singleflight.Group        // concurrent store look-ups of one object
@@ -210,6 +212,7 @@ func (h *Host) Start() error {
 	}
 	h.leaseGen = uint64(time.Now().UnixNano())
 	h.clk.Store(nanotime())
+	h.lease = membership.LocalLease{Margin: membership.DefaultMargin}
 	h.initOrder()
 	// The name is checked (join) before the lease is taken: a second host
 	// of a name must not renew the first one's lease.
@@ -269,15 +272,12 @@ func (h *Host) Start() error {
 	return nil
 }
 
-// leaseMargin is how much earlier than its lease's end, counted from the
-// renewal's local send time, a host stops starting turns.
-const leaseMargin = time.Second
-
 // renewLease renews this run's lease in the Location Store. The host's own
 // deadline follows the local-time rule (membership.LocalLease): the send
-// time of the renewal + LeaseTTL − leaseMargin, by this machine's clock —
+// time of the renewal + LeaseTTL − DefaultMargin, by this machine's clock —
 // never the deadline the store computed on its clock, and a slow answer
-// can only shorten it.
+// can only shorten it. Renewals run one at a time (Start, then the
+// renewer), so the lease needs no lock.
 func (h *Host) renewLease() error {
 	ctx, cancel := h.storeContext()
 	defer cancel()
@@ -285,9 +285,8 @@ func (h *Host) renewLease() error {
 	if _, err := h.store.RenewLease(ctx, h.name, h.leaseGen); err != nil {
 		return &payload.Error{Kind: payload.Unavailable, Op: "actor.Host", Detail: "cannot renew the host lease", Err: err}
 	}
-	if dl := sent.Add(relocation.LeaseTTL - leaseMargin).UnixNano(); dl > h.leaseDeadline.Load() {
-		h.leaseDeadline.Store(dl) // renewals run one at a time; never moved back
-	}
+	h.lease = h.lease.Renewed(sent, membership.Lease{Name: h.name, Gen: h.leaseGen, TTL: relocation.LeaseTTL})
+	h.leaseDeadline.Store(h.lease.Deadline().UnixNano())
 	return nil
 }
 

@@ -48,16 +48,17 @@ import (
 	"time"
 
 	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/relocation"
 )
 
-// Lease timing. The values are the ones the Location Store uses for host
-// leases (relocation.LeaseRenew, relocation.LeaseTTL; DESIGN §8).
+// Lease timing: the Location Store's host leases (DESIGN §8), one
+// definition for both.
 const (
 	// DefaultTTL is how long a lease lasts after a join or a renewal, by
 	// the store's clock.
-	DefaultTTL = 15 * time.Second
+	DefaultTTL = relocation.LeaseTTL
 	// DefaultRenew is how often a host renews its lease.
-	DefaultRenew = 5 * time.Second
+	DefaultRenew = relocation.LeaseRenew
 	// DefaultMargin is how much earlier than send time + TTL a host stops
 	// trusting its lease (LocalLease.Margin). It absorbs the two clocks
 	// running at slightly different rates and a turn that starts just before

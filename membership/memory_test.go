@@ -11,7 +11,6 @@ import (
 	"github.com/berthrt/berth/membership"
 	"github.com/berthrt/berth/membership/membershiptest"
 	"github.com/berthrt/berth/payload"
-	"github.com/berthrt/berth/relocation"
 )
 
 // fakeClock is a clock tests step by hand. Safe for concurrent use.
@@ -67,12 +66,8 @@ func TestMemoryConformanceDefaultBuffer(t *testing.T) {
 	})
 }
 
-// The lease timing agrees with the Location Store's (DESIGN §8).
-func TestDefaultsMatchTheLocationStore(t *testing.T) {
-	if membership.DefaultTTL != relocation.LeaseTTL || membership.DefaultRenew != relocation.LeaseRenew {
-		t.Fatalf("membership TTL/renew %v/%v, relocation %v/%v",
-			membership.DefaultTTL, membership.DefaultRenew, relocation.LeaseTTL, relocation.LeaseRenew)
-	}
+// The margin leaves time for a renewal before the deadline.
+func TestDefaultMarginLeavesTimeToRenew(t *testing.T) {
 	if membership.DefaultMargin >= membership.DefaultTTL-membership.DefaultRenew {
 		t.Fatalf("DefaultMargin %v leaves no time for a renewal", membership.DefaultMargin)
 	}
