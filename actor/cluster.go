@@ -129,7 +129,27 @@ func (kr *kindRuntime) resolve(id string, mode lookupMode) (place, error) {
 			return place{host: other, stored: true}, nil
 		}
 	}
-	row, err = h.store.Reserve(ctx, obj, h.name)
+	// The activation itself is one flight per object on this host, whatever
+	// the look-ups' modes: two of them (a local send and a message off a
+	// link) must not both reserve and commit.
+	v, err, _ := h.lookups.Do(kr.spec.name+"\x00"+id+"\x00activate", func() (any, error) { return kr.activate(id) })
+	if err != nil {
+		return place{}, err
+	}
+	return v.(place), nil
+}
+
+// activate reserves and commits object id for this host in the store and
+// installs its owner; if another live host owns it, it returns that host.
+func (kr *kindRuntime) activate(id string) (place, error) {
+	h := kr.host
+	if o := kr.local(id); o != nil {
+		return place{o: o}, nil // a flight that ended just before this one
+	}
+	obj := relocation.Object{Kind: kr.spec.name, ID: id}
+	ctx, cancel := h.storeContext()
+	defer cancel()
+	row, err := h.store.Reserve(ctx, obj, h.name)
 	if err == nil {
 		row, err = h.store.Commit(ctx, obj, row.Ownership)
 	}

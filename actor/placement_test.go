@@ -2,6 +2,7 @@ package actor
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 )
 
@@ -147,5 +148,30 @@ func TestPlacementLeastLoadedPicksTheHostWithFewestObjects(t *testing.T) {
 	defer hs[2].draining.Store(false)
 	if h := where(t, a, Ref{"least", "x"}); h == "c" {
 		t.Fatal("a draining host got a new activation")
+	}
+}
+
+// Two look-ups of a new object on one host at once — a send from this host
+// and a message that came over a link — make one activation between them,
+// not a second reservation that fails its commit.
+func TestConcurrentLookUpsOfANewObjectActivateItOnce(t *testing.T) {
+	h := startHost(t, Config{Name: "a", Network: NewNetwork(nil), Logger: quietLogger()}, counterKind(newGates()))
+	kr := h.kinds["counter"]
+	for i := 0; i < 2000; i++ {
+		id := "new-" + itoa(i)
+		var wg sync.WaitGroup
+		var places [2]place
+		var errs [2]error
+		for j, mode := range []lookupMode{fromOutside, fromLink} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				places[j], errs[j] = kr.locate(id, mode)
+			}()
+		}
+		wg.Wait()
+		if errs[0] != nil || errs[1] != nil || places[0].o == nil || places[0].o != places[1].o {
+			t.Fatalf("%s: look-ups gave %+v (%v) and %+v (%v); want one owner", id, places[0], errs[0], places[1], errs[1])
+		}
 	}
 }
