@@ -54,7 +54,7 @@ func TestAllocsOrderedSendsAddNone(t *testing.T) {
 	n := actor.NewNetwork(nil)
 	var hs []*actor.Host
 	for _, name := range []string{"a", "b"} {
-		h := newBenchHostWith(t, actor.Config{Name: name, Network: n}, counterKind())
+		h := newBenchHostWith(t, actor.Config{Name: name, Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership}, counterKind())
 		defer h.Close()
 		hs = append(hs, h)
 	}

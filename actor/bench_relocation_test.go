@@ -43,7 +43,7 @@ func startBenchNetwork(b *testing.B, k func() actor.Registrable, names ...string
 	n := actor.NewNetwork(nil)
 	var hs []*actor.Host
 	for _, name := range names {
-		h, err := actor.NewHost(actor.Config{Name: name, Network: n, Logger: discardLogger()})
+		h, err := actor.NewHost(actor.Config{Name: name, Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: discardLogger()})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -109,7 +109,7 @@ func BenchmarkRelocatePause(b *testing.B) {
 				name += "/idle"
 			}
 			b.Run(name, func(b *testing.B) {
-				n, hs := startBenchNetwork(b, func() actor.Registrable { return blobKind(size) }, "a", "b", "c")
+				_, hs := startBenchNetwork(b, func() actor.Registrable { return blobKind(size) }, "a", "b", "c")
 				ctx := context.Background()
 				// Sixteen objects take turns to move, so that each one
 				// moves every sixteenth op (an object moved back to back
@@ -162,7 +162,7 @@ func BenchmarkRelocatePause(b *testing.B) {
 						}()
 					}
 				}
-				n.Pauses()
+				pausesOf(hs)
 				before := moveCounts(hs)
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
@@ -177,7 +177,7 @@ func BenchmarkRelocatePause(b *testing.B) {
 				reportMoveCounts(b, before, moveCounts(hs), b.N)
 				close(stop)
 				wg.Wait()
-				reportPauses(b, n.Pauses())
+				reportPauses(b, pausesOf(hs))
 				if loaded {
 					b.ReportMetric(float64(unavailable.Load()), "asks-past-MaxHops")
 				}
@@ -193,14 +193,14 @@ func BenchmarkDrain10000Objects(b *testing.B) {
 	ctx := context.Background()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		n, hs := startBenchNetwork(b, func() actor.Registrable { return blobKind(1 << 10) }, "a", "b", "c")
+		_, hs := startBenchNetwork(b, func() actor.Registrable { return blobKind(1 << 10) }, "a", "b", "c")
 		for j := 0; j < objects; j++ {
 			if err := actor.Tell(ctx, hs[2], actor.Ref{Kind: "blob", ID: strconv.Itoa(j)}, blobTouch{}); err != nil {
 				b.Fatal(err)
 			}
 		}
 		testutil.WaitFor(b, "the objects to activate", func() bool { return hs[2].Stats().OwnersActive >= objects })
-		n.Pauses()
+		pausesOf(hs)
 		b.StartTimer()
 		start := time.Now()
 		if err := hs[2].Drain(ctx); err != nil {
@@ -209,10 +209,20 @@ func BenchmarkDrain10000Objects(b *testing.B) {
 		took := time.Since(start)
 		b.StopTimer()
 		b.ReportMetric(objects/took.Seconds(), "objects/s")
-		reportPauses(b, n.Pauses())
+		reportPauses(b, pausesOf(hs))
 		for _, h := range hs {
 			h.Close()
 		}
 		b.StartTimer()
 	}
+}
+
+// pausesOf collects the pauses of the moves the hosts were the source of
+// since the last call.
+func pausesOf(hs []*actor.Host) []time.Duration {
+	var out []time.Duration
+	for _, h := range hs {
+		out = append(out, h.Pauses()...)
+	}
+	return out
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
 	"github.com/berthrt/berth/route"
+	"github.com/berthrt/berth/transport"
 )
 
 // Routing between hosts (DESIGN §8, §9; the rules are package route's).
@@ -119,13 +120,18 @@ func (kr *kindRuntime) resolve(id string, mode lookupMode) (place, error) {
 		return place{}, &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: "location store", Err: err}
 	}
 	if h.draining.Load() {
-		if other := h.net.pickHost(h, kr.spec.name); other != "" {
+		if other := h.pickHost(kr.spec.name); other != "" {
 			return place{host: other, stored: true}, nil
 		}
 	} else if mode != fromLink {
 		// A send from this host activates the object where the kind's
 		// placement says; that host activates it (fromLink).
 		if other := h.placeNew(kr.spec, id); other != "" && other != h.name {
+			// Later sends from here go the same way (a cached route) until
+			// the store names the owner: a second look-up before the
+			// activation is committed would place it again, maybe
+			// elsewhere (the store then keeps one, at the cost of a hop).
+			h.learnRoute(obj, other, 0, false)
 			return place{host: other, stored: true}, nil
 		}
 	}
@@ -186,63 +192,23 @@ func (kr *kindRuntime) activate(id string) (place, error) {
 	return place{o: o}, nil
 }
 
-// errHostGone: the host a route names is no longer on the network.
-var errHostGone = payload.NewError(payload.Unavailable, "actor", "the host is not on the network")
-
 // sendRemote hands m, a message this host sends to t's object, to the
-// link to host, stamping it first (once). Tell completes here: the
+// transport for host, stamping it first (once). Tell completes here: the
 // transport accepted it. With a non-nil ctx (a send from outside the
 // handlers) it first waits for room on the link. If the host is gone or
 // leaving, errHostGone is returned (the caller looks the object up
 // again); on any failure m stays the caller's.
 func (h *Host) sendRemote(ctx context.Context, host string, t target, m *payload.Message) error {
-	l := h.net.linkTo(h, host)
-	if l == nil {
-		return errHostGone
-	}
-	if int64(m.Len()) > l.maxItem {
+	if mx := h.view.maxMessage(host); mx > 0 && int64(m.Len()) > mx {
 		return mailbox.ErrTooLarge // the destination's lanes are smaller than this host's
 	}
 	if ctx != nil {
-		if err := l.waitRoom(ctx, h.cfg.SendTimeout, h.done); err != nil {
+		if err := h.waitRoom(ctx, host); err != nil {
 			return err
 		}
 	}
 	h.stamp(t, m)
-	return l.sendMessage(m)
-}
-
-// receive handles one item off a link, on the link's goroutine. Nothing
-// here waits for a job permit: messages for local owners queue in the
-// link's permit source, in order.
-func (h *Host) receive(l *link, it linkItem) {
-	switch {
-	case it.hint != nil:
-		obj, hint, err := decodeHint(it.hint)
-		if err != nil {
-			h.malformedItem(l.from.name, err)
-			return
-		}
-		h.hint(obj, hint.host, hint.gen)
-	case it.ctl != nil:
-		ctl, err := decodeControl(it.ctl)
-		if err != nil {
-			h.malformedItem(l.from.name, err)
-			return
-		}
-		h.onControl(l.from.name, ctl)
-	case it.rec != nil:
-		obj, rec, err := relocation.DecodeRecordOwned(it.rec) // the bytes are this host's now
-		if err != nil {
-			h.malformedItem(l.from.name, err)
-			return
-		}
-		h.onRecord(l.from.name, obj, rec)
-	case it.bounce:
-		h.onBounce(it.buf)
-	default:
-		h.onFrame(l, it.buf)
-	}
+	return h.sendMessage(host, m, transport.Frame)
 }
 
 // malformedItem drops an item off a link that does not decode (counted as
@@ -270,18 +236,12 @@ func (h *Host) bounced(buf payload.Buffer) {
 	h.redispatchBuffer(buf)
 }
 
-// dropItem ends an item that can no longer be delivered (the link closed).
-func (h *Host) dropItem(it linkItem) {
-	if !it.buf.IsZero() {
-		h.obs.Rejected("", RejectUndeliverable)
-		it.buf.Release()
-	}
-}
-
-func (h *Host) onFrame(l *link, buf payload.Buffer) {
+// onFrame handles a message or reply frame from peer from.
+func (h *Host) onFrame(ib *inbound, from string, buf payload.Buffer) {
 	hv, _, err := payload.DecodeHeader(buf.Bytes())
 	if err != nil {
-		h.log.Warn("malformed frame from a link dropped", "from", l.from.name, "err", err)
+		h.obs.Rejected("", RejectProtocol)
+		h.log.Warn("malformed frame from a link dropped", "from", from, "err", err)
 		buf.Release()
 		return
 	}
@@ -315,15 +275,15 @@ func (h *Host) onFrame(l *link, buf payload.Buffer) {
 		// store never stalls the messages behind it for objects that are
 		// here. Order between the two ways is restored by the messages'
 		// sequence numbers.
-		l.slow.add(func() { h.routeIn(l, kr, id, m) })
+		ib.slow.add(func() { h.routeIn(ib, kr, id, m) })
 		return
 	}
-	h.routeIn(l, kr, id, m)
+	h.routeIn(ib, kr, id, m)
 }
 
-// routeIn admits message m off link l for object id here, or forwards it
-// to where the object runs.
-func (h *Host) routeIn(l *link, kr *kindRuntime, id string, m *payload.Message) {
+// routeIn admits message m from a peer (ib) for object id here, or
+// forwards it to where the object runs.
+func (h *Host) routeIn(ib *inbound, kr *kindRuntime, id string, m *payload.Message) {
 	p, err := kr.locate(id, fromLink)
 	if err != nil {
 		if errors.Is(err, ErrShuttingDown) {
@@ -333,14 +293,14 @@ func (h *Host) routeIn(l *link, kr *kindRuntime, id string, m *payload.Message) 
 		h.failMessage(m, err)
 		return
 	}
-	if p.o != nil || !l.in.idle() {
+	if p.o != nil || !ib.in.idle() {
 		// Admit here — or, if earlier messages off this link still wait
 		// for permits, queue behind them even to be forwarded, so that
 		// none overtakes another.
 		ps := &pendingSend{m: m, relayed: true}
 		ps.one[0] = target{kr: kr, id: id}
 		ps.targets = ps.one[:]
-		l.in.enqueue(ps)
+		ib.in.enqueue(ps)
 		return
 	}
 	h.forward(kr, id, m, p)
@@ -435,14 +395,10 @@ func (h *Host) backOrFailBounded(m *payload.Message, hop route.Hop, err error) {
 // sendHop sends m on to host as one more hop, towards owner generation
 // gen. On failure m stays the caller's, unchanged.
 func (h *Host) sendHop(m *payload.Message, host string, hops uint8, gen uint64) error {
-	l := h.net.linkTo(h, host)
-	if l == nil {
-		return errHostGone
-	}
 	hv := m.Header()
 	oldHops, oldGen := hv.Hops(), hv.Generation()
 	_ = payload.SetForward(m.Frame(), hops, gen)
-	if err := l.sendMessage(m); err != nil {
+	if err := h.sendMessage(host, m, transport.Frame); err != nil {
 		_ = payload.SetForward(m.Frame(), oldHops, oldGen)
 		return err
 	}
@@ -486,12 +442,12 @@ func (h *Host) admitHere(o *owner, m *payload.Message) {
 // (it left), this host routes it afresh itself. It reports false (m stays
 // the caller's) if this host is closing.
 func (h *Host) sendBack(m *payload.Message) bool {
-	if h.net == nil || !h.acceptsInternal() {
+	if h.tr == nil || !h.acceptsInternal() {
 		return false
 	}
 	hv := m.Header()
 	if origin := string(hv.Origin()); origin != "" && origin != h.name {
-		if l := h.net.linkTo(h, origin); l != nil && l.sendBounce(m) == nil {
+		if h.sendMessage(origin, m, transport.Bounce) == nil {
 			return true
 		}
 	}
@@ -537,9 +493,7 @@ func (h *Host) onBounce(buf payload.Buffer) {
 // sendHint tells host to that obj runs on host at with owner generation
 // gen.
 func (h *Host) sendHint(to string, obj relocation.Object, at string, gen uint64) {
-	if l := h.net.linkTo(h, to); l != nil {
-		l.sendHint(obj, routeHint{host: at, gen: gen})
-	}
+	_ = h.sendItem(to, transport.Hint, appendHint(nil, obj, routeHint{host: at, gen: gen})) // advice: lost with a gone peer
 }
 
 // failMessage ends a message that cannot be delivered: a request gets err;
@@ -592,34 +546,9 @@ func decodeWireError(h *Host, buf payload.Buffer) error {
 	return &HandlerError{Kind: k, Msg: we.Text, Codes: we.Codes}
 }
 
-// pickHost returns another running host on the network that hosts kind,
-// for a draining host to send new activations to ("" if none).
-func (n *Network) pickHost(self *Host, kind string) string {
-	if n == nil {
-		return ""
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	best, bestLoad := "", int64(-1)
-	for name, h := range n.hosts {
-		if h == self || h.draining.Load() || h.kinds[kind] == nil {
-			continue
-		}
-		if load := h.owners.Load(); bestLoad < 0 || load < bestLoad || (load == bestLoad && name < best) {
-			best, bestLoad = name, load
-		}
-	}
-	return best
-}
-
 // peerGone: a host left the network (stopped or killed).
 func (h *Host) peerGone(name string) {
 	h.forgetHost(name)
 	h.moveEvent(name, relocation.TargetDead{})
 	h.remotePeerGone(name)
-}
-
-// linkUp: the link to a host was healed.
-func (h *Host) linkUp(name string) {
-	h.moveEvent(name, relocation.LinkUp{})
 }

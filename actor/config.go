@@ -9,7 +9,10 @@ import (
 	"time"
 
 	"github.com/berthrt/berth/mailbox"
+	"github.com/berthrt/berth/membership"
 	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/transport"
 )
 
 // Defaults for Config fields left zero (DESIGN §5–§6).
@@ -82,10 +85,19 @@ type Config struct {
 	// Logger receives the host's log records; default slog.Default().
 	Logger *slog.Logger
 
-	// Network joins the host to other hosts in this process (the
-	// in-process transport) and gives it their shared Location Store.
+	// Transport joins the host to other hosts: transport/inproc's Network
+	// for hosts in one process, a network transport for hosts in other
+	// processes. Hosts reach each other only through it and Membership.
 	// Without one, the host stands alone with a private in-memory store.
-	Network *Network
+	// With one, Store and Membership are required too.
+	Transport transport.Attacher
+	// Store is the Location Store the host shares with the other hosts of
+	// its Transport (relocation.NewMemoryStore for hosts in one process).
+	Store relocation.Store
+	// Membership is how the host announces itself and learns the other
+	// hosts, their states and kinds (membership.NewMemory for hosts in one
+	// process).
+	Membership membership.Membership
 	// AppVersion is compared in a move's preflight: objects move only
 	// between hosts of the same application version.
 	AppVersion string
@@ -157,6 +169,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	orDefault(&c.GapTimeout, DefaultGapTimeout, "GapTimeout", bad)
 	orDefault(&c.StoreTimeout, DefaultStoreTimeout, "StoreTimeout", bad)
+	switch {
+	case c.Transport != nil && (c.Store == nil || c.Membership == nil):
+		bad("Transport", "needs Store and Membership too (the hosts of a transport share them)")
+	case c.Transport == nil && c.Membership != nil:
+		bad("Membership", "needs a Transport (a host without one stands alone)")
+	}
 	return c, errors.Join(errs...)
 }
 

@@ -62,8 +62,8 @@ func newContractEnv(t *testing.T, remote bool) *contractEnv {
 	}
 	n := NewNetwork(nil)
 	c1, c2 := cfg, cfg
-	c1.Name, c1.Network = "from", n
-	c2.Name, c2.Network = "owner", n
+	c1, c2 = n.With(c1), n.With(c2)
+	c1.Name, c2.Name = "from", "owner"
 	e.from, e.owner = startHost(t, c1, kinds()...), startHost(t, c2, kinds()...)
 	return e
 }
@@ -200,7 +200,7 @@ func TestLocateFindsTheOwnerFromAnyHost(t *testing.T) {
 	n := NewNetwork(nil)
 	hs := map[string]*Host{}
 	for _, name := range []string{"a", "b", "c"} {
-		hs[name] = startHost(t, Config{Name: name, Network: n, Logger: quietLogger()}, seqKind())
+		hs[name] = startHost(t, Config{Name: name, Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()}, seqKind())
 	}
 	ref := Ref{"seq", "x"}
 	if _, err := hs["a"].Locate(bg, ref); !errors.Is(err, ErrNotActive) || !errors.Is(err, payload.NotFound) {
@@ -243,8 +243,8 @@ func TestLocateFindsTheOwnerFromAnyHost(t *testing.T) {
 
 func TestRelocateToTheHostThatOwnsItSaysSo(t *testing.T) {
 	n := NewNetwork(nil)
-	a := startHost(t, Config{Name: "a", Network: n, Logger: quietLogger()}, seqKind())
-	startHost(t, Config{Name: "b", Network: n, Logger: quietLogger()}, seqKind())
+	a := startHost(t, Config{Name: "a", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()}, seqKind())
+	startHost(t, Config{Name: "b", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()}, seqKind())
 	ref := Ref{"seq", "x"}
 	if err := Tell(bg, a, ref, SeqMsg{Seq: 1}); err != nil {
 		t.Fatal(err)
@@ -288,8 +288,8 @@ func shopKind() *Kind[Counter] {
 
 func TestHandlerErrorIsTheSameWhereverItRan(t *testing.T) {
 	n := NewNetwork(nil)
-	a := startHost(t, Config{Name: "a", Network: n, Logger: quietLogger()}, shopKind())
-	b := startHost(t, Config{Name: "b", Network: n, Logger: quietLogger()}, shopKind())
+	a := startHost(t, Config{Name: "a", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()}, shopKind())
+	b := startHost(t, Config{Name: "b", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()}, shopKind())
 	ref := Ref{"shop", "s"}
 	if _, err := Ask[Buy, int](bg, a, ref, Buy{}); err != nil { // activates on a
 		t.Fatal(err)
@@ -360,10 +360,10 @@ func TestOversizedMessageIsRefusedWhereverTheObjectLives(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var ran atomic.Int64
 			n := NewNetwork(nil)
-			owner := startHost(t, Config{Name: "owner", Network: n, Logger: quietLogger(), ApplicationLimits: small}, blobKind(&ran))
+			owner := startHost(t, Config{Name: "owner", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger(), ApplicationLimits: small}, blobKind(&ran))
 			from := owner
 			if c.remote {
-				from = startHost(t, Config{Name: "from", Network: n, Logger: quietLogger(), ApplicationLimits: c.senderLane}, blobKind(&ran))
+				from = startHost(t, Config{Name: "from", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger(), ApplicationLimits: c.senderLane}, blobKind(&ran))
 			}
 			ref := Ref{"blob", "b"}
 			if _, err := Ask[Blob, int](bg, owner, ref, Blob{Data: "small"}); err != nil { // activates on owner
@@ -389,7 +389,7 @@ func TestOversizedMessageIsRefusedWhereverTheObjectLives(t *testing.T) {
 
 func TestDrainWithNowhereToGoRefusesAndKeepsServing(t *testing.T) {
 	n := NewNetwork(nil)
-	a := startHost(t, Config{Name: "a", Network: n, Logger: quietLogger()}, seqKind())
+	a := startHost(t, Config{Name: "a", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()}, seqKind())
 	ref := Ref{"seq", "x"}
 	if err := Tell(bg, a, ref, SeqMsg{Seq: 1}); err != nil {
 		t.Fatal(err)
@@ -403,7 +403,7 @@ func TestDrainWithNowhereToGoRefusesAndKeepsServing(t *testing.T) {
 	if got, err := Ask[GetSeqs, []int](bg, a, ref, GetSeqs{}); err != nil || len(got) != 1 {
 		t.Fatalf("the object after the refused drain: %v, %v; want its state kept", got, err)
 	}
-	b := startHost(t, Config{Name: "b", Network: n, Logger: quietLogger()}, seqKind())
+	b := startHost(t, Config{Name: "b", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()}, seqKind())
 	if err := a.Drain(bg); err != nil {
 		t.Fatalf("Drain with another host: %v", err)
 	}
@@ -416,8 +416,8 @@ func TestStopOnAHostWithPeersMovesItsObjectsUnlessConfiguredToDeactivate(t *test
 	for _, deactivate := range []bool{false, true} {
 		t.Run(fmt.Sprintf("StopDeactivates=%v", deactivate), func(t *testing.T) {
 			n := NewNetwork(nil)
-			a := startHost(t, Config{Name: "a", Network: n, Logger: quietLogger(), StopDeactivates: deactivate}, seqKind())
-			b := startHost(t, Config{Name: "b", Network: n, Logger: quietLogger()}, seqKind())
+			a := startHost(t, Config{Name: "a", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger(), StopDeactivates: deactivate}, seqKind())
+			b := startHost(t, Config{Name: "b", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()}, seqKind())
 			ref := Ref{"seq", "x"}
 			for i := 1; i <= 3; i++ {
 				if err := Tell(bg, a, ref, SeqMsg{Seq: i}); err != nil {
@@ -442,7 +442,7 @@ func TestStopOnAHostWithPeersMovesItsObjectsUnlessConfiguredToDeactivate(t *test
 	}
 	// Alone on the network: nowhere to go, Stop deactivates (no error).
 	n := NewNetwork(nil)
-	a := startHost(t, Config{Name: "a", Network: n, Logger: quietLogger()}, seqKind())
+	a := startHost(t, Config{Name: "a", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()}, seqKind())
 	if err := Tell(bg, a, Ref{"seq", "x"}, SeqMsg{Seq: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -476,8 +476,8 @@ func TestAbortedMoveRunsTheTargetsMessagesPromptlyAndInOrder(t *testing.T) {
 	n := NewNetwork(nil)
 	cfg := Config{Logger: quietLogger(), RequestTimeout: time.Hour}
 	ca, cb := cfg, cfg
-	ca.Name, ca.Network = "a", n
-	cb.Name, cb.Network = "b", n
+	ca, cb = n.With(ca), n.With(cb)
+	ca.Name, cb.Name = "a", "b"
 	a, b := startHost(t, ca, frailKind(&failRestore)), startHost(t, cb, frailKind(&failRestore))
 	ref := Ref{"seq", "x"}
 	if err := Tell(bg, a, ref, SeqMsg{Seq: 1}); err != nil { // lives on a
@@ -557,7 +557,7 @@ func TestAbortedMoveRunsTheTargetsMessagesPromptlyAndInOrder(t *testing.T) {
 func TestRelocateFromAnyHostMovesTheObjectWithTheSameResultAndErrors(t *testing.T) {
 	n := NewNetwork(nil)
 	start := func(name, version string) *Host {
-		return startHost(t, Config{Name: name, Network: n, Logger: quietLogger(), AppVersion: version}, seqKind())
+		return startHost(t, Config{Name: name, Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger(), AppVersion: version}, seqKind())
 	}
 	a, b, c := start("a", "v1"), start("b", "v1"), start("c", "v1")
 	start("other-version", "v2")
@@ -614,9 +614,9 @@ func TestRelocateFromAnyHostMovesTheObjectWithTheSameResultAndErrors(t *testing.
 // move aborts it at the owner's host, as a local one does: the object stays.
 func TestRelocateFromAnotherHostIsAbortedWhenItsContextEnds(t *testing.T) {
 	n := NewNetwork(nil)
-	a := startHost(t, Config{Name: "a", Network: n, Logger: quietLogger()}, seqKind())
-	startHost(t, Config{Name: "b", Network: n, Logger: quietLogger()}, seqKind())
-	c := startHost(t, Config{Name: "c", Network: n, Logger: quietLogger()}, seqKind())
+	a := startHost(t, Config{Name: "a", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()}, seqKind())
+	startHost(t, Config{Name: "b", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()}, seqKind())
+	c := startHost(t, Config{Name: "c", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()}, seqKind())
 	ref := Ref{"seq", "x"}
 	if err := Tell(bg, a, ref, SeqMsg{Seq: 1}); err != nil {
 		t.Fatal(err)

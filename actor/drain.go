@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"hash/maphash"
-	"sort"
 
 	"github.com/berthrt/berth/payload"
 	"golang.org/x/sync/errgroup"
@@ -45,7 +44,7 @@ var ErrNowhereToDrain = errors.New("nowhere to drain to")
 // other host to go to ("" if none).
 func (h *Host) strandedKind() string {
 	for name, kr := range h.kinds {
-		if kr.spec.policy != DisableRelocation && len(kr.all()) > 0 && len(h.net.hostsWithKind(h, name)) == 0 {
+		if kr.spec.policy != DisableRelocation && len(kr.all()) > 0 && len(h.otherHostsWithKind(name)) == 0 {
 			return name
 		}
 	}
@@ -69,7 +68,7 @@ const drainWorkers = 64
 // that kind has nowhere to drain to: Drain returns Unavailable at once and
 // the host keeps serving (Stop deactivates objects instead).
 func (h *Host) Drain(ctx context.Context) error {
-	if h.net == nil {
+	if h.tr == nil {
 		return ErrNoNetwork
 	}
 	if !h.acceptsExternal() || h.DrainState() != Serving {
@@ -126,7 +125,7 @@ var drainSeed = maphash.MakeSeed()
 func (h *Host) drainOne(ctx context.Context, kr *kindRuntime, o *owner) {
 	ref := o.ref
 	if kr.spec.policy != DisableRelocation {
-		targets := h.net.hostsWithKind(h, kr.spec.name)
+		targets := h.otherHostsWithKind(kr.spec.name)
 		if n := len(targets); n > 0 {
 			first := int(maphash.String(drainSeed, ref.ID) % uint64(n))
 			for i := 0; i < n && ctx.Err() == nil; i++ {
@@ -139,19 +138,4 @@ func (h *Host) drainOne(ctx context.Context, kr *kindRuntime, o *owner) {
 		}
 	}
 	o.requestDeactivate()
-}
-
-// hostsWithKind returns the other running, not draining hosts that have
-// kind, sorted by name.
-func (n *Network) hostsWithKind(self *Host, kind string) []string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	var out []string
-	for name, h := range n.hosts {
-		if h != self && !h.draining.Load() && h.kinds[kind] != nil {
-			out = append(out, name)
-		}
-	}
-	sort.Strings(out)
-	return out
 }

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/membership"
+	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/transport/inproc"
 )
 
 // cartKind is a cart whose state moves with it.
@@ -25,21 +29,34 @@ func cartKind() *actor.Kind[Cart] {
 	return carts
 }
 
-// startHosts starts hosts with the given names on one in-process Network
-// (the transport and an in-memory Location Store), each with its own
-// instance of the kind; closeAll closes them.
+// startHosts starts hosts with the given names in this process, each with
+// its own instance of the kind, and waits until each knows the others.
+// Hosts in one process share an in-process transport, a Location Store
+// and a membership; closeAll closes them.
 func startHosts(kind func() *actor.Kind[Cart], names ...string) (hosts []*actor.Host, closeAll func()) {
-	net := actor.NewNetwork(nil)
+	net := inproc.NewNetwork(inproc.Options{})
+	store := relocation.NewMemoryStore(nil)
+	members := membership.NewMemory(membership.Options{})
 	for _, name := range names {
-		h, _ := actor.NewHost(actor.Config{Name: name, Network: net})
+		h, _ := actor.NewHost(actor.Config{Name: name, Transport: net, Store: store, Membership: members})
 		h.Register(kind())
 		h.Start()
 		hosts = append(hosts, h)
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		known := 0
+		for _, h := range hosts {
+			known += len(h.Peers())
+		}
+		if known == len(hosts)*(len(hosts)-1) {
+			break
+		}
 	}
 	return hosts, func() {
 		for _, h := range hosts {
 			h.Close()
 		}
+		members.Close()
 	}
 }
 

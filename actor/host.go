@@ -5,6 +5,7 @@ import (
 	"errors"
 	"hash/maphash"
 	"log/slog"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 	"github.com/berthrt/berth/membership"
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/transport"
 	"golang.org/x/sync/singleflight"
 )
 
@@ -65,12 +67,22 @@ type Host struct {
 	handoff     chan func()      // unbuffered: drains handed to idle workers
 	workersStop chan struct{}    // closed by Close after the last drain
 	actors      sync.WaitGroup   // owners whose actor has not stopped
-	bg          sync.WaitGroup   // janitor, lease renewer, move ticker, link goroutines
-	lanes       sync.WaitGroup   // links' slow lanes (network.go)
+	bg          sync.WaitGroup   // janitor, lease renewer, move ticker, membership watch
+	lanes       sync.WaitGroup   // peers' slow lanes (network.go)
 	bgStop      chan struct{}
-	// Cluster: the Location Store, this run's lease, routes, moves.
-	net           *Network
-	origin        string // the origin stamped on messages: the name, on a Network
+	life        context.Context // ends when the host closes
+	endLife     context.CancelFunc
+	// Cluster: the transport, the membership, the Location Store, this
+	// run's lease, routes, moves (network.go).
+	tr            transport.Transport   // nil: the host stands alone
+	members       membership.Membership // nil when tr is
+	view          peerView              // what this host knows of its peers
+	inMu          sync.Mutex            // guards inbound; a leaf
+	inbound       map[string]*inbound   // per sending peer
+	lookupQ       [lookupLanes]lane     // admissions that may call the store (network.go)
+	loadSent      int64                 // the load last reported; move ticker only
+	pauses        pauseLog              // moves from here: seal to commit notice
+	origin        string                // the origin stamped on messages: the name, with a transport
 	store         relocation.Store
 	leaseGen      uint64
 	lease         membership.LocalLease     // touched by renewLease only
@@ -90,7 +102,6 @@ type Host struct {
 	captured      atomic.Int64 // messages in move records sent from here
 	relayed       atomic.Int64 // messages relayed from here
 	forwarded     atomic.Int64 // messages forwarded from here
-	killed        atomic.Bool  // Network.Kill: undelivered messages are lost
 	clk           atomic.Int64 // coarseNow: nanotime at the last move tick
 	heldMu        sync.Mutex   // guards heldOwners
 	heldOwners    map[*owner]struct{}
@@ -130,6 +141,9 @@ func NewHost(cfg Config) (*Host, error) {
 	}
 	if h.obs == nil {
 		h.obs = noObserver{}
+	}
+	for i := range h.lookupQ {
+		h.lookupQ[i].wg = &h.lanes
 	}
 	h.permits = mailbox.NewPermits(cfg.MaxQueuedApplicationJobs, nil)
 	if err := h.reg.Register(payload.Protobuf, payload.IsProtoMessage); err != nil {
@@ -203,35 +217,23 @@ func (h *Host) Start() error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	h.net = h.cfg.Network
-	if h.net != nil {
-		h.origin = h.name
-		h.store = h.net.store
-	} else {
+	h.store = h.cfg.Store
+	if h.store == nil {
 		h.store = relocation.NewMemoryStore(nil)
 	}
 	h.leaseGen = uint64(time.Now().UnixNano())
 	h.clk.Store(nanotime())
 	h.lease = membership.LocalLease{Margin: membership.DefaultMargin}
 	h.initOrder()
-	// The name is checked (join) before the lease is taken: a second host
-	// of a name must not renew the first one's lease.
-	if h.net != nil {
-		if err := h.net.join(h); err != nil {
-			return err
-		}
-	}
-	if err := h.renewLease(); err != nil {
-		if h.net != nil {
-			h.net.leave(h)
-		}
+	h.life, h.endLife = context.WithCancel(context.Background())
+	if err := h.join(); err != nil {
+		h.endLife()
 		return err
 	}
 	if h.cfg.MetricsAddr != "" {
 		if err := h.serveMetrics(); err != nil {
-			if h.net != nil {
-				h.net.leave(h)
-			}
+			h.leave(false)
+			h.endLife()
 			return err
 		}
 	}
@@ -265,11 +267,74 @@ func (h *Host) Start() error {
 	}
 	h.bg.Add(1)
 	go h.leaseRenewer()
-	if h.net != nil {
+	if h.tr != nil {
 		h.bg.Add(1)
 		go h.moveTicker()
 	}
 	return nil
+}
+
+// join attaches the host to its transport and joins its membership (with
+// a transport), and takes its lease in the Location Store. The transport
+// comes first: it refuses a second live host of the name before the lease
+// is taken (which would renew the first one's), and peers that learn of
+// this host from the membership can reach it at once. The membership's
+// current list is read before join returns, so the host knows the hosts
+// that joined before it.
+func (h *Host) join() error {
+	const op = "actor.Host.Start"
+	if h.cfg.Transport == nil {
+		return h.renewLease()
+	}
+	h.origin = h.name
+	h.members = h.cfg.Membership
+	tr, err := h.cfg.Transport.Attach(h.name, hostHandler{h})
+	if err != nil {
+		return err
+	}
+	h.tr = tr
+	if err := h.renewLease(); err != nil {
+		h.leave(false)
+		return err
+	}
+	ctx, cancel := h.storeContext()
+	defer cancel()
+	kinds := make([]string, 0, len(h.kinds))
+	for name := range h.kinds {
+		kinds = append(kinds, name)
+	}
+	sort.Strings(kinds)
+	if _, err := h.members.Join(ctx, membership.Member{Name: h.name, Kinds: kinds, LeaseGen: h.leaseGen,
+		MaxMessage: h.cfg.ApplicationLimits.Bytes - mailbox.ItemOverhead}); err != nil {
+		h.leave(false)
+		return &payload.Error{Kind: payload.KindOf(err), Op: op, Detail: "cannot join the membership", Err: err}
+	}
+	ch, err := h.members.Watch(h.life)
+	if err != nil {
+		h.leave(true)
+		return &payload.Error{Kind: payload.KindOf(err), Op: op, Detail: "cannot watch the membership", Err: err}
+	}
+	h.view.apply(<-ch) // the first event is the list as it is now
+	h.bg.Add(1)
+	go h.watchMembers(ch)
+	return nil
+}
+
+// leave takes the host off its transport (gracefully: what it sent is
+// delivered, and frames sent to it that it did not take go back to their
+// senders) and, if it joined, off its membership.
+func (h *Host) leave(joined bool) {
+	if h.tr == nil {
+		return
+	}
+	_ = h.tr.Close(true)
+	if joined {
+		ctx, cancel := h.storeContext()
+		defer cancel()
+		if err := h.members.Leave(ctx, h.name, h.leaseGen); err != nil {
+			h.log.Warn("membership leave failed; the lease will expire", "err", err)
+		}
+	}
 }
 
 // renewLease renews this run's lease in the Location Store. The host's own
@@ -284,6 +349,11 @@ func (h *Host) renewLease() error {
 	sent := time.Now()
 	if _, err := h.store.RenewLease(ctx, h.name, h.leaseGen); err != nil {
 		return &payload.Error{Kind: payload.Unavailable, Op: "actor.Host", Detail: "cannot renew the host lease", Err: err}
+	}
+	if h.members != nil && h.state.Load() != stateCreated {
+		if _, err := h.members.Renew(ctx, h.name, h.leaseGen); err != nil {
+			h.log.Error("membership lease renewal failed", "err", err)
+		}
 	}
 	h.lease = h.lease.Renewed(sent, membership.Lease{Name: h.name, Gen: h.leaseGen, TTL: relocation.LeaseTTL})
 	h.leaseDeadline.Store(h.lease.Deadline().UnixNano())
@@ -327,7 +397,7 @@ func (h *Host) leaseRenewer() {
 // returns it; an Ask from a handler hears it). Messages already sent here
 // run here, or follow their object.
 func (h *Host) Stop(ctx context.Context) error {
-	if h.net != nil && !h.cfg.StopDeactivates && h.DrainState() == Serving && h.acceptsExternal() && h.hasMovable() {
+	if h.tr != nil && !h.cfg.StopDeactivates && h.DrainState() == Serving && h.acceptsExternal() && h.hasMovable() {
 		err := h.Drain(ctx)
 		if !errors.Is(err, ErrNowhereToDrain) {
 			return err
@@ -358,9 +428,8 @@ func (h *Host) stop(ctx context.Context) error {
 	if !h.state.CompareAndSwap(stateRunning, stateStopping) {
 		return h.Close()
 	}
-	if h.net != nil {
-		h.net.markLeaving(h)
-		h.net.setLeaving(h)
+	if h.tr != nil {
+		h.beginLeave()
 	}
 	err := h.quiesce(ctx)
 	// Deactivate every object; hooks may send to objects that activate
@@ -368,13 +437,23 @@ func (h *Host) stop(ctx context.Context) error {
 	for err == nil && h.deactivateAll() > 0 {
 		err = h.quiesce(ctx)
 	}
-	if err == nil && h.net != nil {
+	if err == nil && h.tr != nil {
 		err = h.waitHandedOn(ctx)
 	}
 	if cerr := h.Close(); err == nil {
 		err = cerr
 	}
 	return err
+}
+
+// beginLeave starts this host's leave: peers stop placing objects here
+// (its membership state is Draining), forget their routes here and send
+// it no more frames (the transport's Leaving event); what they sent
+// before is still delivered.
+func (h *Host) beginLeave() {
+	h.draining.Store(true)
+	h.setMemberState(membership.Draining)
+	h.tr.Leave()
 }
 
 // quiesce waits until no message is queued, waiting for a permit, or
@@ -386,7 +465,7 @@ func (h *Host) quiesce(ctx context.Context) error {
 	for {
 		if h.permits.InUse() == 0 && h.permits.Waiters() == 0 && h.running.Load() == 0 &&
 			h.counters.Queued(mailbox.Application) == 0 && h.counters.Queued(mailbox.Lifecycle) == 0 &&
-			(h.net == nil || h.net.pending(h) == 0) {
+			(h.tr == nil || h.pending() == 0) {
 			return nil
 		}
 		select {
@@ -403,7 +482,7 @@ func (h *Host) waitHandedOn(ctx context.Context) error {
 	defer tick.Stop()
 	quiet := 0
 	for quiet < 3 { // a few quiet polls: senders that resolved just before the mark
-		if h.net.pendingIn(h) == 0 && h.permits.InUse() == 0 && h.running.Load() == 0 {
+		if h.pendingIn() == 0 && h.permits.InUse() == 0 && h.running.Load() == 0 {
 			quiet++
 		} else {
 			quiet = 0
@@ -446,9 +525,7 @@ func (h *Host) Close() error {
 
 	// Leave the network first: peers stop routing here and learn that our
 	// moves are over.
-	if h.net != nil {
-		h.net.leave(h)
-	}
+	h.leave(true)
 	// First no new turn may start (mailboxes closed), then running handlers
 	// see their Context done.
 	h.permits.Close()
@@ -468,6 +545,9 @@ func (h *Host) Close() error {
 	}
 	close(h.done)
 	close(h.bgStop)
+	if h.endLife != nil {
+		h.endLife() // ends the membership watch and flow-control waits
+	}
 	if h.stopMetrics != nil {
 		_ = h.stopMetrics()
 	}
@@ -476,6 +556,22 @@ func (h *Host) Close() error {
 	h.closeDeferred() // the move ticker has stopped
 	if h.system == nil {
 		return nil
+	}
+	// Owners a lane or the move ticker installed after the first sweep
+	// (an activation that had passed its check, an incoming move) close
+	// the same way: nothing installs owners any more.
+	seen := make(map[*owner]bool, len(all))
+	for _, o := range all {
+		seen[o] = true
+	}
+	for _, kr := range h.kinds {
+		for _, o := range kr.all() {
+			if !seen[o] {
+				queued, held := o.closeBox()
+				all = append(all, o)
+				unrun = append(unrun, append(queued, held...))
+			}
+		}
 	}
 	for i, o := range all {
 		for _, e := range unrun[i] {

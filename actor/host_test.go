@@ -322,9 +322,9 @@ func TestTwoHostsInOneProcessAreIndependent(t *testing.T) {
 		t.Fatalf("a second standalone host named a sees %d, %v; want its own object (0)", n, err)
 	}
 	net := NewNetwork(nil)
-	first := startHost(t, Config{Name: "a", Network: net}, counterKind(newGates()))
+	first := startHost(t, Config{Name: "a", Transport: net.Transport, Store: net.Net.Store, Membership: net.Membership}, counterKind(newGates()))
 	lease, _, _ := net.Store().Lease(bg, "a")
-	dup, _ := NewHost(Config{Name: "a", Network: net})
+	dup, _ := NewHost(Config{Name: "a", Transport: net.Transport, Store: net.Net.Store, Membership: net.Membership})
 	defer dup.Close()
 	if err := dup.Start(); !errors.Is(err, payload.AlreadyExists) {
 		t.Fatalf("second host named a on one network = %v, want AlreadyExists", err)

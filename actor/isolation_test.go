@@ -30,7 +30,7 @@ func hostGroup(t *testing.T, g int) {
 	n := NewNetwork(nil)
 	var hs []*Host
 	for _, name := range []string{"a", "b"} { // the same names in both groups
-		h, err := NewHost(Config{Name: name, Network: n, Logger: quietLogger()})
+		h, err := NewHost(Config{Name: name, Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +97,7 @@ func TestHostLeaseFollowsTheLocalTimeRule(t *testing.T) {
 		t.Run(fmt.Sprint("store clock ", skew), func(t *testing.T) {
 			store := relocation.NewMemoryStore(func() time.Time { return time.Now().Add(skew) })
 			before := time.Now()
-			h := startHost(t, Config{Network: NewNetwork(store), Logger: quietLogger()}, counterKind(newGates()))
+			h := startHost(t, NewNetwork(store).With(Config{Logger: quietLogger()}), counterKind(newGates()))
 			after := time.Now()
 			if _, err := Ask[Get, int](bg, h, Ref{"counter", "x"}, Get{}); err != nil {
 				t.Fatalf("a turn with the store's clock off by %v: %v", skew, err)
@@ -156,8 +156,9 @@ func TestASlowStoreCallDoesNotStallTheLink(t *testing.T) {
 	n := NewNetwork(store)
 	release := sync.OnceFunc(func() { close(store.release) })
 	t.Cleanup(release)
-	a := startHost(t, Config{Name: "a", Network: n, Logger: quietLogger()}, placedKind("hashed", PlaceHashed))
-	b := startHost(t, Config{Name: "b", Network: n, Logger: quietLogger()}, placedKind("hashed", PlaceHashed))
+	a := startHost(t, Config{Name: "a", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()}, placedKind("hashed", PlaceHashed))
+	b := startHost(t, Config{Name: "b", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()}, placedKind("hashed", PlaceHashed))
+	waitViews(t, a, b)
 	if _, err := Ask[Get, int](bg, a, Ref{"hashed", fast}, Get{}); err != nil { // lives on b
 		t.Fatal(err)
 	}

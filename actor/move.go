@@ -66,6 +66,7 @@ type moveDriver struct {
 	// FollowDuration, so that its machine answers a source that resends
 	// (its Committed was lost) and delivers relays that come late.
 	openedAt int64 // nanotime; 0 until opened
+	sealedAt int64 // nanotime of the seal (source); 0 until sealed
 }
 
 // Control items the move puts on the owner's lifecycle lane.
@@ -98,14 +99,14 @@ func (h *Host) Relocate(ctx context.Context, ref Ref, target string) error {
 	if !h.acceptsExternal() {
 		return ErrShuttingDown
 	}
-	if h.net == nil {
+	if h.tr == nil {
 		return ErrNoNetwork
 	}
 	kr := h.kinds[ref.Kind]
 	if kr == nil {
 		return payload.NewError(payload.NotFound, op, "no kind "+ref.Kind)
 	}
-	if target != h.name && h.net.host(target) == nil {
+	if target != h.name && !h.knownHost(target) {
 		return payload.NewError(payload.NotFound, op, "no host named "+target+" on the network")
 	}
 	if kr.spec.policy == DisableRelocation {
@@ -290,15 +291,13 @@ func (h *Host) onRecord(from string, obj relocation.Object, rec relocation.Recor
 // sendRecords sends relocation records to host to; it reports whether
 // that host has left the network (the records went nowhere).
 func (h *Host) sendRecords(to string, obj relocation.Object, recs ...relocation.Record) (gone bool) {
-	if len(recs) == 0 || h.net == nil {
+	if len(recs) == 0 || h.tr == nil {
 		return false
 	}
-	l := h.net.linkTo(h, to)
-	if l == nil {
-		return true
-	}
 	for _, r := range recs {
-		l.sendRecord(obj, r)
+		if err := h.sendRecord(to, obj, r); err != nil {
+			return errors.Is(err, errHostGone)
+		}
 	}
 	return false
 }
@@ -317,6 +316,7 @@ func (h *Host) moveTicker() {
 		h.clk.Store(nanotime())
 		h.expireGaps()
 		h.retryDeferred()
+		h.reportLoad(i%40 == 0)
 		if i%40 == 0 {
 			h.pruneOrder()
 		}
@@ -339,33 +339,34 @@ func (h *Host) moveTicker() {
 			// cutover that is slow (queued behind traffic, a starved
 			// source) is waited for — committing without the relays would
 			// run them late, after newer messages.
-			d.step(relocation.Tick{Now: now, SourceReachable: h.net.reachable(d.peer, h.name)})
+			d.step(relocation.Tick{Now: now, SourceReachable: h.view.reachable(d.peer)})
 		}
 	}
 }
 
 // step feeds one input to the machine and carries out what it asks,
 // feeding immediate results back, under the driver's lock; then, outside
-// it, sends what the machine sent and makes the store call it asked for
-// (feeding the result back the same way).
+// it, sends what the machine sent. The store call the machine asks for
+// runs on the peer's slow lane — never on the caller's goroutine, which
+// may be a transport's delivery goroutine — and its result is fed back to
+// the machine as its next input.
 func (d *moveDriver) step(in relocation.Input) {
-	for in != nil {
-		d.mu.Lock()
-		d.stepLocked(in)
-		op := d.storeOp
-		d.storeOp = nil
-		d.mu.Unlock()
-		d.flush()
-		in = nil
-		if op != nil {
+	d.mu.Lock()
+	d.stepLocked(in)
+	op := d.storeOp
+	d.storeOp = nil
+	d.mu.Unlock()
+	d.flush()
+	if op != nil {
+		d.h.inboundFrom(d.peer).slow.add(func() {
 			ctx, cancel := d.h.storeContext()
 			row, err := d.h.store.NewOwner(ctx, op.Object, op.Expect, op.NewHost)
 			cancel()
 			d.mu.Lock()
 			d.storeBusy = false
 			d.mu.Unlock()
-			in = relocation.StoreResult{Row: row, Err: err}
-		}
+			d.step(relocation.StoreResult{Row: row, Err: err})
+		})
 	}
 }
 
@@ -551,7 +552,7 @@ func (d *moveDriver) sealAndCapture() {
 	o.frozen = true
 	o.mb.Seal()
 	o.seqMu.Unlock()
-	d.h.net.pauses.sealed(d.id)
+	d.sealedAt = nanotime()
 	d.stepLocked(relocation.Sealed{})
 	d.mu.Unlock()
 	d.flush()
@@ -663,8 +664,8 @@ func (d *moveDriver) finish(f relocation.Finish) {
 		} else {
 			d.o.moving.Store(false)
 		}
-		if f.Outcome != relocation.Moved {
-			h.net.pauses.ended(d.id)
+		if f.Outcome == relocation.Moved && d.sealedAt != 0 {
+			h.pauses.add(time.Duration(nanotime() - d.sealedAt))
 		}
 		d.done <- err
 		return
@@ -765,7 +766,6 @@ func (d *moveDriver) open(a relocation.OpenQueue) {
 	d.snap = route.Snapshot{}
 	d.openedAt = nanotime()
 	h.moved.Add(1)
-	h.net.pauses.opened(d.id)
 	obj, gen := d.obj, a.Owner.OwnerGen
 	d.later(func() {
 		h.orderDone(o, after)
@@ -885,7 +885,6 @@ func (d *moveDriver) abandonOnClose() {
 	}
 	d.ended = true
 	d.h.removeMove(d)
-	d.h.net.pauses.ended(d.id)
 	unrun := append(d.captured, d.held...)
 	d.captured, d.held = nil, nil
 	if d.done != nil {

@@ -3,12 +3,14 @@ package actor
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/transport/inproc"
 )
 
 // movableKind is counterKind whose state moves with the object.
@@ -23,7 +25,7 @@ func startNetwork(t *testing.T, names ...string) (*Network, []*Host) {
 	n := NewNetwork(nil)
 	var hs []*Host
 	for _, name := range names {
-		hs = append(hs, startHost(t, Config{Name: name, Network: n, Logger: quietLogger()}, movableKind(newGates())))
+		hs = append(hs, startHost(t, Config{Name: name, Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()}, movableKind(newGates())))
 	}
 	return n, hs
 }
@@ -105,7 +107,7 @@ func TestDrainKeepsEveryMessageInOrder(t *testing.T) {
 	var hs []*Host
 	rej := &rejections{}
 	for _, name := range []string{"a", "b", "c"} {
-		hs = append(hs, startHost(t, Config{Name: name, Network: n, Logger: quietLogger(), Observer: rej}, seqKind()))
+		hs = append(hs, startHost(t, Config{Name: name, Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger(), Observer: rej}, seqKind()))
 	}
 	a, b := hs[0], hs[1]
 	const objects = 200
@@ -200,7 +202,7 @@ func TestDrainMovesEveryObjectAwayWhileTrafficContinues(t *testing.T) {
 			t.Fatalf("object %d: %d, %v; want %d (nothing lost, nothing twice)", i, got, err, 1+sent[i])
 		}
 	}
-	if n.host("a") != nil {
+	if slices.Contains(n.Members(), "a") {
 		t.Fatal("a is still on the network")
 	}
 }
@@ -216,8 +218,8 @@ func TestRelocationPolicies(t *testing.T) {
 	HandleRequest(recreated, func(ctx *Context, c *Counter, _ Get) (int, error) { return c.N, nil })
 	Handle(recreated, func(ctx *Context, c *Counter, m Block) error { g.block(ctx, m.Key); return nil })
 	recreated.RecreateOnRelocation()
-	a := startHost(t, Config{Name: "a", Network: n, Logger: quietLogger()}, fixed, recreated)
-	b := startHost(t, Config{Name: "b", Network: n, Logger: quietLogger()}, fixed, recreated)
+	a := startHost(t, Config{Name: "a", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()}, fixed, recreated)
+	b := startHost(t, Config{Name: "b", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()}, fixed, recreated)
 
 	// DisableRelocation: refused, and the object keeps running where it is.
 	ref := Ref{"counter", "stay"}
@@ -283,9 +285,9 @@ func TestRelocationPolicies(t *testing.T) {
 
 func TestRelocateRefusals(t *testing.T) {
 	n := NewNetwork(nil)
-	a := startHost(t, Config{Name: "a", Network: n, Logger: quietLogger(), AppVersion: "v1"}, movableKind(newGates()))
-	startHost(t, Config{Name: "other-version", Network: n, Logger: quietLogger(), AppVersion: "v2"}, movableKind(newGates()))
-	startHost(t, Config{Name: "no-kind", Network: n, Logger: quietLogger(), AppVersion: "v1"}, seqKind())
+	a := startHost(t, Config{Name: "a", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger(), AppVersion: "v1"}, movableKind(newGates()))
+	startHost(t, Config{Name: "other-version", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger(), AppVersion: "v2"}, movableKind(newGates()))
+	startHost(t, Config{Name: "no-kind", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger(), AppVersion: "v1"}, seqKind())
 	ref := Ref{"counter", "r"}
 	Tell(bg, a, ref, Inc{By: 1})
 	for _, c := range []struct {
@@ -323,8 +325,8 @@ func TestRelocateRefusals(t *testing.T) {
 // it ever sent to); its next message starts a new epoch.
 func TestIdleSendingStreamsAreForgotten(t *testing.T) {
 	n := NewNetwork(nil)
-	a := startHost(t, Config{Name: "a", Network: n, Logger: quietLogger(), FollowDuration: 100 * time.Millisecond, RouteCacheTTL: 50 * time.Millisecond}, movableKind(newGates()))
-	b := startHost(t, Config{Name: "b", Network: n, Logger: quietLogger()}, movableKind(newGates()))
+	a := startHost(t, Config{Name: "a", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger(), FollowDuration: 100 * time.Millisecond, RouteCacheTTL: 50 * time.Millisecond}, movableKind(newGates()))
+	b := startHost(t, Config{Name: "b", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()}, movableKind(newGates()))
 	for i := 0; i < 50; i++ {
 		Tell(bg, b, Ref{"counter", itoa(i)}, Inc{By: 1}) // activates on b
 		if err := Tell(bg, a, Ref{"counter", itoa(i)}, Inc{By: 1}); err != nil {
@@ -349,17 +351,19 @@ func TestIdleSendingStreamsAreForgotten(t *testing.T) {
 }
 
 // Flow control between hosts: a send from outside the handlers waits while
-// linkHigh items are queued on the link to the object's host, up to
-// SendTimeout (ErrSendTimeout); nothing queued is lost.
+// more than the transport's high-water mark of items are queued on the
+// link to the object's host, up to SendTimeout (ErrSendTimeout); nothing
+// queued is lost.
 func TestExternalSendsWaitForRoomOnTheLink(t *testing.T) {
 	n := NewNetwork(nil)
-	a := startHost(t, Config{Name: "a", Network: n, Logger: quietLogger(), SendTimeout: 20 * time.Millisecond}, movableKind(newGates()))
-	b := startHost(t, Config{Name: "b", Network: n, Logger: quietLogger()}, movableKind(newGates()))
+	a := startHost(t, Config{Name: "a", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger(), SendTimeout: 20 * time.Millisecond}, movableKind(newGates()))
+	b := startHost(t, Config{Name: "b", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()}, movableKind(newGates()))
 	ref := Ref{"counter", "far"}
 	if err := Tell(bg, b, ref, Inc{By: 1}); err != nil { // runs on b
 		t.Fatal(err)
 	}
-	n.Break("a", "b") // the link queues and does not deliver
+	n.Break("a", "b")                       // the link queues and does not deliver
+	const linkHigh = inproc.DefaultHigh + 1 // WaitRoom lets a send through while at most High are queued
 	for i := 0; i < linkHigh; i++ {
 		if err := Tell(bg, a, ref, Inc{By: 1}); err != nil {
 			t.Fatalf("tell %d with room on the link: %v", i, err)

@@ -2,472 +2,220 @@ package actor
 
 import (
 	"context"
+	"slices"
+	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/berthrt/berth/mailbox"
+	"github.com/berthrt/berth/membership"
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/transport"
 )
 
-// Network joins hosts that run in one process: the in-process transport
-// (the embedded default). It gives every ordered pair of hosts one link
-// that carries ordinary messages, replies, relocation records and relays
-// in order, and it holds the Location Store the hosts share. Faults can be
-// injected for tests: Break and Heal a link, Delay it, Kill a host.
+// The host's side of the seam between hosts (DESIGN §2, §9). A host
+// reaches other hosts only through its transport (Config.Transport) —
+// items of bytes, in order per peer, and link events — and learns who
+// they are only from its membership (Config.Membership): their states,
+// kinds and message limits. Nothing here reads another host's memory.
 //
-// A Network is safe for concurrent use.
-type Network struct {
-	store      relocation.Store
-	pauses     pauseLog
-	recordHook atomic.Pointer[func(from, to string, rec relocation.Record) bool]
+// What arrives is handled on the transport's goroutines (hostHandler):
+// decoding, route-table updates and admission to local owners never wait
+// for a store call or a lock another host's traffic needs; a message whose
+// object is not here goes to the sending peer's slow lane (inbound.slow),
+// where a store look-up may wait without stalling the peer's link.
+//
+// What this host knows of its peers (peerView) comes from three sources:
+// the membership watch (members, their state and kinds), the transport's
+// events (a link down, a peer leaving, gone) and the peers' load reports
+// (control items a host sends when its number of objects changes).
+//
+// Lock order: peerView.mu and Host.inMu are leaves.
 
-	// linkMap is a copy of links for the send path, read without a lock;
-	// replaced (under mu) whenever a link comes or goes.
-	linkMap atomic.Pointer[map[[2]string]*link]
+// hostHandler receives what h's transport delivers.
+type hostHandler struct{ h *Host }
 
-	mu      sync.Mutex
-	hosts   map[string]*Host
-	links   map[[2]string]*link
-	broken  map[[2]string]bool
-	leaving map[string]bool // hosts leaving gracefully: their incoming links refuse frames
-	delay   map[[2]string]time.Duration
-}
+// Deliver implements transport.Handler.
+func (x hostHandler) Deliver(from string, it transport.Item) { x.h.deliver(from, it) }
 
-// NewNetwork returns a network whose hosts share store; nil means a new
-// in-memory store.
-func NewNetwork(store relocation.Store) *Network {
-	if store == nil {
-		store = relocation.NewMemoryStore(nil)
-	}
-	return &Network{store: store, hosts: map[string]*Host{}, links: map[[2]string]*link{},
-		broken: map[[2]string]bool{}, delay: map[[2]string]time.Duration{}, leaving: map[string]bool{}}
-}
+// Returned implements transport.Handler.
+func (x hostHandler) Returned(to string, it transport.Item) { x.h.returned(to, it) }
 
-// pauseLog measures each move's pause: from the seal at the source to the
-// opening at the target (both hosts share this process's clock).
-type pauseLog struct {
-	mu     sync.Mutex
-	sealAt map[relocation.MoveID]int64
-	done   []time.Duration
-}
+// Event implements transport.Handler.
+func (x hostHandler) Event(e transport.Event) { x.h.linkEvent(e) }
 
-func (p *pauseLog) sealed(id relocation.MoveID) {
-	p.mu.Lock()
-	if p.sealAt == nil {
-		p.sealAt = map[relocation.MoveID]int64{}
-	}
-	p.sealAt[id] = nanotime()
-	p.mu.Unlock()
-}
-
-func (p *pauseLog) opened(id relocation.MoveID) {
-	p.mu.Lock()
-	if at, ok := p.sealAt[id]; ok {
-		delete(p.sealAt, id)
-		if len(p.done) == maxPauses {
-			p.done = append(p.done[:0], p.done[maxPauses/2:]...) // keep the newer half
+// deliver handles one item from peer from, on the transport's goroutine
+// for that peer. Its Data is lent for the call: a frame is copied into the
+// host's payload pool (no allocation in the steady state).
+func (h *Host) deliver(from string, it transport.Item) {
+	switch it.Kind {
+	case transport.Frame, transport.Reply:
+		h.onFrame(h.inboundFrom(from), from, h.pool.Copy(it.Data))
+	case transport.Bounce:
+		h.onBounce(h.pool.Copy(it.Data))
+	case transport.Record:
+		obj, rec, err := relocation.DecodeRecord(it.Data) // copies: the bytes are lent
+		if err != nil {
+			h.malformedItem(from, err)
+			return
 		}
-		p.done = append(p.done, time.Duration(nanotime()-at))
-	}
-	p.mu.Unlock()
-}
-
-// ended forgets a move that will not open (aborted, lost or abandoned).
-func (p *pauseLog) ended(id relocation.MoveID) {
-	p.mu.Lock()
-	delete(p.sealAt, id)
-	p.mu.Unlock()
-}
-
-// maxPauses bounds the pauses kept between two calls of Network.Pauses.
-const maxPauses = 1 << 16
-
-// Pauses returns the pause of every move completed on the network since
-// the last call (at most the newest 65,536) — from the seal at the source
-// to the opening at the target — and forgets them.
-func (n *Network) Pauses() []time.Duration {
-	n.pauses.mu.Lock()
-	defer n.pauses.mu.Unlock()
-	out := n.pauses.done
-	n.pauses.done = nil
-	return out
-}
-
-// Store returns the network's Location Store.
-func (n *Network) Store() relocation.Store { return n.store }
-
-// Hosts returns the names of the running hosts on the network.
-func (n *Network) Hosts() []string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	out := make([]string, 0, len(n.hosts))
-	for name := range n.hosts {
-		out = append(out, name)
-	}
-	return out
-}
-
-func pair(a, b string) [2]string {
-	if a > b {
-		a, b = b, a
-	}
-	return [2]string{a, b}
-}
-
-func (n *Network) join(h *Host) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if _, dup := n.hosts[h.name]; dup {
-		return payload.NewError(payload.AlreadyExists, "actor.Host.Start", "the network already has a host named "+h.name)
-	}
-	n.hosts[h.name] = h
-	return nil
-}
-
-// leave takes h off the network: its links close, and hosts that had
-// moves with it learn that it is gone. What h sent before it left is
-// still delivered; what was sent to h and not received goes back to its
-// senders (a crash — Kill — loses both).
-func (n *Network) leave(h *Host) {
-	n.mu.Lock()
-	if n.hosts[h.name] != h {
-		n.mu.Unlock()
-		return
-	}
-	delete(n.hosts, h.name)
-	delete(n.leaving, h.name)
-	var closing []*link
-	for k, l := range n.links {
-		if k[0] == h.name || k[1] == h.name {
-			closing = append(closing, l)
-			delete(n.links, k)
+		h.onRecord(from, obj, rec)
+	case transport.Hint:
+		obj, hint, err := decodeHint(it.Data)
+		if err != nil {
+			h.malformedItem(from, err)
+			return
 		}
-	}
-	n.publishLinksLocked()
-	var peers []*Host
-	for _, p := range n.hosts {
-		peers = append(peers, p)
-	}
-	n.mu.Unlock()
-	killed := h.killed.Load()
-	for _, l := range closing {
-		switch {
-		case killed:
-			l.close(false) // a crash: what was on the wire is lost
-		case l.from == h:
-			l.closeWhenEmpty() // deliver what h sent before it left
-		default:
-			l.close(true) // hand what h did not receive back to its senders
+		h.hint(obj, hint.host, hint.gen)
+	case transport.Control:
+		ctl, err := decodeControl(it.Data)
+		if err != nil {
+			h.malformedItem(from, err)
+			return
 		}
-	}
-	for _, p := range peers {
-		p.peerGone(h.name)
-	}
-}
-
-// publishLinksLocked makes the send path see the current links.
-func (n *Network) publishLinksLocked() {
-	m := make(map[[2]string]*link, len(n.links))
-	for k, l := range n.links {
-		m[k] = l
-	}
-	n.linkMap.Store(&m)
-}
-
-// SetRecordHook installs a hook, for fault-injection tests, that sees
-// every relocation record as it is sent, from one host to another; a
-// record for which it returns false is lost. The hook must not block; nil
-// removes it.
-func (n *Network) SetRecordHook(hook func(from, to string, rec relocation.Record) bool) {
-	if hook == nil {
-		n.recordHook.Store(nil)
-		return
-	}
-	n.recordHook.Store(&hook)
-}
-
-// Host returns the running host named name on the network, or nil.
-func (n *Network) Host(name string) *Host { return n.host(name) }
-
-func (n *Network) host(name string) *Host {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.hosts[name]
-}
-
-// linkTo returns the link from h to the named host, or nil if that host is
-// not on the network. Finding an existing link takes no lock.
-func (n *Network) linkTo(from *Host, to string) *link {
-	key := [2]string{from.name, to}
-	if m := n.linkMap.Load(); m != nil {
-		if l := (*m)[key]; l != nil {
-			return l
+		if lr, ok := ctl.(*loadReport); ok {
+			h.view.setLoad(from, lr.load)
+			return
 		}
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if l := n.links[key]; l != nil {
-		return l
-	}
-	dst := n.hosts[to]
-	if dst == nil || n.hosts[from.name] != from {
-		return nil
-	}
-	l := newLink(n, from, dst)
-	l.leaving = n.leaving[to]
-	l.broken.Store(n.broken[pair(from.name, to)])
-	l.delay.Store(int64(n.delay[pair(from.name, to)]))
-	n.links[key] = l
-	n.publishLinksLocked()
-	return l
-}
-
-// markLeaving tells the other hosts that h is about to leave: they stop
-// routing to it by their caches (they ask the store again), while links to
-// h keep delivering, so h can forward what is already on its way.
-func (n *Network) markLeaving(h *Host) {
-	h.draining.Store(true)
-	for _, p := range n.peers(h) {
-		p.forgetHost(h.name)
+		h.onControl(from, ctl)
+	default:
+		h.malformedItem(from, payload.NewError(payload.ProtocolError, "actor", "item of unknown kind "+it.Kind.String()))
 	}
 }
 
-// peers returns the hosts on the network other than h.
-func (n *Network) peers(h *Host) []*Host {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	var out []*Host
-	for _, p := range n.hosts {
-		if p != h {
-			out = append(out, p)
+// returned takes back a frame this host sent to peer to that left before
+// receiving it: a message is routed again, a reply dropped (the asker
+// left).
+func (h *Host) returned(_ string, it transport.Item) {
+	switch it.Kind {
+	case transport.Frame, transport.Bounce:
+		h.bounced(h.pool.Copy(it.Data))
+	}
+}
+
+// linkEvent applies a transport event.
+func (h *Host) linkEvent(e transport.Event) {
+	switch e.Kind {
+	case transport.Up:
+		// The peer hears this host's load from the move ticker: no send
+		// from here (this may run inside Attach, before Start has the
+		// transport).
+		h.view.link(e.Peer, func(p *peerLink) { p.down, p.gone, p.needLoad = false, false, true })
+		h.moveEvent(e.Peer, relocation.LinkUp{})
+	case transport.Down:
+		h.view.link(e.Peer, func(p *peerLink) { p.down = true })
+	case transport.Leaving:
+		// The peer is about to leave: route to it no more by the caches
+		// (ask the store again); what is on its way there is still taken.
+		h.view.link(e.Peer, func(p *peerLink) { p.leaving = true })
+		h.forgetHost(e.Peer)
+	case transport.Gone:
+		h.view.link(e.Peer, func(p *peerLink) { *p = peerLink{gone: true} })
+		h.peerGone(e.Peer)
+	}
+}
+
+// lookupLanes is how many look-up lanes a host has (Host.lookupLane).
+const lookupLanes = 8
+
+// lookupLane returns the lane on which admissions to t's object that may
+// call the Location Store run, off the goroutine that granted the permit.
+func (h *Host) lookupLane(t target) *lane {
+	return &h.lookupQ[objHash(t.obj())%lookupLanes]
+}
+
+// inbound is what this host keeps per sending peer: the permit source
+// that admits the peer's messages in order, and the slow lane for those
+// whose object is not here.
+type inbound struct {
+	in   outbox
+	slow lane
+}
+
+// inboundFrom returns the inbound state of peer from, made on first use.
+func (h *Host) inboundFrom(from string) *inbound {
+	h.inMu.Lock()
+	defer h.inMu.Unlock()
+	ib := h.inbound[from]
+	if ib == nil {
+		ib = &inbound{}
+		ib.in.host = h
+		ib.slow.wg = &h.lanes
+		if h.inbound == nil {
+			h.inbound = map[string]*inbound{}
 		}
+		h.inbound[from] = ib
 	}
-	return out
+	return ib
 }
 
-// setLeaving makes the links to h refuse frames from now on: their
-// senders route them again (elsewhere: the peers forgot their routes to
-// h). Relocation records and hints are still taken, and what is already
-// queued is still delivered, so h hands it on and finishes its moves.
-func (n *Network) setLeaving(h *Host) {
-	n.mu.Lock()
-	if n.leaving == nil {
-		n.leaving = map[string]bool{}
-	}
-	n.leaving[h.name] = true
-	var links []*link
-	for k, l := range n.links {
-		if k[1] == h.name {
-			links = append(links, l)
+// inboundPending returns how many messages from peers wait for permits
+// (one per peer that has any) or for their look-up on a slow lane.
+func (h *Host) inboundPending() int {
+	h.inMu.Lock()
+	defer h.inMu.Unlock()
+	n := 0
+	for _, ib := range h.inbound {
+		if !ib.in.idle() {
+			n++
 		}
+		n += ib.slow.pending()
 	}
-	n.mu.Unlock()
-	for _, l := range links {
-		l.mu.Lock()
-		l.leaving = true
-		l.mu.Unlock()
-	}
+	return n
+}
+
+// pending returns how many items wait on the links to or from this host,
+// or on its slow lanes.
+func (h *Host) pending() int {
+	in, out := h.tr.Pending()
+	return in + out + h.inboundPending()
 }
 
 // pendingIn returns how many items wait on, or are being handled off, the
-// links to h.
-func (n *Network) pendingIn(h *Host) int {
-	n.mu.Lock()
-	links := make([]*link, 0, len(n.links))
-	for k, l := range n.links {
-		if k[1] == h.name {
-			links = append(links, l)
-		}
-	}
-	n.mu.Unlock()
-	total := 0
-	for _, l := range links {
-		l.mu.Lock()
-		total += l.queuedLocked() + int(l.busy)
-		l.mu.Unlock()
-		if !l.in.idle() {
-			total++ // messages off the link wait for job permits
-		}
-		total += l.slow.pending() // messages off the link being looked up
-	}
-	return total
+// links to this host.
+func (h *Host) pendingIn() int {
+	in, _ := h.tr.Pending()
+	return in + h.inboundPending()
 }
 
-// pending returns how many items wait on links to or from h.
-func (n *Network) pending(h *Host) int {
-	n.mu.Lock()
-	links := make([]*link, 0, len(n.links))
-	for k, l := range n.links {
-		if k[0] == h.name || k[1] == h.name {
-			links = append(links, l)
-		}
+// Sending. Send does not keep the bytes it is given, so a frame's pooled
+// buffer is released as soon as it is sent. A peer that is gone, unknown
+// or leaving (frames only) is errHostGone: the caller routes again.
+
+// errLinkDown: this host's transport is closed.
+var errLinkDown = payload.NewError(payload.Unavailable, "actor", "the link to the host is down")
+
+// errHostGone: the host a route names is no longer on the network.
+var errHostGone = payload.NewError(payload.Unavailable, "actor", "the host is not on the network")
+
+func sendError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case transport.IsRetryable(err):
+		return errHostGone
 	}
-	n.mu.Unlock()
-	total := 0
-	for _, l := range links {
-		l.mu.Lock()
-		total += l.queuedLocked()
-		l.mu.Unlock()
-		if l.to == h {
-			total += l.slow.pending()
-		}
-	}
-	return total
+	return errLinkDown
 }
 
-// reachable reports whether host from is on the network and its link to
-// host to is not broken.
-func (n *Network) reachable(from, to string) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.hosts[from] != nil && !n.broken[pair(from, to)]
+// sendItem sends data as an item of kind k to host to.
+func (h *Host) sendItem(to string, k transport.Kind, data []byte) error {
+	return sendError(h.tr.Send(to, transport.Item{Kind: k, Data: data}))
 }
 
-// Broken reports whether the link between a and b is broken.
-func (n *Network) Broken(a, b string) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.broken[pair(a, b)]
+// sendMessage sends m's frame to host to (as a Bounce: back to its
+// origin); on success m is released, on failure it stays the caller's.
+func (h *Host) sendMessage(to string, m *payload.Message, k transport.Kind) error {
+	if err := h.sendItem(to, k, m.Frame()); err != nil {
+		return err
+	}
+	m.Release()
+	return nil
 }
 
-// pairLinks returns the links between a and b (either may be nil).
-func (n *Network) pairLinksLocked(a, b string) [2]*link {
-	return [2]*link{n.links[[2]string{a, b}], n.links[[2]string{b, a}]}
-}
-
-// Break breaks the link between hosts a and b in both directions until
-// Heal. Relocation records sent while it is broken are lost (the moves
-// resend what their phase needs when the link is up again). Messages,
-// replies and hints are not lost: they wait on the link, in order, and are
-// delivered after Heal — the model is a transport session that resumes,
-// as a reconnecting connection with a resend buffer does. If a host is
-// killed meanwhile, what waits on its links is lost.
-func (n *Network) Break(a, b string) {
-	n.mu.Lock()
-	n.broken[pair(a, b)] = true
-	for _, l := range n.pairLinksLocked(a, b) {
-		if l != nil {
-			l.broken.Store(true)
-		}
-	}
-	n.mu.Unlock()
-}
-
-// Heal repairs a broken link; both hosts learn that the link is up again
-// (moves between them resend what their phase needs).
-func (n *Network) Heal(a, b string) {
-	n.mu.Lock()
-	delete(n.broken, pair(a, b))
-	ha, hb := n.hosts[a], n.hosts[b]
-	ls := n.pairLinksLocked(a, b)
-	for _, l := range ls {
-		if l != nil {
-			l.broken.Store(false)
-		}
-	}
-	n.mu.Unlock()
-	for _, l := range ls {
-		if l != nil {
-			l.wake()
-		}
-	}
-	if ha != nil {
-		ha.linkUp(b)
-	}
-	if hb != nil {
-		hb.linkUp(a)
-	}
-}
-
-// Delay makes every delivery between a and b wait d (0 removes it).
-func (n *Network) Delay(a, b string, d time.Duration) {
-	n.mu.Lock()
-	n.delay[pair(a, b)] = d
-	for _, l := range n.pairLinksLocked(a, b) {
-		if l != nil {
-			l.delay.Store(int64(d))
-		}
-	}
-	n.mu.Unlock()
-}
-
-// Kill stops the named host at once (Close), as if its process died, and
-// expires its lease when the store allows it (MemoryStore), so that other
-// hosts may take its objects over without waiting for the lease TTL.
-// Messages queued at the killed host are lost.
-func (n *Network) Kill(name string) {
-	h := n.host(name)
-	if h == nil {
-		return
-	}
-	h.killed.Store(true)
-	h.Close()
-	if ms, ok := n.store.(interface{ Expire(host string) }); ok {
-		ms.Expire(name)
-	}
-}
-
-// linkItem is one thing on a link. Everything but frames crosses as
-// bytes, encoded by the sender and decoded by the receiver, as over a real
-// transport: relocation records (relocation.AppendRecord), route hints and
-// control items (wireitems.go).
-type linkItem struct {
-	buf    payload.Buffer // a frame: message or reply (ownership moves)
-	bounce bool           // the frame goes back to its origin (onBounce)
-	rec    []byte         // or a relocation record, with its object
-	hint   []byte         // or a route hint
-	ctl    []byte         // or a relocate request, answer or cancel (remotemove.go)
-}
-
-// link is the ordered link from one host to another. Its receive goroutine
-// belongs to the destination host. Sending takes only the link's own lock.
-type link struct {
-	net      *Network
-	from, to *Host
-	broken   atomic.Bool  // Network.Break
-	delay    atomic.Int64 // Network.Delay, nanoseconds
-	mu       sync.Mutex
-	items    []linkItem    // queued from items[head]; guarded by mu
-	head     int           // guarded by mu
-	closed   bool          // guarded by mu
-	leaving  bool          // the destination is leaving: frames are refused; guarded by mu
-	room     chan struct{} // closed when the queue falls below linkLow; guarded by mu
-	bounce   bool          // on close, hand undelivered frames back to the sender
-	busy     int32         // an item is being handled; guarded by mu
-	flush    bool          // close once everything queued is delivered
-	notify   chan struct{}
-	done     chan struct{}
-	in       outbox // the destination's permit source for messages off this link
-	slow     lane   // the destination's work off this link that may call the store
-	// maxItem is the largest message the destination admits (its
-	// application lane's byte limit, less the item overhead): what a
-	// transport's handshake tells the sender, so that a message too large
-	// for the destination is refused to its sender, not dropped there.
-	maxItem int64
-}
-
-func newLink(n *Network, from, to *Host) *link {
-	l := &link{net: n, from: from, to: to, notify: make(chan struct{}, 1), done: make(chan struct{}),
-		maxItem: to.cfg.ApplicationLimits.Bytes - mailbox.ItemOverhead}
-	l.in.host = to
-	l.slow.wg = &to.lanes
-	to.bg.Add(1)
-	go l.run()
-	return l
-}
-
-// sendRecord queues a relocation record about obj. A record on a broken
-// or closed link, or one the record hook refuses, is lost: the relocation
-// protocol recovers.
-func (l *link) sendRecord(obj relocation.Object, rec relocation.Record) {
-	if l.broken.Load() {
-		return
-	}
-	if hook := l.net.recordHook.Load(); hook != nil && !(*hook)(l.from.name, l.to.name, rec) {
-		return
-	}
+// sendRecord sends a relocation record about obj; lost if the peer is
+// gone (the relocation protocol recovers).
+func (h *Host) sendRecord(to string, obj relocation.Object, rec relocation.Record) error {
 	size := 64 + len(obj.Kind) + len(obj.ID) // the fixed part, roughly
 	switch r := rec.(type) {
 	case *relocation.Chunk:
@@ -475,118 +223,323 @@ func (l *link) sendRecord(obj relocation.Object, rec relocation.Record) {
 	case *relocation.Relay:
 		size += len(r.Frame)
 	}
-	l.sendBytes(linkItem{rec: relocation.AppendRecord(make([]byte, 0, size), obj, rec)})
+	return h.sendItem(to, transport.Record, relocation.AppendRecord(make([]byte, 0, size), obj, rec))
 }
 
-// sendHint queues a route hint; on a closed link it is dropped (hints are
-// advice).
-func (l *link) sendHint(obj relocation.Object, hint routeHint) {
-	l.sendBytes(linkItem{hint: appendHint(nil, obj, hint)})
+// sendControl sends a relocate request, answer or cancel, or a load
+// report.
+func (h *Host) sendControl(to string, ctl any) error {
+	return h.sendItem(to, transport.Control, appendControl(nil, ctl))
 }
 
-// sendControl queues a relocate request, answer or cancel; errLinkDown if
-// the link is closed. Like messages, it waits out a broken link.
-func (l *link) sendControl(ctl any) error {
-	return l.sendBytes(linkItem{ctl: appendControl(nil, ctl)})
+// sendLoad tells peer to how many objects this host has.
+func (h *Host) sendLoad(to string, n int64) {
+	_ = h.sendControl(to, &loadReport{load: n})
 }
 
-// sendReply queues a reply frame; errLinkDown if the link is closed (the
-// frame stays the caller's). A leaving destination still takes replies.
-func (l *link) sendReply(buf payload.Buffer) error {
-	return l.sendBytes(linkItem{buf: buf})
-}
-
-// sendBytes queues an item that a leaving destination still takes;
-// errLinkDown if the link is closed.
-func (l *link) sendBytes(it linkItem) error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		return errLinkDown
+// reportLoad tells every peer this host's number of objects when it
+// changed since the last report or all is set (a periodic refresh, which
+// also corrects the peers' estimates of what they placed here), and the
+// peers that came up since the last report in any case (the move ticker
+// calls it).
+func (h *Host) reportLoad(all bool) {
+	n := h.owners.Load()
+	changed := n != h.loadSent || all
+	h.loadSent = n
+	var to []string
+	if changed {
+		to = h.tr.Peers()
 	}
-	l.items = append(l.items, it)
-	l.mu.Unlock()
-	l.wake()
-	return nil
+	h.view.mu.Lock()
+	for name, p := range h.view.links {
+		if p.needLoad {
+			p.needLoad = false
+			if !changed {
+				to = append(to, name)
+			}
+		}
+	}
+	h.view.mu.Unlock()
+	for _, p := range to {
+		h.sendLoad(p, n)
+	}
 }
 
-// refusalLocked says why the link takes no frame now: errLinkDown (closed)
-// or errHostGone (its destination is leaving: the sender keeps the frame
-// and routes it again); nil if it takes one.
-func (l *link) refusalLocked() error {
+// waitRoom waits until the link to host has room for an external send:
+// at once, without a context of its own, when it has; else until ctx ends
+// (its error), SendTimeout passes (ErrSendTimeout) or the host closes
+// (ErrShuttingDown).
+func (h *Host) waitRoom(ctx context.Context, host string) error {
+	if h.tr.WaitRoom(doneCtx, host) == nil {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, h.cfg.SendTimeout)
+	defer cancel()
+	stop := context.AfterFunc(h.life, cancel)
+	defer stop()
+	if err := h.tr.WaitRoom(wctx, host); err == nil {
+		return nil
+	}
 	switch {
-	case l.closed:
-		return errLinkDown
-	case l.leaving:
-		return errHostGone
+	case h.life.Err() != nil:
+		return ErrShuttingDown
+	case ctx.Err() != nil:
+		return ctxErr(ctx)
 	}
-	return nil
+	return ErrSendTimeout
 }
 
-var errLinkDown = payload.NewError(payload.Unavailable, "actor", "the link to the host is down")
+// doneCtx is a context that is already done: WaitRoom with it only tells
+// whether there is room.
+var doneCtx = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
-func (l *link) run() {
-	defer l.to.bg.Done()
-	defer close(l.done)
-	for {
-		l.mu.Lock()
-		for (l.queuedLocked() == 0 || l.broken.Load()) && !l.closed {
-			if l.flush && l.queuedLocked() == 0 {
-				l.closed = true
-				break
-			}
-			l.mu.Unlock()
-			select {
-			case <-l.notify:
-			case <-l.to.bgStop:
-				l.close(!l.to.killed.Load())
-			}
-			l.mu.Lock()
-		}
-		if l.closed {
-			rest, bounce := l.items[l.head:], l.bounce
-			l.items, l.head = nil, 0
-			l.mu.Unlock()
-			for _, it := range rest {
-				if bounce && !it.buf.IsZero() && !l.from.killed.Load() {
-					// Not delivered: the sender's host routes it again.
-					l.from.bounced(it.buf)
-					continue
-				}
-				l.to.dropItem(it)
-			}
-			return
-		}
-		it := l.items[l.head]
-		l.items[l.head] = linkItem{}
-		l.head++
-		switch {
-		case l.head == len(l.items):
-			l.items, l.head = l.items[:0], 0 // reuse the array
-		case l.head > 1024 && l.head > len(l.items)/2:
-			n := copy(l.items, l.items[l.head:])
-			clear(l.items[n:])
-			l.items, l.head = l.items[:n], 0
-		}
-		l.busy = 1
-		if l.room != nil && l.queuedLocked() < linkLow {
-			close(l.room)
-			l.room = nil
-		}
-		l.mu.Unlock()
-		if d := time.Duration(l.delay.Load()); d > 0 {
-			t := time.NewTimer(d)
-			select {
-			case <-t.C:
-			case <-l.to.bgStop:
-			}
-			t.Stop()
-		}
-		l.to.receive(l, it)
-		l.mu.Lock()
-		l.busy = 0
-		l.mu.Unlock()
+// peerView is what this host knows of the other hosts: the members as
+// its membership watch last reported them, and per peer what its
+// transport and the peer's load reports said. Safe for concurrent use.
+type peerView struct {
+	mu      sync.RWMutex
+	members map[string]membership.Member // by name, this host's own included
+	links   map[string]*peerLink
+}
+
+// peerLink is the transport's news of one peer.
+type peerLink struct {
+	down     bool  // the link is broken (Event Down)
+	leaving  bool  // the peer is leaving: it takes no more frames
+	gone     bool  // the peer left
+	load     int64 // its objects, as it last reported
+	placed   int64 // objects this host sent it to activate since that report
+	needLoad bool  // it came up: tell it this host's load
+}
+
+// link changes the state of peer name with f.
+func (v *peerView) link(name string, f func(*peerLink)) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.links == nil {
+		v.links = map[string]*peerLink{}
 	}
+	p := v.links[name]
+	if p == nil {
+		p = &peerLink{}
+		v.links[name] = p
+	}
+	f(p)
+}
+
+func (v *peerView) setLoad(name string, n int64) {
+	v.link(name, func(p *peerLink) { p.load, p.placed = n, 0 })
+}
+
+// apply applies one membership event to the view.
+func (v *peerView) apply(ev membership.Event) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	switch ev.Type {
+	case membership.Sync:
+		v.members = make(map[string]membership.Member, len(ev.Members))
+		for _, m := range ev.Members {
+			v.members[m.Name] = m
+		}
+		return
+	}
+	if v.members == nil {
+		v.members = map[string]membership.Member{}
+	}
+	switch {
+	case ev.Type == membership.Joined, ev.Type == membership.StateChanged && ev.Member.State != membership.Gone:
+		v.members[ev.Member.Name] = ev.Member
+	default: // Left, Expired, Gone
+		if cur, ok := v.members[ev.Member.Name]; ok && cur.LeaseGen == ev.Member.LeaseGen {
+			delete(v.members, ev.Member.Name)
+		}
+	}
+}
+
+// member returns what the membership says of host name.
+func (v *peerView) member(name string) (membership.Member, bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	m, ok := v.members[name]
+	return m, ok
+}
+
+// maxMessage returns the largest message host name admits (0: unknown).
+func (v *peerView) maxMessage(name string) int64 {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.members[name].MaxMessage
+}
+
+// reachable reports whether peer name is on the network and its link is
+// not down.
+func (v *peerView) reachable(name string) bool {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	p := v.links[name]
+	return p == nil || !(p.down || p.gone)
+}
+
+// candidate is a host that can take a new activation, with its load.
+type candidate struct {
+	name string
+	load int64 // active owners
+}
+
+// candidates returns the serving hosts that have kind and take frames,
+// sorted by name; self (with its own live load) only if takeSelf.
+func (h *Host) candidates(kind string, takeSelf bool) []candidate {
+	v := &h.view
+	v.mu.RLock()
+	out := make([]candidate, 0, len(v.members))
+	for name, m := range v.members {
+		if m.State != membership.Serving || !slices.Contains(m.Kinds, kind) {
+			continue
+		}
+		if name == h.name {
+			if takeSelf {
+				out = append(out, candidate{name: name, load: h.owners.Load()})
+			}
+			continue
+		}
+		p := v.links[name]
+		if p != nil && (p.leaving || p.gone) {
+			continue
+		}
+		c := candidate{name: name}
+		if p != nil {
+			c.load = p.load + p.placed
+		}
+		out = append(out, c)
+	}
+	v.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+// placed notes that this host sent a new object to host name: until name
+// reports its load again, count one more there (so that first messages
+// sent close together spread out).
+func (v *peerView) placed(name string) {
+	v.link(name, func(p *peerLink) { p.placed++ })
+}
+
+// pickHost returns another serving host that has kind, the least loaded
+// (ties: the lowest name), for a draining host to send new activations to
+// ("" if none).
+func (h *Host) pickHost(kind string) string {
+	best := ""
+	var bestLoad int64
+	for _, c := range h.candidates(kind, false) {
+		if best == "" || c.load < bestLoad {
+			best, bestLoad = c.name, c.load
+		}
+	}
+	return best
+}
+
+// watchMembers keeps the view up to date from the membership watch until
+// the watch ends (the host closes).
+func (h *Host) watchMembers(ch <-chan membership.Event) {
+	defer h.bg.Done()
+	for ev := range ch {
+		h.view.apply(ev)
+	}
+}
+
+// knownHost reports whether the membership lists host name, asking it
+// afresh if this host's view does not (a host that has just joined).
+func (h *Host) knownHost(name string) bool {
+	if _, ok := h.view.member(name); ok {
+		return true
+	}
+	ctx, cancel := h.storeContext()
+	defer cancel()
+	list, err := h.members.Members(ctx)
+	return err == nil && slices.ContainsFunc(list, func(m membership.Member) bool { return m.Name == name })
+}
+
+// otherHostsWithKind returns the other serving hosts that have kind,
+// sorted by name, asking the membership afresh (Drain: a rare operation
+// that must see hosts that joined a moment ago).
+func (h *Host) otherHostsWithKind(kind string) []string {
+	ctx, cancel := h.storeContext()
+	defer cancel()
+	list, err := h.members.Members(ctx)
+	if err != nil {
+		h.log.Warn("membership not reachable; using the last view", "err", err)
+		var out []string
+		for _, c := range h.candidates(kind, false) {
+			out = append(out, c.name)
+		}
+		return out
+	}
+	var out []string
+	for _, m := range list {
+		if m.Name != h.name && m.State == membership.Serving && slices.Contains(m.Kinds, kind) {
+			if h.view.leavingOrGone(m.Name) {
+				continue
+			}
+			out = append(out, m.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (v *peerView) leavingOrGone(name string) bool {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	p := v.links[name]
+	return p != nil && (p.leaving || p.gone)
+}
+
+// setMemberState moves this host's membership entry to state to (a store
+// call; a failure is logged: peers then learn of the change from the
+// transport's Leaving and Gone events alone).
+func (h *Host) setMemberState(to membership.State) {
+	ctx, cancel := h.storeContext()
+	defer cancel()
+	if _, err := h.members.SetState(ctx, h.name, h.leaseGen, to); err != nil {
+		h.log.Warn("membership state not updated", "state", to.String(), "err", err)
+	}
+}
+
+// pauseLog keeps the pauses of the moves this host was the source of:
+// from the seal to the target's commit notice (the target opens the
+// object's queue as it sends that notice, so over a network the figure
+// includes one trip of the notice).
+type pauseLog struct {
+	mu   sync.Mutex
+	done []time.Duration
+}
+
+func (p *pauseLog) add(d time.Duration) {
+	p.mu.Lock()
+	if len(p.done) == maxPauses {
+		p.done = append(p.done[:0], p.done[maxPauses/2:]...) // keep the newer half
+	}
+	p.done = append(p.done, d)
+	p.mu.Unlock()
+}
+
+// maxPauses bounds the pauses kept between two calls of Host.Pauses.
+const maxPauses = 1 << 16
+
+// Pauses returns the pause of every move this host was the source of
+// since the last call (at most the newest 65,536) — from the seal here to
+// the target's notice that it committed and opened the object — and
+// forgets them.
+func (h *Host) Pauses() []time.Duration {
+	h.pauses.mu.Lock()
+	defer h.pauses.mu.Unlock()
+	out := h.pauses.done
+	h.pauses.done = nil
+	return out
 }
 
 // lane runs work in order on a goroutine of its own, started when work
@@ -641,101 +594,32 @@ func (ln *lane) pending() int {
 	return n
 }
 
-// queuedLocked returns how many items wait on the link.
-func (l *link) queuedLocked() int { return len(l.items) - l.head }
-
-// wake makes the link's goroutine look at its queue again.
-func (l *link) wake() {
-	select {
-	case l.notify <- struct{}{}:
-	default:
+// loadOf returns peer name's load as this host knows it.
+func (v *peerView) loadOf(name string) int64 {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	if p := v.links[name]; p != nil {
+		return p.load + p.placed
 	}
+	return 0
 }
 
-// closeWhenEmpty closes the link once what is queued has been delivered.
-func (l *link) closeWhenEmpty() {
-	l.mu.Lock()
-	l.flush = true
-	l.mu.Unlock()
-	l.wake()
-}
-
-// close closes the link; with bounce, frames not yet delivered go back to
-// the sending host (a graceful leave), else they are lost (a crash).
-func (l *link) close(bounce bool) {
-	l.mu.Lock()
-	if !l.closed {
-		l.closed, l.bounce = true, bounce
-	}
-	if l.room != nil {
-		close(l.room)
-		l.room = nil
-	}
-	l.mu.Unlock()
-	l.wake()
-}
-
-// sendMessage queues m's frame. If the destination is leaving it returns
-// errHostGone, on a closed link errLinkDown; m stays the caller's then.
-func (l *link) sendMessage(m *payload.Message) error { return l.sendFrame(m, false) }
-
-// sendBounce queues m's frame back to its origin (onBounce there); as
-// sendMessage.
-func (l *link) sendBounce(m *payload.Message) error { return l.sendFrame(m, true) }
-
-func (l *link) sendFrame(m *payload.Message, bounce bool) error {
-	l.mu.Lock()
-	if err := l.refusalLocked(); err != nil {
-		l.mu.Unlock()
-		return err
-	}
-	l.items = append(l.items, linkItem{buf: m.TakeBuffer(), bounce: bounce})
-	l.mu.Unlock()
-	l.wake()
-	return nil
-}
-
-// Flow control on a link: a sender from outside the hosts' handlers (Tell,
-// Ask) waits while more than linkHigh items are queued on the link, until
-// fewer than linkLow are. Forwarded messages, replies, relocation records
-// and sends from handlers never wait (the link goroutines and owners must
-// not block on each other); they are bounded by the senders that do.
-const (
-	linkHigh = 8192
-	linkLow  = linkHigh / 2
-)
-
-// waitRoom waits until the link has room for an external send, ctx ends
-// (its error), timeout passes (ErrSendTimeout) or done closes.
-func (l *link) waitRoom(ctx context.Context, timeout time.Duration, done <-chan struct{}) error {
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for {
-		l.mu.Lock()
-		if l.queuedLocked() < linkHigh || l.closed {
-			l.mu.Unlock()
-			return nil
-		}
-		if l.room == nil {
-			l.room = make(chan struct{})
-		}
-		room := l.room
-		l.mu.Unlock()
-		if timer == nil {
-			timer = time.NewTimer(timeout)
-		}
-		select {
-		case <-room:
-		case <-ctx.Done():
-			return ctxErr(ctx)
-		case <-timer.C:
-			return ErrSendTimeout
-		case <-done:
-			return ErrShuttingDown
+// Peers returns the names of the other hosts this host knows from its
+// membership, serving or draining, as the membership last reported them,
+// sorted; nil for a host without a transport. A host learns of a host
+// that joined after it a moment after that host's Start returned (the
+// membership's watch), so a program that starts several hosts and wants
+// each to place objects on all the others waits until their Peers list
+// them.
+func (h *Host) Peers() []string {
+	h.view.mu.RLock()
+	defer h.view.mu.RUnlock()
+	var out []string
+	for name := range h.view.members {
+		if name != h.name {
+			out = append(out, name)
 		}
 	}
+	sort.Strings(out)
+	return out
 }

@@ -89,7 +89,7 @@ func (h *Host) initOrder() {
 // stamp gives m, a message this host sends to t's object, its place in
 // this host's stream for the object, unless it has one (a retry).
 func (h *Host) stamp(t target, m *payload.Message) {
-	if h.net == nil || t.kr == nil {
+	if h.tr == nil || t.kr == nil {
 		return
 	}
 	if hv := m.Header(); hv.Seq() != 0 || string(hv.Origin()) != h.name {

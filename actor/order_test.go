@@ -84,7 +84,8 @@ func startSeqHosts(t *testing.T, n *Network, cfg Config, names ...string) map[st
 	hs := map[string]*Host{}
 	for _, name := range names {
 		c := cfg
-		c.Name, c.Network, c.Logger = name, n, quietLogger()
+		c = n.With(c)
+		c.Name, c.Logger = name, quietLogger()
 		hs[name] = startHost(t, c, seqKind())
 	}
 	return hs
@@ -139,12 +140,13 @@ func orderKind() *Kind[OrderState] {
 func TestConcurrentSendersOfOneHostKeepOrderAcrossMoves(t *testing.T) {
 	n := NewNetwork(nil)
 	names := []string{"a", "b", "c"}
+	hosts := map[string]*Host{}
 	for _, name := range names {
-		startHost(t, Config{Name: name, Network: n, Logger: quietLogger()}, orderKind())
+		hosts[name] = startHost(t, Config{Name: name, Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()}, orderKind())
 	}
-	a := n.Host("a")
+	a := hosts["a"]
 	const objects, senders = 4, 5
-	from := func(s int) *Host { return n.Host(names[s%2]) } // senders on a and b
+	from := func(s int) *Host { return hosts[names[s%2]] } // senders on a and b
 	ref := func(i int) Ref { return Ref{"order", itoa(i)} }
 	for i := 0; i < objects; i++ {
 		if err := Tell(bg, a, ref(i), Numbered{Sender: "init", Seq: 1}); err != nil {
@@ -203,7 +205,7 @@ func TestConcurrentSendersOfOneHostKeepOrderAcrossMoves(t *testing.T) {
 		if dst == row.Host {
 			dst = names[(r/objects+1)%len(names)]
 		}
-		if err := n.Host(row.Host).Relocate(bg, ref(i), dst); err == nil {
+		if err := hosts[row.Host].Relocate(bg, ref(i), dst); err == nil {
 			moves++
 		}
 	}
@@ -241,7 +243,7 @@ func TestConcurrentSendersOfOneHostKeepOrderAcrossMoves(t *testing.T) {
 		}
 	}
 	for _, name := range names {
-		st := n.Host(name).Stats()
+		st := hosts[name].Stats()
 		if st.Dropped != 0 || st.GapsClosed != 0 || st.Late != 0 || st.HeldOutOfOrder != 0 {
 			t.Errorf("host %s: %d dropped, %d given up on, %d late, %d still held; want none", name, st.Dropped, st.GapsClosed, st.Late, st.HeldOutOfOrder)
 		}
@@ -283,8 +285,7 @@ func TestMoveWhileSourceHoldsOutOfOrderAndTargetStartsLeaving(t *testing.T) {
 	n.SetRecordHook(func(from, to string, rec relocation.Record) bool {
 		if _, ok := rec.(*relocation.RelayReady); ok && from == "b" {
 			once.Do(func() {
-				n.markLeaving(b)
-				n.setLeaving(b)
+				b.beginLeave()
 			})
 		}
 		return true
@@ -333,7 +334,7 @@ func seqGateKind(g *gates) *Kind[SeqState] {
 func TestSkipNoticeClosesTheGapOfARejectedSend(t *testing.T) {
 	n := NewNetwork(nil)
 	g := newGates()
-	a := startHost(t, Config{Name: "a", Network: n, Logger: quietLogger(), SendTimeout: 20 * time.Millisecond,
+	a := startHost(t, Config{Name: "a", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger(), SendTimeout: 20 * time.Millisecond,
 		GapTimeout: time.Hour, ApplicationLimits: mailbox.Limits{Items: 1, Bytes: 1 << 20}}, seqGateKind(g))
 	ref := Ref{"seq", "o"}
 	if err := Tell(bg, a, ref, Block{Key: "k"}); err != nil { // number 1: runs and blocks
@@ -388,7 +389,7 @@ func TestGapLostWithACrashedHostClosesAfterGapTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "message 2 to be held at b", func() bool { return b.Stats().HeldOutOfOrder == 1 })
-	n.Kill("x") // message 1 is lost with x
+	n.Kill(hs["x"]) // message 1 is lost with x
 	var got []int
 	waitFor(t, "message 2 to run after the gap timeout", func() bool {
 		s, err := Ask[GetSeqs, []int](bg, b, ref, GetSeqs{})

@@ -276,7 +276,7 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 	// network: then they go with the order state into the store row, and
 	// the object's next activation (elsewhere) holds them until the
 	// missing messages, which their senders send there, arrive.
-	leaving := stopping && h.net != nil && h.draining.Load()
+	leaving := stopping && h.tr != nil && h.draining.Load()
 	if (o.order.Held() > 0 && !leaving) || !o.mb.CloseIfEmpty() {
 		held := o.order.Held() > 0
 		o.seqMu.Unlock()
@@ -289,7 +289,7 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 	o.shut = true
 	var order []byte
 	var handedOn []*mailbox.Envelope
-	if h.net != nil {
+	if h.tr != nil {
 		order = o.orderSnapshotLocked(nanotime())
 		handedOn = o.order.TakeHeld() // their frames are in order
 		o.noteHeldLocked()

@@ -2,7 +2,6 @@ package actor
 
 import (
 	"math/rand/v2"
-	"sort"
 )
 
 // Placement says which host activates an object of a kind when a message
@@ -71,10 +70,10 @@ const (
 // placeNew returns the host that activates object id of kind s by its
 // placement ("" or this host's name: here).
 func (h *Host) placeNew(s *spec, id string) string {
-	if s.placement == PlaceLocal || h.net == nil {
+	if s.placement == PlaceLocal || h.tr == nil {
 		return ""
 	}
-	cands := h.net.candidates(s.name)
+	cands := h.candidates(s.name, !h.draining.Load())
 	if len(cands) == 0 {
 		return ""
 	}
@@ -96,30 +95,12 @@ func (h *Host) placeNew(s *spec, id string) string {
 				best = c
 			}
 		}
+		if best.name != h.name {
+			h.view.placed(best.name)
+		}
 		return best.name
 	}
 	return ""
-}
-
-// candidate is a host that can take a new activation, with its load.
-type candidate struct {
-	name string
-	load int64 // active owners
-}
-
-// candidates returns the running, not draining hosts that have kind,
-// sorted by name.
-func (n *Network) candidates(kind string) []candidate {
-	n.mu.Lock()
-	out := make([]candidate, 0, len(n.hosts))
-	for name, h := range n.hosts {
-		if !h.draining.Load() && h.acceptsInternal() && h.kinds[kind] != nil && !n.leaving[name] {
-			out = append(out, candidate{name: name, load: h.owners.Load()})
-		}
-	}
-	n.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
-	return out
 }
 
 // rendezvous is the score of host for object id in rendezvous hashing:

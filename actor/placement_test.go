@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+
+	"github.com/berthrt/berth/membership"
 )
 
 // placedKind is a counter kind named name with placement p.
@@ -17,14 +19,22 @@ func placedKind(name string, p Placement) *Kind[Counter] {
 
 func placementNetwork(t *testing.T, names ...string) []*Host {
 	t.Helper()
+	_, hs := placementNetworkOn(t, names...)
+	return hs
+}
+
+// placementNetworkOn is placementNetwork that also returns the network.
+func placementNetworkOn(t *testing.T, names ...string) (*Network, []*Host) {
+	t.Helper()
 	n := NewNetwork(nil)
 	var hs []*Host
 	for _, name := range names {
-		hs = append(hs, startHost(t, Config{Name: name, Network: n, Logger: quietLogger()},
+		hs = append(hs, startHost(t, Config{Name: name, Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()},
 			placedKind("local", PlaceLocal), placedKind("random", PlaceRandom),
 			placedKind("hashed", PlaceHashed), placedKind("least", PlaceLeastLoaded)))
 	}
-	return hs
+	waitViews(t, hs...)
+	return n, hs
 }
 
 // where activates ref by an Ask from h (counted once) and returns its host.
@@ -107,9 +117,10 @@ func TestPlacementHashedMovesOnlyTheLeavingHostsIDs(t *testing.T) {
 }
 
 func TestPlacementRandomSpreadsOverTheHostsThatHaveTheKind(t *testing.T) {
-	hs := placementNetwork(t, "a", "b", "c")
+	n, hs := placementNetworkOn(t, "a", "b", "c")
 	// A host without the kind is never picked.
-	startHost(t, Config{Name: "d", Network: hs[0].net, Logger: quietLogger()}, placedKind("local", PlaceLocal))
+	d := startHost(t, n.With(Config{Name: "d", Logger: quietLogger()}), placedKind("local", PlaceLocal))
+	waitViews(t, append(hs, d)...)
 	used := map[string]int{}
 	for i := 0; i < 60; i++ {
 		used[where(t, hs[0], Ref{"random", itoa(i)})]++
@@ -135,17 +146,22 @@ func TestPlacementLeastLoadedPicksTheHostWithFewestObjects(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		where(t, b, Ref{"local", "b" + itoa(i)})
 	}
-	// Loads a 5, b 3, c 0: c takes three, then b and c tie (lowest name).
+	// Loads a 5, b 3, c 0 (as the hosts report them): c takes three, then
+	// b and c tie (lowest name).
 	var got []string
 	for i := 0; i < 5; i++ {
+		waitViews(t, hs...)
 		got = append(got, where(t, a, Ref{"least", itoa(i)}))
 	}
 	if fmt.Sprint(got) != "[c c c b c]" {
 		t.Fatalf("least-loaded picks = %v, want [c c c b c]", got)
 	}
 	// A draining host takes no new activation.
-	hs[2].draining.Store(true)
-	defer hs[2].draining.Store(false)
+	hs[2].setMemberState(membership.Draining)
+	waitFor(t, "a to see c draining", func() bool {
+		m, _ := a.view.member("c")
+		return m.State == membership.Draining
+	})
 	if h := where(t, a, Ref{"least", "x"}); h == "c" {
 		t.Fatal("a draining host got a new activation")
 	}
@@ -155,7 +171,7 @@ func TestPlacementLeastLoadedPicksTheHostWithFewestObjects(t *testing.T) {
 // and a message that came over a link — make one activation between them,
 // not a second reservation that fails its commit.
 func TestConcurrentLookUpsOfANewObjectActivateItOnce(t *testing.T) {
-	h := startHost(t, Config{Name: "a", Network: NewNetwork(nil), Logger: quietLogger()}, counterKind(newGates()))
+	h := startHost(t, NewNetwork(nil).With(Config{Name: "a", Logger: quietLogger()}), counterKind(newGates()))
 	kr := h.kinds["counter"]
 	for i := 0; i < 2000; i++ {
 		id := "new-" + itoa(i)

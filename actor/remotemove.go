@@ -45,10 +45,6 @@ type remoteWaiter struct {
 // relocateVia asks host owner to move ref to target and waits for its
 // answer. errHostGone: the owner's host is not on the network.
 func (h *Host) relocateVia(ctx context.Context, owner string, ref Ref, target string) error {
-	l := h.net.linkTo(h, owner)
-	if l == nil {
-		return errHostGone
-	}
 	req := &relocateRequest{op: payload.NewOpID(), ref: ref, target: target}
 	if dl, ok := ctx.Deadline(); ok {
 		req.deadline = dl.UnixNano()
@@ -65,7 +61,7 @@ func (h *Host) relocateVia(ctx context.Context, owner string, ref Ref, target st
 	}
 	r.asked[req.op] = remoteWaiter{peer: owner, ch: ch}
 	r.mu.Unlock()
-	if err := l.sendControl(req); err != nil {
+	if err := h.sendControl(owner, req); err != nil {
 		h.takeAsked(req.op)
 		return errHostGone
 	}
@@ -74,7 +70,7 @@ func (h *Host) relocateVia(ctx context.Context, owner string, ref Ref, target st
 		return err
 	case <-ctx.Done():
 		if _, waiting := h.takeAsked(req.op); waiting {
-			_ = l.sendControl(&relocateCancel{op: req.op}) // the owner's host aborts the move if it can
+			_ = h.sendControl(owner, &relocateCancel{op: req.op}) // the owner's host aborts the move if it can
 		} else if err := <-ch; err == nil {
 			// The answer came at the same moment: it wins if the move
 			// completed (as a local Relocate's does).
@@ -172,9 +168,7 @@ func (h *Host) answerRelocate(to string, op payload.OpID, err error) {
 	if err != nil {
 		a.err = handlerError(err)
 	}
-	if l := h.net.linkTo(h, to); l != nil {
-		_ = l.sendControl(a) // if it left, nobody waits for the answer
-	}
+	_ = h.sendControl(to, a) // if it left, nobody waits for the answer
 }
 
 // remoteClose ends the relocate requests of a closing host: moves run for

@@ -9,6 +9,7 @@ import (
 	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/transport"
 )
 
 // flagReply marks a reply frame.
@@ -323,28 +324,27 @@ func (h *Host) routeReply(route []byte, op payload.OpID, r reply) {
 		h.requests.complete(op, r)
 		return
 	}
-	if h.net != nil {
-		if l := h.net.linkTo(h, string(route)); l != nil {
-			buf := r.buf
-			if r.err != nil {
-				var err error
-				if buf, err = encodeWireError(h, op, r.err); err != nil {
-					h.log.Error("error reply not encodable", "err", err)
-					return
-				}
-			}
-			if err := l.sendReply(buf); err != nil {
-				buf.Release()
-				h.log.Warn("reply lost: the link to the asker is down", "route", string(route))
-			}
+	buf := r.buf
+	if h.tr != nil && r.err != nil {
+		var err error
+		if buf, err = encodeWireError(h, op, r.err); err != nil {
+			h.log.Error("error reply not encodable", "err", err)
 			return
 		}
 	}
-	// The asker's host is not reachable from here (it left the network):
-	// nobody there waits for this reply any more.
+	if h.tr != nil {
+		err := h.sendItem(string(route), transport.Reply, buf.Bytes())
+		buf.Release()
+		if err != nil {
+			// The asker's host is not reachable from here (it left the
+			// network): nobody there waits for this reply any more.
+			h.log.Warn("reply lost: the asker's host is not reachable", "route", string(route), "err", err)
+		}
+		return
+	}
 	h.log.Warn("reply route unknown; reply dropped", "route", string(route))
-	if !r.buf.IsZero() {
-		r.buf.Release()
+	if !buf.IsZero() {
+		buf.Release()
 	}
 }
 
@@ -813,12 +813,26 @@ func (ob *outbox) enqueue(ps *pendingSend) {
 
 // Granted implements mailbox.Grantee: admit the next child with the permit,
 // and keep going while permits are free without overtaking other waiters.
-func (ob *outbox) Granted() {
+//
+// The permits call it on whatever goroutine freed the permit — a worker
+// ending a turn, a transport's delivery goroutine — which must not wait
+// for the Location Store. A child whose object has no owner here (its
+// admission may look it up, or forward it) is therefore admitted on a
+// look-up lane instead, with the permit; the source waits meanwhile (it is
+// out of the permit queue), so its sends keep their order.
+func (ob *outbox) Granted() { ob.grant(false) }
+
+func (ob *outbox) grant(onLane bool) {
 	for {
 		ob.mu.Lock()
 		ps := ob.head
 		ob.mu.Unlock()
 		t := ps.targets[ps.next]
+		if !onLane && t.o == nil && t.kr != nil && t.kr.local(t.id) == nil {
+			ob.host.lookupLane(t).add(func() { ob.grant(true) })
+			return
+		}
+		onLane = false // only the first child: a later one comes with a new permit
 		m := ps.m
 		if ps.fanout {
 			m = ps.m.Share()

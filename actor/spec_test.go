@@ -258,7 +258,7 @@ func TestSpec9_HeldDuringMoveNotDecodedUntilCommitReplayOrAbortResumption(t *tes
 			g := newGates()
 			var hs []*Host
 			for _, name := range []string{"a", "b"} {
-				hs = append(hs, startHost(t, Config{Name: name, Network: n, Logger: quietLogger(), CutoverWait: time.Minute,
+				hs = append(hs, startHost(t, Config{Name: name, Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger(), CutoverWait: time.Minute,
 					Codecs: []CodecRegistration{{Codec: codec, Select: payload.ForType[Inc]()}}}, movableKind(g)))
 			}
 			a, b := hs[0], hs[1]
@@ -324,7 +324,10 @@ func TestSpec9_HeldDuringMoveNotDecodedUntilCommitReplayOrAbortResumption(t *tes
 			n.SetRecordHook(nil)
 			switch outcome {
 			case "commit":
-				n.Heal("a", "b") // the source resends Prepare; relay-ready is answered again
+				// The link goes down and up: the source resends Prepare;
+				// relay-ready is answered again.
+				n.Break("a", "b")
+				n.Heal("a", "b")
 				if err := <-moved; err != nil {
 					t.Fatalf("move: %v", err)
 				}

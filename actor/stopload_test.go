@@ -57,7 +57,7 @@ func stopUnderLoad(t *testing.T, movable bool) {
 	// Stop must not wait for gaps in a sender's sequence to close by
 	// timeout (a message refused by the leaving host after a later one got
 	// through leaves one): no GapTimeout comes to the rescue here.
-	cfg := Config{Network: n, Logger: quietLogger(), GapTimeout: time.Hour}
+	cfg := Config{Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger(), GapTimeout: time.Hour}
 	ca, cb := cfg, cfg
 	ca.Name, cb.Name = "a", "b"
 	a := startHost(t, ca, kind(), relay())

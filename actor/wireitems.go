@@ -11,7 +11,8 @@ import (
 
 // Byte encodings of the link items that are neither frames (package
 // payload) nor relocation records (relocation.AppendRecord): route hints
-// and the control items of Relocate across hosts (remotemove.go), so that
+// and the control items of Relocate across hosts (remotemove.go) and of
+// load reports (network.go), so that
 // a transport carries them as bytes. Each starts with a version byte;
 // strings are a uvarint length and the bytes, integers fixed-width
 // big-endian (package internal/wire). Decoding copies what it keeps and
@@ -24,7 +25,12 @@ const (
 	ctlRelocateRequest byte = iota + 1
 	ctlRelocateAnswer
 	ctlRelocateCancel
+	ctlLoad
 )
+
+// loadReport tells the peers how many objects (owners) a host has, for
+// PlaceLeastLoaded; a host sends one when the number changed.
+type loadReport struct{ load int64 }
 
 // maxWireCodes bounds the sentinel codes of an error answer.
 const maxWireCodes = 64
@@ -77,6 +83,9 @@ func appendControl(dst []byte, ctl any) []byte {
 	case *relocateCancel:
 		dst = append(dst, ctlRelocateCancel)
 		return append(dst, c.op[:]...)
+	case *loadReport:
+		dst = append(dst, ctlLoad)
+		return binary.BigEndian.AppendUint64(dst, uint64(c.load))
 	}
 	panic("actor: appendControl of an unknown control item")
 }
@@ -85,6 +94,16 @@ func appendControl(dst []byte, ctl any) []byte {
 func decodeControl(b []byte) (any, error) {
 	r := wireItemReader(b, "control item")
 	tag := r.Byte("tag")
+	if tag == ctlLoad {
+		lr := &loadReport{load: int64(r.Uint64("load"))}
+		if lr.load < 0 {
+			r.Fail("malformed control item: negative load")
+		}
+		if err := r.End(); err != nil {
+			return nil, err
+		}
+		return lr, nil
+	}
 	var op payload.OpID
 	copy(op[:], r.Take("operation id", len(op)))
 	var ctl any

@@ -18,6 +18,7 @@ func sampleControls() []any {
 		&relocateAnswer{op: op, err: &HandlerError{Kind: payload.Rejected, Msg: "move aborted: x", Codes: []string{"berth.not_local", "test.code"}}},
 		&relocateAnswer{op: op, err: &HandlerError{Kind: payload.InternalFailure, Msg: ""}},
 		&relocateCancel{op: op},
+		&loadReport{load: 12345},
 	}
 }
 

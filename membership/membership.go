@@ -121,6 +121,10 @@ type Member struct {
 	Kinds []string
 	// LeaseGen is the generation of the host's lease: one per process run.
 	LeaseGen uint64
+	// MaxMessage is the largest message, in bytes of its frame, the host
+	// admits (0: not stated). A peer refuses a larger one to its sender at
+	// once rather than send it to be dropped.
+	MaxMessage int64
 }
 
 // clone returns m with its own copy of Kinds.

@@ -33,9 +33,12 @@ type Options struct {
 }
 
 // Memory is the in-memory Membership, the embedded default for hosts in one
-// process. It is safe for concurrent use. It runs one goroutine, the expiry
-// sweep, and one per watcher; Close stops them. The zero Memory is not
-// usable; use NewMemory.
+// process. It is safe for concurrent use. It runs one goroutine per
+// watcher, until its watch ends, and one for the expiry sweep while it has
+// live members: the sweep starts with the first Join and ends once no
+// member is live, so a Memory whose members all left and whose watches
+// ended runs no goroutine (Close is then optional). Close stops them all.
+// The zero Memory is not usable; use NewMemory.
 //
 // Lock order: Memory.mu → watcher.mu (a change is queued to every watcher
 // while mu is held, which is what gives all watchers one order).
@@ -49,6 +52,8 @@ type Memory struct {
 	watchers map[*watcher]struct{} // guarded by mu
 	rev      uint64                // guarded by mu
 	closed   bool                  // guarded by mu
+	sweeping bool                  // the sweep goroutine runs; guarded by mu
+	every    time.Duration
 
 	stop     chan struct{} // closed by Close
 	stopOnce sync.Once
@@ -63,8 +68,8 @@ type entry struct {
 	left    bool      // the run left (rather than expired)
 }
 
-// NewMemory returns an empty membership and starts its expiry sweep. It
-// panics if a field of opts is negative.
+// NewMemory returns an empty membership. It panics if a field of opts is
+// negative.
 func NewMemory(opts Options) *Memory {
 	switch {
 	case opts.TTL < 0:
@@ -93,10 +98,29 @@ func NewMemory(opts Options) *Memory {
 		names:    map[string]*entry{},
 		watchers: map[*watcher]struct{}{},
 		stop:     make(chan struct{}),
+		every:    opts.SweepEvery,
 	}
-	m.bg.Add(1)
-	go m.sweeper(opts.SweepEvery)
 	return m
+}
+
+// startSweepLocked starts the sweep goroutine unless it runs.
+func (m *Memory) startSweepLocked() {
+	if m.sweeping || m.closed {
+		return
+	}
+	m.sweeping = true
+	m.bg.Add(1)
+	go m.sweeper(m.every)
+}
+
+// anyLiveLocked reports whether some run is live.
+func (m *Memory) anyLiveLocked() bool {
+	for _, e := range m.names {
+		if e.live {
+			return true
+		}
+	}
+	return false
 }
 
 // Close stops the sweep and every watch (their channels close) and waits
@@ -124,6 +148,11 @@ func (m *Memory) sweeper(every time.Duration) {
 			m.mu.Lock()
 			if !m.closed {
 				m.sweepLocked()
+			}
+			if m.closed || !m.anyLiveLocked() {
+				m.sweeping = false // a later Join starts a new sweep
+				m.mu.Unlock()
+				return
 			}
 			m.mu.Unlock()
 		}
@@ -213,7 +242,7 @@ func (m *Memory) Join(ctx context.Context, mem Member) (Lease, error) {
 	if e != nil {
 		switch {
 		case e.live && e.m.LeaseGen == mem.LeaseGen:
-			if e.m.Address != mem.Address || !slices.Equal(e.m.Kinds, mem.Kinds) {
+			if e.m.Address != mem.Address || e.m.MaxMessage != mem.MaxMessage || !slices.Equal(e.m.Kinds, mem.Kinds) {
 				return Lease{}, ErrNameTaken
 			}
 			e.expires = m.now().Add(m.ttl) // a retried Join: renew
@@ -226,6 +255,7 @@ func (m *Memory) Join(ctx context.Context, mem Member) (Lease, error) {
 	}
 	e = &entry{m: mem.clone(), expires: m.now().Add(m.ttl), live: true}
 	m.names[mem.Name] = e
+	m.startSweepLocked()
 	m.emitLocked(Event{Type: Joined, Member: e.m.clone()})
 	return m.lease(e), nil
 }

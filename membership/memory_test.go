@@ -216,3 +216,40 @@ func TestStateAndEventNames(t *testing.T) {
 		t.Errorf("GenerationError.Error() = %q", got)
 	}
 }
+
+// A Memory runs its expiry sweep only while some member is live: once its
+// members left and its watches ended, no goroutine of it is left, without
+// Close; a later Join starts the sweep again (expiry still works).
+func TestMemoryRunsNoGoroutineWithoutLiveMembers(t *testing.T) {
+	clk := newFakeClock(epoch)
+	m := membership.NewMemory(membership.Options{Now: clk.Now, TTL: time.Second, SweepEvery: time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, err := m.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for gen := uint64(1); gen <= 2; gen++ {
+		if _, err := m.Join(ctx, membership.Member{Name: "a", LeaseGen: gen}); err != nil {
+			t.Fatal(err)
+		}
+		if gen == 1 {
+			if err := m.Leave(ctx, "a", gen); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		clk.Advance(2 * time.Second) // the sweep, started again, finds the lease expired
+	}
+	for ev := range ch {
+		if ev.Type == membership.Expired {
+			break
+		}
+	}
+	cancel()
+	for range ch {
+	}
+	testutil.CheckNoGoroutines(t)
+	if list, err := m.Members(context.Background()); err != nil || len(list) != 0 {
+		t.Fatalf("Members: %v, %v; want none", list, err)
+	}
+}

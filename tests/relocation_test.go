@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/internal/localnet"
 	"github.com/berthrt/berth/internal/testutil"
 	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/payload"
@@ -81,12 +82,19 @@ type relocationRun struct {
 // completed once with its own answer, and no goroutine is left.
 func relocationProperty(t *testing.T, cfg relocationRun) {
 	ctx := context.Background()
-	net := actor.NewNetwork(nil)
+	net := localnet.New(localnet.Options{})
 	var hosts []*actor.Host
+	var liveMu sync.Mutex
+	live := map[string]*actor.Host{} // the running hosts, by name
+	host := func(name string) *actor.Host {
+		liveMu.Lock()
+		defer liveMu.Unlock()
+		return live[name]
+	}
 	rejected := &rejectLog{}
 	start := func(name string) *actor.Host {
-		h, err := actor.NewHost(actor.Config{Name: name, Network: net, Logger: quietLogger(), CutoverWait: 2 * time.Second,
-			Observer: rejected})
+		h, err := actor.NewHost(actor.Config{Name: name, Transport: net.Transport, Store: net.Store, Membership: net.Membership,
+			Logger: quietLogger(), CutoverWait: 2 * time.Second, Observer: rejected})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,6 +102,9 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 		if err := h.Start(); err != nil {
 			t.Fatal(err)
 		}
+		liveMu.Lock()
+		live[name] = h
+		liveMu.Unlock()
 		return h
 	}
 	for i := 1; i <= cfg.hosts; i++ {
@@ -185,7 +196,15 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 					faultMu.Unlock()
 					if first {
 						kills.Add(1)
-						go net.Kill("spare") // before relay-ready: the move aborts, the object resumes at its source
+						// Before relay-ready: the move aborts, the object
+						// resumes at its source.
+						go func() {
+							liveMu.Lock()
+							delete(live, "spare")
+							liveMu.Unlock()
+							net.Kill("spare") // its process dies
+							spare.Close()
+						}()
 					}
 					return false
 				}
@@ -236,13 +255,13 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 				default:
 				}
 				i := rng.IntN(cfg.objects)
-				row, err := net.Store().Get(ctx, relocation.Object{Kind: "tally", ID: strconv.Itoa(i)})
+				row, err := net.Store.Get(ctx, relocation.Object{Kind: "tally", ID: strconv.Itoa(i)})
 				if err != nil {
 					continue
 				}
-				src := net.Host(row.Host)
+				src := host(row.Host)
 				dst := targets[rng.IntN(len(targets))]
-				if src == nil || src == dst || src == drained || net.Host(dst.Name()) == nil {
+				if src == nil || src == dst || src == drained || host(dst.Name()) == nil {
 					continue
 				}
 				switch err := src.Relocate(ctx, ref(i), dst.Name()); {

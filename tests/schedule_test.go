@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/internal/localnet"
 	"github.com/berthrt/berth/internal/testutil"
 	"github.com/berthrt/berth/relocation"
 )
@@ -280,7 +281,8 @@ func runSchedule(t *testing.T, p *schedPlan) schedResult {
 	ctx := context.Background()
 	timeout := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 10*time.Second) }
 
-	net := actor.NewNetwork(nil)
+	net := localnet.New(localnet.Options{})
+	byName := map[string]*actor.Host{}
 	hosts := make([]*actor.Host, p.hosts)
 	// Host names are unique in the process (schedules run side by side).
 	name := func(i int) string { return strconv.FormatInt(p.seed, 10) + "/h" + strconv.Itoa(i) }
@@ -292,7 +294,7 @@ func runSchedule(t *testing.T, p *schedPlan) schedResult {
 		}
 	}()
 	for i := range hosts {
-		h, err := actor.NewHost(actor.Config{Name: name(i), Network: net, Logger: scheduleLogger, GapTimeout: 2 * time.Second})
+		h, err := actor.NewHost(actor.Config{Name: name(i), Transport: net.Transport, Store: net.Store, Membership: net.Membership, Logger: scheduleLogger, GapTimeout: 2 * time.Second})
 		if err != nil {
 			fatalf("%v", err)
 		}
@@ -303,6 +305,7 @@ func runSchedule(t *testing.T, p *schedPlan) schedResult {
 			fatalf("%v", err)
 		}
 		hosts[i] = h
+		byName[h.Name()] = h
 	}
 	for _, d := range p.delays {
 		net.Delay(name(d.a), name(d.b), d.d)
@@ -382,7 +385,7 @@ func runSchedule(t *testing.T, p *schedPlan) schedResult {
 			if m.delay != nil {
 				net.Delay(name(m.delay.a), name(m.delay.b), m.delay.d)
 			}
-			row, err := net.Store().Get(ctx, relocation.Object{Kind: "tally", ID: ref(m.object).ID})
+			row, err := net.Store.Get(ctx, relocation.Object{Kind: "tally", ID: ref(m.object).ID})
 			if err != nil {
 				errorf("store: object %d: %v", m.object, err)
 				return
@@ -399,7 +402,7 @@ func runSchedule(t *testing.T, p *schedPlan) schedResult {
 				}
 				target = others[m.pick%len(others)]
 			}
-			src := net.Host(owner)
+			src := byName[owner]
 			if src == nil {
 				errorf("object %d: the store names owner %q, not a running host", m.object, owner)
 				return

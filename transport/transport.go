@@ -11,9 +11,13 @@
 //
 //   - Order: items one host sends to another are delivered in the order
 //     they were sent, each at most once, one at a time per sending peer.
-//   - Ownership: an item's Data belongs to the transport once Send
-//     returned nil, and to the receiving Handler once delivered; a refused
-//     Send leaves it with the caller, untouched.
+//   - Ownership: Send does not keep the caller's Data: the caller may
+//     reuse it as soon as Send returns (a transport that sends later
+//     copies it first), and a refused Send leaves it untouched. The Data a
+//     Handler is given (Deliver, Returned) is lent for the call: the
+//     transport may reuse it once the call returns, so a handler that
+//     keeps the bytes copies them (a host copies a frame into its payload
+//     pool, which costs no allocation in the steady state).
 //   - No silent loss while both hosts run: a link that breaks delivers
 //     what was queued on it, and what was sent while it was down, once it
 //     is up again; a peer that leaves
@@ -51,8 +55,11 @@ const (
 	// Hint tells a host where an object runs now.
 	Hint
 	// Control is a host-to-host request or answer (a relocation asked
-	// from another host, and its answer or cancellation).
+	// from another host, and its answer or cancellation, a load report).
 	Control
+	// Reply is a reply frame to an Ask. Unlike a Frame, a peer that is
+	// leaving still takes it: its handlers may still wait for answers.
+	Reply
 )
 
 // String returns the kind's name.
@@ -68,6 +75,8 @@ func (k Kind) String() string {
 		return "hint"
 	case Control:
 		return "control"
+	case Reply:
+		return "reply"
 	}
 	return "kind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -126,15 +135,24 @@ type Event struct {
 // host's traffic) to goroutines of its own. A Handler method must not call
 // Close on its own transport.
 type Handler interface {
-	// Deliver hands over an item from peer from; its Data is the
-	// handler's now.
+	// Deliver hands over an item from peer from. Its Data is lent until
+	// Deliver returns.
 	Deliver(from string, it Item)
-	// Returned hands back a Frame or Bounce (its Kind kept) that this host
-	// sent to peer to and that the peer left (gracefully) without
-	// receiving: the host routes it again.
+	// Returned hands back (lent, as Deliver) a Frame or Bounce, its Kind
+	// kept, that this host sent to peer to and that the peer left
+	// (gracefully) without receiving: the host routes it again.
 	Returned(to string, it Item)
 	// Event reports a link or peer change.
 	Event(e Event)
+}
+
+// Attacher is what hands a host its Transport: the in-process
+// inproc.Network, or a network transport. The host passes itself as the
+// Handler.
+type Attacher interface {
+	// Attach joins the host named name, with h receiving what arrives for
+	// it, and returns its end of the links.
+	Attach(name string, h Handler) (Transport, error)
 }
 
 // Transport is one host's end of the links to its peers.
@@ -151,7 +169,10 @@ type Transport interface {
 	// WaitRoom waits until the link to peer to has room for a send from
 	// outside the hosts' handlers (flow control: sends from handlers,
 	// forwards, replies and records never wait), or ctx ends (its error).
-	// It returns at once when to is not a peer (the Send then fails).
+	// It returns at once when to is not a peer (the Send then fails), and
+	// returns nil at once when there is room even if ctx is done — so a
+	// caller may first ask with a done context, for free, and build a
+	// context with its deadline only when it must wait.
 	WaitRoom(ctx context.Context, to string) error
 	// Peers returns the names of the peers this host has links to or can
 	// reach now.

@@ -30,8 +30,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/membership"
 	"github.com/berthrt/berth/metrics"
 	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/transport/inproc"
 )
 
 func main() {
@@ -125,14 +127,21 @@ func run(ctx context.Context, cfg demoConfig, w io.Writer) (report, error) {
 		return rep, errors.New("-hosts must be at least 2")
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	net := actor.NewNetwork(nil)
+	// The in-process cluster: one transport, one Location Store, one
+	// membership, shared by every host.
+	tnet := inproc.NewNetwork(inproc.Options{})
+	store := relocation.NewMemoryStore(nil)
+	members := membership.NewMemory(membership.Options{})
+	defer members.Close()
+	byName := map[string]*actor.Host{}
 	var obs actor.Observer
 	if cfg.metricsAddr != "" {
 		obs = metrics.New(prometheus.NewRegistry())
 	}
 	hosts := make([]*actor.Host, cfg.hosts)
 	for i := range hosts {
-		c := actor.Config{Name: "host-" + strconv.Itoa(i+1), Network: net, Logger: quiet, Observer: obs}
+		c := actor.Config{Name: "host-" + strconv.Itoa(i+1), Transport: tnet, Store: store, Membership: members,
+			Logger: quiet, Observer: obs}
 		if i == 0 {
 			c.MetricsAddr = cfg.metricsAddr
 		}
@@ -146,6 +155,7 @@ func run(ctx context.Context, cfg demoConfig, w io.Writer) (report, error) {
 		}
 		defer h.Close()
 		hosts[i] = h
+		byName[h.Name()] = h
 	}
 	if addr := hosts[0].MetricsAddr(); addr != "" {
 		fmt.Fprintf(w, "metrics on http://%s/metrics\n", addr)
@@ -273,11 +283,11 @@ func run(ctx context.Context, cfg demoConfig, w io.Writer) (report, error) {
 			rng := rand.New(rand.NewPCG(42, uint64(wkr)))
 			for picks.Add(1) <= int64(4*cfg.rebalance) && time.Now().Before(deadline) {
 				i := rng.IntN(cfg.objects)
-				row, err := net.Store().Get(ctx, relocation.Object{Kind: "counter", ID: strconv.Itoa(i)})
+				row, err := store.Get(ctx, relocation.Object{Kind: "counter", ID: strconv.Itoa(i)})
 				if err != nil {
 					continue
 				}
-				src := net.Host(row.Host)
+				src := byName[row.Host]
 				dst := staying[rng.IntN(len(staying))]
 				if src == nil || src == dst || src == drained {
 					continue
@@ -337,7 +347,9 @@ func run(ctx context.Context, cfg demoConfig, w io.Writer) (report, error) {
 		}
 	}
 	rep.relocations = int(moves.Load()) + int(drainedN)
-	rep.pauses = net.Pauses()
+	for _, h := range hosts {
+		rep.pauses = append(rep.pauses, h.Pauses()...)
+	}
 	slices.Sort(rep.pauses)
 
 	fmt.Fprintf(w, "\nreport after %.1fs\n", rep.elapsed.Seconds())

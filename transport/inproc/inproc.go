@@ -12,10 +12,11 @@
 //
 // Invariants, beyond those of package transport:
 //
-//   - Copy: Send copies Data (unless Options.NoCopy); the receiver always
-//     gets a fresh slice, never the sender's, so no host can rely on
-//     memory it shares with another. The caller may reuse its buffer as
-//     soon as Send returns.
+//   - Copy: Send copies Data (unless Options.NoCopy); the receiver never
+//     gets the sender's slice, so no host can rely on memory it shares
+//     with another. The caller may reuse its buffer as soon as Send
+//     returns. Copies of up to 16 KiB are made into buffers the link
+//     recycles after Deliver returns (the Data lent to Deliver).
 //   - Flow control: WaitRoom blocks while more than Options.High items are
 //     queued on the link, until fewer than High/2 are.
 //   - Returned: when a host closes gracefully, the Frame and Bounce items
@@ -311,10 +312,6 @@ func (x *host) Local() string { return x.name }
 // network copies it.Data unless Options.NoCopy.
 func (x *host) Send(to string, it transport.Item) error {
 	n := x.net
-	data := it.Data
-	if !n.noCopy {
-		data = bytes.Clone(it.Data)
-	}
 	hooked := false
 	for {
 		n.mu.RLock()
@@ -332,7 +329,7 @@ func (x *host) Send(to string, it transport.Item) error {
 			continue // the state may have changed meanwhile
 		}
 		if l := x.out[p]; l != nil {
-			l.push(transport.Item{Kind: it.Kind, Data: data})
+			l.push(it, !n.noCopy)
 			n.mu.RUnlock()
 			return nil
 		}
@@ -534,6 +531,7 @@ type link struct {
 
 	mu         sync.Mutex
 	items      []transport.Item // queued from items[head]; guarded by mu
+	free       [][]byte         // delivered copies, for reuse; guarded by mu
 	head       int              // guarded by mu
 	busy       bool             // an item is being delivered; guarded by mu
 	broken     bool             // Network.Break; guarded by mu
@@ -545,12 +543,41 @@ type link struct {
 	room       chan struct{}    // closed when the queue falls below low; guarded by mu
 }
 
-// push queues it (under the network's read lock: both hosts are live).
-func (l *link) push(it transport.Item) {
+// push queues it, copying its Data if copy is set (under the network's
+// read lock: both hosts are live). A small item is copied into a buffer
+// the link recycles once the item has been delivered, so that a copy
+// costs no allocation in the steady state.
+func (l *link) push(it transport.Item, copy bool) {
+	if copy && len(it.Data) > maxRecycled {
+		it.Data = bytes.Clone(it.Data)
+		copy = false
+	}
 	l.mu.Lock()
+	if copy {
+		var buf []byte
+		if k := len(l.free); k > 0 && cap(l.free[k-1]) >= len(it.Data) {
+			buf, l.free[k-1] = l.free[k-1], nil
+			l.free = l.free[:k-1]
+		}
+		it.Data = append(buf[:0], it.Data...)
+	}
 	l.items = append(l.items, it)
 	l.mu.Unlock()
 	l.wake()
+}
+
+// Recycling of copies: buffers of up to maxRecycled bytes, at most
+// maxFree per link.
+const (
+	maxRecycled = 16 << 10
+	maxFree     = 64
+)
+
+// recycleLocked keeps a delivered item's buffer for a later copy.
+func (l *link) recycleLocked(b []byte) {
+	if c := cap(b); c > 0 && c <= maxRecycled && len(l.free) < maxFree {
+		l.free = append(l.free, b[:0])
+	}
 }
 
 func (l *link) wake() {
@@ -635,6 +662,9 @@ func (l *link) run() {
 		l.to.h.Deliver(l.from.name, it)
 		l.mu.Lock()
 		l.busy = false
+		if !l.from.net.noCopy {
+			l.recycleLocked(it.Data) // lent to Deliver only
+		}
 		l.mu.Unlock()
 	}
 }

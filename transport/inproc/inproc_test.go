@@ -3,6 +3,7 @@ package inproc_test
 import (
 	"bytes"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -47,11 +48,15 @@ type sink struct {
 	back   []transport.Item
 	events []transport.Event
 	gate   chan struct{} // if non-nil, every Deliver waits for it to be closed
+	raw    bool          // keep the lent Data itself (TestNoCopy), not a copy
 }
 
 func (s *sink) Deliver(from string, it transport.Item) {
 	if s.gate != nil {
 		<-s.gate
+	}
+	if !s.raw {
+		it.Data = bytes.Clone(it.Data) // lent for the call only
 	}
 	s.mu.Lock()
 	s.items = append(s.items, it)
@@ -59,6 +64,7 @@ func (s *sink) Deliver(from string, it transport.Item) {
 }
 
 func (s *sink) Returned(to string, it transport.Item) {
+	it.Data = bytes.Clone(it.Data)
 	s.mu.Lock()
 	s.back = append(s.back, it)
 	s.mu.Unlock()
@@ -291,7 +297,7 @@ func TestReturnedKeepsBounce(t *testing.T) {
 func TestNoCopy(t *testing.T) {
 	leakCheck(t)
 	n := inproc.NewNetwork(inproc.Options{NoCopy: true})
-	rb := &sink{}
+	rb := &sink{raw: true}
 	a, _ := attach(t, n, "a", &sink{}), attach(t, n, "b", rb)
 	buf := []byte("x")
 	if err := a.Send("b", transport.Item{Kind: transport.Frame, Data: buf}); err != nil {
@@ -352,3 +358,54 @@ type discard struct{}
 func (discard) Deliver(string, transport.Item)  {}
 func (discard) Returned(string, transport.Item) {}
 func (discard) Event(transport.Event)           {}
+
+// TestCopiesAreNotSharedAndNeverChangeUnderTheReceiver: with copies (the
+// default), a receiver's lent Data is never the sender's slice, a sender
+// that reuses its buffer at once changes nothing delivered, and a recycled
+// buffer is never handed out while its item is being delivered.
+func TestCopiesAreNotSharedAndNeverChangeUnderTheReceiver(t *testing.T) {
+	leakCheck(t)
+	n := inproc.NewNetwork(inproc.Options{})
+	rb := &checker{t: t}
+	a, _ := attach(t, n, "a", &sink{}), attach(t, n, "b", rb)
+	buf := make([]byte, 64)
+	const items = 2000
+	for i := range items {
+		for j := range buf {
+			buf[j] = byte(i)
+		}
+		if err := a.Send("b", transport.Item{Kind: transport.Frame, Data: buf[:1+i%64]}); err != nil {
+			t.Fatal(err)
+		}
+		clear(buf) // the sender reuses its buffer at once
+	}
+	testutil.WaitFor(t, "every item", func() bool { return rb.n.Load() == items })
+}
+
+// checker checks, in Deliver, that every byte of item i is byte(i), both on
+// arrival and after a pause (while later items are being queued).
+type checker struct {
+	t *testing.T
+	n atomic.Int64
+}
+
+func (c *checker) Deliver(_ string, it transport.Item) {
+	i := c.n.Load()
+	check := func() {
+		if len(it.Data) != 1+int(i)%64 {
+			c.t.Errorf("item %d: %d bytes", i, len(it.Data))
+		}
+		for _, b := range it.Data {
+			if b != byte(i) {
+				c.t.Errorf("item %d: byte %d, want %d", i, b, byte(i))
+				return
+			}
+		}
+	}
+	check()
+	runtime.Gosched()
+	check()
+	c.n.Add(1)
+}
+func (c *checker) Returned(string, transport.Item) {}
+func (c *checker) Event(transport.Event)           {}

@@ -73,6 +73,7 @@ func (r *recorder) add(e entry) (holdNow bool) {
 }
 
 func (r *recorder) Deliver(from string, it transport.Item) {
+	it.Data = bytes.Clone(it.Data) // lent for the call only
 	if r.add(entry{op: opDeliver, peer: from, item: it}) {
 		close(r.entered)
 		<-r.release
@@ -80,6 +81,7 @@ func (r *recorder) Deliver(from string, it transport.Item) {
 }
 
 func (r *recorder) Returned(to string, it transport.Item) {
+	it.Data = bytes.Clone(it.Data) // lent for the call only
 	r.add(entry{op: opReturned, peer: to, item: it})
 }
 

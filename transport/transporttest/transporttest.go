@@ -304,7 +304,7 @@ func testLeavingRefusesFrames(t *testing.T, s *suite) {
 			t.Fatalf("a refused Send changed the item: %q, was %q", it.Data, orig)
 		}
 	}
-	others := []transport.Kind{transport.Record, transport.Hint, transport.Control}
+	others := []transport.Kind{transport.Record, transport.Hint, transport.Control, transport.Reply}
 	for i, k := range others {
 		send(t, a, b, item(k, a.name, n+i))
 	}

@@ -1,0 +1,201 @@
+package actor
+
+import (
+	"context"
+	"math/rand/v2"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berthrt/berth/relocation"
+)
+
+// spyStore records the stack of every Location Store call that runs on a
+// goroutine where no store call may run (issue: the host-to-host seam,
+// DESIGN §2): a transport's delivery goroutine, or a goroutine that is
+// granting a job permit (which may be any goroutine that freed one,
+// including a transport's).
+type spyStore struct {
+	relocation.Store
+	mu  sync.Mutex
+	bad []string
+	n   int
+}
+
+// forbidden are the frames of goroutines that must not wait for the store.
+var forbidden = []string{
+	"transport/inproc.(*link).run", // a transport's delivery goroutine
+	"(*outbox).Granted(",           // a permit being granted
+}
+
+func (s *spyStore) check() {
+	buf := make([]byte, 64<<10)
+	st := string(buf[:runtime.Stack(buf, false)])
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n++
+	for _, f := range forbidden {
+		if strings.Contains(st, f) {
+			s.bad = append(s.bad, st)
+			return
+		}
+	}
+}
+
+func (s *spyStore) Get(ctx context.Context, obj relocation.Object) (relocation.Row, error) {
+	s.check()
+	return s.Store.Get(ctx, obj)
+}
+
+func (s *spyStore) Reserve(ctx context.Context, obj relocation.Object, host string) (relocation.Row, error) {
+	s.check()
+	return s.Store.Reserve(ctx, obj, host)
+}
+
+func (s *spyStore) Commit(ctx context.Context, obj relocation.Object, expect relocation.Ownership) (relocation.Row, error) {
+	s.check()
+	return s.Store.Commit(ctx, obj, expect)
+}
+
+func (s *spyStore) NewOwner(ctx context.Context, obj relocation.Object, expect relocation.Ownership, newHost string) (relocation.Row, error) {
+	s.check()
+	return s.Store.NewOwner(ctx, obj, expect, newHost)
+}
+
+func (s *spyStore) Preserve(ctx context.Context, obj relocation.Object, expect relocation.Ownership, order []byte) (relocation.Row, error) {
+	s.check()
+	return s.Store.Preserve(ctx, obj, expect, order)
+}
+
+func (s *spyStore) Delete(ctx context.Context, obj relocation.Object, expect relocation.Ownership) error {
+	s.check()
+	return s.Store.Delete(ctx, obj, expect)
+}
+
+func (s *spyStore) Lease(ctx context.Context, host string) (relocation.Lease, bool, error) {
+	s.check()
+	return s.Store.Lease(ctx, host)
+}
+
+func (s *spyStore) Expire(host string) { s.Store.(*relocation.MemoryStore).Expire(host) }
+
+// Spread is a message whose handler Tells N new counters (ids Base+i).
+type Spread struct {
+	Base string
+	N    int
+}
+
+// No Location Store call runs on a transport's delivery goroutine nor on
+// a goroutine granting a job permit: under traffic between three hosts
+// with few permits (grants happen on whatever goroutine frees one),
+// handlers' sends to new objects, moves, and a host that leaves (its
+// messages are forwarded, its objects looked up again), every store call
+// the hosts make is checked where it runs.
+func TestNoStoreCallRunsOnATransportOrPermitGrantingGoroutine(t *testing.T) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 1))
+	spy := &spyStore{Store: relocation.NewMemoryStore(nil)}
+	n := NewNetwork(spy)
+	g := newGates()
+	kind := func() *Kind[Counter] {
+		k := movableKind(g)
+		Handle(k, func(ctx *Context, _ *Counter, m Spread) error {
+			for i := range m.N {
+				if err := Tell(ctx, ctx.Host(), Ref{"counter", m.Base + itoa(i)}, Inc{By: 1}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		return k
+	}
+	var hs []*Host
+	for _, name := range []string{"a", "b", "c"} {
+		hs = append(hs, startHost(t, n.With(Config{Name: name, Logger: quietLogger(), MaxQueuedApplicationJobs: 2}), kind()))
+	}
+	waitViews(t, hs...)
+	const objects = 40
+	ref := func(i int) Ref { return Ref{"counter", itoa(i)} }
+	for i := range objects {
+		if err := Tell(bg, hs[i%3], ref(i), Inc{By: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for s := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; ; k++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				from := hs[s%2] // a and b: c leaves
+				_ = Tell(bg, from, ref((s*7+k)%objects), Spread{Base: "new-" + itoa(s) + "-" + itoa(k) + "-", N: 3})
+			}
+		}()
+	}
+	for m := range 30 {
+		i := rng.IntN(objects)
+		loc, err := hs[0].Locate(bg, ref(i))
+		if err != nil {
+			continue
+		}
+		_ = hs[0].Relocate(bg, ref(i), []string{"a", "b", "c"}[(m+1)%3])
+		_ = loc
+	}
+	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+	defer cancel()
+	if err := hs[2].Stop(ctx); err != nil {
+		t.Errorf("stop c: %v", err)
+	}
+	for range 10 {
+		_ = hs[0].Relocate(bg, ref(rng.IntN(objects)), "b")
+	}
+	close(stop)
+	wg.Wait()
+	spy.mu.Lock()
+	defer spy.mu.Unlock()
+	if spy.n < 100 {
+		t.Fatalf("only %d store calls: the workload did not exercise the hosts", spy.n)
+	}
+	if len(spy.bad) > 0 {
+		t.Fatalf("%d of %d store calls ran where none may; the first:\n%s", len(spy.bad), spy.n, spy.bad[0])
+	}
+}
+
+// The actor package depends on the interfaces between hosts only: no
+// transport, store or membership implementation outside the interface
+// packages (DESIGN §2), so a host runs over whatever its Config hands it.
+func TestActorImportsNoTransportOrStoreImplementation(t *testing.T) {
+	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+	out, err := exec.Command(goTool, "list", "-deps", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, out)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 10 {
+		t.Fatalf("go list -deps printed %q", out)
+	}
+	for _, d := range deps {
+		for _, impl := range []string{
+			"github.com/berthrt/berth/transport/", // inproc, remote, transporttest: only transport itself
+			"github.com/berthrt/berth/pgstore",
+			"github.com/berthrt/berth/internal/localnet",
+			"github.com/jackc/pgx",
+			"github.com/asynkron/protoactor-go/remote",
+		} {
+			if strings.HasPrefix(d, impl) {
+				t.Errorf("actor depends on %s", d)
+			}
+		}
+	}
+}
