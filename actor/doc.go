@@ -41,9 +41,15 @@
 //
 // # Several hosts and live relocation
 //
-// Hosts that share a Network (the in-process transport) and its Location
-// Store activate each object once across all of them and route messages to
-// wherever it runs. Host.Relocate moves a live object — its queued messages,
+// Hosts joined by a transport (Config.Transport: transport/inproc's Network
+// in one process), sharing a Location Store (Config.Store) and a membership
+// (Config.Membership), activate each object once across all of them and
+// route messages to wherever it runs. They reach each other only through
+// the transport — items of bytes, in order per pair of hosts, and link
+// events — and learn each other only from the membership (network.go): no
+// host reads another's memory, so the same code runs over any transport.
+// No Location Store call runs on a transport's delivery goroutine, under
+// an owner's or a move's lock, or on a goroutine that grants a job permit. Host.Relocate moves a live object — its queued messages,
 // undecoded, and its state per the kind's policy (DisableRelocation by
 // default, RecreateOnRelocation, PreserveState) — to another host while
 // messages keep flowing; Host.Drain moves every object off a host and stops

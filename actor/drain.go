@@ -5,6 +5,7 @@ import (
 	"errors"
 	"hash/maphash"
 
+	"github.com/berthrt/berth/membership"
 	"github.com/berthrt/berth/payload"
 	"golang.org/x/sync/errgroup"
 )
@@ -84,6 +85,7 @@ func (h *Host) Drain(ctx context.Context) error {
 		return payload.NewError(payload.InvalidOperation, "actor.Host.Drain", "the host is not serving")
 	}
 	h.draining.Store(true)
+	h.setMemberState(membership.Draining) // peers place no new objects here
 	for round := 0; round < 5 && ctx.Err() == nil; round++ {
 		if h.drainRound(ctx) == 0 {
 			break

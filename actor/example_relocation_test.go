@@ -166,3 +166,45 @@ func ExampleKind_SetPlacement() {
 	// Output:
 	// hosts used: 3
 }
+
+// Hosts in one process: an in-process transport, a Location Store and a
+// membership, shared. Each host learns the others from the membership;
+// one that joined later is known a moment after its Start returned.
+func ExampleHost_Peers() {
+	net := inproc.NewNetwork(inproc.Options{})
+	store := relocation.NewMemoryStore(nil)
+	members := membership.NewMemory(membership.Options{})
+	defer members.Close()
+	var hosts []*actor.Host
+	for _, name := range []string{"a", "b", "c"} {
+		h, _ := actor.NewHost(actor.Config{Name: name, Transport: net, Store: store, Membership: members})
+		h.Register(cartKind())
+		h.Start()
+		defer h.Close()
+		hosts = append(hosts, h)
+	}
+	fmt.Println("c knows", hosts[2].Peers()) // c joined last: it read the list when it joined
+	for deadline := time.Now().Add(5 * time.Second); len(hosts[0].Peers()) < 2 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond) // a learns of b and c from its membership watch
+	}
+	fmt.Println("a knows", hosts[0].Peers())
+	// Output:
+	// c knows [a b]
+	// a knows [b c]
+}
+
+// The pause of each move a host was the source of: from the seal (the
+// object stops running here) to the target's notice that it committed and
+// runs it.
+func ExampleHost_Pauses() {
+	ctx := context.Background()
+	hosts, closeAll := startHosts(cartKind, "a", "b")
+	defer closeAll()
+	cart := actor.Ref{Kind: "cart", ID: "alice"}
+	actor.Tell(ctx, hosts[0], cart, AddItem{SKU: "tea", Qty: 1})
+	hosts[0].Relocate(ctx, cart, "b")
+	hosts[1].Relocate(ctx, cart, "a")
+	fmt.Println("moves from a:", len(hosts[0].Pauses()), "from b:", len(hosts[1].Pauses()))
+	// Output:
+	// moves from a: 1 from b: 1
+}

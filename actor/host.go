@@ -288,11 +288,13 @@ func (h *Host) join() error {
 	}
 	h.origin = h.name
 	h.members = h.cfg.Membership
-	tr, err := h.cfg.Transport.Attach(h.name, hostHandler{h})
+	ready := make(chan struct{})
+	tr, err := h.cfg.Transport.Attach(h.name, hostHandler{h: h, ready: ready})
 	if err != nil {
 		return err
 	}
 	h.tr = tr
+	close(ready)
 	if err := h.renewLease(); err != nil {
 		h.leave(false)
 		return err
@@ -734,7 +736,8 @@ func nanotime() int64 { return int64(time.Since(clockBase)) }
 func itoa(i int) string { return strconv.Itoa(i) }
 
 // storeContext is the context of one Location Store call: it ends after
-// Config.StoreTimeout, or when the host closes.
+// Config.StoreTimeout. (It does not end when the host closes: a move's
+// last store call, or the membership's leave, still runs then.)
 func (h *Host) storeContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), h.cfg.StoreTimeout)
 }

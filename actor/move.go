@@ -65,8 +65,12 @@ type moveDriver struct {
 	// Target, after the commit: the driver stays registered for
 	// FollowDuration, so that its machine answers a source that resends
 	// (its Committed was lost) and delivers relays that come late.
-	openedAt int64 // nanotime; 0 until opened
-	sealedAt int64 // nanotime of the seal (source); 0 until sealed
+	openedAt int64  // nanotime; 0 until opened
+	sealedAt int64  // nanotime of the seal (source); 0 until sealed
+	enc      []byte // records are encoded here (flush, one caller at a time)
+	// storeLane runs the machine's store calls (one at a time: the
+	// machine asks for the next only after the result of the last).
+	storeLane lane
 }
 
 // Control items the move puts on the owner's lifecycle lane.
@@ -168,7 +172,7 @@ func (h *Host) relocateLocal(ctx context.Context, kr *kindRuntime, ref Ref, targ
 	if !o.moving.CompareAndSwap(false, true) {
 		return ErrMoveInProgress
 	}
-	d := &moveDriver{h: h, id: payload.NewOpID(), obj: relocation.Object{Kind: ref.Kind, ID: ref.ID}, kr: kr,
+	d := &moveDriver{h: h, storeLane: lane{wg: &h.lanes}, id: payload.NewOpID(), obj: relocation.Object{Kind: ref.Kind, ID: ref.ID}, kr: kr,
 		peer: target, o: o, done: make(chan error, 1), started: time.Now()}
 	h.addMove(d)
 	e := mailbox.NewEnvelope()
@@ -259,17 +263,17 @@ func (h *Host) onRecord(from string, obj relocation.Object, rec relocation.Recor
 		case h.cfg.AppVersion != r.AppVersion:
 			reply.OK, reply.Reason = false, "application version "+h.cfg.AppVersion+" here, "+r.AppVersion+" at the source"
 		}
-		h.sendRecords(from, r.Object, reply)
+		h.sendRecords(from, r.Object, nil, reply)
 		return
 	case *relocation.Prepare:
 		d := h.move(r.Move)
 		if d == nil {
 			kr := h.kinds[r.Object.Kind]
 			if kr == nil || !h.acceptsInternal() {
-				h.sendRecords(from, r.Object, &relocation.Failed{Move: r.Move, Reason: "host " + h.name + " cannot take " + r.Object.String()})
+				h.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move, Reason: "host " + h.name + " cannot take " + r.Object.String()})
 				return
 			}
-			d = &moveDriver{h: h, id: r.Move, obj: r.Object, kr: kr, peer: from, started: time.Now(),
+			d = &moveDriver{h: h, storeLane: lane{wg: &h.lanes}, id: r.Move, obj: r.Object, kr: kr, peer: from, started: time.Now(),
 				tgt: relocation.NewTarget(relocation.TargetConfig{Host: h.name, CutoverWait: h.cfg.CutoverWait})}
 			d.tgt.Step(relocation.Tick{Now: nanotime()}) // the machine's clock starts now
 			h.addMove(d)
@@ -288,14 +292,19 @@ func (h *Host) onRecord(from string, obj relocation.Object, rec relocation.Recor
 	}
 }
 
-// sendRecords sends relocation records to host to; it reports whether
-// that host has left the network (the records went nowhere).
-func (h *Host) sendRecords(to string, obj relocation.Object, recs ...relocation.Record) (gone bool) {
+// sendRecords sends relocation records to host to, encoding them into
+// *scratch (reused: the transport does not keep what it is given; nil: a
+// new buffer); it reports whether that host has left the network (the
+// records went nowhere).
+func (h *Host) sendRecords(to string, obj relocation.Object, scratch *[]byte, recs ...relocation.Record) (gone bool) {
 	if len(recs) == 0 || h.tr == nil {
 		return false
 	}
+	if scratch == nil {
+		scratch = new([]byte)
+	}
 	for _, r := range recs {
-		if err := h.sendRecord(to, obj, r); err != nil {
+		if err := h.sendRecord(to, obj, r, scratch); err != nil {
 			return errors.Is(err, errHostGone)
 		}
 	}
@@ -347,9 +356,10 @@ func (h *Host) moveTicker() {
 // step feeds one input to the machine and carries out what it asks,
 // feeding immediate results back, under the driver's lock; then, outside
 // it, sends what the machine sent. The store call the machine asks for
-// runs on the peer's slow lane — never on the caller's goroutine, which
-// may be a transport's delivery goroutine — and its result is fed back to
-// the machine as its next input.
+// runs on the move's own store lane — never on the caller's goroutine,
+// which may be a transport's delivery goroutine, and not behind other
+// work (a peer's slow lane may hold look-ups) — and its result is fed back
+// to the machine as its next input.
 func (d *moveDriver) step(in relocation.Input) {
 	d.mu.Lock()
 	d.stepLocked(in)
@@ -358,7 +368,7 @@ func (d *moveDriver) step(in relocation.Input) {
 	d.mu.Unlock()
 	d.flush()
 	if op != nil {
-		d.h.inboundFrom(d.peer).slow.add(func() {
+		d.storeLane.add(func() {
 			ctx, cancel := d.h.storeContext()
 			row, err := d.h.store.NewOwner(ctx, op.Object, op.Expect, op.NewHost)
 			cancel()
@@ -409,7 +419,7 @@ func (d *moveDriver) flush() {
 		recs, after := d.outq, d.after
 		d.outq, d.after = nil, nil
 		d.mu.Unlock()
-		if d.h.sendRecords(d.peer, d.obj, recs...) {
+		if d.h.sendRecords(d.peer, d.obj, &d.enc, recs...) {
 			gone = true
 		}
 		for _, f := range after {

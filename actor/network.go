@@ -32,14 +32,26 @@ import (
 //
 // Lock order: peerView.mu and Host.inMu are leaves.
 
-// hostHandler receives what h's transport delivers.
-type hostHandler struct{ h *Host }
+// hostHandler receives what h's transport delivers. Items wait until the
+// host has its transport (ready: Attach has returned), so that what they
+// send back finds it; events do not wait (Attach reports the peers that
+// are up while it runs) and send nothing.
+type hostHandler struct {
+	h     *Host
+	ready <-chan struct{}
+}
 
 // Deliver implements transport.Handler.
-func (x hostHandler) Deliver(from string, it transport.Item) { x.h.deliver(from, it) }
+func (x hostHandler) Deliver(from string, it transport.Item) {
+	<-x.ready
+	x.h.deliver(from, it)
+}
 
 // Returned implements transport.Handler.
-func (x hostHandler) Returned(to string, it transport.Item) { x.h.returned(to, it) }
+func (x hostHandler) Returned(to string, it transport.Item) {
+	<-x.ready
+	x.h.returned(to, it)
+}
 
 // Event implements transport.Handler.
 func (x hostHandler) Event(e transport.Event) { x.h.linkEvent(e) }
@@ -213,17 +225,12 @@ func (h *Host) sendMessage(to string, m *payload.Message, k transport.Kind) erro
 	return nil
 }
 
-// sendRecord sends a relocation record about obj; lost if the peer is
-// gone (the relocation protocol recovers).
-func (h *Host) sendRecord(to string, obj relocation.Object, rec relocation.Record) error {
-	size := 64 + len(obj.Kind) + len(obj.ID) // the fixed part, roughly
-	switch r := rec.(type) {
-	case *relocation.Chunk:
-		size += len(r.Data)
-	case *relocation.Relay:
-		size += len(r.Frame)
-	}
-	return h.sendItem(to, transport.Record, relocation.AppendRecord(make([]byte, 0, size), obj, rec))
+// sendRecord sends a relocation record about obj, encoded into *buf (whose
+// array is kept for the next record); lost if the peer is gone (the
+// relocation protocol recovers).
+func (h *Host) sendRecord(to string, obj relocation.Object, rec relocation.Record, buf *[]byte) error {
+	*buf = relocation.AppendRecord((*buf)[:0], obj, rec)
+	return h.sendItem(to, transport.Record, *buf)
 }
 
 // sendControl sends a relocate request, answer or cancel, or a load

@@ -532,6 +532,7 @@ type link struct {
 	mu         sync.Mutex
 	items      []transport.Item // queued from items[head]; guarded by mu
 	free       [][]byte         // delivered copies, for reuse; guarded by mu
+	freeBytes  int              // their capacity in all; guarded by mu
 	head       int              // guarded by mu
 	busy       bool             // an item is being delivered; guarded by mu
 	broken     bool             // Network.Break; guarded by mu
@@ -558,6 +559,7 @@ func (l *link) push(it transport.Item, copy bool) {
 		if k := len(l.free); k > 0 && cap(l.free[k-1]) >= len(it.Data) {
 			buf, l.free[k-1] = l.free[k-1], nil
 			l.free = l.free[:k-1]
+			l.freeBytes -= cap(buf)
 		}
 		it.Data = append(buf[:0], it.Data...)
 	}
@@ -567,16 +569,18 @@ func (l *link) push(it transport.Item, copy bool) {
 }
 
 // Recycling of copies: buffers of up to maxRecycled bytes, at most
-// maxFree per link.
+// maxFreeBytes of them per link (enough for a queue of small frames as
+// deep as the flow-control mark).
 const (
-	maxRecycled = 16 << 10
-	maxFree     = 64
+	maxRecycled  = 16 << 10
+	maxFreeBytes = 1 << 20
 )
 
 // recycleLocked keeps a delivered item's buffer for a later copy.
 func (l *link) recycleLocked(b []byte) {
-	if c := cap(b); c > 0 && c <= maxRecycled && len(l.free) < maxFree {
+	if c := cap(b); c > 0 && c <= maxRecycled && l.freeBytes+c <= maxFreeBytes {
 		l.free = append(l.free, b[:0])
+		l.freeBytes += c
 	}
 }
 
