@@ -556,10 +556,17 @@ func (l *link) push(it transport.Item, copy bool) {
 	l.mu.Lock()
 	if copy {
 		var buf []byte
-		if k := len(l.free); k > 0 && cap(l.free[k-1]) >= len(it.Data) {
-			buf, l.free[k-1] = l.free[k-1], nil
-			l.free = l.free[:k-1]
-			l.freeBytes -= cap(buf)
+		// The newest recycled buffers that fit (the last few looked at:
+		// frames of a link come in a few sizes).
+		for i, k := len(l.free)-1, 0; i >= 0 && k < 4; i, k = i-1, k+1 {
+			if cap(l.free[i]) >= len(it.Data) {
+				buf = l.free[i]
+				last := len(l.free) - 1
+				l.free[i], l.free[last] = l.free[last], nil
+				l.free = l.free[:last]
+				l.freeBytes -= cap(buf)
+				break
+			}
 		}
 		it.Data = append(buf[:0], it.Data...)
 	}
