@@ -75,10 +75,10 @@ type Host struct {
 	// Cluster: the transport, the membership, the Location Store, this
 	// run's lease, routes, moves (network.go).
 	tr            transport.Transport   // nil: the host stands alone
+	attached      atomic.Bool           // tr is set (items that come earlier wait for it)
 	members       membership.Membership // nil when tr is
 	view          peerView              // what this host knows of its peers
-	inMu          sync.Mutex            // guards inbound; a leaf
-	inbound       map[string]*inbound   // per sending peer
+	inbound       sync.Map              // per sending peer: *inbound
 	lookupQ       [lookupLanes]lane     // admissions that may call the store (network.go)
 	loadSent      int64                 // the load last reported; move ticker only
 	pauses        pauseLog              // moves from here: seal to commit notice
@@ -294,6 +294,7 @@ func (h *Host) join() error {
 		return err
 	}
 	h.tr = tr
+	h.attached.Store(true)
 	close(ready)
 	if err := h.renewLease(); err != nil {
 		h.leave(false)

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/berthrt/berth/membership"
@@ -30,7 +31,7 @@ import (
 // events (a link down, a peer leaving, gone) and the peers' load reports
 // (control items a host sends when its number of objects changes).
 //
-// Lock order: peerView.mu and Host.inMu are leaves.
+// Lock order: peerView.mu is a leaf.
 
 // hostHandler receives what h's transport delivers. Items wait until the
 // host has its transport (ready: Attach has returned), so that what they
@@ -43,13 +44,17 @@ type hostHandler struct {
 
 // Deliver implements transport.Handler.
 func (x hostHandler) Deliver(from string, it transport.Item) {
-	<-x.ready
+	if !x.h.attached.Load() {
+		<-x.ready
+	}
 	x.h.deliver(from, it)
 }
 
 // Returned implements transport.Handler.
 func (x hostHandler) Returned(to string, it transport.Item) {
-	<-x.ready
+	if !x.h.attached.Load() {
+		<-x.ready
+	}
 	x.h.returned(to, it)
 }
 
@@ -144,35 +149,31 @@ type inbound struct {
 	slow lane
 }
 
-// inboundFrom returns the inbound state of peer from, made on first use.
+// inboundFrom returns the inbound state of peer from, made on first use
+// (a look-up takes no lock).
 func (h *Host) inboundFrom(from string) *inbound {
-	h.inMu.Lock()
-	defer h.inMu.Unlock()
-	ib := h.inbound[from]
-	if ib == nil {
-		ib = &inbound{}
-		ib.in.host = h
-		ib.slow.wg = &h.lanes
-		if h.inbound == nil {
-			h.inbound = map[string]*inbound{}
-		}
-		h.inbound[from] = ib
+	if v, ok := h.inbound.Load(from); ok {
+		return v.(*inbound)
 	}
-	return ib
+	ib := &inbound{}
+	ib.in.host = h
+	ib.slow.wg = &h.lanes
+	v, _ := h.inbound.LoadOrStore(from, ib)
+	return v.(*inbound)
 }
 
 // inboundPending returns how many messages from peers wait for permits
 // (one per peer that has any) or for their look-up on a slow lane.
 func (h *Host) inboundPending() int {
-	h.inMu.Lock()
-	defer h.inMu.Unlock()
 	n := 0
-	for _, ib := range h.inbound {
+	h.inbound.Range(func(_, v any) bool {
+		ib := v.(*inbound)
 		if !ib.in.idle() {
 			n++
 		}
 		n += ib.slow.pending()
-	}
+		return true
+	})
 	return n
 }
 
@@ -311,6 +312,9 @@ type peerView struct {
 	mu      sync.RWMutex
 	members map[string]membership.Member // by name, this host's own included
 	links   map[string]*peerLink
+	// maxMsg is each member's MaxMessage, rebuilt (under mu) when members
+	// change: the send path reads it without a lock.
+	maxMsg atomic.Pointer[map[string]int64]
 }
 
 // peerLink is the transport's news of one peer.
@@ -346,6 +350,13 @@ func (v *peerView) setLoad(name string, n int64) {
 func (v *peerView) apply(ev membership.Event) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	defer func() {
+		m := make(map[string]int64, len(v.members))
+		for name, mem := range v.members {
+			m[name] = mem.MaxMessage
+		}
+		v.maxMsg.Store(&m)
+	}()
 	switch ev.Type {
 	case membership.Sync:
 		v.members = make(map[string]membership.Member, len(ev.Members))
@@ -377,9 +388,10 @@ func (v *peerView) member(name string) (membership.Member, bool) {
 
 // maxMessage returns the largest message host name admits (0: unknown).
 func (v *peerView) maxMessage(name string) int64 {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	return v.members[name].MaxMessage
+	if m := v.maxMsg.Load(); m != nil {
+		return (*m)[name]
+	}
+	return 0
 }
 
 // reachable reports whether peer name is on the network and its link is

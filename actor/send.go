@@ -386,6 +386,22 @@ func (t target) name() string {
 	return t.kr.spec.name
 }
 
+// resolveCached is resolve without a store call: it reports false where
+// resolve would ask the store.
+func (t target) resolveCached() (place, bool) {
+	if t.o != nil {
+		return place{o: t.o}, true
+	}
+	if o := t.kr.local(t.id); o != nil {
+		return place{o: o}, true
+	}
+	h := t.kr.host
+	if e, ok := h.lookupRoute(t.obj()); ok && e.Host != h.name {
+		return place{host: e.Host, gen: e.Gen}, true
+	}
+	return place{}, false
+}
+
 func (t target) resolve(mode lookupMode) (place, error) {
 	if t.o != nil {
 		return place{o: t.o}, nil
@@ -571,37 +587,53 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 // lane limits do not apply (the permit bounds it). A relayed message
 // whose object is not here (any more) is forwarded.
 func (h *Host) admitGranted(t target, e *mailbox.Envelope, relayed bool) {
-	h.admitGrantedUntil(t, e, relayed, 0)
+	h.admitGrantedUntil(t, e, relayed, 0, true)
 }
 
 // admitGrantedUntil is admitGranted for a send that may be deferred until
 // nanotime until (0: SendTimeout from now) while its object's host leaves.
-func (h *Host) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bool, until int64) {
+// Without mayWait (on a goroutine that must not wait for the Location
+// Store) it reports false, having done nothing with e, where it would have
+// to look the object up or forward the message: the caller finishes it on
+// a look-up lane.
+func (h *Host) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bool, until int64, mayWait bool) bool {
 	retries := 0
 	for {
 		mode := fromHandler
 		if relayed {
 			mode = fromLink
 		}
-		p, err := t.resolve(mode)
+		var p place
+		var err error
+		if mayWait {
+			p, err = t.resolve(mode)
+		} else {
+			var ok bool
+			if p, ok = t.resolveCached(); !ok {
+				return false
+			}
+		}
 		if err != nil {
 			h.endUnrun(nil, t.name(), e, err, RejectShuttingDown)
-			return
+			return true
 		}
 		if p.o == nil {
 			if relayed && t.kr != nil {
+				if !mayWait {
+					return false // forwarding may look the object up
+				}
 				m := e.Msg
 				e.Msg = nil
 				e.Release() // its permit: forwarding takes none
 				h.forward(t.kr, t.id, m, p)
-				return
+				return true
 			}
 			err := h.sendRemote(nil, p.host, t, e.Msg)
 			switch {
 			case err == nil:
 				e.Msg = nil
 				e.Release()
-				return
+				return true
 			case retryable(err) && retries < 3 && t.kr != nil:
 				h.forgetRoutes(t.obj(), true)
 				retries++
@@ -614,12 +646,12 @@ func (h *Host) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bool, un
 					until = nanotime() + int64(h.cfg.SendTimeout)
 				}
 				if nanotime() < until && h.deferSend(deferredSend{t: t, e: e, until: until}) {
-					return
+					return true
 				}
 				err = notHandedOn(p.host, err)
 			}
 			h.endUnrun(nil, t.name(), e, err, RejectShuttingDown)
-			return
+			return true
 		}
 		if !relayed {
 			h.stamp(t, e.Msg)
@@ -630,18 +662,18 @@ func (h *Host) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bool, un
 			// From a host whose lanes are larger: this host's limit
 			// applies at admission, and the sender of an Ask hears of it.
 			h.endUnrun(o, "", e, mailbox.ErrTooLarge, RejectTooLarge)
-			return
+			return true
 		}
 		if h.observed {
 			e.Admitted = nanotime()
 		}
 		if _, _, err = o.admit(e, admitOverflow); err == nil {
 			h.obs.Admitted(o.spec.name, mailbox.Application, size)
-			return
+			return true
 		}
 		if t.o != nil || !h.acceptsInternal() {
 			h.endUnrun(nil, t.name(), e, ErrShuttingDown, RejectShuttingDown)
-			return
+			return true
 		}
 	}
 }
@@ -680,7 +712,7 @@ func (h *Host) retryDeferred() {
 	h.deferred = nil
 	h.deferMu.Unlock()
 	for _, d := range ds {
-		h.admitGrantedUntil(d.t, d.e, false, d.until)
+		h.admitGrantedUntil(d.t, d.e, false, d.until, true)
 	}
 }
 
@@ -818,28 +850,35 @@ func (ob *outbox) enqueue(ps *pendingSend) {
 // ending a turn, a transport's delivery goroutine — which must not wait
 // for the Location Store. A child whose object has no owner here (its
 // admission may look it up, or forward it) is therefore admitted on a
-// look-up lane instead, with the permit; the source waits meanwhile (it is
-// out of the permit queue), so its sends keep their order.
-func (ob *outbox) Granted() { ob.grant(false) }
+// look-up lane instead, with its permit, as soon as it turns out to need a
+// look-up or a forward; the source waits meanwhile (it is out of the
+// permit queue), so its sends keep their order.
+func (ob *outbox) Granted() { ob.grant() }
 
-func (ob *outbox) grant(onLane bool) {
+func (ob *outbox) grant() {
 	for {
 		ob.mu.Lock()
 		ps := ob.head
 		ob.mu.Unlock()
 		t := ps.targets[ps.next]
-		if !onLane && t.o == nil && t.kr != nil && t.kr.local(t.id) == nil {
-			ob.host.lookupLane(t).add(func() { ob.grant(true) })
-			return
-		}
-		onLane = false // only the first child: a later one comes with a new permit
 		m := ps.m
 		if ps.fanout {
 			m = ps.m.Share()
 		}
 		e := newEnvelope(m)
 		e.HoldPermit(ob.host.permits)
-		ob.host.admitGranted(t, e, ps.relayed)
+		if !ob.host.admitGrantedUntil(t, e, ps.relayed, 0, false) {
+			// It would wait for the store: it goes on on a look-up lane,
+			// and so does the source after it.
+			ob.host.lookupLane(t).add(func() {
+				ob.host.admitGrantedUntil(t, e, ps.relayed, 0, true)
+				ps.next++
+				if ob.advance(ps) {
+					ob.grant()
+				}
+			})
+			return
+		}
 		ps.next++
 		if !ob.advance(ps) {
 			return

@@ -279,7 +279,11 @@ type host struct {
 	closing bool            // Close was called; guarded by net.mu
 	leaving bool            // Leave was called; guarded by net.mu
 	out     map[*host]*link // links from this host, by destination; guarded by net.mu
-	in      map[*host]*link // links to this host, by source; guarded by net.mu
+	// outByName is a copy of out by destination name, published (under
+	// net.mu) when a link comes or goes: WaitRoom's fast path reads it
+	// without a lock.
+	outByName atomic.Pointer[map[string]*link]
+	in        map[*host]*link // links to this host, by source; guarded by net.mu
 }
 
 var _ transport.Transport = (*host)(nil)
@@ -365,9 +369,19 @@ func (x *host) newLinkLocked(p *host) {
 	l := &link{from: x, to: p, notify: make(chan struct{}, 1), stop: make(chan struct{}),
 		broken: n.broken[pair(x.name, p.name)], delay: n.delay[pair(x.name, p.name)]}
 	x.out[p] = l
+	x.publishOutLocked()
 	p.in[x] = l
 	p.calls.Add(1)
 	go l.run()
+}
+
+// publishOutLocked publishes x's links by destination name (net.mu held).
+func (x *host) publishOutLocked() {
+	m := make(map[string]*link, len(x.out))
+	for p, l := range x.out {
+		m[p.name] = l
+	}
+	x.outByName.Store(&m)
 }
 
 // WaitRoom waits until the link to the peer named to has room; see
@@ -375,6 +389,11 @@ func (x *host) newLinkLocked(p *host) {
 // even if ctx has ended, and when to is not a live peer or x is closed.
 func (x *host) WaitRoom(ctx context.Context, to string) error {
 	n := x.net
+	if m := x.outByName.Load(); m != nil {
+		if l := (*m)[to]; l != nil && l.queued.Load() <= int64(n.high) {
+			return nil // room (a link that just ended also lets the send through: Send then fails)
+		}
+	}
 	n.mu.RLock()
 	p := n.hosts[to]
 	var l *link
@@ -532,6 +551,7 @@ type link struct {
 	mu         sync.Mutex
 	items      []transport.Item // queued from items[head]; guarded by mu
 	free       [][]byte         // delivered copies, for reuse; guarded by mu
+	queued     atomic.Int64     // len(items) - head, for WaitRoom's fast path (written under mu)
 	freeBytes  int              // their capacity in all; guarded by mu
 	head       int              // guarded by mu
 	busy       bool             // an item is being delivered; guarded by mu
@@ -571,6 +591,7 @@ func (l *link) push(it transport.Item, copy bool) {
 		it.Data = append(buf[:0], it.Data...)
 	}
 	l.items = append(l.items, it)
+	l.queued.Add(1)
 	l.mu.Unlock()
 	l.wake()
 }
@@ -656,6 +677,7 @@ func (l *link) run() {
 		delayed = false
 		it := l.items[l.head]
 		l.items[l.head] = transport.Item{}
+		l.queued.Add(-1)
 		l.head++
 		switch {
 		case l.head == len(l.items):
@@ -686,12 +708,14 @@ func (l *link) run() {
 func (l *link) end() {
 	rest, giveBack, senderGone := l.items[l.head:], l.giveBack, l.senderGone
 	l.items, l.head = nil, 0
+	l.queued.Store(0)
 	l.openRoomLocked()
 	l.mu.Unlock()
 	n := l.from.net
 	n.mu.Lock()
 	if l.from.out[l.to] == l {
 		delete(l.from.out, l.to)
+		l.from.publishOutLocked()
 	}
 	if l.to.in[l.from] == l {
 		delete(l.to.in, l.from)
