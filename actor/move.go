@@ -20,8 +20,8 @@ var (
 	// (it moved away or deactivated meanwhile). Relocate looks the object
 	// up again when it gets this from the owner's host it asked.
 	ErrNotLocal = payload.NewError(payload.NotFound, "actor.Host.Relocate", "the object has no owner on this host")
-	// ErrNoNetwork: Relocate or Drain on a host without a Network.
-	ErrNoNetwork = payload.NewError(payload.NotConfigured, "actor.Host.Relocate", "the host has no Network (Config.Network)")
+	// ErrNoNetwork: Relocate or Drain on a host without a transport.
+	ErrNoNetwork = payload.NewError(payload.NotConfigured, "actor.Host.Relocate", "the host has no transport (Config.Transport)")
 	// ErrAlreadyThere: Relocate to the host the object already lives on
 	// (an InvalidOperation that wraps it names the object and the host).
 	ErrAlreadyThere = errors.New("nothing to move")

@@ -67,11 +67,15 @@ func (x hostHandler) Event(e transport.Event) { x.h.linkEvent(e) }
 func (h *Host) deliver(from string, it transport.Item) {
 	switch it.Kind {
 	case transport.Frame, transport.Reply:
-		h.onFrame(h.inboundFrom(from), from, h.pool.Copy(it.Data))
+		h.onFrame(h.inboundFrom(from), from, h.keep(it))
 	case transport.Bounce:
-		h.onBounce(h.pool.Copy(it.Data))
+		h.onBounce(h.keep(it))
 	case transport.Record:
-		obj, rec, err := relocation.DecodeRecord(it.Data) // copies: the bytes are lent
+		decode := relocation.DecodeRecord // copies what it keeps: the bytes are lent
+		if it.Owned {
+			decode = relocation.DecodeRecordOwned // the bytes are this host's
+		}
+		obj, rec, err := decode(it.Data)
 		if err != nil {
 			h.malformedItem(from, err)
 			return
@@ -100,13 +104,23 @@ func (h *Host) deliver(from string, it transport.Item) {
 	}
 }
 
+// keep returns a frame item's bytes as a buffer of this host: adopted if
+// the item is Owned, else copied into the payload pool (the bytes are
+// lent).
+func (h *Host) keep(it transport.Item) payload.Buffer {
+	if it.Owned {
+		return h.pool.Adopt(it.Data, nil)
+	}
+	return h.pool.Copy(it.Data)
+}
+
 // returned takes back a frame this host sent to peer to that left before
 // receiving it: a message is routed again, a reply dropped (the asker
 // left).
 func (h *Host) returned(_ string, it transport.Item) {
 	switch it.Kind {
 	case transport.Frame, transport.Bounce:
-		h.bounced(h.pool.Copy(it.Data))
+		h.bounced(h.keep(it))
 	}
 }
 
@@ -226,10 +240,16 @@ func (h *Host) sendMessage(to string, m *payload.Message, k transport.Kind) erro
 	return nil
 }
 
-// sendRecord sends a relocation record about obj, encoded into *buf (whose
-// array is kept for the next record); lost if the peer is gone (the
-// relocation protocol recovers).
+// sendRecord sends a relocation record about obj; lost if the peer is
+// gone (the relocation protocol recovers). A record with a state chunk is
+// encoded into a buffer of its own that the transport takes over (Owned:
+// no copy on the way); others into *buf, whose array is kept for the next
+// record.
 func (h *Host) sendRecord(to string, obj relocation.Object, rec relocation.Record, buf *[]byte) error {
+	if c, ok := rec.(*relocation.Chunk); ok && len(c.Data) > 1024 {
+		b := relocation.AppendRecord(make([]byte, 0, len(c.Data)+128+len(obj.Kind)+len(obj.ID)), obj, rec)
+		return sendError(h.tr.Send(to, transport.Item{Kind: transport.Record, Data: b, Owned: true}))
+	}
 	*buf = relocation.AppendRecord((*buf)[:0], obj, rec)
 	return h.sendItem(to, transport.Record, *buf)
 }

@@ -13,7 +13,7 @@ import (
 
 // Order per sending host (DESIGN §9; the rules are package route's).
 //
-// On a Network, every message a host sends to an object is stamped — its
+// With a transport, every message a host sends to an object is stamped — its
 // origin (this host), an epoch and a sequence number per object — in the
 // step that routes it (stamp), and keeps that stamp however it travels:
 // forwarded, relayed, captured in a move record, sent back to its origin.
@@ -30,7 +30,7 @@ import (
 // abort). The order state travels in the move record, and rests in the
 // Location Store row while the object is deactivated.
 //
-// Hosts without a Network stamp nothing: objects never move there.
+// Hosts without a transport stamp nothing: objects never move there.
 
 // flagSkip marks a skip notice: a frame that carries a stamp and nothing
 // to run.

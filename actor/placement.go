@@ -48,7 +48,7 @@ func (p Placement) String() string {
 }
 
 // SetPlacement sets where the kind's objects activate (see Placement);
-// the default is PlaceLocal. On a host without a Network every placement
+// the default is PlaceLocal. On a host without a transport every placement
 // is local.
 func (k *Kind[S]) SetPlacement(p Placement) { k.s.placement = p }
 

@@ -11,13 +11,14 @@
 //
 //   - Order: items one host sends to another are delivered in the order
 //     they were sent, each at most once, one at a time per sending peer.
-//   - Ownership: Send does not keep the caller's Data: the caller may
-//     reuse it as soon as Send returns (a transport that sends later
-//     copies it first), and a refused Send leaves it untouched. The Data a
-//     Handler is given (Deliver, Returned) is lent for the call: the
-//     transport may reuse it once the call returns, so a handler that
-//     keeps the bytes copies them (a host copies a frame into its payload
-//     pool, which costs no allocation in the steady state).
+//   - Ownership: Send does not keep the caller's Data unless the item is
+//     Owned: the caller may reuse it as soon as Send returns (a transport
+//     that sends later copies it first), and a refused Send leaves it
+//     untouched. The Data a Handler is given (Deliver, Returned) is lent
+//     for the call unless the item is Owned: the transport may reuse it
+//     once the call returns, so a handler that keeps the bytes copies
+//     them (a host copies a frame into its payload pool, which costs no
+//     allocation in the steady state).
 //   - No silent loss while both hosts run: a link that breaks delivers
 //     what was queued on it, and what was sent while it was down, once it
 //     is up again; a peer that leaves
@@ -85,6 +86,11 @@ func (k Kind) String() string {
 type Item struct {
 	Kind Kind
 	Data []byte
+	// Owned hands Data over with the item. On Send: the caller gives it
+	// up (it must not touch Data after a successful Send), so the
+	// transport may keep it rather than copy it. On Deliver and Returned:
+	// the handler may keep Data (it is not lent).
+	Owned bool
 }
 
 // EventKind is what happened to a link or a peer.
@@ -136,7 +142,7 @@ type Event struct {
 // Close on its own transport.
 type Handler interface {
 	// Deliver hands over an item from peer from. Its Data is lent until
-	// Deliver returns.
+	// Deliver returns, unless it.Owned.
 	Deliver(from string, it Item)
 	// Returned hands back (lent, as Deliver) a Frame or Bounce, its Kind
 	// kept, that this host sent to peer to and that the peer left

@@ -12,11 +12,13 @@
 //
 // Invariants, beyond those of package transport:
 //
-//   - Copy: Send copies Data (unless Options.NoCopy); the receiver never
-//     gets the sender's slice, so no host can rely on memory it shares
-//     with another. The caller may reuse its buffer as soon as Send
-//     returns. Copies of up to 16 KiB are made into buffers the link
-//     recycles after Deliver returns (the Data lent to Deliver).
+//   - Copy: Send copies Data (unless Options.NoCopy, or the item is
+//     Owned: then the receiver gets the slice the sender gave up); the
+//     receiver never gets a slice the sender still uses, so no host can
+//     rely on memory it shares with another. The caller may reuse its
+//     buffer as soon as Send returns. Copies of up to 16 KiB are made into
+//     buffers the link recycles after Deliver returns (the Data lent to
+//     Deliver); larger ones are handed to the receiver (Owned).
 //   - Flow control: WaitRoom blocks while more than Options.High items are
 //     queued on the link, until fewer than High/2 are.
 //   - Returned: when a host closes gracefully, the Frame and Bounce items
@@ -564,13 +566,17 @@ type link struct {
 	room       chan struct{}    // closed when the queue falls below low; guarded by mu
 }
 
-// push queues it, copying its Data if copy is set (under the network's
-// read lock: both hosts are live). A small item is copied into a buffer
-// the link recycles once the item has been delivered, so that a copy
-// costs no allocation in the steady state.
+// push queues it, copying its Data if copy is set and the item is not
+// Owned (under the network's read lock: both hosts are live). A small item
+// is copied into a buffer the link recycles once the item has been
+// delivered (lent to Deliver), so that a copy costs no allocation in the
+// steady state; a large one into a new buffer, handed over (Owned).
 func (l *link) push(it transport.Item, copy bool) {
+	if it.Owned {
+		copy = false
+	}
 	if copy && len(it.Data) > maxRecycled {
-		it.Data = bytes.Clone(it.Data)
+		it.Data, it.Owned = bytes.Clone(it.Data), true
 		copy = false
 	}
 	l.mu.Lock()
@@ -695,7 +701,7 @@ func (l *link) run() {
 		l.to.h.Deliver(l.from.name, it)
 		l.mu.Lock()
 		l.busy = false
-		if !l.from.net.noCopy {
+		if !l.from.net.noCopy && !it.Owned {
 			l.recycleLocked(it.Data) // lent to Deliver only
 		}
 		l.mu.Unlock()

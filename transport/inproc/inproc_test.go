@@ -409,3 +409,39 @@ func (c *checker) Deliver(_ string, it transport.Item) {
 }
 func (c *checker) Returned(string, transport.Item) {}
 func (c *checker) Event(transport.Event)           {}
+
+// TestOwnedItemsAreHandedOver: an Owned item reaches the receiver as the
+// very slice the sender gave up, marked Owned; a large item that is not
+// Owned arrives as a copy the receiver may keep (Owned); a small one as a
+// copy lent for the call (not Owned).
+func TestOwnedItemsAreHandedOver(t *testing.T) {
+	leakCheck(t)
+	n := inproc.NewNetwork(inproc.Options{})
+	rb := &sink{raw: true}
+	a, _ := attach(t, n, "a", &sink{}), attach(t, n, "b", rb)
+	owned := []byte("given up")
+	large := bytes.Repeat([]byte("x"), 64<<10)
+	small := []byte("lent")
+	for _, it := range []transport.Item{
+		{Kind: transport.Record, Data: owned, Owned: true},
+		{Kind: transport.Record, Data: large},
+		{Kind: transport.Record, Data: small},
+	} {
+		if err := a.Send("b", it); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.WaitFor(t, "the items", func() bool { return rb.count() == 3 })
+	rb.mu.Lock()
+	defer rb.mu.Unlock()
+	got := rb.items
+	if &got[0].Data[0] != &owned[0] || !got[0].Owned {
+		t.Errorf("an Owned item was copied (or arrived not Owned: %v)", got[0].Owned)
+	}
+	if &got[1].Data[0] == &large[0] || !got[1].Owned || !bytes.Equal(got[1].Data, large) {
+		t.Errorf("a large item: shared %v, Owned %v; want a copy handed over", &got[1].Data[0] == &large[0], got[1].Owned)
+	}
+	if got[2].Owned {
+		t.Error("a small copy arrived Owned; want it lent (recycled after Deliver)")
+	}
+}
