@@ -1,5 +1,5 @@
-// Package localnet assembles the in-process cluster that berth's tests,
-// benchmarks and demo run on: one transport/inproc Network (copying every
+// Package localnet assembles the in-process cluster that berth's tests and
+// benchmarks run on: one transport/inproc Network (copying every
 // item), one relocation.MemoryStore and one membership.Memory, with fault
 // injection that spans them (Kill expires the host's leases too; Break
 // loses the relocation records sent while it lasts).
