@@ -633,16 +633,6 @@ func (ln *lane) pending() int {
 	return n
 }
 
-// loadOf returns peer name's load as this host knows it.
-func (v *peerView) loadOf(name string) int64 {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	if p := v.links[name]; p != nil {
-		return p.load + p.placed
-	}
-	return 0
-}
-
 // Peers returns the names of the other hosts this host knows from its
 // membership, serving or draining, as the membership last reported them,
 // sorted; nil for a host without a transport. A host learns of a host
