@@ -278,7 +278,18 @@ func (h *Host) onFrame(ib *inbound, from string, buf payload.Buffer) {
 		ib.slow.add(func() { h.routeIn(ib, kr, id, m) })
 		return
 	}
-	h.routeIn(ib, kr, id, m)
+	// The object is here: admit it (the permit source keeps the order of
+	// the messages off this link; admission finds the owner again).
+	h.admitIn(ib, kr, id, m)
+}
+
+// admitIn queues message m from a peer (ib) for object id to be admitted
+// here, in order behind the earlier ones.
+func (h *Host) admitIn(ib *inbound, kr *kindRuntime, id string, m *payload.Message) {
+	ps := &pendingSend{m: m, relayed: true}
+	ps.one[0] = target{kr: kr, id: id}
+	ps.targets = ps.one[:]
+	ib.in.enqueue(ps)
 }
 
 // routeIn admits message m from a peer (ib) for object id here, or
@@ -297,10 +308,7 @@ func (h *Host) routeIn(ib *inbound, kr *kindRuntime, id string, m *payload.Messa
 		// Admit here — or, if earlier messages off this link still wait
 		// for permits, queue behind them even to be forwarded, so that
 		// none overtakes another.
-		ps := &pendingSend{m: m, relayed: true}
-		ps.one[0] = target{kr: kr, id: id}
-		ps.targets = ps.one[:]
-		ib.in.enqueue(ps)
+		h.admitIn(ib, kr, id, m)
 		return
 	}
 	h.forward(kr, id, m, p)

@@ -74,15 +74,16 @@ type Host struct {
 	endLife     context.CancelFunc
 	// Cluster: the transport, the membership, the Location Store, this
 	// run's lease, routes, moves (network.go).
-	tr            transport.Transport   // nil: the host stands alone
-	attached      atomic.Bool           // tr is set (items that come earlier wait for it)
-	members       membership.Membership // nil when tr is
-	view          peerView              // what this host knows of its peers
-	inbound       sync.Map              // per sending peer: *inbound
-	lookupQ       [lookupLanes]lane     // admissions that may call the store (network.go)
-	loadSent      int64                 // the load last reported; move ticker only
-	pauses        pauseLog              // moves from here: seal to commit notice
-	origin        string                // the origin stamped on messages: the name, with a transport
+	tr            transport.Transport     // nil: the host stands alone
+	attached      atomic.Bool             // tr is set (items that come earlier wait for it)
+	members       membership.Membership   // nil when tr is
+	view          peerView                // what this host knows of its peers
+	inbound       sync.Map                // per sending peer: *inbound
+	lastIn        atomic.Pointer[inbound] // the last inboundFrom's answer
+	lookupQ       [lookupLanes]lane       // admissions that may call the store (network.go)
+	loadSent      int64                   // the load last reported; move ticker only
+	pauses        pauseLog                // moves from here: seal to commit notice
+	origin        string                  // the origin stamped on messages: the name, with a transport
 	store         relocation.Store
 	leaseGen      uint64
 	lease         membership.LocalLease     // touched by renewLease only

@@ -159,6 +159,7 @@ func (h *Host) lookupLane(t target) *lane {
 // that admits the peer's messages in order, and the slow lane for those
 // whose object is not here.
 type inbound struct {
+	peer string
 	in   outbox
 	slow lane
 }
@@ -166,14 +167,19 @@ type inbound struct {
 // inboundFrom returns the inbound state of peer from, made on first use
 // (a look-up takes no lock).
 func (h *Host) inboundFrom(from string) *inbound {
-	if v, ok := h.inbound.Load(from); ok {
-		return v.(*inbound)
+	if last := h.lastIn.Load(); last != nil && last.peer == from {
+		return last // the peer of the last look-up: no hashing
 	}
-	ib := &inbound{}
-	ib.in.host = h
-	ib.slow.wg = &h.lanes
-	v, _ := h.inbound.LoadOrStore(from, ib)
-	return v.(*inbound)
+	v, ok := h.inbound.Load(from)
+	if !ok {
+		ib := &inbound{peer: from}
+		ib.in.host = h
+		ib.slow.wg = &h.lanes
+		v, _ = h.inbound.LoadOrStore(from, ib)
+	}
+	ib := v.(*inbound)
+	h.lastIn.Store(ib) // only on a change of peer: the hit above stores nothing
+	return ib
 }
 
 // inboundPending returns how many messages from peers wait for permits
