@@ -74,15 +74,24 @@ func (h *Host) peerLive(host string, gen uint64) bool {
 // locate returns where object id of the kind runs, activating it here when
 // no live host owns it (one activation per object across the store).
 func (kr *kindRuntime) locate(id string, mode lookupMode) (place, error) {
-	if o := kr.local(id); o != nil {
-		return place{o: o}, nil
-	}
-	h := kr.host
-	obj := relocation.Object{Kind: kr.spec.name, ID: id}
-	if e, ok := h.lookupRoute(obj); ok && e.Host != h.name {
-		return place{host: e.Host, gen: e.Gen}, nil
+	if p, ok := kr.locateCached(id); ok {
+		return p, nil
 	}
 	return kr.lookup(id, mode)
+}
+
+// locateCached is locate without the store: it finds a local owner or a
+// route to another host, and reports false where locate would ask the
+// store.
+func (kr *kindRuntime) locateCached(id string) (place, bool) {
+	if o := kr.local(id); o != nil {
+		return place{o: o}, true
+	}
+	h := kr.host
+	if e, ok := h.lookupRoute(relocation.Object{Kind: kr.spec.name, ID: id}); ok && e.Host != h.name {
+		return place{host: e.Host, gen: e.Gen}, true
+	}
+	return place{}, false
 }
 
 // lookup asks the store where object id runs, and activates it here if no

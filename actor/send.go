@@ -324,27 +324,27 @@ func (h *Host) routeReply(route []byte, op payload.OpID, r reply) {
 		h.requests.complete(op, r)
 		return
 	}
+	if h.tr == nil {
+		h.log.Warn("reply route unknown; reply dropped", "route", string(route))
+		if !r.buf.IsZero() {
+			r.buf.Release()
+		}
+		return
+	}
 	buf := r.buf
-	if h.tr != nil && r.err != nil {
+	if r.err != nil {
 		var err error
 		if buf, err = encodeWireError(h, op, r.err); err != nil {
 			h.log.Error("error reply not encodable", "err", err)
 			return
 		}
 	}
-	if h.tr != nil {
-		err := h.sendItem(string(route), transport.Reply, buf.Bytes())
-		buf.Release()
-		if err != nil {
-			// The asker's host is not reachable from here (it left the
-			// network): nobody there waits for this reply any more.
-			h.log.Warn("reply lost: the asker's host is not reachable", "route", string(route), "err", err)
-		}
-		return
-	}
-	h.log.Warn("reply route unknown; reply dropped", "route", string(route))
-	if !buf.IsZero() {
-		buf.Release()
+	err := h.sendItem(string(route), transport.Reply, buf.Bytes())
+	buf.Release()
+	if err != nil {
+		// The asker's host is not reachable from here (it left the
+		// network): nobody there waits for this reply any more.
+		h.log.Warn("reply lost: the asker's host is not reachable", "route", string(route), "err", err)
 	}
 }
 
@@ -392,14 +392,7 @@ func (t target) resolveCached() (place, bool) {
 	if t.o != nil {
 		return place{o: t.o}, true
 	}
-	if o := t.kr.local(t.id); o != nil {
-		return place{o: o}, true
-	}
-	h := t.kr.host
-	if e, ok := h.lookupRoute(t.obj()); ok && e.Host != h.name {
-		return place{host: e.Host, gen: e.Gen}, true
-	}
-	return place{}, false
+	return t.kr.locateCached(t.id)
 }
 
 func (t target) resolve(mode lookupMode) (place, error) {

@@ -436,7 +436,7 @@ func TestOwnedItemsAreHandedOver(t *testing.T) {
 	defer rb.mu.Unlock()
 	got := rb.items
 	if &got[0].Data[0] != &owned[0] || !got[0].Owned {
-		t.Errorf("an Owned item was copied (or arrived not Owned: %v)", got[0].Owned)
+		t.Errorf("an Owned item: shared %v, Owned %v; want the sender's slice, Owned", &got[0].Data[0] == &owned[0], got[0].Owned)
 	}
 	if &got[1].Data[0] == &large[0] || !got[1].Owned || !bytes.Equal(got[1].Data, large) {
 		t.Errorf("a large item: shared %v, Owned %v; want a copy handed over", &got[1].Data[0] == &large[0], got[1].Owned)

@@ -165,20 +165,16 @@ func countEvents(log []entry, peer string, k transport.EventKind) int {
 	return c
 }
 
-func delivered(log []entry, peer string) []transport.Item {
-	var out []transport.Item
-	for _, e := range log {
-		if e.op == opDeliver && e.peer == peer {
-			out = append(out, e.item)
-		}
-	}
-	return out
-}
+// delivered returns the items delivered from peer, in order.
+func delivered(log []entry, peer string) []transport.Item { return itemsOf(log, opDeliver, peer) }
 
-func returned(log []entry, peer string) []transport.Item {
+// returned returns the items handed back that were sent to peer, in order.
+func returned(log []entry, peer string) []transport.Item { return itemsOf(log, opReturned, peer) }
+
+func itemsOf(log []entry, o op, peer string) []transport.Item {
 	var out []transport.Item
 	for _, e := range log {
-		if e.op == opReturned && e.peer == peer {
+		if e.op == o && e.peer == peer {
 			out = append(out, e.item)
 		}
 	}
