@@ -247,29 +247,18 @@ func (h *Host) bounced(buf payload.Buffer) {
 
 // onFrame handles a message or reply frame from peer from.
 func (h *Host) onFrame(ib *inbound, from string, buf payload.Buffer) {
-	hv, _, err := payload.DecodeHeader(buf.Bytes())
-	if err != nil {
-		h.obs.Rejected("", RejectProtocol)
-		h.log.Warn("malformed frame from a link dropped", "from", from, "err", err)
-		buf.Release()
-		return
-	}
-	if hv.Flags()&flagReply != 0 {
-		op := hv.Op()
-		if hv.Flags()&flagError != 0 {
-			rerr := decodeWireError(h, buf)
-			buf.Release()
-			h.requests.complete(op, reply{err: rerr})
-			return
-		}
-		h.requests.complete(op, reply{buf: buf})
-		return
-	}
+	// The header is decoded once, by Open; only a frame that Open refuses
+	// is decoded again, to tell a malformed header from a reply or an
+	// unknown content type.
 	m, err := h.reg.Open(buf)
 	if err != nil {
-		h.dropped(&hv)
-		h.failFrame(hv.ReplyTo(), hv.Op(), err)
-		buf.Release()
+		h.onUnopened(from, buf, err)
+		return
+	}
+	hv := m.Header()
+	if hv.Flags()&flagReply != 0 {
+		op, flags := hv.Op(), hv.Flags()
+		h.onReply(op, flags, m.TakeBuffer())
 		return
 	}
 	kr := h.kinds[string(hv.TargetName())]
@@ -290,6 +279,36 @@ func (h *Host) onFrame(ib *inbound, from string, buf payload.Buffer) {
 	// The object is here: admit it (the permit source keeps the order of
 	// the messages off this link; admission finds the owner again).
 	h.admitIn(ib, kr, id, m)
+}
+
+// onUnopened handles a frame from peer from that Open refused (err): a
+// malformed header is dropped, a reply goes to its asker (who decodes it),
+// a message is failed back to its sender.
+func (h *Host) onUnopened(from string, buf payload.Buffer, err error) {
+	hv, _, herr := payload.DecodeHeader(buf.Bytes())
+	switch {
+	case herr != nil:
+		h.obs.Rejected("", RejectProtocol)
+		h.log.Warn("malformed frame from a link dropped", "from", from, "err", herr)
+		buf.Release()
+	case hv.Flags()&flagReply != 0:
+		h.onReply(hv.Op(), hv.Flags(), buf)
+	default:
+		h.dropped(&hv)
+		h.failFrame(hv.ReplyTo(), hv.Op(), err)
+		buf.Release()
+	}
+}
+
+// onReply completes the request op with a reply frame from a link.
+func (h *Host) onReply(op payload.OpID, flags uint8, buf payload.Buffer) {
+	if flags&flagError != 0 {
+		rerr := decodeWireError(h, buf)
+		buf.Release()
+		h.requests.complete(op, reply{err: rerr})
+		return
+	}
+	h.requests.complete(op, reply{buf: buf})
 }
 
 // admitIn queues message m from a peer (ib) for object id to be admitted

@@ -1,6 +1,9 @@
 package actor
 
 import (
+	"bytes"
+	"errors"
+
 	"context"
 	"math/rand/v2"
 	"os/exec"
@@ -10,6 +13,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/transport"
 
 	"github.com/berthrt/berth/relocation"
 )
@@ -197,5 +203,91 @@ func TestActorImportsNoTransportOrStoreImplementation(t *testing.T) {
 				t.Errorf("actor depends on %s", d)
 			}
 		}
+	}
+}
+
+// rawPeer is a transport participant that is not a host: it sends the
+// items a test builds by hand and keeps what it is sent.
+type rawPeer struct {
+	mu  sync.Mutex
+	got []transport.Item
+}
+
+func (p *rawPeer) Deliver(_ string, it transport.Item) {
+	it.Data = bytes.Clone(it.Data) // lent for the call
+	p.mu.Lock()
+	p.got = append(p.got, it)
+	p.mu.Unlock()
+}
+func (p *rawPeer) Returned(string, transport.Item) {}
+func (p *rawPeer) Event(transport.Event)           {}
+
+func (p *rawPeer) items() []transport.Item {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]transport.Item(nil), p.got...)
+}
+
+// A frame off a link that cannot be opened loses nothing silently
+// (DESIGN §7): a malformed header is dropped and counted as a protocol
+// rejection; a message whose content type this host does not know is
+// failed back to its asker with a ProtocolError; a reply whose content
+// type this host does not know still goes to its request (the asker
+// decodes it), here one nobody waits for, which is dropped.
+func TestFramesOffALinkThatCannotBeOpened(t *testing.T) {
+	n := NewNetwork(nil)
+	obs := &rejections{}
+	g := newGates()
+	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger(), Observer: obs}), counterKind(g))
+	x := &rawPeer{}
+	tr, err := n.Transport.Attach("x", x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tr.Close(false) }()
+	frame := func(h payload.Header, body string) []byte {
+		f, err := payload.AppendHeader(nil, &h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append(f, body...)
+	}
+	send := func(k transport.Kind, data []byte) {
+		if err := tr.Send("b", transport.Item{Kind: k, Data: data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	target := payload.Target{Scope: payload.ScopeObject, Name: "counter", ID: "1"}
+
+	// A reply nobody waits for, then a message: both of a content type b
+	// does not know.
+	send(transport.Reply, frame(payload.Header{ContentType: "application/x-nope", Op: payload.OpID{9}, Flags: flagReply}, "zz"))
+	ask := payload.OpID{7}
+	send(transport.Frame, frame(payload.Header{Type: "Inc", ContentType: "application/x-nope", Target: target, Op: ask, ReplyTo: "x"}, "zz"))
+	waitFor(t, "the error reply", func() bool { return len(x.items()) >= 1 })
+	if got := len(x.items()); got != 1 {
+		t.Fatalf("x got %d items, want only the one error reply", got)
+	}
+	it := x.items()[0]
+	hv, _, err := payload.DecodeHeader(it.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if it.Kind != transport.Reply || hv.Op() != ask || hv.Flags() != flagReply|flagError {
+		t.Fatalf("answer to an unknown content type: kind %v, op %x, flags %b", it.Kind, hv.Op(), hv.Flags())
+	}
+	if rerr := decodeWireError(b, b.pool.Copy(it.Data)); !errors.Is(rerr, payload.ProtocolError) {
+		t.Fatalf("answer to an unknown content type: %v, want a ProtocolError", rerr)
+	}
+	// The reply went to its (absent) request: neither malformed nor
+	// failed back like a message.
+	if r := obs.snapshot(); r[RejectProtocol] != 0 || r[RejectUndeliverable] != 1 {
+		t.Fatalf("rejections %v, want one undeliverable (the message) and no protocol rejection", r)
+	}
+
+	send(transport.Frame, []byte{0xff, 0x01, 0x02})
+	waitFor(t, "the malformed frame to be counted", func() bool { return obs.snapshot()[RejectProtocol] == 1 })
+	if err := Tell(bg, b, Ref{"counter", "1"}, Inc{By: 1}); err != nil { // b still serves
+		t.Fatal(err)
 	}
 }

@@ -35,8 +35,8 @@ type Options struct {
 // Memory is the in-memory Membership, the embedded default for hosts in one
 // process. It is safe for concurrent use. It runs one goroutine per
 // watcher, until its watch ends, and one for the expiry sweep while it has
-// live members: the sweep starts with the first Join and ends once no
-// member is live, so a Memory whose members all left and whose watches
+// live members: the sweep starts with the first Join and ends as soon as no
+// member is live (the last one left or expired), so a Memory whose members all left and whose watches
 // ended runs no goroutine (Close is then optional). Close stops them all.
 // The zero Memory is not usable; use NewMemory.
 //
@@ -54,6 +54,7 @@ type Memory struct {
 	closed   bool                  // guarded by mu
 	sweeping bool                  // the sweep goroutine runs; guarded by mu
 	every    time.Duration
+	idle     chan struct{} // one slot: the last live member may be gone, the sweep may end now
 
 	stop     chan struct{} // closed by Close
 	stopOnce sync.Once
@@ -99,6 +100,7 @@ func NewMemory(opts Options) *Memory {
 		watchers: map[*watcher]struct{}{},
 		stop:     make(chan struct{}),
 		every:    opts.SweepEvery,
+		idle:     make(chan struct{}, 1),
 	}
 	return m
 }
@@ -111,6 +113,17 @@ func (m *Memory) startSweepLocked() {
 	m.sweeping = true
 	m.bg.Add(1)
 	go m.sweeper(m.every)
+}
+
+// notLiveLocked is called when a run stops being live: if none is left,
+// the sweep ends now rather than at its next tick.
+func (m *Memory) notLiveLocked() {
+	if m.sweeping && !m.anyLiveLocked() {
+		select {
+		case m.idle <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // anyLiveLocked reports whether some run is live.
@@ -144,6 +157,14 @@ func (m *Memory) sweeper(every time.Duration) {
 		select {
 		case <-m.stop:
 			return
+		case <-m.idle:
+			m.mu.Lock()
+			if m.closed || !m.anyLiveLocked() {
+				m.sweeping = false
+				m.mu.Unlock()
+				return
+			}
+			m.mu.Unlock()
 		case <-t.C:
 			m.mu.Lock()
 			if !m.closed {
@@ -192,6 +213,9 @@ func (m *Memory) sweepLocked() {
 	for _, e := range due {
 		e.live = false
 		m.emitLocked(Event{Type: Expired, Member: e.m.clone()})
+	}
+	if len(due) > 0 {
+		m.notLiveLocked()
 	}
 }
 
@@ -332,6 +356,7 @@ func (m *Memory) Leave(ctx context.Context, name string, gen uint64) error {
 	}
 	e.live, e.left = false, true
 	m.emitLocked(Event{Type: Left, Member: e.m.clone()})
+	m.notLiveLocked()
 	return nil
 }
 

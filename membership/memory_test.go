@@ -253,3 +253,21 @@ func TestMemoryRunsNoGoroutineWithoutLiveMembers(t *testing.T) {
 		t.Fatalf("Members: %v, %v; want none", list, err)
 	}
 }
+
+// The sweep ends when the last live member leaves, not at its next tick:
+// a program whose hosts all left has no goroutine of the membership left
+// at once (here the tick is an hour away).
+func TestMemorySweepEndsWhenTheLastMemberLeaves(t *testing.T) {
+	m := membership.NewMemory(membership.Options{SweepEvery: time.Hour})
+	ctx := context.Background()
+	for _, name := range []string{"a", "b"} {
+		if _, err := m.Join(ctx, membership.Member{Name: name, LeaseGen: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Leave(ctx, "a", 1); err != nil {
+		t.Fatal(err)
+	}
+	m.Expire("b")
+	testutil.CheckNoGoroutines(t)
+}

@@ -8,7 +8,11 @@
 // goroutine, started on the first Send, that hands the items to the
 // destination's Handler.Deliver in the order they were sent. The delivery
 // goroutine belongs to the destination: the destination's Close waits for
-// it.
+// it. It takes what is queued in batches of up to 64 items, one lock per
+// batch; a Break, Kill or Delay during a batch stops it after the item
+// being delivered (the rest go back to the head of the queue), so at most
+// one item is delivered after Break returns, as on an unbatched link. A
+// Send wakes the goroutine only when it sleeps.
 //
 // Invariants, beyond those of package transport:
 //
@@ -182,6 +186,7 @@ func (n *Network) Break(a, b string) {
 	n.forPairLocked(a, b, func(l *link) {
 		l.mu.Lock()
 		l.broken = true
+		l.setHaltLocked()
 		l.mu.Unlock()
 	})
 	n.mu.Unlock()
@@ -203,6 +208,7 @@ func (n *Network) Heal(a, b string) {
 	n.forPairLocked(a, b, func(l *link) {
 		l.mu.Lock()
 		l.broken = false
+		l.setHaltLocked()
 		l.mu.Unlock()
 		l.wake()
 	})
@@ -229,6 +235,7 @@ func (n *Network) Delay(a, b string, d time.Duration) {
 	n.forPairLocked(a, b, func(l *link) {
 		l.mu.Lock()
 		l.delay = max(d, 0)
+		l.setHaltLocked()
 		l.mu.Unlock()
 	})
 	n.mu.Unlock()
@@ -554,9 +561,11 @@ type link struct {
 	items      []transport.Item // queued from items[head]; guarded by mu
 	free       [][]byte         // delivered copies, for reuse; guarded by mu
 	queued     atomic.Int64     // len(items) - head, for WaitRoom's fast path (written under mu)
+	inFlight   atomic.Int64     // taken off the queue, not yet delivered (raised under mu)
+	halt       atomic.Bool      // broken, dead or delayed: deliver no more of a batch (written under mu)
 	freeBytes  int              // their capacity in all; guarded by mu
 	head       int              // guarded by mu
-	busy       bool             // an item is being delivered; guarded by mu
+	sleeping   bool             // the goroutine waits for a wake; guarded by mu
 	broken     bool             // Network.Break; guarded by mu
 	delay      time.Duration    // Network.Delay; guarded by mu
 	flush      bool             // the sender closed gracefully: end once empty; guarded by mu
@@ -598,8 +607,11 @@ func (l *link) push(it transport.Item, copy bool) {
 	}
 	l.items = append(l.items, it)
 	l.queued.Add(1)
+	sleeping := l.sleeping
 	l.mu.Unlock()
-	l.wake()
+	if sleeping {
+		l.wake() // a link that is delivering looks at its queue again unwoken
+	}
 }
 
 // Recycling of copies: buffers of up to maxRecycled bytes, at most
@@ -618,6 +630,9 @@ func (l *link) recycleLocked(b []byte) {
 	}
 }
 
+// setHaltLocked updates halt, which a batch being delivered reads.
+func (l *link) setHaltLocked() { l.halt.Store(l.broken || l.dead || l.delay > 0) }
+
 func (l *link) wake() {
 	select {
 	case l.notify <- struct{}{}:
@@ -630,11 +645,7 @@ func (l *link) queuedLocked() int { return len(l.items) - l.head }
 func (l *link) pending() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	k := l.queuedLocked()
-	if l.busy {
-		k++
-	}
-	return k
+	return l.queuedLocked() + int(l.inFlight.Load())
 }
 
 // killLocked makes the link end at once; with giveBack, the frames not
@@ -644,6 +655,7 @@ func (l *link) killLocked(giveBack bool) {
 		return
 	}
 	l.dead, l.giveBack = true, giveBack
+	l.setHaltLocked()
 	close(l.stop)
 	l.openRoomLocked()
 }
@@ -655,36 +667,52 @@ func (l *link) openRoomLocked() {
 	}
 }
 
+// maxBatch is the most items the link takes off its queue under one lock.
+const maxBatch = 64
+
+// run delivers the link's items in order. It takes up to maxBatch of them
+// off the queue at a time (one lock for the batch, and one to recycle
+// their copies), and stops a batch short if the link breaks, dies or gets
+// a delay meanwhile: the rest go back to the head of the queue, so a link
+// delivers at most one item after Break returns, as an unbatched one would.
 func (l *link) run() {
 	defer l.to.calls.Done()
 	delayed := false // the item at the head has waited out the delay
+	var batch []transport.Item
 	for {
 		l.mu.Lock()
 		for !l.dead && (l.queuedLocked() == 0 || l.broken) && !(l.flush && l.queuedLocked() == 0) {
+			l.sleeping = true
 			l.mu.Unlock()
 			<-l.notify
 			l.mu.Lock()
+			l.sleeping = false
 		}
 		if l.dead || l.queuedLocked() == 0 {
 			l.end() // unlocks
 			return
 		}
-		if d := l.delay; d > 0 && !delayed {
-			l.mu.Unlock()
-			t := time.NewTimer(d)
-			select {
-			case <-t.C:
-			case <-l.stop:
+		n := min(l.queuedLocked(), maxBatch)
+		if d := l.delay; d > 0 {
+			if !delayed {
+				l.mu.Unlock()
+				t := time.NewTimer(d)
+				select {
+				case <-t.C:
+				case <-l.stop:
+				}
+				t.Stop()
+				delayed = true
+				continue // look again: the link may have broken or died meanwhile
 			}
-			t.Stop()
-			delayed = true
-			continue // look again: the link may have broken or died meanwhile
+			n = 1 // each item waits out the delay
 		}
 		delayed = false
-		it := l.items[l.head]
-		l.items[l.head] = transport.Item{}
-		l.queued.Add(-1)
-		l.head++
+		batch = append(batch[:0], l.items[l.head:l.head+n]...)
+		clear(l.items[l.head : l.head+n])
+		l.queued.Add(-int64(n))
+		l.inFlight.Store(int64(n))
+		l.head += n
 		switch {
 		case l.head == len(l.items):
 			l.items, l.head = l.items[:0], 0
@@ -696,16 +724,39 @@ func (l *link) run() {
 		if l.room != nil && l.queuedLocked() < l.from.net.low {
 			l.openRoomLocked()
 		}
-		l.busy = true
 		l.mu.Unlock()
-		l.to.h.Deliver(l.from.name, it)
+		done := len(batch)
+		for i, it := range batch {
+			if i > 0 && l.halt.Load() {
+				done = i
+				break
+			}
+			l.to.h.Deliver(l.from.name, it)
+			l.inFlight.Add(-1)
+		}
 		l.mu.Lock()
-		l.busy = false
-		if !l.from.net.noCopy && !it.Owned {
-			l.recycleLocked(it.Data) // lent to Deliver only
+		if done < len(batch) {
+			l.requeueLocked(batch[done:])
+		}
+		if !l.from.net.noCopy {
+			for _, it := range batch[:done] {
+				if !it.Owned {
+					l.recycleLocked(it.Data) // lent to Deliver only
+				}
+			}
 		}
 		l.mu.Unlock()
+		clear(batch)
 	}
+}
+
+// requeueLocked puts items a halted batch did not deliver back at the head
+// of the queue, in order.
+func (l *link) requeueLocked(rest []transport.Item) {
+	l.items = append(append(make([]transport.Item, 0, len(rest)+l.queuedLocked()), rest...), l.items[l.head:]...)
+	l.head = 0
+	l.queued.Add(int64(len(rest)))
+	l.inFlight.Add(-int64(len(rest)))
 }
 
 // end finishes the link's goroutine: it hands back or drops what was not

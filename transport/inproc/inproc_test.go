@@ -445,3 +445,86 @@ func TestOwnedItemsAreHandedOver(t *testing.T) {
 		t.Error("a small copy arrived Owned; want it lent (recycled after Deliver)")
 	}
 }
+
+// breaker is a handler whose Deliver of item number at breaks the link it
+// came on, and that records, for each item, whether the link was broken
+// when it was delivered.
+type breaker struct {
+	n        *inproc.Network
+	at       int
+	gate     chan struct{} // the first Deliver waits for it to be closed
+	mu       sync.Mutex
+	got      []int
+	broken   bool
+	whileOff []int         // items delivered while the link was broken
+	didBreak chan struct{} // closed after the Break
+}
+
+func (b *breaker) Deliver(from string, it transport.Item) {
+	k := int(it.Data[0])
+	if k == 0 {
+		<-b.gate
+	}
+	b.mu.Lock()
+	b.got = append(b.got, k)
+	if b.broken {
+		b.whileOff = append(b.whileOff, k)
+	}
+	b.mu.Unlock()
+	if k == b.at {
+		b.mu.Lock()
+		b.broken = true
+		b.mu.Unlock()
+		b.n.Break(from, "b")
+		close(b.didBreak)
+	}
+}
+func (b *breaker) Returned(string, transport.Item) {}
+func (b *breaker) Event(transport.Event)           {}
+
+func (b *breaker) delivered() []int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]int(nil), b.got...)
+}
+
+// TestBreakStopsABatchShort: the link delivers its queue in batches; a
+// Break during the delivery of one item stops the rest of that batch
+// (they go back to the queue, in order), and Heal delivers them once each.
+func TestBreakStopsABatchShort(t *testing.T) {
+	leakCheck(t)
+	const total, at = 100, 10
+	n := inproc.NewNetwork(inproc.Options{})
+	rb := &breaker{n: n, at: at, gate: make(chan struct{}), didBreak: make(chan struct{})}
+	a, b := attach(t, n, "a", &sink{}), attach(t, n, "b", rb)
+	for i := range total { // item 0 holds the link while the rest queue up
+		if err := a.Send("b", transport.Item{Kind: transport.Frame, Data: []byte{byte(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(rb.gate)
+	<-rb.didBreak // the link's goroutine is in a batch: it sleeps next only once it has stopped
+	testutil.WaitFor(t, "the link to stop after the break", func() bool { return inproc.LinkSleeping(n, "a", "b") })
+	if got := rb.delivered(); len(got) != at+1 {
+		t.Fatalf("delivered %d items by the time the broken link stopped, want %d (the one that broke it last): %v", len(got), at+1, got)
+	}
+	if _, p := a.Pending(); p != total-at-1 {
+		t.Fatalf("Pending = %d after the break, want %d", p, total-at-1)
+	}
+	rb.mu.Lock()
+	rb.broken = false
+	rb.mu.Unlock()
+	n.Heal("a", "b")
+	testutil.WaitFor(t, "every item", func() bool { return len(rb.delivered()) >= total })
+	got := rb.delivered()
+	for i, k := range got {
+		if k != i {
+			t.Fatalf("item %d delivered as number %d: %v", k, i, got)
+		}
+	}
+	if len(got) != total || len(rb.whileOff) != 0 {
+		t.Fatalf("delivered %d items (want %d), %v of them while broken", len(got), total, rb.whileOff)
+	}
+	_ = a.Close(true)
+	_ = b.Close(true)
+}
