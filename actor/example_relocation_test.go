@@ -194,8 +194,8 @@ func ExampleHost_Peers() {
 }
 
 // The pause of each move a host was the source of: from the seal (the
-// object stops running here) to the target's notice that it committed and
-// runs it.
+// object stops running here) to its opening at the target (it runs
+// there), worked out without comparing the hosts' clocks.
 func ExampleHost_Pauses() {
 	ctx := context.Background()
 	hosts, closeAll := startHosts(cartKind, "a", "b")

@@ -82,7 +82,7 @@ type Host struct {
 	lastIn        atomic.Pointer[inbound] // the last inboundFrom's answer
 	lookupQ       [lookupLanes]lane       // admissions that may call the store (network.go)
 	loadSent      int64                   // the load last reported; move ticker only
-	pauses        pauseLog                // moves from here: seal to commit notice
+	pauses        pauseLog                // moves from here: their pauses (Host.Pauses)
 	origin        string                  // the origin stamped on messages: the name, with a transport
 	store         relocation.Store
 	leaseGen      uint64
@@ -115,6 +115,11 @@ type Host struct {
 	stopMetrics func() error // ends the /metrics server (MetricsServer)
 	metricsAddr string       // the /metrics listener address
 	seed        maphash.Seed
+
+	// moveTimes, set by tests only (nil otherwise) before a move, sees
+	// the nanotime of each move's seal at its source and opening at its
+	// target.
+	moveTimes func(id relocation.MoveID, opened bool, at int64)
 }
 
 // NewHost returns a host configured by cfg (see Config for defaults). It

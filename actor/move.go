@@ -65,9 +65,20 @@ type moveDriver struct {
 	// Target, after the commit: the driver stays registered for
 	// FollowDuration, so that its machine answers a source that resends
 	// (its Committed was lost) and delivers relays that come late.
-	openedAt int64  // nanotime; 0 until opened
-	sealedAt int64  // nanotime of the seal (source); 0 until sealed
-	enc      []byte // records are encoded here (flush, one caller at a time)
+	openedAt int64 // nanotime; 0 until opened
+	sealedAt int64 // nanotime of the seal (source); 0 until sealed
+
+	// The pause, measured without comparing clocks (Host.Pauses): the
+	// source times the seal to the Prepare's send and the preflight's round
+	// trip; the target times the Prepare's arrival to the opening and says
+	// so in its Committed. All nanotime of the host that reads them; under
+	// mu.
+	preflightAt   int64         // source: the Preflight went out
+	preflightRTT  int64         // source: the Preflight's round trip; 0 until answered
+	prepareSentAt int64         // source: the Prepare went out
+	targetPaused  time.Duration // source: Committed.Paused
+	prepareAt     int64         // target: the first Prepare arrived
+	enc           []byte        // records are encoded here (flush, one caller at a time)
 	// storeLane runs the machine's store calls (one at a time: the
 	// machine asks for the next only after the result of the last).
 	storeLane lane
@@ -381,6 +392,9 @@ func (d *moveDriver) step(in relocation.Input) {
 }
 
 func (d *moveDriver) stepLocked(in relocation.Input) {
+	if r, ok := in.(relocation.Receive); ok {
+		d.timeLocked(r.Record)
+	}
 	queue := []relocation.Input{in}
 	for len(queue) > 0 && !d.ended {
 		in := queue[0]
@@ -401,8 +415,43 @@ func (d *moveDriver) stepLocked(in relocation.Input) {
 				queue = append(queue, next)
 			}
 		}
+		for _, r := range out.Send {
+			if c, ok := r.(*relocation.Committed); ok && d.openedAt != 0 && d.prepareAt != 0 {
+				c.Paused = time.Duration(d.openedAt - d.prepareAt)
+			}
+		}
 		d.outq = append(d.outq, out.Send...)
 	}
+}
+
+// timeLocked notes the times of the records that measure the pause: a
+// received one here, a sent one in flush.
+func (d *moveDriver) timeLocked(rec relocation.Record) {
+	switch r := rec.(type) {
+	case *relocation.Prepare:
+		if d.prepareAt == 0 {
+			d.prepareAt = nanotime()
+		}
+	case *relocation.PreflightReply:
+		if d.preflightRTT == 0 && d.preflightAt != 0 {
+			d.preflightRTT = max(nanotime()-d.preflightAt, 1)
+		}
+	case *relocation.Committed:
+		d.targetPaused = r.Paused
+	}
+}
+
+// pauseLocked is the source's figure for the move's pause, from the seal
+// here to the opening at the target: the seal to the Prepare's send, plus
+// half the preflight's round trip for the Prepare's way over, plus the
+// target's own figure from the Prepare's arrival to the opening. Without
+// the target's figure it is the seal to the Committed's arrival (the
+// Committed's way back included: an upper bound).
+func (d *moveDriver) pauseLocked() time.Duration {
+	if d.targetPaused > 0 && d.prepareSentAt != 0 && d.preflightRTT != 0 {
+		return time.Duration(d.prepareSentAt-d.sealedAt+d.preflightRTT/2) + d.targetPaused
+	}
+	return time.Duration(nanotime() - d.sealedAt)
 }
 
 // flush sends the queued records in order and runs the queued work, outside
@@ -418,6 +467,16 @@ func (d *moveDriver) flush() {
 	for len(d.outq) > 0 || len(d.after) > 0 {
 		recs, after := d.outq, d.after
 		d.outq, d.after = nil, nil
+		for _, r := range recs {
+			switch r.(type) {
+			case *relocation.Preflight:
+				d.preflightAt = nanotime()
+			case *relocation.Prepare:
+				if d.prepareSentAt == 0 {
+					d.prepareSentAt = nanotime()
+				}
+			}
+		}
 		d.mu.Unlock()
 		if d.h.sendRecords(d.peer, d.obj, &d.enc, recs...) {
 			gone = true
@@ -563,6 +622,9 @@ func (d *moveDriver) sealAndCapture() {
 	o.mb.Seal()
 	o.seqMu.Unlock()
 	d.sealedAt = nanotime()
+	if f := d.h.moveTimes; f != nil {
+		f(d.id, false, d.sealedAt)
+	}
 	d.stepLocked(relocation.Sealed{})
 	d.mu.Unlock()
 	d.flush()
@@ -675,7 +737,7 @@ func (d *moveDriver) finish(f relocation.Finish) {
 			d.o.moving.Store(false)
 		}
 		if f.Outcome == relocation.Moved && d.sealedAt != 0 {
-			h.pauses.add(time.Duration(nanotime() - d.sealedAt))
+			h.pauses.add(d.pauseLocked())
 		}
 		d.done <- err
 		return
@@ -775,6 +837,9 @@ func (d *moveDriver) open(a relocation.OpenQueue) {
 	o.seqMu.Unlock()
 	d.snap = route.Snapshot{}
 	d.openedAt = nanotime()
+	if f := d.h.moveTimes; f != nil {
+		f(d.id, true, d.openedAt)
+	}
 	h.moved.Add(1)
 	obj, gen := d.obj, a.Owner.OwnerGen
 	d.later(func() {

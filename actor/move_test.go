@@ -381,3 +381,45 @@ func TestExternalSendsWaitForRoomOnTheLink(t *testing.T) {
 		return got == 1+linkHigh
 	})
 }
+
+// A move's pause (Host.Pauses) runs from the seal at the source to the
+// opening at the target, and the source works it out without comparing
+// clocks between hosts: it must not include the way back of the target's
+// Committed. With every item on the link between the hosts delayed by d,
+// the Committed's way back is d: a figure taken up to the Committed's
+// arrival would be off by at least d, this one by far less. (Both hosts
+// share the process's clock here, so the test knows the true pause.)
+func TestPauseRunsFromTheSealToTheOpeningWithoutTheWayBack(t *testing.T) {
+	const d = 30 * time.Millisecond
+	n, hs := startNetwork(t, "a", "b")
+	a, b := hs[0], hs[1]
+	var sealed, opened atomic.Int64
+	a.moveTimes = func(_ relocation.MoveID, open bool, at int64) {
+		if !open {
+			sealed.Store(at)
+		}
+	}
+	b.moveTimes = func(_ relocation.MoveID, open bool, at int64) {
+		if open {
+			opened.Store(at)
+		}
+	}
+	ref := Ref{"counter", "paused"}
+	if err := Tell(bg, a, ref, Inc{By: 1}); err != nil { // activates on a
+		t.Fatal(err)
+	}
+	waitViews(t, a, b)
+	n.Transport.Delay("a", "b", d)
+	if err := a.Relocate(bg, ref, "b"); err != nil {
+		t.Fatal(err)
+	}
+	n.Transport.Delay("a", "b", 0)
+	p := a.Pauses()
+	if len(p) != 1 || sealed.Load() == 0 || opened.Load() == 0 {
+		t.Fatalf("pauses %v, sealed at %d, opened at %d: want one move, sealed and opened", p, sealed.Load(), opened.Load())
+	}
+	truth := time.Duration(opened.Load() - sealed.Load())
+	if off := p[0] - truth; off < -d/2 || off > d/2 {
+		t.Fatalf("pause %v, true pause %v: off by %v (the way back is %v)", p[0], truth, off, d)
+	}
+}

@@ -554,10 +554,8 @@ func (h *Host) setMemberState(to membership.State) {
 	}
 }
 
-// pauseLog keeps the pauses of the moves this host was the source of:
-// from the seal to the target's commit notice (the target opens the
-// object's queue as it sends that notice, so over a network the figure
-// includes one trip of the notice).
+// pauseLog keeps the pauses of the moves this host was the source of
+// (moveDriver.pauseLocked: the seal here to the opening at the target).
 type pauseLog struct {
 	mu   sync.Mutex
 	done []time.Duration
@@ -576,9 +574,15 @@ func (p *pauseLog) add(d time.Duration) {
 const maxPauses = 1 << 16
 
 // Pauses returns the pause of every move this host was the source of
-// since the last call (at most the newest 65,536) — from the seal here to
-// the target's notice that it committed and opened the object — and
-// forgets them.
+// since the last call (at most the newest 65,536), and forgets them. A
+// pause runs from the seal here (no turn of the object starts any more) to
+// the opening of the object at the target (its turns run there). Hosts
+// compare no clocks: the pause is this host's time from the seal to the
+// send of the Prepare record, plus half the round trip of the move's
+// preflight (the Prepare's way over), plus the target's time from the
+// Prepare's arrival to the opening, which the target reports in its
+// Committed record. (Should the target not report it, the pause is taken
+// up to the Committed's arrival here: an upper bound.)
 func (h *Host) Pauses() []time.Duration {
 	h.pauses.mu.Lock()
 	defer h.pauses.mu.Unlock()

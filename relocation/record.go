@@ -5,6 +5,7 @@ import (
 	"hash/crc32"
 	"math"
 	"strconv"
+	"time"
 
 	"github.com/berthrt/berth/payload"
 )
@@ -100,9 +101,17 @@ type Cutover struct {
 // Committed tells the source that the target owns the object in the
 // Location Store; the source may forget the move (keeping only its forward
 // route).
+//
+// Paused is a measurement, not protocol: how long the object waited at the
+// target, by the target's own clock, from the arrival of the Prepare to
+// the opening of the object (zero: not measured). The machines leave it
+// zero; the target's driver sets it, and the source's driver adds it to
+// its own part of the pause (see actor.Host.Pauses), so that no clock is
+// compared between hosts.
 type Committed struct {
 	Move     MoveID
 	OwnerGen uint64
+	Paused   time.Duration
 }
 
 func (r *Preflight) MoveID() MoveID      { return r.Move }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/berthrt/berth/internal/wire"
 	"github.com/berthrt/berth/payload"
@@ -52,7 +53,8 @@ const opDecodeRecord = "relocation.DecodeRecord"
 // record type, obj's Kind and ID as strings, the 16-byte move id, then the
 // record's own fields in declaration order. A string or byte slice is a
 // uvarint length (minimal encoding) followed by its bytes; a bool is one
-// byte, 0 or 1; uint32 and uint64 are fixed-width big-endian; an embedded
+// byte, 0 or 1; uint32 and uint64 are fixed-width big-endian (a
+// time.Duration is a uint64 of nanoseconds, at most math.MaxInt64); an embedded
 // Object is its Kind and ID, and an Ownership is its Host then its four
 // generations as uint64. The tags are 1 Preflight, 2 PreflightReply,
 // 3 Prepare, 4 Chunk, 5 RelayReady, 6 Failed, 7 Abort, 8 Relay, 9 Cutover,
@@ -123,7 +125,8 @@ func AppendRecord(dst []byte, obj Object, r Record) []byte {
 	case *Committed:
 		if r != nil {
 			dst = appendHead(dst, tagCommitted, obj, r.Move)
-			return binary.BigEndian.AppendUint64(dst, r.OwnerGen)
+			dst = binary.BigEndian.AppendUint64(dst, r.OwnerGen)
+			return binary.BigEndian.AppendUint64(dst, uint64(r.Paused))
 		}
 	}
 	// A record type added without a tag lands here too.
@@ -210,7 +213,11 @@ func decodeRecord(b []byte, owned bool) (Object, Record, error) {
 	case tagCutover:
 		r = &Cutover{Move: move, Boundary: d.Uint32("Boundary"), Checksum: d.Uint32("Checksum")}
 	case tagCommitted:
-		r = &Committed{Move: move, OwnerGen: d.Uint64("OwnerGen")}
+		c := &Committed{Move: move, OwnerGen: d.Uint64("OwnerGen"), Paused: time.Duration(d.Uint64("Paused"))}
+		if c.Paused < 0 {
+			return Object{}, nil, payload.NewError(payload.ProtocolError, opDecodeRecord, "Committed.Paused is negative")
+		}
+		r = c
 	}
 	if err := d.End(); err != nil {
 		return Object{}, nil, err

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/berthrt/berth/payload"
 )
@@ -49,7 +50,7 @@ func wireRecords() []Record {
 		&Abort{Move: m, Reason: "operator abort"},
 		&Relay{Move: m, Seq: 65537, Frame: []byte("\x00frame\xffbytes")},
 		&Cutover{Move: m, Boundary: 12, Checksum: 0x01020304},
-		&Committed{Move: m, OwnerGen: 1<<63 + 5},
+		&Committed{Move: m, OwnerGen: 1<<63 + 5, Paused: 1234567 * time.Nanosecond},
 	}
 }
 
@@ -310,5 +311,18 @@ func TestDecodeRecordOwnedAliasesItsInputAndDecodesTheSame(t *testing.T) {
 	}
 	if _, _, err := DecodeRecordOwned([]byte{WireVersion}); !errors.Is(err, payload.ProtocolError) {
 		t.Fatalf("owned decode of a truncated record: %v", err)
+	}
+}
+
+// Committed.Paused is a duration: an encoding whose value does not fit one
+// (above math.MaxInt64 nanoseconds) is malformed.
+func TestCommittedWithANegativePauseIsAProtocolError(t *testing.T) {
+	enc := AppendRecord(nil, wireObj, &Committed{Move: MoveID{1}, OwnerGen: 2, Paused: -1})
+	if _, _, err := DecodeRecord(enc); !errors.Is(err, payload.ProtocolError) {
+		t.Fatalf("DecodeRecord of a negative pause: %v, want a ProtocolError", err)
+	}
+	enc = AppendRecord(nil, wireObj, &Committed{Move: MoveID{1}, OwnerGen: 2, Paused: 5})
+	if _, r, err := DecodeRecord(enc); err != nil || r.(*Committed).Paused != 5 {
+		t.Fatalf("DecodeRecord of a pause of 5 ns: %v, %v", r, err)
 	}
 }
