@@ -76,8 +76,11 @@ type moveDriver struct {
 	preflightAt   int64         // source: the Preflight went out
 	preflightRTT  int64         // source: the Preflight's round trip; 0 until answered
 	prepareSentAt int64         // source: the Prepare went out
+	cutoverSentAt int64         // source: the Cutover went out
+	cutoverRTT    int64         // source: the Cutover's round trip less the target's Turnaround; 0 if not known
 	targetPaused  time.Duration // source: Committed.Paused
 	prepareAt     int64         // target: the first Prepare arrived
+	cutoverAt     int64         // target: the first Cutover arrived
 	enc           []byte        // records are encoded here (flush, one caller at a time)
 	// storeLane runs the machine's store calls (one at a time: the
 	// machine asks for the next only after the result of the last).
@@ -416,8 +419,13 @@ func (d *moveDriver) stepLocked(in relocation.Input) {
 			}
 		}
 		for _, r := range out.Send {
-			if c, ok := r.(*relocation.Committed); ok && d.openedAt != 0 && d.prepareAt != 0 {
-				c.Paused = time.Duration(d.openedAt - d.prepareAt)
+			if c, ok := r.(*relocation.Committed); ok {
+				if d.openedAt != 0 && d.prepareAt != 0 {
+					c.Paused = time.Duration(d.openedAt - d.prepareAt)
+				}
+				if d.cutoverAt != 0 {
+					c.Turnaround = time.Duration(max(nanotime()-d.cutoverAt, 1))
+				}
 			}
 		}
 		d.outq = append(d.outq, out.Send...)
@@ -436,20 +444,37 @@ func (d *moveDriver) timeLocked(rec relocation.Record) {
 		if d.preflightRTT == 0 && d.preflightAt != 0 {
 			d.preflightRTT = max(nanotime()-d.preflightAt, 1)
 		}
+	case *relocation.Cutover:
+		if d.cutoverAt == 0 {
+			d.cutoverAt = nanotime()
+		}
 	case *relocation.Committed:
 		d.targetPaused = r.Paused
+		if d.cutoverSentAt != 0 && r.Turnaround > 0 {
+			if rtt := nanotime() - d.cutoverSentAt - int64(r.Turnaround); rtt > 0 {
+				d.cutoverRTT = rtt
+			}
+		}
 	}
 }
 
 // pauseLocked is the source's figure for the move's pause, from the seal
 // here to the opening at the target: the seal to the Prepare's send, plus
-// half the preflight's round trip for the Prepare's way over, plus the
-// target's own figure from the Prepare's arrival to the opening. Without
-// the target's figure it is the seal to the Committed's arrival (the
-// Committed's way back included: an upper bound).
+// the Prepare's way over, plus the target's own figure from the Prepare's
+// arrival to the opening. The way over is half a round trip on the link,
+// as NTP takes it: the smaller of the move's two that can be timed (the
+// Preflight and its answer; the Cutover and the Committed, less the
+// target's Turnaround), since a round trip that waited for a busy
+// goroutine on either side overstates the link. Without the target's
+// figure it is the seal to the Committed's arrival (the Committed's way
+// back included: an upper bound).
 func (d *moveDriver) pauseLocked() time.Duration {
-	if d.targetPaused > 0 && d.prepareSentAt != 0 && d.preflightRTT != 0 {
-		return time.Duration(d.prepareSentAt-d.sealedAt+d.preflightRTT/2) + d.targetPaused
+	rtt := d.preflightRTT
+	if d.cutoverRTT != 0 && (rtt == 0 || d.cutoverRTT < rtt) {
+		rtt = d.cutoverRTT
+	}
+	if d.targetPaused > 0 && d.prepareSentAt != 0 && rtt != 0 {
+		return time.Duration(d.prepareSentAt-d.sealedAt+rtt/2) + d.targetPaused
 	}
 	return time.Duration(nanotime() - d.sealedAt)
 }
@@ -474,6 +499,10 @@ func (d *moveDriver) flush() {
 			case *relocation.Prepare:
 				if d.prepareSentAt == 0 {
 					d.prepareSentAt = nanotime()
+				}
+			case *relocation.Cutover:
+				if d.cutoverSentAt == 0 {
+					d.cutoverSentAt = nanotime()
 				}
 			}
 		}

@@ -423,3 +423,22 @@ func TestPauseRunsFromTheSealToTheOpeningWithoutTheWayBack(t *testing.T) {
 		t.Fatalf("pause %v, true pause %v: off by %v (the way back is %v)", p[0], truth, off, d)
 	}
 }
+
+// The Prepare's way over is half the shorter of the move's two timed round
+// trips: one that waited for a busy goroutine overstates the link.
+func TestPauseTakesTheShorterRoundTrip(t *testing.T) {
+	d := &moveDriver{sealedAt: 1_000, prepareSentAt: 3_000, targetPaused: 50 * time.Microsecond}
+	for _, c := range []struct {
+		preflight, cutover int64
+		want               time.Duration
+	}{
+		{preflight: 10_000_000, cutover: 40_000, want: 2*time.Microsecond + 20*time.Microsecond + 50*time.Microsecond},
+		{preflight: 40_000, cutover: 10_000_000, want: 2*time.Microsecond + 20*time.Microsecond + 50*time.Microsecond},
+		{preflight: 40_000, cutover: 0, want: 2*time.Microsecond + 20*time.Microsecond + 50*time.Microsecond}, // no Cutover timed
+	} {
+		d.preflightRTT, d.cutoverRTT = c.preflight, c.cutover
+		if got := d.pauseLocked(); got != c.want {
+			t.Errorf("round trips %d and %d ns: pause %v, want %v", c.preflight, c.cutover, got, c.want)
+		}
+	}
+}

@@ -578,10 +578,10 @@ const maxPauses = 1 << 16
 // pause runs from the seal here (no turn of the object starts any more) to
 // the opening of the object at the target (its turns run there). Hosts
 // compare no clocks: the pause is this host's time from the seal to the
-// send of the Prepare record, plus half the round trip of the move's
-// preflight (the Prepare's way over), plus the target's time from the
-// Prepare's arrival to the opening, which the target reports in its
-// Committed record. (Should the target not report it, the pause is taken
+// send of the Prepare record, plus the Prepare's way over (half the
+// shorter of two round trips of the move on the link, as NTP estimates a
+// one-way delay), plus the target's time from the Prepare's arrival to the
+// opening, which the target reports in its Committed record. (Should the target not report it, the pause is taken
 // up to the Committed's arrival here: an upper bound.)
 func (h *Host) Pauses() []time.Duration {
 	h.pauses.mu.Lock()

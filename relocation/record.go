@@ -102,16 +102,18 @@ type Cutover struct {
 // Location Store; the source may forget the move (keeping only its forward
 // route).
 //
-// Paused is a measurement, not protocol: how long the object waited at the
-// target, by the target's own clock, from the arrival of the Prepare to
-// the opening of the object (zero: not measured). The machines leave it
-// zero; the target's driver sets it, and the source's driver adds it to
-// its own part of the pause (see actor.Host.Pauses), so that no clock is
+// Paused and Turnaround are measurements, not protocol, by the target's
+// own clock (zero: not measured): Paused from the arrival of the Prepare
+// to the opening of the object, Turnaround from the arrival of the Cutover
+// to the sending of this record. The machines leave them zero; the
+// target's driver sets them, and the source's driver works out the pause
+// from them and its own times (see actor.Host.Pauses), so that no clock is
 // compared between hosts.
 type Committed struct {
-	Move     MoveID
-	OwnerGen uint64
-	Paused   time.Duration
+	Move       MoveID
+	OwnerGen   uint64
+	Paused     time.Duration
+	Turnaround time.Duration
 }
 
 func (r *Preflight) MoveID() MoveID      { return r.Move }

@@ -126,7 +126,8 @@ func AppendRecord(dst []byte, obj Object, r Record) []byte {
 		if r != nil {
 			dst = appendHead(dst, tagCommitted, obj, r.Move)
 			dst = binary.BigEndian.AppendUint64(dst, r.OwnerGen)
-			return binary.BigEndian.AppendUint64(dst, uint64(r.Paused))
+			dst = binary.BigEndian.AppendUint64(dst, uint64(r.Paused))
+			return binary.BigEndian.AppendUint64(dst, uint64(r.Turnaround))
 		}
 	}
 	// A record type added without a tag lands here too.
@@ -213,9 +214,10 @@ func decodeRecord(b []byte, owned bool) (Object, Record, error) {
 	case tagCutover:
 		r = &Cutover{Move: move, Boundary: d.Uint32("Boundary"), Checksum: d.Uint32("Checksum")}
 	case tagCommitted:
-		c := &Committed{Move: move, OwnerGen: d.Uint64("OwnerGen"), Paused: time.Duration(d.Uint64("Paused"))}
-		if c.Paused < 0 {
-			return Object{}, nil, payload.NewError(payload.ProtocolError, opDecodeRecord, "Committed.Paused is negative")
+		c := &Committed{Move: move, OwnerGen: d.Uint64("OwnerGen"),
+			Paused: time.Duration(d.Uint64("Paused")), Turnaround: time.Duration(d.Uint64("Turnaround"))}
+		if c.Paused < 0 || c.Turnaround < 0 {
+			return Object{}, nil, payload.NewError(payload.ProtocolError, opDecodeRecord, "a duration of Committed is negative")
 		}
 		r = c
 	}

@@ -50,7 +50,7 @@ func wireRecords() []Record {
 		&Abort{Move: m, Reason: "operator abort"},
 		&Relay{Move: m, Seq: 65537, Frame: []byte("\x00frame\xffbytes")},
 		&Cutover{Move: m, Boundary: 12, Checksum: 0x01020304},
-		&Committed{Move: m, OwnerGen: 1<<63 + 5, Paused: 1234567 * time.Nanosecond},
+		&Committed{Move: m, OwnerGen: 1<<63 + 5, Paused: 1234567 * time.Nanosecond, Turnaround: 89 * time.Microsecond},
 	}
 }
 
@@ -314,14 +314,16 @@ func TestDecodeRecordOwnedAliasesItsInputAndDecodesTheSame(t *testing.T) {
 	}
 }
 
-// Committed.Paused is a duration: an encoding whose value does not fit one
-// (above math.MaxInt64 nanoseconds) is malformed.
-func TestCommittedWithANegativePauseIsAProtocolError(t *testing.T) {
-	enc := AppendRecord(nil, wireObj, &Committed{Move: MoveID{1}, OwnerGen: 2, Paused: -1})
-	if _, _, err := DecodeRecord(enc); !errors.Is(err, payload.ProtocolError) {
-		t.Fatalf("DecodeRecord of a negative pause: %v, want a ProtocolError", err)
+// Committed.Paused and Turnaround are durations: an encoding whose value
+// does not fit one (above math.MaxInt64 nanoseconds) is malformed.
+func TestCommittedWithANegativeDurationIsAProtocolError(t *testing.T) {
+	for _, c := range []*Committed{{Move: MoveID{1}, OwnerGen: 2, Paused: -1}, {Move: MoveID{1}, OwnerGen: 2, Turnaround: -1}} {
+		enc := AppendRecord(nil, wireObj, c)
+		if _, _, err := DecodeRecord(enc); !errors.Is(err, payload.ProtocolError) {
+			t.Fatalf("DecodeRecord of %+v: %v, want a ProtocolError", c, err)
+		}
 	}
-	enc = AppendRecord(nil, wireObj, &Committed{Move: MoveID{1}, OwnerGen: 2, Paused: 5})
+	enc := AppendRecord(nil, wireObj, &Committed{Move: MoveID{1}, OwnerGen: 2, Paused: 5})
 	if _, r, err := DecodeRecord(enc); err != nil || r.(*Committed).Paused != 5 {
 		t.Fatalf("DecodeRecord of a pause of 5 ns: %v, %v", r, err)
 	}
