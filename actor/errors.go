@@ -31,6 +31,11 @@ var (
 	// running (not started, stopping or stopped), and requests cut short by
 	// Stop or Close.
 	ErrShuttingDown = payload.NewError(payload.ShuttingDown, "actor", "host is not running")
+	// ErrLeaseLost: Host.Err of a host that closed itself because its
+	// lease ran out before it could renew it (its process was paused, or
+	// the Location Store was out of reach for longer than the lease):
+	// another host may own its objects by now.
+	ErrLeaseLost = payload.NewError(payload.Unavailable, "actor.Host", "the host's lease ran out before it was renewed; the host closed itself")
 	// ErrTooManyRequests: Ask and AskChannel when MaxRequestsInFlight
 	// requests are already waiting for replies.
 	ErrTooManyRequests = payload.NewError(payload.CapacityExceeded, "actor.Ask", "too many requests in flight")

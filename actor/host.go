@@ -57,7 +57,9 @@ type Host struct {
 	specs    []*spec
 	kinds    map[string]*kindRuntime // fixed at Start
 	channels map[string]*channelRuntime
-	done     chan struct{} // closed by Close
+	done     chan struct{}         // closed by Close when it starts
+	closed   chan struct{}         // closed by Close when it returns
+	lostErr  atomic.Pointer[error] // why the host closed itself (ErrLeaseLost); nil if it did not
 
 	system      *pa.ActorSystem
 	props       *pa.Props
@@ -140,6 +142,7 @@ func NewHost(cfg Config) (*Host, error) {
 		kinds:       map[string]*kindRuntime{},
 		channels:    map[string]*channelRuntime{},
 		done:        make(chan struct{}),
+		closed:      make(chan struct{}),
 		bgStop:      make(chan struct{}),
 		seed:        maphash.MakeSeed(),
 		handoff:     make(chan func()),
@@ -378,11 +381,48 @@ func (h *Host) leaseRenewer() {
 		case <-h.bgStop:
 			return
 		case <-t.C:
-			if err := h.renewLease(); err != nil {
-				h.log.Error("lease renewal failed", "err", err)
+			if h.leaseTick(time.Now()) {
+				return
 			}
 		}
 	}
+}
+
+// leaseTick renews the lease at local time now, unless this run's lease
+// ran out before it: then the host may no longer trust that it owns its
+// objects (past the lease another host may have taken them over, and the
+// store would grant this same run a fresh lease all the same), so it
+// stops as a crashed host would — no turn starts from now on, and it
+// closes itself (Host.Err is ErrLeaseLost). It reports whether the lease
+// was lost. A program that wants the host back starts a new one: a new
+// run, with a new lease generation.
+func (h *Host) leaseTick(now time.Time) (lost bool) {
+	if !h.lease.Valid(now) {
+		h.log.Error("the host's lease ran out before it was renewed; closing the host", "deadline", h.lease.Deadline())
+		h.leaseDeadline.Store(1) // no turn starts from now on
+		err := ErrLeaseLost
+		h.lostErr.Store(&err)
+		go h.Close() // not here: Close waits for this goroutine
+		return true
+	}
+	if err := h.renewLease(); err != nil {
+		h.log.Error("lease renewal failed", "err", err)
+	}
+	return false
+}
+
+// Done is closed once the host has closed: by Close or Stop, or by itself
+// (see Err).
+func (h *Host) Done() <-chan struct{} { return h.closed }
+
+// Err returns why the host closed itself — ErrLeaseLost if its lease ran
+// out before it could renew it — or nil if it did not (it runs, or Close
+// or Stop closed it).
+func (h *Host) Err() error {
+	if p := h.lostErr.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // Stop stops the host gracefully: it takes no new messages from outside
@@ -522,15 +562,18 @@ func (h *Host) deactivateAll() int {
 // (their payloads released undecoded), waiting requests complete with
 // ShuttingDown, running handlers see their Context done and are waited for,
 // and every goroutine of the host has ended when Close returns.
-// Deactivate hooks do not run (use Stop). Close is idempotent.
+// Deactivate hooks do not run (use Stop). Close is idempotent: a second
+// call returns once the first has finished.
 func (h *Host) Close() error {
 	h.mu.Lock()
 	prev := h.state.Swap(stateClosed)
 	if prev == stateClosed {
 		h.mu.Unlock()
+		<-h.closed // another Close runs: return when it has
 		return nil
 	}
 	h.mu.Unlock()
+	defer close(h.closed)
 
 	// Leave the network first: peers stop routing here and learn that our
 	// moves are over.
