@@ -1,0 +1,113 @@
+package remote
+
+import "sync"
+
+// inbox is the queue of handler calls for one peer, taken by the peer's
+// delivery goroutine one at a time, in order (a mutex, a slice and a
+// one-slot notify channel). It remembers the last item the goroutine took,
+// so that a closing host knows exactly what its handler took.
+type inbox struct {
+	notify chan struct{} // one slot: look at the queue again
+
+	mu        sync.Mutex
+	items     []delivery // queued from items[head]; guarded by mu
+	head      int        // guarded by mu
+	sleeping  bool       // the goroutine waits for notify; guarded by mu
+	inFlight  bool       // the goroutine is in a handler call; guarded by mu
+	stopped   bool       // take nothing more (this host closes); guarded by mu
+	endEmpty  bool       // end the goroutine once the queue is empty (the peer was removed); guarded by mu
+	lastEpoch uint32     // of the last item taken; guarded by mu
+	lastSeq   uint64     // of the last item taken; guarded by mu
+}
+
+func newInbox() *inbox { return &inbox{notify: make(chan struct{}, 1)} }
+
+func (q *inbox) wake() {
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+}
+
+// push queues ds, in order (dropped once stopped).
+func (q *inbox) push(ds []delivery) {
+	q.mu.Lock()
+	if q.stopped {
+		q.mu.Unlock()
+		return
+	}
+	q.items = append(q.items, ds...)
+	sleeping := q.sleeping
+	q.mu.Unlock()
+	if sleeping {
+		q.wake()
+	}
+}
+
+// next waits for the next call and takes it; ok is false when the
+// goroutine must end. more says whether more calls are queued behind it.
+func (q *inbox) next() (d delivery, more, ok bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.inFlight = false
+	for !q.stopped && q.head == len(q.items) {
+		if q.endEmpty {
+			return delivery{}, false, false
+		}
+		q.sleeping = true
+		q.mu.Unlock()
+		<-q.notify
+		q.mu.Lock()
+		q.sleeping = false
+	}
+	if q.stopped {
+		return delivery{}, false, false
+	}
+	d = q.items[q.head]
+	q.items[q.head] = delivery{}
+	q.head++
+	if q.head == len(q.items) {
+		q.items, q.head = q.items[:0], 0
+	} else if q.head > 1024 && q.head > len(q.items)/2 {
+		k := copy(q.items, q.items[q.head:])
+		clear(q.items[k:])
+		q.items, q.head = q.items[:k], 0
+	}
+	q.inFlight = true
+	if d.what == dItem {
+		q.lastEpoch, q.lastSeq = d.epoch, d.seq
+	}
+	return d, q.head < len(q.items), true
+}
+
+// stop makes the goroutine take nothing more and drops what is queued; it
+// returns the last item taken (the one being delivered, if any, counts).
+func (q *inbox) stop() (epoch uint32, seq uint64) {
+	q.mu.Lock()
+	q.stopped = true
+	clear(q.items)
+	q.items, q.head = nil, 0
+	epoch, seq = q.lastEpoch, q.lastSeq
+	q.mu.Unlock()
+	q.wake()
+	return epoch, seq
+}
+
+// endWhenEmpty makes the goroutine end once it has taken what is queued.
+func (q *inbox) endWhenEmpty() {
+	q.mu.Lock()
+	q.endEmpty = true
+	q.mu.Unlock()
+	q.wake()
+}
+
+// pending returns how many calls are queued or in progress.
+func (q *inbox) pending() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := len(q.items) - q.head
+	if q.inFlight {
+		n++
+	}
+	return n
+}

@@ -1,0 +1,6 @@
+//go:build !race
+
+package remote_test
+
+// raceBuild: see needProcessPerHost.
+const raceBuild = false
