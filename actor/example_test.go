@@ -2,6 +2,7 @@ package actor_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -159,4 +160,21 @@ func ExampleAskChannel() {
 	defer host.Close()
 	fmt.Println(actor.AskChannel[Lookup, string](context.Background(), host, "directory", Lookup{Key: "k"}))
 	// Output: value-of-k <nil>
+}
+
+// A program that embeds a host watches Done: the host closes itself if its
+// lease ran out before it could renew it (Err is then ErrLeaseLost: its
+// objects may run elsewhere by now, and the program starts a new host),
+// and Done is closed by Close and Stop too (Err is then nil).
+func ExampleHost_Done() {
+	host, _ := actor.NewHost(actor.Config{})
+	host.Start()
+	go host.Stop(context.Background()) // say, on SIGTERM
+	<-host.Done()
+	if errors.Is(host.Err(), actor.ErrLeaseLost) {
+		fmt.Println("lease lost: start a new host")
+		return
+	}
+	fmt.Println("stopped:", host.Err())
+	// Output: stopped: <nil>
 }

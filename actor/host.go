@@ -85,6 +85,7 @@ type Host struct {
 	lookupQ       [lookupLanes]lane       // admissions that may call the store (network.go)
 	loadSent      int64                   // the load last reported; move ticker only
 	pauses        pauseLog                // moves from here: their pauses (Host.Pauses)
+	dir           map[string]string       // peers' addresses told to a transport.Directory; Start, then the membership watch
 	origin        string                  // the origin stamped on messages: the name, with a transport
 	store         relocation.Store
 	leaseGen      uint64
@@ -316,7 +317,11 @@ func (h *Host) join() error {
 		kinds = append(kinds, name)
 	}
 	sort.Strings(kinds)
-	if _, err := h.members.Join(ctx, membership.Member{Name: h.name, Kinds: kinds, LeaseGen: h.leaseGen,
+	var addr string
+	if d, ok := h.tr.(transport.Directory); ok {
+		addr = d.Addr()
+	}
+	if _, err := h.members.Join(ctx, membership.Member{Name: h.name, Address: addr, Kinds: kinds, LeaseGen: h.leaseGen,
 		MaxMessage: h.cfg.ApplicationLimits.Bytes - mailbox.ItemOverhead}); err != nil {
 		h.leave(false)
 		return &payload.Error{Kind: payload.KindOf(err), Op: op, Detail: "cannot join the membership", Err: err}
@@ -327,6 +332,7 @@ func (h *Host) join() error {
 		return &payload.Error{Kind: payload.KindOf(err), Op: op, Detail: "cannot watch the membership", Err: err}
 	}
 	h.view.apply(<-ch) // the first event is the list as it is now
+	h.tellDirectory()
 	h.bg.Add(1)
 	go h.watchMembers(ch)
 	return nil

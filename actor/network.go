@@ -493,7 +493,47 @@ func (h *Host) watchMembers(ch <-chan membership.Event) {
 	defer h.bg.Done()
 	for ev := range ch {
 		h.view.apply(ev)
+		h.tellDirectory()
 	}
+}
+
+// tellDirectory tells a transport that needs its peers' addresses
+// (transport.Directory) where the members are, and which are gone. It runs
+// where the view is applied (Start, then the membership watch), one call
+// at a time; h.dir is what the transport was told.
+func (h *Host) tellDirectory() {
+	d, ok := h.tr.(transport.Directory)
+	if !ok {
+		return
+	}
+	now := h.view.addresses(h.name)
+	for name, addr := range now {
+		if h.dir[name] != addr {
+			if err := d.AddPeer(name, addr); err != nil {
+				h.log.Warn("transport refused a member's address", "peer", name, "address", addr, "err", err)
+				delete(now, name) // told again with the next event
+			}
+		}
+	}
+	for name := range h.dir {
+		if _, ok := now[name]; !ok {
+			d.RemovePeer(name)
+		}
+	}
+	h.dir = now
+}
+
+// addresses returns the address of every member but self that has one.
+func (v *peerView) addresses(self string) map[string]string {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	out := make(map[string]string, len(v.members))
+	for name, m := range v.members {
+		if name != self && m.Address != "" {
+			out[name] = m.Address
+		}
+	}
+	return out
 }
 
 // knownHost reports whether the membership lists host name, asking it

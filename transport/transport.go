@@ -161,6 +161,22 @@ type Attacher interface {
 	Attach(name string, h Handler) (Transport, error)
 }
 
+// Directory is implemented by a Transport whose peers must be told where
+// to reach each other (a network transport, such as transport/remote; an
+// in-process one needs no addresses). A host publishes Addr as its
+// membership Address and, as it learns of members from the membership,
+// tells the transport their addresses (AddPeer) and which have left or
+// expired (RemovePeer).
+type Directory interface {
+	// Addr returns the address peers reach this host at.
+	Addr() string
+	// AddPeer tells the transport that host name is at addr (again, if
+	// its address changed).
+	AddPeer(name, addr string) error
+	// RemovePeer tells the transport that host name is no longer a peer.
+	RemovePeer(name string)
+}
+
 // Transport is one host's end of the links to its peers.
 type Transport interface {
 	// Local returns this host's name.

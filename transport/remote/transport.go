@@ -139,7 +139,10 @@ type Attacher struct {
 	attached map[string]*Transport // live transports by host name; guarded by mu
 }
 
-var _ transport.Attacher = (*Attacher)(nil)
+var (
+	_ transport.Attacher  = (*Attacher)(nil)
+	_ transport.Directory = (*Transport)(nil)
+)
 
 // New returns an Attacher that starts transports with opts.
 func New(opts Options) *Attacher {
