@@ -99,7 +99,7 @@ func (e *ConflictError) Is(target error) bool { return target == payload.Rejecte
 
 // Store is the Location Store: one row per object, changed only by
 // conditional operations, and host leases. Implementations: MemoryStore
-// (the embedded default) and Postgres (pgbridge).
+// (the embedded default) and Postgres (pgstore).
 //
 // Operations that fail with a transient error (kind Unavailable, other than
 // ErrLeaseExpired) may be retried with the same arguments.

@@ -1,0 +1,185 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/berthrt/berth/internal/testutil"
+	"github.com/berthrt/berth/membership"
+	"github.com/berthrt/berth/membership/membershiptest"
+	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/pgstore"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// newMembership opens a Membership with a manual clock and a fast sweep and
+// poll on pool, closed when t ends.
+func newMembership(t *testing.T, pool *pgxpool.Pool, opts pgstore.MembershipOptions) *pgstore.Membership {
+	t.Helper()
+	opts.ManualClock = true
+	if opts.SweepEvery == 0 {
+		opts.SweepEvery = 5 * time.Millisecond
+	}
+	if opts.PollEvery == 0 {
+		opts.PollEvery = 50 * time.Millisecond
+	}
+	m, err := pgstore.OpenMembership(context.Background(), pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return m
+}
+
+func membershipHarness(ttl time.Duration, buf int) membershiptest.Harness {
+	return membershiptest.Harness{
+		New: func(t *testing.T) (membership.Membership, func(time.Duration)) {
+			pool, _ := newPool(t)
+			m := newMembership(t, pool, pgstore.MembershipOptions{TTL: ttl, WatchBuffer: buf})
+			return m, m.Advance
+		},
+		TTL:  ttl,
+		Wait: 30 * time.Second,
+	}
+}
+
+// TestMembershipConformance runs membership/membershiptest over the
+// Postgres membership with a small watch backlog (overflows happen).
+func TestMembershipConformance(t *testing.T) {
+	membershiptest.Run(t, membershipHarness(10*time.Second, 8))
+	testutil.CheckNoGoroutines(t)
+}
+
+// TestMembershipConformanceDefaultBuffer runs the suite with the default
+// backlog.
+func TestMembershipConformanceDefaultBuffer(t *testing.T) {
+	membershiptest.Run(t, membershipHarness(time.Minute, 0))
+	testutil.CheckNoGoroutines(t)
+}
+
+// next receives one event within 30 s.
+func next(t *testing.T, ch <-chan membership.Event) membership.Event {
+	t.Helper()
+	select {
+	case ev, ok := <-ch:
+		if !ok {
+			t.Fatal("watch channel closed")
+		}
+		return ev
+	case <-time.After(30 * time.Second):
+		t.Fatal("no event within 30 s")
+	}
+	panic("unreachable")
+}
+
+// A watcher survives the loss of its LISTEN connection (a server restart):
+// its dispatcher reconnects and reads the changelog from where it was, so
+// a change made while it was away (its NOTIFY lost) still arrives, in
+// order. The poll is off (an hour), so only the reconnection can deliver
+// it. The membership is the same one throughout; calls made while the
+// server is down fail with kind Unavailable.
+func TestWatcherResyncsAfterTheConnectionIsLost(t *testing.T) {
+	pool, db := restartPool(t)
+	m := newMembership(t, pool, pgstore.MembershipOptions{PollEvery: time.Hour, TTL: time.Minute})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := m.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(t, ch); ev.Type != membership.Sync {
+		t.Fatalf("first event %v", ev.Type)
+	}
+	if _, err := m.Join(ctx, membership.Member{Name: "a", LeaseGen: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(t, ch); ev.Type != membership.Joined || ev.Member.Name != "a" {
+		t.Fatalf("event %v %s, want joined a", ev.Type, ev.Member.Name)
+	}
+	if err := db.Server.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	joined := false
+	testutil.WaitFor(t, "a Join after the restart", func() bool {
+		_, err := m.Join(ctx, membership.Member{Name: "b", LeaseGen: 1})
+		if err != nil && !errors.Is(err, payload.Unavailable) && !errors.Is(err, membership.ErrNameTaken) {
+			t.Fatalf("Join while the server comes back = %v, want kind Unavailable", err)
+		}
+		joined = err == nil
+		return err == nil
+	})
+	if !joined {
+		t.Fatal("unreachable")
+	}
+	if err := m.Leave(ctx, "a", 1); err != nil {
+		t.Fatal(err)
+	}
+	// Revisions continue where they were: no Sync, every change.
+	ev := next(t, ch)
+	if ev.Type != membership.Joined || ev.Member.Name != "b" || ev.Rev != 2 {
+		t.Fatalf("after the restart: %v %s rev %d, want joined b rev 2", ev.Type, ev.Member.Name, ev.Rev)
+	}
+	ev = next(t, ch)
+	if ev.Type != membership.Left || ev.Member.Name != "a" || ev.Rev != 3 {
+		t.Fatalf("after the restart: %v %s rev %d, want left a rev 3", ev.Type, ev.Member.Name, ev.Rev)
+	}
+	cancel()
+	for range ch {
+	}
+	m.Close()
+	testutil.CheckNoGoroutines(t)
+}
+
+// Two memberships on one database (two processes): a change through one
+// reaches the other's watchers, by NOTIFY, and expiry found by either is
+// one event.
+func TestMembershipsOnOneDatabaseShareTheChanges(t *testing.T) {
+	pool, _ := newPool(t)
+	a := newMembership(t, pool, pgstore.MembershipOptions{TTL: time.Minute, PollEvery: time.Hour})
+	b := newMembership(t, pool, pgstore.MembershipOptions{TTL: time.Minute, PollEvery: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := a.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next(t, ch)
+	if _, err := b.Join(ctx, membership.Member{Name: "x", LeaseGen: 1, Kinds: []string{"cart"}}); err != nil {
+		t.Fatal(err)
+	}
+	ev := next(t, ch)
+	if ev.Type != membership.Joined || ev.Member.Name != "x" || len(ev.Member.Kinds) != 1 {
+		t.Fatalf("a's watcher got %+v, want x joined through b", ev)
+	}
+	// b's clock decides (each Membership has its own manual clock).
+	b.Advance(2 * time.Minute)
+	ev = next(t, ch)
+	if ev.Type != membership.Expired || ev.Member.Name != "x" {
+		t.Fatalf("a's watcher got %v %s, want x expired by b's sweep", ev.Type, ev.Member.Name)
+	}
+}
+
+// Close ends every watch (its channel closes), stops the sweep and the
+// dispatcher, and later calls fail with ErrClosed.
+func TestCloseEndsWatchesAndLeavesNoGoroutine(t *testing.T) {
+	pool, _ := newPool(t)
+	m := newMembership(t, pool, pgstore.MembershipOptions{})
+	ch, err := m.Watch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	next(t, ch)
+	m.Close()
+	for range ch {
+	}
+	if _, err := m.Members(context.Background()); !errors.Is(err, membership.ErrClosed) {
+		t.Fatalf("Members after Close = %v, want ErrClosed", err)
+	}
+	if _, err := m.Watch(context.Background()); !errors.Is(err, membership.ErrClosed) {
+		t.Fatalf("Watch after Close = %v, want ErrClosed", err)
+	}
+	m.Close() // idempotent
+	testutil.CheckNoGoroutines(t)
+}
