@@ -128,6 +128,15 @@ func (kr *kindRuntime) resolve(id string, mode lookupMode) (place, error) {
 	case err != nil && !errors.Is(err, relocation.ErrNoRow):
 		return place{}, &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: "location store", Err: err}
 	}
+	if h.cfg.Gateway {
+		// Never here: the kind's placement among the hosts that serve it.
+		other := h.placeNew(kr.spec, id)
+		if other == "" || other == h.name {
+			return place{}, payload.NewError(payload.Unavailable, "actor", "no host serves kind "+kr.spec.name+" (this host is a gateway)")
+		}
+		h.learnRoute(obj, other, 0, false)
+		return place{host: other, stored: true}, nil
+	}
 	if h.draining.Load() {
 		if other := h.pickHost(kr.spec.name); other != "" {
 			return place{host: other, stored: true}, nil

@@ -117,6 +117,14 @@ type Config struct {
 	GapTimeout time.Duration
 	// StoreTimeout bounds each Location Store call; default 5 s.
 	StoreTimeout time.Duration
+	// Gateway makes the host a client of the cluster: it sends to objects
+	// of the kinds it registers (it needs them for their message types)
+	// but never hosts one. Its membership entry offers no kinds, so no
+	// host places objects on it, and it places each new object on a host
+	// that serves the kind — by the kind's placement, PlaceHashed for
+	// PlaceLocal; with none serving it, the send fails with Unavailable.
+	// It needs a Transport.
+	Gateway bool
 	// StopDeactivates makes Stop deactivate the host's objects (their
 	// deactivate hooks run; they activate afresh on their next message)
 	// even when other hosts of the network could take them. By default Stop
@@ -172,6 +180,8 @@ func (c Config) withDefaults() (Config, error) {
 	switch {
 	case c.Transport != nil && (c.Store == nil || c.Membership == nil):
 		bad("Transport", "needs Store and Membership too (the hosts of a transport share them)")
+	case c.Gateway && c.Transport == nil:
+		bad("Gateway", "needs a Transport (a gateway sends to objects on other hosts)")
 	case c.Transport == nil && c.Membership != nil:
 		bad("Membership", "needs a Transport (a host without one stands alone)")
 	}

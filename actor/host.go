@@ -314,7 +314,9 @@ func (h *Host) join() error {
 	defer cancel()
 	kinds := make([]string, 0, len(h.kinds))
 	for name := range h.kinds {
-		kinds = append(kinds, name)
+		if !h.cfg.Gateway { // a gateway offers no kind: nothing is placed on it
+			kinds = append(kinds, name)
+		}
 	}
 	sort.Strings(kinds)
 	var addr string

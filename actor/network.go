@@ -523,6 +523,16 @@ func (h *Host) tellDirectory() {
 	h.dir = now
 }
 
+// Addr returns the address other hosts reach this one at — what it
+// publishes as its membership Address — when its transport has one (a
+// network transport, transport.Directory); else "".
+func (h *Host) Addr() string {
+	if d, ok := h.tr.(transport.Directory); ok {
+		return d.Addr()
+	}
+	return ""
+}
+
 // addresses returns the address of every member but self that has one.
 func (v *peerView) addresses(self string) map[string]string {
 	v.mu.RLock()

@@ -70,14 +70,18 @@ const (
 // placeNew returns the host that activates object id of kind s by its
 // placement ("" or this host's name: here).
 func (h *Host) placeNew(s *spec, id string) string {
-	if s.placement == PlaceLocal || h.tr == nil {
+	placement := s.placement
+	if h.cfg.Gateway && placement == PlaceLocal {
+		placement = PlaceHashed // a gateway hosts nothing
+	}
+	if placement == PlaceLocal || h.tr == nil {
 		return ""
 	}
-	cands := h.candidates(s.name, !h.draining.Load())
+	cands := h.candidates(s.name, !h.draining.Load() && !h.cfg.Gateway)
 	if len(cands) == 0 {
 		return ""
 	}
-	switch s.placement {
+	switch placement {
 	case PlaceRandom:
 		return cands[rand.IntN(len(cands))].name
 	case PlaceHashed:

@@ -1,11 +1,13 @@
 package actor
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
 
 	"github.com/berthrt/berth/membership"
+	"github.com/berthrt/berth/payload"
 )
 
 // placedKind is a counter kind named name with placement p.
@@ -189,5 +191,45 @@ func TestConcurrentLookUpsOfANewObjectActivateItOnce(t *testing.T) {
 		if errs[0] != nil || errs[1] != nil || places[0].o == nil || places[0].o != places[1].o {
 			t.Fatalf("%s: look-ups gave %+v (%v) and %+v (%v); want one owner", id, places[0], errs[0], places[1], errs[1])
 		}
+	}
+}
+
+// A gateway host sends to objects of the kinds it registers but hosts
+// none: no host places an object on it, it places new objects on the hosts
+// that serve the kind, and with none it says so.
+func TestAGatewayHostsNothingAndPlacesOnServingHosts(t *testing.T) {
+	n := NewNetwork(nil)
+	g := startHost(t, n.With(Config{Name: "g", Logger: quietLogger(), Gateway: true}), counterKind(newGates()))
+	ref := func(i int) Ref { return Ref{"counter", "gw-" + itoa(i)} }
+	if err := Tell(bg, g, ref(0), Inc{By: 1}); !errors.Is(err, payload.Unavailable) {
+		t.Fatalf("Tell from a gateway with no host serving the kind: %v, want Unavailable", err)
+	}
+	a := startHost(t, n.With(Config{Name: "a", Logger: quietLogger()}), counterKind(newGates()))
+	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger()}), counterKind(newGates()))
+	waitViews(t, g, a, b)
+	for i := range 40 {
+		if err := Tell(bg, g, ref(i), Inc{By: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := Ask[Get, int](bg, g, ref(i), Get{}); err != nil || got != 1 {
+			t.Fatalf("object %d: %d, %v", i, got, err)
+		}
+		// Sends from a serving host find the objects where the gateway
+		// placed them.
+		if got, err := Ask[Get, int](bg, a, ref(i), Get{}); err != nil || got != 1 {
+			t.Fatalf("object %d asked from a: %d, %v", i, got, err)
+		}
+	}
+	if g.Stats().OwnersActive != 0 {
+		t.Fatalf("the gateway hosts %d objects", g.Stats().OwnersActive)
+	}
+	if na, nb := a.Stats().OwnersActive, b.Stats().OwnersActive; na+nb != 40 || na == 0 || nb == 0 {
+		t.Fatalf("objects on a %d, on b %d: want all 40, spread over both", na, nb)
+	}
+	if m, _ := a.view.member("g"); len(m.Kinds) != 0 {
+		t.Fatalf("the gateway offers kinds %v", m.Kinds)
+	}
+	if _, err := NewHost(Config{Name: "x", Gateway: true}); !errors.Is(err, payload.InvalidOperation) {
+		t.Fatalf("a gateway without a transport: %v, want InvalidOperation", err)
 	}
 }

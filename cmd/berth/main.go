@@ -40,8 +40,11 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "pgdemo" {
 		os.Exit(pgdemoMain(os.Args[2:], os.Stdout, os.Stderr))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "node" {
+		os.Exit(nodeMain(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	if len(os.Args) < 2 || os.Args[1] != "demo" {
-		fmt.Fprintln(os.Stderr, "usage: berth demo|pgdemo [flags]   (berth demo -h, berth pgdemo -h for the flags)")
+		fmt.Fprintln(os.Stderr, "usage: berth demo|node|pgdemo [flags]   (berth demo -h, berth node -h, berth pgdemo -h for the flags)")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("demo", flag.ExitOnError)
@@ -54,7 +57,27 @@ func main() {
 	fs.IntVar(&cfg.rate, "rate", 50000, "messages per second, all senders together (0: as fast as they can)")
 	fs.StringVar(&cfg.metricsAddr, "metrics", "", "serve Prometheus metrics on this address (e.g. :9090)")
 	fs.BoolVar(&cfg.quiet, "quiet", false, "no progress line")
+	procs := fs.Int("procs", 0, "run the hosts as this many `berth node` processes on loopback, with a Postgres Location Store (0: hosts in this process, in memory)")
+	db := fs.String("db", "", "with -procs: the Postgres URL (default: start a throwaway server)")
 	_ = fs.Parse(os.Args[2:])
+	if *procs > 0 {
+		pc := procsConfig{procs: *procs, objects: cfg.objects, senders: cfg.senders, rate: cfg.rate, duration: cfg.duration, db: *db, quiet: cfg.quiet}
+		if !flagSet(fs, "duration") {
+			pc.duration = 40 * time.Second // room for the killed node's lease to run out
+		}
+		if !flagSet(fs, "objects") {
+			pc.objects = 2000
+		}
+		prep, err := runProcs(context.Background(), pc, os.Stdout)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "demo:", err)
+			os.Exit(1)
+		}
+		if prep.failed() {
+			os.Exit(1)
+		}
+		return
+	}
 	rep, err := run(context.Background(), cfg, os.Stdout)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
@@ -63,6 +86,13 @@ func main() {
 	if rep.lost+rep.duplicated+rep.outOfOrder > 0 {
 		os.Exit(1)
 	}
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 type demoConfig struct {

@@ -1,0 +1,156 @@
+package main
+
+// berth node: one host per process.
+//
+//	go run ./cmd/berth node -name n1 -db postgres://... [-listen 127.0.0.1:0] [-advertise host:port] [-metrics :9090]
+//
+// The node joins the cluster whose Location Store and membership live in
+// the Postgres database -db (package pgstore), reaches its peers over
+// transport/remote (gRPC; each peer's address comes from the membership),
+// and hosts the demo's counter kind. When it is serving it prints one line
+// on standard output:
+//
+//	ready <name> <address>
+//
+// and when it has stopped gracefully, one more: the moves it was the
+// source of and their pauses, in microseconds:
+//
+//	stats moves=<n> pauses-us=<p1>,<p2>,...
+//
+// On SIGTERM or SIGINT it stops gracefully: its objects move to the other
+// nodes (Host.Stop drains), it leaves, and it exits 0. A node whose lease
+// ran out before it could renew it (its process was paused, or the
+// database was out of reach for longer than the lease) closes itself and
+// exits 3: its objects may run elsewhere by now; start it again. It logs
+// with log/slog, as text, on standard error.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/metrics"
+	"github.com/berthrt/berth/pgstore"
+	"github.com/berthrt/berth/transport/remote"
+)
+
+// Exit codes of berth node.
+const (
+	nodeExitOK        = 0
+	nodeExitFailed    = 1 // could not start, or stopped with an error
+	nodeExitUsage     = 2
+	nodeExitLeaseLost = 3
+)
+
+type nodeConfig struct {
+	name, listen, advertise, db, metricsAddr string
+	stopTimeout                              time.Duration
+}
+
+func nodeMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("node", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg nodeConfig
+	fs.StringVar(&cfg.name, "name", "", "the host's name, unique in the cluster (required)")
+	fs.StringVar(&cfg.listen, "listen", remote.DefaultListen, "host:port the node's gRPC server listens on (port 0: a free port)")
+	fs.StringVar(&cfg.advertise, "advertise", "", "the address peers dial to reach this node (default: the address it listens on)")
+	fs.StringVar(&cfg.db, "db", "", "Postgres URL of the cluster's Location Store and membership (required)")
+	fs.StringVar(&cfg.metricsAddr, "metrics", "", "serve Prometheus metrics on this address (e.g. :9090)")
+	fs.DurationVar(&cfg.stopTimeout, "stop-timeout", time.Minute, "how long a graceful stop (drain) may take on SIGTERM")
+	if err := fs.Parse(args); err != nil {
+		return nodeExitUsage
+	}
+	if cfg.name == "" || cfg.db == "" {
+		fmt.Fprintln(stderr, "berth node: -name and -db are required")
+		fs.Usage()
+		return nodeExitUsage
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil)).With("node", cfg.name)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sig)
+	return runNode(context.Background(), cfg, log, stdout, sig)
+}
+
+// runNode runs one node until a signal arrives on sig (a graceful stop)
+// or the host closes itself, and returns the exit code.
+func runNode(ctx context.Context, cfg nodeConfig, log *slog.Logger, stdout io.Writer, sig <-chan os.Signal) int {
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(octx, cfg.db)
+	if err != nil {
+		log.Error("cannot open the database", "err", err)
+		return nodeExitFailed
+	}
+	defer pool.Close()
+	store, err := pgstore.Open(octx, pool, pgstore.Options{})
+	if err != nil {
+		log.Error("cannot open the Location Store", "err", err)
+		return nodeExitFailed
+	}
+	members, err := pgstore.OpenMembership(octx, pool, pgstore.MembershipOptions{Logger: log})
+	if err != nil {
+		log.Error("cannot open the membership", "err", err)
+		return nodeExitFailed
+	}
+	defer members.Close()
+	var obs actor.Observer
+	if cfg.metricsAddr != "" {
+		obs = metrics.New(prometheus.NewRegistry())
+	}
+	host, err := actor.NewHost(actor.Config{
+		Name:        cfg.name,
+		Transport:   remote.New(remote.Options{Listen: cfg.listen, Advertise: cfg.advertise, Logger: log}),
+		Store:       store,
+		Membership:  members,
+		Logger:      log,
+		Observer:    obs,
+		MetricsAddr: cfg.metricsAddr,
+	})
+	if err != nil {
+		log.Error("bad configuration", "err", err)
+		return nodeExitFailed
+	}
+	if err := host.Register(counterKind()); err != nil {
+		log.Error("cannot register the counter kind", "err", err)
+		return nodeExitFailed
+	}
+	if err := host.Start(); err != nil {
+		log.Error("cannot start", "err", err)
+		return nodeExitFailed
+	}
+	addr := host.Addr()
+	log.Info("serving", "address", addr, "metrics", host.MetricsAddr())
+	fmt.Fprintf(stdout, "ready %s %s\n", cfg.name, addr)
+	select {
+	case s := <-sig:
+		log.Info("stopping: moving the objects to the other nodes", "signal", s.String())
+		sctx, cancel := context.WithTimeout(ctx, cfg.stopTimeout)
+		defer cancel()
+		if err := host.Stop(sctx); err != nil {
+			log.Error("stop did not finish in time; closed", "err", err)
+			return nodeExitFailed
+		}
+		log.Info("stopped")
+		fmt.Fprintln(stdout, nodeStats(host))
+		return nodeExitOK
+	case <-host.Done():
+		if errors.Is(host.Err(), actor.ErrLeaseLost) {
+			log.Error("the node's lease ran out; exiting so that it can be started again", "err", host.Err())
+			return nodeExitLeaseLost
+		}
+		log.Error("the host closed", "err", host.Err())
+		return nodeExitFailed
+	}
+}

@@ -1,0 +1,470 @@
+package main
+
+// berth demo -procs N: the demo across OS processes.
+//
+// It starts N `berth node` processes on loopback, all on one Postgres
+// database (a throwaway server, or -db), and joins them itself as a client
+// host that owns no objects: its senders number their messages per
+// object. A third of the way through it stops one node with SIGTERM (the
+// node drains: its objects move to the others), and half way through it
+// kills another with SIGKILL. The objects that node held lose their state
+// and the messages in it (they start afresh elsewhere once its lease ran
+// out); the report counts them apart. Every other object must show every
+// accepted message once, in order.
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/internal/pgtest"
+	"github.com/berthrt/berth/pgstore"
+	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/transport/remote"
+)
+
+type procsConfig struct {
+	procs, objects, senders int
+	rate                    int // messages/s over all senders; 0: unpaced
+	duration                time.Duration
+	db                      string // Postgres URL; "": a throwaway server
+	binary                  string // the berth binary the nodes run; "": this executable
+	quiet                   bool
+}
+
+type procsReport struct {
+	accepted, refused, handled, lost, duplicated, outOfOrder int
+	breaks                                                   []string
+	// The objects the SIGKILLed node held when it died, and their
+	// messages: accepted, and handled by their new activations.
+	killedNode                    string
+	killedObjects                 int
+	killedAccepted, killedHandled int
+	drainedNode                   string
+	drainExit, killExit           string
+	relocations                   int // moves reported by the nodes that stopped gracefully
+	pauses                        []time.Duration
+	elapsed                       time.Duration
+	nodeLogs                      map[string]*strings.Builder
+}
+
+func (r *procsReport) failed() bool { return r.lost+r.duplicated+r.outOfOrder > 0 || r.accepted == 0 }
+
+// node is one berth node process.
+type node struct {
+	name, addr string
+	cmd        *exec.Cmd
+	log        *strings.Builder // its standard error
+	logMu      *sync.Mutex
+	done       chan struct{} // closed when it exited
+	stats      []string      // its "stats" lines on standard output
+	statsMu    sync.Mutex
+}
+
+func startNode(ctx context.Context, binary, name, db string) (*node, error) {
+	n := &node{name: name, log: &strings.Builder{}, logMu: &sync.Mutex{}, done: make(chan struct{})}
+	n.cmd = exec.Command(binary, "node", "-name", name, "-db", db, "-listen", "127.0.0.1:0")
+	n.cmd.Stderr = lockedWriter{n.logMu, n.log}
+	out, err := n.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := n.cmd.Start(); err != nil {
+		return nil, err
+	}
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			line := sc.Text()
+			if f := strings.Fields(line); len(f) == 3 && f[0] == "ready" {
+				ready <- f[2]
+			} else if strings.HasPrefix(line, "stats ") {
+				n.statsMu.Lock()
+				n.stats = append(n.stats, line)
+				n.statsMu.Unlock()
+			}
+		}
+		_ = n.cmd.Wait()
+		close(n.done)
+	}()
+	select {
+	case n.addr = <-ready:
+		return n, nil
+	case <-n.done:
+		return nil, fmt.Errorf("node %s exited before it was ready: %s", name, n.stderr())
+	case <-time.After(30 * time.Second):
+		_ = n.cmd.Process.Kill()
+		<-n.done
+		return nil, fmt.Errorf("node %s not ready after 30 s: %s", name, n.stderr())
+	case <-ctx.Done():
+		_ = n.cmd.Process.Kill()
+		<-n.done
+		return nil, ctx.Err()
+	}
+}
+
+func (n *node) stderr() string {
+	n.logMu.Lock()
+	defer n.logMu.Unlock()
+	return n.log.String()
+}
+
+// signal sends s and waits up to d for the node to exit; it returns how it
+// exited.
+func (n *node) signal(s syscall.Signal, d time.Duration) string {
+	_ = n.cmd.Process.Signal(s)
+	select {
+	case <-n.done:
+	case <-time.After(d):
+		_ = n.cmd.Process.Kill()
+		<-n.done
+		return "did not exit in " + d.String() + "; killed"
+	}
+	return n.cmd.ProcessState.String()
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsReport, err error) {
+	if cfg.procs < 3 {
+		return rep, errors.New("-procs must be at least 3 (one is drained, one is killed)")
+	}
+	if cfg.binary == "" {
+		if cfg.binary, err = os.Executable(); err != nil {
+			return rep, err
+		}
+	}
+	if cfg.db == "" {
+		srv, err := startPostgres()
+		if err != nil {
+			if errors.Is(err, pgtest.ErrNoPostgres) {
+				return rep, errors.New(strings.TrimSpace(strings.Replace(noPostgres, "pgdemo", "demo -procs", 1)))
+			}
+			return rep, fmt.Errorf("starting a throwaway Postgres: %w", err)
+		}
+		defer srv.Stop()
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		cfg.db, err = pgtest.CreateDatabase(cctx, srv.URL("postgres"), "berth_demo")
+		cancel()
+		if err != nil {
+			return rep, fmt.Errorf("creating the database: %w", err)
+		}
+		fmt.Fprintf(w, "throwaway Postgres in %s (stopped at the end)\n", srv.Dir())
+	}
+
+	// The nodes.
+	nodes := make([]*node, cfg.procs)
+	defer func() {
+		for _, n := range nodes {
+			if n != nil {
+				_ = n.cmd.Process.Kill()
+				<-n.done
+			}
+		}
+	}()
+	for i := range nodes {
+		if nodes[i], err = startNode(ctx, cfg.binary, "node-"+strconv.Itoa(i+1), cfg.db); err != nil {
+			return rep, err
+		}
+	}
+	rep.nodeLogs = map[string]*strings.Builder{}
+	for _, n := range nodes {
+		rep.nodeLogs[n.name] = n.log
+	}
+	drained, killed := nodes[len(nodes)-1], nodes[len(nodes)-2]
+	rep.drainedNode, rep.killedNode = drained.name, killed.name
+
+	// The client host: joins the cluster, owns no objects.
+	pool, err := pgxpool.New(ctx, cfg.db)
+	if err != nil {
+		return rep, err
+	}
+	defer pool.Close()
+	store, err := pgstore.Open(ctx, pool, pgstore.Options{})
+	if err != nil {
+		return rep, err
+	}
+	members, err := pgstore.OpenMembership(ctx, pool, pgstore.MembershipOptions{})
+	if err != nil {
+		return rep, err
+	}
+	defer members.Close()
+	quiet := slog.New(slog.DiscardHandler)
+	client, err := actor.NewHost(actor.Config{Name: "client", Transport: remote.New(remote.Options{Listen: "127.0.0.1:0"}),
+		Store: store, Membership: members, Logger: quiet, Gateway: true})
+	if err != nil {
+		return rep, err
+	}
+	if err := client.Register(counterKind()); err != nil { // its message types; it hosts no counter
+		return rep, err
+	}
+	if err := client.Start(); err != nil {
+		return rep, err
+	}
+	defer client.Close()
+	// Wait until the client knows every node.
+	for deadline := time.Now().Add(30 * time.Second); len(client.Peers()) < cfg.procs; {
+		if time.Now().After(deadline) {
+			return rep, fmt.Errorf("the client knows %v after 30 s, want %d nodes", client.Peers(), cfg.procs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	ref := func(i int) actor.Ref { return actor.Ref{Kind: "counter", ID: strconv.Itoa(i)} }
+	load := "as fast as they can"
+	if cfg.rate > 0 {
+		load = strconv.Itoa(cfg.rate) + " messages/s"
+	}
+	fmt.Fprintf(w, "berth demo: %d node processes, %d objects, %d senders in a client host (%s); SIGTERM %s at 1/3, SIGKILL %s at 1/2\n",
+		cfg.procs, cfg.objects, cfg.senders, load, drained.name, killed.name)
+	for i := 0; i < cfg.objects; i++ { // activate the objects (placed by the cluster)
+		if _, err := actor.Ask[Read, Counter](ctx, client, ref(i), Read{}); err != nil {
+			return rep, fmt.Errorf("activating object %d: %w", i, err)
+		}
+	}
+
+	type sender struct {
+		name string
+		sent []int // per object: the last sequence number accepted
+	}
+	senders := make([]*sender, cfg.senders)
+	for s := range senders {
+		senders[s] = &sender{name: "client/" + strconv.Itoa(s), sent: make([]int, cfg.objects)}
+	}
+	var accepted, refused atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for si, s := range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(si), 2))
+			var tick <-chan time.Time
+			perTick, sentThisTick := 0, 0
+			if cfg.rate > 0 {
+				t := time.NewTicker(time.Millisecond)
+				defer t.Stop()
+				tick = t.C
+				perTick = max(1, cfg.rate/len(senders)/1000)
+			}
+			for {
+				if tick != nil && sentThisTick >= perTick {
+					select {
+					case <-stop:
+						return
+					case <-tick:
+						sentThisTick = 0
+					}
+				}
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				sentThisTick++
+				i := rng.IntN(cfg.objects)
+				if err := actor.Tell(ctx, client, ref(i), Add{Sender: s.name, Seq: s.sent[i] + 1}); err != nil {
+					// Not accepted, and the sender knows: an object of the
+					// killed node until its lease ran out, say.
+					refused.Add(1)
+					continue
+				}
+				s.sent[i]++
+				accepted.Add(1)
+			}
+		}()
+	}
+
+	start := time.Now()
+	progressDone := make(chan struct{})
+	var phase atomic.Value
+	phase.Store("steady load")
+	go func() {
+		defer close(progressDone)
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		last, lastAt := int64(0), start
+		for {
+			select {
+			case <-stop:
+				return
+			case now := <-t.C:
+				n := accepted.Load()
+				if !cfg.quiet {
+					fmt.Fprintf(w, "\r%5.1fs  %-22s accepted %9d  %7.0f/s  refused %6d   ",
+						now.Sub(start).Seconds(), phase.Load().(string), n, float64(n-last)/now.Sub(lastAt).Seconds(), refused.Load())
+				}
+				last, lastAt = n, now
+			}
+		}
+	}()
+	sleepUntil := func(t time.Time) {
+		if d := time.Until(t); d > 0 {
+			time.Sleep(d)
+		}
+	}
+
+	// A third in: SIGTERM one node; it drains to the others.
+	sleepUntil(start.Add(cfg.duration / 3))
+	phase.Store("SIGTERM " + drained.name)
+	rep.drainExit = drained.signal(syscall.SIGTERM, 2*time.Minute)
+
+	// Half way: SIGKILL another. Note which objects it held.
+	sleepUntil(start.Add(cfg.duration / 2))
+	phase.Store("SIGKILL " + killed.name)
+	held := map[int]bool{}
+	for i := 0; i < cfg.objects; i++ {
+		row, err := store.Get(ctx, relocation.Object{Kind: "counter", ID: strconv.Itoa(i)})
+		if err == nil && row.Host == killed.name {
+			held[i] = true
+		}
+	}
+	rep.killExit = killed.signal(syscall.SIGKILL, 10*time.Second)
+	// Objects it was taking over while it died are held too: read again.
+	for i := 0; i < cfg.objects; i++ {
+		row, err := store.Get(ctx, relocation.Object{Kind: "counter", ID: strconv.Itoa(i)})
+		if err == nil && row.Host == killed.name {
+			held[i] = true
+		}
+	}
+	rep.killedObjects = len(held)
+	phase.Store("after the kill")
+	sleepUntil(start.Add(cfg.duration))
+	close(stop)
+	wg.Wait()
+	<-progressDone
+	rep.elapsed = time.Since(start)
+	rep.refused = int(refused.Load())
+	if !cfg.quiet {
+		fmt.Fprintln(w)
+	}
+
+	// Read every object through the client (after its own messages).
+	for i := 0; i < cfg.objects; i++ {
+		var c Counter
+		var err error
+		for try := 0; ; try++ {
+			c, err = actor.Ask[Read, Counter](ctx, client, ref(i), Read{})
+			if err == nil || try == 50 {
+				break
+			}
+			time.Sleep(200 * time.Millisecond) // an object of the killed node waits for its lease to run out
+		}
+		if err != nil {
+			return rep, fmt.Errorf("reading object %d: %w", i, err)
+		}
+		for _, s := range senders {
+			want, got := s.sent[i], c.Count[s.name]
+			if held[i] {
+				rep.killedAccepted += want
+				rep.killedHandled += got
+				continue
+			}
+			rep.accepted += want
+			rep.handled += got
+			if got < want {
+				rep.lost += want - got
+			} else {
+				rep.duplicated += got - want
+			}
+		}
+		if !held[i] {
+			rep.outOfOrder += c.OutOfOrder
+			for _, b := range c.Breaks {
+				rep.breaks = append(rep.breaks, "object "+strconv.Itoa(i)+" "+b)
+			}
+		}
+	}
+
+	// Stop the remaining nodes gracefully; each reports its moves and
+	// pauses as it stops (the drained node reported when it stopped).
+	for _, n := range nodes {
+		if n != killed && n != drained {
+			n.signal(syscall.SIGTERM, 2*time.Minute)
+		}
+	}
+	for _, n := range nodes {
+		n.statsMu.Lock()
+		for _, line := range n.stats {
+			moves, pauses := parseStats(line)
+			rep.relocations += moves
+			rep.pauses = append(rep.pauses, pauses...)
+		}
+		n.statsMu.Unlock()
+	}
+	slices.Sort(rep.pauses)
+
+	fmt.Fprintf(w, "\nreport after %.1fs\n", rep.elapsed.Seconds())
+	fmt.Fprintf(w, "  messages accepted   %d (%.0f/s), refused %d (the sender got an error)\n",
+		rep.accepted+rep.killedAccepted, float64(rep.accepted+rep.killedAccepted)/rep.elapsed.Seconds(), rep.refused)
+	fmt.Fprintf(w, "  objects that %s did not hold when it was killed:\n", killed.name)
+	fmt.Fprintf(w, "    accepted %d, handled %d, lost %d, duplicated %d, out of order %d\n",
+		rep.accepted, rep.handled, rep.lost, rep.duplicated, rep.outOfOrder)
+	fmt.Fprintf(w, "  the %d objects %s held when it was killed (their state died with it; they started afresh elsewhere):\n",
+		rep.killedObjects, killed.name)
+	fmt.Fprintf(w, "    accepted %d, handled after the restart %d, lost with the process %d\n",
+		rep.killedAccepted, rep.killedHandled, max(rep.killedAccepted-rep.killedHandled, 0))
+	fmt.Fprintf(w, "  %s (SIGTERM): %s; %s (SIGKILL): %s\n", drained.name, rep.drainExit, killed.name, rep.killExit)
+	fmt.Fprintf(w, "  relocations         %d (reported by the nodes that stopped gracefully)\n", rep.relocations)
+	if n := len(rep.pauses); n > 0 {
+		fmt.Fprintf(w, "  pause (seal → open) p50 %v  p99 %v  max %v\n",
+			rep.pauses[n/2].Round(time.Microsecond), rep.pauses[n*99/100].Round(time.Microsecond), rep.pauses[n-1].Round(time.Microsecond))
+	}
+	return rep, nil
+}
+
+// parseStats reads a node's "stats moves=N pauses-us=a,b,c" line.
+func parseStats(line string) (moves int, pauses []time.Duration) {
+	for _, f := range strings.Fields(line)[1:] {
+		k, v, _ := strings.Cut(f, "=")
+		switch k {
+		case "moves":
+			moves, _ = strconv.Atoi(v)
+		case "pauses-us":
+			for _, p := range strings.Split(v, ",") {
+				if us, err := strconv.ParseInt(p, 10, 64); err == nil {
+					pauses = append(pauses, time.Duration(us)*time.Microsecond)
+				}
+			}
+		}
+	}
+	return moves, pauses
+}
+
+// nodeStats is the line a node prints when it stops gracefully: the moves
+// it was the source of and their pauses (Host.Pauses), for the demo's
+// report.
+func nodeStats(h *actor.Host) string {
+	p := h.Pauses()
+	us := make([]string, len(p))
+	for i, d := range p {
+		us[i] = strconv.FormatInt(d.Microseconds(), 10)
+	}
+	return "stats moves=" + strconv.Itoa(len(p)) + " pauses-us=" + strings.Join(us, ",")
+}
