@@ -201,40 +201,11 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 	rep.drainedNode, rep.killedNode = drained.name, killed.name
 
 	// The client host: joins the cluster, owns no objects.
-	pool, err := pgxpool.New(ctx, cfg.db)
+	client, store, closeClient, err := startGateway(ctx, cfg.db, cfg.procs)
 	if err != nil {
 		return rep, err
 	}
-	defer pool.Close()
-	store, err := pgstore.Open(ctx, pool, pgstore.Options{})
-	if err != nil {
-		return rep, err
-	}
-	members, err := pgstore.OpenMembership(ctx, pool, pgstore.MembershipOptions{})
-	if err != nil {
-		return rep, err
-	}
-	defer members.Close()
-	quiet := slog.New(slog.DiscardHandler)
-	client, err := actor.NewHost(actor.Config{Name: "client", Transport: remote.New(remote.Options{Listen: "127.0.0.1:0"}),
-		Store: store, Membership: members, Logger: quiet, Gateway: true})
-	if err != nil {
-		return rep, err
-	}
-	if err := client.Register(counterKind()); err != nil { // its message types; it hosts no counter
-		return rep, err
-	}
-	if err := client.Start(); err != nil {
-		return rep, err
-	}
-	defer client.Close()
-	// Wait until the client knows every node.
-	for deadline := time.Now().Add(30 * time.Second); len(client.Peers()) < cfg.procs; {
-		if time.Now().After(deadline) {
-			return rep, fmt.Errorf("the client knows %v after 30 s, want %d nodes", client.Peers(), cfg.procs)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	defer closeClient()
 
 	ref := func(i int) actor.Ref { return actor.Ref{Kind: "counter", ID: strconv.Itoa(i)} }
 	load := "as fast as they can"
@@ -437,6 +408,56 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 			rep.pauses[n/2].Round(time.Microsecond), rep.pauses[n*99/100].Round(time.Microsecond), rep.pauses[n-1].Round(time.Microsecond))
 	}
 	return rep, nil
+}
+
+// startGateway joins a gateway host named "client" to the cluster on
+// database db (it hosts no object; it has the counter kind's message
+// types) and waits until it knows nodes nodes. close closes it and its
+// database resources.
+func startGateway(ctx context.Context, db string, nodes int) (client *actor.Host, store *pgstore.Store, close func(), err error) {
+	var closers []func()
+	close = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			close()
+		}
+	}()
+	pool, err := pgxpool.New(ctx, db)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	closers = append(closers, pool.Close)
+	if store, err = pgstore.Open(ctx, pool, pgstore.Options{}); err != nil {
+		return nil, nil, nil, err
+	}
+	members, err := pgstore.OpenMembership(ctx, pool, pgstore.MembershipOptions{})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	closers = append(closers, members.Close)
+	client, err = actor.NewHost(actor.Config{Name: "client", Transport: remote.New(remote.Options{Listen: "127.0.0.1:0"}),
+		Store: store, Membership: members, Logger: slog.New(slog.DiscardHandler), Gateway: true})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := client.Register(counterKind()); err != nil { // its message types; it hosts no counter
+		return nil, nil, nil, err
+	}
+	if err := client.Start(); err != nil {
+		return nil, nil, nil, err
+	}
+	closers = append(closers, func() { client.Close() })
+	for deadline := time.Now().Add(30 * time.Second); len(client.Peers()) < nodes; {
+		if time.Now().After(deadline) {
+			return nil, nil, nil, fmt.Errorf("the client knows %v after 30 s, want %d nodes", client.Peers(), nodes)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return client, store, close, nil
 }
 
 // parseStats reads a node's "stats moves=N pauses-us=a,b,c" line.

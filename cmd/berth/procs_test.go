@@ -6,12 +6,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/berthrt/berth/actor"
 	"github.com/berthrt/berth/internal/pgtest"
 	"github.com/berthrt/berth/internal/testutil"
+	"github.com/berthrt/berth/relocation"
 )
 
 // buildBerth builds this command into a temporary directory: the nodes of
@@ -71,5 +76,116 @@ func TestNodeNeedsANameAndADatabase(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "-name and -db are required") {
 		t.Fatalf("stderr %q", stderr.String())
+	}
+}
+
+// A node whose process is paused (SIGSTOP) for longer than its lease:
+// meanwhile another node takes its objects over at their next message; when
+// the paused process resumes it finds its lease gone, runs no turn for
+// them and exits 3 (actor.ErrLeaseLost) — there is never a second live
+// activation. The objects go on, once, on the other node.
+func TestANodePausedPastItsLeaseExitsAndItsObjectsGoOnElsewhere(t *testing.T) {
+	db := pgtest.New(t)
+	bin := buildBerth(t)
+	ctx := context.Background()
+	n1, err := startNode(ctx, bin, "node-1", db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = n1.cmd.Process.Kill(); <-n1.done }()
+	n2, err := startNode(ctx, bin, "node-2", db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = n2.cmd.Process.Signal(syscall.SIGCONT); _ = n2.cmd.Process.Kill(); <-n2.done }()
+	client, store, closeClient, err := startGateway(ctx, db.URL, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeClient()
+	ref := func(i int) actor.Ref { return actor.Ref{Kind: "counter", ID: strconv.Itoa(i)} }
+	const objects = 40
+	var onN2 []int
+	for i := range objects {
+		if err := actor.Tell(ctx, client, ref(i), Add{Sender: "s", Seq: 1}); err != nil {
+			t.Fatal(err)
+		}
+		c, err := actor.Ask[Read, Counter](ctx, client, ref(i), Read{})
+		if err != nil || c.Count["s"] != 1 {
+			t.Fatalf("object %d: %+v, %v", i, c, err)
+		}
+		if row, err := store.Get(ctx, relocation.Object{Kind: "counter", ID: strconv.Itoa(i)}); err == nil && row.Host == "node-2" {
+			onN2 = append(onN2, i)
+		}
+	}
+	if len(onN2) == 0 {
+		t.Fatal("no object on node-2")
+	}
+	t.Logf("%d of %d objects on node-2; pausing it", len(onN2), objects)
+	if err := n2.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Now()
+	// node-1 takes node-2's objects over once node-2's lease ran out: an
+	// Ask gets an answer from a fresh activation (count 0). (The client's
+	// first messages to each then wait GapTimeout for the ones lost with
+	// node-2: the objects are polled all at once.)
+	var wg sync.WaitGroup
+	late := make([]bool, len(onN2))
+	for k, i := range onN2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for deadline := time.Now().Add(time.Minute); ; {
+				actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				c, err := actor.Ask[Read, Counter](actx, client, ref(i), Read{})
+				cancel()
+				if err == nil && c.Count["s"] == 0 {
+					return
+				}
+				if time.Now().After(deadline) {
+					late[k] = true
+					return
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+	for k, i := range onN2 {
+		if late[k] {
+			t.Fatalf("object %d not taken over a minute after node-2 paused", i)
+		}
+	}
+	for _, i := range onN2 {
+		if err := actor.Tell(ctx, client, ref(i), Add{Sender: "t", Seq: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("taken over %v after the pause", time.Since(paused).Round(time.Second))
+	for _, i := range onN2 {
+		row, err := store.Get(ctx, relocation.Object{Kind: "counter", ID: strconv.Itoa(i)})
+		if err != nil || row.Host != "node-1" {
+			t.Fatalf("object %d after the takeover: %+v, %v; want it on node-1", i, row, err)
+		}
+	}
+	if err := n2.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-n2.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("node-2 still runs 30 s after it resumed past its lease:\n%s", n2.stderr())
+	}
+	if code := n2.cmd.ProcessState.ExitCode(); code != nodeExitLeaseLost {
+		t.Fatalf("node-2 exited %d, want %d (lease lost):\n%s", code, nodeExitLeaseLost, n2.stderr())
+	}
+	// The objects live on node-1 alone: each ran the one message sent
+	// after the takeover, once.
+	for _, i := range onN2 {
+		c, err := actor.Ask[Read, Counter](ctx, client, ref(i), Read{})
+		if err != nil || c.Count["t"] != 1 || c.Count["s"] != 0 {
+			t.Fatalf("object %d after node-2 exited: %+v, %v; want t once, s never", i, c, err)
+		}
 	}
 }
