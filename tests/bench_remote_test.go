@@ -3,16 +3,23 @@ package tests
 import (
 	"context"
 	"log/slog"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	paactor "github.com/asynkron/protoactor-go/actor"
 	paremote "github.com/asynkron/protoactor-go/remote"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/berthrt/berth/actor"
 	"github.com/berthrt/berth/internal/localnet"
+	"github.com/berthrt/berth/internal/pgtest"
 	"github.com/berthrt/berth/internal/testutil"
+	"github.com/berthrt/berth/membership"
+	"github.com/berthrt/berth/pgstore"
+	"github.com/berthrt/berth/relocation"
 	"github.com/berthrt/berth/transport/remote"
 )
 
@@ -127,5 +134,82 @@ func BenchmarkRawProtoRemoteRequestFuture(b *testing.B) {
 		if _, err := ssys.Root.RequestFuture(target, &wrapperspb.BytesValue{Value: req}, 10*time.Second).Result(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkRemoteRelocate moves one object with 1 KiB of state back and
+// forth between two hosts over transport/remote (gRPC on loopback, one
+// process), on the in-memory store and on pgstore: the whole Relocate
+// call per op, and the pause (Host.Pauses) percentiles.
+func BenchmarkRemoteRelocate(b *testing.B) {
+	b.Run("store=memory", func(b *testing.B) {
+		net := localnet.New(localnet.Options{})
+		benchRemoteRelocate(b, net.Store, net.Membership)
+	})
+	b.Run("store=postgres", func(b *testing.B) {
+		db := pgtest.New(b)
+		ctx := context.Background()
+		pool, err := pgxpool.New(ctx, db.URL)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer pool.Close()
+		store, err := pgstore.Open(ctx, pool, pgstore.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		members, err := pgstore.OpenMembership(ctx, pool, pgstore.MembershipOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer members.Close()
+		benchRemoteRelocate(b, store, members)
+	})
+}
+
+func benchRemoteRelocate(b *testing.B, store relocation.Store, members membership.Membership) {
+	if raceEnabled {
+		b.Skip("several protoactor remotes in one process race on gRPC's global logger inside protoactor; run without -race")
+	}
+	att := remote.New(remote.Options{})
+	var hs []*actor.Host
+	for _, name := range []string{"a", "b"} {
+		h, err := actor.NewHost(actor.Config{Name: name, Transport: att, Store: store, Membership: members, Logger: quietLogger()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		h.Register(tallyKind())
+		if err := h.Start(); err != nil {
+			b.Fatal(err)
+		}
+		defer h.Close()
+		hs = append(hs, h)
+	}
+	testutil.WaitFor(b, "the hosts to know each other", func() bool { return len(hs[0].Peers()) == 1 && len(hs[1].Peers()) == 1 })
+	ctx := context.Background()
+	ref := actor.Ref{Kind: "tally", ID: "moving"}
+	pad := strings.Repeat("x", 1024)
+	if err := actor.Tell(ctx, hs[0], ref, numbered{Sender: pad, Seq: 1}); err != nil { // activates on a, with ~1 KiB of state
+		b.Fatal(err)
+	}
+	if _, err := actor.Ask[readTally, tally](ctx, hs[0], ref, readTally{}); err != nil {
+		b.Fatal(err)
+	}
+	hs[0].Pauses()
+	where := 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if err := hs[where].Relocate(ctx, ref, hs[1-where].Name()); err != nil {
+			b.Fatal(err)
+		}
+		where = 1 - where
+	}
+	b.StopTimer()
+	p := append(hs[0].Pauses(), hs[1].Pauses()...)
+	slices.Sort(p)
+	if len(p) > 0 {
+		b.ReportMetric(float64(p[len(p)/2].Microseconds()), "pause-p50-µs")
+		b.ReportMetric(float64(p[len(p)*99/100].Microseconds()), "pause-p99-µs")
 	}
 }
