@@ -338,14 +338,15 @@ func (s *Store) RenewLease(ctx context.Context, host string, gen uint64) (reloca
 	// ON CONFLICT DO UPDATE locks the existing lease and checks the WHERE
 	// on its latest version: of two renewals, the second sees the first.
 	var l relocation.Lease
-	var g int64
+	var g, remainingUS int64
 	err := s.pool.QueryRow(ctx, `
 INSERT INTO pgstore_leases AS l (host, gen, deadline) VALUES ($3, $4, `+clockSQL+` + $5::bigint * interval '1 microsecond')
 ON CONFLICT (host) DO UPDATE
 SET gen = excluded.gen,
 	deadline = CASE WHEN l.gen = excluded.gen THEN greatest(l.deadline, excluded.deadline) ELSE excluded.deadline END
 WHERE l.gen <= excluded.gen
-RETURNING host, gen, deadline`, frozen, off, host, int64(gen), relocation.LeaseTTL.Microseconds()).Scan(&l.Host, &g, &l.Deadline)
+RETURNING host, gen, deadline, (extract(epoch FROM deadline - `+clockSQL+`) * 1000000)::bigint`,
+		frozen, off, host, int64(gen), relocation.LeaseTTL.Microseconds()).Scan(&l.Host, &g, &l.Deadline, &remainingUS)
 	if err == pgx.ErrNoRows {
 		return relocation.Lease{}, payload.NewError(payload.Rejected, op, "a newer run of host "+host+" holds the lease")
 	}
@@ -353,6 +354,7 @@ RETURNING host, gen, deadline`, frozen, off, host, int64(gen), relocation.LeaseT
 		return relocation.Lease{}, wrapErr(ctx, op, err)
 	}
 	l.Gen = uint64(g)
+	l.Remaining = time.Duration(remainingUS) * time.Microsecond
 	return l, nil
 }
 
@@ -363,8 +365,11 @@ func (s *Store) Lease(ctx context.Context, host string) (relocation.Lease, bool,
 		return relocation.Lease{}, false, err
 	}
 	var l relocation.Lease
-	var g int64
-	err := s.pool.QueryRow(ctx, `SELECT host, gen, deadline FROM pgstore_leases WHERE host = $1`, host).Scan(&l.Host, &g, &l.Deadline)
+	var g, remainingUS int64
+	frozen, off := s.clock.args()
+	err := s.pool.QueryRow(ctx, `
+SELECT host, gen, deadline, (extract(epoch FROM deadline - `+clockSQL+`) * 1000000)::bigint
+FROM pgstore_leases WHERE host = $3`, frozen, off, host).Scan(&l.Host, &g, &l.Deadline, &remainingUS)
 	if err == pgx.ErrNoRows {
 		return relocation.Lease{}, false, nil
 	}
@@ -372,5 +377,6 @@ func (s *Store) Lease(ctx context.Context, host string) (relocation.Lease, bool,
 		return relocation.Lease{}, false, wrapErr(ctx, op, err)
 	}
 	l.Gen = uint64(g)
+	l.Remaining = time.Duration(remainingUS) * time.Microsecond
 	return l, true, nil
 }

@@ -67,7 +67,12 @@ type Row struct {
 type Lease struct {
 	Host     string
 	Gen      uint64
-	Deadline time.Time
+	Deadline time.Time // by the store's clock
+	// Remaining is how long the lease had left, by the store's clock, when
+	// the store answered (zero or less: it has run out). A host that asks
+	// whether another host's lease is live compares this duration, never
+	// Deadline with its own clock: clocks of different machines differ.
+	Remaining time.Duration
 }
 
 // Store errors. Each has a kind; ConflictError carries the current row.
@@ -301,6 +306,7 @@ func (s *MemoryStore) RenewLease(ctx context.Context, host string, gen uint64) (
 	}
 	l := Lease{Host: host, Gen: gen, Deadline: s.now().Add(LeaseTTL)}
 	s.leases[host] = l
+	l.Remaining = LeaseTTL
 	return l, nil
 }
 
@@ -312,6 +318,9 @@ func (s *MemoryStore) Lease(ctx context.Context, host string) (Lease, bool, erro
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l, ok := s.leases[host]
+	if ok {
+		l.Remaining = l.Deadline.Sub(s.now())
+	}
 	return l, ok, nil
 }
 

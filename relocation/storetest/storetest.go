@@ -23,7 +23,8 @@
 //     the new host's lease must be live. Preserve keeps both generations
 //     and stores the receive-order state, which only Preserve writes.
 //   - Every write of a row raises its Version by one.
-//   - Leases: RenewLease starts or extends a lease for LeaseTTL; a newer
+//   - Leases: RenewLease starts or extends a lease for LeaseTTL (Lease.Remaining
+//     says how long it has left by the store's clock); a newer
 //     generation replaces it and an older one is refused (kind Rejected).
 //   - Of many concurrent Reserves (or NewOwners) of one object exactly one
 //     wins; every other caller gets a *ConflictError naming the winner.
@@ -104,6 +105,7 @@ var rules = []struct {
 	{"EveryWriteRaisesTheVersionByOne", everyWriteRaisesTheVersionByOne},
 	{"RenewLeaseStartsALease", renewLeaseStartsALease},
 	{"LeaseLastsLeaseTTL", leaseLastsLeaseTTL},
+	{"LeaseRemainingIsByTheStoresClock", leaseRemainingIsByTheStoresClock},
 	{"RenewalKeepsTheLeaseLive", renewalKeepsTheLeaseLive},
 	{"LeaseOfANewerGenerationReplacesTheOld", leaseOfANewerGenerationReplacesTheOld},
 	{"LeaseOfAnotherGenerationIsRefused", leaseOfAnotherGenerationIsRefused},
@@ -733,6 +735,26 @@ func renewLeaseStartsALease(t *testing.T, x *suite) {
 	}
 	if _, ok, _ := x.s.Lease(x.ctx, "B"); ok {
 		t.Errorf("A's lease gave B one")
+	}
+}
+
+// leaseRemainingIsByTheStoresClock: RenewLease and Lease say how long the
+// lease has left by the store's clock (what a host compares, never the
+// deadline with its own clock): LeaseTTL at a renewal, less as the store's
+// clock moves, zero or less once it ran out.
+func leaseRemainingIsByTheStoresClock(t *testing.T, x *suite) {
+	x.needClock(t)
+	if l := x.lease(t, "A", 1); l.Remaining != relocation.LeaseTTL {
+		t.Errorf("RenewLease: Remaining %v, want LeaseTTL (%v)", l.Remaining, relocation.LeaseTTL)
+	}
+	x.advance(t, 4*time.Second)
+	l, ok, err := x.s.Lease(x.ctx, "A")
+	if err != nil || !ok || l.Remaining != relocation.LeaseTTL-4*time.Second {
+		t.Errorf("Lease 4 s after the renewal: %+v, %v, %v; want Remaining %v", l, ok, err, relocation.LeaseTTL-4*time.Second)
+	}
+	x.advance(t, relocation.LeaseTTL)
+	if l, ok, err := x.s.Lease(x.ctx, "A"); err != nil || !ok || l.Remaining > 0 {
+		t.Errorf("Lease after it ran out: %+v, %v, %v; want Remaining <= 0", l, ok, err)
 	}
 }
 
