@@ -88,6 +88,48 @@ func main() {
 	}
 }
 
+// paced calls send until stop is closed or send returns false, perSecond
+// times a second (a burst per millisecond tick, so that the load is
+// steady), or as fast as it can when perSecond is 0.
+func paced(stop <-chan struct{}, perSecond int, send func() bool) {
+	var tick <-chan time.Time
+	perTick, sentThisTick := 0, 0
+	if perSecond > 0 {
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		tick = t.C
+		perTick = max(1, perSecond/1000)
+	}
+	for {
+		if tick != nil && sentThisTick >= perTick {
+			select {
+			case <-stop:
+				return
+			case <-tick:
+				sentThisTick = 0
+			}
+		}
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		sentThisTick++
+		if !send() {
+			return
+		}
+	}
+}
+
+// perSender is each of n senders' share of rate messages a second (at
+// least 1), or 0 (unpaced) when rate is 0.
+func perSender(rate, n int) int {
+	if rate <= 0 {
+		return 0
+	}
+	return max(1, rate/n)
+}
+
 // flagSet reports whether the flag name was given on the command line.
 func flagSet(fs *flag.FlagSet, name string) bool {
 	set := false
@@ -227,38 +269,16 @@ func run(ctx context.Context, cfg demoConfig, w io.Writer) (report, error) {
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(si), 1))
-			// Paced: a burst per millisecond tick, so the load is steady.
-			var tick <-chan time.Time
-			perTick, sentThisTick := 0, 0
-			if cfg.rate > 0 {
-				t := time.NewTicker(time.Millisecond)
-				defer t.Stop()
-				tick = t.C
-				perTick = max(1, cfg.rate/len(senders)/1000)
-			}
-			for {
-				if tick != nil && sentThisTick >= perTick {
-					select {
-					case <-stop:
-						return
-					case <-tick:
-						sentThisTick = 0
-					}
-				}
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				sentThisTick++
+			paced(stop, perSender(cfg.rate, len(senders)), func() bool {
 				i := rng.IntN(cfg.objects)
 				if err := actor.Tell(ctx, s.host, ref(i), Add{Sender: s.name, Seq: s.sent[i] + 1}); err != nil {
 					errc <- fmt.Errorf("%s: %w", s.name, err)
-					return
+					return false
 				}
 				s.sent[i]++
 				accepted.Add(1)
-			}
+				return true
+			})
 		}()
 	}
 

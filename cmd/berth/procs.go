@@ -236,39 +236,18 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(si), 2))
-			var tick <-chan time.Time
-			perTick, sentThisTick := 0, 0
-			if cfg.rate > 0 {
-				t := time.NewTicker(time.Millisecond)
-				defer t.Stop()
-				tick = t.C
-				perTick = max(1, cfg.rate/len(senders)/1000)
-			}
-			for {
-				if tick != nil && sentThisTick >= perTick {
-					select {
-					case <-stop:
-						return
-					case <-tick:
-						sentThisTick = 0
-					}
-				}
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				sentThisTick++
+			paced(stop, perSender(cfg.rate, len(senders)), func() bool {
 				i := rng.IntN(cfg.objects)
 				if err := actor.Tell(ctx, client, ref(i), Add{Sender: s.name, Seq: s.sent[i] + 1}); err != nil {
 					// Not accepted, and the sender knows: an object of the
 					// killed node until its lease ran out, say.
 					refused.Add(1)
-					continue
+					return true
 				}
 				s.sent[i]++
 				accepted.Add(1)
-			}
+				return true
+			})
 		}()
 	}
 
