@@ -121,6 +121,30 @@ func paced(stop <-chan struct{}, perSecond int, send func() bool) {
 	}
 }
 
+// progress calls line every 250 ms, until stop is closed, with the time
+// since start, the count of accepted messages and their rate since the
+// last call. The returned channel is closed when it has stopped.
+func progress(stop <-chan struct{}, start time.Time, accepted *atomic.Int64, line func(elapsed time.Duration, n int64, rate float64)) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		last, lastAt := int64(0), start
+		for {
+			select {
+			case <-stop:
+				return
+			case now := <-t.C:
+				n := accepted.Load()
+				line(now.Sub(start), n, float64(n-last)/now.Sub(lastAt).Seconds())
+				last, lastAt = n, now
+			}
+		}
+	}()
+	return done
+}
+
 // perSender is each of n senders' share of rate messages a second (at
 // least 1), or 0 (unpaced) when rate is 0.
 func perSender(rate, n int) int {
@@ -284,29 +308,14 @@ func run(ctx context.Context, cfg demoConfig, w io.Writer) (report, error) {
 
 	start := time.Now()
 	var moves atomic.Int64
-	progressDone := make(chan struct{})
 	phase := atomic.Value{}
 	phase.Store("steady load")
-	go func() { // the progress line
-		defer close(progressDone)
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		last, lastAt := int64(0), start
-		for {
-			select {
-			case <-stop:
-				return
-			case now := <-t.C:
-				n := accepted.Load()
-				rate := float64(n-last) / now.Sub(lastAt).Seconds()
-				last, lastAt = n, now
-				if !cfg.quiet {
-					fmt.Fprintf(w, "\r%5.1fs  %-26s messages %9d  %7.0f/s  relocations %6d   ",
-						now.Sub(start).Seconds(), phase.Load().(string), n, rate, drainedMoves(hosts))
-				}
-			}
+	progressDone := progress(stop, start, &accepted, func(elapsed time.Duration, n int64, rate float64) {
+		if !cfg.quiet {
+			fmt.Fprintf(w, "\r%5.1fs  %-26s messages %9d  %7.0f/s  relocations %6d   ",
+				elapsed.Seconds(), phase.Load().(string), n, rate, drainedMoves(hosts))
 		}
-	}()
+	})
 
 	third := cfg.duration / 3
 	time.Sleep(third)

@@ -252,28 +252,14 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 	}
 
 	start := time.Now()
-	progressDone := make(chan struct{})
 	var phase atomic.Value
 	phase.Store("steady load")
-	go func() {
-		defer close(progressDone)
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		last, lastAt := int64(0), start
-		for {
-			select {
-			case <-stop:
-				return
-			case now := <-t.C:
-				n := accepted.Load()
-				if !cfg.quiet {
-					fmt.Fprintf(w, "\r%5.1fs  %-22s accepted %9d  %7.0f/s  refused %6d   ",
-						now.Sub(start).Seconds(), phase.Load().(string), n, float64(n-last)/now.Sub(lastAt).Seconds(), refused.Load())
-				}
-				last, lastAt = n, now
-			}
+	progressDone := progress(stop, start, &accepted, func(elapsed time.Duration, n int64, rate float64) {
+		if !cfg.quiet {
+			fmt.Fprintf(w, "\r%5.1fs  %-22s accepted %9d  %7.0f/s  refused %6d   ",
+				elapsed.Seconds(), phase.Load().(string), n, rate, refused.Load())
 		}
-	}()
+	})
 	sleepUntil := func(t time.Time) {
 		if d := time.Until(t); d > 0 {
 			time.Sleep(d)
