@@ -6,11 +6,14 @@ package main
 // database (a throwaway server, or -db), and joins them itself as a client
 // host that owns no objects: its senders number their messages per
 // object. A third of the way through it stops one node with SIGTERM (the
-// node drains: its objects move to the others), and half way through it
-// kills another with SIGKILL. The objects that node held lose their state
-// and the messages in it (they start afresh elsewhere once its lease ran
-// out); the report counts them apart. Every other object must show every
-// accepted message once, in order.
+// node drains: its objects move to the others); from then on movers
+// relocate random objects between the nodes left, and half way through it
+// kills another node with SIGKILL, in the middle of moves from and to it.
+// The objects that node held (or was taking over past the point of no
+// return: their move ended DataLost) lose their state and the messages in
+// it (they start afresh elsewhere once its lease ran out); the report
+// counts them apart. Every other object must show every accepted message
+// once, in order.
 
 import (
 	"bufio"
@@ -34,6 +37,7 @@ import (
 
 	"github.com/berthrt/berth/actor"
 	"github.com/berthrt/berth/internal/pgtest"
+	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/pgstore"
 	"github.com/berthrt/berth/relocation"
 	"github.com/berthrt/berth/transport/remote"
@@ -59,6 +63,7 @@ type procsReport struct {
 	drainedNode                   string
 	drainExit, killExit           string
 	relocations                   int // moves reported by the nodes that stopped gracefully
+	rebalanced                    int // moves the movers asked for that completed
 	pauses                        []time.Duration
 	elapsed                       time.Duration
 	nodeLogs                      map[string]*strings.Builder
@@ -271,6 +276,50 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 	phase.Store("SIGTERM " + drained.name)
 	rep.drainExit = drained.signal(syscall.SIGTERM, 2*time.Minute)
 
+	// Then movers relocate random objects between the nodes left (asked
+	// through the client: the owner moves it), so that the SIGKILL lands in
+	// the middle of moves, the killed node their source or their target.
+	var moved atomic.Int64
+	var killing atomic.Bool // the SIGKILL is under way or done
+	var lostMu sync.Mutex
+	// Objects whose move ended DataLost (the target died past the point of
+	// no return), or whose move to the killed node was under way when the
+	// kill came and failed (its outcome may be that): their state may have
+	// died with the killed node.
+	lostInMove := map[int]bool{}
+	moverStop := make(chan struct{})
+	var mwg sync.WaitGroup
+	var left []string
+	for _, n := range nodes {
+		if n != drained {
+			left = append(left, n.name)
+		}
+	}
+	for m := range 4 {
+		mwg.Add(1)
+		go func() {
+			defer mwg.Done()
+			rng := rand.New(rand.NewPCG(uint64(m), 3))
+			paced(moverStop, 50, func() bool {
+				i := rng.IntN(cfg.objects)
+				dst := left[rng.IntN(len(left))]
+				beforeKill := !killing.Load()
+				mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				err := client.Relocate(mctx, ref(i), dst)
+				cancel()
+				switch {
+				case err == nil:
+					moved.Add(1)
+				case errors.Is(err, payload.DataLost), dst == killed.name && beforeKill && killing.Load():
+					lostMu.Lock()
+					lostInMove[i] = true
+					lostMu.Unlock()
+				} // else refused, aborted (the object resumed where it was), or in progress
+				return true
+			})
+		}()
+	}
+
 	// Half way: SIGKILL another. Note which objects it held.
 	sleepUntil(start.Add(cfg.duration / 2))
 	phase.Store("SIGKILL " + killed.name)
@@ -281,6 +330,7 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 			held[i] = true
 		}
 	}
+	killing.Store(true)
 	rep.killExit = killed.signal(syscall.SIGKILL, 10*time.Second)
 	// Objects it was taking over while it died are held too: read again.
 	for i := 0; i < cfg.objects; i++ {
@@ -292,6 +342,13 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 	rep.killedObjects = len(held)
 	phase.Store("after the kill")
 	sleepUntil(start.Add(cfg.duration))
+	close(moverStop)
+	mwg.Wait()
+	for i := range lostInMove { // moves to the killed node past the point of no return
+		held[i] = true
+	}
+	rep.killedObjects = len(held)
+	rep.rebalanced = int(moved.Load())
 	close(stop)
 	wg.Wait()
 	<-progressDone
@@ -367,7 +424,7 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 	fmt.Fprintf(w, "    accepted %d, handled after the restart %d, lost with the process %d\n",
 		rep.killedAccepted, rep.killedHandled, max(rep.killedAccepted-rep.killedHandled, 0))
 	fmt.Fprintf(w, "  %s (SIGTERM): %s; %s (SIGKILL): %s\n", drained.name, rep.drainExit, killed.name, rep.killExit)
-	fmt.Fprintf(w, "  relocations         %d (reported by the nodes that stopped gracefully)\n", rep.relocations)
+	fmt.Fprintf(w, "  relocations         %d (reported by the nodes that stopped gracefully; %d rebalancing moves asked through the client completed)\n", rep.relocations, rep.rebalanced)
 	if n := len(rep.pauses); n > 0 {
 		fmt.Fprintf(w, "  pause (seal → open) p50 %v  p99 %v  max %v\n",
 			rep.pauses[n/2].Round(time.Microsecond), rep.pauses[n*99/100].Round(time.Microsecond), rep.pauses[n-1].Round(time.Microsecond))
