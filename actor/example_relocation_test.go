@@ -208,3 +208,44 @@ func ExampleHost_Pauses() {
 	// Output:
 	// moves from a: 1 from b: 1
 }
+
+// A gateway (Config.Gateway) sends to objects of the kinds it registers
+// but hosts none: the object runs on a host that serves the kind.
+func ExampleConfig_gateway() {
+	ctx := context.Background()
+	net := inproc.NewNetwork(inproc.Options{})
+	store := relocation.NewMemoryStore(nil)
+	members := membership.NewMemory(membership.Options{})
+	defer members.Close()
+	server, _ := actor.NewHost(actor.Config{Name: "server", Transport: net, Store: store, Membership: members})
+	server.Register(cartKind())
+	server.Start()
+	defer server.Close()
+	gw, _ := actor.NewHost(actor.Config{Name: "gw", Gateway: true, Transport: net, Store: store, Membership: members})
+	gw.Register(cartKind()) // for the cart's message types
+	gw.Start()
+	defer gw.Close()
+	for len(gw.Peers()) == 0 { // it learns of the server from the membership
+		time.Sleep(time.Millisecond)
+	}
+	cart := actor.Ref{Kind: "cart", ID: "bob"}
+	actor.Tell(ctx, gw, cart, AddItem{SKU: "tea", Qty: 2})
+	n, _ := actor.Ask[CountItems, int](ctx, gw, cart, CountItems{})
+	loc, _ := gw.Locate(ctx, cart)
+	fmt.Println(n, "items; the cart runs on", loc.Host)
+	// Output: 2 items; the cart runs on server
+}
+
+// A host on a network transport publishes the address its peers reach it
+// at in the membership (Host.Addr); on the in-process transport it has
+// none.
+func ExampleHost_Addr() {
+	net := inproc.NewNetwork(inproc.Options{})
+	members := membership.NewMemory(membership.Options{})
+	defer members.Close()
+	h, _ := actor.NewHost(actor.Config{Name: "a", Transport: net, Store: relocation.NewMemoryStore(nil), Membership: members})
+	h.Start()
+	defer h.Close()
+	fmt.Printf("%q\n", h.Addr())
+	// Output: ""
+}
