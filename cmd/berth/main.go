@@ -1,9 +1,11 @@
-// Command berth runs berth's demo: live relocation of stateful objects
-// between hosts while traffic flows.
+// Command berth runs berth's demos and its node.
 //
-//	go run ./cmd/berth demo [flags]
+//	go run ./cmd/berth demo [flags]            the live-relocation demo, in one process
+//	go run ./cmd/berth demo -procs 3 [flags]   the same across node processes, on Postgres
+//	go run ./cmd/berth node -name n1 -db URL   one host per process (see node.go)
+//	go run ./cmd/berth pgdemo [flags]          Postgres inbox tables through objects
 //
-// It starts several in-process hosts sharing an in-memory Location Store,
+// The demo starts several in-process hosts sharing an in-memory Location Store,
 // activates thousands of counter objects across them, drives steady load
 // from several senders that number their messages per object, then drains
 // one host and rebalances objects live between the others while the load
