@@ -68,12 +68,12 @@ func harness(c *cluster) transporttest.Harness {
 			return c.start(t, name, h)
 		},
 		Break: func(t *testing.T, a, b string) {
-			c.get(a).SetCut(b, true)
-			c.get(b).SetCut(a, true)
+			c.get(a).Cut(b, true)
+			c.get(b).Cut(a, true)
 		},
 		Heal: func(t *testing.T, a, b string) {
-			c.get(a).SetCut(b, false)
-			c.get(b).SetCut(a, false)
+			c.get(a).Cut(b, false)
+			c.get(b).Cut(a, false)
 		},
 	}
 }

@@ -733,6 +733,26 @@ type Stats struct {
 	Unknown uint64
 }
 
+// Cut cuts (cut true) or restores the link between this host and its peer
+// name, as a broken network would: envelopes to and from the peer are
+// lost, and the link is Down at once (its connection ended) until the
+// peer is heard from again after the cut ends; the session layer then
+// resends what was lost. It is fault injection, for tests and drills (cut
+// both ends for a network partition); a peer it does not know is ignored.
+func (t *Transport) Cut(name string, cut bool) {
+	p, _ := t.peer(name)
+	if p == nil {
+		return
+	}
+	p.cut.Store(cut)
+	if cut {
+		p.mu.Lock()
+		p.s.connDown(&p.o)
+		t.flushLocked(p)
+		p.mu.Unlock()
+	}
+}
+
 // Stats returns the transport's counts so far.
 func (t *Transport) Stats() Stats {
 	t.mu.RLock()
