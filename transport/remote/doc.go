@@ -82,6 +82,14 @@
 //     process).
 //   - remote.Start panics when it cannot listen; Listen turns that into a
 //     payload.Unavailable error.
+//   - remote.Shutdown(true) races with its own endpoints (a send on a
+//     reader's closed channel; a writer that removes itself from a
+//     connection map the shutdown has just set to nil), which panics or
+//     crashes the process now and then (about 1 run in 300 of this
+//     package's examples). Close does not call it: it stops protoactor's
+//     endpoint supervisor and activator itself, then the gRPC server (see
+//     shutdownRemote); the session layer has made sure beforehand that the
+//     peers received everything.
 //   - protoactor's serializer registry and extension ids are package
 //     globals of protoactor (no effect on other users).
 //

@@ -297,6 +297,23 @@ func startRemote(r *remote.Remote) (err error) {
 	return nil
 }
 
+// shutdownRemote stops protoactor's remote r of actor system sys without
+// its graceful Shutdown, which races with its own endpoints (two ways seen
+// here, both ending the process or the caller: endpointManager.stop sends
+// on a reader's channel that the reader, just ended, has closed; and it
+// sets its connection map to nil while a writer whose stream just died is
+// still removing itself from it). Our session layer has already made sure
+// that every reachable peer received everything, so nothing is lost by
+// stopping instead: first the endpoint writers and watchers (their
+// supervisor) and the activator, while the endpoint manager's state is
+// whole, then the gRPC server at once.
+func shutdownRemote(sys *actor.ActorSystem, r *remote.Remote) {
+	for _, name := range []string{"EndpointSupervisor", "activator"} {
+		_ = sys.Root.StopFuture(actor.NewPID(sys.Address(), name)).Wait()
+	}
+	r.Shutdown(false)
+}
+
 // Local returns this host's name.
 func (t *Transport) Local() string { return t.name }
 
@@ -578,7 +595,7 @@ func (t *Transport) Close(graceful bool) error {
 	t.shut = true
 	t.wireMu.Unlock()
 	t.system.EventStream.Unsubscribe(t.sub)
-	t.rem.Shutdown(true)
+	shutdownRemote(t.system, t.rem)
 	t.system.ProcessRegistry.Remove(t.self)
 	t.system.Shutdown()
 	for _, p := range peers {
