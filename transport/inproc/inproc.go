@@ -51,6 +51,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/berthrt/berth/internal/fifo"
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/transport"
 )
@@ -712,15 +713,7 @@ func (l *link) run() {
 		clear(l.items[l.head : l.head+n])
 		l.queued.Add(-int64(n))
 		l.inFlight.Store(int64(n))
-		l.head += n
-		switch {
-		case l.head == len(l.items):
-			l.items, l.head = l.items[:0], 0
-		case l.head > 1024 && l.head > len(l.items)/2:
-			k := copy(l.items, l.items[l.head:])
-			clear(l.items[k:])
-			l.items, l.head = l.items[:k], 0
-		}
+		l.items, l.head = fifo.Compact(l.items, l.head+n)
 		if l.room != nil && l.queuedLocked() < l.from.net.low {
 			l.openRoomLocked()
 		}

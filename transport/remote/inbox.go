@@ -1,6 +1,10 @@
 package remote
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/berthrt/berth/internal/fifo"
+)
 
 // inbox is the queue of handler calls for one peer, taken by the peer's
 // delivery goroutine one at a time, in order (a mutex, a slice and a
@@ -65,14 +69,7 @@ func (q *inbox) next() (d delivery, more, ok bool) {
 	}
 	d = q.items[q.head]
 	q.items[q.head] = delivery{}
-	q.head++
-	if q.head == len(q.items) {
-		q.items, q.head = q.items[:0], 0
-	} else if q.head > 1024 && q.head > len(q.items)/2 {
-		k := copy(q.items, q.items[q.head:])
-		clear(q.items[k:])
-		q.items, q.head = q.items[:k], 0
-	}
+	q.items, q.head = fifo.Compact(q.items, q.head+1)
 	q.inFlight = true
 	if d.what == dItem {
 		q.lastEpoch, q.lastSeq = d.epoch, d.seq

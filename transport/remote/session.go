@@ -3,6 +3,7 @@ package remote
 import (
 	"bytes"
 
+	"github.com/berthrt/berth/internal/fifo"
 	"github.com/berthrt/berth/transport"
 )
 
@@ -412,13 +413,7 @@ func (s *session) acks(e *Envelope, o *output) {
 			s.out[s.outHead] = outItem{}
 			s.outHead++
 		}
-		if s.outHead == len(s.out) {
-			s.out, s.outHead = s.out[:0], 0
-		} else if s.outHead > 1024 && s.outHead > len(s.out)/2 {
-			k := copy(s.out, s.out[s.outHead:])
-			clear(s.out[k:])
-			s.out, s.outHead = s.out[:k], 0
-		}
+		s.out, s.outHead = fifo.Compact(s.out, s.outHead)
 		s.updateBlocked()
 	}
 	// A gap report goes back at once, unless a go-back from the same point
