@@ -132,6 +132,16 @@ type sessionStats struct {
 	dropped    uint64 // non-frame items a gracefully closed peer did not take
 }
 
+// add adds o's counts to s.
+func (s *sessionStats) add(o sessionStats) {
+	s.resent += o.resent
+	s.duplicates += o.duplicates
+	s.gaps += o.gaps
+	s.stale += o.stale
+	s.lost += o.lost
+	s.dropped += o.dropped
+}
+
 // session is the machine of one pair: this host and peer. Not safe for
 // concurrent use (the driver holds the peer's lock).
 type session struct {

@@ -387,22 +387,13 @@ func (t *Transport) RemovePeer(name string) {
 		delete(t.byAddr, p.addr)
 	}
 	p.s.remove(&p.o)
-	t.addStatsLocked(p.s.stats)
+	t.removed.add(p.s.stats)
 	t.mu.Unlock()
 	t.flushLocked(p)
 	p.q.endWhenEmpty()
 	p.mu.Unlock()
 }
 
-func (t *Transport) addStatsLocked(s sessionStats) {
-	r := &t.removed
-	r.resent += s.resent
-	r.duplicates += s.duplicates
-	r.gaps += s.gaps
-	r.stale += s.stale
-	r.lost += s.lost
-	r.dropped += s.dropped
-}
 
 func (t *Transport) peer(name string) (*peer, bool) {
 	t.mu.RLock()
@@ -777,14 +768,8 @@ func (t *Transport) Stats() Stats {
 	t.mu.RUnlock()
 	for _, p := range t.peerList() {
 		p.mu.Lock()
-		s := p.s.stats
+		sum.add(p.s.stats)
 		p.mu.Unlock()
-		sum.resent += s.resent
-		sum.duplicates += s.duplicates
-		sum.gaps += s.gaps
-		sum.stale += s.stale
-		sum.lost += s.lost
-		sum.dropped += s.dropped
 	}
 	return Stats{Resent: sum.resent, Duplicates: sum.duplicates, Gaps: sum.gaps, Stale: sum.stale,
 		Lost: sum.lost, Dropped: sum.dropped, Unknown: t.unknown.Load()}
