@@ -394,7 +394,6 @@ func (t *Transport) RemovePeer(name string) {
 	p.mu.Unlock()
 }
 
-
 func (t *Transport) peer(name string) (*peer, bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
