@@ -87,6 +87,15 @@ func TestNodeNeedsANameAndADatabase(t *testing.T) {
 // them and exits 3 (actor.ErrLeaseLost) — there is never a second live
 // activation. The objects go on, once, on the other node.
 func TestANodePausedPastItsLeaseExitsAndItsObjectsGoOnElsewhere(t *testing.T) {
+	if raceBuild {
+		// Its gateway is the second protoactor remote this test process
+		// starts (TestDemoAcrossProcesses starts the first): remote.Start
+		// rewrites gRPC's process-wide logger, which the race detector
+		// reports against the first one's gRPC goroutines (inside
+		// protoactor and gRPC; see transport/remote). The nodes are
+		// processes of their own and run without the detector anyway.
+		t.Skip("a second protoactor remote in one process races on gRPC's global logger inside protoactor; run without -race")
+	}
 	db := pgtest.New(t)
 	bin := buildBerth(t)
 	ctx := context.Background()
