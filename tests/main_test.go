@@ -1,10 +1,19 @@
 package tests
 
 import (
+	"os"
 	"testing"
 
 	"github.com/berthrt/berth/internal/pgtest"
 )
 
-// TestMain stops the throwaway Postgres the Postgres variants start.
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// TestMain runs the test binary as a child process of the tests across OS
+// processes when BERTH_TESTS_CHILD names a role (child_test.go);
+// otherwise it runs the tests and then stops the throwaway Postgres the
+// Postgres variants start.
+func TestMain(m *testing.M) {
+	if role := os.Getenv(childEnv); role != "" {
+		os.Exit(childMain(role))
+	}
+	pgtest.Main(m)
+}

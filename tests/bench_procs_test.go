@@ -1,0 +1,231 @@
+package tests
+
+// Benchmarks across OS processes: the objects live in child processes
+// (child_test.go), `berth`-like nodes on transport/remote over loopback and
+// pgstore; this process sends through a gateway host of its own. The
+// baseline, BenchmarkProcsRawRequestFuture, is protoactor-go alone, its
+// echo actor in a child process too.
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	paactor "github.com/asynkron/protoactor-go/actor"
+	paremote "github.com/asynkron/protoactor-go/remote"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/internal/pgtest"
+	"github.com/berthrt/berth/internal/testutil"
+	"github.com/berthrt/berth/pgstore"
+	"github.com/berthrt/berth/transport/remote"
+)
+
+// procsGateway starts a gateway host in this process on database db (it
+// hosts nothing) and waits until it knows nodes peers.
+func procsGateway(b *testing.B, db string, nodes int) *actor.Host {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, db)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	store, err := pgstore.Open(ctx, pool, pgstore.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	members, err := pgstore.OpenMembership(ctx, pool, pgstore.MembershipOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(members.Close)
+	h, err := actor.NewHost(actor.Config{Name: "gateway", Transport: remote.New(remote.Options{}), Store: store,
+		Membership: members, Logger: quietLogger(), Gateway: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h.Register(benchKind())
+	h.Register(tallyKind())
+	if err := h.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { h.Close() })
+	testutil.WaitForWithin(b, "the gateway to know the nodes", time.Minute, func() bool { return len(h.Peers()) >= nodes })
+	return h
+}
+
+// procsOne: one node process and a gateway here; the bench object
+// activated on the node.
+func procsOne(b *testing.B) (*actor.Host, actor.Ref) {
+	if raceEnabled {
+		b.Skip("benchmarks run without -race")
+	}
+	db := pgtest.New(b).URL
+	startNodeChild(b, db, "n1")
+	gw := procsGateway(b, db, 1)
+	ref := actor.Ref{Kind: "bench", ID: "one-" + strconv.Itoa(b.N)}
+	if _, err := actor.Ask[benchGet, int](context.Background(), gw, ref, benchGet{}); err != nil { // activates on n1 (the gateway hosts nothing)
+		b.Fatal(err)
+	}
+	return gw, ref
+}
+
+// BenchmarkProcsTellPipelined: Tells from this process to an object in
+// another process, one goroutine; the clock stops when the object ran
+// them all.
+func BenchmarkProcsTellPipelined(b *testing.B) {
+	gw, ref := procsOne(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if err := actor.Tell(ctx, gw, ref, benchInc{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if n, err := actor.Ask[benchGet, int](ctx, gw, ref, benchGet{}); err != nil || n != b.N {
+		b.Fatalf("count %d, %v; want %d", n, err, b.N)
+	}
+}
+
+// BenchmarkProcsAsk: one Ask at a time from this process to an object in
+// another process: a round trip.
+func BenchmarkProcsAsk(b *testing.B) {
+	gw, ref := procsOne(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if _, err := actor.Ask[benchGet, int](ctx, gw, ref, benchGet{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkProcsRawRequestFuture is the baseline of BenchmarkProcsAsk:
+// protoactor-go's RequestFuture from this process to an actor in another
+// process over its remote, one at a time.
+func BenchmarkProcsRawRequestFuture(b *testing.B) {
+	if raceEnabled {
+		b.Skip("benchmarks run without -race")
+	}
+	echo := startChild(b, "rawecho", "echo")
+	discard := func(*paactor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }
+	sys := paactor.NewActorSystem(paactor.WithLoggerFactory(discard))
+	r := paremote.NewRemote(sys, paremote.Configure("127.0.0.1", 0, paremote.WithEndpointWriterQueueSize(1024)))
+	r.Start()
+	defer r.Shutdown(false)
+	target := paactor.NewPID(echo.addr, "echo")
+	req := []byte("get")
+	if _, err := sys.Root.RequestFuture(target, &wrapperspb.BytesValue{Value: req}, 10*time.Second).Result(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if _, err := sys.Root.RequestFuture(target, &wrapperspb.BytesValue{Value: req}, 10*time.Second).Result(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkProcsRelocate moves one object with 1 KiB or 1 MiB of state
+// back and forth between two node processes, asked through the gateway
+// here (the owner moves it): the whole Relocate call per op, and the
+// pause (seal at the source → open at the target, Host.Pauses on the
+// nodes) percentiles.
+func BenchmarkProcsRelocate(b *testing.B) {
+	for _, size := range []struct {
+		name  string
+		bytes int
+	}{{"state=1KiB", 1 << 10}, {"state=1MiB", 1 << 20}} {
+		b.Run(size.name, func(b *testing.B) {
+			if raceEnabled {
+				b.Skip("benchmarks run without -race")
+			}
+			db := pgtest.New(b).URL
+			n1, n2 := startNodeChild(b, db, "n1"), startNodeChild(b, db, "n2")
+			n1.waitPeers(b, 1)
+			n2.waitPeers(b, 1)
+			n1.must(b, "activate 1 moving "+strconv.Itoa(size.bytes)) // tally object moving0 on n1
+			gw := procsGateway(b, db, 2)
+			ctx := context.Background()
+			ref := actor.Ref{Kind: "tally", ID: "moving0"}
+			n1.must(b, "pauses")
+			nodes := []string{"n1", "n2"}
+			where := 0
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if err := gw.Relocate(ctx, ref, nodes[1-where]); err != nil {
+					b.Fatal(err)
+				}
+				where = 1 - where
+			}
+			b.StopTimer()
+			reportPauses(b, n1.must(b, "pauses"), n2.must(b, "pauses"))
+		})
+	}
+}
+
+// reportPauses reports the percentiles of the pauses in "pauses" replies.
+func reportPauses(b *testing.B, replies ...string) {
+	var p []time.Duration
+	for _, r := range replies {
+		for _, us := range strings.Split(r, ",") {
+			if n, err := strconv.ParseInt(us, 10, 64); err == nil {
+				p = append(p, time.Duration(n)*time.Microsecond)
+			}
+		}
+	}
+	slices.Sort(p)
+	if len(p) > 0 {
+		b.ReportMetric(float64(p[len(p)/2].Microseconds()), "pause-p50-µs")
+		b.ReportMetric(float64(p[len(p)*99/100].Microseconds()), "pause-p99-µs")
+	}
+}
+
+// BenchmarkProcsDrain: 10,000 objects with a little state each on one
+// node process drain to two others; the clock runs from Drain to the
+// drained host's stop (every object moved). One drain per op.
+func BenchmarkProcsDrain(b *testing.B) {
+	if raceEnabled {
+		b.Skip("benchmarks run without -race")
+	}
+	const objects = 10_000
+	var total time.Duration
+	var pauses []string
+	b.StopTimer()
+	for range b.N {
+		db := pgtest.New(b).URL
+		n1 := startNodeChild(b, db, "n1")
+		n1.must(b, "activate "+strconv.Itoa(objects)+" d 16") // all on n1: it is alone
+		n2, n3 := startNodeChild(b, db, "n2"), startNodeChild(b, db, "n3")
+		for _, n := range []*child{n1, n2, n3} {
+			n.waitPeers(b, 2)
+		}
+		start := time.Now()
+		b.StartTimer()
+		r := n1.must(b, "drain")
+		b.StopTimer()
+		total += time.Since(start)
+		n1.exited(b)
+		if _, p, ok := strings.Cut(r, " "); ok {
+			pauses = append(pauses, p)
+		}
+		owners := decode[map[string]int](b, n2.must(b, "owners d "+strconv.Itoa(objects)))
+		if owners["n2"]+owners["n3"] != objects {
+			b.Fatalf("after the drain the objects live on %v; want all %d on n2 and n3", owners, objects)
+		}
+		n2.stop(b)
+		n3.stop(b)
+	}
+	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "drain-ms")
+	reportPauses(b, pauses...)
+}

@@ -1,0 +1,564 @@
+package tests
+
+// The child side of the tests across OS processes. The test binary runs
+// itself as a child process when BERTH_TESTS_CHILD names a role (see
+// TestMain); the parent (procs_test.go) drives it with one-line commands
+// on its standard input, and it answers each with one line on standard
+// output, "ok ..." or "err ...". Its log goes to standard error. When its
+// standard input ends (the parent is gone) it exits at once.
+//
+// Roles:
+//
+//	node     a berth host on transport/remote and pgstore (database
+//	         BERTH_CHILD_DB, name BERTH_CHILD_NAME; BERTH_CHILD_GATEWAY=1:
+//	         a gateway, hosting nothing), with the seqlog, tally and bench
+//	         kinds. BERTH_CHILD_KILL_AT="send Prepare" (or "recv Cutover",
+//	         ...) SIGKILLs the process when it is about to send, or has just
+//	         received, that relocation record.
+//	rawecho  a raw protoactor-go actor system with remote, and an actor
+//	         named "echo" that answers every BytesValue with one: the
+//	         baseline of the benchmarks across processes.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	paactor "github.com/asynkron/protoactor-go/actor"
+	paremote "github.com/asynkron/protoactor-go/remote"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/pgstore"
+	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/transport"
+	"github.com/berthrt/berth/transport/remote"
+)
+
+const childEnv = "BERTH_TESTS_CHILD"
+
+// seqlog is the state of the objects of the tests across processes: per
+// sender, every sequence number the object ran, in the order it ran them.
+type seqlog struct {
+	Seen map[string][]int `json:"seen"`
+}
+
+type readSeqlog struct{}
+
+func seqlogKind() *actor.Kind[seqlog] {
+	k := actor.NewKind("seqlog", func(*actor.Context, string) (*seqlog, error) {
+		return &seqlog{Seen: map[string][]int{}}, nil
+	})
+	actor.Handle(k, func(_ *actor.Context, l *seqlog, m numbered) error {
+		l.Seen[m.Sender] = append(l.Seen[m.Sender], m.Seq)
+		return nil
+	})
+	actor.HandleRequest(k, func(_ *actor.Context, l *seqlog, m numberedAsk) (int, error) {
+		l.Seen[m.Sender] = append(l.Seen[m.Sender], m.Seq)
+		return m.Seq, nil
+	})
+	actor.HandleRequest(k, func(_ *actor.Context, l *seqlog, _ readSeqlog) (seqlog, error) { return *l, nil })
+	k.PreserveStateJSON()
+	return k
+}
+
+func seqlogRef(i int) actor.Ref { return actor.Ref{Kind: "seqlog", ID: strconv.Itoa(i)} }
+
+// senderReport is what a child's senders did, per sender name: for each
+// object, the last sequence number they used (Sent) and the numbers of
+// the Asks that failed (Uncertain: they may or may not have run). A Tell
+// that failed did not use its number.
+type senderReport struct {
+	Sent       []int         `json:"sent"`
+	Uncertain  map[int][]int `json:"uncertain,omitempty"`
+	Tells      int           `json:"tells"`
+	Asks       int           `json:"asks"`
+	TellErrors int           `json:"tellErrors"`
+	AskErrors  int           `json:"askErrors"`
+	Errors     []string      `json:"errors,omitempty"` // the first few
+}
+
+// moverReport is what a child's movers did.
+type moverReport struct {
+	Moved, Aborted, Busy int
+	Errors               []string // unexpected ones, the first few
+}
+
+func childMain(role string) int {
+	switch role {
+	case "node":
+		return childNode()
+	case "rawecho":
+		return childRawEcho()
+	}
+	fmt.Fprintf(os.Stderr, "unknown child role %q\n", role)
+	return 2
+}
+
+// killer wraps a transport: it SIGKILLs this process when the relocation
+// record it watches for is about to be sent or was just received.
+type killer struct {
+	inner  transport.Attacher
+	dir    string // "send" or "recv"
+	record string // the record's type name, as "Prepare"
+}
+
+func recordName(it transport.Item) string {
+	if it.Kind != transport.Record {
+		return ""
+	}
+	_, rec, err := relocation.DecodeRecord(it.Data)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimPrefix(fmt.Sprintf("%T", rec), "*relocation.")
+}
+
+func (k *killer) die() {
+	fmt.Fprintf(os.Stderr, "KILL AT %s %s\n", k.dir, k.record)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
+}
+
+func (k *killer) Attach(name string, h transport.Handler) (transport.Transport, error) {
+	t, err := k.inner.Attach(name, killerHandler{h, k})
+	if err != nil {
+		return nil, err
+	}
+	return killerTransport{t, k}, nil
+}
+
+type killerTransport struct {
+	transport.Transport
+	k *killer
+}
+
+func (t killerTransport) Send(to string, it transport.Item) error {
+	if t.k.dir == "send" && recordName(it) == t.k.record {
+		t.k.die()
+	}
+	return t.Transport.Send(to, it)
+}
+
+// The host publishes its address and learns its peers' through the
+// transport's Directory.
+func (t killerTransport) Addr() string { return t.Transport.(transport.Directory).Addr() }
+func (t killerTransport) AddPeer(name, addr string) error {
+	return t.Transport.(transport.Directory).AddPeer(name, addr)
+}
+func (t killerTransport) RemovePeer(name string) { t.Transport.(transport.Directory).RemovePeer(name) }
+
+type killerHandler struct {
+	transport.Handler
+	k *killer
+}
+
+func (h killerHandler) Deliver(from string, it transport.Item) {
+	if h.k.dir == "recv" && recordName(it) == h.k.record {
+		h.k.die()
+	}
+	h.Handler.Deliver(from, it)
+}
+
+func childNode() int {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	name, db := os.Getenv("BERTH_CHILD_NAME"), os.Getenv("BERTH_CHILD_DB")
+	ctx := context.Background()
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.New(octx, db)
+	if err != nil {
+		log.Error("open the database", "err", err)
+		return 1
+	}
+	defer pool.Close()
+	store, err := pgstore.Open(octx, pool, pgstore.Options{})
+	if err != nil {
+		log.Error("open the store", "err", err)
+		return 1
+	}
+	members, err := pgstore.OpenMembership(octx, pool, pgstore.MembershipOptions{Logger: log})
+	if err != nil {
+		log.Error("open the membership", "err", err)
+		return 1
+	}
+	defer members.Close()
+	var att transport.Attacher = remote.New(remote.Options{Listen: "127.0.0.1:0", Logger: log})
+	if at := os.Getenv("BERTH_CHILD_KILL_AT"); at != "" {
+		dir, rec, _ := strings.Cut(at, " ")
+		att = &killer{inner: att, dir: dir, record: rec}
+	}
+	h, err := actor.NewHost(actor.Config{Name: name, Transport: att, Store: store, Membership: members,
+		Logger: log, Gateway: os.Getenv("BERTH_CHILD_GATEWAY") == "1"})
+	if err != nil {
+		log.Error("new host", "err", err)
+		return 1
+	}
+	h.Register(seqlogKind())
+	h.Register(tallyKind())
+	h.Register(benchKind())
+	if err := h.Start(); err != nil {
+		log.Error("start", "err", err)
+		return 1
+	}
+	defer h.Close()
+	fmt.Printf("ready %s %s\n", name, h.Addr())
+
+	c := &childCtl{h: h, store: store}
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(os.Stdin)
+		sc.Buffer(make([]byte, 1<<20), 64<<20)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	for {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				return 0 // the parent is gone
+			}
+			reply, exit := c.do(line)
+			fmt.Println(reply)
+			if exit {
+				return 0
+			}
+		case <-h.Done():
+			fmt.Fprintf(os.Stderr, "host closed: %v\n", h.Err())
+			switch {
+			case h.Err() == nil:
+				return 0
+			case errors.Is(h.Err(), actor.ErrLeaseLost):
+				return 3
+			}
+			return 1
+		}
+	}
+}
+
+// childCtl runs a node child's commands.
+type childCtl struct {
+	h     *actor.Host
+	store relocation.Store
+
+	load       chan struct{} // closed to stop the senders
+	loadWG     sync.WaitGroup
+	senders    map[string]*senderReport
+	movers     chan struct{}
+	moversWG   sync.WaitGroup
+	moverMu    sync.Mutex
+	moverStats moverReport
+}
+
+func jsonLine(prefix string, v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "err " + err.Error()
+	}
+	return prefix + " " + string(b)
+}
+
+func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
+
+// do runs one command; exit: the child should exit after replying.
+func (c *childCtl) do(line string) (reply string, exit bool) {
+	f := strings.Fields(line)
+	if len(f) == 0 {
+		return "err empty command", false
+	}
+	ctx := context.Background()
+	switch f[0] {
+	case "peers": // peers → ok <n>
+		return "ok " + strconv.Itoa(len(c.h.Peers())), false
+	case "load": // load <objects> <senders> <askEvery> <seed> <rate per sender, 0: unpaced>
+		c.startLoad(atoi(f[1]), atoi(f[2]), atoi(f[3]), uint64(atoi(f[4])), atoi(f[5]))
+		return "ok", false
+	case "unload": // unload → ok <json map[sender]senderReport>
+		close(c.load)
+		c.loadWG.Wait()
+		return jsonLine("ok", c.senders), false
+	case "movers": // movers <n> <objects> <targets,csv> <seed> <per mover per second>
+		c.startMovers(atoi(f[1]), atoi(f[2]), strings.Split(f[3], ","), uint64(atoi(f[4])), atoi(f[5]))
+		return "ok", false
+	case "unmove": // unmove → ok <json moverReport>
+		close(c.movers)
+		c.moversWG.Wait()
+		return jsonLine("ok", c.moverStats), false
+	case "tell": // tell <id> <sender> <seq>
+		if err := actor.Tell(ctx, c.h, seqlogRef(atoi(f[1])), numbered{Sender: f[2], Seq: atoi(f[3])}); err != nil {
+			return "err " + err.Error(), false
+		}
+		return "ok", false
+	case "read": // read <id> → ok <json seqlog>
+		actx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		l, err := actor.Ask[readSeqlog, seqlog](actx, c.h, seqlogRef(atoi(f[1])), readSeqlog{})
+		if err != nil {
+			return "err " + err.Error(), false
+		}
+		return jsonLine("ok", l), false
+	case "readall": // readall <objects> <seconds> → ok <json []readResult>: every object read at once, each retried until it answers or the time is up
+		return jsonLine("ok", c.readAll(atoi(f[1]), time.Duration(atoi(f[2]))*time.Second)), false
+	case "activate": // activate <n> <prefix> <pad bytes>: tally objects <prefix>0..<prefix>n-1 activate here (64 at a time), each with a message from a sender named by pad bytes (its state)
+		if err := c.activate(atoi(f[1]), f[2], atoi(f[3])); err != nil {
+			return "err " + err.Error(), false
+		}
+		return "ok", false
+	case "owner": // owner <kind> <id> → ok <host>
+		row, err := c.store.Get(ctx, relocation.Object{Kind: f[1], ID: f[2]})
+		if err != nil {
+			return "err " + err.Error(), false
+		}
+		return "ok " + row.Host, false
+	case "relocate": // relocate <kind> <id> <target> → ok | err <kind> <text>
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := c.h.Relocate(rctx, actor.Ref{Kind: f[1], ID: f[2]}, f[3]); err != nil {
+			return "err " + payload.KindOf(err).String() + " " + err.Error(), false
+		}
+		return "ok", false
+	case "drain": // drain → ok <ms> <pauses, as for pauses>; the host stopped, the child exits after replying
+		start := time.Now()
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		if err := c.h.Drain(dctx); err != nil {
+			return "err " + err.Error(), false
+		}
+		return "ok " + strconv.FormatInt(time.Since(start).Milliseconds(), 10) + " " + pausesCSV(c.h), true
+	case "pauses": // pauses → ok <µs,µs,...> (and forgets them)
+		return "ok " + pausesCSV(c.h), false
+	case "owners": // owners <prefix> <n> → ok <json map[host]count> of tally objects <prefix>0..<prefix>n-1, by the store
+		owners := map[string]int{}
+		for i := range atoi(f[2]) {
+			row, err := c.store.Get(ctx, relocation.Object{Kind: "tally", ID: f[1] + strconv.Itoa(i)})
+			if err != nil {
+				return "err " + err.Error(), false
+			}
+			owners[row.Host]++
+		}
+		return jsonLine("ok", owners), false
+	case "stop": // stop: graceful; the child exits after replying
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		if err := c.h.Stop(sctx); err != nil {
+			return "err " + err.Error(), true
+		}
+		return "ok", true
+	}
+	return "err unknown command " + strconv.Quote(line), false
+}
+
+// pausesCSV returns the host's move pauses (Host.Pauses) in µs, separated
+// by commas.
+func pausesCSV(h *actor.Host) string {
+	p := h.Pauses()
+	us := make([]string, len(p))
+	for i, d := range p {
+		us[i] = strconv.FormatInt(d.Microseconds(), 10)
+	}
+	return strings.Join(us, ",")
+}
+
+// activate activates n tally objects here, with a state of about pad
+// bytes each.
+func (c *childCtl) activate(n int, prefix string, pad int) error {
+	sender := strings.Repeat("x", max(pad, 1))
+	var g errgroup.Group
+	g.SetLimit(64)
+	for i := range n {
+		g.Go(func() error {
+			ref := actor.Ref{Kind: "tally", ID: prefix + strconv.Itoa(i)}
+			_, err := actor.Ask[numberedAsk, int](context.Background(), c.h, ref, numberedAsk{Sender: sender, Seq: 1})
+			return err
+		})
+	}
+	return g.Wait()
+}
+
+// readResult is one object's reading by readall.
+type readResult struct {
+	Log   seqlog        `json:"log"`
+	Err   string        `json:"err,omitempty"` // the last error, when it never answered
+	Tries int           `json:"tries"`
+	Took  time.Duration `json:"took"`
+}
+
+// readAll reads seqlog objects 0..objects-1 concurrently, each retried
+// until it answers or d is up.
+func (c *childCtl) readAll(objects int, d time.Duration) []readResult {
+	res := make([]readResult, objects)
+	deadline := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for i := range res {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			for {
+				res[i].Tries++
+				actx, cancel := context.WithDeadline(context.Background(), deadline)
+				l, err := actor.Ask[readSeqlog, seqlog](actx, c.h, seqlogRef(i), readSeqlog{})
+				cancel()
+				if err == nil {
+					res[i] = readResult{Log: l, Tries: res[i].Tries, Took: time.Since(start)}
+					return
+				}
+				res[i].Err = err.Error()
+				if time.Now().After(deadline) {
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+	return res
+}
+
+// startLoad starts senders named <host>/<s> sending numbered messages to
+// random seqlog objects 0..objects-1, every askEvery-th an Ask.
+func (c *childCtl) startLoad(objects, senders, askEvery int, seed uint64, rate int) {
+	c.load = make(chan struct{})
+	c.senders = map[string]*senderReport{}
+	for s := range senders {
+		name := c.h.Name() + "/" + strconv.Itoa(s)
+		r := &senderReport{Sent: make([]int, objects), Uncertain: map[int][]int{}}
+		c.senders[name] = r
+		c.loadWG.Add(1)
+		go func() {
+			defer c.loadWG.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(s)))
+			var tick <-chan time.Time
+			if rate > 0 {
+				t := time.NewTicker(time.Second / time.Duration(rate))
+				defer t.Stop()
+				tick = t.C
+			}
+			fail := func(what string, i, seq int, err error) {
+				if len(r.Errors) < 5 {
+					r.Errors = append(r.Errors, fmt.Sprintf("%s #%d to object %d: %v", what, seq, i, err))
+				}
+			}
+			for {
+				select {
+				case <-c.load:
+					return
+				default:
+				}
+				if tick != nil {
+					select {
+					case <-c.load:
+						return
+					case <-tick:
+					}
+				}
+				i := rng.IntN(objects)
+				seq := r.Sent[i] + 1
+				if askEvery > 0 && rng.IntN(askEvery) == 0 {
+					actx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					got, err := actor.Ask[numberedAsk, int](actx, c.h, seqlogRef(i), numberedAsk{Sender: name, Seq: seq})
+					cancel()
+					r.Sent[i] = seq // used, whatever happened
+					if err != nil || got != seq {
+						r.AskErrors++
+						r.Uncertain[i] = append(r.Uncertain[i], seq)
+						if err == nil {
+							err = fmt.Errorf("answered %d", got)
+						}
+						fail("Ask", i, seq, err)
+						continue
+					}
+					r.Asks++
+					continue
+				}
+				if err := actor.Tell(context.Background(), c.h, seqlogRef(i), numbered{Sender: name, Seq: seq}); err != nil {
+					r.TellErrors++ // refused: the number stays unused
+					fail("Tell", i, seq, err)
+					continue
+				}
+				r.Sent[i] = seq
+				r.Tells++
+			}
+		}()
+	}
+}
+
+// startMovers starts n movers relocating random seqlog objects to random
+// targets, each at most perSecond moves a second.
+func (c *childCtl) startMovers(n, objects int, targets []string, seed uint64, perSecond int) {
+	c.movers = make(chan struct{})
+	c.moverStats = moverReport{}
+	for m := range n {
+		c.moversWG.Add(1)
+		go func() {
+			defer c.moversWG.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(m)))
+			t := time.NewTicker(time.Second / time.Duration(max(perSecond, 1)))
+			defer t.Stop()
+			for {
+				select {
+				case <-c.movers:
+					return
+				case <-t.C:
+				}
+				i, dst := rng.IntN(objects), targets[rng.IntN(len(targets))]
+				mctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				err := c.h.Relocate(mctx, seqlogRef(i), dst)
+				cancel()
+				c.moverMu.Lock()
+				switch {
+				case err == nil:
+					c.moverStats.Moved++
+				case errors.Is(err, actor.ErrMoveInProgress), errors.Is(err, actor.ErrAlreadyThere), errors.Is(err, actor.ErrNotActive),
+					errors.Is(err, actor.ErrShuttingDown), errors.Is(err, actor.ErrNotLocal):
+					c.moverStats.Busy++
+				case errors.Is(err, payload.Unavailable):
+					c.moverStats.Aborted++ // aborted: the object resumed where it was
+				default:
+					if len(c.moverStats.Errors) < 5 {
+						c.moverStats.Errors = append(c.moverStats.Errors, fmt.Sprintf("Relocate %d to %s: %v", i, dst, err))
+					}
+				}
+				c.moverMu.Unlock()
+			}
+		}()
+	}
+}
+
+// childRawEcho runs protoactor-go alone: an actor "echo" on an actor
+// system with remote on loopback, answering every BytesValue.
+func childRawEcho() int {
+	discard := func(*paactor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }
+	sys := paactor.NewActorSystem(paactor.WithLoggerFactory(discard))
+	r := paremote.NewRemote(sys, paremote.Configure("127.0.0.1", 0, paremote.WithEndpointWriterQueueSize(1024)))
+	r.Start()
+	n := 0
+	if _, err := sys.Root.SpawnNamed(paactor.PropsFromFunc(func(ctx paactor.Context) {
+		if _, ok := ctx.Message().(*wrapperspb.BytesValue); ok {
+			n++
+			ctx.Respond(&wrapperspb.BytesValue{Value: []byte{byte(n)}})
+		}
+	}), "echo"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("ready echo %s\n", sys.Address())
+	_, _ = io.Copy(io.Discard, os.Stdin) // until the parent is gone
+	return 0
+}

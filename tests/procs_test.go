@@ -1,0 +1,508 @@
+package tests
+
+// The tests across OS processes: every host is a child process (the test
+// binary itself, run in a role: child_test.go) on transport/remote over
+// loopback, all on one Postgres database (pgstore). This process only
+// drives them and checks what they report; it starts no protoactor
+// remote of its own, so these tests run under the race detector too (the
+// children are then race builds as well).
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berthrt/berth/internal/pgtest"
+)
+
+// child is one child process.
+type child struct {
+	name, addr string
+	cmd        *exec.Cmd
+	stdin      io.WriteCloser
+	lines      chan string // its standard output, line by line; closed when it ends
+	done       chan struct{}
+	logMu      sync.Mutex
+	log        strings.Builder // its standard error
+}
+
+func (c *child) stderr() string {
+	c.logMu.Lock()
+	defer c.logMu.Unlock()
+	return c.log.String()
+}
+
+type childLog struct{ c *child }
+
+func (w childLog) Write(p []byte) (int, error) {
+	w.c.logMu.Lock()
+	defer w.c.logMu.Unlock()
+	return w.c.log.Write(p)
+}
+
+// startChild starts this test binary as a child in role, with env added
+// to this process's environment, and waits for its "ready <name> <addr>"
+// line. It is killed at the end of the test if it still runs.
+func startChild(tb testing.TB, role, name string, env ...string) *child {
+	tb.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c := &child{name: name, lines: make(chan string, 16), done: make(chan struct{})}
+	c.cmd = exec.Command(exe)
+	c.cmd.Env = append(append(os.Environ(), childEnv+"="+role), env...)
+	c.cmd.Stderr = childLog{c}
+	out, err := c.cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
+		tb.Fatal(err)
+	}
+	if err := c.cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 1<<20), 64<<20)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+		_ = c.cmd.Wait()
+		close(c.lines)
+		close(c.done)
+	}()
+	tb.Cleanup(func() { c.kill() })
+	select {
+	case line, ok := <-c.lines:
+		f := strings.Fields(line)
+		if !ok || len(f) != 3 || f[0] != "ready" {
+			c.kill()
+			tb.Fatalf("child %s: %q instead of ready; its log:\n%s", name, line, c.stderr())
+		}
+		c.addr = f[2]
+	case <-time.After(time.Minute):
+		c.kill()
+		tb.Fatalf("child %s not ready after a minute; its log:\n%s", name, c.stderr())
+	}
+	return c
+}
+
+// startNodeChild starts a node child named name on database db.
+func startNodeChild(tb testing.TB, db, name string, env ...string) *child {
+	return startChild(tb, "node", name, append([]string{"BERTH_CHILD_NAME=" + name, "BERTH_CHILD_DB=" + db}, env...)...)
+}
+
+// kill SIGKILLs the child (if it runs) and waits for it to end.
+func (c *child) kill() {
+	_ = c.cmd.Process.Kill()
+	<-c.done
+}
+
+// call sends one command and returns its reply without the "ok " (an
+// error for "err ..."). It fails the test if the child does not answer
+// within d or exits.
+func (c *child) call(tb testing.TB, d time.Duration, cmd string) (string, error) {
+	tb.Helper()
+	if _, err := io.WriteString(c.stdin, cmd+"\n"); err != nil {
+		tb.Fatalf("child %s: writing %q: %v; its log:\n%s", c.name, cmd, err, c.stderr())
+	}
+	select {
+	case line, ok := <-c.lines:
+		if !ok {
+			tb.Fatalf("child %s exited (%v) instead of answering %q; its log:\n%s", c.name, c.cmd.ProcessState, cmd, c.stderr())
+		}
+		if rest, ok := strings.CutPrefix(line, "err "); ok {
+			return "", errors.New(rest)
+		}
+		if line == "ok" {
+			return "", nil
+		}
+		rest, ok := strings.CutPrefix(line, "ok ")
+		if !ok {
+			tb.Fatalf("child %s answered %q to %q", c.name, line, cmd)
+		}
+		return rest, nil
+	case <-time.After(d):
+		tb.Fatalf("child %s did not answer %q in %v; its log:\n%s", c.name, cmd, d, c.stderr())
+	}
+	return "", nil
+}
+
+// must is call that fails the test on an "err" reply.
+func (c *child) must(tb testing.TB, cmd string) string {
+	tb.Helper()
+	r, err := c.call(tb, 3*time.Minute, cmd)
+	if err != nil {
+		tb.Fatalf("child %s: %s: %v", c.name, cmd, err)
+	}
+	return r
+}
+
+// waitPeers waits until the child knows n peers.
+func (c *child) waitPeers(tb testing.TB, n int) {
+	tb.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		r := c.must(tb, "peers")
+		if got, _ := strconv.Atoi(r); got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("child %s knows %s peers after a minute, want %d", c.name, r, n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop stops the child gracefully and checks that it exited 0.
+func (c *child) stop(tb testing.TB) {
+	tb.Helper()
+	c.must(tb, "stop")
+	c.exited(tb)
+}
+
+// exited waits for the child to exit and checks that it exited 0.
+func (c *child) exited(tb testing.TB) {
+	tb.Helper()
+	select {
+	case <-c.done:
+	case <-time.After(time.Minute):
+		tb.Fatalf("child %s did not exit after stop", c.name)
+	}
+	if code := c.cmd.ProcessState.ExitCode(); code != 0 {
+		tb.Fatalf("child %s exited %d after stop; its log:\n%s", c.name, code, c.stderr())
+	}
+}
+
+func decode[T any](tb testing.TB, s string) T {
+	tb.Helper()
+	var v T
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		tb.Fatalf("decoding %.200q: %v", s, err)
+	}
+	return v
+}
+
+// seqCheck is the verdict on one sender's messages to one object.
+type seqCheck struct {
+	reordered string // a number that ran at or below the one before it
+	missing   []int  // accepted (a Tell accepted, an Ask answered) and not run
+	unsent    []int  // run but never sent
+}
+
+// checkSeqs compares what an object ran from one sender (seen) with what
+// the sender sent: every number from 1 to sent, except the uncertain
+// ones (Asks that failed: they may have run or not).
+func checkSeqs(seen []int, sent int, uncertain []int) seqCheck {
+	var c seqCheck
+	for k := 1; k < len(seen); k++ {
+		if seen[k] <= seen[k-1] && c.reordered == "" {
+			c.reordered = fmt.Sprintf("%d after %d", seen[k], seen[k-1])
+		}
+	}
+	ran := map[int]bool{}
+	for _, s := range seen {
+		ran[s] = true
+		if s < 1 || s > sent {
+			c.unsent = append(c.unsent, s)
+		}
+	}
+	maybe := map[int]bool{}
+	for _, s := range uncertain {
+		maybe[s] = true
+	}
+	for s := 1; s <= sent; s++ {
+		if !ran[s] && !maybe[s] {
+			c.missing = append(c.missing, s)
+		}
+	}
+	return c
+}
+
+func (c seqCheck) String() string {
+	var parts []string
+	if c.reordered != "" {
+		parts = append(parts, "out of order: "+c.reordered)
+	}
+	if len(c.missing) > 0 {
+		parts = append(parts, fmt.Sprintf("%d missing (first %d)", len(c.missing), c.missing[0]))
+	}
+	if len(c.unsent) > 0 {
+		parts = append(parts, fmt.Sprintf("%d never sent (first %d)", len(c.unsent), c.unsent[0]))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// TestCheckSeqs: the checker itself finds what it must.
+func TestCheckSeqs(t *testing.T) {
+	for _, tc := range []struct {
+		seen      []int
+		sent      int
+		uncertain []int
+		want      string
+	}{
+		{[]int{1, 2, 3}, 3, nil, ""},
+		{[]int{1, 3}, 3, []int{2}, ""},
+		{[]int{1, 3}, 3, nil, "1 missing (first 2)"},
+		{[]int{1, 2, 2, 3}, 3, nil, "out of order: 2 after 2"},
+		{[]int{2, 1, 3}, 3, nil, "out of order: 1 after 2"},
+		{[]int{1, 2, 3, 4}, 3, nil, "1 never sent (first 4)"},
+		{nil, 2, nil, "2 missing (first 1)"},
+	} {
+		if got := checkSeqs(tc.seen, tc.sent, tc.uncertain).String(); got != tc.want {
+			t.Errorf("checkSeqs(%v, %d, %v) = %q, want %q", tc.seen, tc.sent, tc.uncertain, got, tc.want)
+		}
+	}
+}
+
+// loadReports merges the "unload" reports of several children.
+func loadReports(tb testing.TB, cs ...*child) map[string]*senderReport {
+	tb.Helper()
+	all := map[string]*senderReport{}
+	for _, c := range cs {
+		for name, r := range decode[map[string]*senderReport](tb, c.must(tb, "unload")) {
+			all[name] = r
+		}
+	}
+	return all
+}
+
+// TestRelocationAcrossProcessesLosesDuplicatesAndReordersNothing is the
+// relocation property with every host its own OS process: four nodes on
+// one Postgres database, over transport/remote on loopback. Two senders
+// on each of three nodes send numbered Tells and Asks to 200 objects
+// spread over all four; movers relocate random objects between the three;
+// a third of the way in the fourth node drains and stops. Every object ran
+// every accepted message of every sender once, in order, every Ask was
+// answered, and every node exits 0 when stopped.
+func TestRelocationAcrossProcessesLosesDuplicatesAndReordersNothing(t *testing.T) {
+	const objects = 200
+	duration := 4 * time.Second
+	db := pgtestNew(t)
+	var nodes []*child
+	for i := 1; i <= 4; i++ {
+		nodes = append(nodes, startNodeChild(t, db, "n"+strconv.Itoa(i)))
+	}
+	for _, n := range nodes {
+		n.waitPeers(t, len(nodes)-1)
+	}
+	for i := range objects { // activate each object where it is first asked: spread over the nodes
+		nodes[i%len(nodes)].must(t, "read "+strconv.Itoa(i))
+	}
+	staying, drained := nodes[:3], nodes[3]
+	seed := time.Now().UnixNano() % 1_000_000
+	t.Logf("seed %d", seed)
+	for i, n := range staying {
+		n.must(t, fmt.Sprintf("load %d 2 8 %d 2000", objects, seed+int64(i)))
+	}
+	nodes[0].must(t, fmt.Sprintf("movers 3 %d n1,n2,n3 %d 50", objects, seed))
+	time.Sleep(duration / 3) // traffic and moves run in the children meanwhile
+	ms := drained.must(t, "drain")
+	t.Logf("n4 drained in %s ms", ms)
+	drained.exited(t)
+	time.Sleep(duration * 2 / 3)
+	moves := decode[moverReport](t, nodes[0].must(t, "unmove"))
+	reports := loadReports(t, staying...)
+
+	// Every object, read through every sending node (after its own
+	// messages).
+	var tells, asks int
+	for _, r := range reports {
+		tells += r.Tells
+		asks += r.Asks
+		if r.TellErrors+r.AskErrors > 0 {
+			t.Errorf("with every host up, %d Tells and %d Asks failed: %v", r.TellErrors, r.AskErrors, r.Errors)
+		}
+	}
+	for i := range objects {
+		var l seqlog
+		for _, n := range staying {
+			l = decode[seqlog](t, n.must(t, "read "+strconv.Itoa(i)))
+		}
+		for name, r := range reports {
+			if c := checkSeqs(l.Seen[name], r.Sent[i], r.Uncertain[i]); c.String() != "" {
+				t.Errorf("object %d, sender %s: %v", i, name, c)
+			}
+		}
+		if t.Failed() {
+			return
+		}
+	}
+	if moves.Moved == 0 || len(moves.Errors) > 0 || moves.Aborted > 0 {
+		t.Errorf("movers: %+v; want moves, none aborted (every host is up), no unexpected error", moves)
+	}
+	for _, n := range staying {
+		n.stop(t)
+	}
+	t.Logf("%d tells, %d asks; movers %+v", tells, asks, moves)
+}
+
+// pgtestNew returns the URL of a fresh database (see pgtest.New).
+func pgtestNew(tb testing.TB) string { return pgtest.New(tb).URL }
+
+// TestAMoveAcrossProcessesSurvivesANodeKilledAtEachStep: three nodes and a
+// gateway client, each its own OS process, on one Postgres database.
+// Senders on the client and on the third node send numbered Tells and Asks
+// to 30 objects spread over the nodes, and the client asks for object 0 to
+// move from na to nb; the source or the target of that move SIGKILLs
+// itself at a chosen step of it (transport hook: as it is about to send,
+// or has just received, a relocation record). Then:
+//   - every Ask returned (answered, or failed with an error) and the
+//     senders stopped;
+//   - every object the killed node did not own shows every accepted
+//     message once, in order;
+//   - the killed node's objects serve again elsewhere once its lease ran
+//     out, having started afresh (their state died with the process): what
+//     they ran is in order, without duplicates;
+//   - the moved object ends as the protocol says for that step: back at
+//     its source with nothing lost (target killed before relay-ready),
+//     at its target with its state (source killed after relay-ready:
+//     the target commits without the cutover), or started afresh
+//     elsewhere (its state died with the process that had it).
+func TestAMoveAcrossProcessesSurvivesANodeKilledAtEachStep(t *testing.T) {
+	for _, tc := range []struct {
+		name, kill, at string // kill: na (the source) or nb (the target); at: the step
+		// How the moved object ends: kept (its state and every accepted
+		// message), lastAt the host it lives on afterwards ("": any but
+		// the killed one).
+		kept   bool
+		lastAt string
+	}{
+		{"target killed as the Prepare arrives", "nb", "recv Prepare", true, "na"},
+		{"target killed after its commit, before telling the source", "nb", "send Committed", false, ""},
+		{"source killed after the seal, before the Prepare", "na", "send Prepare", false, ""},
+		{"source killed after relay-ready, before the cutover", "na", "send Cutover", true, "nb"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			killAtStep(t, tc.kill, tc.at, tc.kept, tc.lastAt)
+		})
+	}
+}
+
+func killAtStep(t *testing.T, kill, at string, kept bool, lastAt string) {
+	const objects = 30
+	db := pgtestNew(t)
+	nodes := map[string]*child{}
+	var order []*child
+	for _, name := range []string{"na", "nb", "nc"} {
+		var env []string
+		if name == kill {
+			env = append(env, "BERTH_CHILD_KILL_AT="+at)
+		}
+		nodes[name] = startNodeChild(t, db, name, env...)
+		order = append(order, nodes[name])
+	}
+	client := startNodeChild(t, db, "client", "BERTH_CHILD_GATEWAY=1")
+	client.waitPeers(t, 3)
+	for _, n := range order {
+		n.waitPeers(t, 3)
+	}
+	for i := range objects { // object i activates on order[i%3]: object 0 on na
+		order[i%3].must(t, "read "+strconv.Itoa(i))
+	}
+	const pre = 20 // messages object 0 ran before its move: its state
+	for k := 1; k <= pre; k++ {
+		client.must(t, "tell 0 pre "+strconv.Itoa(k))
+	}
+	if l := decode[seqlog](t, client.must(t, "read 0")); len(l.Seen["pre"]) != pre {
+		t.Fatalf("object 0 ran %v of pre, want 1..%d", l.Seen["pre"], pre)
+	}
+	owner := map[int]string{}
+	for i := range objects {
+		owner[i] = client.must(t, "owner seqlog "+strconv.Itoa(i))
+	}
+	if owner[0] != "na" {
+		t.Fatalf("object 0 is on %s, want na", owner[0])
+	}
+
+	seed := time.Now().UnixNano() % 1_000_000
+	t.Logf("seed %d", seed)
+	client.must(t, fmt.Sprintf("load %d 2 8 %d 500", objects, seed))
+	nodes["nc"].must(t, fmt.Sprintf("load %d 1 8 %d 500", objects, seed+1))
+	time.Sleep(200 * time.Millisecond) // traffic runs in the children meanwhile
+	_, moveErr := client.call(t, 3*time.Minute, "relocate seqlog 0 nb")
+	t.Logf("Relocate: %v", moveErr)
+	victim := nodes[kill]
+	select {
+	case <-victim.done:
+	case <-time.After(time.Minute):
+		t.Fatalf("%s was not killed at %q", kill, at)
+	}
+	if !strings.Contains(victim.stderr(), "KILL AT "+at) || victim.cmd.ProcessState.String() != "signal: killed" {
+		t.Fatalf("%s ended %v, not killed at %q; its log:\n%s", kill, victim.cmd.ProcessState, at, victim.stderr())
+	}
+	if kept && lastAt == "na" && moveErr == nil {
+		t.Errorf("the move succeeded although its target died before relay-ready")
+	}
+	time.Sleep(time.Second) // traffic goes on after the kill
+	start := time.Now()
+	reports := loadReports(t, client, nodes["nc"])
+	t.Logf("senders stopped in %v", time.Since(start))
+
+	// Read every object through the client; the killed node's objects
+	// serve again once its lease ran out (15 s).
+	read := decode[[]readResult](t, client.must(t, "readall "+strconv.Itoa(objects)+" 60"))
+	for i, r := range read {
+		if r.Err != "" {
+			t.Fatalf("object %d (on %s) does not serve after a minute (%d tries): %s", i, owner[i], r.Tries, r.Err)
+		}
+		if owner[i] != kill && i != 0 && r.Tries > 1 {
+			t.Errorf("object %d on %s, which lives, answered only at try %d", i, owner[i], r.Tries)
+		}
+		l := r.Log
+		exact := owner[i] != kill && i != 0 || i == 0 && kept && lastAt == "na"
+		for name, r := range reports {
+			c := checkSeqs(l.Seen[name], r.Sent[i], r.Uncertain[i])
+			if !exact {
+				c.missing = nil // lost with the killed process
+			}
+			if c.String() != "" {
+				t.Errorf("object %d (on %s), sender %s: %v", i, owner[i], name, c)
+			}
+		}
+		if i != 0 {
+			continue
+		}
+		// The moved object.
+		if kept {
+			if c := checkSeqs(l.Seen["pre"], pre, nil); c.String() != "" {
+				t.Errorf("the moved object lost its state: pre %v", c)
+			}
+		} else if len(l.Seen["pre"]) != 0 {
+			t.Errorf("the moved object ran pre %v: its state should have died with %s", l.Seen["pre"], kill)
+		}
+		where := client.must(t, "owner seqlog 0")
+		if lastAt != "" && where != lastAt || where == kill {
+			t.Errorf("the moved object lives on %s afterwards, want %q", where, lastAt)
+		}
+	}
+	var tells, asks, failed int
+	for _, r := range reports {
+		tells += r.Tells
+		asks += r.Asks
+		failed += r.TellErrors + r.AskErrors
+	}
+	var slowest time.Duration
+	for _, r := range read {
+		slowest = max(slowest, r.Took)
+	}
+	t.Logf("%d tells, %d asks, %d refused or failed (the sender knows); read in %v (slowest object: %v)", tells, asks, failed, time.Since(start), slowest)
+	for _, n := range order {
+		if n != victim {
+			n.stop(t)
+		}
+	}
+	client.stop(t)
+}
