@@ -421,6 +421,17 @@ func (t *Transport) Send(to string, it transport.Item) error {
 // flushLocked carries out the session's outputs: envelopes to the wire, in
 // order, and handler calls to the delivery queue (p.mu held).
 func (t *Transport) flushLocked(p *peer) {
+	t.flush(p, false)
+}
+
+// flushLockedTake is flushLocked, except that when the handler has
+// nothing to do the first item to deliver is taken (inbox.take) for the
+// caller to deliver once it released p.mu.
+func (t *Transport) flushLockedTake(p *peer) (d delivery, took bool) {
+	return t.flush(p, true)
+}
+
+func (t *Transport) flush(p *peer, take bool) (d delivery, took bool) {
 	o := &p.o
 	if len(o.send) > 0 && !p.cut.Load() {
 		t.wireMu.RLock()
@@ -432,7 +443,11 @@ func (t *Transport) flushLocked(p *peer) {
 		t.wireMu.RUnlock()
 	}
 	if len(o.deliver) > 0 {
-		p.q.push(o.deliver)
+		if take {
+			d, took = p.q.take(o.deliver)
+		} else {
+			p.q.push(o.deliver)
+		}
 	}
 	p.blocked.Store(p.s.blocked)
 	p.state.Store(uint32(p.s.state))
@@ -447,6 +462,7 @@ func (t *Transport) flushLocked(p *peer) {
 		}
 	}
 	o.reset()
+	return d, took
 }
 
 // WaitRoom waits until the link to the peer named to is under its high
@@ -590,6 +606,7 @@ func (t *Transport) Close(graceful bool) error {
 	t.system.Shutdown()
 	for _, p := range peers {
 		p.q.stop()
+		p.q.waitInline()
 		p.mu.Lock()
 		if p.room != nil {
 			close(p.room)
@@ -696,6 +713,19 @@ func (t *Transport) receive(e *Envelope) {
 	}
 	p.mu.Lock()
 	p.s.receive(e, &p.o)
+	d, took := t.flushLockedTake(p)
+	p.mu.Unlock()
+	if !took {
+		return
+	}
+	// The item came in while its handler had nothing to do: deliver it
+	// here, on the stream reader, as protoactor delivers to an actor.
+	t.h.Deliver(p.name, d.item)
+	if p.q.inlineDone() {
+		return // closing: the session was told what the handler took
+	}
+	p.mu.Lock()
+	p.s.takenThrough(d.epoch, d.seq, &p.o)
 	t.flushLocked(p)
 	p.mu.Unlock()
 }
