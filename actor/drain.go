@@ -105,13 +105,23 @@ func (h *Host) drainRound(ctx context.Context) int {
 	g.SetLimit(drainWorkers)
 	n := 0
 	for _, kr := range h.kinds {
-		for _, o := range kr.all() {
+		objects := kr.all()
+		if len(objects) == 0 {
+			continue
+		}
+		// The hosts to move to, asked of the membership afresh once per
+		// round and kind (not once per object: a drain moves thousands).
+		var targets []string
+		if kr.spec.policy != DisableRelocation {
+			targets = h.otherHostsWithKind(kr.spec.name)
+		}
+		for _, o := range objects {
 			if o.incoming.Load() {
 				continue
 			}
 			n++
 			g.Go(func() error {
-				h.drainOne(ctx, kr, o)
+				h.drainOne(ctx, kr, o, targets)
 				return nil
 			})
 		}
@@ -122,12 +132,11 @@ func (h *Host) drainRound(ctx context.Context) int {
 
 var drainSeed = maphash.MakeSeed()
 
-// drainOne moves one object away, trying the other hosts in turn; if none
-// takes it, it deactivates the object.
-func (h *Host) drainOne(ctx context.Context, kr *kindRuntime, o *owner) {
+// drainOne moves one object away, trying targets (the other hosts with
+// its kind) in turn; if none takes it, it deactivates the object.
+func (h *Host) drainOne(ctx context.Context, kr *kindRuntime, o *owner, targets []string) {
 	ref := o.ref
 	if kr.spec.policy != DisableRelocation {
-		targets := h.otherHostsWithKind(kr.spec.name)
 		if n := len(targets); n > 0 {
 			first := int(maphash.String(drainSeed, ref.ID) % uint64(n))
 			for i := 0; i < n && ctx.Err() == nil; i++ {

@@ -559,8 +559,8 @@ func (h *Host) knownHost(name string) bool {
 }
 
 // otherHostsWithKind returns the other serving hosts that have kind,
-// sorted by name, asking the membership afresh (Drain: a rare operation
-// that must see hosts that joined a moment ago).
+// sorted by name, asking the membership afresh (Drain, once per round:
+// it must see hosts that joined a moment ago).
 func (h *Host) otherHostsWithKind(kind string) []string {
 	ctx, cancel := h.storeContext()
 	defer cancel()
