@@ -15,6 +15,9 @@ package tests
 //	         kinds. BERTH_CHILD_KILL_AT="send Prepare" (or "recv Cutover",
 //	         ...) SIGKILLs the process when it is about to send, or has just
 //	         received, that relocation record.
+//	         BERTH_CHILD_CPUPROFILE=<file> (any role) writes a CPU profile
+//	         of the child, to profile a benchmark's other side ("%n" in
+//	         it: the role and name).
 //	rawecho  a raw protoactor-go actor system with remote, and an actor
 //	         named "echo" that answers every BytesValue with one: the
 //	         baseline of the benchmarks across processes.
@@ -29,6 +32,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -99,6 +103,12 @@ type moverReport struct {
 }
 
 func childMain(role string) int {
+	if path := os.Getenv("BERTH_CHILD_CPUPROFILE"); path != "" { // to profile a benchmark's other side
+		f, err := os.Create(strings.ReplaceAll(path, "%n", role+"-"+os.Getenv("BERTH_CHILD_NAME")))
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			defer func() { pprof.StopCPUProfile(); f.Close() }()
+		}
+	}
 	switch role {
 	case "node":
 		return childNode()

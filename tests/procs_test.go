@@ -82,7 +82,7 @@ func startChild(tb testing.TB, role, name string, env ...string) *child {
 		close(c.lines)
 		close(c.done)
 	}()
-	tb.Cleanup(func() { c.kill() })
+	tb.Cleanup(c.end)
 	select {
 	case line, ok := <-c.lines:
 		f := strings.Fields(line)
@@ -101,6 +101,17 @@ func startChild(tb testing.TB, role, name string, env ...string) *child {
 // startNodeChild starts a node child named name on database db.
 func startNodeChild(tb testing.TB, db, name string, env ...string) *child {
 	return startChild(tb, "node", name, append([]string{"BERTH_CHILD_NAME=" + name, "BERTH_CHILD_DB=" + db}, env...)...)
+}
+
+// end closes the child's standard input, which makes it exit, and kills
+// it if it has not after 10 s.
+func (c *child) end() {
+	_ = c.stdin.Close()
+	select {
+	case <-c.done:
+	case <-time.After(10 * time.Second):
+		c.kill()
+	}
 }
 
 // kill SIGKILLs the child (if it runs) and waits for it to end.

@@ -32,6 +32,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/cmd/berth/counter"
 	"github.com/berthrt/berth/membership"
 	"github.com/berthrt/berth/metrics"
 	"github.com/berthrt/berth/relocation"
@@ -171,46 +172,6 @@ type demoConfig struct {
 	quiet                              bool
 }
 
-// Counter is an object's state: per sender, the last sequence number it ran
-// and how many messages it ran, and how often the order was broken.
-type Counter struct {
-	Last       map[string]int `json:"last"`
-	Count      map[string]int `json:"count"`
-	OutOfOrder int            `json:"ooo"`
-	Breaks     []string       `json:"breaks,omitempty"` // the first few order breaks
-}
-
-// Add is one numbered message from a sender.
-type Add struct {
-	Sender string
-	Seq    int
-}
-
-// Read asks for the counter's state.
-type Read struct{}
-
-func counterKind() *actor.Kind[Counter] {
-	k := actor.NewKind("counter", func(*actor.Context, string) (*Counter, error) {
-		return &Counter{Last: map[string]int{}, Count: map[string]int{}}, nil
-	})
-	actor.Handle(k, func(ctx *actor.Context, c *Counter, a Add) error {
-		if a.Seq != c.Last[a.Sender]+1 {
-			c.OutOfOrder++
-			if len(c.Breaks) < 4 {
-				c.Breaks = append(c.Breaks, fmt.Sprintf("%s: %d after %d", a.Sender, a.Seq, c.Last[a.Sender]))
-			}
-		}
-		if a.Seq > c.Last[a.Sender] {
-			c.Last[a.Sender] = a.Seq
-		}
-		c.Count[a.Sender]++
-		return nil
-	})
-	actor.HandleRequest(k, func(ctx *actor.Context, c *Counter, _ Read) (Counter, error) { return *c, nil })
-	k.PreserveStateJSON() // the state moves with the object
-	return k
-}
-
 type report struct {
 	accepted, handled, lost, duplicated, outOfOrder int
 	breaks                                          []string // examples of order breaks, by object
@@ -247,7 +208,7 @@ func run(ctx context.Context, cfg demoConfig, w io.Writer) (report, error) {
 		if err != nil {
 			return rep, err
 		}
-		h.Register(counterKind())
+		h.Register(counter.Kind())
 		if err := h.Start(); err != nil {
 			return rep, err
 		}
@@ -260,7 +221,7 @@ func run(ctx context.Context, cfg demoConfig, w io.Writer) (report, error) {
 	}
 	drained := hosts[len(hosts)-1]
 	staying := hosts[:len(hosts)-1]
-	ref := func(i int) actor.Ref { return actor.Ref{Kind: "counter", ID: strconv.Itoa(i)} }
+	ref := func(i int) actor.Ref { return actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)} }
 
 	load := "as fast as they can"
 	if cfg.rate > 0 {
@@ -269,7 +230,7 @@ func run(ctx context.Context, cfg demoConfig, w io.Writer) (report, error) {
 	fmt.Fprintf(w, "berth demo: %d hosts, %d objects, %d senders per host (%s); draining %s, then rebalancing %d objects\n",
 		cfg.hosts, cfg.objects, cfg.senders, load, drained.Name(), cfg.rebalance)
 	for i := 0; i < cfg.objects; i++ { // activate the objects across every host
-		if _, err := actor.Ask[Read, Counter](ctx, hosts[i%len(hosts)], ref(i), Read{}); err != nil {
+		if _, err := actor.Ask[counter.Read, counter.Counter](ctx, hosts[i%len(hosts)], ref(i), counter.Read{}); err != nil {
 			return rep, err
 		}
 	}
@@ -297,7 +258,7 @@ func run(ctx context.Context, cfg demoConfig, w io.Writer) (report, error) {
 			rng := rand.New(rand.NewPCG(uint64(si), 1))
 			paced(stop, perSender(cfg.rate, len(senders)), func() bool {
 				i := rng.IntN(cfg.objects)
-				if err := actor.Tell(ctx, s.host, ref(i), Add{Sender: s.name, Seq: s.sent[i] + 1}); err != nil {
+				if err := actor.Tell(ctx, s.host, ref(i), counter.Add{Sender: s.name, Seq: s.sent[i] + 1}); err != nil {
 					errc <- fmt.Errorf("%s: %w", s.name, err)
 					return false
 				}
@@ -344,7 +305,7 @@ func run(ctx context.Context, cfg demoConfig, w io.Writer) (report, error) {
 			rng := rand.New(rand.NewPCG(42, uint64(wkr)))
 			for picks.Add(1) <= int64(4*cfg.rebalance) && time.Now().Before(deadline) {
 				i := rng.IntN(cfg.objects)
-				row, err := store.Get(ctx, relocation.Object{Kind: "counter", ID: strconv.Itoa(i)})
+				row, err := store.Get(ctx, relocation.Object{Kind: counter.Name, ID: strconv.Itoa(i)})
 				if err != nil {
 					continue
 				}
@@ -385,10 +346,10 @@ func run(ctx context.Context, cfg demoConfig, w io.Writer) (report, error) {
 	// Check every object, asked through every sending host (after that
 	// host's own messages).
 	for i := 0; i < cfg.objects; i++ {
-		var c Counter
+		var c counter.Counter
 		for _, h := range staying {
 			var err error
-			if c, err = actor.Ask[Read, Counter](ctx, h, ref(i), Read{}); err != nil {
+			if c, err = actor.Ask[counter.Read, counter.Counter](ctx, h, ref(i), counter.Read{}); err != nil {
 				return rep, fmt.Errorf("reading object %d: %w", i, err)
 			}
 		}

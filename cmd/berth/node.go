@@ -40,6 +40,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/cmd/berth/counter"
 	"github.com/berthrt/berth/metrics"
 	"github.com/berthrt/berth/pgstore"
 	"github.com/berthrt/berth/transport/remote"
@@ -122,7 +123,7 @@ func runNode(ctx context.Context, cfg nodeConfig, log *slog.Logger, stdout io.Wr
 		log.Error("bad configuration", "err", err)
 		return nodeExitFailed
 	}
-	if err := host.Register(counterKind()); err != nil {
+	if err := host.Register(counter.Kind()); err != nil {
 		log.Error("cannot register the counter kind", "err", err)
 		return nodeExitFailed
 	}

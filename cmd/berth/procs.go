@@ -36,6 +36,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/cmd/berth/counter"
 	"github.com/berthrt/berth/internal/pgtest"
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/pgstore"
@@ -212,7 +213,7 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 	}
 	defer closeClient()
 
-	ref := func(i int) actor.Ref { return actor.Ref{Kind: "counter", ID: strconv.Itoa(i)} }
+	ref := func(i int) actor.Ref { return actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)} }
 	load := "as fast as they can"
 	if cfg.rate > 0 {
 		load = strconv.Itoa(cfg.rate) + " messages/s"
@@ -220,7 +221,7 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 	fmt.Fprintf(w, "berth demo: %d node processes, %d objects, %d senders in a client host (%s); SIGTERM %s at 1/3, SIGKILL %s at 1/2\n",
 		cfg.procs, cfg.objects, cfg.senders, load, drained.name, killed.name)
 	for i := 0; i < cfg.objects; i++ { // activate the objects (placed by the cluster)
-		if _, err := actor.Ask[Read, Counter](ctx, client, ref(i), Read{}); err != nil {
+		if _, err := actor.Ask[counter.Read, counter.Counter](ctx, client, ref(i), counter.Read{}); err != nil {
 			return rep, fmt.Errorf("activating object %d: %w", i, err)
 		}
 	}
@@ -243,7 +244,7 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 			rng := rand.New(rand.NewPCG(uint64(si), 2))
 			paced(stop, perSender(cfg.rate, len(senders)), func() bool {
 				i := rng.IntN(cfg.objects)
-				if err := actor.Tell(ctx, client, ref(i), Add{Sender: s.name, Seq: s.sent[i] + 1}); err != nil {
+				if err := actor.Tell(ctx, client, ref(i), counter.Add{Sender: s.name, Seq: s.sent[i] + 1}); err != nil {
 					// Not accepted, and the sender knows: an object of the
 					// killed node until its lease ran out, say.
 					refused.Add(1)
@@ -325,7 +326,7 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 	phase.Store("SIGKILL " + killed.name)
 	held := map[int]bool{}
 	for i := 0; i < cfg.objects; i++ {
-		row, err := store.Get(ctx, relocation.Object{Kind: "counter", ID: strconv.Itoa(i)})
+		row, err := store.Get(ctx, relocation.Object{Kind: counter.Name, ID: strconv.Itoa(i)})
 		if err == nil && row.Host == killed.name {
 			held[i] = true
 		}
@@ -334,7 +335,7 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 	rep.killExit = killed.signal(syscall.SIGKILL, 10*time.Second)
 	// Objects it was taking over while it died are held too: read again.
 	for i := 0; i < cfg.objects; i++ {
-		row, err := store.Get(ctx, relocation.Object{Kind: "counter", ID: strconv.Itoa(i)})
+		row, err := store.Get(ctx, relocation.Object{Kind: counter.Name, ID: strconv.Itoa(i)})
 		if err == nil && row.Host == killed.name {
 			held[i] = true
 		}
@@ -360,10 +361,10 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 
 	// Read every object through the client (after its own messages).
 	for i := 0; i < cfg.objects; i++ {
-		var c Counter
+		var c counter.Counter
 		var err error
 		for try := 0; ; try++ {
-			c, err = actor.Ask[Read, Counter](ctx, client, ref(i), Read{})
+			c, err = actor.Ask[counter.Read, counter.Counter](ctx, client, ref(i), counter.Read{})
 			if err == nil || try == 50 {
 				break
 			}
@@ -466,7 +467,7 @@ func startGateway(ctx context.Context, db string, nodes int) (client *actor.Host
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if err := client.Register(counterKind()); err != nil { // its message types; it hosts no counter
+	if err := client.Register(counter.Kind()); err != nil { // its message types; it hosts no counter
 		return nil, nil, nil, err
 	}
 	if err := client.Start(); err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/cmd/berth/counter"
 	"github.com/berthrt/berth/internal/pgtest"
 	"github.com/berthrt/berth/internal/testutil"
 	"github.com/berthrt/berth/relocation"
@@ -114,18 +115,18 @@ func TestANodePausedPastItsLeaseExitsAndItsObjectsGoOnElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeClient()
-	ref := func(i int) actor.Ref { return actor.Ref{Kind: "counter", ID: strconv.Itoa(i)} }
+	ref := func(i int) actor.Ref { return actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)} }
 	const objects = 40
 	var onN2 []int
 	for i := range objects {
-		if err := actor.Tell(ctx, client, ref(i), Add{Sender: "s", Seq: 1}); err != nil {
+		if err := actor.Tell(ctx, client, ref(i), counter.Add{Sender: "s", Seq: 1}); err != nil {
 			t.Fatal(err)
 		}
-		c, err := actor.Ask[Read, Counter](ctx, client, ref(i), Read{})
+		c, err := actor.Ask[counter.Read, counter.Counter](ctx, client, ref(i), counter.Read{})
 		if err != nil || c.Count["s"] != 1 {
 			t.Fatalf("object %d: %+v, %v", i, c, err)
 		}
-		if row, err := store.Get(ctx, relocation.Object{Kind: "counter", ID: strconv.Itoa(i)}); err == nil && row.Host == "node-2" {
+		if row, err := store.Get(ctx, relocation.Object{Kind: counter.Name, ID: strconv.Itoa(i)}); err == nil && row.Host == "node-2" {
 			onN2 = append(onN2, i)
 		}
 	}
@@ -149,7 +150,7 @@ func TestANodePausedPastItsLeaseExitsAndItsObjectsGoOnElsewhere(t *testing.T) {
 			defer wg.Done()
 			for deadline := time.Now().Add(time.Minute); ; {
 				actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				c, err := actor.Ask[Read, Counter](actx, client, ref(i), Read{})
+				c, err := actor.Ask[counter.Read, counter.Counter](actx, client, ref(i), counter.Read{})
 				cancel()
 				if err == nil && c.Count["s"] == 0 {
 					return
@@ -169,13 +170,13 @@ func TestANodePausedPastItsLeaseExitsAndItsObjectsGoOnElsewhere(t *testing.T) {
 		}
 	}
 	for _, i := range onN2 {
-		if err := actor.Tell(ctx, client, ref(i), Add{Sender: "t", Seq: 1}); err != nil {
+		if err := actor.Tell(ctx, client, ref(i), counter.Add{Sender: "t", Seq: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	t.Logf("taken over %v after the pause", time.Since(paused).Round(time.Second))
 	for _, i := range onN2 {
-		row, err := store.Get(ctx, relocation.Object{Kind: "counter", ID: strconv.Itoa(i)})
+		row, err := store.Get(ctx, relocation.Object{Kind: counter.Name, ID: strconv.Itoa(i)})
 		if err != nil || row.Host != "node-1" {
 			t.Fatalf("object %d after the takeover: %+v, %v; want it on node-1", i, row, err)
 		}
@@ -194,7 +195,7 @@ func TestANodePausedPastItsLeaseExitsAndItsObjectsGoOnElsewhere(t *testing.T) {
 	// The objects live on node-1 alone: each ran the one message sent
 	// after the takeover, once.
 	for _, i := range onN2 {
-		c, err := actor.Ask[Read, Counter](ctx, client, ref(i), Read{})
+		c, err := actor.Ask[counter.Read, counter.Counter](ctx, client, ref(i), counter.Read{})
 		if err != nil || c.Count["t"] != 1 || c.Count["s"] != 0 {
 			t.Fatalf("object %d after node-2 exited: %+v, %v; want t once, s never", i, c, err)
 		}
