@@ -128,6 +128,9 @@ func (kr *kindRuntime) resolve(id string, mode lookupMode) (place, error) {
 	case err != nil && !errors.Is(err, relocation.ErrNoRow):
 		return place{}, &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: "location store", Err: err}
 	}
+	// A row that is not Preserved and whose host is not live (nor here):
+	// its owner crashed, and an activation takes the object over.
+	takeover := err == nil && row.State != relocation.Preserved
 	if h.cfg.Gateway {
 		// Never here: the kind's placement among the hosts that serve it.
 		other := h.placeNew(kr.spec, id)
@@ -156,7 +159,7 @@ func (kr *kindRuntime) resolve(id string, mode lookupMode) (place, error) {
 	// The activation itself is one flight per object on this host, whatever
 	// the look-ups' modes: two of them (a local send and a message off a
 	// link) must not both reserve and commit.
-	v, err, _ := h.lookups.Do(kr.spec.name+"\x00"+id+"\x00activate", func() (any, error) { return kr.activate(id) })
+	v, err, _ := h.lookups.Do(kr.spec.name+"\x00"+id+"\x00activate", func() (any, error) { return kr.activate(id, takeover) })
 	if err != nil {
 		return place{}, err
 	}
@@ -165,7 +168,9 @@ func (kr *kindRuntime) resolve(id string, mode lookupMode) (place, error) {
 
 // activate reserves and commits object id for this host in the store and
 // installs its owner; if another live host owns it, it returns that host.
-func (kr *kindRuntime) activate(id string) (place, error) {
+// takeover: its row named a crashed owner (its gaps are messages that
+// died with it: TakeoverGapTimeout).
+func (kr *kindRuntime) activate(id string, takeover bool) (place, error) {
 	h := kr.host
 	if o := kr.local(id); o != nil {
 		return place{o: o}, nil // a flight that ended just before this one
@@ -200,6 +205,9 @@ func (kr *kindRuntime) activate(id string) (place, error) {
 	o := h.newOwner(kr.spec, kr, Ref{Kind: kr.spec.name, ID: id})
 	o.row = row.Ownership
 	o.prev = sh.passivating[id]
+	if takeover {
+		o.takeoverUntil = nanotime() + int64(h.cfg.GapTimeout) // not yet published: no lock needed
+	}
 	if len(snap.Senders) > 0 {
 		o.restoreOrderLocked(snap, nanotime()) // not yet published: no lock needed
 	}

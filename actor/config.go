@@ -115,6 +115,13 @@ type Config struct {
 	// again nor announces dropped (it was lost with a crashed host), before
 	// it gives up on the gap and runs them (Stats.GapsClosed); default 5 s.
 	GapTimeout time.Duration
+	// TakeoverGapTimeout replaces GapTimeout, for GapTimeout after its
+	// activation, on an object this host took over from a crashed owner
+	// (its row named a host whose lease ran out): the messages that died
+	// with that host will never come, and those still on their way over
+	// live links arrive within milliseconds. Default 250 ms; at most
+	// GapTimeout.
+	TakeoverGapTimeout time.Duration
 	// StoreTimeout bounds each Location Store call; default 5 s.
 	StoreTimeout time.Duration
 	// Gateway makes the host a client of the cluster: it sends to objects
@@ -176,6 +183,10 @@ func (c Config) withDefaults() (Config, error) {
 		bad("CutoverWait", "negative")
 	}
 	orDefault(&c.GapTimeout, DefaultGapTimeout, "GapTimeout", bad)
+	orDefault(&c.TakeoverGapTimeout, min(DefaultTakeoverGapTimeout, c.GapTimeout), "TakeoverGapTimeout", bad)
+	if c.TakeoverGapTimeout > c.GapTimeout {
+		bad("TakeoverGapTimeout", "must be at most GapTimeout")
+	}
 	orDefault(&c.StoreTimeout, DefaultStoreTimeout, "StoreTimeout", bad)
 	switch {
 	case c.Transport != nil && (c.Store == nil || c.Membership == nil):

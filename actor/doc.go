@@ -84,7 +84,8 @@
 //
 // Not covered: messages on their way to or queued at a host that crashes
 // are lost; a sender's messages behind such a loss wait GapTimeout, then
-// run (Stats.GapsClosed); relays that arrive after the target's
+// run (Stats.GapsClosed) — TakeoverGapTimeout (250 ms) where the object
+// was taken over from the crashed owner; relays that arrive after the target's
 // CutoverWait ran out (the link from the source down that long) run late
 // (Stats.Late). See the README for the full list, and LOCK_ORDER.md for
 // the package's locks.

@@ -21,6 +21,7 @@ func TestConfigZeroValueWorksAndBadFieldsAreNamed(t *testing.T) {
 	}
 	if h.cfg.MaxQueuedApplicationJobs != DefaultMaxQueuedApplicationJobs() || h.cfg.MaxRequestsInFlight != 4096 ||
 		h.cfg.SendTimeout != time.Second || h.cfg.GapTimeout != DefaultGapTimeout || h.cfg.StoreTimeout != DefaultStoreTimeout ||
+		h.cfg.TakeoverGapTimeout != DefaultTakeoverGapTimeout ||
 		!strings.HasPrefix(h.Name(), "host-") {
 		t.Fatalf("defaults not applied: %+v", h.cfg)
 	}
@@ -34,6 +35,15 @@ func TestConfigZeroValueWorksAndBadFieldsAreNamed(t *testing.T) {
 			t.Fatalf("bad config = %v; want it to name Config.%s", err, field)
 		}
 	}
+	_, err = NewHost(Config{GapTimeout: time.Second, TakeoverGapTimeout: 2 * time.Second})
+	if !errors.Is(err, payload.InvalidOperation) || !strings.Contains(err.Error(), "Config.TakeoverGapTimeout") {
+		t.Fatalf("a takeover gap wait longer than the gap wait = %v; want InvalidOperation naming Config.TakeoverGapTimeout", err)
+	}
+	h, err = NewHost(Config{GapTimeout: 100 * time.Millisecond})
+	if err != nil || h.cfg.TakeoverGapTimeout != 100*time.Millisecond {
+		t.Fatalf("a gap wait below the default takeover wait: %v, takeover wait %v; want it capped to the gap wait", err, h.cfg.TakeoverGapTimeout)
+	}
+	h.Close()
 }
 
 func TestRegistrationMistakesFailStartNamingKindAndType(t *testing.T) {

@@ -50,6 +50,11 @@ func bouncesOf(flags uint8) uint8 { return flags >> bounceShift }
 // the gap.
 const DefaultGapTimeout = 5 * time.Second
 
+// DefaultTakeoverGapTimeout is the gap wait of an object taken over from a
+// crashed owner, for the first DefaultGapTimeout after its activation
+// (Config.TakeoverGapTimeout).
+const DefaultTakeoverGapTimeout = 250 * time.Millisecond
+
 const streamShards = 64
 
 // streamShard is a part of the host's sending streams (route.Streams),
@@ -387,7 +392,8 @@ func (o *owner) noteHeldLocked() {
 	h.heldMu.Unlock()
 }
 
-// expireGaps gives up on gaps older than GapTimeout.
+// expireGaps gives up on gaps older than GapTimeout (TakeoverGapTimeout
+// on an object taken over from a crashed owner, at first).
 func (h *Host) expireGaps() {
 	h.heldMu.Lock()
 	owners := make([]*owner, 0, len(h.heldOwners))
@@ -398,7 +404,11 @@ func (h *Host) expireGaps() {
 	now := nanotime()
 	for _, o := range owners {
 		o.seqMu.Lock()
-		if o.frozen || o.order.Expire(now, int64(h.cfg.GapTimeout)) == 0 {
+		wait := int64(h.cfg.GapTimeout)
+		if now < o.takeoverUntil {
+			wait = int64(h.cfg.TakeoverGapTimeout)
+		}
+		if o.frozen || o.order.Expire(now, wait) == 0 {
 			o.seqMu.Unlock()
 			continue
 		}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berthrt/berth/internal/testutil"
+
 	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/relocation"
 )
@@ -405,6 +407,47 @@ func TestGapLostWithACrashedHostClosesAfterGapTimeout(t *testing.T) {
 	}
 	if st := b.Stats(); st.GapsClosed != 1 || st.HeldOutOfOrder != 0 {
 		t.Fatalf("b: %d given up on, %d held; want 1, 0", st.GapsClosed, st.HeldOutOfOrder)
+	}
+}
+
+// An object taken over from a crashed owner gives up its gaps after
+// TakeoverGapTimeout, not GapTimeout: the messages that left them died with
+// the owner. Here GapTimeout is a minute: the sender's next message would
+// wait that long for the one lost with the owner.
+func TestAnObjectTakenOverFromACrashedOwnerGivesUpItsGapsSoon(t *testing.T) {
+	n := NewNetwork(nil)
+	hs := startSeqHosts(t, n, Config{GapTimeout: time.Minute}, "a", "x")
+	a, x := hs["a"], hs["x"]
+	ref := Ref{"seq", "o"}
+	if err := Tell(bg, x, ref, SeqMsg{Seq: 0}); err != nil { // activates on x
+		t.Fatal(err)
+	}
+	if _, err := Ask[GetSeqs, []int](bg, a, ref, GetSeqs{}); err != nil { // a sends to it (and caches x)
+		t.Fatal(err)
+	}
+	n.Break("a", "x") // a's message 1 waits on the link, and dies with x
+	if err := Tell(bg, a, ref, SeqMsg{Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	n.Kill(x)
+	// Message 2 activates the object afresh (on a: the only host left),
+	// behind the gap message 1 left.
+	if err := Tell(bg, a, ref, SeqMsg{Seq: 2}); err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	testutil.WaitForWithin(t, "message 2 to run", 20*time.Second, func() bool {
+		s, err := Ask[GetSeqs, []int](bg, a, ref, GetSeqs{})
+		got = s
+		return err == nil && len(s) == 1
+	})
+	if want := []int{2}; !slices.Equal(got, want) {
+		t.Fatalf("ran %v, want %v (state died with x)", got, want)
+	}
+	// Given up on: a's numbers 1 (the Ask, which ran on x: the new
+	// activation has no order state from x) and 2 (message 1, lost).
+	if st := a.Stats(); st.GapsClosed != 2 || st.HeldOutOfOrder != 0 {
+		t.Fatalf("a: %d given up on, %d held; want 2, 0", st.GapsClosed, st.HeldOutOfOrder)
 	}
 }
 

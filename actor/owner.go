@@ -44,6 +44,10 @@ type owner struct {
 	frozen    bool                           // arrivals go to the hold unchecked; guarded by seqMu
 	shut      bool                           // the mailbox closed for good; guarded by seqMu
 	heldCount int                            // messages held out of order, as last noted (noteHeldLocked); guarded by seqMu
+	// Until this nanotime, gaps are given up on after TakeoverGapTimeout:
+	// the object was taken over from a crashed owner (activate). Set
+	// before the owner is published; guarded by seqMu after.
+	takeoverUntil int64
 
 	lastActive atomic.Int64  // nanotime of the last turn's end (with IdleTimeout)
 	gone       chan struct{} // closed when the deactivation finished
