@@ -86,9 +86,11 @@ func (q *inbox) take(ds []delivery) (d delivery, took bool) {
 func (q *inbox) inlineDone() (stopped bool) {
 	q.mu.Lock()
 	q.inline = false
-	q.idle.Broadcast()
-	wake := q.sleeping && q.head < len(q.items)
 	stopped = q.stopped
+	if stopped {
+		q.idle.Broadcast() // waitInline is called only once stopped
+	}
+	wake := q.sleeping && q.head < len(q.items)
 	q.mu.Unlock()
 	if wake {
 		q.wake()
