@@ -27,6 +27,11 @@ var ErrNotActive = payload.NewError(payload.NotFound, "actor.Host.Locate", "the 
 // Location Store records. It does not activate the object. While a move is
 // under way it returns the owner until the move commits.
 //
+// A Tell returns once the message is accepted, before the host it went to
+// has activated (and recorded) the object: a Locate right after a Tell
+// that activates the object may find it not active yet (ErrNotActive).
+// An Ask returns after the object ran it, so a Locate after an Ask finds it.
+//
 // Errors: NotFound (no such kind on this host), ErrNotActive, Unavailable
 // (the store did not answer within StoreTimeout or ctx).
 func (h *Host) Locate(ctx context.Context, ref Ref) (Location, error) {
