@@ -17,7 +17,8 @@ package tests
 //	         received, that relocation record.
 //	         BERTH_CHILD_CPUPROFILE=<file> (any role) writes a CPU profile
 //	         of the child, to profile a benchmark's other side ("%n" in
-//	         it: the role and name).
+//	         it: the role and name); BERTH_CHILD_TRACE=<file> an execution
+//	         trace.
 //	rawecho  a raw protoactor-go actor system with remote, and an actor
 //	         named "echo" that answers every BytesValue with one: the
 //	         baseline of the benchmarks across processes.
@@ -33,6 +34,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"sync"
@@ -107,6 +109,12 @@ func childMain(role string) int {
 		f, err := os.Create(strings.ReplaceAll(path, "%n", role+"-"+os.Getenv("BERTH_CHILD_NAME")))
 		if err == nil && pprof.StartCPUProfile(f) == nil {
 			defer func() { pprof.StopCPUProfile(); f.Close() }()
+		}
+	}
+	if path := os.Getenv("BERTH_CHILD_TRACE"); path != "" { // an execution trace, likewise
+		f, err := os.Create(strings.ReplaceAll(path, "%n", role+"-"+os.Getenv("BERTH_CHILD_NAME")))
+		if err == nil && trace.Start(f) == nil {
+			defer func() { trace.Stop(); f.Close() }()
 		}
 	}
 	switch role {
