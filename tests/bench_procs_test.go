@@ -8,7 +8,6 @@ package tests
 
 import (
 	"context"
-	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,9 +15,7 @@ import (
 	"time"
 
 	paactor "github.com/asynkron/protoactor-go/actor"
-	paremote "github.com/asynkron/protoactor-go/remote"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/berthrt/berth/actor"
 	"github.com/berthrt/berth/internal/pgtest"
@@ -116,23 +113,9 @@ func BenchmarkProcsRawRequestFuture(b *testing.B) {
 		b.Skip("benchmarks run without -race")
 	}
 	echo := startChild(b, "rawecho", "echo")
-	discard := func(*paactor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }
-	sys := paactor.NewActorSystem(paactor.WithLoggerFactory(discard))
-	r := paremote.NewRemote(sys, paremote.Configure("127.0.0.1", 0, paremote.WithEndpointWriterQueueSize(1024)))
-	r.Start()
+	sys, r := rawSystem()
 	defer r.Shutdown(false)
-	target := paactor.NewPID(echo.addr, "echo")
-	req := []byte("get")
-	if _, err := sys.Root.RequestFuture(target, &wrapperspb.BytesValue{Value: req}, 10*time.Second).Result(); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for range b.N {
-		if _, err := sys.Root.RequestFuture(target, &wrapperspb.BytesValue{Value: req}, 10*time.Second).Result(); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchRawRequests(b, sys, paactor.NewPID(echo.addr, "echo"))
 }
 
 // BenchmarkProcsRelocate moves one object with 1 KiB or 1 MiB of state

@@ -105,33 +105,48 @@ func BenchmarkRawProtoRemoteRequestFuture(b *testing.B) {
 	if raceEnabled {
 		b.Skip("several protoactor remotes in one process race on gRPC's global logger inside protoactor; run without -race")
 	}
-	discard := func(*paactor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }
-	start := func() (*paactor.ActorSystem, *paremote.Remote) {
-		sys := paactor.NewActorSystem(paactor.WithLoggerFactory(discard))
-		r := paremote.NewRemote(sys, paremote.Configure("127.0.0.1", 0, paremote.WithEndpointWriterQueueSize(1024)))
-		r.Start()
-		return sys, r
-	}
-	rsys, rrem := start()
-	ssys, srem := start()
+	rsys, rrem := rawSystem()
+	ssys, srem := rawSystem()
 	defer srem.Shutdown(true)
 	defer rrem.Shutdown(true)
+	rawEcho(rsys)
+	benchRawRequests(b, ssys, paactor.NewPID(rsys.Address(), "echo"))
+}
+
+// rawSystem starts a protoactor-go actor system with remote on a free
+// loopback port, its logs discarded.
+func rawSystem() (*paactor.ActorSystem, *paremote.Remote) {
+	discard := func(*paactor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }
+	sys := paactor.NewActorSystem(paactor.WithLoggerFactory(discard))
+	r := paremote.NewRemote(sys, paremote.Configure("127.0.0.1", 0, paremote.WithEndpointWriterQueueSize(1024)))
+	r.Start()
+	return sys, r
+}
+
+// rawEcho spawns the baselines' actor, "echo" on sys: it answers every
+// BytesValue with one, as berth's bench object answers benchGet.
+func rawEcho(sys *paactor.ActorSystem) error {
 	n := 0
-	_, _ = rsys.Root.SpawnNamed(paactor.PropsFromFunc(func(ctx paactor.Context) {
+	_, err := sys.Root.SpawnNamed(paactor.PropsFromFunc(func(ctx paactor.Context) {
 		if _, ok := ctx.Message().(*wrapperspb.BytesValue); ok {
 			n++
 			ctx.Respond(&wrapperspb.BytesValue{Value: []byte{byte(n)}})
 		}
-	}), "counter")
-	target := paactor.NewPID(rsys.Address(), "counter")
+	}), "echo")
+	return err
+}
+
+// benchRawRequests times b.N RequestFutures from sys to target, one at a
+// time, after one untimed.
+func benchRawRequests(b *testing.B, sys *paactor.ActorSystem, target *paactor.PID) {
 	req := []byte("get")
-	if _, err := ssys.Root.RequestFuture(target, &wrapperspb.BytesValue{Value: req}, 10*time.Second).Result(); err != nil {
+	if _, err := sys.Root.RequestFuture(target, &wrapperspb.BytesValue{Value: req}, 10*time.Second).Result(); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		if _, err := ssys.Root.RequestFuture(target, &wrapperspb.BytesValue{Value: req}, 10*time.Second).Result(); err != nil {
+		if _, err := sys.Root.RequestFuture(target, &wrapperspb.BytesValue{Value: req}, 10*time.Second).Result(); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -41,11 +41,8 @@ import (
 	"syscall"
 	"time"
 
-	paactor "github.com/asynkron/protoactor-go/actor"
-	paremote "github.com/asynkron/protoactor-go/remote"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/berthrt/berth/actor"
 	"github.com/berthrt/berth/payload"
@@ -562,17 +559,8 @@ func (c *childCtl) startMovers(n, objects int, targets []string, seed uint64, pe
 // childRawEcho runs protoactor-go alone: an actor "echo" on an actor
 // system with remote on loopback, answering every BytesValue.
 func childRawEcho() int {
-	discard := func(*paactor.ActorSystem) *slog.Logger { return slog.New(slog.DiscardHandler) }
-	sys := paactor.NewActorSystem(paactor.WithLoggerFactory(discard))
-	r := paremote.NewRemote(sys, paremote.Configure("127.0.0.1", 0, paremote.WithEndpointWriterQueueSize(1024)))
-	r.Start()
-	n := 0
-	if _, err := sys.Root.SpawnNamed(paactor.PropsFromFunc(func(ctx paactor.Context) {
-		if _, ok := ctx.Message().(*wrapperspb.BytesValue); ok {
-			n++
-			ctx.Respond(&wrapperspb.BytesValue{Value: []byte{byte(n)}})
-		}
-	}), "echo"); err != nil {
+	sys, _ := rawSystem()
+	if err := rawEcho(sys); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
