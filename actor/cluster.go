@@ -128,8 +128,9 @@ func (kr *kindRuntime) resolve(id string, mode lookupMode) (place, error) {
 	case err != nil && !errors.Is(err, relocation.ErrNoRow):
 		return place{}, &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: "location store", Err: err}
 	}
-	// A row that is not Preserved and whose host is not live (nor here):
-	// its owner crashed, and an activation takes the object over.
+	// A row that is not Preserved and names no live host but this one
+	// (which has no owner for it): its owner crashed (or was this host's
+	// previous run), and an activation takes the object over.
 	takeover := err == nil && row.State != relocation.Preserved
 	if h.cfg.Gateway {
 		// Never here: the kind's placement among the hosts that serve it.

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/berthrt/berth/internal/testutil"
-
 	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/relocation"
 )
