@@ -78,31 +78,14 @@ func procsOne(b *testing.B) (*actor.Host, actor.Ref) {
 // them all.
 func BenchmarkProcsTellPipelined(b *testing.B) {
 	gw, ref := procsOne(b)
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for range b.N {
-		if err := actor.Tell(ctx, gw, ref, benchInc{}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if n, err := actor.Ask[benchGet, int](ctx, gw, ref, benchGet{}); err != nil || n != b.N {
-		b.Fatalf("count %d, %v; want %d", n, err, b.N)
-	}
+	benchTells(b, gw, ref)
 }
 
 // BenchmarkProcsAsk: one Ask at a time from this process to an object in
 // another process: a round trip.
 func BenchmarkProcsAsk(b *testing.B) {
 	gw, ref := procsOne(b)
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for range b.N {
-		if _, err := actor.Ask[benchGet, int](ctx, gw, ref, benchGet{}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchAsks(b, gw, ref)
 }
 
 // BenchmarkProcsRawRequestFuture is the baseline of BenchmarkProcsAsk:

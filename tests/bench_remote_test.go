@@ -71,28 +71,39 @@ func remotePair(b *testing.B) (a, bh *actor.Host, ref actor.Ref) {
 // when the object ran them all.
 func BenchmarkRemoteTellPipelined(b *testing.B) {
 	a, _, ref := remotePair(b)
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for range b.N {
-		if err := actor.Tell(ctx, a, ref, benchInc{}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if n, err := actor.Ask[benchGet, int](ctx, a, ref, benchGet{}); err != nil || n != b.N {
-		b.Fatalf("count %d, %v; want %d", n, err, b.N)
-	}
+	benchTells(b, a, ref)
 }
 
 // BenchmarkRemoteAsk: one Ask at a time from host a to an object on host
 // b over transport/remote: a round trip.
 func BenchmarkRemoteAsk(b *testing.B) {
 	a, _, ref := remotePair(b)
+	benchAsks(b, a, ref)
+}
+
+// benchTells times b.N Tells of benchInc from h to the bench object ref,
+// one goroutine, until the object ran them all.
+func benchTells(b *testing.B, h *actor.Host, ref actor.Ref) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		if _, err := actor.Ask[benchGet, int](ctx, a, ref, benchGet{}); err != nil {
+		if err := actor.Tell(ctx, h, ref, benchInc{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if n, err := actor.Ask[benchGet, int](ctx, h, ref, benchGet{}); err != nil || n != b.N {
+		b.Fatalf("count %d, %v; want %d", n, err, b.N)
+	}
+}
+
+// benchAsks times b.N Asks from h to the bench object ref, one at a time.
+func benchAsks(b *testing.B, h *actor.Host, ref actor.Ref) {
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if _, err := actor.Ask[benchGet, int](ctx, h, ref, benchGet{}); err != nil {
 			b.Fatal(err)
 		}
 	}
