@@ -6,6 +6,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/berthrt/berth/internal/fifo"
 )
 
 // DefaultWatchBuffer is the backlog of a Memory watcher when
@@ -483,10 +485,7 @@ func (w *watcher) pop() (Event, bool) {
 	}
 	ev := w.queue[w.head]
 	w.queue[w.head] = Event{}
-	w.head++
-	if w.head == len(w.queue) {
-		w.queue, w.head = w.queue[:0], 0
-	}
+	w.queue, w.head = fifo.Compact(w.queue, w.head+1)
 	return ev, true
 }
 

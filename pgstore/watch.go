@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/berthrt/berth/internal/fifo"
 	"github.com/berthrt/berth/membership"
 	"github.com/jackc/pgx/v5"
 )
@@ -399,10 +400,7 @@ func (w *watcher) pop() (membership.Event, bool) {
 	}
 	ev := w.queue[w.head]
 	w.queue[w.head] = membership.Event{}
-	w.head++
-	if w.head == len(w.queue) {
-		w.queue, w.head = w.queue[:0], 0
-	}
+	w.queue, w.head = fifo.Compact(w.queue, w.head+1)
 	w.lastSent = ev.Rev
 	return ev, true
 }

@@ -73,3 +73,20 @@ func TestWatcherGetsASyncWhenTheChangelogWasPruned(t *testing.T) {
 		t.Fatalf("after the Sync: %v %s rev %d, want joined d rev 4", ev.Type, ev.Member.Name, ev.Rev)
 	}
 }
+
+// A watcher whose pump stays one event behind the dispatcher keeps a
+// bounded backlog array: the consumed prefix is given back (fifo.Compact),
+// not kept until the backlog happens to empty.
+func TestWatcherBacklogGivesBackWhatThePumpTook(t *testing.T) {
+	w := &watcher{limit: 16, notify: make(chan struct{}, 1)}
+	w.push(membership.Event{Rev: 1})
+	for rev := uint64(2); rev <= 100_000; rev++ {
+		w.push(membership.Event{Rev: rev})
+		if ev, ok := w.pop(); !ok || ev.Rev != rev-1 {
+			t.Fatalf("pop = %v, %v; want revision %d", ev.Rev, ok, rev-1)
+		}
+	}
+	if c := cap(w.queue); c > 4096 {
+		t.Fatalf("backlog array holds %d slots for one pending event", c)
+	}
+}
