@@ -15,33 +15,18 @@ import (
 	"time"
 
 	paactor "github.com/asynkron/protoactor-go/actor"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/berthrt/berth/actor"
 	"github.com/berthrt/berth/internal/pgtest"
 	"github.com/berthrt/berth/internal/testutil"
-	"github.com/berthrt/berth/pgstore"
 	"github.com/berthrt/berth/transport/remote"
 )
 
 // procsGateway starts a gateway host in this process on database db (it
 // hosts nothing) and waits until it knows nodes peers.
 func procsGateway(b *testing.B, db string, nodes int) *actor.Host {
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, db)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(pool.Close)
-	store, err := pgstore.Open(ctx, pool, pgstore.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	members, err := pgstore.OpenMembership(ctx, pool, pgstore.MembershipOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(members.Close)
+	store, members, closePG := openPostgres(b, db)
+	b.Cleanup(closePG)
 	h, err := actor.NewHost(actor.Config{Name: "gateway", Transport: remote.New(remote.Options{}), Store: store,
 		Membership: members, Logger: quietLogger(), Gateway: true})
 	if err != nil {

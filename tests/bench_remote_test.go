@@ -10,7 +10,6 @@ import (
 
 	paactor "github.com/asynkron/protoactor-go/actor"
 	paremote "github.com/asynkron/protoactor-go/remote"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/berthrt/berth/actor"
@@ -18,7 +17,6 @@ import (
 	"github.com/berthrt/berth/internal/pgtest"
 	"github.com/berthrt/berth/internal/testutil"
 	"github.com/berthrt/berth/membership"
-	"github.com/berthrt/berth/pgstore"
 	"github.com/berthrt/berth/relocation"
 	"github.com/berthrt/berth/transport/remote"
 )
@@ -173,22 +171,8 @@ func BenchmarkRemoteRelocate(b *testing.B) {
 		benchRemoteRelocate(b, net.Store, net.Membership)
 	})
 	b.Run("store=postgres", func(b *testing.B) {
-		db := pgtest.New(b)
-		ctx := context.Background()
-		pool, err := pgxpool.New(ctx, db.URL)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer pool.Close()
-		store, err := pgstore.Open(ctx, pool, pgstore.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		members, err := pgstore.OpenMembership(ctx, pool, pgstore.MembershipOptions{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer members.Close()
+		store, members, closePG := openPostgres(b, pgtest.New(b).URL)
+		defer closePG()
 		benchRemoteRelocate(b, store, members)
 	})
 }

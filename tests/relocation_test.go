@@ -18,11 +18,9 @@ import (
 	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/membership"
 	"github.com/berthrt/berth/payload"
-	"github.com/berthrt/berth/pgstore"
 	"github.com/berthrt/berth/relocation"
 	"github.com/berthrt/berth/transport"
 	"github.com/berthrt/berth/transport/remote"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // tally is a relocating object's state: per sender, the last sequence
@@ -106,20 +104,8 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 		if cfg.faultDB && db.Server == nil {
 			t.Skip("BERTH_TEST_DATABASE_URL names a server this test cannot restart")
 		}
-		pool, err := pgxpool.New(ctx, db.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		closeStore = append(closeStore, pool.Close)
-		ps, err := pgstore.Open(ctx, pool, pgstore.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pm, err := pgstore.OpenMembership(ctx, pool, pgstore.MembershipOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		closeStore = append(closeStore, pm.Close)
+		ps, pm, closePG := openPostgres(t, db.URL)
+		closeStore = append(closeStore, closePG)
 		store, members = ps, pm
 	}
 	var dbDown atomic.Bool // the server is restarting: store calls may fail
