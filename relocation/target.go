@@ -55,6 +55,7 @@ type Target struct {
 	waitTick bool  // readyAt or deadline waits for the first tick
 	relays   [][]byte
 	retry    bool // a transient store failure waits for the next tick
+	unsure   bool // a commit attempt failed transiently: it may have been written (its answer lost)
 	outcome  Outcome
 	ownerGen uint64 // the owner generation the commit wrote
 }
@@ -123,21 +124,49 @@ func (t *Target) Step(in Input) Output {
 		if t.phase != tgtCommitting || t.retry {
 			return out // late: it never revives a finished move
 		}
-		switch err := in.Err; {
+		err, row := in.Err, in.Row
+		if t.unsure && t.ownCommit(err) {
+			// An earlier attempt was written but its answer was lost (the
+			// connection broke): the row the retry finds is this move's
+			// own commit. It is the commit.
+			err, row = nil, currentRow(err)
+		}
+		switch {
 		case err == nil:
 			t.phase = tgtOpen
 			t.outcome = Moved
-			t.ownerGen = in.Row.OwnerGen
+			t.ownerGen = row.OwnerGen
 			out.send(&Committed{Move: t.prep.Move, OwnerGen: t.ownerGen})
-			out.act(OpenQueue{Captured: t.record.Queue, Relayed: t.relays, Owner: in.Row.Ownership})
+			out.act(OpenQueue{Captured: t.record.Queue, Relayed: t.relays, Owner: row.Ownership})
 			out.finish(Moved, "")
 		case isConflict(err):
 			t.abandon(&out, "store: "+err.Error())
 		default:
 			t.retry = true // transient: the same operation on the next tick
+			t.unsure = true
 		}
 	}
 	return out
+}
+
+// ownCommit reports whether err is a conflict whose current row is what
+// this move's commit writes: this host the owner, the owner generation one
+// above the expected one, the same object generation. Only this move can
+// write that row (an object has one move at a time, and its commit is the
+// only change from the expected row to it).
+func (t *Target) ownCommit(err error) bool {
+	var c *ConflictError
+	if !errors.As(err, &c) {
+		return false
+	}
+	cur, want := c.Current.Ownership, t.prep.Owner
+	return c.Current.State == Active && cur.Host == t.cfg.Host && cur.OwnerGen == want.OwnerGen+1 && cur.ObjectGen == want.ObjectGen
+}
+
+func currentRow(err error) Row {
+	var c *ConflictError
+	errors.As(err, &c)
+	return c.Current
 }
 
 func isConflict(err error) bool {

@@ -139,6 +139,11 @@ func (w *world) exec(t *testing.T, cmd string) []string {
 				tgt(StoreResult{Row: row})
 			case "conflict":
 				tgt(StoreResult{Err: &ConflictError{Current: Row{Object: testObj}}})
+			case "mine":
+				// A newer owner: this move's own commit, whose answer was lost.
+				row := Row{Object: testObj, Ownership: testOwner, State: Active}
+				row.Host, row.OwnerGen, row.Version = "B", testOwner.OwnerGen+1, testOwner.Version+1
+				tgt(StoreResult{Err: &ConflictError{Current: row, NewerOwner: true}})
 			case "newer":
 				tgt(StoreResult{Err: &ConflictError{Current: Row{Object: testObj}, NewerOwner: true}})
 			case "transient":
