@@ -12,27 +12,50 @@
 // at sequence 1 in a fresh epoch and is forgotten once idle for its idle
 // time, after which the next message starts a new epoch.
 //
-// The object's owner keeps an [Order]: per sending host the epoch it is in
-// and the next sequence number it expects, and a reorder buffer of
+// The object's owner keeps an [Inbox]: its receive side as one machine.
+// The inbox is open (arrivals are checked), frozen (the object is sealed
+// for a move or is a move's incoming owner: arrivals are kept unchecked,
+// in arrival order, and checked where the object opens) or shut (its
+// mailbox closed for good: arrivals are routed again, held messages are
+// handed back). Inside it an [Order] keeps, per sending host, the epoch it
+// is in and the next sequence number it expects, and a reorder buffer of
 // messages that arrived ahead of their turn. Invariants:
 //
 //   - A message is released (handed to the owner's queue) only when every
 //     message of its sender's stream before it has been released, skipped
 //     (a skip notice: the sender or a forwarding host knows it was
-//     dropped), or given up on (a gap older than the gap wait, or a buffer
-//     past its bound — both counted as gaps closed).
+//     dropped), or given up on after a host failure (below).
+//   - A gap closes only on a fact. Without a skip notice, it closes only
+//     when a failure [Fact] covers it — the membership reported a host
+//     gone (its lease expired, or it left without handing on its work)
+//     while the gap was open or shortly before it opened (the fact's
+//     window), or the object was taken over from a crashed owner — and
+//     then only after the fact's wait, for what is still on live links.
+//     Which host could hold the missing message is not known at the
+//     owner (a message may have crossed any host that forwarded for the
+//     object), so any host failure counts: a gap never closes while every
+//     host is up, however long a move, a follow path or a starved process
+//     takes. No timer stands in for a failure.
+//   - The reorder buffer's bound (MaxHeld per sender) is back-pressure:
+//     past it the inbox still holds the message and reports the sender
+//     over its bound, and the driver pushes back on that sender. Nothing
+//     is released out of order and nothing is dropped because of it.
+//   - A frozen inbox closes no gap: what it misses may be in the move.
 //   - Messages of one sender are released in sequence order; a message
 //     that arrives after its gap was given up on, or of an epoch older
 //     than the one the owner is in, is released at once and counted late.
+//     So a message runs late only after a host failure.
 //   - A newer epoch of a sender means the sender forgot its stream: the
 //     owner expects sequence 1 of it, and releases what still waited in
 //     the older epoch first.
 //   - The order state (the expected-next table and the buffer) travels
 //     with the object: in the move record when it moves, in its Location
 //     Store row when it is deactivated ([AppendSnapshot],
-//     [DecodeSnapshot]). An owner forgets a sender only after it has been
-//     idle for longer than the sender's stream idle time, so a stream the
-//     owner forgot has been forgotten by its sender too.
+//     [DecodeSnapshot]). A held message keeps the time its gap opened, so
+//     a failure fact at the new place covers it as it would have at the
+//     old one. An owner forgets a sender only after it has been idle for
+//     longer than the sender's stream idle time, so a stream the owner
+//     forgot has been forgotten by its sender too.
 //
 // Counting is the only local proof that every older message has arrived:
 // Message Follow is a shifting, possibly circular set of paths (an object

@@ -42,9 +42,33 @@ func (v Verdict) String() string {
 	return "none"
 }
 
-// DefaultMaxHeld bounds the messages an Order holds for one sender; past
-// it the sender's gaps are given up on (counted).
+// DefaultMaxHeld is the number of messages an Order holds for one sender
+// past which it reports the sender as over its bound (Hold's result): the
+// driver then pushes back on that sender. The bound never releases
+// anything out of order and never drops anything.
 const DefaultMaxHeld = 10_000
+
+// Fact is a failure fact: at At, the membership reported a host gone (its
+// lease expired, or it left without handing on its work), or this host
+// took an object over from a crashed owner. A fact covers the gaps that
+// were open at At or opened within Window after it: the message missing
+// in such a gap may have died with that host. A covered gap closes Wait
+// after the later of At and its opening — the time left for what is still
+// on live links. Nothing else closes a gap but a skip notice: while no
+// host fails, a gap waits however long a move or a follow path takes.
+type Fact struct {
+	At     int64
+	Window int64
+	Wait   int64
+}
+
+// closesAt returns when a gap opened at open may close by f, if f covers it.
+func (f Fact) closesAt(open int64) (int64, bool) {
+	if open > f.At+f.Window {
+		return 0, false
+	}
+	return max(f.At, open) + f.Wait, true
+}
 
 // Order is one object's receive order (see the package doc): per sending
 // host the epoch and the next expected sequence number, and the messages
@@ -57,15 +81,16 @@ type Order[T any] struct {
 	readyAt int
 	held    int
 	counts  Counts
-	// MaxHeld bounds the buffer per sender; 0 means DefaultMaxHeld.
+	// MaxHeld is the number of messages held for one sender past which
+	// Hold reports it over its bound; 0 means DefaultMaxHeld.
 	MaxHeld int
 }
 
 // Counts are an Order's events since the last TakeCounts.
 type Counts struct {
-	// GapsClosed: sequence numbers given up on (gap wait passed, buffer
-	// bound reached, or the sender moved to a newer epoch with messages of
-	// the older one still waiting).
+	// GapsClosed: sequence numbers given up on (a failure fact covered
+	// the gap and its wait passed, or the sender moved to a newer epoch
+	// with messages of the older one still waiting).
 	GapsClosed uint64
 	// Late: messages released after their turn (see Late).
 	Late uint64
@@ -207,8 +232,10 @@ func (o *Order[T]) Skip(sender []byte, st Stamp, item T, now int64) Verdict {
 }
 
 // Hold keeps item, checked Hold, until its turn. (If it is the first of a
-// newer epoch, what waited in the older epoch is released, then it.)
-func (o *Order[T]) Hold(sender []byte, st Stamp, item T, now int64) {
+// newer epoch, what waited in the older epoch is released, then it.) It
+// reports whether the sender now has more than MaxHeld messages held: the
+// caller pushes back on it. The item is held all the same.
+func (o *Order[T]) Hold(sender []byte, st Stamp, item T, now int64) (over bool) {
 	s := o.enter(sender, st.Epoch, now)
 	i, found := slices.BinarySearchFunc(s.held, st.Seq, func(h heldItem[T], seq uint64) int {
 		switch {
@@ -226,15 +253,29 @@ func (o *Order[T]) Hold(sender []byte, st Stamp, item T, now int64) {
 	}
 	s.held = slices.Insert(s.held, i, heldItem[T]{seq: st.Seq, at: now, item: item})
 	o.held++
-	max := o.MaxHeld
-	if max <= 0 {
-		max = DefaultMaxHeld
-	}
-	if len(s.held) > max {
-		o.giveUp(s, len(s.held))
-		return
-	}
 	o.promote(s)
+	return len(s.held) > o.maxHeld()
+}
+
+func (o *Order[T]) maxHeld() int {
+	if o.MaxHeld <= 0 {
+		return DefaultMaxHeld
+	}
+	return o.MaxHeld
+}
+
+// Over reports whether sender has more than MaxHeld messages held.
+func (o *Order[T]) Over(sender []byte) bool {
+	s := o.find(sender)
+	return s != nil && len(s.held) > o.maxHeld()
+}
+
+// HeldOf returns how many messages are held for sender.
+func (o *Order[T]) HeldOf(sender []byte) int {
+	if s := o.find(sender); s != nil {
+		return len(s.held)
+	}
+	return 0
 }
 
 // promote moves the held messages of s whose turn has come to the ready
@@ -295,18 +336,70 @@ func (o *Order[T]) Next() (T, bool) {
 	return it, true
 }
 
-// Expire gives up on the gaps of every sender whose oldest held message
-// has waited at least wait: its held messages become ready, in order.
-// It returns how many senders it released.
-func (o *Order[T]) Expire(now, wait int64) int {
+// CloseGaps gives up on the gaps of every sender whose gap a failure fact
+// covers and whose wait has passed (see Fact): its held messages become
+// ready, in order, and the closed sequence numbers are counted. A gap's
+// opening is when its oldest still-held message was held. It returns how
+// many senders it released. With no fact, nothing closes.
+func (o *Order[T]) CloseGaps(now int64, facts ...Fact) int {
+	if len(facts) == 0 {
+		return 0
+	}
 	n := 0
 	for _, s := range o.senders {
-		if len(s.held) > 0 && now-s.waitingSince() >= wait {
-			o.giveUp(s, len(s.held))
-			n++
+		if len(s.held) == 0 {
+			continue
+		}
+		open := s.waitingSince()
+		for _, f := range facts {
+			if at, ok := f.closesAt(open); ok && now >= at {
+				o.giveUp(s, len(s.held))
+				n++
+				break
+			}
 		}
 	}
 	return n
+}
+
+// Gap is one sender's gap: the sender, how long its oldest held message
+// has waited, how many messages wait behind it, and the first missing
+// sequence number.
+type Gap struct {
+	Sender  string
+	Waited  int64
+	Held    int
+	Missing uint64
+}
+
+// oldestOpen returns when the longest-waiting gap opened, if any is open.
+func (o *Order[T]) oldestOpen() (int64, bool) {
+	var open int64
+	found := false
+	for _, s := range o.senders {
+		if len(s.held) > 0 {
+			if w := s.waitingSince(); !found || w < open {
+				open, found = w, true
+			}
+		}
+	}
+	return open, found
+}
+
+// OldestGap returns the longest-waiting gap, if any.
+func (o *Order[T]) OldestGap(now int64) (Gap, bool) {
+	var g Gap
+	found := false
+	for _, s := range o.senders {
+		if len(s.held) == 0 {
+			continue
+		}
+		if w := now - s.waitingSince(); !found || w > g.Waited {
+			g = Gap{Sender: s.name, Waited: w, Held: len(s.held), Missing: s.next}
+			found = true
+		}
+	}
+	return g, found
 }
 
 // Forget drops the state of senders that hold nothing and were last seen

@@ -38,7 +38,9 @@ func runTrace(t *testing.T, path string) {
 type world struct {
 	now int64
 
-	ord     *Order[string]
+	in      *Inbox[string]
+	facts   []Fact // the host's failure facts (fail)
+	kept    []kept // what a frozen inbox told the driver to keep
 	streams *Streams
 	tables  map[string]*Table
 	objs    []string // object names used, in order
@@ -52,6 +54,13 @@ type world struct {
 	links    map[string][]msg // "from>to"
 	linkKeys []string         // in order of first use
 	ran      []string
+}
+
+// kept is a message a frozen inbox left to its driver.
+type kept struct {
+	sender string
+	stamp  Stamp
+	item   string
 }
 
 // msg is a message for o in flight.
@@ -72,7 +81,7 @@ var objO = obj("o")
 func obj(name string) Object { return Object{Kind: "obj", ID: name} }
 
 func newWorld() *world {
-	return &world{ord: &Order[string]{}, tables: map[string]*Table{}, links: map[string][]msg{}, senders: map[string]*Streams{}}
+	return &world{in: &Inbox[string]{}, tables: map[string]*Table{}, links: map[string][]msg{}, senders: map[string]*Streams{}}
 }
 
 func (w *world) table(host string) *Table {
@@ -132,9 +141,9 @@ func (w *world) exec(t *testing.T, cmd string) []string {
 	switch fields[0] {
 	// Order of one object.
 	case "order":
-		w.ord = &Order[string]{}
+		w.in = &Inbox[string]{}
 		if m, ok := kv["max-held"]; ok {
-			w.ord.MaxHeld = int(num(m))
+			w.in.Order().MaxHeld = int(num(m))
 		}
 	case "offer":
 		need(4)
@@ -142,23 +151,55 @@ func (w *world) exec(t *testing.T, cmd string) []string {
 	case "skip":
 		need(3)
 		w.skip(pos[0], Stamp{Epoch: unum(pos[1]), Seq: unum(pos[2])}, emit)
-	case "expire":
-		emit("expired %d senders", w.ord.Expire(w.now, num(kv["wait"])))
+	case "fail":
+		// A failure fact on the host: a host gone at=, covering gaps
+		// open then or opening within window=, closing them after wait=.
+		w.facts = append(w.facts, Fact{At: w.now, Window: num(kv["window"]), Wait: num(kv["wait"])})
+		emit("facts %d", len(w.facts))
+	case "takeover":
+		w.in.TakenOver(w.now, num(kv["window"]), num(kv["wait"]))
+	case "close-gaps":
+		emit("closed %d senders", w.in.CloseGaps(w.now, w.facts))
 		w.drain("", emit)
+	case "oldest-gap":
+		if g, ok := w.in.Order().OldestGap(w.now); ok {
+			emit("%s waited=%d held=%d missing=%d", g.Sender, g.Waited, g.Held, g.Missing)
+		} else {
+			emit("no gap")
+		}
+	case "freeze":
+		w.in.Freeze()
+		emit("%s", w.in.State())
+	case "thaw":
+		// The driver opens the inbox and offers what it kept, in order.
+		w.in.Thaw()
+		emit("%s", w.in.State())
+		k := w.kept
+		w.kept = nil
+		for _, m := range k {
+			if strings.HasPrefix(m.item, "skip") {
+				w.skip(m.sender, m.stamp, emit)
+			} else {
+				w.offer(m.sender, m.stamp, m.item, "", emit)
+			}
+		}
+	case "shut":
+		held := w.in.Shut()
+		emit("%s, handed back [%s]", w.in.State(), strings.Join(held, " "))
 	case "forget":
-		w.ord.Forget(w.now, num(kv["idle"]))
-		emit("senders %d", w.ord.Senders())
+		w.ord().Forget(w.now, num(kv["idle"]))
+		emit("senders %d", w.ord().Senders())
 	case "state":
-		snap := w.ord.Snapshot(w.now, frame)
+		snap := w.ord().Snapshot(w.now, frame)
 		for _, s := range snap.Senders {
-			e, n := w.ord.Expected(s.Sender)
+			e, n := w.ord().Expected(s.Sender)
 			emit("%s epoch=%d next=%d held=%s", s.Sender, e, n, fmtHeld(s.Held))
 		}
-		c := w.ord.TakeCounts()
-		emit("held %d, counts gaps-closed=%d late=%d skipped=%d", w.ord.Held(), c.GapsClosed, c.Late, c.Skipped)
+		c := w.ord().TakeCounts()
+		emit("held %d, counts gaps-closed=%d late=%d skipped=%d", w.in.Held(), c.GapsClosed, c.Late, c.Skipped)
 	case "snapshot-restore":
 		var b []byte
-		w.ord, b = roundTrip(t, w.ord, nil, w.now)
+		w.in, b = roundTrip(t, w.in, nil, w.now)
 		emit("snapshot %d bytes", len(b))
 		snap, _ := DecodeSnapshot(b)
 		for _, s := range snap.Senders {
@@ -298,36 +339,54 @@ func (w *world) lookup(host, name string) string {
 	return fmt.Sprintf("%s: %s at %s gen %d until %d%s", host, name, e.Host, e.Gen, e.Expires, kind)
 }
 
-// offer runs the owner's side for one arriving message: Check, then
-// Release/Late (hand on, Released) or Hold, then drain what became ready.
-// who prefixes the lines (the owner host in the world, "" otherwise).
+func (w *world) ord() *Order[string] { return w.in.Order() }
+
+// offer runs the driver for one arriving message: Offer, then admit
+// (Admitted), hold, keep (frozen) or refuse (shut), then drain what
+// became ready. who prefixes the lines (the owner host in the world, ""
+// otherwise).
 func (w *world) offer(sender string, st Stamp, item, who string, emit func(string, ...any)) {
-	switch v := w.ord.Check([]byte(sender), st); v {
-	case Release, Late:
-		late := ""
-		if v == Late {
-			late = " (late)"
+	late := w.ord().Check([]byte(sender), st) == Late
+	switch step, over := w.in.Offer([]byte(sender), st, false, item, w.now); step {
+	case StepAdmit:
+		tag := ""
+		if late {
+			tag = " (late)"
 		}
 		w.ran = append(w.ran, item)
-		emit("%sdeliver %s%s", who, item, late)
-		w.ord.Released([]byte(sender), st, w.now)
-	case Hold:
-		emit("%shold %s", who, item)
-		w.ord.Hold([]byte(sender), st, item, w.now)
+		emit("%sdeliver %s%s", who, item, tag)
+		w.in.Admitted([]byte(sender), st, w.now)
+	case StepHeld:
+		tag := ""
+		if over {
+			tag = " (over the bound: push back on " + sender + ")"
+		}
+		emit("%shold %s%s", who, item, tag)
+	case StepKeep:
+		w.kept = append(w.kept, kept{sender, st, item})
+		emit("%skeep %s (frozen)", who, item)
+	case StepRefuse:
+		emit("%srefuse %s (shut)", who, item)
 	default:
-		emit("%sverdict %v for %s", who, v, item)
+		emit("%sstep %v for %s", who, step, item)
 	}
 	w.drain(who, emit)
 }
 
 func (w *world) skip(sender string, st Stamp, emit func(string, ...any)) {
 	item := fmt.Sprintf("skip%s.%d", sender, st.Seq)
-	switch v := w.ord.Skip([]byte(sender), st, item, w.now); v {
-	case Release:
+	v := w.ord().Check([]byte(sender), st)
+	switch step, _ := w.in.Offer([]byte(sender), st, true, item, w.now); {
+	case step == StepKeep:
+		w.kept = append(w.kept, kept{sender, st, item})
+		emit("keep %s (frozen)", item)
+	case step == StepRefuse:
+		emit("refuse %s (shut)", item)
+	case v == Release:
 		emit("skipped %s.%d", sender, st.Seq)
-	case Hold:
+	case v == Hold:
 		emit("hold %s", item)
-	case Late:
+	case v == Late:
 		emit("ignored %s (behind)", item)
 	}
 	w.drain("", emit)
@@ -336,7 +395,7 @@ func (w *world) skip(sender string, st Stamp, emit func(string, ...any)) {
 // drain takes what became ready; skip notices are dropped.
 func (w *world) drain(who string, emit func(string, ...any)) {
 	for {
-		it, ok := w.ord.Next()
+		it, ok := w.in.Next()
 		if !ok {
 			return
 		}
@@ -352,7 +411,8 @@ func (w *world) drain(who string, emit func(string, ...any)) {
 // roundTrip moves an Order (and a Trail, if any) through its encoded
 // snapshot into fresh ones, at the same time, and checks that the state
 // survived the trip.
-func roundTrip(t *testing.T, o *Order[string], tr *Trail, now int64) (*Order[string], []byte) {
+func roundTrip(t *testing.T, in *Inbox[string], tr *Trail, now int64) (*Inbox[string], []byte) {
+	o := in.Order()
 	snap := o.Snapshot(now, frame)
 	if tr != nil {
 		snap.Trail = tr.Snapshot(now)
@@ -362,7 +422,9 @@ func roundTrip(t *testing.T, o *Order[string], tr *Trail, now int64) (*Order[str
 	if err != nil {
 		t.Fatalf("decode snapshot: %v", err)
 	}
-	fresh := &Order[string]{MaxHeld: o.MaxHeld}
+	freshIn := &Inbox[string]{}
+	fresh := freshIn.Order()
+	fresh.MaxHeld = o.MaxHeld
 	fresh.Restore(dec, now, func(_ uint64, f []byte) (string, bool) { return string(f), true })
 	if got := fresh.Snapshot(now, frame); !reflect.DeepEqual(got.Senders, snap.Senders) {
 		t.Fatalf("order changed in the snapshot round trip:\n got %+v\nwant %+v", got.Senders, snap.Senders)
@@ -375,7 +437,7 @@ func roundTrip(t *testing.T, o *Order[string], tr *Trail, now int64) (*Order[str
 		}
 		*tr = back
 	}
-	return fresh, b
+	return freshIn, b
 }
 
 func (w *world) queue(from, to string, m msg) {
@@ -454,9 +516,9 @@ func (w *world) deliver(t *testing.T, from, to string, emit func(string, ...any)
 func (w *world) move(t *testing.T, to string, emit func(string, ...any)) {
 	old := w.owner
 	var b []byte
-	w.ord, b = roundTrip(t, w.ord, &w.trail, w.now)
+	w.in, b = roundTrip(t, w.in, &w.trail, w.now)
 	w.owner, w.gen = to, w.gen+1
-	emit("o moves %s -> %s gen %d (snapshot %d bytes, %d held)", old, to, w.gen, len(b), w.ord.Held())
+	emit("o moves %s -> %s gen %d (snapshot %d bytes, %d held)", old, to, w.gen, len(b), w.in.Held())
 	w.table(old).Learn(objO, Entry{Host: to, Gen: w.gen, Expires: w.now + worldTTL, Follow: true}, w.now)
 	emit("  %s", w.lookup(old, "o"))
 	w.trail.Add(old, w.now+worldTTL)
