@@ -207,7 +207,9 @@ func (kr *kindRuntime) activate(id string, takeover bool) (place, error) {
 	o.row = row.Ownership
 	o.prev = sh.passivating[id]
 	if takeover {
-		o.takeoverUntil = nanotime() + int64(h.cfg.GapTimeout) // not yet published: no lock needed
+		// The crashed owner is a failure fact for this object (not yet
+		// published: no lock needed).
+		o.inbox.TakenOver(nanotime(), int64(h.cfg.GapTimeout), int64(h.cfg.TakeoverGapTimeout))
 	}
 	if len(snap.Senders) > 0 {
 		o.restoreOrderLocked(snap, nanotime()) // not yet published: no lock needed

@@ -110,17 +110,23 @@ type Config struct {
 	// CutoverWait is how long a move's target waits for the cutover after
 	// relay-ready before it commits anyway; default 1 s.
 	CutoverWait time.Duration
-	// GapTimeout is how long an object holds a sender's messages that came
-	// ahead of their turn, waiting for an older one that nobody sends
-	// again nor announces dropped (it was lost with a crashed host), before
-	// it gives up on the gap and runs them (Stats.GapsClosed); default 5 s.
+	// GapTimeout is how long, after the membership reports a host gone
+	// without handing its work on (its lease expired, or it left without
+	// draining), an object still waits for the messages missing in its
+	// gaps — the ones on live links arrive meanwhile — before it gives up
+	// on them and runs what waited behind them (Stats.GapsClosed; what
+	// arrives later runs late, Stats.Late). It is also the window after
+	// such a report in which a gap that opens counts as caused by it.
+	// No timer closes a gap while every host is up: a message ahead of
+	// an older one waits as long as the older one's move or follow path
+	// takes (Stats.OldestGap shows the longest wait). Default 5 s.
 	GapTimeout time.Duration
-	// TakeoverGapTimeout replaces GapTimeout, for GapTimeout after its
-	// activation, on an object this host took over from a crashed owner
-	// (its row named a host whose lease ran out): the messages that died
-	// with that host will never come, and those still on their way over
-	// live links arrive within milliseconds. Default 250 ms; at most
-	// GapTimeout.
+	// TakeoverGapTimeout replaces GapTimeout as the wait of the gaps of
+	// an object this host took over from a crashed owner (its row named a
+	// host whose lease ran out), open or opening within GapTimeout of the
+	// takeover: the messages that died with that host will never come,
+	// and those still on their way over live links arrive within
+	// milliseconds. Default 250 ms; at most GapTimeout.
 	TakeoverGapTimeout time.Duration
 	// StoreTimeout bounds each Location Store call; default 5 s.
 	StoreTimeout time.Duration

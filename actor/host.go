@@ -110,6 +110,7 @@ type Host struct {
 	heldMu        sync.Mutex   // guards heldOwners
 	heldOwners    map[*owner]struct{}
 	heldOut       atomic.Int64 // messages held out of order
+	gapFacts                   // failure facts and the gaps' gauge and log (order.go)
 	gapsClosed    atomic.Int64
 	late          atomic.Int64
 	droppedMsgs   atomic.Int64
@@ -672,6 +673,7 @@ func (h *Host) Stats() Stats {
 		HeldOutOfOrder:    int(h.heldOut.Load()),
 		GapsClosed:        h.gapsClosed.Load(),
 		Late:              h.late.Load(),
+		OldestGap:         time.Duration(h.oldestGap.Load()),
 		Dropped:           h.droppedMsgs.Load(),
 		Bounced:           h.bouncedMsgs.Load(),
 		Relocations:       h.moved.Load(),

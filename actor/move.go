@@ -337,7 +337,7 @@ func (h *Host) moveTicker() {
 		case <-t.C:
 		}
 		h.clk.Store(nanotime())
-		h.expireGaps()
+		h.closeGaps()
 		h.retryDeferred()
 		h.reportLoad(i%40 == 0)
 		if i%40 == 0 {
@@ -647,7 +647,7 @@ func (d *moveDriver) sealAndCapture() {
 	}
 	o := d.o
 	o.seqMu.Lock()
-	o.frozen = true
+	o.inbox.Freeze()
 	o.mb.Seal()
 	o.seqMu.Unlock()
 	d.sealedAt = nanotime()
@@ -790,7 +790,7 @@ func (d *moveDriver) registerTemp() {
 	}
 	o := h.newOwner(d.kr.spec, d.kr, Ref{Kind: d.obj.Kind, ID: d.obj.ID})
 	o.incoming.Store(true)
-	o.frozen = true // not yet published: no lock needed
+	o.inbox.Freeze() // not yet published: no lock needed
 	o.mb.Seal()
 	if sh.m == nil {
 		sh.m = map[string]*owner{}
@@ -860,7 +860,7 @@ func (d *moveDriver) open(a relocation.OpenQueue) {
 	for _, t := range o.trail.Live(now) {
 		tell = append(tell, t.Host)
 	}
-	tell = o.order.SenderNames(tell)
+	tell = o.inbox.Order().SenderNames(tell)
 	o.incoming.Store(false)
 	after := o.openOrderLocked(captured, append(unchecked, o.mb.TakeHeld()...))
 	o.seqMu.Unlock()

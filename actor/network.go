@@ -341,6 +341,9 @@ type peerView struct {
 	// maxMsg is each member's MaxMessage, rebuilt (under mu) when members
 	// change: the send path reads it without a lock.
 	maxMsg atomic.Pointer[map[string]int64]
+	// handedOn are the runs (name → lease generation) that went Gone: they
+	// handed all their work on, so their leaving is no failure.
+	handedOn map[string]uint64
 }
 
 // peerLink is the transport's news of one peer.
@@ -373,7 +376,12 @@ func (v *peerView) setLoad(name string, n int64) {
 }
 
 // apply applies one membership event to the view.
-func (v *peerView) apply(ev membership.Event) {
+// It returns the hosts whose leaving the event shows to be a failure —
+// failure facts (order.go): an expiry; a leave of a run that had not gone
+// Gone (it did not hand all its work on); a member missing from a Sync
+// (its leave or expiry was not seen). A run that went Gone has handed its
+// work on: its leave is no failure.
+func (v *peerView) apply(ev membership.Event) (failed []string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	defer func() {
@@ -385,11 +393,17 @@ func (v *peerView) apply(ev membership.Event) {
 	}()
 	switch ev.Type {
 	case membership.Sync:
-		v.members = make(map[string]membership.Member, len(ev.Members))
+		now := make(map[string]membership.Member, len(ev.Members))
 		for _, m := range ev.Members {
-			v.members[m.Name] = m
+			now[m.Name] = m
 		}
-		return
+		for name, m := range v.members {
+			if cur, ok := now[name]; !ok || cur.LeaseGen != m.LeaseGen {
+				failed = append(failed, name)
+			}
+		}
+		v.members = now
+		return failed
 	}
 	if v.members == nil {
 		v.members = map[string]membership.Member{}
@@ -397,11 +411,28 @@ func (v *peerView) apply(ev membership.Event) {
 	switch {
 	case ev.Type == membership.Joined, ev.Type == membership.StateChanged && ev.Member.State != membership.Gone:
 		v.members[ev.Member.Name] = ev.Member
-	default: // Left, Expired, Gone
-		if cur, ok := v.members[ev.Member.Name]; ok && cur.LeaseGen == ev.Member.LeaseGen {
-			delete(v.members, ev.Member.Name)
+		return nil
+	case ev.Type == membership.StateChanged: // Gone
+		if v.handedOn == nil {
+			v.handedOn = map[string]uint64{}
+		}
+		v.handedOn[ev.Member.Name] = ev.Member.LeaseGen
+	case ev.Type == membership.Expired:
+		failed = append(failed, ev.Member.Name)
+	case ev.Type == membership.Left:
+		if gen, ok := v.handedOn[ev.Member.Name]; !ok || gen != ev.Member.LeaseGen {
+			failed = append(failed, ev.Member.Name)
 		}
 	}
+	if ev.Type == membership.Left || ev.Type == membership.Expired {
+		if gen, ok := v.handedOn[ev.Member.Name]; ok && gen <= ev.Member.LeaseGen {
+			delete(v.handedOn, ev.Member.Name)
+		}
+	}
+	if cur, ok := v.members[ev.Member.Name]; ok && cur.LeaseGen == ev.Member.LeaseGen {
+		delete(v.members, ev.Member.Name)
+	}
+	return failed
 }
 
 // member returns what the membership says of host name.
@@ -492,7 +523,11 @@ func (h *Host) pickHost(kind string) string {
 func (h *Host) watchMembers(ch <-chan membership.Event) {
 	defer h.bg.Done()
 	for ev := range ch {
-		h.view.apply(ev)
+		for _, name := range h.view.apply(ev) {
+			if name != h.name {
+				h.failed(name, ev.Type.String())
+			}
+		}
 		h.tellDirectory()
 	}
 }

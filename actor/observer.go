@@ -84,8 +84,10 @@ type Stats struct {
 	PermitsMax        int           // MaxQueuedApplicationJobs
 	RequestsInFlight  int           // requests waiting for replies
 	HeldOutOfOrder    int           // messages held because an older one of their sender has not arrived
-	GapsClosed        int64         // messages of senders given up on after GapTimeout (lost with a crashed host)
+	GapsClosed        int64         // sequence numbers given up on after a host failure (lost with that host)
 	Late              int64         // messages run after a gap before them was given up on
+	OldestGap         time.Duration // how long the longest-waiting gap of any object here has waited (0: none)
+	DroppedOnClose    int64         // accepted messages Close ended unrun (ShuttingDown): queued, held, or waiting in a sender
 	Dropped           int64         // stamped messages this host could not deliver (their senders got an error; a skip notice followed)
 	Bounced           int64         // messages sent back to their origin to be routed again
 	Relocations       int64         // moves completed with this host as source or target

@@ -2,7 +2,9 @@ package actor
 
 import (
 	"hash/maphash"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/berthrt/berth/mailbox"
@@ -17,16 +19,21 @@ import (
 // origin (this host), an epoch and a sequence number per object — in the
 // step that routes it (stamp), and keeps that stamp however it travels:
 // forwarded, relayed, captured in a move record, sent back to its origin.
-// Each object owner runs arrivals through its route.Order (owner.admit):
-// a message whose turn has come enters the mailbox, then those held behind
-// it; one ahead of its turn is held, encoded and undecoded, without its
-// job permit; a skip notice (a frame with flagSkip, sent by whichever
-// host dropped a stamped message: dropped) closes its gap at once; a gap
-// nobody closes is given up on after Config.GapTimeout (Stats.GapsClosed).
+// Each object owner runs arrivals through its route.Inbox (owner.admit),
+// which decides; this file carries its steps out: a message whose turn
+// has come enters the mailbox, then those held behind it; one ahead of its
+// turn is held, encoded and undecoded, without its job permit; a skip
+// notice (a frame with flagSkip, sent by whichever host dropped a stamped
+// message: dropped) closes its gap at once. A gap nobody closes waits —
+// however long — until a failure fact covers it: the membership reports a
+// host gone (failed), or the object was taken over from a crashed owner;
+// then it closes after Config.GapTimeout (TakeoverGapTimeout for a
+// takeover), counted (Stats.GapsClosed). A sender past the reorder bound
+// is logged and counted; nothing is released out of order for it.
 //
 // While an owner is sealed for a move, or is a move's incoming owner,
-// it is frozen: arrivals go to the mailbox's hold unchecked, and are
-// checked where the object opens (the target, or the source after an
+// its inbox is frozen: arrivals go to the mailbox's hold unchecked, and
+// are checked where the object opens (the target, or the source after an
 // abort). The order state travels in the move record, and rests in the
 // Location Store row while the object is deactivated.
 //
@@ -45,14 +52,17 @@ const (
 
 func bouncesOf(flags uint8) uint8 { return flags >> bounceShift }
 
-// DefaultGapTimeout is how long an owner holds messages behind a gap that
-// nobody closes (a message lost with a crashed host) before it gives up on
-// the gap.
+// DefaultGapTimeout is how long, after the membership reports a host gone,
+// an owner still waits for the messages missing in its gaps (they may be
+// on live links) before it gives up on them (Config.GapTimeout). It is
+// also the window after the report in which a gap that opens counts as
+// caused by it. No gap closes while every host is up.
 const DefaultGapTimeout = 5 * time.Second
 
-// DefaultTakeoverGapTimeout is the gap wait of an object taken over from a
-// crashed owner, for the first DefaultGapTimeout after its activation
-// (Config.TakeoverGapTimeout).
+// DefaultTakeoverGapTimeout is the wait of the gaps of an object taken
+// over from a crashed owner, open or opening within DefaultGapTimeout of
+// its activation (Config.TakeoverGapTimeout): their messages died with
+// that owner.
 const DefaultTakeoverGapTimeout = 250 * time.Millisecond
 
 const streamShards = 64
@@ -228,13 +238,23 @@ const (
 )
 
 // admit runs e, an application item for owner o, through the owner's
-// receive order and admits it (see the top of this file). Nothing that can
-// call back into an admission (returning a permit: Permits.Release may
-// grant it to a waiting source at once) happens under seqMu. ran and room are
-// those of the mailbox's AdmitOrRun and AdmitOrWait. On an error nothing
-// changed and e stays the caller's; otherwise e is the owner's (held, or
-// admitted, or — a skip notice — ended).
+// inbox and admits it (see the top of this file). Nothing that can call
+// back into an admission (returning a permit: Permits.Release may grant it
+// to a waiting source at once) happens under seqMu. ran and room are those
+// of the mailbox's AdmitOrRun and AdmitOrWait. On an error nothing changed
+// and e stays the caller's; otherwise e is the owner's (held, or admitted,
+// or — a skip notice — ended).
 func (o *owner) admit(e *mailbox.Envelope, how admitHow) (ran bool, room <-chan struct{}, err error) {
+	h := o.host
+	if h.cfg.IdleTimeout > 0 {
+		// Idleness counts from the last accepted message (the coarse clock
+		// ticks only with a transport).
+		if h.tr != nil {
+			o.lastActive.Store(h.coarseNow())
+		} else {
+			o.lastActive.Store(nanotime())
+		}
+	}
 	hv := e.Msg.Header()
 	st := route.Stamp{Epoch: hv.Epoch(), Seq: hv.Seq()}
 	if st.IsZero() || o.kr == nil {
@@ -245,27 +265,26 @@ func (o *owner) admit(e *mailbox.Envelope, how admitHow) (ran bool, room <-chan 
 	var originBuf [64]byte
 	origin := append(originBuf[:0], hv.Origin()...)
 	skip := hv.Flags()&flagSkip != 0
-	h := o.host
 	now := h.coarseNow()
 
 	o.seqMu.Lock()
-	if o.shut {
+	var claimed bool
+	var a orderAfter
+	switch step, over := o.inbox.Offer(origin, st, skip, e, now); step {
+	case route.StepRefuse:
 		o.seqMu.Unlock()
 		return false, nil, mailbox.ErrClosed
-	}
-	if o.frozen {
+	case route.StepKeep:
 		// Sealed for a move, or incoming: the hold keeps it, unchecked.
 		err = o.mb.AdmitOverflow(e)
 		o.seqMu.Unlock()
 		return false, nil, err
-	}
-	var claimed bool
-	var a orderAfter
-	switch v := o.order.Check(origin, st); {
-	case v == route.Hold:
-		o.holdLocked(e, origin, st, now, &a)
-	case skip:
-		o.order.Skip(origin, st, e, now)
+	case route.StepHeld:
+		if p := e.TakePermit(); p != nil {
+			a.permits = append(a.permits, p)
+		}
+		a.over = over
+	case route.StepSkipped:
 		a.stray = append(a.stray, e)
 	default:
 		if how == admitInline {
@@ -277,10 +296,13 @@ func (o *owner) admit(e *mailbox.Envelope, how admitHow) (ran bool, room <-chan 
 			o.seqMu.Unlock()
 			return false, room, err
 		}
-		o.order.Released(origin, st, now)
+		o.inbox.Admitted(origin, st, now)
 	}
 	o.readyLocked(&a, nil)
 	o.seqMu.Unlock()
+	if a.over {
+		h.overBound(o, origin)
+	}
 	h.orderDone(o, a)
 	if claimed {
 		o.mb.RunClaimed(e)
@@ -312,16 +334,7 @@ type orderAfter struct {
 	stray   []*mailbox.Envelope
 	permits []*mailbox.Permits
 	counts  route.Counts
-}
-
-// holdLocked holds e, ahead of its turn. Its permit is given back after
-// the lock (orderDone): a give-back may admit a waiting send at once, which
-// needs seqMu.
-func (o *owner) holdLocked(e *mailbox.Envelope, origin []byte, st route.Stamp, now int64, a *orderAfter) {
-	if p := e.TakePermit(); p != nil {
-		a.permits = append(a.permits, p)
-	}
-	o.order.Hold(origin, st, e, now)
+	over    bool // the sender is past the reorder bound
 }
 
 // readyLocked takes the held messages whose turn came, in order: skip
@@ -330,7 +343,7 @@ func (o *owner) holdLocked(e *mailbox.Envelope, origin []byte, st route.Stamp, n
 // them). Then it collects the counts and notes what is still held.
 func (o *owner) readyLocked(a *orderAfter, into *[]*mailbox.Envelope) {
 	for {
-		e, ok := o.order.Next()
+		e, ok := o.inbox.Next()
 		if !ok {
 			break
 		}
@@ -343,7 +356,7 @@ func (o *owner) readyLocked(a *orderAfter, into *[]*mailbox.Envelope) {
 			a.stray = append(a.stray, e)
 		}
 	}
-	a.counts.Add(o.order.TakeCounts())
+	a.counts.Add(o.inbox.Order().TakeCounts())
 	o.noteHeldLocked()
 }
 
@@ -355,7 +368,7 @@ func (h *Host) orderDone(o *owner, a orderAfter) {
 	}
 	if a.counts.GapsClosed > 0 {
 		h.gapsClosed.Add(int64(a.counts.GapsClosed))
-		h.log.Info("gap in a sender's messages given up on", "object", o.ref.String(), "messages", a.counts.GapsClosed)
+		h.log.Warn("gap in a sender's messages given up on after a host failure", "object", o.ref.String(), "messages", a.counts.GapsClosed)
 	}
 	if a.counts.Late > 0 {
 		h.late.Add(int64(a.counts.Late))
@@ -369,11 +382,21 @@ func (h *Host) orderDone(o *owner, a orderAfter) {
 	}
 }
 
+// overBound notes that sender is past the reorder bound at o: counted,
+// and logged at most once per gapLogEvery.
+func (h *Host) overBound(o *owner, sender []byte) {
+	h.overHeld.Add(1)
+	if h.gapLog.allow(nanotime()) {
+		h.log.Warn("a sender is past the reorder bound of an object: its messages wait for an older one",
+			"object", o.ref.String(), "sender", string(sender), "bound", route.DefaultMaxHeld)
+	}
+}
+
 // noteHeldLocked records, with o.seqMu held, how many messages o holds
-// out of order now: the host's gauge and its list of owners to expire
-// gaps on. Lock order: seqMu, then Host.heldMu.
+// out of order now: the host's gauge and its list of owners with gaps.
+// Lock order: seqMu, then Host.heldMu.
 func (o *owner) noteHeldLocked() {
-	n := o.order.Held()
+	n := o.inbox.Held()
 	if o.heldCount == n {
 		return
 	}
@@ -392,9 +415,63 @@ func (o *owner) noteHeldLocked() {
 	h.heldMu.Unlock()
 }
 
-// expireGaps gives up on gaps older than GapTimeout (TakeoverGapTimeout
-// on an object taken over from a crashed owner, at first).
-func (h *Host) expireGaps() {
+// Failure facts (route.Fact): what lets a gap close.
+
+// maxFacts bounds the failure facts a host keeps; past it the oldest two
+// merge into one that covers what both did.
+const maxFacts = 64
+
+// factKeep is how long a host keeps a failure fact past its window and
+// wait: an owner frozen meanwhile (a move) applies it when it opens.
+const factKeep = 10 * time.Minute
+
+// failed records a failure fact: the membership reported host gone
+// without handing on its work (its lease expired, or it left without
+// draining).
+func (h *Host) failed(host string, why string) {
+	now := nanotime()
+	f := route.Fact{At: now, Window: int64(h.cfg.GapTimeout), Wait: int64(h.cfg.GapTimeout)}
+	h.factsMu.Lock()
+	h.facts = append(h.facts, f)
+	if len(h.facts) > maxFacts {
+		a, b := h.facts[0], h.facts[1]
+		h.facts[1] = route.Fact{At: a.At, Window: b.At + b.Window - a.At, Wait: max(a.Wait, b.Wait)}
+		h.facts = append(h.facts[:0], h.facts[1:]...)
+	}
+	h.factsMu.Unlock()
+	h.failures.Add(1)
+	h.log.Info("a host failed: gaps open now, or opening soon, close after the gap timeout", "failed", host, "why", why)
+}
+
+// currentFacts returns the failure facts that can still close a gap,
+// forgetting the others.
+func (h *Host) currentFacts(now int64) []route.Fact {
+	h.factsMu.Lock()
+	defer h.factsMu.Unlock()
+	keep := h.facts[:0]
+	for _, f := range h.facts {
+		if now <= f.At+f.Window+f.Wait+int64(factKeep) {
+			keep = append(keep, f)
+		}
+	}
+	clear(h.facts[len(keep):])
+	h.facts = keep
+	if len(keep) == 0 {
+		return nil
+	}
+	return slices.Clone(keep)
+}
+
+// gapLogEvery spaces the log lines about long gaps.
+const gapLogEvery = 5 * time.Second
+
+// gapReportAfter is how long a gap waits before the host logs it.
+const gapReportAfter = time.Second
+
+// closeGaps gives up on the gaps a failure fact covers (route.Fact), on
+// every owner that holds messages, and updates the oldest-gap gauge; a
+// long gap is logged (rate-limited) with the hosts it may wait for.
+func (h *Host) closeGaps() {
 	h.heldMu.Lock()
 	owners := make([]*owner, 0, len(h.heldOwners))
 	for o := range h.heldOwners {
@@ -402,21 +479,42 @@ func (h *Host) expireGaps() {
 	}
 	h.heldMu.Unlock()
 	now := nanotime()
+	facts := h.currentFacts(now)
+	var oldest route.Gap
+	var oldestAt *owner
+	var awaited []string
 	for _, o := range owners {
 		o.seqMu.Lock()
-		wait := int64(h.cfg.GapTimeout)
-		if now < o.takeoverUntil {
-			wait = int64(h.cfg.TakeoverGapTimeout)
-		}
-		if o.frozen || o.order.Expire(now, wait) == 0 {
+		if o.inbox.CloseGaps(now, facts) > 0 {
+			var a orderAfter
+			o.readyLocked(&a, nil)
 			o.seqMu.Unlock()
-			continue
+			h.orderDone(o, a)
+			o.seqMu.Lock()
 		}
-		var a orderAfter
-		o.readyLocked(&a, nil)
+		if g, ok := o.inbox.Order().OldestGap(now); ok && g.Waited > oldest.Waited {
+			oldest, oldestAt = g, o
+			awaited = awaited[:0]
+			for _, t := range o.trail.Live(now) {
+				awaited = append(awaited, t.Host)
+			}
+		}
 		o.seqMu.Unlock()
-		h.orderDone(o, a)
 	}
+	h.oldestGap.Store(oldest.Waited)
+	if oldestAt != nil && oldest.Waited >= int64(gapReportAfter) && h.gapLog.allow(now) {
+		h.log.Warn("a gap in a sender's messages is waiting for an older message (no host failed: it waits)",
+			"object", oldestAt.ref.String(), "sender", oldest.Sender, "missing", oldest.Missing,
+			"held", oldest.Held, "waited", time.Duration(oldest.Waited), "forwarding", awaited)
+	}
+}
+
+// rateLimit lets one event through per gapLogEvery.
+type rateLimit struct{ next atomic.Int64 }
+
+func (r *rateLimit) allow(now int64) bool {
+	n := r.next.Load()
+	return now >= n && r.next.CompareAndSwap(n, now+int64(gapLogEvery))
 }
 
 // forgetIdleSenders drops the order state of senders idle for twice the
@@ -427,38 +525,43 @@ func (h *Host) forgetIdleSenders() {
 	for _, kr := range h.kinds {
 		for _, o := range kr.all() {
 			o.seqMu.Lock()
-			if o.order.Senders() > 0 {
-				o.order.Forget(now, idle)
+			if ord := o.inbox.Order(); ord.Senders() > 0 {
+				ord.Forget(now, idle)
 			}
 			o.seqMu.Unlock()
 		}
 	}
 }
 
-// openOrderLocked unfreezes the owner: items (already checked, in order)
-// go first, then each of unchecked (relayed or held, in arrival order) is
-// checked; then the mailbox opens with all of them in order. With seqMu
-// held; the caller finishes with orderDone.
+// openOrderLocked thaws the owner's inbox: items (already checked, in
+// order) go first, then each of unchecked (relayed or held, in arrival
+// order) is offered; then the mailbox opens with all of them in order.
+// With seqMu held; the caller finishes with orderDone.
 func (o *owner) openOrderLocked(items, unchecked []*mailbox.Envelope) orderAfter {
 	now := o.host.coarseNow()
 	var a orderAfter
+	o.inbox.Thaw()
 	for _, e := range unchecked {
 		hv := e.Msg.Header()
 		st := route.Stamp{Epoch: hv.Epoch(), Seq: hv.Seq()}
-		switch v := o.order.Check(hv.Origin(), st); {
-		case v == route.Hold:
-			o.holdLocked(e, hv.Origin(), st, now, &a)
+		switch step, over := o.inbox.Offer(hv.Origin(), st, hv.Flags()&flagSkip != 0, e, now); step {
+		case route.StepHeld:
+			if p := e.TakePermit(); p != nil {
+				a.permits = append(a.permits, p)
+			}
+			a.over = a.over || over
 			continue
-		case hv.Flags()&flagSkip != 0:
-			o.order.Skip(hv.Origin(), st, e, now)
+		case route.StepSkipped:
 			a.stray = append(a.stray, e)
-		default:
-			o.order.Released(hv.Origin(), st, now)
+		case route.StepAdmit:
+			o.inbox.Admitted(hv.Origin(), st, now)
 			items = append(items, e)
+		default: // shut meanwhile: route it again
+			a.stray = append(a.stray, e)
+			continue
 		}
 		o.readyLocked(&a, &items)
 	}
-	o.frozen = false
 	o.mb.Reopen(items)
 	o.readyLocked(&a, nil) // the counts, and what is held now
 	return a
@@ -467,7 +570,7 @@ func (o *owner) openOrderLocked(items, unchecked []*mailbox.Envelope) orderAfter
 // orderSnapshotLocked encodes the owner's order state and trail (move
 // record, store row); with seqMu held.
 func (o *owner) orderSnapshotLocked(now int64) []byte {
-	snap := o.order.Snapshot(now, func(e *mailbox.Envelope) []byte { return e.Msg.Frame() })
+	snap := o.inbox.Order().Snapshot(now, func(e *mailbox.Envelope) []byte { return e.Msg.Frame() })
 	snap.Trail = o.trail.Snapshot(now)
 	if len(snap.Senders) == 0 && len(snap.Trail) == 0 {
 		return nil
@@ -479,7 +582,7 @@ func (o *owner) orderSnapshotLocked(now int64) []byte {
 // seqMu held. Held frames are copied in (the boundary copy).
 func (o *owner) restoreOrderLocked(snap route.Snapshot, now int64) {
 	h := o.host
-	o.order.Restore(snap, now, func(_ uint64, frame []byte) (*mailbox.Envelope, bool) {
+	o.inbox.Order().Restore(snap, now, func(_ uint64, frame []byte) (*mailbox.Envelope, bool) {
 		e := h.envelopeOf(frame)
 		return e, e != nil
 	})
@@ -508,4 +611,14 @@ func (h *Host) dropped(hv *payload.HeaderView) {
 	if err == nil {
 		h.redispatchBuffer(buf)
 	}
+}
+
+// gapFacts is a host's failure facts and what it reports of its gaps.
+type gapFacts struct {
+	factsMu   sync.Mutex   // a leaf
+	facts     []route.Fact // guarded by factsMu
+	failures  atomic.Int64 // failure facts recorded
+	oldestGap atomic.Int64 // ns the oldest gap had waited at the last closeGaps
+	overHeld  atomic.Int64 // arrivals that found their sender past the reorder bound
+	gapLog    rateLimit
 }

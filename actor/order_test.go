@@ -483,3 +483,80 @@ func TestAMoveTellsRecentSendersWhereTheObjectWent(t *testing.T) {
 		t.Fatalf("a forwarded %d messages; want none (c was told where the object went)", f)
 	}
 }
+
+// A gap waits for its message as long as the message takes while every
+// host is up: here message 1 takes a detour through x, whose link is
+// broken for six times GapTimeout; message 2 waits at b until message 1
+// arrives, and runs after it. No host failed, so nothing is given up on
+// and nothing runs late.
+func TestAGapWaitsForASlowPathWhileEveryHostIsUp(t *testing.T) {
+	n := NewNetwork(nil)
+	const gap = 100 * time.Millisecond
+	hs := startSeqHosts(t, n, Config{GapTimeout: gap}, "a", "x", "b")
+	a, b := hs["a"], hs["b"]
+	ref := Ref{"seq", "o"}
+	obj := relocation.Object{Kind: "seq", ID: "o"}
+	if err := Tell(bg, b, ref, SeqMsg{Seq: 0}); err != nil { // activates on b
+		t.Fatal(err)
+	}
+	a.learnRoute(obj, "x", 0, false)
+	n.Break("a", "x")
+	if err := Tell(bg, a, ref, SeqMsg{Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	a.forgetRoutes(obj, true)
+	if err := Tell(bg, a, ref, SeqMsg{Seq: 2}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "message 2 to be held at b", func() bool { return b.Stats().HeldOutOfOrder == 1 })
+	time.Sleep(6 * gap) // the slow path: longer than any gap wait
+	if st := b.Stats(); st.HeldOutOfOrder != 1 || st.GapsClosed != 0 || st.OldestGap < 5*gap {
+		t.Fatalf("b while the path is slow: %d held, %d given up on, oldest gap %v; want 1 held, none given up, >= %v", st.HeldOutOfOrder, st.GapsClosed, st.OldestGap, 5*gap)
+	}
+	n.Heal("a", "x")
+	var got []int
+	waitFor(t, "messages 1 and 2 to run", func() bool {
+		s, err := Ask[GetSeqs, []int](bg, b, ref, GetSeqs{})
+		got = s
+		return err == nil && len(s) == 3
+	})
+	if want := []int{0, 1, 2}; !slices.Equal(got, want) {
+		t.Fatalf("ran %v, want %v", got, want)
+	}
+	if st := b.Stats(); st.GapsClosed != 0 || st.Late != 0 || st.HeldOutOfOrder != 0 {
+		t.Fatalf("b: %d given up on, %d late, %d held; want none", st.GapsClosed, st.Late, st.HeldOutOfOrder)
+	}
+}
+
+// Idle passivation counts from the last accepted message, not from the
+// last turn's end: a message admitted while the object's turn is still
+// running marks it active at once.
+func TestIdlePassivationCountsFromTheLastAcceptedMessage(t *testing.T) {
+	gate := make(chan struct{})
+	open := sync.OnceFunc(func() { close(gate) })
+	entered := make(chan struct{}, 4)
+	k := NewKind("idle", func(*Context, string) (*Counter, error) { return &Counter{}, nil })
+	Handle(k, func(ctx *Context, c *Counter, m Inc) error {
+		entered <- struct{}{}
+		<-gate
+		c.N += m.By
+		return nil
+	})
+	h := startHost(t, Config{IdleTimeout: time.Hour, Logger: quietLogger()}, k)
+	defer open() // before the host closes, also when the test fails
+	ref := Ref{"idle", "o"}
+	if err := Tell(bg, h, ref, Inc{By: 1}); err != nil {
+		t.Fatal(err)
+	}
+	<-entered // the first turn runs, and waits at the gate
+	o := h.kinds["idle"].local("o")
+	o.lastActive.Store(0) // as if its last turn had ended long ago
+	if err := Tell(bg, h, ref, Inc{By: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// The second message is queued behind the running turn: no turn has
+	// ended since, so only its acceptance can have marked the object.
+	if got := o.lastActive.Load(); got == 0 {
+		t.Fatalf("lastActive after a message was accepted = %d; want its acceptance time", got)
+	}
+}

@@ -39,17 +39,11 @@ type owner struct {
 	// The receive order (order.go). Lock order: ownerShard.mu, then
 	// seqMu, then the mailbox's lock.
 	seqMu     sync.Mutex
-	order     route.Order[*mailbox.Envelope] // guarded by seqMu
+	inbox     route.Inbox[*mailbox.Envelope] // the receive side: open, frozen (sealed or incoming), shut; guarded by seqMu
 	trail     route.Trail                    // hosts the object left recently; guarded by seqMu
-	frozen    bool                           // arrivals go to the hold unchecked; guarded by seqMu
-	shut      bool                           // the mailbox closed for good; guarded by seqMu
 	heldCount int                            // messages held out of order, as last noted (noteHeldLocked); guarded by seqMu
-	// Until this nanotime, gaps are given up on after TakeoverGapTimeout:
-	// the object was taken over from a crashed owner (activate). Set
-	// before the owner is published; guarded by seqMu after.
-	takeoverUntil int64
 
-	lastActive atomic.Int64  // nanotime of the last turn's end (with IdleTimeout)
+	lastActive atomic.Int64  // nanotime of the last accepted message or turn's end (with IdleTimeout)
 	gone       chan struct{} // closed when the deactivation finished
 	out        outbox        // sends from this owner's handlers awaiting permits
 	kr         *kindRuntime  // nil for channel subscribers
@@ -281,8 +275,8 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 	// the object's next activation (elsewhere) holds them until the
 	// missing messages, which their senders send there, arrive.
 	leaving := stopping && h.tr != nil && h.draining.Load()
-	if (o.order.Held() > 0 && !leaving) || !o.mb.CloseIfEmpty() {
-		held := o.order.Held() > 0
+	if (o.inbox.Held() > 0 && !leaving) || !o.mb.CloseIfEmpty() {
+		held := o.inbox.Held() > 0
 		o.seqMu.Unlock()
 		sh.mu.Unlock()
 		if stopping && (!held || leaving) {
@@ -290,14 +284,12 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 		}
 		return
 	}
-	o.shut = true
 	var order []byte
-	var handedOn []*mailbox.Envelope
 	if h.tr != nil {
 		order = o.orderSnapshotLocked(nanotime())
-		handedOn = o.order.TakeHeld() // their frames are in order
-		o.noteHeldLocked()
 	}
+	handedOn := o.inbox.Shut() // their frames are in the order state
+	o.noteHeldLocked()
 	o.seqMu.Unlock()
 	if sh.m[o.ref.ID] == o {
 		delete(sh.m, o.ref.ID)
@@ -353,9 +345,8 @@ func (kr *kindRuntime) local(id string) *owner {
 // send on.
 func (o *owner) closeBox() (queued, held []*mailbox.Envelope) {
 	o.seqMu.Lock()
-	o.shut = true
 	queued = o.mb.Close()
-	held = o.order.TakeHeld()
+	held = o.inbox.Shut()
 	o.noteHeldLocked()
 	o.seqMu.Unlock()
 	return queued, held
