@@ -236,6 +236,9 @@ func (h *Host) sendRemote(ctx context.Context, host string, t target, m *payload
 			return err
 		}
 	}
+	if err := h.waitPressure(ctx, t, m.Header().Seq() != 0); err != nil {
+		return err
+	}
 	h.stamp(t, m)
 	return h.sendMessage(host, m, transport.Frame)
 }
@@ -605,6 +608,7 @@ func decodeWireError(h *Host, buf payload.Buffer) error {
 // peerGone: a host left the network (stopped or killed).
 func (h *Host) peerGone(name string) {
 	h.forgetHost(name)
+	h.pressure.resumeBy(name)
 	h.moveEvent(name, relocation.TargetDead{})
 	h.remotePeerGone(name)
 }

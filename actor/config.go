@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"github.com/berthrt/berth/route"
 	"log/slog"
 	"runtime"
 	"time"
@@ -128,6 +129,14 @@ type Config struct {
 	// and those still on their way over live links arrive within
 	// milliseconds. Default 250 ms; at most GapTimeout.
 	TakeoverGapTimeout time.Duration
+	// ReorderBound is how many messages an object holds for one sender
+	// ahead of an older one it waits for, before it pushes back on that
+	// sender: the sender's sends from outside the handlers to the object
+	// wait (up to SendTimeout, then DeadlineExceeded) until the older
+	// message has arrived. Nothing is released out of order or dropped
+	// because of the bound (Stats.OverBound, Stats.PressureWaits).
+	// Default 10,000.
+	ReorderBound int
 	// StoreTimeout bounds each Location Store call; default 5 s.
 	StoreTimeout time.Duration
 	// Gateway makes the host a client of the cluster: it sends to objects
@@ -189,6 +198,7 @@ func (c Config) withDefaults() (Config, error) {
 		bad("CutoverWait", "negative")
 	}
 	orDefault(&c.GapTimeout, DefaultGapTimeout, "GapTimeout", bad)
+	orDefault(&c.ReorderBound, route.DefaultMaxHeld, "ReorderBound", bad)
 	orDefault(&c.TakeoverGapTimeout, min(DefaultTakeoverGapTimeout, c.GapTimeout), "TakeoverGapTimeout", bad)
 	if c.TakeoverGapTimeout > c.GapTimeout {
 		bad("TakeoverGapTimeout", "must be at most GapTimeout")

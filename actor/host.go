@@ -674,6 +674,8 @@ func (h *Host) Stats() Stats {
 		GapsClosed:        h.gapsClosed.Load(),
 		Late:              h.late.Load(),
 		OldestGap:         time.Duration(h.oldestGap.Load()),
+		OverBound:         h.overHeld.Load(),
+		PressureWaits:     h.pressureWaits.Load(),
 		Dropped:           h.droppedMsgs.Load(),
 		Bounced:           h.bouncedMsgs.Load(),
 		Relocations:       h.moved.Load(),

@@ -649,6 +649,7 @@ func (d *moveDriver) sealAndCapture() {
 	o.seqMu.Lock()
 	o.inbox.Freeze()
 	o.mb.Seal()
+	relieved := o.relievedLocked(true) // the target pushes back again if it must
 	o.seqMu.Unlock()
 	d.sealedAt = nanotime()
 	if f := d.h.moveTimes; f != nil {
@@ -657,6 +658,9 @@ func (d *moveDriver) sealAndCapture() {
 	d.stepLocked(relocation.Sealed{})
 	d.mu.Unlock()
 	d.flush()
+	for _, s := range relieved { // a send: after d.mu
+		d.h.push(o, s, false)
+	}
 }
 
 // capture takes the unexecuted queue (undecoded; it passed the order

@@ -94,8 +94,12 @@ func (h *Host) deliver(from string, it transport.Item) {
 			h.malformedItem(from, err)
 			return
 		}
-		if lr, ok := ctl.(*loadReport); ok {
-			h.view.setLoad(from, lr.load)
+		switch c := ctl.(type) {
+		case *loadReport:
+			h.view.setLoad(from, c.load)
+			return
+		case *pressureItem:
+			h.onPressure(from, c)
 			return
 		}
 		h.onControl(from, ctl)

@@ -87,6 +87,8 @@ type Stats struct {
 	GapsClosed        int64         // sequence numbers given up on after a host failure (lost with that host)
 	Late              int64         // messages run after a gap before them was given up on
 	OldestGap         time.Duration // how long the longest-waiting gap of any object here has waited (0: none)
+	OverBound         int64         // arrivals that found their sender past an object's reorder bound (it was told to pause)
+	PressureWaits     int64         // sends from outside the handlers that waited for an object's reorder buffer
 	DroppedOnClose    int64         // accepted messages Close ended unrun (ShuttingDown): queued, held, or waiting in a sender
 	Dropped           int64         // stamped messages this host could not deliver (their senders got an error; a skip notice followed)
 	Bounced           int64         // messages sent back to their origin to be routed again

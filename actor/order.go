@@ -283,7 +283,12 @@ func (o *owner) admit(e *mailbox.Envelope, how admitHow) (ran bool, room <-chan 
 		if p := e.TakePermit(); p != nil {
 			a.permits = append(a.permits, p)
 		}
-		a.over = over
+		if over {
+			a.over = true
+			if o.pushBackLocked(origin) {
+				a.pushTo = string(origin)
+			}
+		}
 	case route.StepSkipped:
 		a.stray = append(a.stray, e)
 	default:
@@ -300,9 +305,6 @@ func (o *owner) admit(e *mailbox.Envelope, how admitHow) (ran bool, room <-chan 
 	}
 	o.readyLocked(&a, nil)
 	o.seqMu.Unlock()
-	if a.over {
-		h.overBound(o, origin)
-	}
 	h.orderDone(o, a)
 	if claimed {
 		o.mb.RunClaimed(e)
@@ -334,7 +336,9 @@ type orderAfter struct {
 	stray   []*mailbox.Envelope
 	permits []*mailbox.Permits
 	counts  route.Counts
-	over    bool // the sender is past the reorder bound
+	over    bool     // the sender is past the reorder bound
+	pushTo  string   // the sender to tell to pause (pressure.go)
+	resume  []string // the senders to tell to resume
 }
 
 // readyLocked takes the held messages whose turn came, in order: skip
@@ -358,6 +362,7 @@ func (o *owner) readyLocked(a *orderAfter, into *[]*mailbox.Envelope) {
 	}
 	a.counts.Add(o.inbox.Order().TakeCounts())
 	o.noteHeldLocked()
+	a.resume = append(a.resume, o.relievedLocked(false)...)
 }
 
 // orderDone finishes an order step outside the owner's lock: counts, the
@@ -365,6 +370,15 @@ func (o *owner) readyLocked(a *orderAfter, into *[]*mailbox.Envelope) {
 func (h *Host) orderDone(o *owner, a orderAfter) {
 	for _, p := range a.permits {
 		p.Release()
+	}
+	if a.over {
+		h.overBound(o, a.pushTo)
+	}
+	if a.pushTo != "" {
+		h.push(o, a.pushTo, true)
+	}
+	for _, s := range a.resume {
+		h.push(o, s, false)
 	}
 	if a.counts.GapsClosed > 0 {
 		h.gapsClosed.Add(int64(a.counts.GapsClosed))
@@ -382,13 +396,13 @@ func (h *Host) orderDone(o *owner, a orderAfter) {
 	}
 }
 
-// overBound notes that sender is past the reorder bound at o: counted,
-// and logged at most once per gapLogEvery.
-func (h *Host) overBound(o *owner, sender []byte) {
+// overBound notes an arrival past the reorder bound at o: counted, and
+// (when the sender is told to pause) logged at most once per gapLogEvery.
+func (h *Host) overBound(o *owner, pushed string) {
 	h.overHeld.Add(1)
-	if h.gapLog.allow(nanotime()) {
-		h.log.Warn("a sender is past the reorder bound of an object: its messages wait for an older one",
-			"object", o.ref.String(), "sender", string(sender), "bound", route.DefaultMaxHeld)
+	if pushed != "" && h.gapLog.allow(nanotime()) {
+		h.log.Warn("a sender is past the reorder bound of an object: it is told to pause until an older message arrives",
+			"object", o.ref.String(), "sender", pushed, "bound", h.cfg.ReorderBound)
 	}
 }
 
@@ -440,6 +454,7 @@ func (h *Host) failed(host string, why string) {
 	}
 	h.factsMu.Unlock()
 	h.failures.Add(1)
+	h.pressure.resumeBy(host) // its pauses end on the fact
 	h.log.Info("a host failed: gaps open now, or opening soon, close after the gap timeout", "failed", host, "why", why)
 }
 
@@ -549,7 +564,12 @@ func (o *owner) openOrderLocked(items, unchecked []*mailbox.Envelope) orderAfter
 			if p := e.TakePermit(); p != nil {
 				a.permits = append(a.permits, p)
 			}
-			a.over = a.over || over
+			if over {
+				a.over = true
+				if o.pushBackLocked(hv.Origin()) && a.pushTo == "" {
+					a.pushTo = string(hv.Origin())
+				}
+			}
 			continue
 		case route.StepSkipped:
 			a.stray = append(a.stray, e)
@@ -621,4 +641,7 @@ type gapFacts struct {
 	oldestGap atomic.Int64 // ns the oldest gap had waited at the last closeGaps
 	overHeld  atomic.Int64 // arrivals that found their sender past the reorder bound
 	gapLog    rateLimit
+	// pressure: objects this host's outside senders wait for (pressure.go).
+	pressure      pressureSet
+	pressureWaits atomic.Int64 // outside sends that waited for one
 }

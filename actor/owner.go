@@ -42,6 +42,7 @@ type owner struct {
 	inbox     route.Inbox[*mailbox.Envelope] // the receive side: open, frozen (sealed or incoming), shut; guarded by seqMu
 	trail     route.Trail                    // hosts the object left recently; guarded by seqMu
 	heldCount int                            // messages held out of order, as last noted (noteHeldLocked); guarded by seqMu
+	pushed    map[string]struct{}            // senders told to pause (pressure.go); guarded by seqMu
 
 	lastActive atomic.Int64  // nanotime of the last accepted message or turn's end (with IdleTimeout)
 	gone       chan struct{} // closed when the deactivation finished
@@ -64,6 +65,7 @@ func (h *Host) newOwner(s *spec, kr *kindRuntime, ref Ref) *owner {
 	o.ctx = Context{host: h, owner: o}
 	o.out.host, o.out.o = h, o
 	o.mb = mailbox.New(h.cfg.ApplicationLimits, h.cfg.LifecycleLimits, &h.counters)
+	o.inbox.Order().MaxHeld = h.cfg.ReorderBound
 	o.mb.Owner = o
 	o.mb.OnStop = o.stopped
 	o.lastActive.Store(nanotime())
@@ -290,6 +292,7 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 	}
 	handedOn := o.inbox.Shut() // their frames are in the order state
 	o.noteHeldLocked()
+	relieved := o.relievedLocked(true)
 	o.seqMu.Unlock()
 	if sh.m[o.ref.ID] == o {
 		delete(sh.m, o.ref.ID)
@@ -301,6 +304,9 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 	sh.mu.Unlock()
 	for _, e := range handedOn { // a released permit may admit a send: after the locks
 		e.Release()
+	}
+	for _, s := range relieved {
+		h.push(o, s, false)
 	}
 
 	if o.ready && kr.spec.deactivate != nil {
@@ -348,7 +354,11 @@ func (o *owner) closeBox() (queued, held []*mailbox.Envelope) {
 	queued = o.mb.Close()
 	held = o.inbox.Shut()
 	o.noteHeldLocked()
+	relieved := o.relievedLocked(true)
 	o.seqMu.Unlock()
+	for _, s := range relieved {
+		o.host.push(o, s, false)
+	}
 	return queued, held
 }
 

@@ -529,6 +529,10 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 			return false, err
 		}
 		o := p.o
+		if err := h.waitPressure(ctx, t, e.Msg.Header().Seq() != 0); err != nil {
+			h.reject(t.name(), e, rejectReason(err))
+			return false, err
+		}
 		h.stamp(t, e.Msg)
 		size := e.Msg.Len()
 		if h.observed {

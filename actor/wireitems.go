@@ -26,6 +26,7 @@ const (
 	ctlRelocateAnswer
 	ctlRelocateCancel
 	ctlLoad
+	ctlPressure
 )
 
 // loadReport tells the peers how many objects (owners) a host has, for
@@ -86,6 +87,11 @@ func appendControl(dst []byte, ctl any) []byte {
 	case *loadReport:
 		dst = append(dst, ctlLoad)
 		return binary.BigEndian.AppendUint64(dst, uint64(c.load))
+	case *pressureItem:
+		dst = append(dst, ctlPressure)
+		dst = wire.AppendString(dst, c.obj.Kind)
+		dst = wire.AppendString(dst, c.obj.ID)
+		return wire.AppendBool(dst, c.paused)
 	}
 	panic("actor: appendControl of an unknown control item")
 }
@@ -103,6 +109,14 @@ func decodeControl(b []byte) (any, error) {
 			return nil, err
 		}
 		return lr, nil
+	}
+	if tag == ctlPressure {
+		p := &pressureItem{obj: relocation.Object{Kind: r.String("kind"), ID: r.String("id")}}
+		p.paused = r.Bool("paused")
+		if err := r.End(); err != nil {
+			return nil, err
+		}
+		return p, nil
 	}
 	var op payload.OpID
 	copy(op[:], r.Take("operation id", len(op)))

@@ -19,6 +19,8 @@ func sampleControls() []any {
 		&relocateAnswer{op: op, err: &HandlerError{Kind: payload.InternalFailure, Msg: ""}},
 		&relocateCancel{op: op},
 		&loadReport{load: 12345},
+		&pressureItem{obj: relocation.Object{Kind: "cart", ID: "alice"}, paused: true},
+		&pressureItem{obj: relocation.Object{Kind: "", ID: ""}},
 	}
 }
 

@@ -1,0 +1,75 @@
+package actor
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/berthrt/berth/relocation"
+)
+
+// Past an object's reorder bound its host pushes back on the sender:
+// the sender's outside Tells wait (none is refused: the wait here is
+// shorter than SendTimeout) instead of piling up at the owner, nothing
+// is released out of order or given up on, and when the older message
+// arrives everything runs in order and the sender resumes.
+func TestTheReorderBoundPushesBackOnTheSender(t *testing.T) {
+	n := NewNetwork(nil)
+	const bound, total = 20, 20_000
+	hs := startSeqHosts(t, n, Config{ReorderBound: bound, SendTimeout: time.Minute}, "a", "x", "b")
+	a, b := hs["a"], hs["b"]
+	ref := Ref{"seq", "o"}
+	obj := relocation.Object{Kind: "seq", ID: "o"}
+	if err := Tell(bg, b, ref, SeqMsg{Seq: 0}); err != nil { // activates on b
+		t.Fatal(err)
+	}
+	// a's message 1 takes a detour through x, whose link holds it; the
+	// rest go straight to b and wait there for it.
+	a.learnRoute(obj, "x", 0, false)
+	n.Break("a", "x")
+	if err := Tell(bg, a, ref, SeqMsg{Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	a.forgetRoutes(obj, true)
+	var sent atomic.Int64
+	errc := make(chan error, 1)
+	go func() {
+		for i := 2; i <= total; i++ {
+			if err := Tell(bg, a, ref, SeqMsg{Seq: i}); err != nil {
+				errc <- err
+				return
+			}
+			sent.Add(1)
+		}
+		errc <- nil
+	}()
+	waitFor(t, "the sender to be pushed back", func() bool { return a.Stats().PressureWaits > 0 })
+	// Paused: once what was on the link has arrived, what b holds stops
+	// growing, far below what a would send.
+	time.Sleep(100 * time.Millisecond)
+	held := b.Stats().HeldOutOfOrder
+	time.Sleep(100 * time.Millisecond)
+	if st := b.Stats(); st.HeldOutOfOrder != held || held >= total-1 || st.GapsClosed != 0 || st.OverBound == 0 {
+		t.Fatalf("b while a is pushed back: held %d then %d (a sent %d of %d), %d given up on, %d over the bound; want a steady hold below %d, none given up, some over the bound",
+			held, st.HeldOutOfOrder, sent.Load(), total-1, st.GapsClosed, st.OverBound, total-1)
+	}
+	n.Heal("a", "x")
+	if err := <-errc; err != nil {
+		t.Fatalf("a Tell while pushed back: %v", err)
+	}
+	var got []int
+	waitFor(t, "every message to run", func() bool {
+		s, err := Ask[GetSeqs, []int](bg, b, ref, GetSeqs{})
+		got = s
+		return err == nil && len(s) == total+1
+	})
+	for i, v := range got {
+		if v != i {
+			t.Fatalf("ran %d at position %d (of %v); want every message in order", v, i, got)
+		}
+	}
+	if st := b.Stats(); st.GapsClosed != 0 || st.Late != 0 || st.HeldOutOfOrder != 0 {
+		t.Fatalf("b: %d given up on, %d late, %d held; want none", st.GapsClosed, st.Late, st.HeldOutOfOrder)
+	}
+	waitFor(t, "a to be told to resume", func() bool { return a.pressure.len() == 0 })
+}
