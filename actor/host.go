@@ -498,6 +498,11 @@ func (h *Host) stop(ctx context.Context) error {
 	if err == nil && h.tr != nil {
 		err = h.waitHandedOn(ctx)
 	}
+	if err == nil && h.tr != nil {
+		// Everything was handed on: peers take this host's leave as no
+		// failure (no gap of theirs closes on it).
+		h.setMemberState(membership.Gone)
+	}
 	if cerr := h.Close(); err == nil {
 		err = cerr
 	}

@@ -560,3 +560,58 @@ func TestIdlePassivationCountsFromTheLastAcceptedMessage(t *testing.T) {
 		t.Fatalf("lastActive after a message was accepted = %d; want its acceptance time", got)
 	}
 }
+
+// A host that stops gracefully hands all its work on and goes Gone
+// before it leaves: its leave is no failure, and no gap elsewhere closes
+// on it. One that closes without handing on is a failure: the gap closes
+// GapTimeout after the membership reports it.
+func TestAGracefulLeaveClosesNoGapAndACloseDoes(t *testing.T) {
+	n := NewNetwork(nil)
+	const gap = 100 * time.Millisecond
+	hs := startSeqHosts(t, n, Config{GapTimeout: gap}, "a", "x", "b", "y", "z")
+	a, b := hs["a"], hs["b"]
+	ref := Ref{"seq", "o"}
+	obj := relocation.Object{Kind: "seq", ID: "o"}
+	if err := Tell(bg, b, ref, SeqMsg{Seq: 0}); err != nil { // activates on b
+		t.Fatal(err)
+	}
+	a.learnRoute(obj, "x", 0, false)
+	n.Break("a", "x")
+	if err := Tell(bg, a, ref, SeqMsg{Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	a.forgetRoutes(obj, true)
+	if err := Tell(bg, a, ref, SeqMsg{Seq: 2}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "message 2 to be held at b", func() bool { return b.Stats().HeldOutOfOrder == 1 })
+	if err := hs["y"].Stop(bg); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b to see y leave", func() bool { _, ok := b.view.member("y"); return !ok })
+	time.Sleep(4 * gap)
+	if st := b.Stats(); st.HeldOutOfOrder != 1 || st.GapsClosed != 0 {
+		t.Fatalf("b after y stopped gracefully: %d held, %d given up on; want 1 held, none given up", st.HeldOutOfOrder, st.GapsClosed)
+	}
+	if f := b.failures.Load(); f != 0 {
+		t.Fatalf("b recorded %d failure facts after a graceful leave; want 0", f)
+	}
+	_ = hs["z"].Close() // no Stop: not handed on, a failure
+	waitFor(t, "the gap to close after z's failure", func() bool { return b.Stats().GapsClosed == 1 })
+	if f := b.failures.Load(); f != 1 {
+		t.Fatalf("b recorded %d failure facts after a close; want 1", f)
+	}
+	n.Heal("a", "x")
+	var got []int
+	waitFor(t, "message 1 to run, late", func() bool {
+		s, err := Ask[GetSeqs, []int](bg, b, ref, GetSeqs{})
+		got = s
+		return err == nil && len(s) == 3
+	})
+	if want := []int{0, 2, 1}; !slices.Equal(got, want) {
+		t.Fatalf("ran %v, want %v", got, want)
+	}
+	if st := b.Stats(); st.Late != 1 {
+		t.Fatalf("b: %d late, want 1", st.Late)
+	}
+}
