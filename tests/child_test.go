@@ -125,11 +125,15 @@ func childMain(role string) int {
 }
 
 // killer wraps a transport: it SIGKILLs this process when the relocation
-// record it watches for is about to be sent or was just received.
+// record it watches for is about to be sent or was just received — or,
+// with pause, SIGSTOPs it the first time (a slow process, not a dead one:
+// the test resumes it).
 type killer struct {
 	inner  transport.Attacher
 	dir    string // "send" or "recv"
 	record string // the record's type name, as "Prepare"
+	pause  bool
+	once   sync.Once
 }
 
 func recordName(it transport.Item) string {
@@ -144,6 +148,13 @@ func recordName(it transport.Item) string {
 }
 
 func (k *killer) die() {
+	if k.pause {
+		k.once.Do(func() {
+			fmt.Fprintf(os.Stderr, "PAUSE AT %s %s\n", k.dir, k.record)
+			_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		})
+		return
+	}
 	fmt.Fprintf(os.Stderr, "KILL AT %s %s\n", k.dir, k.record)
 	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {}
@@ -217,8 +228,16 @@ func childNode() int {
 		dir, rec, _ := strings.Cut(at, " ")
 		att = &killer{inner: att, dir: dir, record: rec}
 	}
+	if at := os.Getenv("BERTH_CHILD_PAUSE_AT"); at != "" {
+		dir, rec, _ := strings.Cut(at, " ")
+		att = &killer{inner: att, dir: dir, record: rec, pause: true}
+	}
+	// BERTH_CHILD_GAP_TIMEOUT (a duration) sets Config.GapTimeout: a test
+	// makes it shorter than a pause it inflicts, so that a timer standing in
+	// for a failure would show.
+	gapTimeout, _ := time.ParseDuration(os.Getenv("BERTH_CHILD_GAP_TIMEOUT"))
 	h, err := actor.NewHost(actor.Config{Name: name, Transport: att, Store: store, Membership: members,
-		Logger: log, Gateway: os.Getenv("BERTH_CHILD_GATEWAY") == "1"})
+		Logger: log, Gateway: os.Getenv("BERTH_CHILD_GATEWAY") == "1", GapTimeout: gapTimeout})
 	if err != nil {
 		log.Error("new host", "err", err)
 		return 1
@@ -356,6 +375,8 @@ func (c *childCtl) do(line string) (reply string, exit bool) {
 			return "err " + err.Error(), false
 		}
 		return "ok " + strconv.FormatInt(time.Since(start).Milliseconds(), 10) + " " + pausesCSV(c.h), true
+	case "stats": // stats → ok <json actor.Stats>
+		return jsonLine("ok", c.h.Stats()), false
 	case "pauses": // pauses → ok <µs,µs,...> (and forgets them)
 		return "ok " + pausesCSV(c.h), false
 	case "owners": // owners <prefix> <n> → ok <json map[host]count> of tally objects <prefix>0..<prefix>n-1, by the store

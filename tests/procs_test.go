@@ -18,10 +18,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/berthrt/berth/actor"
 	"github.com/berthrt/berth/internal/pgtest"
+	"github.com/berthrt/berth/internal/testutil"
 )
 
 // child is one child process.
@@ -516,4 +519,88 @@ func killAtStep(t *testing.T, kill, at string, kept bool, lastAt string) {
 		}
 	}
 	client.stop(t)
+}
+
+// TestAMoveAcrossProcessesWithASlowSourceReordersNothing: three nodes and
+// a gateway client, each its own OS process, on one Postgres database;
+// senders on the client and on nc send numbered Tells and Asks to 30
+// objects. The client moves object 0 from na to nb, and na stops itself
+// (SIGSTOP) as the target's RelayReady arrives — with the object's held
+// messages not yet relayed — and stays stopped for 3 s: a slow node, not
+// a dead one (its lease holds). Meanwhile movers on nc relocate objects
+// between the other nodes. The nodes' gap timeout is 500 ms, far shorter
+// than the pause. The move completes once na resumes. Every object ran every
+// accepted message of every sender once and in order, and no node gave up
+// on a gap or ran a message late: no host failed, so no timer may stand
+// in for a failure.
+func TestAMoveAcrossProcessesWithASlowSourceReordersNothing(t *testing.T) {
+	const objects = 30
+	db := pgtestNew(t)
+	gap := "BERTH_CHILD_GAP_TIMEOUT=500ms"
+	na := startNodeChild(t, db, "na", gap, "BERTH_CHILD_PAUSE_AT=recv RelayReady")
+	nb := startNodeChild(t, db, "nb", gap)
+	nc := startNodeChild(t, db, "nc", gap)
+	nodes := []*child{na, nb, nc}
+	client := startNodeChild(t, db, "client", gap, "BERTH_CHILD_GATEWAY=1")
+	client.waitPeers(t, 3)
+	for _, n := range nodes {
+		n.waitPeers(t, 3)
+	}
+	for i := range objects { // object i activates on nodes[i%3]: object 0 on na
+		nodes[i%3].must(t, "read "+strconv.Itoa(i))
+	}
+	if o := client.must(t, "owner seqlog 0"); o != "na" {
+		t.Fatalf("object 0 is on %s, want na", o)
+	}
+	seed := time.Now().UnixNano() % 1_000_000
+	t.Logf("seed %d", seed)
+	client.must(t, fmt.Sprintf("load %d 2 4 %d 500", objects, seed))
+	nc.must(t, fmt.Sprintf("load %d 1 4 %d 500", objects, seed+1))
+	time.Sleep(300 * time.Millisecond)
+	moved := make(chan error, 1)
+	go func() { _, err := client.call(t, 3*time.Minute, "relocate seqlog 0 nb"); moved <- err }()
+	testutil.WaitForWithin(t, "na to stop itself at RelayReady", time.Minute, func() bool {
+		return strings.Contains(na.stderr(), "PAUSE AT recv RelayReady")
+	})
+	// Moves between the other nodes go on while na is stopped.
+	nc.must(t, fmt.Sprintf("movers 1 %d nb,nc %d 20", objects, seed+2))
+	time.Sleep(3 * time.Second)
+	if err := na.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-moved; err != nil {
+		t.Errorf("Relocate of object 0 with a slow source: %v; want it moved", err)
+	}
+	time.Sleep(time.Second)
+	moves := decode[moverReport](t, nc.must(t, "unmove"))
+	reports := loadReports(t, client, nc)
+	var tells, asks int
+	for _, r := range reports {
+		tells += r.Tells
+		asks += r.Asks
+		if r.TellErrors+r.AskErrors > 0 {
+			t.Logf("refused while na was paused (typed errors; a refused Tell leaves no number): %d Tells, %d Asks: %v", r.TellErrors, r.AskErrors, r.Errors)
+		}
+	}
+	for i := range objects {
+		l := decode[seqlog](t, client.must(t, "read "+strconv.Itoa(i)))
+		for name, r := range reports {
+			if c := checkSeqs(l.Seen[name], r.Sent[i], r.Uncertain[i]); c.String() != "" {
+				t.Errorf("object %d, sender %s: %v", i, name, c)
+			}
+		}
+	}
+	for _, n := range append(nodes, client) {
+		st := decode[actor.Stats](t, n.must(t, "stats"))
+		if st.GapsClosed != 0 || st.Late != 0 {
+			t.Errorf("%s: %d gaps given up on, %d late, with every host up; want none", n.name, st.GapsClosed, st.Late)
+		}
+	}
+	if len(moves.Errors) > 0 {
+		t.Errorf("movers: %+v; want no unexpected error", moves)
+	}
+	for _, n := range append(nodes, client) {
+		n.stop(t)
+	}
+	t.Logf("%d tells, %d asks; movers %+v", tells, asks, moves)
 }
