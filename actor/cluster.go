@@ -209,7 +209,7 @@ func (kr *kindRuntime) activate(id string, takeover bool) (place, error) {
 	if takeover {
 		// The crashed owner is a failure fact for this object (not yet
 		// published: no lock needed).
-		o.inbox.TakenOver(nanotime(), int64(h.cfg.GapTimeout), int64(h.cfg.TakeoverGapTimeout))
+		o.inbox.TakenOver(nanotime(), h.factWindow(), int64(h.cfg.TakeoverGapTimeout))
 	}
 	if len(snap.Senders) > 0 {
 		o.restoreOrderLocked(snap, nanotime()) // not yet published: no lock needed

@@ -116,16 +116,18 @@ type Config struct {
 	// draining), an object still waits for the messages missing in its
 	// gaps — the ones on live links arrive meanwhile — before it gives up
 	// on them and runs what waited behind them (Stats.GapsClosed; what
-	// arrives later runs late, Stats.Late). It is also the window after
-	// such a report in which a gap that opens counts as caused by it.
+	// arrives later runs late, Stats.Late). A gap that opens within
+	// FollowDuration + GapTimeout after such a report counts as caused by
+	// it too (the failed host's messages are missed only when the sender's
+	// next one arrives, and routes to it live that long).
 	// No timer closes a gap while every host is up: a message ahead of
 	// an older one waits as long as the older one's move or follow path
 	// takes (Stats.OldestGap shows the longest wait). Default 5 s.
 	GapTimeout time.Duration
 	// TakeoverGapTimeout replaces GapTimeout as the wait of the gaps of
 	// an object this host took over from a crashed owner (its row named a
-	// host whose lease ran out), open or opening within GapTimeout of the
-	// takeover: the messages that died with that host will never come,
+	// host whose lease ran out), open or opening within FollowDuration +
+	// GapTimeout of the takeover: the messages that died with that host will never come,
 	// and those still on their way over live links arrive within
 	// milliseconds. Default 250 ms; at most GapTimeout.
 	TakeoverGapTimeout time.Duration

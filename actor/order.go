@@ -54,15 +54,13 @@ func bouncesOf(flags uint8) uint8 { return flags >> bounceShift }
 
 // DefaultGapTimeout is how long, after the membership reports a host gone,
 // an owner still waits for the messages missing in its gaps (they may be
-// on live links) before it gives up on them (Config.GapTimeout). It is
-// also the window after the report in which a gap that opens counts as
-// caused by it. No gap closes while every host is up.
+// on live links) before it gives up on them (Config.GapTimeout). No gap
+// closes while every host is up.
 const DefaultGapTimeout = 5 * time.Second
 
 // DefaultTakeoverGapTimeout is the wait of the gaps of an object taken
-// over from a crashed owner, open or opening within DefaultGapTimeout of
-// its activation (Config.TakeoverGapTimeout): their messages died with
-// that owner.
+// over from a crashed owner, open or opening soon after its activation
+// (Config.TakeoverGapTimeout): their messages died with that owner.
 const DefaultTakeoverGapTimeout = 250 * time.Millisecond
 
 const streamShards = 64
@@ -443,8 +441,7 @@ const factKeep = 10 * time.Minute
 // without handing on its work (its lease expired, or it left without
 // draining).
 func (h *Host) failed(host string, why string) {
-	now := nanotime()
-	f := route.Fact{At: now, Window: int64(h.cfg.GapTimeout), Wait: int64(h.cfg.GapTimeout)}
+	f := route.Fact{At: nanotime(), Window: h.factWindow(), Wait: int64(h.cfg.GapTimeout)}
 	h.factsMu.Lock()
 	h.facts = append(h.facts, f)
 	if len(h.facts) > maxFacts {
@@ -457,6 +454,15 @@ func (h *Host) failed(host string, why string) {
 	h.pressure.resumeBy(host) // its pauses end on the fact
 	h.log.Info("a host failed: gaps open now, or opening soon, close after the gap timeout", "failed", host, "why", why)
 }
+
+// factWindow is how long after a failure fact a gap that opens still
+// counts as caused by it: FollowDuration and GapTimeout. A message that
+// died with the failed host leaves its gap open only when the sender's
+// next message reaches the object, which can be long after the fact: the
+// sender's route to the dead host lives up to RouteCacheTTL, a forwarding
+// route up to FollowDuration (always longer), and then the message still
+// has its way to go.
+func (h *Host) factWindow() int64 { return int64(h.cfg.FollowDuration + h.cfg.GapTimeout) }
 
 // currentFacts returns the failure facts that can still close a gap,
 // forgetting the others.
