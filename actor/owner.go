@@ -271,8 +271,9 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 	sh := kr.shard(o.ref.ID)
 	sh.mu.Lock()
 	o.seqMu.Lock()
-	// Messages held out of order wait for their gaps (GapTimeout at most):
-	// the owner stays until they ran — unless its host is leaving a
+	// Messages held out of order wait for their gaps (until the missing
+	// message arrives, or a failure fact closes the gap): the owner stays
+	// until they ran — unless its host is leaving a
 	// network: then they go with the order state into the store row, and
 	// the object's next activation (elsewhere) holds them until the
 	// missing messages, which their senders send there, arrive.
