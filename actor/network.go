@@ -382,8 +382,9 @@ func (v *peerView) setLoad(name string, n int64) {
 // apply applies one membership event to the view.
 // It returns the hosts whose leaving the event shows to be a failure —
 // failure facts (order.go): an expiry; a leave of a run that had not gone
-// Gone (it did not hand all its work on); a member missing from a Sync
-// (its leave or expiry was not seen). A run that went Gone has handed its
+// Gone (it did not hand all its work on); a member missing from a Sync,
+// or replaced by a new run of its name (its leave or expiry was not
+// seen). A run that went Gone has handed its
 // work on: its leave is no failure.
 func (v *peerView) apply(ev membership.Event) (failed []string) {
 	v.mu.Lock()
@@ -414,8 +415,11 @@ func (v *peerView) apply(ev membership.Event) (failed []string) {
 	}
 	switch {
 	case ev.Type == membership.Joined, ev.Type == membership.StateChanged && ev.Member.State != membership.Gone:
+		if cur, ok := v.members[ev.Member.Name]; ok && cur.LeaseGen != ev.Member.LeaseGen {
+			failed = append(failed, cur.Name) // a new run of the name: the old one ended unseen
+		}
 		v.members[ev.Member.Name] = ev.Member
-		return nil
+		return failed
 	case ev.Type == membership.StateChanged: // Gone
 		if v.handedOn == nil {
 			v.handedOn = map[string]uint64{}

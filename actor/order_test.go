@@ -11,6 +11,7 @@ import (
 
 	"github.com/berthrt/berth/internal/testutil"
 	"github.com/berthrt/berth/mailbox"
+	"github.com/berthrt/berth/membership"
 	"github.com/berthrt/berth/relocation"
 )
 
@@ -613,5 +614,37 @@ func TestAGracefulLeaveClosesNoGapAndACloseDoes(t *testing.T) {
 	}
 	if st := b.Stats(); st.Late != 1 {
 		t.Fatalf("b: %d late, want 1", st.Late)
+	}
+}
+
+// Which membership events are failure facts: an expiry; a leave of a run
+// that had not gone Gone; a member missing from a Sync or replaced by a
+// new run of its name. A leave after Gone (everything handed on), a
+// join and a state change are not.
+func TestMembershipFailureFacts(t *testing.T) {
+	m := func(name string, gen uint64, st membership.State) membership.Member {
+		return membership.Member{Name: name, LeaseGen: gen, State: st}
+	}
+	var v peerView
+	v.apply(membership.Event{Type: membership.Sync, Members: []membership.Member{
+		m("a", 1, membership.Serving), m("b", 1, membership.Serving), m("c", 1, membership.Serving), m("d", 1, membership.Serving)}})
+	for _, tc := range []struct {
+		ev   membership.Event
+		want []string
+	}{
+		{membership.Event{Type: membership.Joined, Member: m("e", 1, membership.Serving)}, nil},
+		{membership.Event{Type: membership.StateChanged, Member: m("a", 1, membership.Draining), From: membership.Serving}, nil},
+		{membership.Event{Type: membership.StateChanged, Member: m("a", 1, membership.Gone), From: membership.Draining}, nil},
+		{membership.Event{Type: membership.Left, Member: m("a", 1, membership.Gone)}, nil},
+		{membership.Event{Type: membership.Left, Member: m("b", 1, membership.Draining)}, []string{"b"}},
+		{membership.Event{Type: membership.Expired, Member: m("c", 1, membership.Serving)}, []string{"c"}},
+		{membership.Event{Type: membership.Joined, Member: m("d", 2, membership.Serving)}, []string{"d"}},
+		{membership.Event{Type: membership.Sync, Members: []membership.Member{m("d", 2, membership.Serving)}}, []string{"e"}},
+	} {
+		got := v.apply(tc.ev)
+		slices.Sort(got)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%v of %s (gen %d): failures %v, want %v", tc.ev.Type, tc.ev.Member.Name, tc.ev.Member.LeaseGen, got, tc.want)
+		}
 	}
 }
