@@ -62,3 +62,37 @@ func ExampleForward() {
 	// {to-origin  0}
 	// {to-origin  0}
 }
+
+// An owner's Inbox holds a message that overtook an older one for as long
+// as the older one takes while no host fails; only a failure fact — here
+// the membership reporting a host gone two minutes in — lets the gap
+// close, after the fact's wait.
+func ExampleInbox() {
+	var in route.Inbox[string]
+	sender := []byte("host-a")
+	offer := func(seq uint64, msg string, now int64) {
+		st := route.Stamp{Epoch: 1, Seq: seq}
+		step, _ := in.Offer(sender, st, false, msg, now)
+		fmt.Println(step, msg)
+		if step == route.StepAdmit {
+			in.Admitted(sender, st, now)
+		}
+		for next, ok := in.Next(); ok; next, ok = in.Next() {
+			fmt.Println("admit", next)
+		}
+	}
+	offer(1, "first", 0)
+	offer(3, "third", 10) // the second is on a slow path
+	fmt.Println("closed after a minute:", in.CloseGaps(60e9, nil))
+	facts := []route.Fact{{At: 120e9, Window: 35e9, Wait: 5e9}}
+	fmt.Println("closed after the failure's wait:", in.CloseGaps(125e9, facts))
+	for next, ok := in.Next(); ok; next, ok = in.Next() {
+		fmt.Println("admit", next)
+	}
+	// Output:
+	// admit first
+	// held third
+	// closed after a minute: 0
+	// closed after the failure's wait: 1
+	// admit third
+}
