@@ -371,20 +371,17 @@ func TestSkipNoticeClosesTheGapOfARejectedSend(t *testing.T) {
 	}
 }
 
-// A message lost with a crashed host leaves a gap nobody can close: the
-// owner holds the sender's later message for GapTimeout, then runs it and
-// counts the gap.
-func TestGapLostWithACrashedHostClosesAfterGapTimeout(t *testing.T) {
-	n := NewNetwork(nil)
-	hs := startSeqHosts(t, n, Config{GapTimeout: 300 * time.Millisecond}, "a", "x", "b")
-	a, b := hs["a"], hs["b"]
+// detour activates seq object o on b, then sends message 1 to it from a
+// through x, whose link from a is broken (the message waits there), and
+// message 2 straight to b, where it waits for message 1; it returns the
+// object.
+func detour(t *testing.T, n *Network, a, b *Host) Ref {
+	t.Helper()
 	ref := Ref{"seq", "o"}
 	obj := relocation.Object{Kind: "seq", ID: "o"}
 	if err := Tell(bg, b, ref, SeqMsg{Seq: 0}); err != nil { // activates on b
 		t.Fatal(err)
 	}
-	// a's message 1 takes a detour through x, whose link holds it; message
-	// 2 goes straight to b and waits there for it.
 	a.learnRoute(obj, "x", 0, false)
 	n.Break("a", "x")
 	if err := Tell(bg, a, ref, SeqMsg{Seq: 1}); err != nil {
@@ -395,6 +392,17 @@ func TestGapLostWithACrashedHostClosesAfterGapTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "message 2 to be held at b", func() bool { return b.Stats().HeldOutOfOrder == 1 })
+	return ref
+}
+
+// A message lost with a crashed host leaves a gap nobody can close: the
+// owner holds the sender's later message for GapTimeout, then runs it and
+// counts the gap.
+func TestGapLostWithACrashedHostClosesAfterGapTimeout(t *testing.T) {
+	n := NewNetwork(nil)
+	hs := startSeqHosts(t, n, Config{GapTimeout: 300 * time.Millisecond}, "a", "x", "b")
+	a, b := hs["a"], hs["b"]
+	ref := detour(t, n, a, b)
 	n.Kill(hs["x"]) // message 1 is lost with x
 	var got []int
 	waitFor(t, "message 2 to run after the gap timeout", func() bool {
@@ -495,21 +503,7 @@ func TestAGapWaitsForASlowPathWhileEveryHostIsUp(t *testing.T) {
 	const gap = 100 * time.Millisecond
 	hs := startSeqHosts(t, n, Config{GapTimeout: gap}, "a", "x", "b")
 	a, b := hs["a"], hs["b"]
-	ref := Ref{"seq", "o"}
-	obj := relocation.Object{Kind: "seq", ID: "o"}
-	if err := Tell(bg, b, ref, SeqMsg{Seq: 0}); err != nil { // activates on b
-		t.Fatal(err)
-	}
-	a.learnRoute(obj, "x", 0, false)
-	n.Break("a", "x")
-	if err := Tell(bg, a, ref, SeqMsg{Seq: 1}); err != nil {
-		t.Fatal(err)
-	}
-	a.forgetRoutes(obj, true)
-	if err := Tell(bg, a, ref, SeqMsg{Seq: 2}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "message 2 to be held at b", func() bool { return b.Stats().HeldOutOfOrder == 1 })
+	ref := detour(t, n, a, b)
 	time.Sleep(6 * gap) // the slow path: longer than any gap wait
 	if st := b.Stats(); st.HeldOutOfOrder != 1 || st.GapsClosed != 0 || st.OldestGap < 5*gap {
 		t.Fatalf("b while the path is slow: %d held, %d given up on, oldest gap %v; want 1 held, none given up, >= %v", st.HeldOutOfOrder, st.GapsClosed, st.OldestGap, 5*gap)
@@ -571,21 +565,7 @@ func TestAGracefulLeaveClosesNoGapAndACloseDoes(t *testing.T) {
 	const gap = 100 * time.Millisecond
 	hs := startSeqHosts(t, n, Config{GapTimeout: gap}, "a", "x", "b", "y", "z")
 	a, b := hs["a"], hs["b"]
-	ref := Ref{"seq", "o"}
-	obj := relocation.Object{Kind: "seq", ID: "o"}
-	if err := Tell(bg, b, ref, SeqMsg{Seq: 0}); err != nil { // activates on b
-		t.Fatal(err)
-	}
-	a.learnRoute(obj, "x", 0, false)
-	n.Break("a", "x")
-	if err := Tell(bg, a, ref, SeqMsg{Seq: 1}); err != nil {
-		t.Fatal(err)
-	}
-	a.forgetRoutes(obj, true)
-	if err := Tell(bg, a, ref, SeqMsg{Seq: 2}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "message 2 to be held at b", func() bool { return b.Stats().HeldOutOfOrder == 1 })
+	ref := detour(t, n, a, b)
 	if err := hs["y"].Stop(bg); err != nil {
 		t.Fatal(err)
 	}

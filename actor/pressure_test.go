@@ -4,8 +4,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/berthrt/berth/relocation"
 )
 
 // Past an object's reorder bound its host pushes back on the sender:
@@ -18,23 +16,13 @@ func TestTheReorderBoundPushesBackOnTheSender(t *testing.T) {
 	const bound, total = 20, 20_000
 	hs := startSeqHosts(t, n, Config{ReorderBound: bound, SendTimeout: time.Minute}, "a", "x", "b")
 	a, b := hs["a"], hs["b"]
-	ref := Ref{"seq", "o"}
-	obj := relocation.Object{Kind: "seq", ID: "o"}
-	if err := Tell(bg, b, ref, SeqMsg{Seq: 0}); err != nil { // activates on b
-		t.Fatal(err)
-	}
 	// a's message 1 takes a detour through x, whose link holds it; the
 	// rest go straight to b and wait there for it.
-	a.learnRoute(obj, "x", 0, false)
-	n.Break("a", "x")
-	if err := Tell(bg, a, ref, SeqMsg{Seq: 1}); err != nil {
-		t.Fatal(err)
-	}
-	a.forgetRoutes(obj, true)
+	ref := detour(t, n, a, b)
 	var sent atomic.Int64
 	errc := make(chan error, 1)
 	go func() {
-		for i := 2; i <= total; i++ {
+		for i := 3; i <= total; i++ {
 			if err := Tell(bg, a, ref, SeqMsg{Seq: i}); err != nil {
 				errc <- err
 				return
