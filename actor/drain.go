@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"hash/maphash"
+	"time"
 
 	"github.com/berthrt/berth/membership"
 	"github.com/berthrt/berth/payload"
@@ -62,40 +63,112 @@ const drainWorkers = 64
 // that aborts is tried again with another host, and an object that cannot
 // move is deactivated instead (its hook runs; it activates again elsewhere
 // on its next message), as are objects of kinds with DisableRelocation.
-// Messages that arrive meanwhile follow their objects. It returns the
-// first error of the final Stop, or ctx's.
+// Messages that arrive meanwhile follow their objects. It returns nil
+// once the host has stopped, or the final stop's error.
+//
+// If ctx ends first, Drain returns promptly with an error of kind
+// DeadlineExceeded that wraps ctx.Err() (errors.Is matches
+// context.DeadlineExceeded or context.Canceled), and the host does not
+// close; nothing accepted is dropped. Moves under way when ctx ended are
+// aborted (their objects stay here) or completed, and no object is
+// deactivated for want of time. The host stays where the drain got to:
+// Relocating — its objects not moved yet keep running and peers keep
+// sending to them, but no new object is placed here — or, once every
+// object is handed on, Draining, leaving as Stop leaves (see Stop). A
+// later Drain or Stop goes on from there; only Close drops work.
 //
 // A host with objects of a kind that relocates and no other host serving
-// that kind has nowhere to drain to: Drain returns Unavailable at once and
-// the host keeps serving (Stop deactivates objects instead).
+// that kind has nowhere to drain to: Drain returns Unavailable
+// (ErrNowhereToDrain) at once and the host keeps serving (Stop
+// deactivates objects instead). Concurrent calls of Drain and Stop run one
+// at a time.
 func (h *Host) Drain(ctx context.Context) error {
+	const op = "actor.Host.Drain"
 	if h.tr == nil {
 		return ErrNoNetwork
 	}
-	if !h.acceptsExternal() || h.DrainState() != Serving {
-		return payload.NewError(payload.InvalidOperation, "actor.Host.Drain", "the host is not serving")
+	release, err := h.stopTurnTake(ctx, op)
+	if err != nil {
+		return err
 	}
-	// Objects whose state moves need somewhere to go: otherwise refuse, and
-	// keep serving, rather than drop their state.
-	if name := h.strandedKind(); name != "" {
-		return &payload.Error{Kind: payload.Unavailable, Op: "actor.Host.Drain",
-			Detail: "no other host serves kind " + name + ": its objects have nowhere to go (the host keeps serving)", Err: ErrNowhereToDrain}
-	}
-	if !h.drainState.CompareAndSwap(int32(Serving), int32(Relocating)) {
-		return payload.NewError(payload.InvalidOperation, "actor.Host.Drain", "the host is not serving")
-	}
-	h.draining.Store(true)
-	h.setMemberState(membership.Draining) // peers place no new objects here
-	for round := 0; round < 5 && ctx.Err() == nil; round++ {
-		if h.drainRound(ctx) == 0 {
-			break
+	defer release()
+	return h.drain(ctx, op)
+}
+
+// drain is Drain once no other Stop or Drain runs; op names the caller in
+// errors. It begins a drain, or goes on with one whose context ended.
+func (h *Host) drain(ctx context.Context, op string) error {
+	switch h.DrainState() {
+	case Serving:
+		if !h.acceptsExternal() {
+			return payload.NewError(payload.InvalidOperation, op, "the host is not serving")
 		}
+	case Stopped:
+		return h.Close() // the drain finished: the host has closed
 	}
-	h.drainState.Store(int32(Relocated))
+	if h.DrainState() <= Relocating {
+		// Objects whose state moves need somewhere to go: otherwise refuse,
+		// and keep serving, rather than drop their state.
+		if name := h.strandedKind(); name != "" {
+			return &payload.Error{Kind: payload.Unavailable, Op: op,
+				Detail: "no other host serves kind " + name + ": its objects have nowhere to go (the host keeps serving)", Err: ErrNowhereToDrain}
+		}
+		if h.drainState.CompareAndSwap(int32(Serving), int32(Relocating)) {
+			h.draining.Store(true)
+			h.setMemberState(membership.Draining) // peers place no new objects here
+		}
+		for round := 0; round < 5; round++ {
+			n, err := h.drainRoundUntil(ctx, op)
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				break
+			}
+		}
+		if ctx.Err() != nil {
+			return h.cutShort(ctx, op)
+		}
+		h.drainState.Store(int32(Relocated))
+	}
 	h.drainState.Store(int32(Draining))
-	err := h.stop(ctx)
-	h.drainState.Store(int32(Stopped))
+	err := h.stop(ctx, op)
+	if err == nil {
+		h.drainState.Store(int32(Stopped))
+	}
 	return err
+}
+
+// drainRoundUntil runs a drain round on a goroutine of its own and returns
+// how many objects it found — or, as soon as ctx ends (or the host
+// closes), cutShort's error: not once every move of the round has heard
+// of it, which on a starved machine is many goroutines' turns. The
+// round's moves then end on their own, aborted or, past the point of no
+// return, done; Close waits for them.
+func (h *Host) drainRoundUntil(ctx context.Context, op string) (int, error) {
+	if ctx.Err() != nil {
+		return 0, h.cutShort(ctx, op)
+	}
+	h.mu.Lock() // no round starts once Close began (it waits for drainers)
+	if h.state.Load() == stateClosed {
+		h.mu.Unlock()
+		return 0, closedMidStop(op)
+	}
+	h.drainers.Add(1)
+	h.mu.Unlock()
+	found := make(chan int, 1)
+	go func() {
+		defer h.drainers.Done()
+		found <- h.drainRound(ctx)
+	}()
+	select {
+	case n := <-found:
+		return n, nil
+	case <-ctx.Done():
+		return 0, h.cutShort(ctx, op)
+	case <-h.done:
+		return 0, closedMidStop(op)
+	}
 }
 
 // drainRound moves or deactivates every object here now, drainWorkers at
@@ -116,6 +189,9 @@ func (h *Host) drainRound(ctx context.Context) int {
 			targets = h.otherHostsWithKind(kr.spec.name)
 		}
 		for _, o := range objects {
+			if ctx.Err() != nil {
+				break // the caller returns: the rest stay, and serve
+			}
 			if o.incoming.Load() {
 				continue
 			}
@@ -133,7 +209,8 @@ func (h *Host) drainRound(ctx context.Context) int {
 var drainSeed = maphash.MakeSeed()
 
 // drainOne moves one object away, trying targets (the other hosts with
-// its kind) in turn; if none takes it, it deactivates the object.
+// its kind) in turn; if none takes it, it deactivates the object — unless
+// ctx ended: then the object stays, and serves, for a later drain.
 func (h *Host) drainOne(ctx context.Context, kr *kindRuntime, o *owner, targets []string) {
 	ref := o.ref
 	if kr.spec.policy != DisableRelocation {
@@ -141,12 +218,41 @@ func (h *Host) drainOne(ctx context.Context, kr *kindRuntime, o *owner, targets 
 			first := int(maphash.String(drainSeed, ref.ID) % uint64(n))
 			for i := 0; i < n && ctx.Err() == nil; i++ {
 				err := h.relocateLocal(ctx, kr, ref, targets[(first+i)%n])
-				if err == nil || errors.Is(err, ErrNotLocal) || errors.Is(err, ErrMoveInProgress) {
+				if errors.Is(err, ErrMoveInProgress) {
+					h.awaitMove(ctx, kr, o) // the next round finds it again if it stayed
+					return
+				}
+				if err == nil || errors.Is(err, ErrNotLocal) {
+					return
+				}
+				if ctx.Err() != nil {
 					return
 				}
 				h.log.Info("drain: move failed; trying another host", "object", ref.String(), "err", err)
 			}
 		}
 	}
+	if ctx.Err() != nil {
+		return
+	}
 	o.requestDeactivate()
+}
+
+// awaitMove waits until a move of o that another caller began — a
+// Relocate, or one that a drain cut short by its context had asked for
+// and that goes on — has ended (o moved away, or reopened here), or ctx
+// ends, or the host closes. Deactivating o meanwhile would race with the
+// move.
+func (h *Host) awaitMove(ctx context.Context, kr *kindRuntime, o *owner) {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for o.moving.Load() && kr.local(o.ref.ID) == o {
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.done:
+			return
+		case <-tick.C:
+		}
+	}
 }

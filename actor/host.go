@@ -101,6 +101,7 @@ type Host struct {
 	deferred      []deferredSend                    // handlers' sends waiting for a leaving host (send.go)
 	deferClosed   bool
 	draining      atomic.Bool
+	leaving       atomic.Bool // beginLeave ran
 	drainState    atomic.Int32
 	moved         atomic.Int64 // relocations completed here (either side)
 	captured      atomic.Int64 // messages in move records sent from here
@@ -115,6 +116,9 @@ type Host struct {
 	late          atomic.Int64
 	droppedMsgs   atomic.Int64
 	bouncedMsgs   atomic.Int64
+	closeDropped  atomic.Int64   // accepted messages Close ended unrun (Stats.DroppedOnClose)
+	stopTurn      chan struct{}  // one slot: held by the Stop or Drain that runs
+	drainers      sync.WaitGroup // drain rounds (one may outlive a cut-short Drain briefly)
 
 	stopMetrics func() error // ends the /metrics server (MetricsServer)
 	metricsAddr string       // the /metrics listener address
@@ -149,6 +153,7 @@ func NewHost(cfg Config) (*Host, error) {
 		seed:        maphash.MakeSeed(),
 		handoff:     make(chan func()),
 		workersStop: make(chan struct{}),
+		stopTurn:    make(chan struct{}, 1),
 	}
 	if h.obs == nil {
 		h.obs = noObserver{}
@@ -437,31 +442,91 @@ func (h *Host) Err() error {
 // Stop stops the host gracefully: it takes no new messages from outside
 // (sends fail with ShuttingDown), lets queued messages and the messages
 // their handlers send run, runs every object's deactivate hook in a last
-// turn, and then closes the host. If ctx ends first, Stop closes the host
-// at once (Close) and returns ctx.Err(); work not done by then ends with
-// ShuttingDown.
+// turn, and then closes the host; it returns nil once the host has closed.
+//
+// If ctx ends first, Stop returns promptly with an error of kind
+// DeadlineExceeded that wraps ctx.Err() (errors.Is matches
+// context.DeadlineExceeded or context.Canceled), and the host does not
+// close: it stays where the stop got to (below) and goes on running what
+// it holds — objects not handed on yet keep running their queued messages
+// and the messages their handlers send. Nothing accepted is dropped. Call Stop again (with more time) to finish from where it
+// got to, or Close to stop at once: only Close drops work
+// (Stats.DroppedOnClose counts it). This is net/http's Server.Shutdown
+// rule. Concurrent calls of Stop and Drain run one at a time: a call that
+// finds another running waits for it to return (or for its own ctx).
 //
 // On a network, Stop first drains (Drain) when the host has objects of a
 // kind that relocates and other hosts serve their kinds, so that their
 // state is kept; Config.StopDeactivates turns that off. With nowhere to go
-// for them, Stop deactivates them as on a standalone host.
+// for them, Stop deactivates them as on a standalone host. A Stop after a
+// Drain or Stop whose context ended goes on with that drain or stop.
 //
 // Stop on a network finishes in bounded time however hard other hosts send
-// to it: they stop routing here at once. A message they send meanwhile to
-// one of its objects waits in its sender (an external send up to
-// SendTimeout) until the object is handed on — moved, or deactivated and
-// then activated elsewhere — and goes there; one that cannot wait or
-// waited in vain fails with Unavailable (a Tell from outside a handler
-// returns it; an Ask from a handler hears it). Messages already sent here
-// run here, or follow their object.
+// to it: once it leaves (after the drain's moves, if it drains), they stop
+// routing here. A message they send meanwhile to one of its objects waits
+// in its sender (an external send up to SendTimeout) until the object is
+// handed on — moved, or deactivated and then activated elsewhere — and
+// goes there; one that cannot wait or waited in vain fails with
+// Unavailable (a Tell from outside a handler returns it; an Ask from a
+// handler hears it). Messages already sent here run here, or follow their
+// object — what bounds Stop is that work, accepted before it left.
+//
+// Where a Stop whose context ended leaves the host: while its drain still
+// moved objects, relocating, as Drain leaves it (it serves as before, but
+// no new object is placed here); after that, stopping — sends from outside
+// fail with ShuttingDown — and, on a network, leaving: peers' sends to the
+// objects it still has wait in their senders, and fail with Unavailable
+// after SendTimeout, until a later Stop hands those objects on.
 func (h *Host) Stop(ctx context.Context) error {
-	if h.tr != nil && !h.cfg.StopDeactivates && h.DrainState() == Serving && h.acceptsExternal() && h.hasMovable() {
-		err := h.Drain(ctx)
+	const op = "actor.Host.Stop"
+	release, err := h.stopTurnTake(ctx, op)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if h.DrainState() != Serving || (h.tr != nil && !h.cfg.StopDeactivates && h.acceptsExternal() && h.hasMovable()) {
+		// Drain — or go on with the drain an earlier call began.
+		err := h.drain(ctx, op)
 		if !errors.Is(err, ErrNowhereToDrain) {
 			return err
 		}
 	}
-	return h.stop(ctx)
+	return h.stop(ctx, op)
+}
+
+// stopTurnTake waits until no other Stop or Drain runs, or ctx ends; it
+// returns the function that ends this call's turn.
+func (h *Host) stopTurnTake(ctx context.Context, op string) (release func(), err error) {
+	select {
+	case h.stopTurn <- struct{}{}:
+	default:
+		select {
+		case h.stopTurn <- struct{}{}:
+		case <-ctx.Done():
+			return nil, h.cutShort(ctx, op)
+		}
+	}
+	return func() { <-h.stopTurn }, nil
+}
+
+// cutShort is the error of a Stop or Drain whose context ended before the
+// host stopped: of kind DeadlineExceeded, wrapping ctx's error. The host
+// keeps running what it has not handed on.
+func (h *Host) cutShort(ctx context.Context, op string) error {
+	n := 0
+	for _, kr := range h.kinds {
+		n += len(kr.all())
+	}
+	return &payload.Error{Kind: payload.DeadlineExceeded, Op: op,
+		Detail: "the context ended before the host stopped; it keeps serving its " + itoa(n) +
+			" objects not handed on yet (Stop again to finish, or Close to drop what is left)", Err: ctx.Err()}
+}
+
+// closedMidStop is the error of a Stop or Drain during which Close closed
+// the host: of kind ShuttingDown; what was left was dropped
+// (Stats.DroppedOnClose).
+func closedMidStop(op string) error {
+	return payload.NewError(payload.ShuttingDown, op, "Close closed the host before it stopped gracefully")
 }
 
 // hasMovable reports whether the host has objects of a kind that relocates.
@@ -474,55 +539,64 @@ func (h *Host) hasMovable() bool {
 	return false
 }
 
-// stop is Stop without the drain.
+// stop is Stop without the drain; op names the caller in errors. It goes
+// on from where an earlier stop whose context ended got to.
 //
 // On a network the host first stops the other hosts from routing here
 // (leaving): what they send from now on goes to the objects' new hosts, or
 // waits in its sender (up to SendTimeout) until this host has deactivated
 // the object — so Stop ends in bounded time however hard they send. What
 // they sent before, queued on the links, is still delivered and handled
-// (forwarded if its object is gone).
-func (h *Host) stop(ctx context.Context) error {
-	if !h.state.CompareAndSwap(stateRunning, stateStopping) {
-		return h.Close()
+// (forwarded if its object is gone). If ctx ends first, stop returns
+// cutShort's error and the host goes on serving, leaving; nothing is
+// dropped.
+func (h *Host) stop(ctx context.Context, op string) error {
+	if !h.state.CompareAndSwap(stateRunning, stateStopping) && h.state.Load() != stateStopping {
+		return h.Close() // never started (Close), or closed: returns once closed
 	}
 	if h.tr != nil {
 		h.beginLeave()
 	}
-	err := h.quiesce(ctx)
-	// Deactivate every object; hooks may send to objects that activate
-	// meanwhile, so repeat until no object is left.
-	for err == nil && h.deactivateAll() > 0 {
-		err = h.quiesce(ctx)
+	// Deactivate every object once nothing is queued; hooks may send to
+	// objects that activate meanwhile, so repeat until no object is left.
+	for {
+		if err := h.quiesce(ctx, op); err != nil {
+			return err
+		}
+		if h.deactivateAll() == 0 {
+			break
+		}
 	}
-	if err == nil && h.tr != nil {
-		err = h.waitHandedOn(ctx)
-	}
-	if err == nil && h.tr != nil {
+	if h.tr != nil {
+		if err := h.waitHandedOn(ctx, op); err != nil {
+			return err
+		}
 		// Everything was handed on: peers take this host's leave as no
 		// failure (no gap of theirs closes on it).
 		h.setMemberState(membership.Gone)
 	}
-	if cerr := h.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return h.Close()
 }
 
 // beginLeave starts this host's leave: peers stop placing objects here
 // (its membership state is Draining), forget their routes here and send
 // it no more frames (the transport's Leaving event); what they sent
-// before is still delivered.
+// before is still delivered. A second call (a Stop after one whose
+// context ended) does nothing.
 func (h *Host) beginLeave() {
 	h.draining.Store(true)
+	if h.leaving.Swap(true) {
+		return
+	}
 	h.setMemberState(membership.Draining)
 	h.tr.Leave()
 }
 
 // quiesce waits until no message is queued, waiting for a permit, or
 // running. It polls: the conditions span many owners and there is no single
-// event to wait on.
-func (h *Host) quiesce(ctx context.Context) error {
+// event to wait on. It returns cutShort's error if ctx ends first, and
+// closedMidStop's if the host closes.
+func (h *Host) quiesce(ctx context.Context, op string) error {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -533,30 +607,36 @@ func (h *Host) quiesce(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return h.cutShort(ctx, op)
+		case <-h.done:
+			return closedMidStop(op)
 		case <-tick.C:
 		}
 	}
 }
 
-// waitHandedOn waits until everything sent here has been handled.
-func (h *Host) waitHandedOn(ctx context.Context) error {
+// waitHandedOn waits until everything sent here has been handled, as
+// quiesce does.
+func (h *Host) waitHandedOn(ctx context.Context, op string) error {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
-	quiet := 0
-	for quiet < 3 { // a few quiet polls: senders that resolved just before the mark
+	for quiet := 0; ; {
 		if h.pendingIn() == 0 && h.permits.InUse() == 0 && h.running.Load() == 0 {
 			quiet++
 		} else {
 			quiet = 0
 		}
+		if quiet == 3 { // a few quiet polls: senders that resolved just before the mark
+			return nil
+		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return h.cutShort(ctx, op)
+		case <-h.done:
+			return closedMidStop(op)
 		case <-tick.C:
 		}
 	}
-	return nil
 }
 
 // deactivateAll asks every object to run its deactivate hook in a last
@@ -578,6 +658,12 @@ func (h *Host) deactivateAll() int {
 // and every goroutine of the host has ended when Close returns.
 // Deactivate hooks do not run (use Stop). Close is idempotent: a second
 // call returns once the first has finished.
+//
+// Close is the only call that drops accepted work: the application
+// messages it ends unrun — queued or held out of order in the objects'
+// queues, waiting here for a job permit or for a leaving host, in moves
+// under way — are counted in Stats.DroppedOnClose and logged (Warn) with
+// their number. After a Stop that returned nil there are none.
 func (h *Host) Close() error {
 	h.mu.Lock()
 	prev := h.state.Swap(stateClosed)
@@ -589,11 +675,21 @@ func (h *Host) Close() error {
 	h.mu.Unlock()
 	defer close(h.closed)
 
-	// Leave the network first: peers stop routing here and learn that our
-	// moves are over.
+	// Handlers' sends waiting for a leaving host end first: from now on
+	// none defers itself, and those counted here end once, whether here or
+	// in a retry of the move ticker that runs meanwhile.
+	h.deferMu.Lock()
+	dropped := len(h.deferred)
+	h.deferClosed = true
+	h.deferMu.Unlock()
+	h.closeDeferred()
+	// Leave the network: peers stop routing here and learn that our moves
+	// are over.
 	h.leave(true)
-	// First no new turn may start (mailboxes closed), then running handlers
-	// see their Context done.
+	// No new turn may start (mailboxes closed), then running handlers see
+	// their Context done. What waits for a permit is ended when the
+	// permits close: counted just before.
+	dropped += h.waitingForPermits()
 	h.permits.Close()
 	var all []*owner
 	var unrun [][]*mailbox.Envelope
@@ -618,8 +714,9 @@ func (h *Host) Close() error {
 		_ = h.stopMetrics()
 	}
 	h.bg.Wait()
-	h.lanes.Wait()    // the links are closed: no more work comes to the lanes
-	h.closeDeferred() // the move ticker has stopped
+	h.lanes.Wait() // the links are closed: no more work comes to the lanes
+	// What Close dropped is noted as it returns, once the rest is counted.
+	defer h.noteDropped(&dropped)
 	if h.system == nil {
 		return nil
 	}
@@ -641,12 +738,27 @@ func (h *Host) Close() error {
 	}
 	for i, o := range all {
 		for _, e := range unrun[i] {
+			if isApplication(e) {
+				dropped++
+			}
 			h.endUnrun(o, "", e, ErrShuttingDown, RejectShuttingDown)
 		}
 	}
 	for _, d := range h.allMoves() {
+		d.mu.Lock()
+		if !d.ended {
+			for _, q := range [][]*mailbox.Envelope{d.captured, d.held} {
+				for _, e := range q {
+					if isApplication(e) {
+						dropped++
+					}
+				}
+			}
+		}
+		d.mu.Unlock()
 		d.abandonOnClose()
 	}
+	h.drainers.Wait() // a cut-short drain's last round: its moves have ended
 	h.remoteClose()
 	for _, o := range all {
 		if o.pid != nil {
@@ -663,6 +775,60 @@ func (h *Host) Close() error {
 	}
 	h.system.Shutdown()
 	return nil
+}
+
+// isApplication reports whether e is an application message (not a
+// control item or a skip notice).
+func isApplication(e *mailbox.Envelope) bool {
+	return e.Msg != nil && e.Msg.Header().Flags()&flagSkip == 0
+}
+
+// waitingForPermits counts the application messages that wait here for a
+// job permit — handlers' sends and messages off the links, in their
+// sources' outboxes — and those on the links' slow lanes: what Close ends
+// when it closes the permits and the lanes run out. It counts them as it
+// finds them; a turn that ends meanwhile may admit one more.
+func (h *Host) waitingForPermits() int {
+	n := 0
+	count := func(ob *outbox) {
+		ob.mu.Lock()
+		for ps := ob.head; ps != nil; ps = ps.link {
+			// The head may be being admitted, its message no longer the
+			// outbox's to read; the others wait untouched.
+			if ps == ob.head || ps.m.Header().Flags()&flagSkip == 0 {
+				n += len(ps.targets) - ps.next
+			}
+		}
+		ob.mu.Unlock()
+	}
+	for _, kr := range h.kinds {
+		for _, o := range kr.all() {
+			count(&o.out)
+		}
+	}
+	for _, cr := range h.channels {
+		for _, o := range cr.subs {
+			count(&o.out)
+		}
+	}
+	h.inbound.Range(func(_, v any) bool {
+		ib := v.(*inbound)
+		count(&ib.in)
+		ib.slow.mu.Lock()
+		n += len(ib.slow.work)
+		ib.slow.mu.Unlock()
+		return true
+	})
+	return n
+}
+
+// noteDropped adds what Close dropped to Stats.DroppedOnClose and logs it.
+func (h *Host) noteDropped(n *int) {
+	if *n == 0 {
+		return
+	}
+	h.closeDropped.Add(int64(*n))
+	h.log.Warn("close ended accepted messages unrun (Stats.DroppedOnClose); a Stop that returns nil first drops none", "dropped", *n)
 }
 
 // Stats returns a snapshot of the host's gauges and counters.
@@ -682,6 +848,7 @@ func (h *Host) Stats() Stats {
 		OverBound:         h.overHeld.Load(),
 		PressureWaits:     h.pressureWaits.Load(),
 		Dropped:           h.droppedMsgs.Load(),
+		DroppedOnClose:    h.closeDropped.Load(),
 		Bounced:           h.bouncedMsgs.Load(),
 		Relocations:       h.moved.Load(),
 		Captured:          h.captured.Load(),

@@ -128,6 +128,10 @@ func stopUnderLoad(t *testing.T, movable bool) {
 		halt()
 		t.Fatalf("Stop under load: %v (accepted while stopping: %d)", err, accepted.Load()-before)
 	}
+	if n := b.Stats().DroppedOnClose; n != 0 {
+		halt()
+		t.Fatalf("Stats.DroppedOnClose = %d after a Stop that returned nil: its Close dropped accepted work", n)
+	}
 	// The senders go on: the objects now live on a.
 	after := accepted.Load()
 	waitFor(t, "sends to succeed after the stop", func() bool { return accepted.Load() > after+1000 })
