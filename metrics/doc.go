@@ -40,6 +40,7 @@
 //	berth_order_gaps_closed_total{host}            gaps given up on after the gap timeout
 //	berth_order_late_messages_total{host}          messages run after their gap was given up on
 //	berth_dropped_messages_total{host}             messages the host could not deliver
+//	berth_dropped_on_close_total{host}             accepted messages the host's Close ended unrun
 //	berth_bounced_messages_total{host}             messages sent back to their origin to be routed afresh
 //	berth_relocations_total{host}                  moves completed with the host as source or target
 //	berth_relocation_captured_messages_total{host} queued messages moved in move records from the host

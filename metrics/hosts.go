@@ -30,6 +30,7 @@ type hostCollector struct {
 	gapsClosed       *prometheus.Desc
 	late             *prometheus.Desc
 	dropped          *prometheus.Desc
+	droppedOnClose   *prometheus.Desc
 	bounced          *prometheus.Desc
 	relocations      *prometheus.Desc
 	captured         *prometheus.Desc
@@ -72,6 +73,8 @@ func newHostCollector() *hostCollector {
 			"Messages run after a gap before them had been given up on."),
 		dropped: desc("dropped_messages_total",
 			"Messages the host could not deliver: their senders got an error and a skip notice followed."),
+		droppedOnClose: desc("dropped_on_close_total",
+			"Accepted messages the host's Close ended unrun (queued, held, or waiting for a permit or for a leaving host)."),
 		bounced: desc("bounced_messages_total",
 			"Messages sent back to their origin host to be routed afresh."),
 		relocations: desc("relocations_total",
@@ -97,7 +100,7 @@ func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.ownersActive, c.laneDepth, c.permitsInUse, c.permitWaiters, c.permitsMax,
 		c.requestsInFlight, c.decodes, c.fullCopies, c.fullCopyBytes, c.views,
-		c.heldOutOfOrder, c.gapsClosed, c.late, c.dropped, c.bounced, c.relocations, c.captured, c.relayed, c.forwarded,
+		c.heldOutOfOrder, c.gapsClosed, c.late, c.dropped, c.droppedOnClose, c.bounced, c.relocations, c.captured, c.relayed, c.forwarded,
 	} {
 		ch <- d
 	}
@@ -142,6 +145,7 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.gapsClosed, uint64(st.GapsClosed))
 		counter(c.late, uint64(st.Late))
 		counter(c.dropped, uint64(st.Dropped))
+		counter(c.droppedOnClose, uint64(st.DroppedOnClose))
 		counter(c.bounced, uint64(st.Bounced))
 		counter(c.relocations, uint64(st.Relocations))
 		counter(c.captured, uint64(st.Captured))

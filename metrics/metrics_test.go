@@ -62,6 +62,7 @@ var hostSeries = []string{
 	"berth_order_gaps_closed_total",
 	"berth_order_late_messages_total",
 	"berth_dropped_messages_total",
+	"berth_dropped_on_close_total",
 	"berth_bounced_messages_total",
 	"berth_relocations_total",
 	"berth_relocation_captured_messages_total",
@@ -239,6 +240,7 @@ func TestHostGauges(t *testing.T) {
 		GapsClosed:        17,
 		Late:              18,
 		Dropped:           19,
+		DroppedOnClose:    21,
 		Bounced:           20,
 		Relocations:       13,
 		Captured:          14,
@@ -292,6 +294,9 @@ berth_order_late_messages_total{host="a"} 18
 # HELP berth_dropped_messages_total Messages the host could not deliver: their senders got an error and a skip notice followed.
 # TYPE berth_dropped_messages_total counter
 berth_dropped_messages_total{host="a"} 19
+# HELP berth_dropped_on_close_total Accepted messages the host's Close ended unrun (queued, held, or waiting for a permit or for a leaving host).
+# TYPE berth_dropped_on_close_total counter
+berth_dropped_on_close_total{host="a"} 21
 # HELP berth_bounced_messages_total Messages sent back to their origin host to be routed afresh.
 # TYPE berth_bounced_messages_total counter
 berth_bounced_messages_total{host="a"} 20
