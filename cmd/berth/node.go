@@ -18,7 +18,10 @@ package main
 //	stats moves=<n> pauses-us=<p1>,<p2>,...
 //
 // On SIGTERM or SIGINT it stops gracefully: its objects move to the other
-// nodes (Host.Stop drains), it leaves, and it exits 0. A node whose lease
+// nodes (Host.Stop drains), it leaves, and it exits 0. If that stop has not
+// finished within -stop-timeout (the grace period), the node closes the
+// host (Host.Close), logs how many accepted messages that dropped unrun
+// (actor.Stats.DroppedOnClose), and exits 1. A node whose lease
 // ran out before it could renew it (its process was paused, or the
 // database was out of reach for longer than the lease) closes itself and
 // exits 3: its objects may run elsewhere by now; start it again. It logs
@@ -68,7 +71,7 @@ func nodeMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.advertise, "advertise", "", "the address peers dial to reach this node (default: the address it listens on)")
 	fs.StringVar(&cfg.db, "db", "", "Postgres URL of the cluster's Location Store and membership (required)")
 	fs.StringVar(&cfg.metricsAddr, "metrics", "", "serve Prometheus metrics on this address (e.g. :9090)")
-	fs.DurationVar(&cfg.stopTimeout, "stop-timeout", time.Minute, "how long a graceful stop (drain) may take on SIGTERM")
+	fs.DurationVar(&cfg.stopTimeout, "stop-timeout", time.Minute, "how long a graceful stop (drain) may take on SIGTERM; past it the node closes the host, dropping what it still holds")
 	if err := fs.Parse(args); err != nil {
 		return nodeExitUsage
 	}
@@ -140,7 +143,16 @@ func runNode(ctx context.Context, cfg nodeConfig, log *slog.Logger, stdout io.Wr
 		sctx, cancel := context.WithTimeout(ctx, cfg.stopTimeout)
 		defer cancel()
 		if err := host.Stop(sctx); err != nil {
-			log.Error("stop did not finish in time; closed", "err", err)
+			// Stop leaves the host running when its grace period ends:
+			// closing it is the node's decision, and it drops what the
+			// host still held.
+			log.Error("graceful stop did not finish; closing the host", "err", err, "stop-timeout", cfg.stopTimeout)
+			_ = host.Close()
+			if n := host.Stats().DroppedOnClose; n > 0 {
+				log.Error("closed: accepted messages were dropped unrun", "dropped", n)
+			} else {
+				log.Info("closed: no accepted message was dropped", "dropped", n)
+			}
 			return nodeExitFailed
 		}
 		log.Info("stopped")
