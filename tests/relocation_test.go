@@ -82,6 +82,15 @@ type relocationRun struct {
 	postgres  bool // the Location Store and the membership are pgstore's, on a fresh database
 	faultDB   bool // with postgres: the server restarts half way through the run
 	faultCut  bool // with remote: links between random pairs of hosts are cut for 50 ms, every 150 ms, during moves
+
+	// A slow world (slow_test.go); the zero values change nothing.
+	seed        uint64                                      // mixed into the senders' and movers' random streams (0: the fixed streams)
+	wrap        func(transport.Attacher) transport.Attacher // wraps the hosts' transport (delayed links); faults still go to the inner one
+	kind        func() *actor.Kind[tally]                   // each host's kind (nil: tallyKind), e.g. one whose Capture and Restore are slow
+	starve      func() (restore func())                     // called before the hosts start; restore after they closed, before the goroutine check
+	burst       int                                         // one more sender, on the first staying host, Tells this many numbered messages to one object as fast as it can while a mover relocates that object back and forth between two other staying hosts
+	strictOrder bool                                        // no host closes a gap nor runs a message late (Stats.GapsClosed, Stats.Late): none fails
+	readers     int                                         // the final reads run on this many goroutines (0, 1: one object after another)
 }
 
 // relocationProperty drives numbered traffic from several hosts while
@@ -90,10 +99,23 @@ type relocationRun struct {
 // completed once with its own answer, and no goroutine is left.
 func relocationProperty(t *testing.T, cfg relocationRun) {
 	ctx := context.Background()
+	var unstarve func() // called before the goroutine check, or on an early return
+	if cfg.starve != nil {
+		unstarve = cfg.starve()
+		defer func() {
+			if unstarve != nil {
+				unstarve()
+			}
+		}()
+	}
 	net := localnet.New(localnet.Options{})
 	var attacher transport.Attacher = net.Transport
 	if cfg.remote {
 		attacher = remote.New(remote.Options{}) // each host its own gRPC server on loopback
+	}
+	hostAttacher := attacher
+	if cfg.wrap != nil {
+		hostAttacher = cfg.wrap(attacher)
 	}
 	var store relocation.Store = net.Store
 	var members membership.Membership = net.Membership
@@ -119,12 +141,16 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 	}
 	rejected := &rejectLog{}
 	start := func(name string) *actor.Host {
-		h, err := actor.NewHost(actor.Config{Name: name, Transport: attacher, Store: store, Membership: members,
+		h, err := actor.NewHost(actor.Config{Name: name, Transport: hostAttacher, Store: store, Membership: members,
 			Logger: quietLogger(), CutoverWait: 2 * time.Second, Observer: rejected})
 		if err != nil {
 			t.Fatal(err)
 		}
-		h.Register(tallyKind())
+		kind := tallyKind
+		if cfg.kind != nil {
+			kind = cfg.kind
+		}
+		h.Register(kind())
 		if err := h.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -149,6 +175,10 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 		}
 		for i := len(closeStore) - 1; i >= 0; i-- {
 			closeStore[i]()
+		}
+		if unstarve != nil {
+			unstarve()
+			unstarve = nil
 		}
 		testutil.CheckNoGoroutines(t)
 	}()
@@ -179,7 +209,7 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(si), 7))
+			rng := rand.New(rand.NewPCG(uint64(si), 7^cfg.seed))
 			for {
 				select {
 				case <-stop:
@@ -324,7 +354,7 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 		mwg.Add(1)
 		go func() {
 			defer mwg.Done()
-			rng := rand.New(rand.NewPCG(uint64(m), 99))
+			rng := rand.New(rand.NewPCG(uint64(m), 99^cfg.seed))
 			for {
 				select {
 				case <-moverStop:
@@ -358,6 +388,85 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 		}()
 	}
 
+	// The burst: one more sender Tells cfg.burst numbered messages to one
+	// object as fast as it can (no Ask paces it), while a mover of its own
+	// relocates that object back and forth between two other staying hosts
+	// until the burst has been sent.
+	var burstDone chan struct{} // closed when the burst sender ends
+	var burstMoves, burstSent atomic.Int64
+	var burstTook time.Duration // written by the burst sender before burstDone
+	burstObj := 1 % cfg.objects // activated on hosts[1], staying[1]
+	if cfg.burst > 0 {
+		if len(staying) < 3 {
+			t.Fatal("a burst needs three staying hosts: the sender's and two to move its object between")
+		}
+		b := &sender{name: "burst", host: staying[0], sent: make([]int, cfg.objects)}
+		senders = append(senders, b) // checked with the others
+		burstDone = make(chan struct{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer close(burstDone)
+			began := time.Now()
+			for seq := 1; seq <= cfg.burst; seq++ {
+				if seq%256 == 0 {
+					select {
+					case <-stop: // the run ended without it (it failed)
+						return
+					default:
+					}
+				}
+				if err := actor.Tell(ctx, b.host, ref(burstObj), numbered{Sender: b.name, Seq: seq}); err != nil {
+					t.Errorf("%s: Tell #%d to object %d: %v", b.name, seq, burstObj, err)
+					return
+				}
+				tells.Add(1)
+				b.sent[burstObj] = seq
+				burstSent.Store(int64(seq))
+			}
+			burstTook = time.Since(began)
+		}()
+		mwg.Add(1)
+		go func() {
+			defer mwg.Done()
+			x, y := staying[1], staying[2]
+			for {
+				select {
+				case <-burstDone:
+					return
+				case <-moverStop:
+					return
+				default:
+				}
+				row, err := store.Get(ctx, relocation.Object{Kind: "tally", ID: ref(burstObj).ID})
+				if err != nil {
+					continue
+				}
+				src := host(row.Host)
+				if src == nil || src == drained {
+					time.Sleep(time.Millisecond) // mid-move, or being drained
+					continue
+				}
+				dst := x
+				if src == x {
+					dst = y
+				}
+				switch err := src.Relocate(ctx, ref(burstObj), dst.Name()); {
+				case err == nil:
+					burstMoves.Add(1)
+					moved.Add(1)
+				case errors.Is(err, actor.ErrNotLocal), errors.Is(err, actor.ErrMoveInProgress), errors.Is(err, actor.ErrAlreadyThere):
+					// a random mover moved it meanwhile
+				case errors.Is(err, payload.Unavailable):
+					aborted.Add(1)
+				default:
+					refused.Add(1)
+					t.Errorf("Relocate the burst's object %d from %s to %s: %v", burstObj, src.Name(), dst.Name(), err)
+				}
+			}
+		}()
+	}
+
 	wait := func(d time.Duration) {
 		select {
 		case <-time.After(d):
@@ -381,6 +490,13 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 		time.AfterFunc(2*time.Second, func() { dbDown.Store(false) })
 	}
 	wait(cfg.duration / 2)
+	if burstDone != nil {
+		select {
+		case <-burstDone:
+		case <-time.After(2 * time.Minute):
+			t.Errorf("the burst sender sent %d of %d messages in 2 minutes", burstSent.Load(), cfg.burst)
+		}
+	}
 	close(cutStop)
 	cwg.Wait()
 	close(moverStop)
@@ -403,9 +519,44 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 
 	// Every object, asked through every sending host (after that host's
 	// own messages).
+	var readAhead []tally // with cfg.readers: every object, read cfg.readers at a time
+	if cfg.readers > 1 {
+		readAhead = make([]tally, cfg.objects)
+		errs := make([]error, cfg.objects)
+		var next atomic.Int64
+		var rwg sync.WaitGroup
+		for range cfg.readers {
+			rwg.Add(1)
+			go func() {
+				defer rwg.Done()
+				for i := int(next.Add(1) - 1); i < cfg.objects; i = int(next.Add(1) - 1) {
+					for _, h := range staying {
+						actx, cancel := context.WithTimeout(ctx, 20*time.Second)
+						st, err := actor.Ask[readTally, tally](actx, h, ref(i), readTally{})
+						cancel()
+						if err != nil {
+							errs[i] = fmt.Errorf("through %s: %w", h.Name(), err)
+							break
+						}
+						readAhead[i] = st
+					}
+				}
+			}()
+		}
+		rwg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("reading object %d %v", i, err)
+			}
+		}
+	}
 	for i := 0; i < cfg.objects; i++ {
 		var st tally
 		for _, h := range staying {
+			if readAhead != nil {
+				st = readAhead[i]
+				break
+			}
 			var err error
 			actx, cancel := context.WithTimeout(ctx, 20*time.Second)
 			st, err = actor.Ask[readTally, tally](actx, h, ref(i), readTally{})
@@ -430,8 +581,23 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 			return
 		}
 	}
+	if cfg.strictOrder {
+		all := append([]*actor.Host(nil), hosts...)
+		if spare != nil {
+			all = append(all, spare)
+		}
+		for _, h := range all {
+			if s := h.Stats(); s.GapsClosed != 0 || s.Late != 0 {
+				t.Errorf("%s: %d sequence numbers given up on (GapsClosed), %d messages run late (Late), %d held out of order now; no host failed: %+v",
+					h.Name(), s.GapsClosed, s.Late, s.HeldOutOfOrder, s)
+			}
+		}
+	}
 	if moved.Load() == 0 {
 		t.Fatal("no object moved")
+	}
+	if cfg.burst > 0 && burstMoves.Load() == 0 {
+		t.Fatalf("the burst's object never moved during the burst (%d messages in %v)", cfg.burst, burstTook)
 	}
 	if cfg.faultKill && (kills.Load() == 0 || aborted.Load() == 0) {
 		t.Fatalf("the kill fault fired %d times and aborted %d moves; want both", kills.Load(), aborted.Load())
@@ -447,6 +613,9 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 	}
 	t.Logf("%d tells, %d asks; %d moves done, %d aborted, %d refused; %d drained; faults: %d kills, %d link breaks, %d link cuts; %d sends refused while the store restarted",
 		tells.Load(), asks.Load(), moved.Load(), aborted.Load(), refused.Load(), drained.Stats().Relocations, kills.Load(), breaks.Load(), cuts.Load(), dbRefused.Load())
+	if cfg.burst > 0 {
+		t.Logf("burst: %d tells to object %d from %s in %v, while it moved %d times", cfg.burst, burstObj, staying[0].Name(), burstTook.Round(time.Millisecond), burstMoves.Load())
+	}
 }
 
 // TestRelocationLosesDuplicatesAndReordersNothing: four hosts, 1,000
