@@ -44,7 +44,8 @@ const (
 )
 
 // stopLate is how far past its deadline a cut-short Stop or Drain may
-// return: 100 ms, more under the race detector, which slows every
+// return, beyond the scheduler's own delay in waking a goroutine then
+// (wakeLate): 100 ms, more under the race detector, which slows every
 // goroutine down several times.
 func stopLate() time.Duration {
 	if bi, ok := debug.ReadBuildInfo(); ok {
@@ -55,6 +56,20 @@ func stopLate() time.Duration {
 		}
 	}
 	return 100 * time.Millisecond
+}
+
+// wakeLate starts a goroutine that waits for ctx as Stop does, and returns
+// a function that tells how late after the deadline it woke: the
+// scheduler's own delay on this machine at that moment, on top of which
+// stopLate bounds Stop's (another process loading the machine delays
+// both alike).
+func wakeLate(ctx context.Context, start time.Time, deadline time.Duration) func() time.Duration {
+	woke := make(chan time.Duration, 1)
+	go func() {
+		<-ctx.Done()
+		woke <- time.Since(start) - deadline
+	}()
+	return func() time.Duration { return <-woke }
 }
 
 type stopRig struct {
@@ -273,17 +288,19 @@ func (r *stopRig) cutShort(drain, starved bool) {
 	if drain {
 		call, stopOrDrain = "Drain", r.b.Drain
 	}
-	ctx, cancel := context.WithTimeout(bg, stopDeadline)
-	defer cancel()
 	start := time.Now()
+	ctx, cancel := context.WithDeadline(bg, start.Add(stopDeadline))
+	defer cancel()
+	ref := wakeLate(ctx, start, stopDeadline)
 	err := stopOrDrain(ctx)
 	took := time.Since(start)
-	t.Logf("%s cut short after %v (deadline %v): %v", call, took, stopDeadline, err)
+	late, woke := took-stopDeadline, ref()
+	t.Logf("%s cut short after %v (deadline %v; a goroutine waiting for it woke %v late): %v", call, took, stopDeadline, woke, err)
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, DeadlineExceeded) {
 		t.Fatalf("%s: %v; want the context's error (kind DeadlineExceeded)", call, err)
 	}
-	if late := took - stopDeadline; late > stopLate() {
-		t.Errorf("%s returned %v after its deadline (at most %v)", call, late, stopLate())
+	if late-woke > stopLate() {
+		t.Errorf("%s returned %v after its deadline, a goroutine waiting for it woke %v after it (at most %v more)", call, late, woke, stopLate())
 	}
 	select {
 	case <-r.b.Done():
@@ -696,17 +713,19 @@ func TestDrainCutShortKeepsTheObjectsItCouldNotMove(t *testing.T) {
 		}
 	}
 	n.Delay("a", "b", 100*time.Millisecond) // a move takes several round trips
-	ctx, cancel := context.WithTimeout(bg, 150*time.Millisecond)
-	defer cancel()
+	const deadline = 150 * time.Millisecond
 	start := time.Now()
+	ctx, cancel := context.WithDeadline(bg, start.Add(deadline))
+	defer cancel()
+	ref := wakeLate(ctx, start, deadline)
 	err := b.Drain(ctx)
 	took := time.Since(start)
 	n.Delay("a", "b", 0)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Drain = %v after %v; want the context's error", err, took)
 	}
-	if late := took - 150*time.Millisecond; late > stopLate() {
-		t.Errorf("Drain returned %v after its deadline (at most %v)", late, stopLate())
+	if late, woke := took-deadline, ref(); late-woke > stopLate() {
+		t.Errorf("Drain returned %v after its deadline, a goroutine waiting for it woke %v after it (at most %v more)", late, woke, stopLate())
 	}
 	if ds := b.DrainState(); ds != Relocating {
 		t.Fatalf("drain state %v after the cut-short drain; want relocating (its objects are still here)", ds)
