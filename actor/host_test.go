@@ -291,7 +291,10 @@ func TestGracefulStopRunsQueuedWorkAndDeactivateHooks(t *testing.T) {
 	checkNoHostGoroutines(t)
 }
 
-func TestStopWithExpiredContextClosesAndEndsQueuedRequests(t *testing.T) {
+// A Stop whose context ends returns its error and leaves the host
+// serving what it holds; only the Close that follows ends the queued
+// request, with ShuttingDown, and counts it dropped.
+func TestCloseAfterAStopCutShortEndsQueuedRequests(t *testing.T) {
 	g := newGates()
 	l := newLedger()
 	h, _ := NewHost(Config{OnPayloadRelease: l.Observe})
@@ -307,8 +310,15 @@ func TestStopWithExpiredContextClosesAndEndsQueuedRequests(t *testing.T) {
 	if err := h.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Stop = %v, want the context's error", err)
 	}
+	if st := h.Stats(); st.QueuedApplication != 1 {
+		t.Fatalf("after a Stop cut short: %d queued; want the request still queued", st.QueuedApplication)
+	}
+	h.Close()
 	if err := <-got; !errors.Is(err, payload.ShuttingDown) {
 		t.Fatalf("queued request = %v, want ShuttingDown", err)
+	}
+	if st := h.Stats(); st.DroppedOnClose != 1 {
+		t.Fatalf("Close dropped %d; want the queued request counted", st.DroppedOnClose)
 	}
 	checkNoHostGoroutines(t)
 	l.CheckExactlyOnce(t, h.Stats().Payload.Buffers)
