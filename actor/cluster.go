@@ -402,6 +402,11 @@ func (h *Host) forward(kr *kindRuntime, id string, m *payload.Message, p place) 
 			return
 		}
 		// The host is leaving or gone: look again (routes to it are gone).
+		if try == 3 && hv.Flags()&flagSkip != 0 && h.deferSkip(m) {
+			// A skip notice is the only fact that closes its gap while
+			// every host is up: it waits until the object is handed on.
+			return
+		}
 		if try == 3 {
 			h.backOrFailBounded(m, hop, payload.NewError(payload.Unavailable, "actor", "host "+d.Host+" is not reachable"))
 			return

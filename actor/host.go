@@ -683,6 +683,7 @@ func (h *Host) Close() error {
 	h.deferClosed = true
 	h.deferMu.Unlock()
 	h.closeDeferred()
+	h.closeSkips()
 	// Leave the network: peers stop routing here and learn that our moves
 	// are over.
 	h.leave(true)

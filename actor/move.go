@@ -339,6 +339,7 @@ func (h *Host) moveTicker() {
 		h.clk.Store(nanotime())
 		h.closeGaps()
 		h.retryDeferred()
+		h.retrySkips()
 		h.reportLoad(i%40 == 0)
 		if i%40 == 0 {
 			h.pruneOrder()

@@ -615,6 +615,44 @@ func (o *owner) restoreOrderLocked(snap route.Snapshot, now int64) {
 	o.trail.Restore(snap.Trail, now)
 }
 
+// deferSkip keeps a skip notice whose object's host is leaving and takes
+// no frames: it is routed again on each move tick (retrySkips) until it
+// reaches the object wherever it is handed on — never dropped while every
+// host is up, since nothing else would close its gap. It reports false if
+// the host is closing.
+func (h *Host) deferSkip(m *payload.Message) bool {
+	h.skipMu.Lock()
+	defer h.skipMu.Unlock()
+	if h.skipClosed {
+		return false
+	}
+	h.skips = append(h.skips, m)
+	return true
+}
+
+// retrySkips routes the deferred skip notices again (move ticker).
+func (h *Host) retrySkips() {
+	h.skipMu.Lock()
+	ms := h.skips
+	h.skips = nil
+	h.skipMu.Unlock()
+	for _, m := range ms {
+		_ = payload.SetForward(m.Frame(), 0, 0)
+		h.redispatchMessage(m)
+	}
+}
+
+// closeSkips releases the deferred skip notices of a closing host.
+func (h *Host) closeSkips() {
+	h.skipMu.Lock()
+	ms := h.skips
+	h.skips, h.skipClosed = nil, true
+	h.skipMu.Unlock()
+	for _, m := range ms {
+		m.Release()
+	}
+}
+
 // dropped is called when this host ends a stamped message without
 // delivering it to its object (a routing failure, a rejected send): it
 // sends a skip notice with the message's stamp after it, so that the
@@ -647,6 +685,11 @@ type gapFacts struct {
 	oldestGap atomic.Int64 // ns the oldest gap had waited at the last closeGaps
 	overHeld  atomic.Int64 // arrivals that found their sender past the reorder bound
 	gapLog    rateLimit
+	// skips: skip notices waiting for their object's leaving host to hand
+	// it on (deferSkip).
+	skipMu     sync.Mutex // a leaf
+	skips      []*payload.Message
+	skipClosed bool
 	// pressure: objects this host's outside senders wait for (pressure.go).
 	pressure      pressureSet
 	pressureWaits atomic.Int64 // outside sends that waited for one

@@ -628,3 +628,75 @@ func TestMembershipFailureFacts(t *testing.T) {
 		}
 	}
 }
+
+// A skip notice for a message its sender gave up on while the object's
+// host was leaving (it takes no frames) is not lost: it waits until the
+// object is handed on and closes the gap there. Here b's Stop deactivates
+// the object, whose deactivate hook holds b leaving while a's Tells fail;
+// once b has stopped, a's next message runs at once where the object
+// activates again — no host failed, so only the skip notices could close
+// the gaps the failed Tells left.
+func TestASkipNoticeForALeavingHostWaitsForTheObjectToBeHandedOn(t *testing.T) {
+	n := NewNetwork(nil)
+	gate := make(chan struct{})
+	open := sync.OnceFunc(func() { close(gate) })
+	defer open()
+	inHook := make(chan struct{}, 1)
+	kind := func(hook bool) *Kind[SeqState] {
+		k := seqKind()
+		if hook {
+			k.OnDeactivate(func(context.Context, string, *SeqState) { inHook <- struct{}{}; <-gate })
+		}
+		return k
+	}
+	cfg := func(name string) Config {
+		return n.With(Config{Name: name, Logger: quietLogger(), SendTimeout: 100 * time.Millisecond, StopDeactivates: true})
+	}
+	a := startHost(t, cfg("a"), kind(false))
+	b := startHost(t, cfg("b"), kind(true))
+	ref := Ref{"seq", "o"}
+	if err := Tell(bg, b, ref, SeqMsg{Seq: 0}); err != nil { // activates on b
+		t.Fatal(err)
+	}
+	if err := Tell(bg, a, ref, SeqMsg{Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "message 1 to run on b", func() bool {
+		s, err := Ask[GetSeqs, []int](bg, b, ref, GetSeqs{})
+		return err == nil && len(s) == 2
+	})
+	stopped := make(chan error, 1)
+	go func() { stopped <- b.Stop(bg) }()
+	<-inHook
+	// b leaves; its deactivate hook holds it there. a's Tells wait for the
+	// object to be handed on, in vain: they fail, and their numbers are
+	// announced dropped.
+	failed := 0
+	for i := 2; i <= 3; i++ {
+		if err := Tell(bg, a, ref, SeqMsg{Seq: i}); err != nil {
+			failed++
+		}
+	}
+	if failed == 0 {
+		t.Fatal("no Tell failed while b was leaving; the test needs one to")
+	}
+	open()
+	if err := <-stopped; err != nil {
+		t.Fatalf("b.Stop: %v", err)
+	}
+	if err := Tell(bg, a, ref, SeqMsg{Seq: 4}); err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	testutil.WaitForWithin(t, "message 4 to run where the object went", 10*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(bg, time.Second)
+		defer cancel()
+		s, err := Ask[GetSeqs, []int](ctx, a, ref, GetSeqs{})
+		got = s
+		return err == nil && slices.Contains(s, 4)
+	})
+	if st := a.Stats(); st.GapsClosed != 0 {
+		t.Fatalf("a: %d given up on; want none (b left cleanly: only skips close the gaps)", st.GapsClosed)
+	}
+	t.Logf("ran %v after b stopped; %d Tells failed while it was leaving", got, failed)
+}
