@@ -37,8 +37,11 @@
 //	berth_payload_full_copy_bytes_total{host}      bytes those copies copied
 //	berth_payload_views_total{host}                zero-copy views handed out
 //	berth_held_out_of_order{host}                  messages held for an older one of their sending host
-//	berth_order_gaps_closed_total{host}            gaps given up on after the gap timeout
+//	berth_order_gaps_closed_total{host}            sequence numbers given up on after a host failure
 //	berth_order_late_messages_total{host}          messages run after their gap was given up on
+//	berth_order_oldest_gap_seconds{host}           how long the oldest gap has waited
+//	berth_order_over_bound_total{host}             arrivals past an object's reorder bound
+//	berth_order_pressure_waits_total{host}         outside sends that waited for a reorder buffer
 //	berth_dropped_messages_total{host}             messages the host could not deliver
 //	berth_dropped_on_close_total{host}             accepted messages the host's Close ended unrun
 //	berth_bounced_messages_total{host}             messages sent back to their origin to be routed afresh

@@ -29,6 +29,9 @@ type hostCollector struct {
 	heldOutOfOrder   *prometheus.Desc
 	gapsClosed       *prometheus.Desc
 	late             *prometheus.Desc
+	oldestGap        *prometheus.Desc
+	overBound        *prometheus.Desc
+	pressureWaits    *prometheus.Desc
 	dropped          *prometheus.Desc
 	droppedOnClose   *prometheus.Desc
 	bounced          *prometheus.Desc
@@ -68,9 +71,15 @@ func newHostCollector() *hostCollector {
 		heldOutOfOrder: desc("held_out_of_order",
 			"Messages held because an older message of their sending host has not arrived yet."),
 		gapsClosed: desc("order_gaps_closed_total",
-			"Messages of a sending host given up on after the gap timeout (lost with a crashed host)."),
+			"Sequence numbers of a sending host given up on after a host failure (lost with that host)."),
 		late: desc("order_late_messages_total",
 			"Messages run after a gap before them had been given up on."),
+		oldestGap: desc("order_oldest_gap_seconds",
+			"How long the longest-waiting gap of any object on the host has waited for an older message."),
+		overBound: desc("order_over_bound_total",
+			"Arrivals that found their sending host past an object's reorder bound (it was told to pause)."),
+		pressureWaits: desc("order_pressure_waits_total",
+			"Sends from outside handlers that waited for an object's reorder buffer."),
 		dropped: desc("dropped_messages_total",
 			"Messages the host could not deliver: their senders got an error and a skip notice followed."),
 		droppedOnClose: desc("dropped_on_close_total",
@@ -100,7 +109,7 @@ func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.ownersActive, c.laneDepth, c.permitsInUse, c.permitWaiters, c.permitsMax,
 		c.requestsInFlight, c.decodes, c.fullCopies, c.fullCopyBytes, c.views,
-		c.heldOutOfOrder, c.gapsClosed, c.late, c.dropped, c.droppedOnClose, c.bounced, c.relocations, c.captured, c.relayed, c.forwarded,
+		c.heldOutOfOrder, c.gapsClosed, c.late, c.oldestGap, c.overBound, c.pressureWaits, c.dropped, c.droppedOnClose, c.bounced, c.relocations, c.captured, c.relayed, c.forwarded,
 	} {
 		ch <- d
 	}
@@ -144,6 +153,9 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.heldOutOfOrder, float64(st.HeldOutOfOrder))
 		counter(c.gapsClosed, uint64(st.GapsClosed))
 		counter(c.late, uint64(st.Late))
+		gauge(c.oldestGap, st.OldestGap.Seconds())
+		counter(c.overBound, uint64(st.OverBound))
+		counter(c.pressureWaits, uint64(st.PressureWaits))
 		counter(c.dropped, uint64(st.Dropped))
 		counter(c.droppedOnClose, uint64(st.DroppedOnClose))
 		counter(c.bounced, uint64(st.Bounced))

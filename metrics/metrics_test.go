@@ -61,6 +61,9 @@ var hostSeries = []string{
 	"berth_held_out_of_order",
 	"berth_order_gaps_closed_total",
 	"berth_order_late_messages_total",
+	"berth_order_oldest_gap_seconds",
+	"berth_order_over_bound_total",
+	"berth_order_pressure_waits_total",
 	"berth_dropped_messages_total",
 	"berth_dropped_on_close_total",
 	"berth_bounced_messages_total",
@@ -239,6 +242,9 @@ func TestHostGauges(t *testing.T) {
 		HeldOutOfOrder:    12,
 		GapsClosed:        17,
 		Late:              18,
+		OldestGap:         2500 * time.Millisecond,
+		OverBound:         22,
+		PressureWaits:     23,
 		Dropped:           19,
 		DroppedOnClose:    21,
 		Bounced:           20,
@@ -285,12 +291,21 @@ berth_payload_views_total{host="a"} 70
 # HELP berth_held_out_of_order Messages held because an older message of their sending host has not arrived yet.
 # TYPE berth_held_out_of_order gauge
 berth_held_out_of_order{host="a"} 12
-# HELP berth_order_gaps_closed_total Messages of a sending host given up on after the gap timeout (lost with a crashed host).
+# HELP berth_order_gaps_closed_total Sequence numbers of a sending host given up on after a host failure (lost with that host).
 # TYPE berth_order_gaps_closed_total counter
 berth_order_gaps_closed_total{host="a"} 17
 # HELP berth_order_late_messages_total Messages run after a gap before them had been given up on.
 # TYPE berth_order_late_messages_total counter
 berth_order_late_messages_total{host="a"} 18
+# HELP berth_order_oldest_gap_seconds How long the longest-waiting gap of any object on the host has waited for an older message.
+# TYPE berth_order_oldest_gap_seconds gauge
+berth_order_oldest_gap_seconds{host="a"} 2.5
+# HELP berth_order_over_bound_total Arrivals that found their sending host past an object's reorder bound (it was told to pause).
+# TYPE berth_order_over_bound_total counter
+berth_order_over_bound_total{host="a"} 22
+# HELP berth_order_pressure_waits_total Sends from outside handlers that waited for an object's reorder buffer.
+# TYPE berth_order_pressure_waits_total counter
+berth_order_pressure_waits_total{host="a"} 23
 # HELP berth_dropped_messages_total Messages the host could not deliver: their senders got an error and a skip notice followed.
 # TYPE berth_dropped_messages_total counter
 berth_dropped_messages_total{host="a"} 19
