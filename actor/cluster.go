@@ -236,9 +236,6 @@ func (h *Host) sendRemote(ctx context.Context, host string, t target, m *payload
 			return err
 		}
 	}
-	if err := h.waitPressure(ctx, t, m.Header().Seq() != 0); err != nil {
-		return err
-	}
 	h.stamp(t, m)
 	return h.sendMessage(host, m, transport.Frame)
 }

@@ -23,10 +23,11 @@ import (
 // half the bound, or the owner's inbox freezes (a move: the target pushes
 // again if it must) or shuts, it tells the sender to resume.
 //
-// The sender's side (pressureSet): a send from outside the handlers of a
-// message not yet stamped, to an object paused here, waits for the resume
-// — at most SendTimeout, then it fails with DeadlineExceeded
-// (ErrSendTimeout) and nothing was stamped, so no gap is left. Sends from
+// The sender's side (pressureSet): a send from outside the handlers to an
+// object paused here waits for the resume before it takes its job permit
+// (so waiting senders hold none) and before it is stamped — at most
+// SendTimeout, then it fails with DeadlineExceeded (ErrSendTimeout) and
+// nothing was stamped, so no gap is left. Sends from
 // handlers, forwards, relays and retries of stamped messages never wait:
 // one of them may be the very message the gap waits for. A pause ends
 // also when the host that asked for it fails or leaves (a fact), or the
@@ -103,8 +104,8 @@ func (p *pressureSet) wait(obj relocation.Object) <-chan struct{} {
 func (p *pressureSet) len() int { return int(p.n.Load()) }
 
 // waitPressure waits, for a send from outside the handlers (ctx non-nil)
-// of a message not yet stamped, until obj is not paused here: up to
-// SendTimeout (ErrSendTimeout), ctx's end, or the host's close.
+// of a message not yet stamped, until t's object is not paused here: up
+// to SendTimeout (ErrSendTimeout), ctx's end, or the host's close.
 func (h *Host) waitPressure(ctx context.Context, t target, stamped bool) error {
 	if ctx == nil || stamped || t.kr == nil {
 		return nil

@@ -453,6 +453,14 @@ func (h *Host) dispatchRun(ctx context.Context, turn *Context, t target, m *payl
 		turn.owner.out.sendOne(t, m)
 		return false, nil
 	}
+	// Pushed back by the object's reorder buffer: wait before taking a
+	// permit, so that waiting senders hold none (the message the buffer
+	// waits for may need one).
+	if err := h.waitPressure(ctx, t, false); err != nil {
+		m.Release()
+		h.obs.Rejected(t.name(), rejectReason(err))
+		return false, err
+	}
 	if err := h.permits.Acquire(ctx); err != nil {
 		m.Release()
 		if errors.Is(err, mailbox.ErrPermitsClosed) {
@@ -529,10 +537,6 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 			return false, err
 		}
 		o := p.o
-		if err := h.waitPressure(ctx, t, e.Msg.Header().Seq() != 0); err != nil {
-			h.reject(t.name(), e, rejectReason(err))
-			return false, err
-		}
 		h.stamp(t, e.Msg)
 		size := e.Msg.Len()
 		if h.observed {
