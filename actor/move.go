@@ -999,8 +999,16 @@ func (d *moveDriver) abandonOnClose() {
 	if d.done != nil {
 		d.done <- ErrShuttingDown
 	}
+	o := d.o
 	d.mu.Unlock()
 	for _, e := range unrun { // replies are sends: after the lock
-		d.h.endUnrun(d.o, "", e, ErrShuttingDown, RejectShuttingDown)
+		d.h.endUnrun(o, "", e, ErrShuttingDown, RejectShuttingDown)
+	}
+	// The owner the move holds may have left the owner map already (a
+	// source past relay-ready): Close's sweeps do not see it, so its actor
+	// stops here, or Close would wait for it for ever. (A second Stop of
+	// an owner Close does see is harmless.)
+	if o != nil && o.pid != nil {
+		d.h.system.Root.Stop(o.pid)
 	}
 }

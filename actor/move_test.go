@@ -10,6 +10,7 @@ import (
 
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/transport"
 	"github.com/berthrt/berth/transport/inproc"
 )
 
@@ -494,4 +495,45 @@ func TestAHostPastItsLeaseClosesItselfAndRunsNoTurnAgain(t *testing.T) {
 	if b.Err() != nil {
 		t.Fatalf("b.Err() = %v", b.Err())
 	}
+}
+
+// A host that closes while it is the source of a move past relay-ready
+// (its owner has left the owner map: the relays went out) stops that
+// owner's actor too: Close returns. Here the target's Committed never
+// reaches the source (the link drops it), so the move is still under way
+// when the source closes.
+func TestCloseDuringAMovePastRelayReadyReturns(t *testing.T) {
+	n := NewNetwork(nil)
+	a := startHost(t, n.With(Config{Name: "a", Logger: quietLogger()}), seqKind())
+	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger()}), seqKind())
+	ref := Ref{"seq", "o"}
+	if err := Tell(bg, a, ref, SeqMsg{Seq: 1}); err != nil { // activates on a
+		t.Fatal(err)
+	}
+	if _, err := Ask[GetSeqs, []int](bg, a, ref, GetSeqs{}); err != nil {
+		t.Fatal(err)
+	}
+	n.Net.Transport.SetHook(func(from, to string, it transport.Item) bool {
+		if it.Kind != transport.Record || from != "b" {
+			return true
+		}
+		_, rec, err := relocation.DecodeRecord(it.Data)
+		_, committed := rec.(*relocation.Committed)
+		return err != nil || !committed
+	})
+	defer n.Net.Transport.SetHook(nil)
+	moved := make(chan error, 1)
+	go func() { moved <- a.Relocate(bg, ref, "b") }()
+	waitFor(t, "the source owner to leave the map (relay-ready)", func() bool { return a.kinds["seq"].local("o") == nil })
+	closed := make(chan struct{})
+	go func() { a.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close of a move's source past relay-ready did not return")
+	}
+	if err := <-moved; err == nil {
+		t.Fatalf("Relocate returned nil though the source closed before the commit notice")
+	}
+	_ = b
 }
