@@ -106,8 +106,8 @@ func (p *pressureSet) len() int { return int(p.n.Load()) }
 // waitPressure waits, for a send from outside the handlers (ctx non-nil)
 // of a message not yet stamped, until t's object is not paused here: up
 // to SendTimeout (ErrSendTimeout), ctx's end, or the host's close.
-func (h *Host) waitPressure(ctx context.Context, t target, stamped bool) error {
-	if ctx == nil || stamped || t.kr == nil {
+func (h *Host) waitPressure(ctx context.Context, t target) error {
+	if ctx == nil || t.kr == nil {
 		return nil
 	}
 	ch := h.pressure.wait(t.obj())

@@ -456,7 +456,7 @@ func (h *Host) dispatchRun(ctx context.Context, turn *Context, t target, m *payl
 	// Pushed back by the object's reorder buffer: wait before taking a
 	// permit, so that waiting senders hold none (the message the buffer
 	// waits for may need one).
-	if err := h.waitPressure(ctx, t, false); err != nil {
+	if err := h.waitPressure(ctx, t); err != nil {
 		m.Release()
 		h.obs.Rejected(t.name(), rejectReason(err))
 		return false, err
