@@ -134,7 +134,7 @@ type Config struct {
 	// ReorderBound is how many messages an object holds for one sender
 	// ahead of an older one it waits for, before it pushes back on that
 	// sender: the sender's sends from outside the handlers to the object
-	// wait (up to SendTimeout, then DeadlineExceeded) until the older
+	// wait (up to SendTimeout, then ErrPushedBack) until the older
 	// message has arrived. Nothing is released out of order or dropped
 	// because of the bound (Stats.OverBound, Stats.PressureWaits).
 	// Default 10,000.

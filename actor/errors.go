@@ -46,6 +46,14 @@ var (
 	// the owner's lane. It matches context.DeadlineExceeded too.
 	ErrSendTimeout error = &payload.Error{Kind: payload.DeadlineExceeded, Op: "actor",
 		Detail: "timed out waiting for room in the owner's queue or on the link to its host", Err: context.DeadlineExceeded}
+	// ErrPushedBack: Tell, Ask and Publish from outside the handlers waited
+	// SendTimeout while the object's reorder buffer pushed back on this
+	// host (Config.ReorderBound: it holds that many of this host's newer
+	// messages for an older one still on its way). Nothing was stamped or
+	// sent: the message will not run, and sending it again is safe. It
+	// matches context.DeadlineExceeded too.
+	ErrPushedBack error = &payload.Error{Kind: payload.DeadlineExceeded, Op: "actor",
+		Detail: "the object's reorder buffer pushed back on this host's sends: nothing was sent, send again", Err: context.DeadlineExceeded}
 	// ErrRequestTimeout: Ask and AskChannel got no reply by the deadline
 	// (ctx's, the handled message's for an Ask from a handler, or
 	// RequestTimeout). It matches context.DeadlineExceeded too.

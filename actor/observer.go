@@ -32,6 +32,7 @@ func (o Outcome) String() string {
 const (
 	RejectFull         = "lane_full"      // no room in the owner's lane (or on the link to its host) within SendTimeout
 	RejectTooLarge     = "too_large"      // larger than the owner's lane
+	RejectPushedBack   = "pushed_back"    // the object's reorder buffer pushed back on this host for SendTimeout (ErrPushedBack)
 	RejectShuttingDown = "shutting_down"  // the host stopped first
 	RejectCancelled    = "cancelled"      // the sender's context ended while waiting
 	RejectExpired      = "expired"        // the request's deadline passed before its turn

@@ -26,7 +26,7 @@ import (
 // The sender's side (pressureSet): a send from outside the handlers to an
 // object paused here waits for the resume before it takes its job permit
 // (so waiting senders hold none) and before it is stamped — at most
-// SendTimeout, then it fails with DeadlineExceeded (ErrSendTimeout) and
+// SendTimeout, then it fails with DeadlineExceeded (ErrPushedBack) and
 // nothing was stamped, so no gap is left. Sends from
 // handlers, forwards, relays and retries of stamped messages never wait:
 // one of them may be the very message the gap waits for. A pause ends
@@ -105,7 +105,7 @@ func (p *pressureSet) len() int { return int(p.n.Load()) }
 
 // waitPressure waits, for a send from outside the handlers (ctx non-nil)
 // of a message not yet stamped, until t's object is not paused here: up
-// to SendTimeout (ErrSendTimeout), ctx's end, or the host's close.
+// to SendTimeout (ErrPushedBack), ctx's end, or the host's close.
 func (h *Host) waitPressure(ctx context.Context, t target) error {
 	if ctx == nil || t.kr == nil {
 		return nil
@@ -121,7 +121,7 @@ func (h *Host) waitPressure(ctx context.Context, t target) error {
 	case <-ch:
 		return nil
 	case <-timer.C:
-		return ErrSendTimeout
+		return ErrPushedBack
 	case <-ctx.Done():
 		return ctxErr(ctx)
 	case <-h.done:

@@ -1,6 +1,8 @@
 package actor
 
 import (
+	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -60,4 +62,54 @@ func TestTheReorderBoundPushesBackOnTheSender(t *testing.T) {
 		t.Fatalf("b: %d given up on, %d late, %d held; want none", st.GapsClosed, st.Late, st.HeldOutOfOrder)
 	}
 	waitFor(t, "a to be told to resume", func() bool { return a.pressure.len() == 0 })
+}
+
+// A send pushed back for longer than SendTimeout fails with ErrPushedBack
+// (a DeadlineExceeded) and was not sent: sending the same message again
+// after the older one arrived runs it once, in its place.
+func TestAPushedBackSendFailsWithErrPushedBackAndSendingAgainIsSafe(t *testing.T) {
+	n := NewNetwork(nil)
+	const bound = 20
+	hs := startSeqHosts(t, n, Config{ReorderBound: bound, SendTimeout: 50 * time.Millisecond}, "a", "x", "b")
+	a, b := hs["a"], hs["b"]
+	ref := detour(t, n, a, b)
+	// Past the bound, b pushes back: a Tell waits, then fails.
+	next, last := 3, 3+2*bound
+	var err error
+	for ; ; next++ {
+		if next == last {
+			waitFor(t, "b to push back on a", func() bool { return a.pressure.len() > 0 })
+		}
+		if err = Tell(bg, a, ref, SeqMsg{Seq: next}); err != nil {
+			break
+		}
+		if next == last {
+			t.Fatalf("Tell #%d returned nil while b pushed back on a", next)
+		}
+	}
+	if !errors.Is(err, ErrPushedBack) || !errors.Is(err, DeadlineExceeded) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Tell #%d while pushed back: %v; want ErrPushedBack, a DeadlineExceeded", next, err)
+	}
+	n.Heal("a", "x")
+	waitFor(t, "a to be told to resume", func() bool { return a.pressure.len() == 0 })
+	total := next + 100
+	for i := next; i <= total; i++ { // #next again: it was not sent
+		if err := Tell(bg, a, ref, SeqMsg{Seq: i}); err != nil {
+			t.Fatalf("Tell #%d after the resume: %v", i, err)
+		}
+	}
+	var got []int
+	waitFor(t, "every message to run", func() bool {
+		s, err := Ask[GetSeqs, []int](bg, b, ref, GetSeqs{})
+		got = s
+		return err == nil && len(s) >= total+1
+	})
+	if len(got) != total+1 {
+		t.Fatalf("ran %d messages: %v; want %d", len(got), got, total+1)
+	}
+	for i, v := range got {
+		if v != i {
+			t.Fatalf("ran %d at position %d (of %v); want every message once, in order", v, i, got)
+		}
+	}
 }

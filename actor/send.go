@@ -409,6 +409,8 @@ func rejectReason(err error) string {
 		return RejectShuttingDown
 	case errors.Is(err, ErrSendTimeout):
 		return RejectFull
+	case errors.Is(err, ErrPushedBack):
+		return RejectPushedBack
 	case errors.Is(err, ErrShuttingDown):
 		return RejectShuttingDown
 	case errors.Is(err, context.Canceled), errors.Is(err, payload.DeadlineExceeded):

@@ -257,6 +257,14 @@ func randomContext(rng *rand.Rand) (context.Context, context.CancelFunc) {
 	return context.Background(), func() {}
 }
 
+// refusedUnsent reports whether a send failed before its message was
+// sent or stamped: pushed back by the object's reorder buffer, or no room
+// in the owner's lane or on the link within SendTimeout. The message will
+// not run; sending it again (the same number) is safe.
+func refusedUnsent(err error) bool {
+	return errors.Is(err, actor.ErrPushedBack) || errors.Is(err, actor.ErrSendTimeout)
+}
+
 // allowedSendError reports whether err is one the random load may cause:
 // deadlines, cancellation, full lanes, shutdown.
 func allowedSendError(err error) bool {

@@ -205,6 +205,7 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var asks, tells, dbRefused atomic.Int64
+	var pushedBack atomic.Int64 // sends refused unsent (refusedUnsent), sent again
 	for si, s := range senders {
 		wg.Add(1)
 		go func() {
@@ -226,6 +227,10 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 						dbRefused.Add(1) // the store is out of reach: refused, the sender knows
 						continue
 					}
+					if refusedUnsent(err) {
+						pushedBack.Add(1) // not sent: the number is sent again
+						continue
+					}
 					if err != nil || got != seq {
 						t.Errorf("%s: Ask #%d to object %d = %d, %v", s.name, seq, i, got, err)
 						return
@@ -235,6 +240,10 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 					if err := actor.Tell(ctx, s.host, ref(i), numbered{Sender: s.name, Seq: seq}); err != nil {
 						if dbDown.Load() && errors.Is(err, payload.Unavailable) {
 							dbRefused.Add(1)
+							continue
+						}
+						if refusedUnsent(err) {
+							pushedBack.Add(1)
 							continue
 						}
 						t.Errorf("%s: Tell #%d to object %d: %v", s.name, seq, i, err)
@@ -416,7 +425,18 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 					default:
 					}
 				}
-				if err := actor.Tell(ctx, b.host, ref(burstObj), numbered{Sender: b.name, Seq: seq}); err != nil {
+				err := actor.Tell(ctx, b.host, ref(burstObj), numbered{Sender: b.name, Seq: seq})
+				if refusedUnsent(err) {
+					pushedBack.Add(1) // not sent: the number is sent again
+					seq--
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					continue
+				}
+				if err != nil {
 					t.Errorf("%s: Tell #%d to object %d: %v", b.name, seq, burstObj, err)
 					return
 				}
@@ -611,8 +631,8 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 	if cfg.faultLink && breaks.Load() == 0 {
 		t.Fatal("the link fault never fired")
 	}
-	t.Logf("%d tells, %d asks; %d moves done, %d aborted, %d refused; %d drained; faults: %d kills, %d link breaks, %d link cuts; %d sends refused while the store restarted",
-		tells.Load(), asks.Load(), moved.Load(), aborted.Load(), refused.Load(), drained.Stats().Relocations, kills.Load(), breaks.Load(), cuts.Load(), dbRefused.Load())
+	t.Logf("%d tells, %d asks; %d moves done, %d aborted, %d refused; %d drained; faults: %d kills, %d link breaks, %d link cuts; %d sends refused while the store restarted; %d refused unsent (pushed back, or no room within SendTimeout) and sent again",
+		tells.Load(), asks.Load(), moved.Load(), aborted.Load(), refused.Load(), drained.Stats().Relocations, kills.Load(), breaks.Load(), cuts.Load(), dbRefused.Load(), pushedBack.Load())
 	if cfg.burst > 0 {
 		t.Logf("burst: %d tells to object %d from %s in %v, while it moved %d times", cfg.burst, burstObj, staying[0].Name(), burstTook.Round(time.Millisecond), burstMoves.Load())
 	}

@@ -314,6 +314,9 @@ func TestBurstBeyondTheReorderBoundDuringMovesIsNotReordered(t *testing.T) {
 // bound (route.DefaultMaxHeld, 10,000) when the forwarded ones lag. Every
 // host stays up: every message runs once, in order, and no host gives up
 // on a gap — neither on a timer (Config.GapTimeout) nor past the bound.
+// Past the bound the owner pushes back on the sender's host; a send that
+// waits longer than SendTimeout for that (ErrPushedBack) or for room on the
+// link (ErrSendTimeout) fails unsent, and is sent again.
 //
 // With -long: 200,000 tells and 500 moves.
 func TestABurstDuringSlowMovesIsNotReorderedWhileEveryHostIsUp(t *testing.T) {
@@ -389,6 +392,7 @@ func TestABurstDuringSlowMovesIsNotReorderedWhileEveryHostIsUp(t *testing.T) {
 		return true
 	})
 	var sent atomic.Int64
+	var pushedBack atomic.Int64 // sends refused unsent (refusedUnsent), sent again
 	var burstTook time.Duration
 	var movesDuring atomic.Int64 // moves that ended while the burst was being sent
 	senderDone := make(chan struct{})
@@ -402,7 +406,13 @@ func TestABurstDuringSlowMovesIsNotReorderedWhileEveryHostIsUp(t *testing.T) {
 		}
 		began := time.Now()
 		for seq := 1; seq <= tells; seq++ {
-			if err := actor.Tell(ctx, sender, obj, numbered{Sender: "burst", Seq: seq}); err != nil {
+			err := actor.Tell(ctx, sender, obj, numbered{Sender: "burst", Seq: seq})
+			if refusedUnsent(err) {
+				pushedBack.Add(1) // not sent: the number is sent again
+				seq--
+				continue
+			}
+			if err != nil {
 				t.Errorf("Tell #%d: %v", seq, err)
 				return
 			}
@@ -452,15 +462,23 @@ func TestABurstDuringSlowMovesIsNotReorderedWhileEveryHostIsUp(t *testing.T) {
 	// Read through the sender's host: its read is numbered after its
 	// tells, so it runs after all of them.
 	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	st, err := actor.Ask[readTally, tally](rctx, sender, obj, readTally{})
+	var st tally
+	var err error
+	for {
+		st, err = actor.Ask[readTally, tally](rctx, sender, obj, readTally{})
+		if !refusedUnsent(err) || rctx.Err() != nil {
+			break
+		}
+		pushedBack.Add(1) // not sent: asked again
+	}
 	cancel()
 	if err != nil {
 		t.Fatalf("reading the object: %v", err)
 	}
 	slices.Sort(took)
-	t.Logf("%d tells in %v from handover %d + %v (%d moves ended meanwhile); %d moves in %v, each %v to %v, median %v; at most %d held out of order (sampled); state: %v; links: %v",
+	t.Logf("%d tells in %v from handover %d + %v (%d moves ended meanwhile); %d moves in %v, each %v to %v, median %v; at most %d held out of order (sampled); %d sends refused unsent (pushed back, or no room within SendTimeout) and sent again; state: %v; links: %v",
 		tells, burstTook.Round(time.Millisecond), startAt, offset.Round(time.Millisecond), movesDuring.Load(), len(took), movesTook.Round(time.Millisecond),
-		took[0].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond), took[len(took)/2].Round(time.Millisecond), maxHeld.Load(), state, links)
+		took[0].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond), took[len(took)/2].Round(time.Millisecond), maxHeld.Load(), pushedBack.Load(), state, links)
 	if n := len(st.Bad); n > 0 {
 		t.Errorf("%d messages ran out of order, the first: %v", n, st.Bad[:min(n, 10)])
 	}
