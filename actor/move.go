@@ -202,6 +202,18 @@ func (h *Host) relocateLocal(ctx context.Context, kr *kindRuntime, ref Ref, targ
 	case err := <-d.done:
 		return err
 	case <-ctx.Done():
+		d.mu.Lock()
+		if d.src == nil && !d.ended {
+			// Not started (its turn waits behind a handler, or its store
+			// look-up is under way): it never will be — startSource sees
+			// it ended — and the object stays, as Relocate says.
+			d.ended = true
+			d.o.moving.Store(false)
+			d.mu.Unlock()
+			h.removeMove(d)
+			return ctxErr(ctx)
+		}
+		d.mu.Unlock()
 		d.step(relocation.OperatorAbort{Reason: ctx.Err().Error()})
 		select {
 		case err := <-d.done:

@@ -537,3 +537,47 @@ func TestCloseDuringAMovePastRelayReadyReturns(t *testing.T) {
 	}
 	_ = b
 }
+
+// A Relocate whose context ends before its move has started (the move's
+// turn waits behind a running handler) returns the context's error, and
+// the object stays where it is: the move does not start later. A second
+// Relocate then moves it.
+func TestARelocateCutShortBeforeItsMoveStartsLeavesTheObject(t *testing.T) {
+	n := NewNetwork(nil)
+	g := newGates()
+	var hs []*Host
+	for _, name := range []string{"a", "b"} {
+		hs = append(hs, startHost(t, Config{Name: name, Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()}, movableKind(g)))
+	}
+	a, b := hs[0], hs[1]
+	ref := Ref{"counter", "stay"}
+	if err := Tell(bg, a, ref, Inc{By: 1}); err != nil { // activates on a
+		t.Fatal(err)
+	}
+	if err := Tell(bg, a, ref, Block{Key: "turn"}); err != nil {
+		t.Fatal(err)
+	}
+	g.waitStarted(t, "turn")
+	ctx, cancel := context.WithTimeout(bg, 20*time.Millisecond)
+	err := a.Relocate(ctx, ref, "b")
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Relocate cut short: %v; want the context's error", err)
+	}
+	g.release("turn") // the move's turn would run now
+	// The object still runs on a: an Ask through a runs behind the turn
+	// the move would have taken.
+	if n, err := Ask[Get, int](bg, a, ref, Get{}); err != nil || n != 1 {
+		t.Fatalf("count = %d, %v; want 1", n, err)
+	}
+	if st := a.Stats(); st.Relocations != 0 || st.OwnersActive != 1 || b.Stats().OwnersActive != 0 {
+		t.Fatalf("after the cut-short Relocate: a %d moves, %d owners; b %d owners; want the object still on a, unmoved",
+			st.Relocations, st.OwnersActive, b.Stats().OwnersActive)
+	}
+	if err := a.Relocate(bg, ref, "b"); err != nil {
+		t.Fatalf("a second Relocate: %v", err)
+	}
+	if n, err := Ask[Get, int](bg, a, ref, Get{}); err != nil || n != 1 || b.Stats().OwnersActive != 1 {
+		t.Fatalf("after the second Relocate: count %d, %v, b has %d owners; want 1, on b", n, err, b.Stats().OwnersActive)
+	}
+}

@@ -398,7 +398,7 @@ func (h *Host) orderDone(o *owner, a orderAfter) {
 // (when the sender is told to pause) logged at most once per gapLogEvery.
 func (h *Host) overBound(o *owner, pushed string) {
 	h.overHeld.Add(1)
-	if pushed != "" && h.gapLog.allow(nanotime()) {
+	if pushed != "" && h.boundLog.allow(nanotime()) {
 		h.log.Warn("a sender is past the reorder bound of an object: it is told to pause until an older message arrives",
 			"object", o.ref.String(), "sender", pushed, "bound", h.cfg.ReorderBound)
 	}
@@ -530,7 +530,8 @@ func (h *Host) closeGaps() {
 	}
 }
 
-// rateLimit lets one event through per gapLogEvery.
+// rateLimit lets one event through per gapLogEvery; each log line has
+// its own.
 type rateLimit struct{ next atomic.Int64 }
 
 func (r *rateLimit) allow(now int64) bool {
@@ -684,7 +685,8 @@ type gapFacts struct {
 	failures  atomic.Int64 // failure facts recorded
 	oldestGap atomic.Int64 // ns the oldest gap had waited at the last closeGaps
 	overHeld  atomic.Int64 // arrivals that found their sender past the reorder bound
-	gapLog    rateLimit
+	gapLog    rateLimit    // the long-gap line (closeGaps)
+	boundLog  rateLimit    // the past-the-bound line (overBound)
 	// skips: skip notices waiting for their object's leaving host to hand
 	// it on (deferSkip).
 	skipMu     sync.Mutex // a leaf
