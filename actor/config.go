@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"github.com/berthrt/berth/route"
 	"log/slog"
 	"runtime"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/berthrt/berth/membership"
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/route"
 	"github.com/berthrt/berth/transport"
 )
 
@@ -111,6 +111,12 @@ type Config struct {
 	// CutoverWait is how long a move's target waits for the cutover after
 	// relay-ready before it commits anyway; default 1 s.
 	CutoverWait time.Duration
+	// MaxMoveRecord is the largest move record (an object's captured
+	// state, its queued messages and its order state) this host sends or
+	// takes in a move: a larger move is refused at its source with
+	// CapacityExceeded, and a peer's Prepare declaring more fails that
+	// move before anything is kept for it. Default 1 GiB; at most 4 GiB.
+	MaxMoveRecord int64
 	// GapTimeout is how long, after the membership reports a host gone
 	// without handing its work on (its lease expired, or it left without
 	// draining), an object still waits for the messages missing in its
@@ -195,6 +201,14 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.RouteCacheTTL >= c.FollowDuration {
 		bad("RouteCacheTTL", "must be shorter than FollowDuration")
+	}
+	switch {
+	case c.MaxMoveRecord == 0:
+		c.MaxMoveRecord = relocation.DefaultMaxRecord
+	case c.MaxMoveRecord < 0:
+		bad("MaxMoveRecord", "negative")
+	case c.MaxMoveRecord > relocation.MaxMoveRecord:
+		bad("MaxMoveRecord", "more than a move carries (4 GiB)")
 	}
 	if c.CutoverWait < 0 {
 		bad("CutoverWait", "negative")

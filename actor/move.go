@@ -65,6 +65,7 @@ type moveDriver struct {
 	// Target, after the commit: the driver stays registered for
 	// FollowDuration, so that its machine answers a source that resends
 	// (its Committed was lost) and delivers relays that come late.
+	abortErr error // source: the capture's error, when it aborted the move
 	openedAt int64 // nanotime; 0 until opened
 	sealedAt int64 // nanotime of the seal (source); 0 until sealed
 
@@ -300,7 +301,7 @@ func (h *Host) onRecord(from string, obj relocation.Object, rec relocation.Recor
 				return
 			}
 			d = &moveDriver{h: h, storeLane: lane{wg: &h.lanes}, id: r.Move, obj: r.Object, kr: kr, peer: from, started: time.Now(),
-				tgt: relocation.NewTarget(relocation.TargetConfig{Host: h.name, CutoverWait: h.cfg.CutoverWait})}
+				tgt: relocation.NewTarget(relocation.TargetConfig{Host: h.name, CutoverWait: h.cfg.CutoverWait, MaxRecord: h.cfg.MaxMoveRecord})}
 			d.tgt.Step(relocation.Tick{Now: nanotime()}) // the machine's clock starts now
 			h.addMove(d)
 		}
@@ -574,6 +575,7 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 		rec, err := d.capture()
 		if err != nil {
 			h.log.Error("relocation: capture failed; aborting", "object", d.obj.String(), "err", err)
+			d.abortErr = err
 			return relocation.OperatorAbort{Reason: "capture failed: " + err.Error()}
 		}
 		return relocation.Captured{Record: rec}
@@ -695,10 +697,11 @@ func (d *moveDriver) capture() (relocation.MoveRecord, error) {
 	}
 	rec.Queue = frames(d.captured)
 	rec.Extra = extra
-	if n := rec.EncodedLen(); n > relocation.MaxMoveRecord {
+	if n := rec.EncodedLen(); int64(n) > d.h.cfg.MaxMoveRecord {
 		// Not an error of the state's kind: the move cannot carry it.
 		return rec, payload.NewError(payload.CapacityExceeded, "actor.Host.Relocate",
-			"the move record of "+d.obj.String()+" would be "+strconv.Itoa(n)+" bytes, more than a move carries (4 GiB)")
+			"the move record of "+d.obj.String()+" would be "+strconv.Itoa(n)+" bytes, more than MaxMoveRecord ("+
+				strconv.FormatInt(d.h.cfg.MaxMoveRecord, 10)+")")
 	}
 	d.h.captured.Add(int64(len(rec.Queue)))
 	return rec, nil
@@ -761,7 +764,12 @@ func (d *moveDriver) finish(f relocation.Finish) {
 		case relocation.NotStarted:
 			err = payload.NewError(payload.Rejected, "actor.Host.Relocate", f.Reason)
 		case relocation.Aborted:
-			err = payload.NewError(payload.Unavailable, "actor.Host.Relocate", "move aborted: "+f.Reason)
+			detail := "move aborted: " + f.Reason
+			if d.abortErr != nil {
+				// errors.Is finds the capture's own error (its kind) too.
+				detail = "move aborted: the capture failed"
+			}
+			err = &payload.Error{Kind: payload.Unavailable, Op: "actor.Host.Relocate", Detail: detail, Err: d.abortErr}
 		case relocation.Abandoned:
 			err = payload.NewError(payload.Rejected, "actor.Host.Relocate", "move abandoned: "+f.Reason)
 		case relocation.Lost:

@@ -581,3 +581,51 @@ func TestARelocateCutShortBeforeItsMoveStartsLeavesTheObject(t *testing.T) {
 		t.Fatalf("after the second Relocate: count %d, %v, b has %d owners; want 1, on b", n, err, b.Stats().OwnersActive)
 	}
 }
+
+// A move record larger than MaxMoveRecord does not move: at the source the
+// move is refused with CapacityExceeded before anything is sent; a target
+// whose MaxMoveRecord is smaller fails the move at its Prepare, before it
+// keeps anything, and the object goes on at its source with its state.
+func TestAMoveLargerThanMaxMoveRecordIsRefusedAndLosesNothing(t *testing.T) {
+	type big struct{ Data []byte }
+	kind := func() Registrable {
+		k := NewKind("big", func(*Context, string) (*big, error) { return &big{Data: make([]byte, 4096)}, nil })
+		Handle(k, func(_ *Context, s *big, m Inc) error { s.Data[0] += byte(m.By); return nil })
+		HandleRequest(k, func(_ *Context, s *big, _ Get) (int, error) { return int(s.Data[0]), nil })
+		k.PreserveState(func(s *big) ([]byte, error) { return s.Data, nil },
+			func(_ *Context, _ string, b []byte) (*big, error) { return &big{Data: append([]byte(nil), b...)}, nil })
+		return k
+	}
+	n := NewNetwork(nil)
+	cfg := func(name string, max int64) Config {
+		return Config{Name: name, Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger(), MaxMoveRecord: max}
+	}
+	a := startHost(t, cfg("a", 0), kind())
+	small := startHost(t, cfg("small", 1024), kind())
+	ref := Ref{"big", "o"}
+	if err := Tell(bg, a, ref, Inc{By: 7}); err != nil { // activates on a
+		t.Fatal(err)
+	}
+	err := a.Relocate(bg, ref, "small")
+	if err == nil {
+		t.Fatal("a move of a 4 KiB record to a host that takes 1 KiB succeeded")
+	}
+	if n, err := Ask[Get, int](bg, a, ref, Get{}); err != nil || n != 7 || a.Stats().OwnersActive != 1 {
+		t.Fatalf("after the refused move: %d, %v, %d owners on a; want the object on a with its state (7)", n, err, a.Stats().OwnersActive)
+	}
+	t.Logf("to the smaller target: %v", err)
+
+	ref2 := Ref{"big", "p"}
+	if err := Tell(bg, small, ref2, Inc{By: 3}); err != nil { // activates on small
+		t.Fatal(err)
+	}
+	if err := small.Relocate(bg, ref2, "a"); !errors.Is(err, CapacityExceeded) {
+		t.Fatalf("a move of a 4 KiB record from a host whose MaxMoveRecord is 1 KiB: %v; want CapacityExceeded", err)
+	}
+	if n, err := Ask[Get, int](bg, a, ref2, Get{}); err != nil || n != 3 || small.Stats().OwnersActive != 1 {
+		t.Fatalf("after the refused move: %d, %v; want the object on its source with its state (3)", n, err)
+	}
+	if _, err := NewHost(cfg("neg", -1)); !errors.Is(err, InvalidOperation) && err == nil {
+		t.Fatal("NewHost with a negative MaxMoveRecord succeeded")
+	}
+}

@@ -25,4 +25,9 @@
 //     revive a finished move.
 //   - No guessed rollback: the source never aborts on a timeout, only on an
 //     explicit failure, an operator, or a target that can no longer commit.
+//   - What a target keeps is bounded by the bytes it was sent, never by
+//     what a record declares: a Prepare's length is bounded by
+//     TargetConfig.MaxRecord before anything is kept, chunks are kept as
+//     they arrive, in order, within that length (one ahead of its turn,
+//     or past the length, fails the move).
 package relocation

@@ -11,7 +11,14 @@ type TargetConfig struct {
 	Host           string        // this host
 	CutoverWait    time.Duration // default DefaultCutoverWait
 	CommitDeadline time.Duration // default DefaultCommitDeadline
+	// MaxRecord is the largest move record the target takes: a Prepare
+	// declaring more fails the move before anything is kept. Default
+	// DefaultMaxRecord; at most MaxMoveRecord.
+	MaxRecord int64
 }
+
+// DefaultMaxRecord is the default TargetConfig.MaxRecord: 1 GiB.
+const DefaultMaxRecord = 1 << 30
 
 type tgtPhase uint8
 
@@ -42,11 +49,16 @@ var tgtPhaseNames = [...]string{"idle", "assembling", "restoring", "ready", "com
 // replace the partial batch wholesale. Results that arrive after the move
 // ended never revive it.
 type Target struct {
-	cfg      TargetConfig
-	phase    tgtPhase
-	prep     *Prepare
-	chunks   [][]byte
-	got      uint32
+	cfg   TargetConfig
+	phase tgtPhase
+	prep  *Prepare
+	// The record as its chunks arrived, in order: asm holds their bytes,
+	// ends[i] the end of chunk i in asm. Both grow with what arrives, never
+	// with what a Prepare declares (a peer's bytes are bounded before they
+	// are kept: the declared length by MaxRecord, each chunk by what is
+	// left of it).
+	asm      []byte
+	ends     []int
 	record   MoveRecord
 	now      int64 // the last tick's time
 	ticked   bool  // a tick has been seen: now is meaningful
@@ -68,6 +80,10 @@ func NewTarget(cfg TargetConfig) *Target {
 	if cfg.CommitDeadline <= 0 {
 		cfg.CommitDeadline = DefaultCommitDeadline
 	}
+	if cfg.MaxRecord <= 0 {
+		cfg.MaxRecord = DefaultMaxRecord
+	}
+	cfg.MaxRecord = min(cfg.MaxRecord, MaxMoveRecord)
 	return &Target{cfg: cfg}
 }
 
@@ -219,8 +235,13 @@ func (t *Target) onPrepare(p *Prepare, out *Output) {
 			t.fail(out, "prepare with an impossible chunk count")
 			return
 		}
+		if int64(p.TotalLen) > t.cfg.MaxRecord {
+			t.prep = p
+			t.fail(out, "prepare declares a move record of "+strconv.FormatUint(uint64(p.TotalLen), 10)+
+				" bytes, more than this host takes ("+strconv.FormatInt(t.cfg.MaxRecord, 10)+")")
+			return
+		}
 		t.prep = p
-		t.chunks = make([][]byte, p.ChunkCount)
 		t.phase = tgtAssembling
 		out.act(RegisterTempQueue{Object: p.Object})
 		return
@@ -253,22 +274,38 @@ func (t *Target) onChunk(c *Chunk, out *Output) {
 		t.fail(out, "chunk index out of range")
 		return
 	}
-	if prev := t.chunks[c.Index]; prev != nil {
-		if string(prev) != string(c.Data) {
+	got := uint32(len(t.ends))
+	if c.Index < got { // a repeat (the source resent from the start)
+		start := 0
+		if c.Index > 0 {
+			start = t.ends[c.Index-1]
+		}
+		if string(t.asm[start:t.ends[c.Index]]) != string(c.Data) {
 			t.fail(out, "duplicate chunk with different bytes")
 		}
 		return
 	}
-	t.chunks[c.Index] = append([]byte{}, c.Data...)
-	t.got++
-	if t.got < t.prep.ChunkCount {
+	if c.Index > got {
+		// A source sends its chunks in order, and again from the first
+		// after a link failure: a chunk ahead of its turn is no source's.
+		t.fail(out, "chunk "+strconv.FormatUint(uint64(c.Index), 10)+" before chunk "+strconv.FormatUint(uint64(got), 10))
 		return
 	}
-	var rec []byte
-	for _, ch := range t.chunks {
-		rec = append(rec, ch...)
+	if len(t.asm)+len(c.Data) > int(t.prep.TotalLen) {
+		t.fail(out, "move record longer than declared ("+strconv.FormatUint(uint64(t.prep.TotalLen), 10)+" bytes)")
+		return
 	}
-	t.chunks = nil
+	if got+1 < t.prep.ChunkCount && len(c.Data) == 0 {
+		t.fail(out, "empty chunk before the last")
+		return
+	}
+	t.asm = append(t.asm, c.Data...)
+	t.ends = append(t.ends, len(t.asm))
+	if got+1 < t.prep.ChunkCount {
+		return
+	}
+	rec := t.asm
+	t.asm, t.ends = nil, nil
 	if uint32(len(rec)) != t.prep.TotalLen {
 		t.fail(out, "move record length "+strconv.Itoa(len(rec))+", declared "+strconv.Itoa(int(t.prep.TotalLen)))
 		return

@@ -121,6 +121,9 @@ func (w *world) exec(t *testing.T, cmd string) []string {
 		}
 	case "target":
 		switch fields[1] {
+		case "config": // a fresh target machine, before any record
+			n, _ := strconv.ParseInt(a["max-record"], 10, 64)
+			w.tgt = NewTarget(TargetConfig{Host: "B", MaxRecord: n})
 		case "restored":
 			var err error
 			if e := a["err"]; e != "" {
@@ -193,7 +196,14 @@ func (w *world) exec(t *testing.T, cmd string) []string {
 			idx, _ := strconv.Atoi(a["idx"])
 			r = &Chunk{Move: move, Index: uint32(idx), Data: []byte(a["data"])}
 		case "prepare":
-			r = &Prepare{Move: move, Object: testObj, Source: "A", Owner: testOwner, TotalLen: 5, ChunkCount: 1, CRC: 1}
+			total, chunks := uint64(5), uint64(1)
+			if n, err := strconv.ParseUint(a["len"], 10, 32); err == nil {
+				total = n
+			}
+			if n, err := strconv.ParseUint(a["chunks"], 10, 32); err == nil {
+				chunks = n
+			}
+			r = &Prepare{Move: move, Object: testObj, Source: "A", Owner: testOwner, TotalLen: uint32(total), ChunkCount: uint32(chunks), CRC: 1}
 		case "relay":
 			seq, _ := strconv.Atoi(a["seq"])
 			r = &Relay{Move: move, Seq: uint32(seq), Frame: []byte(a["frame"])}
