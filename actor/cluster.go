@@ -246,7 +246,7 @@ func (h *Host) sendRemote(ctx context.Context, host string, t target, m *payload
 // caller's deadline.
 func (h *Host) malformedItem(from string, err error) {
 	h.obs.Rejected("", RejectProtocol)
-	h.log.Warn("malformed item from a link dropped", "from", from, "err", err)
+	h.peerLogs.malformed.warn(h.log, "malformed item from a link dropped", "from", from, "err", err)
 }
 
 // bounced takes back a frame this host sent that its destination left
@@ -309,7 +309,7 @@ func (h *Host) onUnopened(from string, buf payload.Buffer, err error) {
 	switch {
 	case herr != nil:
 		h.obs.Rejected("", RejectProtocol)
-		h.log.Warn("malformed frame from a link dropped", "from", from, "err", herr)
+		h.peerLogs.malformed.warn(h.log, "malformed frame from a link dropped", "from", from, "err", herr)
 		buf.Release()
 	case hv.Flags()&flagReply != 0:
 		h.onReply(hv.Op(), hv.Flags(), buf)
@@ -571,7 +571,7 @@ func (h *Host) failFrame(route []byte, op payload.OpID, err error) {
 	if len(route) > 0 {
 		h.routeReply(route, op, reply{err: err})
 	} else {
-		h.log.Warn("one-way message could not be delivered", "err", err)
+		h.peerLogs.undeliverable.warn(h.log, "one-way message could not be delivered", "err", err)
 	}
 }
 

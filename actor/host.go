@@ -112,6 +112,7 @@ type Host struct {
 	heldOwners    map[*owner]struct{}
 	heldOut       atomic.Int64 // messages held out of order
 	gapFacts                   // failure facts and the gaps' gauge and log (order.go)
+	peerLogs      peerLogs     // rate limits of the lines peers' input causes (peerlog.go)
 	gapsClosed    atomic.Int64
 	late          atomic.Int64
 	droppedMsgs   atomic.Int64

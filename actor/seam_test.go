@@ -2,9 +2,9 @@ package actor
 
 import (
 	"bytes"
-	"errors"
-
 	"context"
+	"errors"
+	"log/slog"
 	"math/rand/v2"
 	"os/exec"
 	"path/filepath"
@@ -15,13 +15,12 @@ import (
 	"time"
 
 	"github.com/berthrt/berth/payload"
-	"github.com/berthrt/berth/transport"
-
 	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/transport"
 )
 
 // spyStore records the stack of every Location Store call that runs on a
-// goroutine where no store call may run (issue: the host-to-host seam,
+// goroutine where no store call may run (the host-to-host seam,
 // DESIGN §2): a transport's delivery goroutine, or a goroutine that is
 // granting a job permit (which may be any goroutine that freed one,
 // including a transport's).
@@ -287,6 +286,42 @@ func TestFramesOffALinkThatCannotBeOpened(t *testing.T) {
 
 	send(transport.Frame, []byte{0xff, 0x01, 0x02})
 	waitFor(t, "the malformed frame to be counted", func() bool { return obs.snapshot()[RejectProtocol] == 1 })
+	if err := Tell(bg, b, Ref{"counter", "1"}, Inc{By: 1}); err != nil { // b still serves
+		t.Fatal(err)
+	}
+}
+
+// Lines that a peer's input causes are rate-limited: a peer that sends a
+// thousand malformed frames at once gets them all counted (protocol
+// rejections) but logged once per second at most, the next line saying
+// how many were held back; the host goes on serving.
+func TestMalformedItemsFromAPeerAreCountedAndTheirLogLinesRateLimited(t *testing.T) {
+	n := NewNetwork(nil)
+	obs := &rejections{}
+	var buf syncBuffer
+	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	b := startHost(t, n.With(Config{Name: "b", Logger: logger, Observer: obs}), counterKind(newGates()))
+	x := &rawPeer{}
+	tr, err := n.Transport.Attach("x", x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tr.Close(false) }()
+	const garbage = 1000
+	for range garbage {
+		if err := tr.Send("b", transport.Item{Kind: transport.Frame, Data: []byte{0xff, 0x01, 0x02}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "every malformed frame to be counted", func() bool { return obs.snapshot()[RejectProtocol] == garbage })
+	if lines := strings.Count(buf.String(), "malformed frame from a link dropped"); lines < 1 || lines > 3 {
+		t.Fatalf("%d log lines for %d malformed frames sent at once; want one (or two across a second's turn)", lines, garbage)
+	}
+	b.peerLogs.malformed.next.Store(0) // as a second later
+	if err := tr.Send("b", transport.Item{Kind: transport.Frame, Data: []byte{0xff}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the next line", func() bool { return strings.Contains(buf.String(), "suppressed=") })
 	if err := Tell(bg, b, Ref{"counter", "1"}, Inc{By: 1}); err != nil { // b still serves
 		t.Fatal(err)
 	}
