@@ -5,7 +5,9 @@ package main
 //	go run ./cmd/berth node -name n1 -db postgres://... [-listen 127.0.0.1:0] [-advertise host:port] [-metrics :9090]
 //
 // The node joins the cluster whose Location Store and membership live in
-// the Postgres database -db (package pgstore), reaches its peers over
+// the Postgres database -db (package pgstore; without -db, the URL in
+// $BERTH_DB, else pgx's PG* variables and .pgpass — a password on the
+// command line shows in ps), reaches its peers over
 // transport/remote (gRPC; each peer's address comes from the membership),
 // and hosts the demo's counter kind. When it is serving it prints one line
 // on standard output:
@@ -69,17 +71,19 @@ func nodeMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.name, "name", "", "the host's name, unique in the cluster (required)")
 	fs.StringVar(&cfg.listen, "listen", remote.DefaultListen, "host:port the node's gRPC server listens on (port 0: a free port)")
 	fs.StringVar(&cfg.advertise, "advertise", "", "the address peers dial to reach this node (default: the address it listens on)")
-	fs.StringVar(&cfg.db, "db", "", "Postgres URL of the cluster's Location Store and membership (required)")
+	fs.StringVar(&cfg.db, "db", "", "Postgres URL of the cluster's Location Store and membership (default $BERTH_DB, else pgx's PG* variables and .pgpass; a password is better kept out of it: it shows in ps)")
 	fs.StringVar(&cfg.metricsAddr, "metrics", "", "serve Prometheus metrics on this address (e.g. :9090)")
 	fs.DurationVar(&cfg.stopTimeout, "stop-timeout", time.Minute, "how long a graceful stop (drain) may take on SIGTERM; past it the node closes the host, dropping what it still holds")
 	if err := fs.Parse(args); err != nil {
 		return nodeExitUsage
 	}
-	if cfg.name == "" || cfg.db == "" {
-		fmt.Fprintln(stderr, "berth node: -name and -db are required")
+	db, ok := nodeDatabase(cfg.db, os.Getenv)
+	if cfg.name == "" || !ok {
+		fmt.Fprintln(stderr, "berth node: -name and a database are required (-db URL, $BERTH_DB, or pgx's PG* variables such as PGHOST)")
 		fs.Usage()
 		return nodeExitUsage
 	}
+	cfg.db = db
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("node", cfg.name)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
@@ -166,4 +170,27 @@ func runNode(ctx context.Context, cfg nodeConfig, log *slog.Logger, stdout io.Wr
 		log.Error("the host closed", "err", host.Err())
 		return nodeExitFailed
 	}
+}
+
+// pgEnv are the libpq variables pgx reads a connection from when the URL
+// is empty (with the password from PGPASSWORD or .pgpass).
+var pgEnv = []string{"PGHOST", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE", "PGPASSFILE"}
+
+// nodeDatabase returns the connection string a node opens: the -db flag,
+// else $BERTH_DB, else "" when any of pgx's PG* variables is set (pgx
+// then reads them, and the password from PGPASSWORD or .pgpass). It
+// reports false when none names a database.
+func nodeDatabase(flagDB string, getenv func(string) string) (string, bool) {
+	if flagDB != "" {
+		return flagDB, true
+	}
+	if db := getenv("BERTH_DB"); db != "" {
+		return db, true
+	}
+	for _, v := range pgEnv {
+		if getenv(v) != "" {
+			return "", true
+		}
+	}
+	return "", false
 }

@@ -85,7 +85,10 @@ type node struct {
 
 func startNode(ctx context.Context, binary, name, db string) (*node, error) {
 	n := &node{name: name, log: &strings.Builder{}, logMu: &sync.Mutex{}, done: make(chan struct{})}
-	n.cmd = exec.Command(binary, "node", "-name", name, "-db", db, "-listen", "127.0.0.1:0")
+	// The database URL goes in the environment, not on the command line:
+	// any local user can read a process's arguments.
+	n.cmd = exec.Command(binary, "node", "-name", name, "-listen", "127.0.0.1:0")
+	n.cmd.Env = append(os.Environ(), "BERTH_DB="+db)
 	n.cmd.Stderr = lockedWriter{n.logMu, n.log}
 	out, err := n.cmd.StdoutPipe()
 	if err != nil {

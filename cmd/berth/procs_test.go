@@ -71,13 +71,49 @@ func TestDemoAcrossProcesses(t *testing.T) {
 	testutil.CheckNoGoroutines(t)
 }
 
+// A node's database comes from -db, else $BERTH_DB, else pgx's own PG*
+// variables (the URL left empty for pgx to read them and .pgpass); with
+// none of them there is none.
+func TestNodeDatabaseComesFromTheFlagThenBerthDBThenPGVariables(t *testing.T) {
+	env := func(kv ...string) func(string) string {
+		return func(k string) string {
+			for i := 0; i+1 < len(kv); i += 2 {
+				if kv[i] == k {
+					return kv[i+1]
+				}
+			}
+			return ""
+		}
+	}
+	for _, c := range []struct {
+		flag string
+		env  func(string) string
+		want string
+		ok   bool
+	}{
+		{"postgres://f", env("BERTH_DB", "postgres://e", "PGHOST", "h"), "postgres://f", true},
+		{"", env("BERTH_DB", "postgres://e", "PGHOST", "h"), "postgres://e", true},
+		{"", env("PGHOST", "/run/postgresql"), "", true},
+		{"", env("PGSERVICE", "berth"), "", true},
+		{"", env("PGPASSWORD", "secret"), "", false}, // a password names no database
+		{"", env(), "", false},
+	} {
+		if got, ok := nodeDatabase(c.flag, c.env); got != c.want || ok != c.ok {
+			t.Errorf("nodeDatabase(%q, ...) = %q, %v; want %q, %v", c.flag, got, ok, c.want, c.ok)
+		}
+	}
+}
+
 // berth node refuses to start without a name or a database.
 func TestNodeNeedsANameAndADatabase(t *testing.T) {
+	for _, v := range append([]string{"BERTH_DB"}, pgEnv...) {
+		t.Setenv(v, "")
+	}
 	var stderr bytes.Buffer
 	if code := nodeMain([]string{"-name", "n1"}, &bytes.Buffer{}, &stderr); code != nodeExitUsage {
 		t.Fatalf("exit %d, want %d; stderr %s", code, nodeExitUsage, stderr.String())
 	}
-	if !strings.Contains(stderr.String(), "-name and -db are required") {
+	if !strings.Contains(stderr.String(), "-name and a database are required") {
 		t.Fatalf("stderr %q", stderr.String())
 	}
 }
