@@ -91,6 +91,23 @@ func (h *Host) takeAsked(op payload.OpID) (w remoteWaiter, ok bool) {
 	return w, ok
 }
 
+// maxRemoteRelocate bounds the deadline of a relocate request from
+// another host (the asker's Relocate context, sent along).
+const maxRemoteRelocate = 5 * time.Minute
+
+// remoteDeadline is the deadline a relocate request from a peer runs
+// under, at now: the one it carries (wall clock, Unix ns; 0: none), at
+// most maxRemoteRelocate away — none, or one far off, would let one
+// request hold the object moving (no other move, no drain) for as long
+// as its target does not answer.
+func remoteDeadline(now time.Time, deadline int64) time.Time {
+	limit := now.Add(maxRemoteRelocate)
+	if deadline != 0 && time.Unix(0, deadline).Before(limit) {
+		return time.Unix(0, deadline)
+	}
+	return limit
+}
+
 // onControl handles a relocate request, answer or cancel off the link
 // from host from, on the link's goroutine: a request's move runs on a
 // goroutine of its own.
@@ -98,10 +115,7 @@ func (h *Host) onControl(from string, ctl any) {
 	r := &h.remote
 	switch c := ctl.(type) {
 	case *relocateRequest:
-		ctx, cancel := context.WithCancel(context.Background())
-		if c.deadline != 0 {
-			ctx, cancel = context.WithDeadline(context.Background(), time.Unix(0, c.deadline))
-		}
+		ctx, cancel := context.WithDeadline(context.Background(), remoteDeadline(time.Now(), c.deadline))
 		r.mu.Lock()
 		if r.closed {
 			r.mu.Unlock()

@@ -213,4 +213,8 @@ const (
 	// DefaultCommitDeadline: how long the target retries transient store
 	// failures with the same identity.
 	DefaultCommitDeadline = 10 * time.Second
+	// DefaultAssemblyTimeout: a target whose source, reachable all along,
+	// sent no chunk of the move record this long gives the move up
+	// (before relay-ready: the source aborts and the object stays there).
+	DefaultAssemblyTimeout = 30 * time.Second
 )

@@ -11,6 +11,13 @@ type TargetConfig struct {
 	Host           string        // this host
 	CutoverWait    time.Duration // default DefaultCutoverWait
 	CommitDeadline time.Duration // default DefaultCommitDeadline
+	// AssemblyTimeout is how long the target waits, while its source is
+	// reachable, for the next chunk of the move record before it gives
+	// the move up (a stray or forged Prepare, whose source sends nothing
+	// more, would hold a temporary queue for the object for ever); the
+	// wait starts again whenever the source is cut off or a chunk
+	// arrives. Default DefaultAssemblyTimeout.
+	AssemblyTimeout time.Duration
 	// MaxRecord is the largest move record the target takes: a Prepare
 	// declaring more fails the move before anything is kept. Default
 	// DefaultMaxRecord; at most MaxMoveRecord.
@@ -65,11 +72,16 @@ type Target struct {
 	readyAt  int64 // when relay-ready was sent (set by the next tick if not ticked yet)
 	deadline int64 // the commit deadline (likewise)
 	waitTick bool  // readyAt or deadline waits for the first tick
-	relays   [][]byte
-	retry    bool // a transient store failure waits for the next tick
-	unsure   bool // a commit attempt failed transiently: it may have been written (its answer lost)
-	outcome  Outcome
-	ownerGen uint64 // the owner generation the commit wrote
+	// progressAt is when the assembly last made progress (the Prepare, a
+	// new chunk) or found the source cut off; progressTick: it waits for
+	// the first tick.
+	progressAt   int64
+	progressTick bool
+	relays       [][]byte
+	retry        bool // a transient store failure waits for the next tick
+	unsure       bool // a commit attempt failed transiently: it may have been written (its answer lost)
+	outcome      Outcome
+	ownerGen     uint64 // the owner generation the commit wrote
 }
 
 // NewTarget returns a target machine.
@@ -79,6 +91,9 @@ func NewTarget(cfg TargetConfig) *Target {
 	}
 	if cfg.CommitDeadline <= 0 {
 		cfg.CommitDeadline = DefaultCommitDeadline
+	}
+	if cfg.AssemblyTimeout <= 0 {
+		cfg.AssemblyTimeout = DefaultAssemblyTimeout
 	}
 	if cfg.MaxRecord <= 0 {
 		cfg.MaxRecord = DefaultMaxRecord
@@ -122,6 +137,16 @@ func (t *Target) Step(in Input) Output {
 		}
 		if t.phase == tgtReady && in.SourceReachable {
 			t.readyAt = in.Now // the wait starts again when the source is cut off
+		}
+		if t.progressTick || !in.SourceReachable {
+			// The assembly's wait counts only while the source can send.
+			t.progressTick = false
+			t.progressAt = in.Now
+		}
+		if t.phase == tgtAssembling && t.now-t.progressAt >= int64(t.cfg.AssemblyTimeout) {
+			t.fail(&out, "no chunk of the move record from the source for "+t.cfg.AssemblyTimeout.String()+
+				" (it is reachable): the move is given up")
+			return out
 		}
 		switch {
 		case t.phase == tgtReady && t.now-t.readyAt >= int64(t.cfg.CutoverWait):
@@ -243,6 +268,7 @@ func (t *Target) onPrepare(p *Prepare, out *Output) {
 		}
 		t.prep = p
 		t.phase = tgtAssembling
+		t.progressed()
 		out.act(RegisterTempQueue{Object: p.Object})
 		return
 	}
@@ -264,6 +290,13 @@ func (t *Target) onPrepare(p *Prepare, out *Output) {
 			out.send(&Failed{Move: p.Move, Reason: "move ended: " + t.outcome.String()})
 		}
 	}
+}
+
+// progressed notes that the assembly made progress now (at the first
+// tick, if none has come yet).
+func (t *Target) progressed() {
+	t.progressAt = t.now
+	t.progressTick = !t.ticked
 }
 
 func (t *Target) onChunk(c *Chunk, out *Output) {
@@ -301,6 +334,7 @@ func (t *Target) onChunk(c *Chunk, out *Output) {
 	}
 	t.asm = append(t.asm, c.Data...)
 	t.ends = append(t.ends, len(t.asm))
+	t.progressed()
 	if got+1 < t.prep.ChunkCount {
 		return
 	}
