@@ -96,6 +96,7 @@ type Host struct {
 	lookups       singleflight.Group        // concurrent store look-ups of one object
 	movesMu       sync.Mutex
 	moves         map[relocation.MoveID]*moveDriver // guarded by movesMu
+	incoming      map[string]int                    // moves to here not yet open or ended, by source; guarded by movesMu
 	remote        remoteOps                         // Relocate across hosts (remotemove.go)
 	deferMu       sync.Mutex                        // guards deferred, deferClosed; a leaf
 	deferred      []deferredSend                    // handlers' sends waiting for a leaving host (send.go)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/berthrt/berth/mailbox"
@@ -65,9 +66,10 @@ type moveDriver struct {
 	// Target, after the commit: the driver stays registered for
 	// FollowDuration, so that its machine answers a source that resends
 	// (its Committed was lost) and delivers relays that come late.
-	abortErr error // source: the capture's error, when it aborted the move
-	openedAt int64 // nanotime; 0 until opened
-	sealedAt int64 // nanotime of the seal (source); 0 until sealed
+	abortErr error       // source: the capture's error, when it aborted the move
+	counted  atomic.Bool // target: counted in Host.incoming (addIncoming)
+	openedAt int64       // nanotime; 0 until opened
+	sealedAt int64       // nanotime of the seal (source); 0 until sealed
 
 	// The pause, measured without comparing clocks (Host.Pauses): the
 	// source times the seal to the Prepare's send and the preflight's round
@@ -242,6 +244,46 @@ func (h *Host) removeMove(d *moveDriver) {
 		delete(h.moves, d.id)
 	}
 	h.movesMu.Unlock()
+	d.notIncoming()
+}
+
+// maxIncomingPerPeer bounds the moves from one source that a host takes
+// at once (from their Prepare until they open or end): a peer's Prepares
+// cannot pile up target moves without end. A drain runs drainWorkers.
+const maxIncomingPerPeer = 4 * drainWorkers
+
+// addIncoming adds a target move d from its source, d.peer, unless that
+// source has maxIncomingPerPeer under way here.
+func (h *Host) addIncoming(d *moveDriver) bool {
+	h.movesMu.Lock()
+	defer h.movesMu.Unlock()
+	if h.incoming[d.peer] >= maxIncomingPerPeer {
+		return false
+	}
+	if h.moves == nil {
+		h.moves = map[relocation.MoveID]*moveDriver{}
+	}
+	if h.incoming == nil {
+		h.incoming = map[string]int{}
+	}
+	h.moves[d.id] = d
+	h.incoming[d.peer]++
+	d.counted.Store(true)
+	return true
+}
+
+// notIncoming ends d's count among its source's moves under way here
+// (once: it opened, ended or was removed).
+func (d *moveDriver) notIncoming() {
+	if !d.counted.CompareAndSwap(true, false) {
+		return
+	}
+	h := d.h
+	h.movesMu.Lock()
+	if h.incoming[d.peer]--; h.incoming[d.peer] <= 0 {
+		delete(h.incoming, d.peer)
+	}
+	h.movesMu.Unlock()
 }
 
 func (h *Host) move(id relocation.MoveID) *moveDriver {
@@ -303,7 +345,11 @@ func (h *Host) onRecord(from string, obj relocation.Object, rec relocation.Recor
 			d = &moveDriver{h: h, storeLane: lane{wg: &h.lanes}, id: r.Move, obj: r.Object, kr: kr, peer: from, started: time.Now(),
 				tgt: relocation.NewTarget(relocation.TargetConfig{Host: h.name, CutoverWait: h.cfg.CutoverWait, MaxRecord: h.cfg.MaxMoveRecord})}
 			d.tgt.Step(relocation.Tick{Now: nanotime()}) // the machine's clock starts now
-			h.addMove(d)
+			if !h.addIncoming(d) {
+				h.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move,
+					Reason: "host " + h.name + " has " + strconv.Itoa(maxIncomingPerPeer) + " moves from " + from + " under way"})
+				return
+			}
 		}
 		d.step(relocation.Receive{Record: r})
 		return
@@ -393,7 +439,11 @@ func (d *moveDriver) step(in relocation.Input) {
 	d.stepLocked(in)
 	op := d.storeOp
 	d.storeOp = nil
+	over := d.tgt != nil && (d.tgt.Done() || d.ended)
 	d.mu.Unlock()
+	if over {
+		d.notIncoming() // opened or ended: no more under way here
+	}
 	d.flush()
 	if op != nil {
 		d.storeLane.add(func() {

@@ -326,3 +326,63 @@ func TestMalformedItemsFromAPeerAreCountedAndTheirLogLinesRateLimited(t *testing
 		t.Fatal(err)
 	}
 }
+
+// A host takes at most maxIncomingPerPeer moves from one source at once
+// (from their Prepare until they open or end): past it a Prepare is
+// answered Failed — the source aborts that move, its object stays — and
+// nothing is kept for it; once one under way ends, another is taken.
+func TestIncomingMovesFromOnePeerAreCapped(t *testing.T) {
+	n := NewNetwork(nil)
+	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger()}), movableKind(newGates()))
+	x := &rawPeer{}
+	tr, err := n.Transport.Attach("x", x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tr.Close(false) }()
+	moveID := func(i int) relocation.MoveID { return relocation.MoveID{0xee, byte(i >> 8), byte(i)} }
+	obj := func(i int) relocation.Object { return relocation.Object{Kind: "counter", ID: "in" + itoa(i)} }
+	prepare := func(i int) {
+		t.Helper()
+		p := &relocation.Prepare{Move: moveID(i), Object: obj(i), Source: "x", Owner: relocation.Ownership{Host: "x"}, TotalLen: 8, ChunkCount: 1, CRC: 1}
+		if err := tr.Send("b", transport.Item{Kind: transport.Record, Data: relocation.AppendRecord(nil, obj(i), p)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	failed := func() (moves []relocation.MoveID) {
+		for _, it := range x.items() {
+			if it.Kind != transport.Record {
+				continue
+			}
+			if _, r, err := relocation.DecodeRecord(it.Data); err == nil {
+				if f, ok := r.(*relocation.Failed); ok {
+					moves = append(moves, f.Move)
+				}
+			}
+		}
+		return moves
+	}
+	for i := 0; i <= maxIncomingPerPeer; i++ {
+		prepare(i)
+	}
+	waitFor(t, "the Prepare past the cap to be refused", func() bool { return len(failed()) == 1 })
+	if f := failed(); f[0] != moveID(maxIncomingPerPeer) {
+		t.Fatalf("refused %v; want only the move past the cap, %v", f, moveID(maxIncomingPerPeer))
+	}
+	// One ends (its source aborts it): one more is taken, the next refused.
+	abort := &relocation.Abort{Move: moveID(0), Reason: "test"}
+	if err := tr.Send("b", transport.Item{Kind: transport.Record, Data: relocation.AppendRecord(nil, obj(0), abort)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the aborted move to end", func() bool {
+		b.movesMu.Lock()
+		defer b.movesMu.Unlock()
+		return b.incoming["x"] == maxIncomingPerPeer-1
+	})
+	prepare(maxIncomingPerPeer + 1)
+	prepare(maxIncomingPerPeer + 2)
+	waitFor(t, "the next Prepare past the cap to be refused", func() bool { return len(failed()) == 2 })
+	if f := failed(); f[1] != moveID(maxIncomingPerPeer+2) {
+		t.Fatalf("refused %v; want the move past the cap again, %v", f, moveID(maxIncomingPerPeer+2))
+	}
+}
