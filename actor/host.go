@@ -292,10 +292,13 @@ func (h *Host) Start() error {
 	return nil
 }
 
-// join attaches the host to its transport and joins its membership (with
-// a transport), and takes its lease in the Location Store. The transport
-// comes first: it refuses a second live host of the name before the lease
-// is taken (which would renew the first one's), and peers that learn of
+// join attaches the host to its transport, joins its membership (with a
+// transport), and takes its lease in the Location Store — in that order.
+// The transport refuses a second live host of the name within its
+// network, and the membership refuses one across processes, before the
+// lease is taken: a second run of a live host's name must fail without
+// touching the first run's lease (which its newer generation would
+// replace, and the first run would lose its objects). Peers that learn of
 // this host from the membership can reach it at once. The membership's
 // current list is read before join returns, so the host knows the hosts
 // that joined before it.
@@ -314,10 +317,6 @@ func (h *Host) join() error {
 	h.tr = tr
 	h.attached.Store(true)
 	close(ready)
-	if err := h.renewLease(); err != nil {
-		h.leave(false)
-		return err
-	}
 	ctx, cancel := h.storeContext()
 	defer cancel()
 	kinds := make([]string, 0, len(h.kinds))
@@ -335,6 +334,10 @@ func (h *Host) join() error {
 		MaxMessage: h.cfg.ApplicationLimits.Bytes - mailbox.ItemOverhead}); err != nil {
 		h.leave(false)
 		return &payload.Error{Kind: payload.KindOf(err), Op: op, Detail: "cannot join the membership", Err: err}
+	}
+	if err := h.renewLease(); err != nil {
+		h.leave(true)
+		return err
 	}
 	ch, err := h.members.Watch(h.life)
 	if err != nil {

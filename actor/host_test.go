@@ -407,3 +407,41 @@ func goid() uint64 {
 	id, _ := strconv.ParseUint(s[:strings.IndexByte(s, ' ')], 10, 64)
 	return id
 }
+
+// A second run of a live host's name — another process, another transport
+// — fails to start on the membership's refusal, before it takes the
+// Location Store lease: the first run's lease keeps its generation (a
+// newer one would have replaced it, and the first run would have lost
+// its lease and its objects), and the first run goes on serving.
+func TestASecondRunOfALiveHostsNameLeavesTheFirstRunsLease(t *testing.T) {
+	n := NewNetwork(nil)
+	first := startHost(t, n.With(Config{Name: "dup", Logger: quietLogger()}), counterKind(newGates()))
+	if err := Tell(bg, first, Ref{"counter", "x"}, Inc{By: 1}); err != nil {
+		t.Fatal(err)
+	}
+	before, ok, err := n.Net.Store.Lease(bg, "dup")
+	if err != nil || !ok {
+		t.Fatalf("the first run's lease: %v, %v", ok, err)
+	}
+	other := NewNetwork(n.Net.Store) // another process's transport, the same store
+	second, err := NewHost(Config{Name: "dup", Transport: other.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Register(counterKind(newGates())); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Start(); err == nil {
+		second.Close()
+		t.Fatal("a second run of a live host's name started")
+	} else {
+		t.Logf("the second run: %v", err)
+	}
+	after, ok, err := n.Net.Store.Lease(bg, "dup")
+	if err != nil || !ok || after.Gen != before.Gen {
+		t.Fatalf("the first run's lease after the second run's start: gen %d (ok %v, %v); want it unchanged, %d", after.Gen, ok, err, before.Gen)
+	}
+	if got, err := Ask[Get, int](bg, first, Ref{"counter", "x"}, Get{}); err != nil || got != 1 {
+		t.Fatalf("the first run after the second's attempt: %d, %v; want it serving (1)", got, err)
+	}
+}

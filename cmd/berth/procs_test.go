@@ -17,7 +17,9 @@ import (
 	"github.com/berthrt/berth/cmd/berth/counter"
 	"github.com/berthrt/berth/internal/pgtest"
 	"github.com/berthrt/berth/internal/testutil"
+	"github.com/berthrt/berth/pgstore"
 	"github.com/berthrt/berth/relocation"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // buildBerth builds this command into a temporary directory: the nodes of
@@ -235,5 +237,68 @@ func TestANodePausedPastItsLeaseExitsAndItsObjectsGoOnElsewhere(t *testing.T) {
 		if err != nil || c.Count["t"] != 1 || c.Count["s"] != 0 {
 			t.Fatalf("object %d after node-2 exited: %+v, %v; want t once, s never", i, c, err)
 		}
+	}
+}
+
+// A second berth node process started with a live node's name exits 1 on
+// the membership's refusal and leaves the live node's lease alone: the
+// live node keeps its lease generation (a second run's newer one used to
+// replace it, and the live node exited 3 some 13 s later, its objects'
+// state gone) and keeps serving.
+func TestASecondNodeOfALiveNodesNameLeavesItAlone(t *testing.T) {
+	db := pgtest.New(t)
+	bin := buildBerth(t)
+	ctx := context.Background()
+	n1, err := startNode(ctx, bin, "node-1", db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = n1.cmd.Process.Kill(); <-n1.done }()
+	pool, err := pgxpool.New(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	store, err := pgstore.Open(ctx, pool, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, ok, err := store.Lease(ctx, "node-1")
+	if err != nil || !ok {
+		t.Fatalf("node-1's lease: %v, %v", ok, err)
+	}
+	dup, err := startNode(ctx, bin, "node-1", db.URL)
+	if err == nil {
+		_ = dup.cmd.Process.Kill()
+		<-dup.done
+		t.Fatal("a second node of a live node's name started")
+	}
+	if !strings.Contains(err.Error(), "name held by a live member") {
+		t.Fatalf("the second node: %v; want the membership's refusal", err)
+	}
+	after, ok, err := store.Lease(ctx, "node-1")
+	if err != nil || !ok || after.Gen != before.Gen {
+		t.Fatalf("node-1's lease after the second node's start: gen %d (ok %v, %v); want it unchanged, %d", after.Gen, ok, err, before.Gen)
+	}
+	// It still renews its lease (it would be refused, and exit 3, if the
+	// second run's had replaced it).
+	waitFor := time.Now().Add(2*relocation.LeaseRenew + 10*time.Second)
+	for {
+		l, ok, err := store.Lease(ctx, "node-1")
+		if err != nil || !ok || l.Gen != before.Gen {
+			t.Fatalf("node-1's lease: gen %d, ok %v, %v; want %d renewed", l.Gen, ok, err, before.Gen)
+		}
+		if l.Deadline.After(before.Deadline) {
+			break // renewed since
+		}
+		if time.Now().After(waitFor) {
+			t.Fatalf("node-1's lease was not renewed within %v", 2*relocation.LeaseRenew+10*time.Second)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	select {
+	case <-n1.done:
+		t.Fatalf("node-1 exited: %s", n1.stderr())
+	default:
 	}
 }
