@@ -798,7 +798,7 @@ type pendingSend struct {
 	m       *payload.Message
 	one     [1]target
 	targets []target
-	next    int // index of the next target to admit
+	next    int // index of the next target to admit; written under the outbox's mu
 	fanout  bool
 	relayed bool // received off a link (not this host's own send)
 }
@@ -875,26 +875,26 @@ func (ob *outbox) grant() {
 			// and so does the source after it.
 			ob.host.lookupLane(t).add(func() {
 				ob.host.admitGrantedUntil(t, e, ps.relayed, 0, true)
-				ps.next++
 				if ob.advance(ps) {
 					ob.grant()
 				}
 			})
 			return
 		}
-		ps.next++
 		if !ob.advance(ps) {
 			return
 		}
 	}
 }
 
-// advance retires ps if all its targets are done, and reports whether the
+// advance counts one more of ps's targets done (its admission began) and
+// retires ps if all its targets are done, and reports whether the
 // source should go on now (another permit was free without overtaking a
 // waiter); otherwise it has queued the source for its next permit, or the
 // source is empty.
 func (ob *outbox) advance(ps *pendingSend) bool {
 	ob.mu.Lock()
+	ps.next++ // under mu: Close counts what waits (waitingForPermits)
 	var done *pendingSend
 	if ps.next >= len(ps.targets) {
 		done = ps
