@@ -606,6 +606,9 @@ func TestAMoveLargerThanMaxMoveRecordIsRefusedAndLosesNothing(t *testing.T) {
 	if err := Tell(bg, a, ref, Inc{By: 7}); err != nil { // activates on a
 		t.Fatal(err)
 	}
+	if _, err := Ask[Get, int](bg, a, ref, Get{}); err != nil { // its state exists (4 KiB)
+		t.Fatal(err)
+	}
 	err := a.Relocate(bg, ref, "small")
 	if err == nil {
 		t.Fatal("a move of a 4 KiB record to a host that takes 1 KiB succeeded")
@@ -618,6 +621,12 @@ func TestAMoveLargerThanMaxMoveRecordIsRefusedAndLosesNothing(t *testing.T) {
 	ref2 := Ref{"big", "p"}
 	if err := Tell(bg, small, ref2, Inc{By: 3}); err != nil { // activates on small
 		t.Fatal(err)
+	}
+	if _, err := Ask[Get, int](bg, small, ref2, Get{}); err != nil { // its state exists (4 KiB)
+		t.Fatal(err)
+	}
+	if row, err := n.Net.Store.Get(bg, relocation.Object{Kind: "big", ID: "p"}); err != nil || row.Host != "small" {
+		t.Fatalf("object p's row: %+v, %v; want it on small", row, err)
 	}
 	if err := small.Relocate(bg, ref2, "a"); !errors.Is(err, CapacityExceeded) {
 		t.Fatalf("a move of a 4 KiB record from a host whose MaxMoveRecord is 1 KiB: %v; want CapacityExceeded", err)
