@@ -30,4 +30,9 @@
 //     TargetConfig.MaxRecord before anything is kept, chunks are kept as
 //     they arrive, in order, within that length (one ahead of its turn,
 //     or past the length, fails the move).
+//   - One timer gives a move up without a failure: a target whose source,
+//     reachable, sends no chunk for TargetConfig.AssemblyTimeout fails the
+//     move before relay-ready (a stray Prepare would otherwise hold a
+//     temporary queue for its object for ever). Its cost is a failed move
+//     — the source aborts, the object stays — never a message.
 package relocation
