@@ -1,10 +1,12 @@
 package tests
 
 // Benchmarks across OS processes: the objects live in child processes
-// (child_test.go), `berth`-like nodes on transport/remote over loopback and
-// pgstore; this process sends through a gateway host of its own. The
-// baseline, BenchmarkProcsRawRequestFuture, is protoactor-go alone, its
-// echo actor in a child process too.
+// (child_test.go), `berth`-like nodes on transport/tcp (mutual TLS) over
+// loopback and pgstore; this process sends through a gateway host of its
+// own. The floor is BenchmarkProcsRawTCPRoundTrip (bench_rawtcp_test.go):
+// a raw TCP ping-pong between the same two kinds of process;
+// BenchmarkProcsRawRequestFuture, protoactor-go alone with its echo actor
+// in a child process, is a point of comparison.
 
 import (
 	"context"
@@ -19,7 +21,7 @@ import (
 	"github.com/berthrt/berth/actor"
 	"github.com/berthrt/berth/internal/pgtest"
 	"github.com/berthrt/berth/internal/testutil"
-	"github.com/berthrt/berth/transport/remote"
+	"github.com/berthrt/berth/transport/tcp"
 )
 
 // procsGateway starts a gateway host in this process on database db (it
@@ -27,7 +29,7 @@ import (
 func procsGateway(b *testing.B, db string, nodes int) *actor.Host {
 	store, members, closePG := openPostgres(b, db)
 	b.Cleanup(closePG)
-	h, err := actor.NewHost(actor.Config{Name: "gateway", Transport: remote.New(remote.Options{}), Store: store,
+	h, err := actor.NewHost(actor.Config{Name: "gateway", Transport: newTLSAttacher(tcp.Options{}), Store: store,
 		Membership: members, Logger: quietLogger(), Gateway: true})
 	if err != nil {
 		b.Fatal(err)
@@ -73,8 +75,8 @@ func BenchmarkProcsAsk(b *testing.B) {
 	benchAsks(b, gw, ref)
 }
 
-// BenchmarkProcsRawRequestFuture is the baseline of BenchmarkProcsAsk:
-// protoactor-go's RequestFuture from this process to an actor in another
+// BenchmarkProcsRawRequestFuture is a point of comparison for
+// BenchmarkProcsAsk: protoactor-go's RequestFuture from this process to an actor in another
 // process over its remote, one at a time.
 func BenchmarkProcsRawRequestFuture(b *testing.B) {
 	if raceEnabled {

@@ -9,7 +9,7 @@ package tests
 //
 // Roles:
 //
-//	node     a berth host on transport/remote and pgstore (database
+//	node     a berth host on transport/tcp (TLS, the tests' CA) and pgstore (database
 //	         BERTH_CHILD_DB, name BERTH_CHILD_NAME; BERTH_CHILD_GATEWAY=1:
 //	         a gateway, hosting nothing), with the seqlog, tally and bench
 //	         kinds. BERTH_CHILD_KILL_AT="send Prepare" (or "recv Cutover",
@@ -49,7 +49,7 @@ import (
 	"github.com/berthrt/berth/pgstore"
 	"github.com/berthrt/berth/relocation"
 	"github.com/berthrt/berth/transport"
-	"github.com/berthrt/berth/transport/remote"
+	"github.com/berthrt/berth/transport/tcp"
 )
 
 const childEnv = "BERTH_TESTS_CHILD"
@@ -119,6 +119,8 @@ func childMain(role string) int {
 		return childNode()
 	case "rawecho":
 		return childRawEcho()
+	case "rawtcp":
+		return childRawTCP()
 	}
 	fmt.Fprintf(os.Stderr, "unknown child role %q\n", role)
 	return 2
@@ -223,7 +225,7 @@ func childNode() int {
 		return 1
 	}
 	defer members.Close()
-	var att transport.Attacher = remote.New(remote.Options{Listen: "127.0.0.1:0", Logger: log})
+	var att transport.Attacher = newTLSAttacher(tcp.Options{Listen: "127.0.0.1:0", Logger: log})
 	if at := os.Getenv("BERTH_CHILD_KILL_AT"); at != "" {
 		dir, rec, _ := strings.Cut(at, " ")
 		att = &killer{inner: att, dir: dir, record: rec}

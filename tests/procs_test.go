@@ -1,11 +1,10 @@
 package tests
 
 // The tests across OS processes: every host is a child process (the test
-// binary itself, run in a role: child_test.go) on transport/remote over
-// loopback, all on one Postgres database (pgstore). This process only
-// drives them and checks what they report; it starts no protoactor
-// remote of its own, so these tests run under the race detector too (the
-// children are then race builds as well).
+// binary itself, run in a role: child_test.go) on transport/tcp (mutual
+// TLS with the tests' CA) over loopback, all on one Postgres database
+// (pgstore). This process only drives them and checks what they report;
+// under the race detector the children are race builds as well.
 
 import (
 	"bufio"
@@ -294,7 +293,7 @@ func loadReports(tb testing.TB, cs ...*child) map[string]*senderReport {
 
 // TestRelocationAcrossProcessesLosesDuplicatesAndReordersNothing is the
 // relocation property with every host its own OS process: four nodes on
-// one Postgres database, over transport/remote on loopback. Two senders
+// one Postgres database, over transport/tcp on loopback. Two senders
 // on each of three nodes send numbered Tells and Asks to 200 objects
 // spread over all four; movers relocate random objects between the three;
 // a third of the way in the fourth node drains and stops. Every object ran

@@ -20,7 +20,7 @@ import (
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
 	"github.com/berthrt/berth/transport"
-	"github.com/berthrt/berth/transport/remote"
+	"github.com/berthrt/berth/transport/tcp"
 )
 
 // tally is a relocating object's state: per sender, the last sequence
@@ -78,10 +78,10 @@ type relocationRun struct {
 	duration  time.Duration
 	faultKill bool // a spare host takes moves and is killed before relay-ready
 	faultLink bool // links break right after relay-ready, then heal
-	remote    bool // hosts talk over transport/remote (gRPC on loopback) instead of inproc; no faults
+	network   bool // hosts talk over transport/tcp (TLS on loopback) instead of inproc; no faults
 	postgres  bool // the Location Store and the membership are pgstore's, on a fresh database
 	faultDB   bool // with postgres: the server restarts half way through the run
-	faultCut  bool // with remote: links between random pairs of hosts are cut for 50 ms, every 150 ms, during moves
+	faultCut  bool // with network: links between random pairs of hosts are cut for 50 ms, every 150 ms, during moves
 
 	// A slow world (slow_test.go); the zero values change nothing.
 	seed        uint64                                      // mixed into the senders' and movers' random streams (0: the fixed streams)
@@ -110,8 +110,8 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 	}
 	net := localnet.New(localnet.Options{})
 	var attacher transport.Attacher = net.Transport
-	if cfg.remote {
-		attacher = remote.New(remote.Options{}) // each host its own gRPC server on loopback
+	if cfg.network {
+		attacher = newTLSAttacher(tcp.Options{}) // each host its own listener on loopback, its own certificate
 	}
 	hostAttacher := attacher
 	if cfg.wrap != nil {
@@ -311,14 +311,14 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 		})
 	}
 
-	// Link cuts over remote: both ends of a random pair, for 50 ms (the
+	// Link cuts over the network: both ends of a random pair, for 50 ms (the
 	// session layer resends what was lost once the link is back; well
 	// within CutoverWait, so no relay runs late).
 	var cuts atomic.Int64
 	cutStop := make(chan struct{})
 	var cwg sync.WaitGroup
 	if cfg.faultCut {
-		ra := attacher.(*remote.Attacher)
+		ra := attacher.(*tlsAttacher)
 		seed := time.Now().UnixNano()
 		t.Logf("link cuts: seed %d", seed)
 		cwg.Add(1)
@@ -649,38 +649,29 @@ func TestRelocationLosesDuplicatesAndReordersNothing(t *testing.T) {
 	relocationProperty(t, relocationRun{hosts: 4, objects: 1000, senders: 2, movers: 4, duration: d})
 }
 
-// TestRelocationOverRemoteLosesDuplicatesAndReordersNothing is the
-// property over transport/remote: each host has its own gRPC server on
-// loopback (one process), peers learn each other's addresses from the
-// membership.
-func TestRelocationOverRemoteLosesDuplicatesAndReordersNothing(t *testing.T) {
-	if raceEnabled {
-		t.Skip("several protoactor remotes in one process race on gRPC's global logger inside protoactor (see transport/remote); run without -race")
-	}
-	relocationProperty(t, relocationRun{hosts: 3, objects: 300, senders: 2, movers: 3, duration: 2 * time.Second, remote: true})
+// TestRelocationOverTCPLosesDuplicatesAndReordersNothing is the property
+// over transport/tcp: each host has its own listener on loopback and its
+// own certificate (mutual TLS, one process), peers learn each other's
+// addresses from the membership.
+func TestRelocationOverTCPLosesDuplicatesAndReordersNothing(t *testing.T) {
+	relocationProperty(t, relocationRun{hosts: 3, objects: 300, senders: 2, movers: 3, duration: 2 * time.Second, network: true})
 }
 
-// TestRelocationOverRemoteAndPostgresLosesDuplicatesAndReordersNothing:
-// the property with hosts over transport/remote and the Location Store and
+// TestRelocationOverTCPAndPostgresLosesDuplicatesAndReordersNothing: the
+// property with hosts over transport/tcp and the Location Store and
 // membership in Postgres (pgstore).
-func TestRelocationOverRemoteAndPostgresLosesDuplicatesAndReordersNothing(t *testing.T) {
-	if raceEnabled {
-		t.Skip("several protoactor remotes in one process race on gRPC's global logger inside protoactor (see transport/remote); run without -race")
-	}
-	relocationProperty(t, relocationRun{hosts: 3, objects: 200, senders: 2, movers: 3, duration: 3 * time.Second, remote: true, postgres: true})
+func TestRelocationOverTCPAndPostgresLosesDuplicatesAndReordersNothing(t *testing.T) {
+	relocationProperty(t, relocationRun{hosts: 3, objects: 200, senders: 2, movers: 3, duration: 3 * time.Second, network: true, postgres: true})
 }
 
-// TestRelocationOverRemoteSurvivesLinkCuts: the property over
-// transport/remote with the links between random pairs of hosts cut for
-// 50 ms every 150 ms while objects move (moves in every phase see cuts): the
-// session layer resends what a cut lost; nothing is lost, duplicated or
-// reordered. (A move whose preflight or prepare meets a cut may abort; its
-// object resumes at its source.)
-func TestRelocationOverRemoteSurvivesLinkCuts(t *testing.T) {
-	if raceEnabled {
-		t.Skip("several protoactor remotes in one process race on gRPC's global logger inside protoactor (see transport/remote); run without -race")
-	}
-	relocationProperty(t, relocationRun{hosts: 3, objects: 200, senders: 2, movers: 3, duration: 4 * time.Second, remote: true, faultCut: true})
+// TestRelocationOverTCPSurvivesLinkCuts: the property over transport/tcp
+// with the links between random pairs of hosts cut for 50 ms every 150 ms
+// while objects move (moves in every phase see cuts; a cut closes the
+// connections both ways): the session layer sends again what a cut lost;
+// nothing is lost, duplicated or reordered. (A move whose preflight or
+// prepare meets a cut may abort; its object resumes at its source.)
+func TestRelocationOverTCPSurvivesLinkCuts(t *testing.T) {
+	relocationProperty(t, relocationRun{hosts: 3, objects: 200, senders: 2, movers: 3, duration: 4 * time.Second, network: true, faultCut: true})
 }
 
 // TestRelocationSurvivesAPostgresRestart: the Location Store's server

@@ -5,7 +5,7 @@
 // peer's Handler, on a goroutine of the transport, and reports what
 // happens to the links as events. Nothing crosses as a Go pointer, so the
 // same host code runs over the in-process transport (transport/inproc) and
-// over a network (transport/remote, later).
+// over a network (transport/tcp).
 //
 // Invariants every implementation keeps (checked by transport/transporttest):
 //
@@ -162,7 +162,7 @@ type Attacher interface {
 }
 
 // Directory is implemented by a Transport whose peers must be told where
-// to reach each other (a network transport, such as transport/remote; an
+// to reach each other (a network transport, such as transport/tcp; an
 // in-process one needs no addresses). A host publishes Addr as its
 // membership Address and, as it learns of members from the membership,
 // tells the transport their addresses (AddPeer) and which have left or

@@ -4,6 +4,7 @@
 //	go run ./cmd/berth demo -procs 3 [flags]   the same across node processes, on Postgres
 //	go run ./cmd/berth node -name n1 -db URL   one host per process (see node.go)
 //	go run ./cmd/berth pgdemo [flags]          Postgres inbox tables through objects
+//	go run ./cmd/berth certs -dir DIR n1 n2    a development CA and node certificates (see certs.go)
 //
 // The demo starts several in-process hosts sharing an in-memory Location Store,
 // activates thousands of counter objects across them, drives steady load
@@ -46,8 +47,11 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "node" {
 		os.Exit(nodeMain(os.Args[2:], os.Stdout, os.Stderr))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "certs" {
+		os.Exit(certsMain(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	if len(os.Args) < 2 || os.Args[1] != "demo" {
-		fmt.Fprintln(os.Stderr, "usage: berth demo|node|pgdemo [flags]   (berth demo -h, berth node -h, berth pgdemo -h for the flags)")
+		fmt.Fprintln(os.Stderr, "usage: berth demo|node|pgdemo|certs [flags]   (berth demo -h, berth node -h, berth pgdemo -h, berth certs -h for the flags)")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("demo", flag.ExitOnError)

@@ -2,15 +2,26 @@ package main
 
 // berth node: one host per process.
 //
-//	go run ./cmd/berth node -name n1 -db postgres://... [-listen 127.0.0.1:0] [-advertise host:port] [-metrics :9090]
+//	go run ./cmd/berth node -name n1 -db postgres://... [-listen 127.0.0.1:0] [-advertise host:port]
+//		[-tls-cert n1.pem -tls-key n1-key.pem -tls-ca ca.pem | -insecure] [-metrics :9090]
 //
 // The node joins the cluster whose Location Store and membership live in
 // the Postgres database -db (package pgstore; without -db, the URL in
 // $BERTH_DB, else pgx's PG* variables and .pgpass — a password on the
-// command line shows in ps), reaches its peers over
-// transport/remote (gRPC; each peer's address comes from the membership),
-// and hosts the demo's counter kind. When it is serving it prints one line
-// on standard output:
+// command line shows in ps), reaches its peers over transport/tcp (each
+// peer's address comes from the membership), and hosts the demo's counter
+// kind.
+//
+// Its connections are mutually authenticated TLS 1.3 with -tls-cert,
+// -tls-key and -tls-ca (PEM files, all three or none; the certificate must
+// name the node: -name among its DNS names; berth certs makes a
+// development CA). Without them it runs plaintext and unauthenticated —
+// anyone who reaches its port can act as any host — and so only with
+// -insecure, or when -listen is a loopback address (127.0.0.0/8, ::1,
+// localhost; it logs that it does). An empty or unspecified listen host
+// (":7000", "0.0.0.0:7000") is not loopback.
+//
+// When it is serving it prints one line on standard output:
 //
 //	ready <name> <address>
 //
@@ -36,8 +47,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -48,7 +61,7 @@ import (
 	"github.com/berthrt/berth/cmd/berth/counter"
 	"github.com/berthrt/berth/metrics"
 	"github.com/berthrt/berth/pgstore"
-	"github.com/berthrt/berth/transport/remote"
+	"github.com/berthrt/berth/transport/tcp"
 )
 
 // Exit codes of berth node.
@@ -62,6 +75,68 @@ const (
 type nodeConfig struct {
 	name, listen, advertise, db, metricsAddr string
 	stopTimeout                              time.Duration
+	tls                                      *tcp.TLS // nil: insecure
+}
+
+// nodeSecurity is how a node's transport treats its connections.
+type nodeSecurity int
+
+const (
+	securityTLS      nodeSecurity = iota // mutual TLS with the -tls-* files
+	securityInsecure                     // plaintext, unauthenticated: -insecure
+	securityLoopback                     // plaintext, unauthenticated: no flag, listening on loopback
+)
+
+// transportSecurity decides how a node listening on listen secures its
+// transport, from its -tls-cert, -tls-key, -tls-ca and -insecure flags: TLS
+// when all three files are given; insecure with -insecure, or without
+// either when listen's host is a loopback address (isLoopbackListen). It
+// returns a usage error, to print as it stands, for a partial set of TLS
+// files, for -insecure with TLS files, and for no flag at all on any other
+// listen address.
+func transportSecurity(listen, certFile, keyFile, caFile string, insecure bool) (nodeSecurity, error) {
+	files := []struct{ flag, file string }{{"-tls-cert", certFile}, {"-tls-key", keyFile}, {"-tls-ca", caFile}}
+	var given, missing []string
+	for _, f := range files {
+		if f.file != "" {
+			given = append(given, f.flag)
+		} else {
+			missing = append(missing, f.flag)
+		}
+	}
+	switch {
+	case insecure && len(given) > 0:
+		return 0, fmt.Errorf("berth node: -insecure and %s exclude each other: give -tls-cert, -tls-key and -tls-ca for TLS, or -insecure alone to run without it",
+			strings.Join(given, ", "))
+	case insecure:
+		return securityInsecure, nil
+	case len(missing) == 0:
+		return securityTLS, nil
+	case len(given) > 0:
+		return 0, fmt.Errorf("berth node: -tls-cert, -tls-key and -tls-ca go together: %s given without %s",
+			strings.Join(given, ", "), strings.Join(missing, ", "))
+	case isLoopbackListen(listen):
+		return securityLoopback, nil
+	default:
+		return 0, fmt.Errorf("berth node: -listen %q is not a loopback address, and without TLS anyone who reaches it can act as any host: "+
+			"give -tls-cert, -tls-key and -tls-ca (berth certs makes a development CA), or -insecure to run unauthenticated", listen)
+	}
+}
+
+// isLoopbackListen reports whether the host of the host:port listen is a
+// loopback address: an IP in 127.0.0.0/8 or ::1, or "localhost". An empty
+// or unspecified host (":7000", "0.0.0.0:7000", "[::]:7000") listens on
+// every interface, so it is not; nor is anything that does not parse.
+func isLoopbackListen(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func nodeMain(args []string, stdout, stderr io.Writer) int {
@@ -69,11 +144,15 @@ func nodeMain(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var cfg nodeConfig
 	fs.StringVar(&cfg.name, "name", "", "the host's name, unique in the cluster (required)")
-	fs.StringVar(&cfg.listen, "listen", remote.DefaultListen, "host:port the node's gRPC server listens on (port 0: a free port)")
+	fs.StringVar(&cfg.listen, "listen", tcp.DefaultListen, "host:port the node listens on for its peers' TCP connections (port 0: a free port)")
 	fs.StringVar(&cfg.advertise, "advertise", "", "the address peers dial to reach this node (default: the address it listens on)")
 	fs.StringVar(&cfg.db, "db", "", "Postgres URL of the cluster's Location Store and membership (default $BERTH_DB, else pgx's PG* variables and .pgpass; a password is better kept out of it: it shows in ps)")
 	fs.StringVar(&cfg.metricsAddr, "metrics", "", "serve Prometheus metrics on this address (e.g. :9090)")
 	fs.DurationVar(&cfg.stopTimeout, "stop-timeout", time.Minute, "how long a graceful stop (drain) may take on SIGTERM; past it the node closes the host, dropping what it still holds")
+	certFile := fs.String("tls-cert", "", "PEM `file` of the node's certificate, which names it (-name among its DNS names); with -tls-key and -tls-ca")
+	keyFile := fs.String("tls-key", "", "PEM `file` of the certificate's private key")
+	caFile := fs.String("tls-ca", "", "PEM `file` of the CA certificates the peers' certificates must chain to")
+	insecure := fs.Bool("insecure", false, "run without TLS: plaintext, and a peer is whoever it says it is; needed without the -tls-* flags unless -listen is a loopback address")
 	if err := fs.Parse(args); err != nil {
 		return nodeExitUsage
 	}
@@ -84,7 +163,23 @@ func nodeMain(args []string, stdout, stderr io.Writer) int {
 		return nodeExitUsage
 	}
 	cfg.db = db
+	security, err := transportSecurity(cfg.listen, *certFile, *keyFile, *caFile, *insecure)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return nodeExitUsage
+	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("node", cfg.name)
+	switch security {
+	case securityTLS:
+		if cfg.tls, err = tcp.LoadTLS(*certFile, *keyFile, *caFile); err != nil {
+			log.Error("cannot load the TLS files", "err", err)
+			return nodeExitFailed
+		}
+	case securityLoopback:
+		log.Warn("no TLS flags: the node runs unauthenticated on loopback (-tls-cert, -tls-key and -tls-ca authenticate its peers)", "listen", cfg.listen)
+	case securityInsecure:
+		log.Warn("-insecure: the node is unauthenticated; anyone who reaches it can act as any host", "listen", cfg.listen)
+	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sig)
@@ -119,7 +214,7 @@ func runNode(ctx context.Context, cfg nodeConfig, log *slog.Logger, stdout io.Wr
 	}
 	host, err := actor.NewHost(actor.Config{
 		Name:        cfg.name,
-		Transport:   remote.New(remote.Options{Listen: cfg.listen, Advertise: cfg.advertise, Logger: log}),
+		Transport:   tcp.New(tcp.Options{Listen: cfg.listen, Advertise: cfg.advertise, TLS: cfg.tls, Insecure: cfg.tls == nil, Logger: log}),
 		Store:       store,
 		Membership:  members,
 		Logger:      log,

@@ -14,6 +14,10 @@ package main
 // it (they start afresh elsewhere once its lease ran out); the report
 // counts them apart. Every other object must show every accepted message
 // once, in order.
+//
+// The hosts' connections are mutual TLS: the demo makes a development CA
+// (internal/devca) in a temporary directory, removed at the end, with a
+// certificate for each node (its -tls-* files) and one for the client.
 
 import (
 	"bufio"
@@ -25,6 +29,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,11 +42,12 @@ import (
 
 	"github.com/berthrt/berth/actor"
 	"github.com/berthrt/berth/cmd/berth/counter"
+	"github.com/berthrt/berth/internal/devca"
 	"github.com/berthrt/berth/internal/pgtest"
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/pgstore"
 	"github.com/berthrt/berth/relocation"
-	"github.com/berthrt/berth/transport/remote"
+	"github.com/berthrt/berth/transport/tcp"
 )
 
 type procsConfig struct {
@@ -83,11 +89,54 @@ type node struct {
 	statsMu    sync.Mutex
 }
 
-func startNode(ctx context.Context, binary, name, db string) (*node, error) {
+// demoCA is the development CA of the multi-process demo: a node's
+// certificate and key are files in dir, which berth node reads (-tls-*
+// flags); an in-process host's are issued in memory.
+type demoCA struct {
+	dir string
+	ca  *devca.CA
+}
+
+// newDemoCA makes a development CA in dir (made if missing) and writes a
+// certificate and key for each of the node names there.
+func newDemoCA(dir string, nodes []string) (*demoCA, error) {
+	ca, err := devca.New("berth demo CA")
+	if err != nil {
+		return nil, err
+	}
+	if err := devca.WriteFiles(dir, ca, nodes); err != nil {
+		return nil, err
+	}
+	return &demoCA{dir: dir, ca: ca}, nil
+}
+
+// nodeFlags returns the berth node flags of node name's TLS files (written
+// by newDemoCA).
+func (d *demoCA) nodeFlags(name string) []string {
+	return []string{
+		"-tls-cert", filepath.Join(d.dir, name+".pem"),
+		"-tls-key", filepath.Join(d.dir, name+"-key.pem"),
+		"-tls-ca", filepath.Join(d.dir, "ca.pem"),
+	}
+}
+
+// hostTLS issues a certificate for member name and returns it with the
+// CA's pool, for an in-process host's tcp.Options.
+func (d *demoCA) hostTLS(name string) (*tcp.TLS, error) {
+	cert, err := d.ca.IssueTLS(name)
+	if err != nil {
+		return nil, err
+	}
+	return &tcp.TLS{Certificate: cert, CA: d.ca.Pool()}, nil
+}
+
+// startNode starts a berth node process named name on loopback, on
+// database db, with the TLS files of ca, and waits until it is serving.
+func startNode(ctx context.Context, binary, name, db string, ca *demoCA) (*node, error) {
 	n := &node{name: name, log: &strings.Builder{}, logMu: &sync.Mutex{}, done: make(chan struct{})}
 	// The database URL goes in the environment, not on the command line:
 	// any local user can read a process's arguments.
-	n.cmd = exec.Command(binary, "node", "-name", name, "-listen", "127.0.0.1:0")
+	n.cmd = exec.Command(binary, append([]string{"node", "-name", name, "-listen", "127.0.0.1:0"}, ca.nodeFlags(name)...)...)
 	n.cmd.Env = append(os.Environ(), "BERTH_DB="+db)
 	n.cmd.Stderr = lockedWriter{n.logMu, n.log}
 	out, err := n.cmd.StdoutPipe()
@@ -187,6 +236,22 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 		fmt.Fprintf(w, "throwaway Postgres in %s (stopped at the end)\n", srv.Dir())
 	}
 
+	// The CA of the hosts' certificates.
+	names := make([]string, cfg.procs)
+	for i := range names {
+		names[i] = "node-" + strconv.Itoa(i+1)
+	}
+	caDir, err := os.MkdirTemp("", "berth-demo-ca-")
+	if err != nil {
+		return rep, err
+	}
+	defer os.RemoveAll(caDir)
+	ca, err := newDemoCA(caDir, names)
+	if err != nil {
+		return rep, fmt.Errorf("making the demo's CA: %w", err)
+	}
+	fmt.Fprintf(w, "development CA and the hosts' certificates in %s (removed at the end)\n", caDir)
+
 	// The nodes.
 	nodes := make([]*node, cfg.procs)
 	defer func() {
@@ -198,7 +263,7 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 		}
 	}()
 	for i := range nodes {
-		if nodes[i], err = startNode(ctx, cfg.binary, "node-"+strconv.Itoa(i+1), cfg.db); err != nil {
+		if nodes[i], err = startNode(ctx, cfg.binary, names[i], cfg.db, ca); err != nil {
 			return rep, err
 		}
 	}
@@ -210,7 +275,11 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 	rep.drainedNode, rep.killedNode = drained.name, killed.name
 
 	// The client host: joins the cluster, owns no objects.
-	client, store, closeClient, err := startGateway(ctx, cfg.db, cfg.procs)
+	clientTLS, err := ca.hostTLS("client")
+	if err != nil {
+		return rep, err
+	}
+	client, store, closeClient, err := startGateway(ctx, cfg.db, "client", tcp.Options{TLS: clientTLS}, cfg.procs)
 	if err != nil {
 		return rep, err
 	}
@@ -436,11 +505,12 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 	return rep, nil
 }
 
-// startGateway joins a gateway host named "client" to the cluster on
+// startGateway joins a gateway host called name to the cluster on
 // database db (it hosts no object; it has the counter kind's message
-// types) and waits until it knows nodes nodes. close closes it and its
-// database resources.
-func startGateway(ctx context.Context, db string, nodes int) (client *actor.Host, store *pgstore.Store, close func(), err error) {
+// types) on a transport/tcp transport with opts (which set TLS or
+// Insecure; Listen defaults to a free port on loopback), and waits until
+// it knows nodes nodes. close closes it and its database resources.
+func startGateway(ctx context.Context, db, name string, opts tcp.Options, nodes int) (client *actor.Host, store *pgstore.Store, close func(), err error) {
 	var closers []func()
 	close = func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -465,7 +535,7 @@ func startGateway(ctx context.Context, db string, nodes int) (client *actor.Host
 		return nil, nil, nil, err
 	}
 	closers = append(closers, members.Close)
-	client, err = actor.NewHost(actor.Config{Name: "client", Transport: remote.New(remote.Options{Listen: "127.0.0.1:0"}),
+	client, err = actor.NewHost(actor.Config{Name: name, Transport: tcp.New(opts),
 		Store: store, Membership: members, Logger: slog.New(slog.DiscardHandler), Gateway: true})
 	if err != nil {
 		return nil, nil, nil, err

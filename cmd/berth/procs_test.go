@@ -19,6 +19,7 @@ import (
 	"github.com/berthrt/berth/internal/testutil"
 	"github.com/berthrt/berth/pgstore"
 	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/transport/tcp"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -32,6 +33,27 @@ func buildBerth(t *testing.T) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// testCA makes a demo CA in a temporary directory, with the TLS files of
+// the nodes names.
+func testCA(t *testing.T, names ...string) *demoCA {
+	t.Helper()
+	ca, err := newDemoCA(t.TempDir(), names)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+// testHostTLS is ca.hostTLS(name), failing t on an error.
+func testHostTLS(t *testing.T, ca *demoCA, name string) *tcp.TLS {
+	t.Helper()
+	c, err := ca.hostTLS(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // The demo across OS processes, small: three `berth node` processes on one
@@ -126,29 +148,21 @@ func TestNodeNeedsANameAndADatabase(t *testing.T) {
 // them and exits 3 (actor.ErrLeaseLost) — there is never a second live
 // activation. The objects go on, once, on the other node.
 func TestANodePausedPastItsLeaseExitsAndItsObjectsGoOnElsewhere(t *testing.T) {
-	if raceBuild {
-		// Its gateway is the second protoactor remote this test process
-		// starts (TestDemoAcrossProcesses starts the first): remote.Start
-		// rewrites gRPC's process-wide logger, which the race detector
-		// reports against the first one's gRPC goroutines (inside
-		// protoactor and gRPC; see transport/remote). The nodes are
-		// processes of their own and run without the detector anyway.
-		t.Skip("a second protoactor remote in one process races on gRPC's global logger inside protoactor; run without -race")
-	}
 	db := pgtest.New(t)
 	bin := buildBerth(t)
+	ca := testCA(t, "node-1", "node-2")
 	ctx := context.Background()
-	n1, err := startNode(ctx, bin, "node-1", db.URL)
+	n1, err := startNode(ctx, bin, "node-1", db.URL, ca)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = n1.cmd.Process.Kill(); <-n1.done }()
-	n2, err := startNode(ctx, bin, "node-2", db.URL)
+	n2, err := startNode(ctx, bin, "node-2", db.URL, ca)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = n2.cmd.Process.Signal(syscall.SIGCONT); _ = n2.cmd.Process.Kill(); <-n2.done }()
-	client, store, closeClient, err := startGateway(ctx, db.URL, 2)
+	client, store, closeClient, err := startGateway(ctx, db.URL, "client", tcp.Options{TLS: testHostTLS(t, ca, "client")}, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,8 +262,9 @@ func TestANodePausedPastItsLeaseExitsAndItsObjectsGoOnElsewhere(t *testing.T) {
 func TestASecondNodeOfALiveNodesNameLeavesItAlone(t *testing.T) {
 	db := pgtest.New(t)
 	bin := buildBerth(t)
+	ca := testCA(t, "node-1")
 	ctx := context.Background()
-	n1, err := startNode(ctx, bin, "node-1", db.URL)
+	n1, err := startNode(ctx, bin, "node-1", db.URL, ca)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +282,7 @@ func TestASecondNodeOfALiveNodesNameLeavesItAlone(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("node-1's lease: %v, %v", ok, err)
 	}
-	dup, err := startNode(ctx, bin, "node-1", db.URL)
+	dup, err := startNode(ctx, bin, "node-1", db.URL, ca)
 	if err == nil {
 		_ = dup.cmd.Process.Kill()
 		<-dup.done
@@ -295,6 +310,61 @@ func TestASecondNodeOfALiveNodesNameLeavesItAlone(t *testing.T) {
 			t.Fatalf("node-1's lease was not renewed within %v", 2*relocation.LeaseRenew+10*time.Second)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	select {
+	case <-n1.done:
+		t.Fatalf("node-1 exited: %s", n1.stderr())
+	default:
+	}
+}
+
+// A node started with TLS files refuses a client whose certificate another
+// CA issued (a well-formed certificate naming the client it says it is):
+// the client's messages never reach it, the node logs the refused
+// handshake, and it keeps serving a client of its own CA.
+func TestANodeWithTLSRefusesAClientOfAnotherCA(t *testing.T) {
+	db := pgtest.New(t)
+	bin := buildBerth(t)
+	ca, other := testCA(t, "node-1"), testCA(t)
+	ctx := context.Background()
+	n1, err := startNode(ctx, bin, "node-1", db.URL, ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = n1.cmd.Process.Kill(); <-n1.done }()
+	// What the rogue sent never arrives: its Close need not wait long for
+	// that.
+	rogue, _, closeRogue, err := startGateway(ctx, db.URL, "rogue",
+		tcp.Options{TLS: testHostTLS(t, other, "rogue"), CloseTimeout: 100 * time.Millisecond}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeRogue()
+	client, _, closeClient, err := startGateway(ctx, db.URL, "client", tcp.Options{TLS: testHostTLS(t, ca, "client")}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeClient()
+	ref := actor.Ref{Kind: counter.Name, ID: "1"}
+	actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	err = actor.Tell(actx, rogue, ref, counter.Add{Sender: "rogue", Seq: 1})
+	if err == nil {
+		_, err = actor.Ask[counter.Read, counter.Counter](actx, rogue, ref, counter.Read{})
+	}
+	cancel()
+	if err == nil {
+		t.Fatal("a client of another CA reached the node")
+	}
+	t.Logf("the client of another CA: %v", err)
+	if err := actor.Tell(ctx, client, ref, counter.Add{Sender: "client", Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := actor.Ask[counter.Read, counter.Counter](ctx, client, ref, counter.Read{})
+	if err != nil || c.Count["client"] != 1 || c.Count["rogue"] != 0 {
+		t.Fatalf("the object through the client of the node's CA: %+v, %v; want client once, rogue never", c, err)
+	}
+	if log := n1.stderr(); !strings.Contains(log, "refused a connection: TLS handshake") {
+		t.Errorf("node-1 logged no refused handshake:\n%s", log)
 	}
 	select {
 	case <-n1.done:

@@ -1,4 +1,4 @@
-package remote
+package tcp
 
 import (
 	"sync"
@@ -6,7 +6,10 @@ import (
 	"github.com/berthrt/berth/internal/fifo"
 )
 
-// inbox is the queue of handler calls for one peer, taken by the peer's
+// inbox is the queue of handler calls for one peer, bounded: the reader of
+// the peer's connection waits (waitRoom) while it holds more than the
+// inbound marks, so a peer's items wait in its own send queue and in TCP's
+// window, not here (back-pressure through the link); taken by the peer's
 // delivery goroutine one at a time, in order (a mutex, a slice and a
 // one-slot notify channel). It remembers the last item taken, so that a
 // closing host knows exactly what its handler took.
@@ -20,9 +23,11 @@ import (
 type inbox struct {
 	notify chan struct{} // one slot: look at the queue again
 	idle   *sync.Cond    // on mu: an inline delivery ended
+	space  *sync.Cond    // on mu: calls were taken (or the inbox stopped)
 
 	mu        sync.Mutex
 	items     []delivery // queued from items[head]; guarded by mu
+	bytes     int        // of the items' data queued; guarded by mu
 	head      int        // guarded by mu
 	sleeping  bool       // the goroutine waits for notify; guarded by mu
 	inFlight  bool       // the goroutine is in a handler call; guarded by mu
@@ -36,6 +41,7 @@ type inbox struct {
 func newInbox() *inbox {
 	q := &inbox{notify: make(chan struct{}, 1)}
 	q.idle = sync.NewCond(&q.mu)
+	q.space = sync.NewCond(&q.mu)
 	return q
 }
 
@@ -54,6 +60,9 @@ func (q *inbox) push(ds []delivery) {
 		return
 	}
 	q.items = append(q.items, ds...)
+	for i := range ds {
+		q.bytes += len(ds[i].item.Data)
+	}
 	sleeping := q.sleeping
 	q.mu.Unlock()
 	if sleeping {
@@ -76,6 +85,9 @@ func (q *inbox) take(ds []delivery) (d delivery, took bool) {
 	q.inline = true
 	q.lastEpoch, q.lastSeq = d.epoch, d.seq
 	q.items = append(q.items, ds[1:]...)
+	for i := range ds[1:] {
+		q.bytes += len(ds[1+i].item.Data)
+	}
 	q.mu.Unlock()
 	return d, true
 }
@@ -127,6 +139,8 @@ func (q *inbox) next() (d delivery, more, ok bool) {
 		return delivery{}, false, false
 	}
 	d = q.items[q.head]
+	q.bytes -= len(d.item.Data)
+	q.space.Broadcast()
 	q.items[q.head] = delivery{}
 	q.items, q.head = fifo.Compact(q.items, q.head+1)
 	q.inFlight = true
@@ -142,7 +156,8 @@ func (q *inbox) stop() (epoch uint32, seq uint64) {
 	q.mu.Lock()
 	q.stopped = true
 	clear(q.items)
-	q.items, q.head = nil, 0
+	q.items, q.head, q.bytes = nil, 0, 0
+	q.space.Broadcast()
 	epoch, seq = q.lastEpoch, q.lastSeq
 	q.mu.Unlock()
 	q.wake()
@@ -153,6 +168,7 @@ func (q *inbox) stop() (epoch uint32, seq uint64) {
 func (q *inbox) endWhenEmpty() {
 	q.mu.Lock()
 	q.endEmpty = true
+	q.space.Broadcast()
 	q.mu.Unlock()
 	q.wake()
 }
@@ -169,4 +185,18 @@ func (q *inbox) pending() int {
 		n++
 	}
 	return n
+}
+
+// waitRoom waits while more than maxItems calls, or more than maxBytes
+// bytes of items' data, are queued; it returns false once the inbox is to
+// end (the peer was removed: nothing more is to be read for it). A
+// stopped inbox (this host closes) has room: what arrives is only
+// acknowledgements, or dropped.
+func (q *inbox) waitRoom(maxItems, maxBytes int) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for !q.stopped && !q.endEmpty && (len(q.items)-q.head > maxItems || q.bytes > maxBytes) {
+		q.space.Wait()
+	}
+	return !q.endEmpty
 }

@@ -1,4 +1,4 @@
-package remote
+package tcp
 
 import (
 	"bytes"
@@ -37,13 +37,11 @@ import (
 
 // Envelope ops.
 const (
-	opItem     = 1 // a numbered item of the link
-	opBye      = 2 // numbered, the sender's last: it closes gracefully; its taken is final
-	opHello    = 3 // acknowledgements and flags only (also the heartbeat)
-	opCrash    = 4 // the sender closes without grace
-	opByeAck   = 5 // the answer to a crash: the sender of the crash may stop
-	opFlush    = 6 // a closing host asks whether everything it wrote arrived
-	opFlushAck = 7 // the answer to a flush
+	opItem   = 1 // a numbered item of the link
+	opBye    = 2 // numbered, the sender's last: it closes gracefully; its taken is final
+	opHello  = 3 // acknowledgements and flags only (also the heartbeat)
+	opCrash  = 4 // the sender closes without grace
+	opByeAck = 5 // the answer to a crash: the sender of the crash may stop
 )
 
 // Envelope flags.
@@ -99,7 +97,7 @@ const (
 // output collects what one input to a session produced. The driver empties
 // it after each input and reuses it.
 type output struct {
-	send    []*Envelope
+	send    []Envelope
 	deliver []delivery
 }
 
@@ -155,8 +153,6 @@ type session struct {
 	leaving     bool // this host is leaving
 	closing     bool // this host closed: it takes nothing more
 	crashAcked  bool // the peer answered this host's crash
-	flushAcked  bool // the peer answered this host's flush (or none is needed)
-	connLost    bool // a connection to the peer ended (only read while closing)
 	now         int64
 
 	// Outbound.
@@ -197,23 +193,23 @@ func (s *session) pendingOut() int {
 	return n
 }
 
-// envelope returns an envelope to the peer with this host's
+// envelope adds an envelope to the peer with this host's
 // acknowledgements and flags, and records that they were told.
 func (s *session) envelope(op uint32, o *output) *Envelope {
-	e := &Envelope{From: s.cfg.local, FromInc: s.cfg.inc, ToInc: s.peerInc, Op: op, Ack: s.recvd, Taken: s.taken}
+	e := Envelope{FromInc: s.cfg.inc, ToInc: s.peerInc, Op: op, Ack: s.recvd, Taken: s.taken}
 	if s.leaving {
 		e.Flags |= flagLeaving
 	}
 	s.ackedSent, s.takenSent, s.lastSendAt = s.recvd, s.taken, s.now
 	o.send = append(o.send, e)
-	return e
+	return &o.send[len(o.send)-1] // valid until the next envelope is added
 }
 
 func (s *session) hello(o *output) *Envelope { return s.envelope(opHello, o) }
 
 func (s *session) emit(it *outItem, o *output) {
 	e := s.envelope(it.op, o)
-	e.Seq, e.Kind, e.Data = it.seq, uint32(it.kind), it.data
+	e.Seq, e.Kind, e.Data = it.seq, uint8(it.kind), it.data
 	if s.acked == s.sent {
 		s.progressAt = s.now // nothing was outstanding: the resend clock starts now
 	}
@@ -326,14 +322,6 @@ func (s *session) receive(e *Envelope, o *output) {
 		s.dropOut(true)
 		s.gone(o)
 		s.reset(e.FromInc)
-	}
-	switch e.Op {
-	case opFlush:
-		s.envelope(opFlushAck, o)
-		return
-	case opFlushAck:
-		s.flushAcked = true
-		return
 	}
 	if s.state == stGone {
 		s.stats.stale++ // the peer left; this is late
@@ -450,7 +438,6 @@ func (s *session) takenThrough(epoch uint32, seq uint64, o *output) {
 // may be lost): the link is down until the peer is heard from again, and
 // then everything not received goes again.
 func (s *session) connDown(o *output) {
-	s.connLost = true
 	if s.state == stUp {
 		s.state = stDown
 		if !s.closing {
@@ -521,21 +508,6 @@ func (s *session) closed() bool {
 		return s.crashAcked || s.state != stUp
 	}
 }
-
-// flush is the last step of a close: protoactor drops what its writer
-// has not written when remote shuts down, so a closing host asks each peer
-// it can still reach to answer once everything before arrived.
-func (s *session) flush(o *output) {
-	if s.connLost || s.peerInc == 0 || s.state == stDown || s.state == stNew {
-		s.flushAcked = true // nothing written can arrive, or nothing was
-		return
-	}
-	s.envelope(opFlush, o)
-}
-
-// flushed reports whether the flush is done: answered, or the connection
-// to the peer ended (the peer shut down).
-func (s *session) flushed() bool { return s.flushAcked || s.connLost }
 
 // remove ends the session because the peer was removed from the
 // membership: what it had not taken is lost.

@@ -1,4 +1,4 @@
-package remote
+package tcp
 
 import (
 	"flag"
@@ -17,7 +17,7 @@ import (
 // compare what the machines output with the expected trace. Regenerate the
 // expected traces with
 //
-//	go test ./transport/remote -run TestSessionTraces -rewrite
+//	go test ./transport/tcp -run TestSessionTraces -rewrite
 //
 // only when you understand the diff.
 var rewrite = flag.Bool("rewrite", false, "rewrite the expected traces in testdata")
@@ -37,7 +37,7 @@ type traceHost struct {
 
 type traceWorld struct {
 	hosts map[string]*traceHost
-	wire  map[string][]*Envelope // "ab": from a to b
+	wire  map[string][]Envelope // "ab": from a to b
 }
 
 func traceConfig(name string, inc uint64) *sessionConfig {
@@ -46,7 +46,7 @@ func traceConfig(name string, inc uint64) *sessionConfig {
 }
 
 func runTrace(t *testing.T, path string) {
-	w := &traceWorld{hosts: map[string]*traceHost{}, wire: map[string][]*Envelope{}}
+	w := &traceWorld{hosts: map[string]*traceHost{}, wire: map[string][]Envelope{}}
 	for _, n := range []string{"a", "b"} {
 		h := &traceHost{name: n, cfg: traceConfig(n, 1)}
 		h.s = newSession(h.cfg)
@@ -64,7 +64,7 @@ func (w *traceWorld) other(n string) string {
 
 func fmtEnvelope(e *Envelope) string {
 	var b strings.Builder
-	b.WriteString([...]string{"?", "item", "bye", "hello", "crash", "byeack", "flush", "flushack"}[e.Op])
+	b.WriteString([...]string{"?", "item", "bye", "hello", "crash", "byeack"}[e.Op])
 	if e.Op == opItem || e.Op == opBye {
 		fmt.Fprintf(&b, " %d", e.Seq)
 	}
@@ -91,7 +91,7 @@ func (w *traceWorld) apply(h *traceHost, indent string, f func(o *output)) []str
 	var lines []string
 	to := w.other(h.name)
 	for _, e := range o.send {
-		lines = append(lines, indent+h.name+">"+to+" "+fmtEnvelope(e))
+		lines = append(lines, indent+h.name+">"+to+" "+fmtEnvelope(&e))
 		w.wire[h.name+to] = append(w.wire[h.name+to], e)
 	}
 	for _, d := range o.deliver {
@@ -129,7 +129,7 @@ func kindOf(t *testing.T, s string) transport.Kind {
 //	conndown <host>                the host's connection to the other broke
 //	restart <host>                 the host's process restarts (new incarnation)
 //	hello <host>                   the host says hello (as AddPeer does)
-//	leave <host> | close <host> graceful|crash | flush <host> | remove <host>
+//	leave <host> | close <host> graceful|crash | remove <host>
 //	state                          both sessions' state
 func (w *traceWorld) exec(t *testing.T, cmd string) []string {
 	f := strings.Fields(cmd)
@@ -169,11 +169,11 @@ func (w *traceWorld) exec(t *testing.T, cmd string) []string {
 		var lines []string
 		for _, e := range batch {
 			if f[0] == "drop" {
-				lines = append(lines, "dropped "+f[1][:1]+">"+f[1][1:]+" "+fmtEnvelope(e))
+				lines = append(lines, "dropped "+f[1][:1]+">"+f[1][1:]+" "+fmtEnvelope(&e))
 				continue
 			}
-			lines = append(lines, "recv "+f[1][:1]+">"+f[1][1:]+" "+fmtEnvelope(e))
-			lines = append(lines, w.apply(to, "  ", func(o *output) { to.s.receive(e, o) })...)
+			lines = append(lines, "recv "+f[1][:1]+">"+f[1][1:]+" "+fmtEnvelope(&e))
+			lines = append(lines, w.apply(to, "  ", func(o *output) { to.s.receive(&e, o) })...)
 		}
 		return lines
 	case "dup":
@@ -181,15 +181,15 @@ func (w *traceWorld) exec(t *testing.T, cmd string) []string {
 		if len(q) == 0 {
 			t.Fatalf("%q: nothing in flight", cmd)
 		}
-		w.wire[f[1]] = append([]*Envelope{q[0]}, q...)
-		return []string{"duplicated " + fmtEnvelope(q[0])}
+		w.wire[f[1]] = append([]Envelope{q[0]}, q...)
+		return []string{"duplicated " + fmtEnvelope(&q[0])}
 	case "swap":
 		q := w.wire[f[1]]
 		if len(q) < 2 {
 			t.Fatalf("%q: fewer than two envelopes in flight", cmd)
 		}
 		q[0], q[1] = q[1], q[0]
-		return []string{"swapped " + fmtEnvelope(q[1]) + " and " + fmtEnvelope(q[0])}
+		return []string{"swapped " + fmtEnvelope(&q[1]) + " and " + fmtEnvelope(&q[0])}
 	case "taken":
 		h := host()
 		return w.apply(h, "", func(o *output) { h.s.takenThrough(h.epoch, h.last, o) })
@@ -220,9 +220,6 @@ func (w *traceWorld) exec(t *testing.T, cmd string) []string {
 	case "close":
 		h := host()
 		return w.apply(h, "", func(o *output) { h.s.close(f[2] == "graceful", h.epoch, h.last, o) })
-	case "flush":
-		h := host()
-		return w.apply(h, "", h.s.flush)
 	case "remove":
 		h := host()
 		return w.apply(h, "", h.s.remove)

@@ -18,7 +18,8 @@ import (
 	"github.com/berthrt/berth/internal/testutil"
 	"github.com/berthrt/berth/membership"
 	"github.com/berthrt/berth/relocation"
-	"github.com/berthrt/berth/transport/remote"
+	"github.com/berthrt/berth/transport"
+	"github.com/berthrt/berth/transport/tcp"
 )
 
 // benchCounter is the benchmarks' object: it counts.
@@ -34,15 +35,15 @@ func benchKind() *actor.Kind[benchCounter] {
 	return k
 }
 
-// remotePair starts hosts a and b over transport/remote (each its own gRPC
-// server on loopback, in this process) with a shared in-memory store and
-// membership, and activates the object on b.
-func remotePair(b *testing.B) (a, bh *actor.Host, ref actor.Ref) {
-	if raceEnabled {
-		b.Skip("several protoactor remotes in one process race on gRPC's global logger inside protoactor; run without -race")
-	}
+// pair starts hosts a and b over transport/tcp (each its own listener on
+// loopback, in this process; mutual TLS unless insecure) with a shared
+// in-memory store and membership, and activates the object on b.
+func pair(b *testing.B, insecure bool) (a, bh *actor.Host, ref actor.Ref) {
 	net := localnet.New(localnet.Options{})
-	att := remote.New(remote.Options{})
+	var att transport.Attacher = newTLSAttacher(tcp.Options{})
+	if insecure {
+		att = tcp.New(tcp.Options{Insecure: true})
+	}
 	start := func(name string) *actor.Host {
 		h, err := actor.NewHost(actor.Config{Name: name, Transport: att, Store: net.Store, Membership: net.Membership, Logger: quietLogger()})
 		if err != nil {
@@ -64,19 +65,29 @@ func remotePair(b *testing.B) (a, bh *actor.Host, ref actor.Ref) {
 	return a, bh, ref
 }
 
-// BenchmarkRemoteTellPipelined: Tells from host a to an object on host b
-// over transport/remote (gRPC on loopback), one goroutine; the clock stops
-// when the object ran them all.
-func BenchmarkRemoteTellPipelined(b *testing.B) {
-	a, _, ref := remotePair(b)
-	benchTells(b, a, ref)
+// tlsModes runs f with TLS on, then off (the cost of TLS itself).
+func tlsModes(b *testing.B, f func(b *testing.B, insecure bool)) {
+	b.Run("tls=on", func(b *testing.B) { f(b, false) })
+	b.Run("tls=off", func(b *testing.B) { f(b, true) })
 }
 
-// BenchmarkRemoteAsk: one Ask at a time from host a to an object on host
-// b over transport/remote: a round trip.
-func BenchmarkRemoteAsk(b *testing.B) {
-	a, _, ref := remotePair(b)
-	benchAsks(b, a, ref)
+// BenchmarkTCPTellPipelined: Tells from host a to an object on host b over
+// transport/tcp (loopback, one process), one goroutine; the clock stops
+// when the object ran them all.
+func BenchmarkTCPTellPipelined(b *testing.B) {
+	tlsModes(b, func(b *testing.B, insecure bool) {
+		a, _, ref := pair(b, insecure)
+		benchTells(b, a, ref)
+	})
+}
+
+// BenchmarkTCPAsk: one Ask at a time from host a to an object on host b
+// over transport/tcp: a round trip.
+func BenchmarkTCPAsk(b *testing.B) {
+	tlsModes(b, func(b *testing.B, insecure bool) {
+		a, _, ref := pair(b, insecure)
+		benchAsks(b, a, ref)
+	})
 }
 
 // benchTells times b.N Tells of benchInc from h to the bench object ref,
@@ -107,7 +118,8 @@ func benchAsks(b *testing.B, h *actor.Host, ref actor.Ref) {
 	}
 }
 
-// BenchmarkRawProtoRemoteRequestFuture is the baseline of BenchmarkRemoteAsk:
+// BenchmarkRawProtoRemoteRequestFuture is a point of comparison for
+// BenchmarkTCPAsk:
 // protoactor-go's RequestFuture to an actor on another actor system over
 // its remote (gRPC on loopback), answering with the same kind of message.
 func BenchmarkRawProtoRemoteRequestFuture(b *testing.B) {
@@ -161,27 +173,24 @@ func benchRawRequests(b *testing.B, sys *paactor.ActorSystem, target *paactor.PI
 	}
 }
 
-// BenchmarkRemoteRelocate moves one object with 1 KiB of state back and
-// forth between two hosts over transport/remote (gRPC on loopback, one
-// process), on the in-memory store and on pgstore: the whole Relocate
-// call per op, and the pause (Host.Pauses) percentiles.
-func BenchmarkRemoteRelocate(b *testing.B) {
+// BenchmarkTCPRelocate moves one object with 1 KiB of state back and forth
+// between two hosts over transport/tcp (TLS on loopback, one process), on
+// the in-memory store and on pgstore: the whole Relocate call per op, and
+// the pause (Host.Pauses) percentiles.
+func BenchmarkTCPRelocate(b *testing.B) {
 	b.Run("store=memory", func(b *testing.B) {
 		net := localnet.New(localnet.Options{})
-		benchRemoteRelocate(b, net.Store, net.Membership)
+		benchTCPRelocate(b, net.Store, net.Membership)
 	})
 	b.Run("store=postgres", func(b *testing.B) {
 		store, members, closePG := openPostgres(b, pgtest.New(b).URL)
 		defer closePG()
-		benchRemoteRelocate(b, store, members)
+		benchTCPRelocate(b, store, members)
 	})
 }
 
-func benchRemoteRelocate(b *testing.B, store relocation.Store, members membership.Membership) {
-	if raceEnabled {
-		b.Skip("several protoactor remotes in one process race on gRPC's global logger inside protoactor; run without -race")
-	}
-	att := remote.New(remote.Options{})
+func benchTCPRelocate(b *testing.B, store relocation.Store, members membership.Membership) {
+	att := newTLSAttacher(tcp.Options{})
 	var hs []*actor.Host
 	for _, name := range []string{"a", "b"} {
 		h, err := actor.NewHost(actor.Config{Name: name, Transport: att, Store: store, Membership: members, Logger: quietLogger()})

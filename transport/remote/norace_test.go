@@ -1,6 +1,0 @@
-//go:build !race
-
-package remote_test
-
-// raceBuild: see needProcessPerHost.
-const raceBuild = false

@@ -1,0 +1,95 @@
+// Package tcp is berth's transport between hosts in separate processes
+// (DESIGN §2, §9): TCP connections, mutually authenticated with TLS 1.3,
+// carrying length-prefixed frames of a session protocol of its own. It
+// implements transport.Attacher (Attacher, or Listen for one host),
+// transport.Transport and transport.Directory, and passes
+// transport/transporttest.
+//
+// # Identity
+//
+// Each host has a certificate that names it (its member name is one of
+// the certificate's DNS names, compared exactly: a wildcard names no
+// member) and trusts one CA pool (Options.TLS; LoadTLS reads PEM files;
+// internal/devca makes a development CA). A connection's peer is the
+// member its certificate names: the dialer says which member it is in a
+// preamble and the listener checks it against the verified certificate;
+// the dialer checks that the listener's certificate names the member it
+// meant to reach. Every frame on a connection is attributed to that
+// peer — no frame carries a sender name. A connection without a
+// certificate, with one of another CA, or claiming a member its
+// certificate does not name is closed before it carries anything (counted
+// in Stats.Refused, logged at most once a second). Options.Insecure runs
+// without TLS: the preamble's name is then taken as it stands, so it is
+// for a loopback or a network nobody else reaches.
+//
+// # Connections and frames
+//
+// Each host dials each peer it has something to send to and writes on
+// that connection only; it reads on the connections its peers dialed. A
+// frame is a 4-byte length, a 44-byte header (op, flags, kind, the
+// sender's incarnation and the one it knows of the receiver, an item
+// number, two cumulative acknowledgements) and an item's data (frame.go).
+// Every field is checked before anything is allocated: a length past
+// Options.MaxItem (berth's largest message and its overhead, by default),
+// an unknown op, flag or kind, closes that connection only (counted in
+// Stats.Malformed); a large item's buffer grows as its bytes arrive, so a
+// length alone allocates at most a megabyte. A Send larger than MaxItem
+// fails at once with payload.CapacityExceeded. Frames queued for a peer
+// are coalesced: its writer writes everything queued in one write (an
+// item of 16 KiB or more from where it lies, not copied).
+//
+// # Session layer
+//
+// A session (session.go, a pure machine per peer: no goroutines, no
+// clock, no I/O; trace tests in testdata) makes the link lossless while
+// both hosts run: items are numbered per link; acknowledgements are
+// cumulative and batched; what the peer has not received goes again when
+// the link comes up after a connection ended, or when the receiver
+// reports a gap; the receiver drops duplicates and items after a gap. A
+// slow handler never causes a resend (TCP loses nothing while a
+// connection lasts). Each process run has an incarnation (its start
+// time): a peer that comes back with a higher one restarted, so what it
+// had not taken is lost (a crash, counted in Stats.Lost) and the handler
+// gets Gone then Up. An authenticated peer can only claim incarnations of
+// its own name.
+//
+// # Bounds and back-pressure
+//
+//   - Sending: the session keeps each item until the peer's handler took
+//     it. WaitRoom blocks while more than Options.HighItems items or
+//     Options.HighBytes bytes are kept for the peer, until both are at
+//     half. Send never blocks and never refuses for room.
+//   - Receiving: at most Options.InboundItems items or InboundBytes bytes
+//     from one peer wait for the handler; past either, the peer's reader
+//     stops reading its connection until the handler caught up, so the
+//     peer's items wait in its own queue and in TCP's window, and the
+//     peer's WaitRoom blocks its senders.
+//   - Connections: at most Options.MaxHandshakes accepted connections are
+//     in their handshake at once, each for at most
+//     Options.HandshakeTimeout; one connection per peer is read (a new
+//     one from the same peer replaces the old).
+//
+// Invariants, beyond those of package transport:
+//
+//   - Delivery: each peer's items, Returned items and events go to the
+//     Handler one at a time, in order; Data is Owned (read from the wire
+//     into a slice of its own).
+//   - Events: Up when a peer is first heard from, and again after Down;
+//     Down when the connection this host writes on ends with items on it
+//     (they go again once the peer is heard from) or the peer is silent
+//     for Options.DownAfter; Leaving when its frames carry the leaving
+//     flag; Gone when it closed (gracefully or not), restarted, or was
+//     removed. A peer that dies without a word stays Down until the
+//     membership removes it (RemovePeer): Down is never taken for Gone.
+//   - Close(graceful): the handler takes nothing more; each peer gets a
+//     bye after what was sent to it, carrying what the handler took, and
+//     hands the frames it sent and were not taken back to its own handler
+//     (Returned); Close waits, at most Options.CloseTimeout, until every
+//     reachable peer received everything (else it returns a DataLost
+//     error), lets the writers write what is queued (at most a second),
+//     then closes every connection. Close(false) sends a crash notice
+//     instead. No goroutine of the transport runs after Close returns.
+//
+// Lock order: Transport.mu, then peer.mu, then the peer's inbox lock. No
+// lock is held during a network write or read, or while a Handler runs.
+package tcp

@@ -1,0 +1,334 @@
+package tcp_test
+
+import (
+	"bytes"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berthrt/berth/internal/devca"
+	"github.com/berthrt/berth/internal/testutil"
+	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/transport"
+	"github.com/berthrt/berth/transport/tcp"
+)
+
+// sink is a Handler that keeps what it is given, per sending peer.
+type sink struct {
+	mu    sync.Mutex
+	items map[string][][]byte // guarded by mu
+}
+
+func newSink() *sink { return &sink{items: map[string][][]byte{}} }
+
+func (s *sink) Deliver(from string, it transport.Item) {
+	s.mu.Lock()
+	s.items[from] = append(s.items[from], bytes.Clone(it.Data))
+	s.mu.Unlock()
+}
+func (s *sink) Returned(string, transport.Item) {}
+func (s *sink) Event(transport.Event)           {}
+
+func (s *sink) from(peer string) [][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([][]byte(nil), s.items[peer]...)
+}
+
+// pairOf starts hosts a and b on TLS with the tests' CA, peers of each
+// other.
+func pairOf(t *testing.T, opts tcp.Options) (a, b *tcp.Transport, sa, sb *sink) {
+	t.Helper()
+	t.Cleanup(func() { testutil.CheckNoGoroutines(t) })
+	c := newCluster(opts, false)
+	sa, sb = newSink(), newSink()
+	a = c.start(t, "a", sa)
+	b = c.start(t, "b", sb)
+	t.Cleanup(func() { _ = b.Close(true) })
+	t.Cleanup(func() { _ = a.Close(true) })
+	return a, b, sa, sb
+}
+
+// checkExchange sends n numbered frames each way between a and b (tagged
+// with tag) and waits for them all, in order, once each.
+func checkExchange(t *testing.T, a, b *tcp.Transport, sa, sb *sink, tag string, n int) {
+	t.Helper()
+	before := [2]int{len(sb.from("a")), len(sa.from("b"))}
+	for i := range n {
+		for _, d := range []struct {
+			from *tcp.Transport
+			to   string
+		}{{a, "b"}, {b, "a"}} {
+			if err := d.from.Send(d.to, transport.Item{Kind: transport.Frame, Data: []byte(tag + "#" + strconv.Itoa(i))}); err != nil {
+				t.Fatalf("Send(%s): %v", d.to, err)
+			}
+		}
+	}
+	for _, d := range []struct {
+		s    *sink
+		peer string
+		skip int
+	}{{sb, "a", before[0]}, {sa, "b", before[1]}} {
+		testutil.WaitFor(t, tag+" items from "+d.peer, func() bool { return len(d.s.from(d.peer)) >= d.skip+n })
+		got := d.s.from(d.peer)[d.skip:]
+		if len(got) != n {
+			t.Fatalf("%d %s items from %s, want %d", len(got), tag, d.peer, n)
+		}
+		for i, g := range got {
+			if want := tag + "#" + strconv.Itoa(i); string(g) != want {
+				t.Fatalf("item %d from %s is %q, want %q", i, d.peer, g, want)
+			}
+		}
+	}
+}
+
+// dialRaw opens a TLS connection to t's host presenting cert (none if
+// nil), trusting pool, and says it is from.
+func dialRaw(t *testing.T, tr *tcp.Transport, pool *devca.CA, cert *tls.Certificate, from string) (net.Conn, error) {
+	t.Helper()
+	cfg := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool.Pool(), ServerName: tr.Local()}
+	if cert != nil {
+		cfg.Certificates = []tls.Certificate{*cert}
+	}
+	c, err := tls.Dial("tcp", tr.Addr(), cfg)
+	if err != nil {
+		return nil, err
+	}
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	pre := append([]byte("berth/tcp/1\n"), byte(len(from)))
+	pre = append(pre, from...)
+	pre = append(pre, byte(len(tr.Local())))
+	pre = append(pre, tr.Local()...)
+	if _, err := c.Write(pre); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	var ok [1]byte
+	if _, err := io.ReadFull(c, ok[:]); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// A client without a certificate, with a certificate of another CA, or
+// with a valid certificate of a name other than the member it claims to
+// be is refused before anything it sends is read, and counted; a valid
+// member that is not a peer is counted as unknown. The host keeps serving
+// its peer.
+func TestConnectionsWithoutAValidCertificateAreRefusedAndCounted(t *testing.T) {
+	a, b, sa, sb := pairOf(t, testOptions())
+	checkExchange(t, a, b, sa, sb, "before", 10)
+	other, err := devca.New("another CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherB, err := other.IssueTLS("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := testCA().IssueTLS("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := a.Stats().Refused
+	for _, tc := range []struct {
+		name string
+		cert *tls.Certificate
+		from string
+	}{
+		{"no certificate", nil, "b"},
+		{"another CA's certificate for b", &otherB, "b"},
+		{"c's certificate claiming b", &c, "b"},
+	} {
+		conn, err := dialRaw(t, a, testCA(), tc.cert, tc.from)
+		if err == nil {
+			_ = conn.Close()
+			t.Fatalf("%s: the connection was accepted", tc.name)
+		}
+		refused++
+		testutil.WaitFor(t, tc.name+" counted as refused", func() bool { return a.Stats().Refused >= refused })
+	}
+	conn, err := dialRaw(t, a, testCA(), &c, "c")
+	if err == nil {
+		_ = conn.Close()
+		t.Fatal("c, not a peer, was accepted")
+	}
+	testutil.WaitFor(t, "c counted as unknown", func() bool { return a.Stats().Unknown >= 1 })
+	if got := sa.from("c"); len(got) != 0 {
+		t.Fatalf("items from c delivered: %q", got)
+	}
+	checkExchange(t, a, b, sa, sb, "after", 10)
+}
+
+// Garbage after a valid handshake, and every truncation of a valid frame,
+// close that connection only: nothing of them is delivered, the malformed
+// one is counted, and the peer's own traffic goes on, each item once, in
+// order (the forged connection, holding b's identity, replaces b's own,
+// so b sends again what that cost). The seed is printed.
+func TestGarbageAndTruncatedFramesCloseOnlyThatConnection(t *testing.T) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 1))
+	a, b, sa, sb := pairOf(t, testOptions())
+	checkExchange(t, a, b, sa, sb, "before", 20)
+	forgedB, err := testCA().IssueTLS("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A valid item frame of b's, numbered far ahead (as garbage would
+	// be): op item, kind frame, seq 1<<40.
+	frame := make([]byte, 48, 48+5)
+	binary.BigEndian.PutUint32(frame, 44+5)
+	frame[4], frame[6] = 1, byte(transport.Frame)
+	binary.BigEndian.PutUint64(frame[24:], 1<<40)
+	frame = append(frame, "xxxxx"...)
+	for k := range len(frame) {
+		conn, err := dialRaw(t, a, testCA(), &forgedB, "b")
+		if err != nil {
+			t.Fatalf("truncated at %d: %v", k, err)
+		}
+		if _, err := conn.Write(frame[:k]); err != nil {
+			t.Fatalf("truncated at %d: %v", k, err)
+		}
+		_ = conn.Close()
+	}
+	malformed := a.Stats().Malformed
+	for i := range 20 {
+		conn, err := dialRaw(t, a, testCA(), &forgedB, "b")
+		if err != nil {
+			t.Fatalf("garbage %d: %v", i, err)
+		}
+		g := make([]byte, 48+rng.IntN(512))
+		for j := range g {
+			g[j] = byte(rng.Uint32())
+		}
+		binary.BigEndian.PutUint32(g, 44)
+		g[4] = 99 // no such op: the header is refused
+		if _, err := conn.Write(g); err != nil {
+			t.Fatalf("garbage %d: %v", i, err)
+		}
+		if _, err := io.ReadAll(conn); err != nil && !errors.Is(err, net.ErrClosed) {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("garbage %d: the connection stayed open", i)
+			}
+		}
+		_ = conn.Close()
+	}
+	testutil.WaitFor(t, "the garbage counted as malformed", func() bool { return a.Stats().Malformed >= malformed+20 })
+	checkExchange(t, a, b, sa, sb, "after", 20)
+	for _, it := range sa.from("b") {
+		if string(it) == "xxxxx" {
+			t.Fatal("a truncated frame was delivered")
+		}
+	}
+}
+
+// A frame whose length is past the limit closes its connection before
+// its data is read (counted), and a Send past the limit fails at once
+// with CapacityExceeded, the link unharmed.
+func TestItemsPastTheLimitAreRefusedAtBothEnds(t *testing.T) {
+	opts := testOptions()
+	opts.MaxItem = 1 << 20
+	a, b, sa, sb := pairOf(t, opts)
+	err := b.Send("a", transport.Item{Kind: transport.Frame, Data: make([]byte, 1<<20+1)})
+	if !errors.Is(err, payload.CapacityExceeded) {
+		t.Fatalf("Send of MaxItem+1 bytes: %v, want CapacityExceeded", err)
+	}
+	forgedB, err := testCA().IssueTLS("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := dialRaw(t, a, testCA(), &forgedB, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := make([]byte, 48)
+	binary.BigEndian.PutUint32(h, 1<<31)
+	h[4], h[6] = 1, byte(transport.Frame)
+	binary.BigEndian.PutUint64(h[24:], 1)
+	if _, err := conn.Write(h); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.ReadAll(conn) // a closes it
+	_ = conn.Close()
+	testutil.WaitFor(t, "the oversized frame counted", func() bool { return a.Stats().Malformed >= 1 })
+	checkExchange(t, a, b, sa, sb, "after", 10)
+}
+
+// Items of 1 KiB, 5 MiB, 32 MiB and 64 MiB, and a burst of 40 × 256 KiB,
+// each arrive once, whole, in order.
+func TestLargeItemsAndBurstsArriveOnceInOrder(t *testing.T) {
+	a, _, _, sb := pairOf(t, testOptions())
+	sizes := []int{1 << 10, 5 << 20, 32 << 20, 64 << 20}
+	for range 40 {
+		sizes = append(sizes, 256<<10)
+	}
+	fill := func(i, n int) []byte {
+		d := make([]byte, n)
+		binary.BigEndian.PutUint32(d, uint32(i))
+		for j := 4; j < n; j += 4096 {
+			d[j] = byte(i + j)
+		}
+		d[n-1] = byte(i)
+		return d
+	}
+	for i, n := range sizes {
+		if err := a.Send("b", transport.Item{Kind: transport.Frame, Data: fill(i, n), Owned: true}); err != nil {
+			t.Fatalf("Send %d (%d bytes): %v", i, n, err)
+		}
+	}
+	testutil.WaitForWithin(t, "every item", time.Minute, func() bool { return len(sb.from("a")) >= len(sizes) })
+	got := sb.from("a")
+	if len(got) != len(sizes) {
+		t.Fatalf("%d items, want %d", len(got), len(sizes))
+	}
+	for i, n := range sizes {
+		if !bytes.Equal(got[i], fill(i, n)) {
+			t.Fatalf("item %d: %d bytes, not what was sent (%d bytes)", i, len(got[i]), n)
+		}
+	}
+	if s := a.Stats(); s.Resent != 0 {
+		t.Fatalf("%d items sent again on a healthy link", s.Resent)
+	}
+}
+
+// ExampleListen: two hosts on loopback, mutually authenticated with
+// certificates of a development CA, one item across.
+func ExampleListen() {
+	ca, _ := devca.New("example CA")
+	got := make(chan string, 1)
+	start := func(name string, h transport.Handler) *tcp.Transport {
+		cert, _ := ca.IssueTLS(name)
+		t, err := tcp.Listen(name, h, tcp.Options{TLS: &tcp.TLS{Certificate: cert, CA: ca.Pool()}})
+		if err != nil {
+			panic(err)
+		}
+		return t
+	}
+	a := start("a", newSink())
+	b := start("b", handlerFunc(func(from string, it transport.Item) { got <- from + ": " + string(it.Data) }))
+	_ = a.AddPeer("b", b.Addr()) // as the membership tells a host
+	_ = b.AddPeer("a", a.Addr())
+	_ = a.Send("b", transport.Item{Kind: transport.Frame, Data: []byte("hello")})
+	fmt.Println(<-got)
+	_ = a.Close(true)
+	_ = b.Close(true)
+	// Output: a: hello
+}
+
+// handlerFunc is a Handler that hands each item to a function.
+type handlerFunc func(from string, it transport.Item)
+
+func (f handlerFunc) Deliver(from string, it transport.Item) { f(from, it) }
+func (handlerFunc) Returned(string, transport.Item)          {}
+func (handlerFunc) Event(transport.Event)                    {}
