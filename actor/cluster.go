@@ -281,6 +281,22 @@ func (h *Host) onFrame(ib *inbound, from string, buf payload.Buffer) {
 		h.onReply(op, flags, m.TakeBuffer())
 		return
 	}
+	if hv.Scope() == payload.ScopeObject && hv.Hops() == 0 && string(hv.Origin()) != from {
+		// A frame not forwarded yet comes from its origin: a peer's
+		// link is authenticated as that peer (transport/tcp), and the
+		// origin orders the object's messages, so a first-hop frame
+		// naming another origin is refused (back to the peer, if it
+		// asked for an answer there).
+		h.obs.Rejected("", RejectProtocol)
+		h.peerLogs.malformed.warn(h.log, "frame on its first hop naming another origin than the peer it came from dropped",
+			"from", from, "origin", string(hv.Origin()))
+		if string(hv.ReplyTo()) == from {
+			h.failFrame(hv.ReplyTo(), hv.Op(), payload.NewError(payload.ProtocolError, "actor",
+				"a message on its first hop must name the sending host ("+from+") as its origin"))
+		}
+		m.Release()
+		return
+	}
 	kr := h.kinds[string(hv.TargetName())]
 	if kr == nil || hv.Scope() != payload.ScopeObject {
 		h.failMessage(m, payload.NewError(payload.NotFound, "actor", "host "+h.name+" has no kind "+string(hv.TargetName())))

@@ -389,3 +389,46 @@ func TestIncomingMovesFromOnePeerAreCapped(t *testing.T) {
 		t.Fatalf("refused %v; want the move past the cap again, %v", f, moveID(maxIncomingPerPeer+2))
 	}
 }
+
+// A frame on its first hop comes from its origin: one from a peer that
+// names another host as its origin (whose sequence numbers order the
+// object's messages) is refused and counted, and runs nothing; the same
+// frame naming the peer itself runs.
+func TestAFirstHopFrameNamingAnotherOriginIsRefused(t *testing.T) {
+	n := NewNetwork(nil)
+	obs := &rejections{}
+	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger(), Observer: obs}), counterKind(newGates()))
+	x := &rawPeer{}
+	tr, err := n.Transport.Attach("x", x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tr.Close(false) }()
+	ref := Ref{"counter", "forged"}
+	send := func(origin string) {
+		t.Helper()
+		m, err := payload.NewMessage(b.pool, b.reg, payload.Header{
+			Target: payload.Target{Scope: payload.ScopeObject, Name: ref.Kind, ID: ref.ID},
+			Op:     payload.NewOpID(), Origin: origin,
+		}, Inc{By: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Release()
+		if err := tr.Send("b", transport.Item{Kind: transport.Frame, Data: m.Frame()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, origin := range []string{"a", "b", ""} {
+		send(origin)
+	}
+	waitFor(t, "the forged frames to be refused", func() bool { return obs.snapshot()[RejectProtocol] == 3 })
+	send("x")
+	waitFor(t, "x's own frame to run", func() bool {
+		c, err := Ask[Get, int](bg, b, ref, Get{})
+		return err == nil && c == 1
+	})
+	if got := obs.snapshot()[RejectProtocol]; got != 3 {
+		t.Fatalf("%d frames refused, want 3", got)
+	}
+}

@@ -21,15 +21,21 @@ import (
 	"github.com/berthrt/berth/actor"
 	"github.com/berthrt/berth/internal/pgtest"
 	"github.com/berthrt/berth/internal/testutil"
+	"github.com/berthrt/berth/transport"
 	"github.com/berthrt/berth/transport/tcp"
 )
 
 // procsGateway starts a gateway host in this process on database db (it
-// hosts nothing) and waits until it knows nodes peers.
-func procsGateway(b *testing.B, db string, nodes int) *actor.Host {
+// hosts nothing) and waits until it knows nodes peers; insecure runs it
+// without TLS (its nodes must be started so too).
+func procsGateway(b *testing.B, db string, nodes int, insecure bool) *actor.Host {
 	store, members, closePG := openPostgres(b, db)
 	b.Cleanup(closePG)
-	h, err := actor.NewHost(actor.Config{Name: "gateway", Transport: newTLSAttacher(tcp.Options{}), Store: store,
+	var att transport.Attacher = newTLSAttacher(tcp.Options{})
+	if insecure {
+		att = tcp.New(tcp.Options{Insecure: true})
+	}
+	h, err := actor.NewHost(actor.Config{Name: "gateway", Transport: att, Store: store,
 		Membership: members, Logger: quietLogger(), Gateway: true})
 	if err != nil {
 		b.Fatal(err)
@@ -44,15 +50,19 @@ func procsGateway(b *testing.B, db string, nodes int) *actor.Host {
 	return h
 }
 
-// procsOne: one node process and a gateway here; the bench object
-// activated on the node.
-func procsOne(b *testing.B) (*actor.Host, actor.Ref) {
+// procsOne: one node process and a gateway here, with TLS unless
+// insecure; the bench object activated on the node.
+func procsOne(b *testing.B, insecure bool) (*actor.Host, actor.Ref) {
 	if raceEnabled {
 		b.Skip("benchmarks run without -race")
 	}
 	db := pgtest.New(b).URL
-	startNodeChild(b, db, "n1")
-	gw := procsGateway(b, db, 1)
+	var env []string
+	if insecure {
+		env = append(env, "BERTH_CHILD_INSECURE=1")
+	}
+	startNodeChild(b, db, "n1", env...)
+	gw := procsGateway(b, db, 1, insecure)
 	ref := actor.Ref{Kind: "bench", ID: "one-" + strconv.Itoa(b.N)}
 	if _, err := actor.Ask[benchGet, int](context.Background(), gw, ref, benchGet{}); err != nil { // activates on n1 (the gateway hosts nothing)
 		b.Fatal(err)
@@ -62,17 +72,21 @@ func procsOne(b *testing.B) (*actor.Host, actor.Ref) {
 
 // BenchmarkProcsTellPipelined: Tells from this process to an object in
 // another process, one goroutine; the clock stops when the object ran
-// them all.
+// them all. With TLS, and without (the cost of TLS itself).
 func BenchmarkProcsTellPipelined(b *testing.B) {
-	gw, ref := procsOne(b)
-	benchTells(b, gw, ref)
+	tlsModes(b, func(b *testing.B, insecure bool) {
+		gw, ref := procsOne(b, insecure)
+		benchTells(b, gw, ref)
+	})
 }
 
 // BenchmarkProcsAsk: one Ask at a time from this process to an object in
-// another process: a round trip.
+// another process: a round trip. With TLS, and without.
 func BenchmarkProcsAsk(b *testing.B) {
-	gw, ref := procsOne(b)
-	benchAsks(b, gw, ref)
+	tlsModes(b, func(b *testing.B, insecure bool) {
+		gw, ref := procsOne(b, insecure)
+		benchAsks(b, gw, ref)
+	})
 }
 
 // BenchmarkProcsRawRequestFuture is a point of comparison for
@@ -107,7 +121,7 @@ func BenchmarkProcsRelocate(b *testing.B) {
 			n1.waitPeers(b, 1)
 			n2.waitPeers(b, 1)
 			n1.must(b, "activate 1 moving "+strconv.Itoa(size.bytes)) // tally object moving0 on n1
-			gw := procsGateway(b, db, 2)
+			gw := procsGateway(b, db, 2, false)
 			ctx := context.Background()
 			ref := actor.Ref{Kind: "tally", ID: "moving0"}
 			n1.must(b, "pauses")

@@ -11,8 +11,9 @@ package tests
 //
 //	node     a berth host on transport/tcp (TLS, the tests' CA) and pgstore (database
 //	         BERTH_CHILD_DB, name BERTH_CHILD_NAME; BERTH_CHILD_GATEWAY=1:
-//	         a gateway, hosting nothing), with the seqlog, tally and bench
-//	         kinds. BERTH_CHILD_KILL_AT="send Prepare" (or "recv Cutover",
+//	         a gateway, hosting nothing; BERTH_CHILD_INSECURE=1: without
+//	         TLS), with the seqlog, tally and bench kinds.
+//	         BERTH_CHILD_KILL_AT="send Prepare" (or "recv Cutover",
 //	         ...) SIGKILLs the process when it is about to send, or has just
 //	         received, that relocation record.
 //	         BERTH_CHILD_CPUPROFILE=<file> (any role) writes a CPU profile
@@ -226,6 +227,9 @@ func childNode() int {
 	}
 	defer members.Close()
 	var att transport.Attacher = newTLSAttacher(tcp.Options{Listen: "127.0.0.1:0", Logger: log})
+	if os.Getenv("BERTH_CHILD_INSECURE") == "1" {
+		att = tcp.New(tcp.Options{Listen: "127.0.0.1:0", Logger: log, Insecure: true})
+	}
 	if at := os.Getenv("BERTH_CHILD_KILL_AT"); at != "" {
 		dir, rec, _ := strings.Cut(at, " ")
 		att = &killer{inner: att, dir: dir, record: rec}

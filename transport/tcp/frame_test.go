@@ -138,3 +138,33 @@ func FuzzFrames(f *testing.F) {
 func readFullIO(r *bufio.Reader, b []byte) (int, error) {
 	return len(b), readFull(r, b)
 }
+
+// FuzzPreamble: whatever a connection's first bytes are, reading them as
+// a preamble never panics, reads at most the longest preamble, and what
+// it accepts has two names of 1 to 255 bytes.
+func FuzzPreamble(f *testing.F) {
+	f.Add(appendPreamble(nil, "n1", "n2"))
+	f.Add([]byte(preambleMagic))
+	f.Add(append([]byte(preambleMagic), 255))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		r := &countingReader{r: bytes.NewReader(in)}
+		from, to, err := readPreamble(bufio.NewReaderSize(r, 16))
+		if err == nil && (len(from) == 0 || len(to) == 0 || len(from) > maxName || len(to) > maxName) {
+			t.Fatalf("accepted names %q, %q", from, to)
+		}
+		if limit := len(preambleMagic) + 2 + 2*maxName + 16; r.n > limit {
+			t.Fatalf("read %d bytes, past %d", r.n, limit)
+		}
+	})
+}
+
+type countingReader struct {
+	r *bytes.Reader
+	n int
+}
+
+func (c *countingReader) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	c.n += n
+	return n, err
+}

@@ -183,6 +183,10 @@ func newSession(cfg *sessionConfig) *session {
 	return &session{cfg: cfg, nextSeq: 1, goBackAt: -1 << 62}
 }
 
+// caughtUp reports whether the peer received every item sent before the
+// last one.
+func (s *session) caughtUp() bool { return s.acked+1 >= s.sent }
+
 // pendingOut returns how many items the peer has not taken (the bye not
 // counted).
 func (s *session) pendingOut() int {
