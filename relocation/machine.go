@@ -217,4 +217,8 @@ const (
 	// sent no chunk of the move record this long gives the move up
 	// (before relay-ready: the source aborts and the object stays there).
 	DefaultAssemblyTimeout = 30 * time.Second
+	// DefaultReadyTimeout: a target in relay-ready whose source, reachable
+	// all along, sent nothing (no relay, no cutover) this long commits with
+	// what it has, as after CutoverWait with the source cut off.
+	DefaultReadyTimeout = 30 * time.Second
 )

@@ -18,6 +18,14 @@ type TargetConfig struct {
 	// wait starts again whenever the source is cut off or a chunk
 	// arrives. Default DefaultAssemblyTimeout.
 	AssemblyTimeout time.Duration
+	// ReadyTimeout is how long a target in relay-ready waits, while its
+	// source is reachable, for the source's next relay or its cutover
+	// before it commits with what it has (a source that neither cuts over
+	// nor goes away would hold the object sealed for ever); the wait
+	// starts again at every relay. The commit is the one made after
+	// CutoverWait with the source cut off: the source, told, relays what
+	// it still holds after it. Default DefaultReadyTimeout.
+	ReadyTimeout time.Duration
 	// MaxRecord is the largest move record the target takes: a Prepare
 	// declaring more fails the move before anything is kept. Default
 	// DefaultMaxRecord; at most MaxMoveRecord.
@@ -77,6 +85,10 @@ type Target struct {
 	// the first tick.
 	progressAt   int64
 	progressTick bool
+	// heardAt is when the source was last heard from in relay-ready (the
+	// relay-ready itself, a relay); it waits for the first tick like
+	// readyAt.
+	heardAt int64
 	relays       [][]byte
 	retry        bool // a transient store failure waits for the next tick
 	unsure       bool // a commit attempt failed transiently: it may have been written (its answer lost)
@@ -94,6 +106,9 @@ func NewTarget(cfg TargetConfig) *Target {
 	}
 	if cfg.AssemblyTimeout <= 0 {
 		cfg.AssemblyTimeout = DefaultAssemblyTimeout
+	}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = DefaultReadyTimeout
 	}
 	if cfg.MaxRecord <= 0 {
 		cfg.MaxRecord = DefaultMaxRecord
@@ -124,7 +139,7 @@ func (t *Target) Step(in Input) Output {
 			return out
 		}
 		t.phase = tgtReady
-		t.readyAt = t.now
+		t.readyAt, t.heardAt = t.now, t.now
 		t.waitTick = !t.ticked
 		out.send(&RelayReady{Move: t.prep.Move})
 	case Tick:
@@ -132,7 +147,7 @@ func (t *Target) Step(in Input) Output {
 		if t.waitTick {
 			// Times taken before the first tick start from it.
 			t.waitTick = false
-			t.readyAt = in.Now
+			t.readyAt, t.heardAt = in.Now, in.Now
 			t.deadline = in.Now + int64(t.cfg.CommitDeadline)
 		}
 		if t.phase == tgtReady && in.SourceReachable {
@@ -152,6 +167,10 @@ func (t *Target) Step(in Input) Output {
 		case t.phase == tgtReady && t.now-t.readyAt >= int64(t.cfg.CutoverWait):
 			out.log("target: no cutover " + t.cfg.CutoverWait.String() + " after relay-ready; committing with " +
 				strconv.Itoa(len(t.relays)) + " relayed messages")
+			t.commit(&out)
+		case t.phase == tgtReady && t.now-t.heardAt >= int64(t.cfg.ReadyTimeout):
+			out.log("target: nothing from the source (reachable) for " + t.cfg.ReadyTimeout.String() +
+				" after relay-ready; committing with " + strconv.Itoa(len(t.relays)) + " relayed messages")
 			t.commit(&out)
 		case t.phase == tgtCommitting && t.retry:
 			if t.now >= t.deadline {
@@ -370,6 +389,9 @@ func (t *Target) onRelay(r *Relay, out *Output) {
 		return
 	default:
 		return
+	}
+	if t.ticked {
+		t.heardAt = t.now
 	}
 	switch {
 	case r.Seq == 0:
