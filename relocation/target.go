@@ -88,12 +88,12 @@ type Target struct {
 	// heardAt is when the source was last heard from in relay-ready (the
 	// relay-ready itself, a relay); it waits for the first tick like
 	// readyAt.
-	heardAt int64
-	relays       [][]byte
-	retry        bool // a transient store failure waits for the next tick
-	unsure       bool // a commit attempt failed transiently: it may have been written (its answer lost)
-	outcome      Outcome
-	ownerGen     uint64 // the owner generation the commit wrote
+	heardAt  int64
+	relays   [][]byte
+	retry    bool // a transient store failure waits for the next tick
+	unsure   bool // a commit attempt failed transiently: it may have been written (its answer lost)
+	outcome  Outcome
+	ownerGen uint64 // the owner generation the commit wrote
 }
 
 // NewTarget returns a target machine.
