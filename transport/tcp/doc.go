@@ -29,12 +29,16 @@
 // frame is a 4-byte length, a 44-byte header (op, flags, kind, the
 // sender's incarnation and the one it knows of the receiver, an item
 // number, two cumulative acknowledgements) and an item's data (frame.go).
-// Every field is checked before anything is allocated: a length past
-// Options.MaxItem (berth's largest message and its overhead, by default),
-// an unknown op, flag or kind, closes that connection only (counted in
-// Stats.Malformed); a large item's buffer grows as its bytes arrive, so a
-// length alone allocates at most a megabyte. A Send larger than MaxItem
-// fails at once with payload.CapacityExceeded. Frames queued for a peer
+// Every field is checked before anything is allocated: an unknown op,
+// flag or kind closes that connection only (counted in Stats.Malformed);
+// a large item's buffer grows as its bytes arrive, so a length alone
+// allocates at most a megabyte. The listener answers a connection with
+// the largest item it takes (Options.MaxItem: berth's largest message and
+// its overhead, by default), and a Send larger than this host's or the
+// peer's limit fails at once with payload.CapacityExceeded; an item past
+// the limit that arrives anyway (sent before the limit was known) has its
+// data read and dropped, never kept, and takes its turn without reaching
+// the handler (Stats.Oversized) — it is never sent again. Frames queued for a peer
 // are coalesced: its writer writes everything queued in one write (an
 // item of 16 KiB or more from where it lies, not copied).
 //

@@ -22,6 +22,8 @@ type Envelope struct {
 	Ack     uint64 // the sender received, in order, through
 	Taken   uint64 // the sender's handler took through
 	Data    []byte // of an item
+
+	refused bool // an item past this host's limit: its data was skipped, not read
 }
 
 // The frame of an envelope: a 4-byte big-endian length of what follows,
@@ -73,16 +75,13 @@ func frameError(detail string) error {
 // decodeHeader decodes a frame header into e (Data not set) and returns
 // the length of the data that follows, after checking every field: a
 // known op, known flags, a kind only on items and a valid one there, the
-// zero byte, and a data length of at most maxData (0 for every op but an
-// item). Nothing is allocated.
+// zero byte, no data but on an item, and a data length of at most maxData
+// — past it, the error is of kind CapacityExceeded and e is whole (the
+// item is refused, its data skipped). Nothing is allocated.
 func decodeHeader(h *[headerLen]byte, maxData int) (e Envelope, dataLen int, err error) {
 	n := binary.BigEndian.Uint32(h[0:4])
 	if n < headerLen-4 {
 		return e, 0, frameError("length " + strconv.FormatUint(uint64(n), 10) + " shorter than the header")
-	}
-	if uint64(n)-(headerLen-4) > uint64(maxData) {
-		return e, 0, payload.NewError(payload.CapacityExceeded, "tcp.frame",
-			"data of "+strconv.FormatUint(uint64(n)-(headerLen-4), 10)+" bytes exceeds the limit of "+strconv.Itoa(maxData))
 	}
 	dataLen = int(n) - (headerLen - 4)
 	e.Op, e.Flags, e.Kind = uint32(h[4]), uint32(h[5]), h[6]
@@ -105,6 +104,12 @@ func decodeHeader(h *[headerLen]byte, maxData int) (e Envelope, dataLen int, err
 	e.Taken = binary.BigEndian.Uint64(h[40:48])
 	if (e.Op == opItem || e.Op == opBye) && e.Seq == 0 {
 		return e, 0, frameError("an item numbered 0")
+	}
+	if dataLen > maxData {
+		// A well-formed item past the limit: the caller skips its data
+		// (reading it without keeping it) and refuses the item.
+		return e, dataLen, payload.NewError(payload.CapacityExceeded, "tcp.frame",
+			"data of "+strconv.Itoa(dataLen)+" bytes exceeds the limit of "+strconv.Itoa(maxData))
 	}
 	return e, dataLen, nil
 }
@@ -180,4 +185,30 @@ func readFull(r byteReader, b []byte) error {
 		}
 	}
 	return nil
+}
+
+// The listener's answer to a preamble it accepts: a byte, then the
+// largest item it takes (u32, big-endian), so that the dialer refuses a
+// larger Send at once rather than have every connection closed on it.
+const (
+	acceptByte = 'k'
+	acceptLen  = 5
+)
+
+// appendAccept appends the answer of a listener taking items of up to
+// maxItem bytes.
+func appendAccept(b []byte, maxItem int) []byte {
+	return binary.BigEndian.AppendUint32(append(b, acceptByte), uint32(maxItem))
+}
+
+// readAccept decodes a listener's answer: the largest item it takes.
+func readAccept(a *[acceptLen]byte) (int, error) {
+	if a[0] != acceptByte {
+		return 0, frameError("not an answer to the preamble")
+	}
+	n := binary.BigEndian.Uint32(a[1:])
+	if n == 0 {
+		return 0, frameError("a peer that takes no item")
+	}
+	return int(min(uint64(n), 1<<31-headerLen)), nil
 }

@@ -106,13 +106,20 @@ func FuzzFrames(f *testing.F) {
 				return
 			}
 			e, n, err := decodeHeader(&h, maxData)
-			if err != nil {
+			switch {
+			case errors.Is(err, payload.CapacityExceeded):
+				if e.Op != opItem || n <= maxData {
+					t.Fatalf("refused for its size: op %d, %d bytes", e.Op, n)
+				}
+				if _, err := r.Discard(n); err != nil {
+					return
+				}
+				e.refused = true // as the reader does: skipped, never kept
+			case err != nil:
 				return // the connection closes
-			}
-			if n > maxData {
+			case n > maxData:
 				t.Fatalf("data length %d past the limit", n)
-			}
-			if e.Op == opItem {
+			case e.Op == opItem:
 				if e.Data, err = readData(r, n); err != nil {
 					return
 				}
@@ -120,6 +127,9 @@ func FuzzFrames(f *testing.F) {
 			s.receive(&e, &o)
 			for _, d := range o.deliver {
 				if d.what == dItem {
+					if d.refused && d.item.Data != nil {
+						t.Fatal("a refused item carries data")
+					}
 					if d.seq != next {
 						t.Fatalf("delivered item %d, want %d", d.seq, next)
 					}

@@ -111,7 +111,7 @@ func dialRaw(t *testing.T, tr *tcp.Transport, pool *devca.CA, cert *tls.Certific
 		_ = c.Close()
 		return nil, err
 	}
-	var ok [1]byte
+	var ok [5]byte // 'k' and the listener's item limit
 	if _, err := io.ReadFull(c, ok[:]); err != nil {
 		_ = c.Close()
 		return nil, err
@@ -249,31 +249,61 @@ func peerC(t *testing.T, a *tcp.Transport) *tls.Certificate {
 	return &c
 }
 
-// A frame whose length is past the limit closes its connection before
-// its data is read (counted), and a Send past the limit fails at once
-// with CapacityExceeded, the link unharmed.
+// An item past the receiver's limit is refused at both ends: a Send to a
+// peer whose limit is known (it comes in the peer's answer to the
+// connection) fails at once with CapacityExceeded; one that arrives
+// anyway has its data read and dropped, never kept, is counted, and
+// takes its turn without reaching the handler — the connection stays and
+// the next item arrives (no resend loop).
 func TestItemsPastTheLimitAreRefusedAtBothEnds(t *testing.T) {
 	opts := testOptions()
-	opts.MaxItem = 1 << 20
-	a, b, sa, sb := pairOf(t, opts)
-	err := b.Send("a", transport.Item{Kind: transport.Frame, Data: make([]byte, 1<<20+1)})
-	if !errors.Is(err, payload.CapacityExceeded) {
-		t.Fatalf("Send of MaxItem+1 bytes: %v, want CapacityExceeded", err)
+	c := newCluster(opts, false)
+	small := opts
+	small.MaxItem = 1 << 20
+	sa, sb := newSink(), newSink()
+	t.Cleanup(func() { testutil.CheckNoGoroutines(t) })
+	smallC := &cluster{opts: small, hosts: c.hosts}
+	a := smallC.start(t, "a", sa)
+	b := c.start(t, "b", sb)
+	t.Cleanup(func() { _ = b.Close(true) })
+	t.Cleanup(func() { _ = a.Close(true) })
+	checkExchange(t, a, b, sa, sb, "before", 10)
+	for _, tc := range []struct {
+		from *tcp.Transport
+		to   string
+	}{{a, "b"}, {b, "a"}} {
+		err := tc.from.Send(tc.to, transport.Item{Kind: transport.Frame, Data: make([]byte, 1<<20+1)})
+		// a's own limit refuses it; b's is 65 MiB, so only a's limit,
+		// learned from the connection, can.
+		if !errors.Is(err, payload.CapacityExceeded) {
+			t.Fatalf("Send of 1 MiB + 1 to %s: %v, want CapacityExceeded (a takes at most 1 MiB)", tc.to, err)
+		}
 	}
 	conn, err := dialRaw(t, a, testCA(), peerC(t, a), "c")
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := make([]byte, 48)
-	binary.BigEndian.PutUint32(h, 1<<31)
-	h[4], h[6] = 1, byte(transport.Frame)
-	binary.BigEndian.PutUint64(h[24:], 1)
-	if _, err := conn.Write(h); err != nil {
+	defer conn.Close()
+	item := func(seq uint64, data []byte) []byte {
+		h := make([]byte, 48, 48+len(data))
+		binary.BigEndian.PutUint32(h, uint32(44+len(data)))
+		h[4], h[6] = 1, byte(transport.Frame)
+		binary.BigEndian.PutUint64(h[24:], seq)
+		return append(h, data...)
+	}
+	if _, err := conn.Write(item(1, make([]byte, 1<<20+1))); err != nil {
 		t.Fatal(err)
 	}
-	_, _ = io.ReadAll(conn) // a closes it
-	_ = conn.Close()
-	testutil.WaitFor(t, "the oversized frame counted", func() bool { return a.Stats().Malformed >= 1 })
+	if _, err := conn.Write(item(2, []byte("next"))); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the item after the refused one", func() bool { return len(sa.from("c")) == 1 })
+	if got := sa.from("c"); string(got[0]) != "next" {
+		t.Fatalf("delivered %q, want only \"next\"", got)
+	}
+	if s := a.Stats(); s.Oversized != 1 || s.Malformed != 0 {
+		t.Fatalf("Oversized %d, Malformed %d; want 1, 0", s.Oversized, s.Malformed)
+	}
 	checkExchange(t, a, b, sa, sb, "after", 10)
 }
 

@@ -83,6 +83,9 @@ type delivery struct {
 	epoch uint32 // of an item: the session epoch it was received in
 	seq   uint64 // of an item
 	item  transport.Item
+	// refused: an item past this host's limit, its data never read; it
+	// takes its turn in order but goes to no handler.
+	refused bool
 	event transport.EventKind
 }
 
@@ -128,6 +131,7 @@ type sessionStats struct {
 	stale      uint64 // envelopes of another incarnation, dropped
 	lost       uint64 // items the peer had not taken when it crashed, restarted or was removed
 	dropped    uint64 // non-frame items a gracefully closed peer did not take
+	oversized  uint64 // items past this host's limit, received and not delivered
 }
 
 // add adds o's counts to s.
@@ -138,6 +142,7 @@ func (s *sessionStats) add(o sessionStats) {
 	s.stale += o.stale
 	s.lost += o.lost
 	s.dropped += o.dropped
+	s.oversized += o.oversized
 }
 
 // session is the machine of one pair: this host and peer. Not safe for
@@ -392,8 +397,11 @@ func (s *session) receive(e *Envelope, o *output) {
 		s.gone(o)
 		return
 	}
+	if e.refused {
+		s.stats.oversized++
+	}
 	if !s.closing {
-		o.deliver = append(o.deliver, delivery{what: dItem, epoch: s.epoch, seq: e.Seq,
+		o.deliver = append(o.deliver, delivery{what: dItem, epoch: s.epoch, seq: e.Seq, refused: e.refused,
 			item: transport.Item{Kind: transport.Kind(e.Kind), Data: e.Data, Owned: true}})
 	}
 	if s.recvd-s.ackedSent >= s.cfg.ackEvery {

@@ -260,6 +260,7 @@ type peer struct {
 	wake chan struct{} // one slot: the writer has something to do
 
 	blocked atomic.Bool   // the session is over its high mark (WaitRoom's fast path)
+	maxItem atomic.Int64  // the largest item the peer takes, from its answer to the last connection (0: not known yet)
 	state   atomic.Uint32 // the session's linkState, for Peers
 	cut     atomic.Bool   // a test fault: no connection to or from the peer
 
@@ -474,8 +475,7 @@ func (t *Transport) peer(name string) (*peer, bool) {
 // payload.CapacityExceeded.
 func (t *Transport) Send(to string, it transport.Item) error {
 	if len(it.Data) > t.opts.MaxItem {
-		return payload.NewError(payload.CapacityExceeded, "tcp.Transport.Send",
-			"an item of "+strconv.Itoa(len(it.Data))+" bytes exceeds the limit of "+strconv.Itoa(t.opts.MaxItem))
+		return tooLarge(len(it.Data), t.opts.MaxItem, "")
 	}
 	p, closing := t.peer(to)
 	switch {
@@ -483,6 +483,11 @@ func (t *Transport) Send(to string, it transport.Item) error {
 		return transport.ErrClosed
 	case p == nil:
 		return transport.ErrUnknownPeer
+	}
+	if m := p.maxItem.Load(); m > 0 && int64(len(it.Data)) > m {
+		// The peer would close the connection on it, and the session
+		// would send it again on the next: refused here instead.
+		return tooLarge(len(it.Data), int(m), " of "+to)
 	}
 	p.mu.Lock()
 	err := p.s.send(it, &p.o)
@@ -512,6 +517,13 @@ func (t *Transport) Send(to string, it transport.Item) error {
 		p.poke()
 	}
 	return nil
+}
+
+// tooLarge is Send's error for an item of n bytes past the limit max
+// (whose is said).
+func tooLarge(n, max int, whose string) error {
+	return payload.NewError(payload.CapacityExceeded, "tcp.Transport.Send",
+		"an item of "+strconv.Itoa(n)+" bytes exceeds the limit"+whose+" of "+strconv.Itoa(max))
 }
 
 // inlineWrite is the most Send writes on its caller's goroutine (see
@@ -787,7 +799,9 @@ func (t *Transport) deliverLoop(p *peer) {
 		}
 		switch d.what {
 		case dItem:
-			t.h.Deliver(p.name, d.item)
+			if !d.refused {
+				t.h.Deliver(p.name, d.item)
+			}
 			unreported++
 			if !more || unreported >= 16 {
 				unreported = 0
@@ -859,11 +873,12 @@ func (t *Transport) writeLoop(p *peer) {
 			if conn == nil {
 				addr := p.addr
 				p.mu.Unlock()
-				c, err := t.dial(p.name, addr)
+				c, peerMax, err := t.dial(p.name, addr)
 				p.mu.Lock()
 				switch {
 				case err == nil && !p.removed && !p.cut.Load() && p.addr == addr:
 					p.out, p.carried, backoff = c, false, 0
+					p.maxItem.Store(int64(peerMax))
 					t.wg.Add(1)
 					go t.watchOut(p, c)
 					p.mu.Unlock()
@@ -933,15 +948,16 @@ func (t *Transport) watchOut(p *peer, c net.Conn) {
 }
 
 // dial connects to the peer named name at addr: TCP, then TLS (the
-// listener's certificate must name the peer), then the preamble, within
-// Options.HandshakeTimeout.
-func (t *Transport) dial(name, addr string) (net.Conn, error) {
+// listener's certificate must name the peer), then the preamble and the
+// listener's answer, within Options.HandshakeTimeout. It returns the
+// largest item the peer takes.
+func (t *Transport) dial(name, addr string) (net.Conn, int, error) {
 	ctx, cancel := context.WithTimeout(t.dialCtx, t.opts.HandshakeTimeout)
 	defer cancel()
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(dl)
@@ -951,28 +967,29 @@ func (t *Transport) dial(name, addr string) (net.Conn, error) {
 		if err := tc.HandshakeContext(ctx); err != nil {
 			_ = c.Close()
 			t.logs.log(t.log, "dial", "tcp: connecting to a peer failed its TLS handshake", "peer", name, "err", err)
-			return nil, err
+			return nil, 0, err
 		}
 		c = tc
 	}
 	if _, err := c.Write(appendPreamble(nil, t.name, name)); err != nil {
 		_ = c.Close()
-		return nil, err
+		return nil, 0, err
 	}
-	// The listener answers one byte once it took the connection as the
-	// peer's (it closes it otherwise: it does not know this host yet, or
-	// refused it).
-	var ok [1]byte
-	if _, err := io.ReadFull(c, ok[:]); err != nil || ok[0] != acceptByte {
+	// The listener answers once it took the connection as the peer's (it
+	// closes it otherwise: it does not know this host yet, or refused it).
+	var ans [acceptLen]byte
+	if _, err := io.ReadFull(c, ans[:]); err != nil {
 		_ = c.Close()
-		return nil, errRefused
+		return nil, 0, errRefused
+	}
+	maxItem, err := readAccept(&ans)
+	if err != nil {
+		_ = c.Close()
+		return nil, 0, err
 	}
 	_ = c.SetDeadline(time.Time{})
-	return c, nil
+	return c, maxItem, nil
 }
-
-// acceptByte is the listener's answer to a preamble it accepts.
-const acceptByte = 'k'
 
 // errRefused: the listener closed a connection instead of accepting it.
 var errRefused = errors.New("tcp: the peer refused the connection")
@@ -1078,7 +1095,7 @@ func (t *Transport) identify(raw net.Conn) (net.Conn, *peer, bool) {
 		}
 		return nil, nil, false
 	}
-	if _, err := conn.Write([]byte{acceptByte}); err != nil {
+	if _, err := conn.Write(appendAccept(nil, t.opts.MaxItem)); err != nil {
 		return nil, nil, false
 	}
 	t.mu.RLock()
@@ -1124,12 +1141,21 @@ func (t *Transport) readLoop(p *peer, conn net.Conn) {
 			return
 		}
 		e, n, err := decodeHeader(&hdr, t.opts.MaxItem)
-		if err != nil {
+		switch {
+		case errors.Is(err, payload.CapacityExceeded):
+			// An item past the limit: its bytes are read and not kept,
+			// and it takes its turn without reaching the handler, so that
+			// the peer does not send it again (Stats.Oversized).
+			t.logs.log(t.log, "oversized", "tcp: refused an item past the limit", "peer", p.name, "err", err)
+			if _, err := io.CopyN(io.Discard, br, int64(n)); err != nil {
+				return
+			}
+			e.refused = true
+		case err != nil:
 			t.malformed.Add(1)
 			t.logs.log(t.log, "malformed", "tcp: closed a peer's connection for a malformed frame", "peer", p.name, "err", err)
 			return
-		}
-		if e.Op == opItem {
+		case e.Op == opItem:
 			if e.Data, err = readData(br, n); err != nil {
 				return
 			}
@@ -1184,7 +1210,9 @@ func (t *Transport) receive(p *peer, e *Envelope) {
 	}
 	// The item came in while its handler had nothing to do: deliver it
 	// here, on the reader.
-	t.h.Deliver(p.name, d.item)
+	if !d.refused {
+		t.h.Deliver(p.name, d.item)
+	}
 	if p.q.inlineDone() {
 		return // closing: the session was told what the handler took
 	}
@@ -1221,9 +1249,14 @@ type Stats struct {
 	// connection claims, a bad preamble, one meant for another host, too
 	// many handshakes at once.
 	Refused uint64
-	// Malformed is how many connections were closed for a malformed or
-	// oversized frame.
+	// Malformed is how many connections were closed for a malformed
+	// frame.
 	Malformed uint64
+	// Oversized is how many items past Options.MaxItem were received
+	// (their data read and dropped, never kept; the peer's Send refuses
+	// them once it knows this host's limit, from its answer to the
+	// connection, so this counts only those sent before).
+	Oversized uint64
 }
 
 // Stats returns the transport's counts so far.
@@ -1237,7 +1270,8 @@ func (t *Transport) Stats() Stats {
 		p.mu.Unlock()
 	}
 	return Stats{Resent: sum.resent, Duplicates: sum.duplicates, Gaps: sum.gaps, Stale: sum.stale,
-		Lost: sum.lost, Dropped: sum.dropped, Unknown: t.unknown.Load(), Refused: t.refused.Load(), Malformed: t.malformed.Load()}
+		Lost: sum.lost, Dropped: sum.dropped, Unknown: t.unknown.Load(), Refused: t.refused.Load(), Malformed: t.malformed.Load(),
+		Oversized: sum.oversized}
 }
 
 // Cut cuts (cut true) or restores the link between this host and its peer
