@@ -86,7 +86,7 @@ type delivery struct {
 	// refused: an item past this host's limit, its data never read; it
 	// takes its turn in order but goes to no handler.
 	refused bool
-	event transport.EventKind
+	event   transport.EventKind
 }
 
 type deliveryKind uint8
