@@ -28,7 +28,7 @@ import (
 // procsGateway starts a gateway host in this process on database db (it
 // hosts nothing) and waits until it knows nodes peers; insecure runs it
 // without TLS (its nodes must be started so too).
-func procsGateway(b *testing.B, db string, nodes int, insecure bool) *actor.Host {
+func procsGateway(b testing.TB, db string, nodes int, insecure bool) *actor.Host {
 	store, members, closePG := openPostgres(b, db)
 	b.Cleanup(closePG)
 	var att transport.Attacher = newTLSAttacher(tcp.Options{})

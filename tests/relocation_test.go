@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -46,6 +47,14 @@ type numberedAsk struct {
 
 type readTally struct{}
 
+// padded is a numbered message carrying n bytes besides its number: the
+// tests of large messages across processes.
+type padded struct {
+	Sender string
+	Seq    int
+	Pad    []byte
+}
+
 func (t *tally) run(sender string, seq int) {
 	if seq != t.Last[sender]+1 {
 		t.Bad = append(t.Bad, fmt.Sprintf("%s: %d after %d", sender, seq, t.Last[sender]))
@@ -66,8 +75,25 @@ func tallyKind() *actor.Kind[tally] {
 		return m.Seq, nil
 	})
 	actor.HandleRequest(k, func(ctx *actor.Context, t *tally, _ readTally) (tally, error) { return *t, nil })
+	actor.Handle(k, func(ctx *actor.Context, t *tally, m padded) error {
+		if !bytes.Equal(m.Pad, padding(m.Seq, len(m.Pad))) {
+			t.Bad = append(t.Bad, fmt.Sprintf("%s: %d: %d bytes, not as sent", m.Sender, m.Seq, len(m.Pad)))
+		}
+		t.run(m.Sender, m.Seq)
+		return nil
+	})
 	k.PreserveStateJSON()
 	return k
+}
+
+// padding is the pad of padded message seq, n bytes (each message's
+// own, so that one delivered in another's place shows).
+func padding(seq, n int) []byte {
+	b := make([]byte, n)
+	for i := 0; i < n; i += 997 {
+		b[i] = byte(seq + i)
+	}
+	return b
 }
 
 type relocationRun struct {
