@@ -246,7 +246,7 @@ func (h *Host) sendRemote(ctx context.Context, host string, t target, m *payload
 // caller's deadline.
 func (h *Host) malformedItem(from string, err error) {
 	h.obs.Rejected("", RejectProtocol)
-	h.peerLogs.malformed.warn(h.log, "malformed item from a link dropped", "from", from, "err", err)
+	h.peerLogs.malformed.Warn(h.log, "malformed item from a link dropped", "from", from, "err", err)
 }
 
 // bounced takes back a frame this host sent that its destination left
@@ -288,7 +288,7 @@ func (h *Host) onFrame(ib *inbound, from string, buf payload.Buffer) {
 		// naming another origin is refused (back to the peer, if it
 		// asked for an answer there).
 		h.obs.Rejected("", RejectProtocol)
-		h.peerLogs.malformed.warn(h.log, "frame on its first hop naming another origin than the peer it came from dropped",
+		h.peerLogs.malformed.Warn(h.log, "frame on its first hop naming another origin than the peer it came from dropped",
 			"from", from, "origin", string(hv.Origin()))
 		if string(hv.ReplyTo()) == from {
 			h.failFrame(hv.ReplyTo(), hv.Op(), payload.NewError(payload.ProtocolError, "actor",
@@ -325,7 +325,7 @@ func (h *Host) onUnopened(from string, buf payload.Buffer, err error) {
 	switch {
 	case herr != nil:
 		h.obs.Rejected("", RejectProtocol)
-		h.peerLogs.malformed.warn(h.log, "malformed frame from a link dropped", "from", from, "err", herr)
+		h.peerLogs.malformed.Warn(h.log, "malformed frame from a link dropped", "from", from, "err", herr)
 		buf.Release()
 	case hv.Flags()&flagReply != 0:
 		h.onReply(hv.Op(), hv.Flags(), buf)
@@ -587,7 +587,7 @@ func (h *Host) failFrame(route []byte, op payload.OpID, err error) {
 	if len(route) > 0 {
 		h.routeReply(route, op, reply{err: err})
 	} else {
-		h.peerLogs.undeliverable.warn(h.log, "one-way message could not be delivered", "err", err)
+		h.peerLogs.undeliverable.Warn(h.log, "one-way message could not be delivered", "err", err)
 	}
 }
 

@@ -666,7 +666,7 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 	case relocation.Finish:
 		d.finish(a)
 	case relocation.Log:
-		h.peerLogs.relocation.info(h.log, "relocation: "+a.Msg, "object", d.obj.String(), "peer", d.peer)
+		h.peerLogs.relocation.Info(h.log, "relocation: "+a.Msg, "object", d.obj.String(), "peer", d.peer)
 	}
 	return nil
 }
@@ -991,7 +991,7 @@ func (h *Host) envelopeOf(frame []byte) *mailbox.Envelope {
 	m, err := h.reg.Open(h.pool.Copy(frame))
 	if err != nil {
 		h.obs.Rejected("", RejectProtocol)
-		h.peerLogs.malformed.warn(h.log, "relocation: undecodable frame in a move dropped", "err", err)
+		h.peerLogs.malformed.Warn(h.log, "relocation: undecodable frame in a move dropped", "err", err)
 		return nil
 	}
 	e := mailbox.NewEnvelope()

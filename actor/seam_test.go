@@ -320,7 +320,7 @@ func TestMalformedItemsFromAPeerAreCountedAndTheirLogLinesRateLimited(t *testing
 	if lines := strings.Count(buf.String(), "malformed frame from a link dropped"); lines < 1 || lines > most {
 		t.Fatalf("%d log lines for %d malformed frames sent at once in %v; want 1 to %d (one a second)", lines, garbage, time.Since(began), most)
 	}
-	b.peerLogs.malformed.next.Store(0) // as a second later
+	b.peerLogs.malformed.Reset() // as a second later
 	if err := tr.Send("b", transport.Item{Kind: transport.Frame, Data: []byte{0xff}}); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/berthrt/berth/internal/ratelog"
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/transport"
 )
@@ -241,7 +242,7 @@ type Transport struct {
 	unknown   atomic.Uint64 // connections from members that are not peers (yet)
 	refused   atomic.Uint64 // connections refused: handshake, certificate, preamble, too many
 	malformed atomic.Uint64 // connections closed for a malformed or oversized frame
-	logs      logLimiter
+	logs      logs
 
 	kick     chan struct{} // one slot: a closing session changed
 	stop     chan struct{} // closed when the links end: writers and dialers stop
@@ -250,6 +251,12 @@ type Transport struct {
 	dialStop context.CancelFunc
 	wg       sync.WaitGroup // every goroutine of the transport
 	done     chan struct{}  // closed when Close has finished
+}
+
+// logs are the transport's lines caused by other hosts' input, one rate
+// limit each (internal/ratelog).
+type logs struct {
+	dial, refused, malformed, oversized ratelog.Limiter
 }
 
 // peer is one peer: its session, its delivery queue, its connections and
@@ -966,7 +973,7 @@ func (t *Transport) dial(name, addr string) (net.Conn, int, error) {
 		tc := tls.Client(c, t.opts.TLS.clientConfig(name))
 		if err := tc.HandshakeContext(ctx); err != nil {
 			_ = c.Close()
-			t.logs.log(t.log, "dial", "tcp: connecting to a peer failed its TLS handshake", "peer", name, "err", err)
+			t.logs.dial.Warn(t.log, "tcp: connecting to a peer failed its TLS handshake", "peer", name, "err", err)
 			return nil, 0, err
 		}
 		c = tc
@@ -1032,7 +1039,7 @@ func (t *Transport) acceptLoop() {
 // refuse counts and logs (rate-limited) a refused connection.
 func (t *Transport) refuse(why string, c net.Conn, err error) {
 	t.refused.Add(1)
-	t.logs.log(t.log, "refused", "tcp: refused a connection: "+why, "remote", c.RemoteAddr().String(), "err", err)
+	t.logs.refused.Warn(t.log, "tcp: refused a connection: "+why, "remote", c.RemoteAddr().String(), "err", err)
 }
 
 // serve runs one accepted connection: its handshake and preamble, within
@@ -1146,14 +1153,14 @@ func (t *Transport) readLoop(p *peer, conn net.Conn) {
 			// An item past the limit: its bytes are read and not kept,
 			// and it takes its turn without reaching the handler, so that
 			// the peer does not send it again (Stats.Oversized).
-			t.logs.log(t.log, "oversized", "tcp: refused an item past the limit", "peer", p.name, "err", err)
+			t.logs.oversized.Warn(t.log, "tcp: refused an item past the limit", "peer", p.name, "err", err)
 			if _, err := io.CopyN(io.Discard, br, int64(n)); err != nil {
 				return
 			}
 			e.refused = true
 		case err != nil:
 			t.malformed.Add(1)
-			t.logs.log(t.log, "malformed", "tcp: closed a peer's connection for a malformed frame", "peer", p.name, "err", err)
+			t.logs.malformed.Warn(t.log, "tcp: closed a peer's connection for a malformed frame", "peer", p.name, "err", err)
 			return
 		case e.Op == opItem:
 			if e.Data, err = readData(br, n); err != nil {
@@ -1294,42 +1301,4 @@ func (t *Transport) Cut(name string, cut bool) {
 	}
 	p.mu.Unlock()
 	p.poke()
-}
-
-// logLimiter lets one log line a second through per kind, and counts the
-// ones it held back (reported on the next line of the kind).
-type logLimiter struct {
-	mu    sync.Mutex
-	kinds map[string]*logKind // guarded by mu
-}
-
-type logKind struct {
-	last       time.Time
-	suppressed int
-}
-
-func (l *logLimiter) log(lg *slog.Logger, kind, msg string, args ...any) {
-	l.mu.Lock()
-	if l.kinds == nil {
-		l.kinds = map[string]*logKind{}
-	}
-	k := l.kinds[kind]
-	if k == nil {
-		k = &logKind{}
-		l.kinds[kind] = k
-	}
-	now := time.Now()
-	if !k.last.IsZero() && now.Sub(k.last) < time.Second {
-		k.suppressed++
-		l.mu.Unlock()
-		return
-	}
-	k.last = now
-	n := k.suppressed
-	k.suppressed = 0
-	l.mu.Unlock()
-	if n > 0 {
-		args = append(args, "suppressed", n)
-	}
-	lg.Warn(msg, args...)
 }
