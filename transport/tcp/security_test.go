@@ -2,6 +2,7 @@ package tcp_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
@@ -374,3 +375,81 @@ type handlerFunc func(from string, it transport.Item)
 func (f handlerFunc) Deliver(from string, it transport.Item) { f(from, it) }
 func (handlerFunc) Returned(string, transport.Item)          {}
 func (handlerFunc) Event(transport.Event)                    {}
+
+// gate is a Handler whose Deliver waits until it is opened, and counts.
+type gate struct {
+	open chan struct{}
+	mu   sync.Mutex
+	got  []string // guarded by mu
+}
+
+func (g *gate) Deliver(_ string, it transport.Item) {
+	<-g.open
+	g.mu.Lock()
+	g.got = append(g.got, string(it.Data))
+	g.mu.Unlock()
+}
+func (*gate) Returned(string, transport.Item) {}
+
+// Event waits too: the peer's Up is delivered on the transport's delivery
+// goroutine, so the items behind it queue in the inbox (an item that
+// finds the handler idle is delivered on the reader, which then stops
+// reading by itself).
+func (g *gate) Event(transport.Event) { <-g.open }
+
+func (g *gate) count() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.got)
+}
+
+// A receiver whose handler does not keep up holds at most InboundItems of
+// a peer's items (it stops reading the connection); the rest wait at the
+// sender, whose WaitRoom blocks past its high mark — back-pressure
+// through the link. Once the handler goes on, every item arrives once, in
+// order.
+func TestASlowHandlerPushesBackThroughTheLink(t *testing.T) {
+	opts := testOptions()
+	opts.InboundItems, opts.HighItems = 64, 256
+	t.Cleanup(func() { testutil.CheckNoGoroutines(t) })
+	c := newCluster(opts, false)
+	g := &gate{open: make(chan struct{})}
+	a := c.start(t, "a", newSink())
+	b := c.start(t, "b", g)
+	t.Cleanup(func() { _ = a.Close(true) })
+	t.Cleanup(func() { _ = b.Close(true) })
+	var opened sync.Once
+	release := func() { opened.Do(func() { close(g.open) }) }
+	t.Cleanup(release) // first: a failed test's hosts close with the handler going on
+	testutil.WaitFor(t, "the link up", func() bool { return len(a.Peers()) == 1 && len(b.Peers()) == 1 })
+	const n = 2000
+	for i := range n {
+		if err := a.Send("b", transport.Item{Kind: transport.Frame, Data: []byte(strconv.Itoa(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The receiver fills up to its bound, and stays there while the
+	// sender has written everything (it is in the sockets' buffers, for
+	// the reader to take if it did not stop); the sender's senders wait.
+	testutil.WaitFor(t, "the receiver to fill up to its bound", func() bool {
+		in, _ := b.Pending()
+		return in >= opts.InboundItems
+	})
+	for end := time.Now().Add(200 * time.Millisecond); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		if in, _ := b.Pending(); in > opts.InboundItems+2 {
+			t.Fatalf("the receiver holds %d items for its handler, past InboundItems %d", in, opts.InboundItems)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := a.WaitRoom(ctx, "b"); err == nil {
+		t.Fatal("the sender has room with its peer's handler stopped")
+	}
+	release()
+	testutil.WaitForWithin(t, "every item", time.Minute, func() bool { return g.count() == n })
+	for i, s := range g.got {
+		if s != strconv.Itoa(i) {
+			t.Fatalf("item %d is %q", i, s)
+		}
+	}
+}
