@@ -178,3 +178,18 @@ func (c *countingReader) Read(b []byte) (int, error) {
 	c.n += n
 	return n, err
 }
+
+// A peer's new incarnation ends the session with the old one and is
+// counted; an older one is stale and changes nothing.
+func TestAPeersRestartIsCounted(t *testing.T) {
+	cfg := &sessionConfig{local: "a", inc: 1, ackEvery: 4, heartbeatTicks: 3, downTicks: 6, resendTicks: noResend, highItems: 8, highBytes: 1 << 20}
+	s := newSession(cfg)
+	var o output
+	for _, inc := range []uint64{5, 5, 9, 7} {
+		s.receive(&Envelope{Op: opHello, FromInc: inc}, &o)
+		o.reset()
+	}
+	if s.stats.restarts != 1 || s.stats.stale != 1 || s.peerInc != 9 {
+		t.Fatalf("restarts %d, stale %d, peer incarnation %d; want 1, 1, 9", s.stats.restarts, s.stats.stale, s.peerInc)
+	}
+}

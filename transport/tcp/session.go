@@ -132,6 +132,7 @@ type sessionStats struct {
 	lost       uint64 // items the peer had not taken when it crashed, restarted or was removed
 	dropped    uint64 // non-frame items a gracefully closed peer did not take
 	oversized  uint64 // items past this host's limit, received and not delivered
+	restarts   uint64 // new incarnations of the peer seen (each ends a session)
 }
 
 // add adds o's counts to s.
@@ -143,6 +144,7 @@ func (s *sessionStats) add(o sessionStats) {
 	s.lost += o.lost
 	s.dropped += o.dropped
 	s.oversized += o.oversized
+	s.restarts += o.restarts
 }
 
 // session is the machine of one pair: this host and peer. Not safe for
@@ -328,6 +330,7 @@ func (s *session) receive(e *Envelope, o *output) {
 		s.peerInc = e.FromInc // first contact
 	case e.FromInc > s.peerInc:
 		// The peer restarted: the old session is over, as after a crash.
+		s.stats.restarts++
 		s.dropOut(true)
 		s.gone(o)
 		s.reset(e.FromInc)

@@ -1264,6 +1264,12 @@ type Stats struct {
 	// them once it knows this host's limit, from its answer to the
 	// connection, so this counts only those sent before).
 	Oversized uint64
+	// Restarts is how many times a peer's frames carried a new
+	// incarnation of it: each ended the session with the old one (what
+	// it had not taken is Lost), and the handler got Gone then Up. Only
+	// the member a connection is authenticated as can claim one of its
+	// own.
+	Restarts uint64
 }
 
 // Stats returns the transport's counts so far.
@@ -1278,7 +1284,7 @@ func (t *Transport) Stats() Stats {
 	}
 	return Stats{Resent: sum.resent, Duplicates: sum.duplicates, Gaps: sum.gaps, Stale: sum.stale,
 		Lost: sum.lost, Dropped: sum.dropped, Unknown: t.unknown.Load(), Refused: t.refused.Load(), Malformed: t.malformed.Load(),
-		Oversized: sum.oversized}
+		Oversized: sum.oversized, Restarts: sum.restarts}
 }
 
 // Cut cuts (cut true) or restores the link between this host and its peer
