@@ -16,8 +16,8 @@ import (
 //
 // An item that arrives while the queue is empty and nothing is being
 // delivered is taken by the goroutine that received it (take), which
-// hands it to the handler itself: one goroutine switch less on each
-// message, as when protoactor's stream reader posts to an actor. Until
+// hands it to the handler itself (the connection's reader): one goroutine
+// switch less on each message. Until
 // that inline delivery ends (inlineDone) the delivery goroutine takes
 // nothing, so calls stay one at a time and in order.
 type inbox struct {

@@ -22,7 +22,9 @@ import (
 // (WaitRoom), and because a peer that closes gracefully hands back, through
 // its final taken, the frames it did not take. It resends from ack+1 (go
 // back N): when the link comes up again, when the receiver reports a gap,
-// and when ack has not moved for resendTicks. The receiver accepts only the
+// and when ack has not moved for resendTicks (the driver sets it out of
+// reach: a TCP connection loses nothing while it lasts, and a slow handler
+// is back-pressure, not loss). The receiver accepts only the
 // next number: it drops duplicates, and drops an item after a gap (reporting
 // the gap once).
 //
