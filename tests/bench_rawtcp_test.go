@@ -11,30 +11,26 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 )
 
 const rawPayload = 64
 
-// rawConn starts a rawtcp child (with TLS 1.3 when tlsOn, trusting only
-// the child's own certificate) and dials it, with TCP_NODELAY.
+// rawConn starts a rawtcp child (with TLS 1.3 when tlsOn, its certificate
+// from the tests' CA) and dials it, with TCP_NODELAY.
 func rawConn(b *testing.B, tlsOn bool) net.Conn {
 	b.Helper()
 	if raceEnabled {
 		b.Skip("benchmarks run without -race")
 	}
 	var env []string
-	certPath := filepath.Join(b.TempDir(), "child-cert.pem")
 	if tlsOn {
-		env = []string{"BERTH_CHILD_TLS=1", "BERTH_CHILD_TLS_CERT=" + certPath}
+		env = []string{"BERTH_CHILD_TLS=1"}
 	}
 	ch := startChild(b, "rawtcp", "rawtcp", env...)
 	raw, err := net.Dial("tcp", ch.addr)
@@ -48,16 +44,8 @@ func rawConn(b *testing.B, tlsOn bool) net.Conn {
 	if !tlsOn {
 		return raw
 	}
-	pemBytes, err := os.ReadFile(certPath)
-	if err != nil {
-		b.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(pemBytes) {
-		b.Fatalf("no certificate in %s", certPath)
-	}
 	host, _, _ := net.SplitHostPort(ch.addr)
-	c := tls.Client(raw, &tls.Config{RootCAs: roots, ServerName: host, MinVersion: tls.VersionTLS13, MaxVersion: tls.VersionTLS13})
+	c := tls.Client(raw, &tls.Config{RootCAs: testCA().Pool(), ServerName: host, MinVersion: tls.VersionTLS13, MaxVersion: tls.VersionTLS13})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := c.HandshakeContext(ctx); err != nil {

@@ -7,28 +7,19 @@ package tests
 // many bytes — back as it came, on every connection. It exits when its
 // standard input ends.
 //
-// BERTH_CHILD_TLS=1 makes it a TLS 1.3 server instead, with a self-signed
-// ECDSA P-256 certificate for 127.0.0.1 made in memory; it writes the
-// certificate's PEM to the file BERTH_CHILD_TLS_CERT before it reports
-// ready, so that the parent trusts exactly that certificate.
+// BERTH_CHILD_TLS=1 makes it a TLS 1.3 server instead, with a certificate
+// for 127.0.0.1 from the tests' CA (tls_test.go; the parent hands it over
+// in the environment), which the parent trusts.
 
 import (
 	"bufio"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/binary"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"os"
-	"time"
 )
 
 // rawFrameMax bounds the frames the rawtcp child accepts.
@@ -42,12 +33,7 @@ func childRawTCP() int {
 	}
 	defer ln.Close()
 	if os.Getenv("BERTH_CHILD_TLS") == "1" {
-		path := os.Getenv("BERTH_CHILD_TLS_CERT")
-		if path == "" {
-			fmt.Fprintln(os.Stderr, "BERTH_CHILD_TLS=1 needs BERTH_CHILD_TLS_CERT")
-			return 1
-		}
-		cert, err := rawSelfSigned(path)
+		cert, err := testCA().IssueTLS("rawtcp", "127.0.0.1")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "certificate:", err)
 			return 1
@@ -115,35 +101,4 @@ func rawEchoConn(c net.Conn) {
 			}
 		}
 	}
-}
-
-// rawSelfSigned makes a self-signed ECDSA P-256 certificate for
-// 127.0.0.1, valid for a day, and writes its PEM to path.
-func rawSelfSigned(path string) (tls.Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: "berth rawtcp child"},
-		NotBefore:    now.Add(-time.Minute),
-		NotAfter:     now.Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		return tls.Certificate{}, err
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }

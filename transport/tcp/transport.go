@@ -515,13 +515,16 @@ func (t *Transport) Send(to string, it transport.Item) error {
 	batch.reset()
 	p.mu.Lock()
 	p.writing, p.inlineSpare = false, batch
-	more := p.wq.n > 0
+	more, closing := p.wq.n > 0, p.s.closing
 	p.mu.Unlock()
 	if werr != nil {
 		t.linkDown(p, conn)
 	}
 	if more {
 		p.poke()
+	}
+	if closing {
+		t.wakeClose() // a Close waits for the queue to drain
 	}
 	return nil
 }
@@ -574,7 +577,7 @@ func (t *Transport) flush(p *peer, take bool) (d delivery, took bool) {
 		p.room = nil
 	}
 	if p.s.closing {
-		t.kickIfClosing()
+		t.wakeClose()
 	}
 	o.reset()
 	return d, took
@@ -740,8 +743,8 @@ func (t *Transport) Close(graceful bool) error {
 	return nil
 }
 
-// kickIfClosing wakes a Close that waits for the peers (await).
-func (t *Transport) kickIfClosing() {
+// wakeClose wakes a Close that waits for the peers (await).
+func (t *Transport) wakeClose() {
 	select {
 	case t.kick <- struct{}{}:
 	default:
@@ -920,11 +923,14 @@ func (t *Transport) writeLoop(p *peer) {
 			spare = batch
 			p.mu.Lock()
 			p.writing = false
+			closing := p.s.closing
 			p.mu.Unlock()
 			if err != nil {
 				t.linkDown(p, conn)
 			}
-			t.kickIfClosing()
+			if closing {
+				t.wakeClose() // a Close waits for the queue to drain
+			}
 		}
 	}
 }
