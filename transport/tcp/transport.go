@@ -498,9 +498,13 @@ func (t *Transport) Send(to string, it transport.Item) error {
 	}
 	p.mu.Lock()
 	err := p.s.send(it, &p.o)
-	t.flushLocked(p)
+	t.flush(p, false, false)
 	if err != nil || p.out == nil || p.writing || p.wq.n == 0 || p.wq.n > inlineWrite || !p.s.caughtUp() {
+		queued := p.wq.n > 0
 		p.mu.Unlock()
+		if queued {
+			p.poke() // the writer's turn
+		}
 		return err
 	}
 	// The peer has read everything before this item and the writer is
@@ -544,23 +548,27 @@ const inlineWrite = 2 << 10
 // flushLocked carries out the session's outputs: envelopes to the write
 // queue, in order, and handler calls to the delivery queue (p.mu held).
 func (t *Transport) flushLocked(p *peer) {
-	t.flush(p, false)
+	t.flush(p, false, true)
 }
 
 // flushLockedTake is flushLocked, except that when the handler has
 // nothing to do the first item to deliver is taken (inbox.take) for the
 // caller to deliver once it released p.mu.
 func (t *Transport) flushLockedTake(p *peer) (d delivery, took bool) {
-	return t.flush(p, true)
+	return t.flush(p, true, true)
 }
 
-func (t *Transport) flush(p *peer, take bool) (d delivery, took bool) {
+// flush is flushLocked (take: flushLockedTake); poke says whether to wake
+// the writer for what it queued (Send does not: it may write it itself).
+func (t *Transport) flush(p *peer, take, poke bool) (d delivery, took bool) {
 	o := &p.o
 	if len(o.send) > 0 && !p.removed && !p.cut.Load() {
 		for i := range o.send {
 			p.wq.push(&o.send[i])
 		}
-		p.poke()
+		if poke {
+			p.poke()
+		}
 	}
 	// The state first: a handler that got an event sees it in Peers.
 	p.blocked.Store(p.s.blocked)
