@@ -226,9 +226,12 @@ func childNode() int {
 		return 1
 	}
 	defer members.Close()
-	var att transport.Attacher = newTLSAttacher(tcp.Options{Listen: "127.0.0.1:0", Logger: log})
+	tlsAtt := newTLSAttacher(tcp.Options{Listen: "127.0.0.1:0", Logger: log})
+	var att transport.Attacher = tlsAtt
+	tcpOf := func() *tcp.Transport { return tlsAtt.Transport(name) }
 	if os.Getenv("BERTH_CHILD_INSECURE") == "1" {
-		att = tcp.New(tcp.Options{Listen: "127.0.0.1:0", Logger: log, Insecure: true})
+		plain := tcp.New(tcp.Options{Listen: "127.0.0.1:0", Logger: log, Insecure: true})
+		att, tcpOf = plain, func() *tcp.Transport { return plain.Transport(name) }
 	}
 	if at := os.Getenv("BERTH_CHILD_KILL_AT"); at != "" {
 		dir, rec, _ := strings.Cut(at, " ")
@@ -258,7 +261,7 @@ func childNode() int {
 	defer h.Close()
 	fmt.Printf("ready %s %s\n", name, h.Addr())
 
-	c := &childCtl{h: h, store: store}
+	c := &childCtl{h: h, store: store, tcp: tcpOf}
 	lines := make(chan string)
 	go func() {
 		sc := bufio.NewScanner(os.Stdin)
@@ -296,6 +299,7 @@ func childNode() int {
 type childCtl struct {
 	h     *actor.Host
 	store relocation.Store
+	tcp   func() *tcp.Transport // the host's transport
 
 	load       chan struct{} // closed to stop the senders
 	loadWG     sync.WaitGroup
@@ -381,6 +385,9 @@ func (c *childCtl) do(line string) (reply string, exit bool) {
 			return "err " + err.Error(), false
 		}
 		return "ok " + strconv.FormatInt(time.Since(start).Milliseconds(), 10) + " " + pausesCSV(c.h), true
+	case "tcpstats": // tcpstats → ok <json tcp.Stats> of the host's transport
+		b, _ := json.Marshal(c.tcp().Stats())
+		return "ok " + string(b), false
 	case "stats": // stats → ok <json actor.Stats>
 		return jsonLine("ok", c.h.Stats()), false
 	case "pauses": // pauses → ok <µs,µs,...> (and forgets them)

@@ -1,0 +1,424 @@
+package tests
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/membership"
+	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/transport"
+	"github.com/berthrt/berth/transport/tcp"
+)
+
+// These tests attack a node process (n1, transport/tcp with mutual TLS)
+// as a client on the network would, while a gateway host in the test's
+// process (a real peer) keeps using it. The attacker speaks the wire by
+// hand: the preamble, then frames (a 4-byte length, the 44-byte header of
+// transport/tcp's frame.go, the data).
+
+// hostile is the set-up of the tests below: node n1 in a child process,
+// the gateway gw in this one, the object ref activated on n1, and ghost, a
+// member of the cluster (it holds a lease in the membership, so n1 takes
+// it as a peer) that runs nowhere: the attacker holds its certificate.
+// (A running member would reconnect and replace the attacker's
+// connections.)
+type hostile struct {
+	n1    *child
+	gw    *actor.Host
+	ref   actor.Ref
+	ghost tls.Certificate
+	inc   uint64 // the ghost's last incarnation on the wire
+}
+
+func newHostile(t *testing.T) *hostile {
+	t.Helper()
+	db := pgtestNew(t)
+	x := &hostile{n1: startNodeChild(t, db, "n1"), ref: actor.Ref{Kind: "tally", ID: "attacked"}}
+	x.gw = procsGateway(t, db, 1, false)
+	x.ghost = joinGhost(t, db, "ghost")
+	x.ask(t, 1)
+	if !waitFor(time.Minute, func() bool {
+		c, err := x.dial("ghost", &x.ghost)
+		if err == nil {
+			_ = c.Close()
+		}
+		return err == nil
+	}) {
+		t.Fatal("n1 did not take ghost, a member, as a peer within a minute")
+	}
+	return x
+}
+
+// joinGhost makes name a member of the cluster whose address takes no
+// connections, serving no kinds (so nothing is placed on it), renews its lease until the test ends, and returns a
+// certificate naming it.
+func joinGhost(t *testing.T, db, name string) tls.Certificate {
+	t.Helper()
+	_, members, closePG := openPostgres(t, db)
+	ctx := context.Background()
+	lease, err := members.Join(ctx, membership.Member{Name: name, Address: "127.0.0.1:1",
+		LeaseGen: uint64(time.Now().UnixNano())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(lease.TTL / 4):
+			}
+			if _, err := members.Renew(ctx, name, lease.Gen); err != nil {
+				t.Errorf("renew %s: %v", name, err)
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		close(stop)
+		<-done
+		_ = members.Leave(ctx, name, lease.Gen)
+		closePG()
+	})
+	cert, err := testCA().IssueTLS(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
+}
+
+// waitFor polls cond every 20 ms for up to d.
+func waitFor(d time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+		if time.Now().After(end) {
+			return false
+		}
+	}
+}
+
+// dial opens a TLS connection to n1 with cert (nil: none), sends the
+// preamble of a dialer claiming to be from, and reads n1's answer: an
+// error if n1 refused or closed the connection instead.
+func (x *hostile) dial(from string, cert *tls.Certificate) (net.Conn, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: testCA().Pool(), ServerName: "n1"}
+	if cert != nil {
+		cfg.Certificates = []tls.Certificate{*cert}
+	}
+	c, err := tls.Dial("tcp", x.n1.addr, cfg)
+	if err != nil {
+		return nil, err
+	}
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	pre := append([]byte("berth/tcp/1\n"), byte(len(from)))
+	pre = append(append(pre, from...), 2)
+	pre = append(pre, "n1"...)
+	if _, err := c.Write(pre); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	var ok [5]byte // 'k' and n1's item limit
+	if _, err := io.ReadFull(c, ok[:]); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// ask asks ref on n1 from the gateway and checks the answer.
+func (x *hostile) ask(t *testing.T, seq int) {
+	t.Helper()
+	got, err := actor.Ask[numberedAsk, int](context.Background(), x.gw, x.ref, numberedAsk{Sender: "gw", Seq: seq})
+	if err != nil || got != seq {
+		t.Fatalf("Ask %d from the gateway: %d, %v; n1's log:\n%s", seq, got, err, x.n1.stderr())
+	}
+}
+
+// tally reads ref's state from the gateway.
+func (x *hostile) tally(t *testing.T) tally {
+	t.Helper()
+	got, err := actor.Ask[readTally, tally](context.Background(), x.gw, x.ref, readTally{})
+	if err != nil {
+		t.Fatalf("read %v: %v", x.ref, err)
+	}
+	return got
+}
+
+// stats returns n1's transport counts.
+func (x *hostile) stats(t *testing.T) tcp.Stats {
+	t.Helper()
+	var s tcp.Stats
+	if err := json.Unmarshal([]byte(x.n1.must(t, "tcpstats")), &s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// alive fails the test if n1 exited.
+func (x *hostile) alive(t *testing.T) {
+	t.Helper()
+	select {
+	case <-x.n1.done:
+		t.Fatalf("n1 exited (%v); its log:\n%s", x.n1.cmd.ProcessState, x.n1.stderr())
+	default:
+	}
+}
+
+// linkFrame is a frame of transport/tcp's session: op (1 item, 3 hello),
+// an item's kind, the sender's incarnation, the item's number, data.
+func linkFrame(op byte, kind transport.Kind, fromInc, seq uint64, data []byte) []byte {
+	b := binary.BigEndian.AppendUint32(nil, uint32(44+len(data)))
+	b = append(b, op, 0, byte(kind), 0)
+	b = binary.BigEndian.AppendUint64(b, fromInc)
+	b = binary.BigEndian.AppendUint64(b, 0) // the incarnation of n1 it knows: none
+	b = binary.BigEndian.AppendUint64(b, seq)
+	b = binary.BigEndian.AppendUint64(b, 0) // ack
+	b = binary.BigEndian.AppendUint64(b, 0) // taken
+	return append(b, data...)
+}
+
+// tellFrame is the data of a Frame item: a Tell of numbered{sender, 1} to
+// ref, first sent (hop 0) by origin.
+func tellFrame(t *testing.T, ref actor.Ref, origin, sender string) []byte {
+	t.Helper()
+	h := payload.Header{Type: "tests.numbered", ContentType: "application/json",
+		Target: payload.Target{Scope: payload.ScopeObject, Name: ref.Kind, ID: ref.ID},
+		Op:     payload.NewOpID(), Origin: origin}
+	b, err := payload.AppendHeader(nil, &h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := json.Marshal(numbered{Sender: sender, Seq: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(b, body...)
+}
+
+// session sends items, numbered from 1, on a new connection as ghost (a
+// new incarnation of it each time) and closes it once n1 has read them.
+func (x *hostile) session(t *testing.T, items ...[]byte) {
+	t.Helper()
+	c, err := x.dial("ghost", &x.ghost)
+	if err != nil {
+		t.Fatalf("dial as ghost: %v", err)
+	}
+	defer c.Close()
+	x.inc = max(x.inc+1, uint64(time.Now().UnixNano()))
+	var w []byte
+	for i, it := range items {
+		if it[0] == 0 { // a whole frame already (see rawItem)
+			w = append(w, it[1:]...)
+			continue
+		}
+		w = append(w, linkFrame(1, transport.Kind(it[0]), x.inc, uint64(i+1), it[1:])...)
+	}
+	if _, err := c.Write(w); err != nil {
+		t.Fatalf("write as ghost: %v", err)
+	}
+}
+
+// item is an item of kind k for session.
+func item(k transport.Kind, data []byte) []byte { return append([]byte{byte(k)}, data...) }
+
+// A client without a certificate, with another CA's, or with a valid
+// certificate of one member claiming to be another — and a valid
+// certificate of a name that is no member — is refused and counted; the
+// node process keeps serving its peer.
+func TestANodeProcessRefusesAMemberClaimingAnotherMembersName(t *testing.T) {
+	x := newHostile(t)
+	before := x.stats(t)
+	stranger, err := testCA().IssueTLS("stranger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		what string
+		from string
+		cert *tls.Certificate
+	}{
+		{"no certificate", "gateway", nil},
+		{"ghost's certificate claiming to be the gateway", "gateway", &x.ghost},
+		{"ghost's certificate claiming to be n1", "n1", &x.ghost},
+		{"a certificate of no member", "stranger", &stranger},
+	} {
+		if c, err := x.dial(tc.from, tc.cert); err == nil {
+			_ = c.Close()
+			t.Fatalf("%s: n1 accepted the connection", tc.what)
+		}
+	}
+	if !waitFor(30*time.Second, func() bool {
+		s := x.stats(t)
+		return s.Refused >= before.Refused+3 && s.Unknown >= before.Unknown+1
+	}) {
+		t.Fatalf("n1 counted %+v after %+v; want 3 more refused and 1 more unknown", x.stats(t), before)
+	}
+	x.ask(t, 2)
+	x.alive(t)
+	if c, err := x.dial("ghost", &x.ghost); err != nil { // the control: ghost as itself is taken
+		t.Fatalf("ghost as itself: %v", err)
+	} else {
+		_ = c.Close()
+	}
+}
+
+// Every truncation of a valid frame, and garbage after a valid handshake,
+// close that connection only: nothing of them reaches an object, the
+// garbage is counted as malformed, and the node process keeps serving its
+// peer. The seed is printed.
+func TestANodeProcessClosesOnlyTheConnectionOfGarbageOrATruncatedFrame(t *testing.T) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 2))
+	x := newHostile(t)
+	frame := linkFrame(1, transport.Frame, uint64(time.Now().UnixNano()), 1, tellFrame(t, x.ref, "ghost", "truncated"))
+	for k := range len(frame) {
+		c, err := x.dial("ghost", &x.ghost)
+		if err != nil {
+			t.Fatalf("truncated at %d: %v", k, err)
+		}
+		if _, err := c.Write(frame[:k]); err != nil {
+			t.Fatalf("truncated at %d: %v", k, err)
+		}
+		_ = c.Close()
+	}
+	malformed := x.stats(t).Malformed
+	const garbage = 20
+	for i := range garbage {
+		c, err := x.dial("ghost", &x.ghost)
+		if err != nil {
+			t.Fatalf("garbage %d: %v", i, err)
+		}
+		g := make([]byte, 48+rng.IntN(512))
+		for j := range g {
+			g[j] = byte(rng.Uint32())
+		}
+		binary.BigEndian.PutUint32(g, 44)
+		g[4] = 99 // no such op: the header is refused
+		if _, err := c.Write(g); err != nil {
+			t.Fatalf("garbage %d: %v", i, err)
+		}
+		if _, err := io.ReadAll(c); err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("garbage %d: n1 kept the connection open", i)
+			}
+		}
+		_ = c.Close()
+	}
+	if !waitFor(30*time.Second, func() bool { return x.stats(t).Malformed >= malformed+garbage }) {
+		t.Fatalf("n1 counted %d malformed connections, want %d", x.stats(t).Malformed, malformed+garbage)
+	}
+	x.ask(t, 2)
+	x.alive(t)
+	if n := x.tally(t).Count["truncated"]; n != 0 {
+		t.Fatalf("a truncated frame ran %d times", n)
+	}
+	// The control: the whole frame runs.
+	x.session(t, item(transport.Frame, tellFrame(t, x.ref, "ghost", "whole")))
+	if !waitFor(30*time.Second, func() bool { return x.tally(t).Count["whole"] == 1 }) {
+		t.Fatalf("the whole frame did not run: %+v", x.tally(t))
+	}
+}
+
+// Items an authenticated member forges have no effect beyond its own
+// link: a message naming another host as its origin on its first hop is
+// refused; a Prepare declaring 2^32-1 chunks, or naming another host as
+// the source of a move of an object that host does not own, allocates
+// nothing and moves nothing; hellos with the highest incarnation restart
+// only the forger's own session. Each forged item is followed, on its
+// link, by one that must run (so the forged one was read and handled
+// first); the node process keeps serving its peer throughout.
+func TestForgedItemsFromAnAuthenticatedMemberHaveNoEffect(t *testing.T) {
+	x := newHostile(t)
+	rss := x.n1RSS(t)
+
+	// A Tell claiming the gateway sent it first; then one as itself.
+	x.session(t, item(transport.Frame, tellFrame(t, x.ref, "gateway", "forged")),
+		item(transport.Frame, tellFrame(t, x.ref, "ghost", "after-origin")))
+	if !waitFor(30*time.Second, func() bool { return x.tally(t).Count["after-origin"] == 1 }) {
+		t.Fatalf("the message after the forged one did not run: %+v", x.tally(t))
+	}
+	if n := x.tally(t).Count["forged"]; n != 0 {
+		t.Fatalf("a message naming another origin ran %d times", n)
+	}
+
+	// Prepares: 2^32-1 chunks; and a move of ref "from the gateway".
+	obj := relocation.Object{Kind: x.ref.Kind, ID: x.ref.ID}
+	huge := relocation.AppendRecord(nil, obj, &relocation.Prepare{Move: relocation.MoveID{1}, Object: obj,
+		Source: "ghost", Owner: relocation.Ownership{Host: "ghost", LeaseGen: 1, ObjectGen: 1, OwnerGen: 1}, TotalLen: 88, ChunkCount: math.MaxUint32})
+	hijack := relocation.AppendRecord(nil, obj, &relocation.Prepare{Move: relocation.MoveID{2}, Object: obj,
+		Source: "gateway", Owner: relocation.Ownership{Host: "gateway", LeaseGen: 1, ObjectGen: 1, OwnerGen: 1 << 40}, TotalLen: 1, ChunkCount: 1})
+	x.session(t, item(transport.Record, huge), item(transport.Record, hijack),
+		item(transport.Frame, tellFrame(t, x.ref, "ghost", "after-prepare")))
+	if !waitFor(30*time.Second, func() bool { return x.tally(t).Count["after-prepare"] == 1 }) {
+		t.Fatalf("the message after the forged Prepares did not run: %+v", x.tally(t))
+	}
+	if owner := x.n1.must(t, "owner tally "+x.ref.ID); owner != "n1" {
+		t.Fatalf("after the forged Prepares the store names %s as the owner, want n1", owner)
+	}
+	if grown := x.n1RSS(t) - rss; grown > 256<<20 {
+		t.Fatalf("n1 grew by %d MiB", grown>>20)
+	}
+
+	// Hellos from the highest incarnations: only ghost's session restarts.
+	restarts := x.stats(t).Restarts
+	for _, inc := range []uint64{math.MaxUint64 - 1, math.MaxUint64} {
+		c, err := x.dial("ghost", &x.ghost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write(linkFrame(3, 0, inc, 0, nil)); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.Close()
+	}
+	if !waitFor(30*time.Second, func() bool { return x.stats(t).Restarts >= restarts+1 }) {
+		t.Fatalf("n1 counted no restart of ghost: %+v", x.stats(t))
+	}
+	for i := range 20 {
+		x.ask(t, 2+i)
+	}
+	if got := x.tally(t).Count["gw"]; got != 21 {
+		t.Fatalf("the gateway's Asks ran %d times, want 21", got)
+	}
+	x.alive(t)
+}
+
+// n1RSS returns n1's resident memory in bytes.
+func (x *hostile) n1RSS(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(x.n1.cmd.Process.Pid) + "/status")
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS in /proc/<pid>/status")
+	return 0
+}
