@@ -225,10 +225,6 @@ func (x *hostile) session(t *testing.T, items ...[]byte) {
 	x.inc = max(x.inc+1, uint64(time.Now().UnixNano()))
 	var w []byte
 	for i, it := range items {
-		if it[0] == 0 { // a whole frame already (see rawItem)
-			w = append(w, it[1:]...)
-			continue
-		}
 		w = append(w, linkFrame(1, transport.Kind(it[0]), x.inc, uint64(i+1), it[1:])...)
 	}
 	if _, err := c.Write(w); err != nil {
