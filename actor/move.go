@@ -335,6 +335,16 @@ func (h *Host) onRecord(from string, obj relocation.Object, rec relocation.Recor
 		h.sendRecords(from, r.Object, nil, reply)
 		return
 	case *relocation.Prepare:
+		if r.Source != from || r.Owner.Host != from {
+			// A move comes from the host that owns the object, on its own
+			// link: a Prepare naming another source or owner is refused
+			// (to its sender) and nothing is kept for it.
+			h.malformedItem(from, payload.NewError(payload.ProtocolError, "actor",
+				"a Prepare from "+from+" naming "+r.Source+" as the source and "+r.Owner.Host+" as the owner"))
+			h.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move,
+				Reason: "a move from " + from + " must name " + from + " as its source and owner"})
+			return
+		}
 		d := h.move(r.Move)
 		if d == nil {
 			kr := h.kinds[r.Object.Kind]

@@ -390,6 +390,56 @@ func TestIncomingMovesFromOnePeerAreCapped(t *testing.T) {
 	}
 }
 
+// A move comes from the object's owner on its own link: a Prepare from
+// peer x naming another host as its source, or as the owner, is answered
+// Failed and nothing is kept for it; the same Prepare naming x is taken.
+func TestAPrepareNamingAnotherSourceThanItsLinkIsRefused(t *testing.T) {
+	n := NewNetwork(nil)
+	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger()}), movableKind(newGates()))
+	x := &rawPeer{}
+	tr, err := n.Transport.Attach("x", x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tr.Close(false) }()
+	obj := relocation.Object{Kind: "counter", ID: "claimed"}
+	prepare := func(id byte, source, owner string) relocation.MoveID {
+		t.Helper()
+		mv := relocation.MoveID{0xfa, id}
+		p := &relocation.Prepare{Move: mv, Object: obj, Source: source, Owner: relocation.Ownership{Host: owner}, TotalLen: 8, ChunkCount: 1, CRC: 1}
+		if err := tr.Send("b", transport.Item{Kind: transport.Record, Data: relocation.AppendRecord(nil, obj, p)}); err != nil {
+			t.Fatal(err)
+		}
+		return mv
+	}
+	failed := func(mv relocation.MoveID) bool {
+		for _, it := range x.items() {
+			if it.Kind != transport.Record {
+				continue
+			}
+			if _, r, err := relocation.DecodeRecord(it.Data); err == nil {
+				if f, ok := r.(*relocation.Failed); ok && f.Move == mv {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for i, tc := range []struct{ source, owner string }{{"y", "x"}, {"x", "y"}, {"b", "b"}} {
+		mv := prepare(byte(i), tc.source, tc.owner)
+		waitFor(t, "the Prepare naming source "+tc.source+" and owner "+tc.owner+" to be refused", func() bool { return failed(mv) })
+		if b.move(mv) != nil {
+			t.Fatalf("a move was kept for the Prepare naming source %s and owner %s", tc.source, tc.owner)
+		}
+	}
+	// The control: the same Prepare naming x is taken (kept, not refused).
+	mv := prepare(9, "x", "x")
+	waitFor(t, "the Prepare naming x to be taken", func() bool { return b.move(mv) != nil })
+	if failed(mv) {
+		t.Fatal("the Prepare naming x was refused")
+	}
+}
+
 // A frame on its first hop comes from its origin: one from a peer that
 // names another host as its origin (whose sequence numbers order the
 // object's messages) is refused and counted, and runs nothing; the same
