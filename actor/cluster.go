@@ -302,6 +302,14 @@ func (h *Host) onFrame(ib *inbound, from string, buf payload.Buffer) {
 		h.failMessage(m, payload.NewError(payload.NotFound, "actor", "host "+h.name+" has no kind "+string(hv.TargetName())))
 		return
 	}
+	// What this host keeps of the peer's messages is bounded
+	// (peerbudget.go): past the bound the message is refused, and a
+	// stamped one's skip notice goes its way instead.
+	m, skip := h.takeFromPeer(ib, kr, m)
+	if m == nil {
+		return
+	}
+	n := int64(m.Len()) // what it counts in the budget
 	id := string(hv.TargetID())
 	if kr.local(id) == nil {
 		// Where the object runs may take a store call (or a forward that
@@ -309,12 +317,16 @@ func (h *Host) onFrame(ib *inbound, from string, buf payload.Buffer) {
 		// store never stalls the messages behind it for objects that are
 		// here. Order between the two ways is restored by the messages'
 		// sequence numbers.
-		ib.slow.add(func() { h.routeIn(ib, kr, id, m) })
+		ib.slow.add(func() {
+			if !h.routeIn(ib, kr, id, m, n, skip) {
+				ib.budget.release(h, n, skip)
+			}
+		})
 		return
 	}
 	// The object is here: admit it (the permit source keeps the order of
 	// the messages off this link; admission finds the owner again).
-	h.admitIn(ib, kr, id, m)
+	h.admitIn(ib, kr, id, m, n, skip)
 }
 
 // onUnopened handles a frame from peer from that Open refused (err): a
@@ -348,34 +360,55 @@ func (h *Host) onReply(op payload.OpID, flags uint8, buf payload.Buffer) {
 }
 
 // admitIn queues message m from a peer (ib) for object id to be admitted
-// here, in order behind the earlier ones.
-func (h *Host) admitIn(ib *inbound, kr *kindRuntime, id string, m *payload.Message) {
-	ps := &pendingSend{m: m, relayed: true}
+// here, in order behind the earlier ones; it counts n bytes in the peer's
+// budget (a skip notice's allowance if skip) until its admission begins.
+func (h *Host) admitIn(ib *inbound, kr *kindRuntime, id string, m *payload.Message, n int64, skip bool) {
+	ps := &pendingSend{m: m, relayed: true, bytes: n, skip: skip}
 	ps.one[0] = target{kr: kr, id: id}
 	ps.targets = ps.one[:]
 	ib.in.enqueue(ps)
 }
 
 // routeIn admits message m from a peer (ib) for object id here, or
-// forwards it to where the object runs.
-func (h *Host) routeIn(ib *inbound, kr *kindRuntime, id string, m *payload.Message) {
+// forwards it to where the object runs. It reports whether m went on to
+// wait for a permit (admitIn), still counted as n bytes in the peer's
+// budget; otherwise the caller counts it out.
+func (h *Host) routeIn(ib *inbound, kr *kindRuntime, id string, m *payload.Message, n int64, skip bool) bool {
 	p, err := kr.locate(id, fromLink)
 	if err != nil {
 		if errors.Is(err, ErrShuttingDown) {
 			h.backOrFail(m, err) // this host is closing: the origin routes it again
-			return
+			return false
 		}
 		h.failMessage(m, err)
-		return
+		return false
 	}
 	if p.o != nil || !ib.in.idle() {
 		// Admit here — or, if earlier messages off this link still wait
 		// for permits, queue behind them even to be forwarded, so that
 		// none overtakes another.
-		h.admitIn(ib, kr, id, m)
+		h.admitIn(ib, kr, id, m, n, skip)
+		return true
+	}
+	// A forward goes onto the link to the object's host: wait (on this
+	// slow lane, whose messages stay in the peer's budget meanwhile) for
+	// room there, so that what the peer sends through this host is
+	// bounded by that link's flow control and the peer's budget — at most
+	// SendTimeout, then it goes all the same (nothing is dropped for it).
+	h.waitLinkRoom(p.host)
+	h.forward(kr, id, m, p)
+	return false
+}
+
+// waitLinkRoom waits until the link to host has room (Transport.WaitRoom),
+// at most SendTimeout, or until this host closes.
+func (h *Host) waitLinkRoom(host string) {
+	if host == "" || h.tr.WaitRoom(doneCtx, host) == nil {
 		return
 	}
-	h.forward(kr, id, m, p)
+	ctx, cancel := context.WithTimeout(h.life, h.cfg.SendTimeout)
+	defer cancel()
+	_ = h.tr.WaitRoom(ctx, host)
 }
 
 // forward hands a message on towards where its object runs now (Message
@@ -530,6 +563,20 @@ func (h *Host) sendBack(m *payload.Message) bool {
 	}
 	h.onBounce(m.TakeBuffer())
 	return true
+}
+
+// onBounceFrom takes a bounce off the link from peer from: a message of
+// this host (its origin) coming back to be routed afresh. A bounce of
+// another origin's message is dropped, counted: routing it here would
+// send it on as this host's own, in another host's name.
+func (h *Host) onBounceFrom(from string, buf payload.Buffer) {
+	if hv, _, err := payload.DecodeHeader(buf.Bytes()); err != nil || string(hv.Origin()) != h.name {
+		h.obs.Rejected("", RejectProtocol)
+		h.peerLogs.malformed.Warn(h.log, "bounce of a message this host did not send dropped", "from", from)
+		buf.Release()
+		return
+	}
+	h.onBounce(buf)
 }
 
 // onBounce routes afresh a message of this host that came back (its

@@ -25,6 +25,12 @@ const (
 	DefaultStoreTimeout        = 5 * time.Second
 )
 
+// DefaultPeerInbound is the default of Config.PeerInbound: its half
+// leaves room for what a peer's outside senders have on their way when
+// they are told to pause — a link's flow-control window
+// (transport/tcp's HighItems and HighBytes: 8,192 items, 8 MiB).
+var DefaultPeerInbound = mailbox.Limits{Items: 32768, Bytes: 64 << 20}
+
 // DefaultMaxQueuedApplicationJobs returns the default number of host-wide
 // job permits: GOMAXPROCS × 128.
 func DefaultMaxQueuedApplicationJobs() int { return runtime.GOMAXPROCS(0) * 128 }
@@ -145,6 +151,19 @@ type Config struct {
 	// because of the bound (Stats.OverBound, Stats.PressureWaits).
 	// Default 10,000.
 	ReorderBound int
+	// PeerInbound bounds what this host keeps of one peer's messages
+	// after its transport handed them over: those waiting for a job
+	// permit behind the peer's earlier ones, or on the peer's slow lane
+	// for a look-up or for room on the link they are forwarded on. Past
+	// half of it the peer is told to pause its sends from outside the
+	// handlers to this host (they wait, up to SendTimeout, then
+	// ErrSendTimeout), and to resume at a quarter; past it, a message from
+	// the peer is refused — an Ask gets ErrPeerBacklog, and the refusal is
+	// counted (Stats.PeerRefused). One message always fits, whatever its
+	// size. Its half should leave room for a link's flow-control window
+	// (what outside senders have on their way when told to pause).
+	// Defaults 32,768 messages / 64 MiB.
+	PeerInbound mailbox.Limits
 	// StoreTimeout bounds each Location Store call; default 5 s.
 	StoreTimeout time.Duration
 	// Gateway makes the host a client of the cluster: it sends to objects
@@ -189,6 +208,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.LifecycleLimits == (mailbox.Limits{}) {
 		c.LifecycleLimits = mailbox.DefaultLifecycleLimits
+	}
+	switch {
+	case c.PeerInbound == (mailbox.Limits{}):
+		c.PeerInbound = DefaultPeerInbound
+	case c.PeerInbound.Items < 1 || c.PeerInbound.Bytes < 1:
+		bad("PeerInbound", "Items and Bytes must both be positive")
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

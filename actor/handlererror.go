@@ -109,6 +109,8 @@ func init() {
 	RegisterError("berth.already_there", ErrAlreadyThere)
 	RegisterError("berth.no_network", ErrNoNetwork)
 	RegisterError("berth.nowhere_to_drain", ErrNowhereToDrain)
+	RegisterError("berth.peer_backlog", ErrPeerBacklog)
+	RegisterError("berth.too_many_relocations", ErrTooManyRelocations)
 }
 
 // handlerError is the error a sender sees for a handler's err (see

@@ -66,10 +66,14 @@ func (x hostHandler) Event(e transport.Event) { x.h.linkEvent(e) }
 // host's payload pool (no allocation in the steady state).
 func (h *Host) deliver(from string, it transport.Item) {
 	switch it.Kind {
-	case transport.Frame, transport.Reply:
+	case transport.Frame:
+		ib := h.inboundFrom(from)
+		h.onFrame(ib, from, h.keep(it))
+		ib.budget.received(h, int64(len(it.Data))) // after onFrame counted what it keeps
+	case transport.Reply:
 		h.onFrame(h.inboundFrom(from), from, h.keep(it))
 	case transport.Bounce:
-		h.onBounce(h.keep(it))
+		h.onBounceFrom(from, h.keep(it))
 	case transport.Record:
 		decode := relocation.DecodeRecord // copies what it keeps: the bytes are lent
 		if it.Owned {
@@ -100,6 +104,9 @@ func (h *Host) deliver(from string, it transport.Item) {
 			return
 		case *pressureItem:
 			h.onPressure(from, c)
+			return
+		case *creditReport:
+			h.onCredit(from, c)
 			return
 		}
 		h.onControl(from, ctl)
@@ -146,6 +153,9 @@ func (h *Host) linkEvent(e transport.Event) {
 		h.forgetHost(e.Peer)
 	case transport.Gone:
 		h.view.link(e.Peer, func(p *peerLink) { *p = peerLink{gone: true} })
+		// A new run of the peer counts its credit here from zero.
+		h.creditOf(e.Peer).reset()
+		h.inboundFrom(e.Peer).budget.restart()
 		h.peerGone(e.Peer)
 	}
 }
@@ -163,9 +173,10 @@ func (h *Host) lookupLane(t target) *lane {
 // that admits the peer's messages in order, and the slow lane for those
 // whose object is not here.
 type inbound struct {
-	peer string
-	in   outbox
-	slow lane
+	peer   string
+	in     outbox
+	slow   lane
+	budget peerBudget // what of the peer's messages in and slow keep
 }
 
 // inboundFrom returns the inbound state of peer from, made on first use
@@ -178,6 +189,8 @@ func (h *Host) inboundFrom(from string) *inbound {
 	if !ok {
 		ib := &inbound{peer: from}
 		ib.in.host = h
+		ib.in.budget = &ib.budget
+		ib.budget.peer, ib.budget.lim = from, h.cfg.PeerInbound
 		ib.slow.wg = &h.lanes
 		v, _ = h.inbound.LoadOrStore(from, ib)
 	}
@@ -243,8 +256,12 @@ func (h *Host) sendItem(to string, k transport.Kind, data []byte) error {
 // sendMessage sends m's frame to host to (as a Bounce: back to its
 // origin); on success m is released, on failure it stays the caller's.
 func (h *Host) sendMessage(to string, m *payload.Message, k transport.Kind) error {
-	if err := h.sendItem(to, k, m.Frame()); err != nil {
+	f := m.Frame()
+	if err := h.sendItem(to, k, f); err != nil {
 		return err
+	}
+	if k == transport.Frame {
+		h.sentFrame(to, len(f))
 	}
 	m.Release()
 	return nil
@@ -288,10 +305,12 @@ func (h *Host) reportLoad(all bool) {
 	if changed {
 		to = h.tr.Peers()
 	}
+	var up []string
 	h.view.mu.Lock()
 	for name, p := range h.view.links {
 		if p.needLoad {
 			p.needLoad = false
+			up = append(up, name)
 			if !changed {
 				to = append(to, name)
 			}
@@ -301,21 +320,43 @@ func (h *Host) reportLoad(all bool) {
 	for _, p := range to {
 		h.sendLoad(p, n)
 	}
+	for _, p := range up {
+		// A peer that came up learns this host's window for its
+		// messages (peerbudget.go).
+		h.inboundFrom(p).budget.report(h, true)
+	}
 }
 
-// waitRoom waits until the link to host has room for an external send:
-// at once, without a context of its own, when it has; else until ctx ends
-// (its error), SendTimeout passes (ErrSendTimeout) or the host closes
+// waitRoom waits until the link to host has room for an external send
+// and host has credit for it (peerbudget.go): at once,
+// without a context of its own, when so; else until ctx ends (its error),
+// SendTimeout passes (ErrSendTimeout) or the host closes
 // (ErrShuttingDown).
 func (h *Host) waitRoom(ctx context.Context, host string) error {
-	if h.tr.WaitRoom(doneCtx, host) == nil {
+	c := h.creditOf(host)
+	if c.open() && h.tr.WaitRoom(doneCtx, host) == nil {
 		return nil
 	}
 	wctx, cancel := context.WithTimeout(ctx, h.cfg.SendTimeout)
 	defer cancel()
 	stop := context.AfterFunc(h.life, cancel)
 	defer stop()
-	if err := h.tr.WaitRoom(wctx, host); err == nil {
+	if !c.open() {
+		// What this host sent the peer and the peer keeps fills its
+		// window (peerbudget.go): wait for its next credit report.
+		h.peerWaits.Add(1)
+		for !c.open() && wctx.Err() == nil {
+			ch := c.waitCh()
+			if c.open() {
+				break
+			}
+			select {
+			case <-ch:
+			case <-wctx.Done():
+			}
+		}
+	}
+	if wctx.Err() == nil && h.tr.WaitRoom(wctx, host) == nil {
 		return nil
 	}
 	switch {

@@ -43,6 +43,9 @@ const (
 	// RejectUndeliverable: no route led to the object's owner (a loop, too
 	// many hops, an unreachable host); a request got Unavailable.
 	RejectUndeliverable = "undeliverable"
+	// RejectPeerBacklog: this host kept Config.PeerInbound of the sending
+	// peer's messages already; a request got ErrPeerBacklog.
+	RejectPeerBacklog = "peer_backlog"
 )
 
 // Observer receives a host's events: the narrow hook through which metrics
@@ -90,6 +93,8 @@ type Stats struct {
 	OldestGap         time.Duration // how long the longest-waiting gap of any object here has waited (0: none)
 	OverBound         int64         // arrivals that found their sender past an object's reorder bound (it was told to pause)
 	PressureWaits     int64         // sends from outside the handlers that waited for an object's reorder buffer
+	PeerWaits         int64         // sends from outside the handlers that waited because the object's host paused this host (Config.PeerInbound)
+	PeerRefused       int64         // messages from peers refused because this host kept Config.PeerInbound of theirs already
 	DroppedOnClose    int64         // accepted messages Close ended unrun (ShuttingDown): queued, held, or waiting in a sender
 	Dropped           int64         // stamped messages this host could not deliver (their senders got an error; a skip notice followed)
 	Bounced           int64         // messages sent back to their origin to be routed again

@@ -660,8 +660,16 @@ func (h *Host) closeSkips() {
 // owner does not wait for it. Best effort: a skip that cannot be placed
 // ends, and the gap closes after GapTimeout.
 func (h *Host) dropped(hv *payload.HeaderView) {
+	if buf, ok := h.skipNotice(hv); ok {
+		h.redispatchBuffer(buf)
+	}
+}
+
+// skipNotice returns the skip notice of a stamped message this host
+// drops, counted (Stats.Dropped); false for a message that needs none.
+func (h *Host) skipNotice(hv *payload.HeaderView) (payload.Buffer, bool) {
 	if hv.Seq() == 0 || hv.Flags()&flagSkip != 0 || hv.Scope() != payload.ScopeObject || !h.acceptsInternal() {
-		return
+		return payload.Buffer{}, false
 	}
 	h.droppedMsgs.Add(1)
 	buf, err := payload.Encode(h.pool, h.reg, payload.Header{
@@ -673,9 +681,7 @@ func (h *Host) dropped(hv *payload.HeaderView) {
 		Epoch:  hv.Epoch(),
 		Seq:    hv.Seq(),
 	}, struct{}{})
-	if err == nil {
-		h.redispatchBuffer(buf)
-	}
+	return buf, err == nil
 }
 
 // gapFacts is a host's failure facts and what it reports of its gaps.
@@ -695,4 +701,7 @@ type gapFacts struct {
 	// pressure: objects this host's outside senders wait for (pressure.go).
 	pressure      pressureSet
 	pressureWaits atomic.Int64 // outside sends that waited for one
+	// peers' budgets (peerbudget.go)
+	peerWaits   atomic.Int64 // outside sends that waited for a peer's pause
+	peerRefused atomic.Int64 // peers' messages refused past their budget
 }

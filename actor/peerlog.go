@@ -16,4 +16,5 @@ type peerLogs struct {
 	malformed     ratelog.Limiter // items and frames off a link that do not decode
 	undeliverable ratelog.Limiter // one-way messages that could not be delivered
 	relocation    ratelog.Limiter // relocation records out of place, undecodable frames in moves
+	backlog       ratelog.Limiter // messages refused past a peer's budget (Config.PeerInbound)
 }

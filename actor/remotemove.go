@@ -30,12 +30,32 @@ type (
 // remoteOps are the relocate requests this host waits on (asked) and runs
 // for other hosts (serving). Lock order: remoteOps.mu is a leaf.
 type remoteOps struct {
-	mu      sync.Mutex
-	asked   map[payload.OpID]remoteWaiter
-	serving map[payload.OpID]context.CancelFunc
-	closed  bool
-	wg      sync.WaitGroup // serving goroutines
+	mu        sync.Mutex
+	asked     map[payload.OpID]remoteWaiter
+	serving   map[servedOp]context.CancelFunc
+	servingBy map[string]int // requests served per asking peer (maxServedPerPeer)
+	closed    bool
+	wg        sync.WaitGroup // serving goroutines
 }
+
+// servedOp names a relocate request served here: the asking peer (its
+// authenticated link) and the request's operation id — a peer can cancel
+// only its own requests.
+type servedOp struct {
+	peer string
+	op   payload.OpID
+}
+
+// maxServedPerPeer bounds the relocate requests of one peer this host
+// runs at once (each runs a move on a goroutine of its own); past it a
+// request is answered with ErrTooManyRelocations.
+const maxServedPerPeer = 256
+
+// ErrTooManyRelocations: Relocate asked of another host (the object's
+// owner) while that host runs 256 relocations asked by this one already.
+// The object stays where it is; asking again later is safe.
+var ErrTooManyRelocations = payload.NewError(payload.CapacityExceeded, "actor.Host.Relocate",
+	"the object's host runs too many relocations asked by this host already")
 
 type remoteWaiter struct {
 	peer string
@@ -83,12 +103,21 @@ func (h *Host) relocateVia(ctx context.Context, owner string, ref Ref, target st
 // takeAsked removes and returns the waiter of relocate request op; ok is
 // false if it is gone (answered or ended).
 func (h *Host) takeAsked(op payload.OpID) (w remoteWaiter, ok bool) {
+	return h.takeAskedOf("", op)
+}
+
+// takeAskedOf is takeAsked for an answer from peer (unless ""): only the
+// host the request was sent to answers it.
+func (h *Host) takeAskedOf(peer string, op payload.OpID) (w remoteWaiter, ok bool) {
 	r := &h.remote
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	w, ok = r.asked[op]
+	if !ok || peer != "" && w.peer != peer {
+		return remoteWaiter{}, false
+	}
 	delete(r.asked, op)
-	r.mu.Unlock()
-	return w, ok
+	return w, true
 }
 
 // maxRemoteRelocate bounds the deadline of a relocate request from
@@ -123,30 +152,43 @@ func (h *Host) onControl(from string, ctl any) {
 			h.answerRelocate(from, c.op, ErrShuttingDown)
 			return
 		}
-		if r.serving == nil {
-			r.serving = map[payload.OpID]context.CancelFunc{}
+		key := servedOp{peer: from, op: c.op}
+		if _, dup := r.serving[key]; dup || r.servingBy[from] >= maxServedPerPeer {
+			r.mu.Unlock()
+			cancel()
+			if !dup { // a repeated request is answered once, when its move ends
+				h.answerRelocate(from, c.op, ErrTooManyRelocations)
+			}
+			return
 		}
-		r.serving[c.op] = cancel
+		if r.serving == nil {
+			r.serving, r.servingBy = map[servedOp]context.CancelFunc{}, map[string]int{}
+		}
+		r.serving[key] = cancel
+		r.servingBy[from]++
 		r.wg.Add(1)
 		r.mu.Unlock()
 		go func() {
 			defer r.wg.Done()
 			err := h.relocateHere(ctx, c.ref, c.target)
 			r.mu.Lock()
-			delete(r.serving, c.op)
+			delete(r.serving, key)
+			if r.servingBy[from]--; r.servingBy[from] == 0 {
+				delete(r.servingBy, from)
+			}
 			r.mu.Unlock()
 			cancel()
 			h.answerRelocate(from, c.op, err)
 		}()
 	case *relocateCancel:
 		r.mu.Lock()
-		cancel := r.serving[c.op]
+		cancel := r.serving[servedOp{peer: from, op: c.op}]
 		r.mu.Unlock()
 		if cancel != nil {
 			cancel()
 		}
 	case *relocateAnswer:
-		if w, ok := h.takeAsked(c.op); ok {
+		if w, ok := h.takeAskedOf(from, c.op); ok {
 			var err error
 			if c.err != nil {
 				err = c.err

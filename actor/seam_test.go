@@ -482,3 +482,45 @@ func TestAFirstHopFrameNamingAnotherOriginIsRefused(t *testing.T) {
 		t.Fatalf("%d frames refused, want 3", got)
 	}
 }
+
+// A bounce comes back to the message's origin: one carrying another
+// origin's message is dropped, counted — routed, it would go on as the
+// receiving host's own. The peer's own bounce is routed again.
+func TestABounceOfAnotherOriginsMessageIsRefused(t *testing.T) {
+	n := NewNetwork(nil)
+	obs := &rejections{}
+	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger(), Observer: obs}), counterKind(newGates()))
+	x := &rawPeer{}
+	tr, err := n.Transport.Attach("x", x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tr.Close(false) }()
+	ref := Ref{"counter", "bounced"}
+	bounce := func(origin string) {
+		t.Helper()
+		m, err := payload.NewMessage(b.pool, b.reg, payload.Header{
+			Target: payload.Target{Scope: payload.ScopeObject, Name: ref.Kind, ID: ref.ID},
+			Op:     payload.NewOpID(), Origin: origin, Hops: 1,
+		}, Inc{By: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Release()
+		if err := tr.Send("b", transport.Item{Kind: transport.Bounce, Data: m.Frame()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, origin := range []string{"x", "a", ""} {
+		bounce(origin)
+	}
+	waitFor(t, "the bounces of other origins to be refused", func() bool { return obs.snapshot()[RejectProtocol] == 3 })
+	bounce("b")
+	waitFor(t, "b's own bounced message to run", func() bool {
+		c, err := Ask[Get, int](bg, b, ref, Get{})
+		return err == nil && c == 1
+	})
+	if got := obs.snapshot()[RejectProtocol]; got != 3 {
+		t.Fatalf("%d bounces refused, want 3", got)
+	}
+}

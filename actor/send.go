@@ -784,7 +784,8 @@ func ctxErr(ctx context.Context) error {
 // permits call when one is free, in FIFO order across sources.
 type outbox struct {
 	host   *Host
-	o      *owner // nil for an external fan-out or a link
+	o      *owner      // nil for an external fan-out or a link
+	budget *peerBudget // a link's: what its sends leave when their admission begins
 	mu     sync.Mutex
 	head   *pendingSend // guarded by mu
 	tail   *pendingSend
@@ -800,7 +801,9 @@ type pendingSend struct {
 	targets []target
 	next    int // index of the next target to admit; written under the outbox's mu
 	fanout  bool
-	relayed bool // received off a link (not this host's own send)
+	relayed bool  // received off a link (not this host's own send)
+	bytes   int64 // what it counts in its link's budget (outbox.budget)
+	skip    bool  // counted there as a skip notice
 }
 
 // sendOne sends m to t from a handler: at once if a permit is free and
@@ -911,6 +914,9 @@ func (ob *outbox) advance(ps *pendingSend) bool {
 	if done != nil && done.fanout {
 		done.m.Release()
 	}
+	if done != nil && ob.budget != nil {
+		ob.budget.release(ob.host, done.bytes, done.skip)
+	}
 	if empty {
 		return false
 	}
@@ -929,6 +935,9 @@ func (ob *outbox) Abandoned() {
 	ob.head, ob.tail, ob.queued = nil, nil, false
 	ob.mu.Unlock()
 	for ; ps != nil; ps = ps.link {
+		if ob.budget != nil {
+			ob.budget.release(ob.host, ps.bytes, ps.skip)
+		}
 		for _, t := range ps.targets[ps.next:] {
 			ob.host.obs.Rejected(t.name(), RejectShuttingDown)
 		}

@@ -27,6 +27,7 @@ const (
 	ctlRelocateCancel
 	ctlLoad
 	ctlPressure
+	ctlCredit
 )
 
 // loadReport tells the peers how many objects (owners) a host has, for
@@ -92,6 +93,12 @@ func appendControl(dst []byte, ctl any) []byte {
 		dst = wire.AppendString(dst, c.obj.Kind)
 		dst = wire.AppendString(dst, c.obj.ID)
 		return wire.AppendBool(dst, c.paused)
+	case *creditReport:
+		dst = append(dst, ctlCredit)
+		for _, v := range []uint64{c.settledN, c.settledB, c.windowN, c.windowB} {
+			dst = binary.BigEndian.AppendUint64(dst, v)
+		}
+		return dst
 	}
 	panic("actor: appendControl of an unknown control item")
 }
@@ -117,6 +124,14 @@ func decodeControl(b []byte) (any, error) {
 			return nil, err
 		}
 		return p, nil
+	}
+	if tag == ctlCredit {
+		c := &creditReport{settledN: r.Uint64("settled messages"), settledB: r.Uint64("settled bytes"),
+			windowN: r.Uint64("window messages"), windowB: r.Uint64("window bytes")}
+		if err := r.End(); err != nil {
+			return nil, err
+		}
+		return c, nil
 	}
 	var op payload.OpID
 	copy(op[:], r.Take("operation id", len(op)))

@@ -21,6 +21,8 @@ func sampleControls() []any {
 		&loadReport{load: 12345},
 		&pressureItem{obj: relocation.Object{Kind: "cart", ID: "alice"}, paused: true},
 		&pressureItem{obj: relocation.Object{Kind: "", ID: ""}},
+		&creditReport{settledN: 1 << 40, settledB: 1<<63 + 7, windowN: 16384, windowB: 32 << 20},
+		&creditReport{},
 	}
 }
 

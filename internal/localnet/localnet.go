@@ -38,6 +38,9 @@ type Options struct {
 	// a host's lease in it if it has an Expire(host string) method, as
 	// MemoryStore has.
 	Store relocation.Store
+	// High is the links' flow-control mark (inproc.Options.High; 0: its
+	// default).
+	High int
 }
 
 // New returns an empty cluster.
@@ -46,7 +49,7 @@ func New(opts Options) *Net {
 	if n.Store == nil {
 		n.Store = relocation.NewMemoryStore(nil)
 	}
-	n.Transport = inproc.NewNetwork(inproc.Options{})
+	n.Transport = inproc.NewNetwork(inproc.Options{High: opts.High})
 	n.Membership = membership.NewMemory(membership.Options{})
 	n.Transport.SetHook(n.filter)
 	return n

@@ -1,0 +1,348 @@
+package actor
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/berthrt/berth/mailbox"
+	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/transport"
+)
+
+// The per-peer bound on what a host keeps of one peer's messages, and the
+// credit that holds a peer's outside senders below it (DESIGN §9a;
+// Config.PeerInbound).
+//
+// The transport bounds what it read from a peer and the handler has not
+// taken yet; the handler takes a message at once (it never blocks the
+// link: replies to this host's own requests come on it too), so what it
+// then keeps is bounded here: the messages off the link that wait for a
+// job permit behind the peer's earlier ones (inbound.in), and those that
+// wait on the peer's slow lane for a look-up or for room on the link they
+// are forwarded on (inbound.slow). A message leaves the budget when its
+// admission begins (it holds a permit from then on: the permits bound it)
+// or its forward was handed to the transport.
+//
+// Credit. Each host counts the message frames it sent to a peer (this run
+// of it), and the peer counts those it received and, of them, the ones it
+// no longer keeps: settled. The peer reports its settled count, and its
+// window — half its bound — whenever it grew by an eighth of its bound
+// since the last report. A send from outside the handlers waits (up to
+// SendTimeout, then ErrSendTimeout: nothing was sent) while the frames
+// sent and not reported settled fill the window, in messages or in bytes;
+// one message always goes when nothing is outstanding. So what the
+// outside senders of a host that keeps to the protocol have at a peer —
+// on the link or kept there — stays within the window, however fast they
+// send and however slow the peer's objects are. A report lost with a gone
+// peer needs nothing: both sides start counting afresh on that fact.
+//
+// Refusal. Sends from handlers, forwards and skip notices do not wait for
+// credit (one of them may be what a turn that holds the permits waits
+// for), so they can fill the other half: past the bound a message from
+// the peer is refused — an Ask gets ErrPeerBacklog (Unavailable), a
+// one-way message is counted (Stats.PeerRefused) and logged at most once
+// a second, and a stamped one leaves its skip notice in its place so the
+// object's order does not wait for it. Skip notices (small) have a second
+// allowance as large again; past it a skip notice goes back to its
+// origin, to be routed there, or, if this host is its origin or the origin
+// is gone, is dropped, counted.
+//
+// Lock order: peerBudget.mu and peerCredit.mu are leaves; no send runs
+// under them.
+
+// peerBudget is what this host keeps of one peer's messages and what it
+// reported settled (see above). Takes and receipts are counted on the
+// peer's delivery goroutine; releases on any goroutine.
+type peerBudget struct {
+	peer string
+	lim  mailbox.Limits
+
+	keptN, keptB atomic.Int64 // received frames kept
+	skipN, skipB atomic.Int64 // skip notices kept in place of refused frames
+	recvN, recvB atomic.Int64 // frames received from this run of the peer
+
+	repN, repB atomic.Int64 // settled counts last reported (written under mu)
+	mu         sync.Mutex   // a leaf: guards sending
+	sending    bool         // a goroutine is reporting
+}
+
+// take counts a kept message of n bytes — a skip notice if skip — and
+// reports false, counting nothing, past the bound (the skip notices'
+// allowance for skip). One message always fits an empty budget, whatever
+// its size.
+func (b *peerBudget) take(n int64, skip bool) bool {
+	items, bytes := b.keptN.Load()+b.skipN.Load(), b.keptB.Load()+b.skipB.Load()
+	maxItems, maxBytes := int64(b.lim.Items), b.lim.Bytes
+	if skip {
+		maxItems, maxBytes = 2*maxItems, 2*maxBytes
+	}
+	if items > 0 && (items >= maxItems || bytes+n > maxBytes) {
+		return false
+	}
+	if skip {
+		b.skipN.Add(1)
+		b.skipB.Add(n)
+	} else {
+		b.keptN.Add(1)
+		b.keptB.Add(n)
+	}
+	return true
+}
+
+// release counts a kept message of n bytes out (a skip notice if skip)
+// and reports the peer's credit if it grew by a step.
+func (b *peerBudget) release(h *Host, n int64, skip bool) {
+	if skip {
+		b.skipN.Add(-1)
+		b.skipB.Add(-n)
+		return
+	}
+	b.keptN.Add(-1)
+	b.keptB.Add(-n)
+	b.report(h, false)
+}
+
+// received counts a frame of n bytes off the link (after onFrame kept it
+// or not: the settled count never runs ahead) and reports the peer's
+// credit if it grew by a step.
+func (b *peerBudget) received(h *Host, n int64) {
+	b.recvN.Add(1)
+	b.recvB.Add(n)
+	b.report(h, false)
+}
+
+// settled returns how many frames of the peer, and bytes, this host
+// received and no longer keeps.
+func (b *peerBudget) settled() (int64, int64) {
+	return b.recvN.Load() - b.keptN.Load(), b.recvB.Load() - b.keptB.Load()
+}
+
+// report sends the peer its settled counts if they grew by an eighth of
+// the bound since the last report (with force: in any case, as when the
+// peer came up and has yet to learn the window): one goroutine at a
+// time, the newest counts last, no lock held across the send.
+func (b *peerBudget) report(h *Host, force bool) {
+	stepN, stepB := max(1, int64(b.lim.Items)/8), max(1, b.lim.Bytes/8)
+	grown := func() bool {
+		n, by := b.settled()
+		return n-b.repN.Load() >= stepN || by-b.repB.Load() >= stepB
+	}
+	if !force && !grown() {
+		return // the common case: no lock
+	}
+	b.mu.Lock()
+	if b.sending {
+		b.mu.Unlock()
+		return // the reporting goroutine reports the newest counts after its send
+	}
+	b.sending = true
+	for {
+		n, by := b.settled()
+		if n == b.repN.Load() && by == b.repB.Load() && !force {
+			break
+		}
+		force = false
+		b.repN.Store(n)
+		b.repB.Store(by)
+		b.mu.Unlock()
+		// Advice: lost with a gone peer, which counts afresh on that fact.
+		_ = h.sendItem(b.peer, transport.Control, appendControl(nil, &creditReport{
+			settledN: uint64(max(n, 0)), settledB: uint64(max(by, 0)),
+			windowN: uint64(b.lim.Items / 2), windowB: uint64(b.lim.Bytes / 2)}))
+		b.mu.Lock()
+		if !grown() {
+			break
+		}
+	}
+	b.sending = false
+	b.mu.Unlock()
+}
+
+// restart starts the counts afresh for a new run of the peer (the old one
+// is gone): what it sent and this host still keeps is counted as settled
+// when it leaves, as if the new run had sent it.
+func (b *peerBudget) restart() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.recvN.Store(b.keptN.Load())
+	b.recvB.Store(b.keptB.Load())
+	b.repN.Store(0)
+	b.repB.Store(0)
+}
+
+// creditReport tells a peer how many of its message frames (and bytes)
+// this host received and no longer keeps, and how many it may have
+// outstanding here.
+type creditReport struct {
+	settledN, settledB uint64
+	windowN, windowB   uint64
+}
+
+// peerCredit is this host's count of what it sent to a peer and what the
+// peer reported settled: its outside senders wait while the difference
+// fills the peer's window.
+type peerCredit struct {
+	peer         string
+	sentN, sentB atomic.Int64
+	setN, setB   atomic.Int64 // as last reported
+	winN, winB   atomic.Int64 // the peer's window, as last reported
+
+	mu   sync.Mutex    // a leaf: guards wake
+	wake chan struct{} // closed at the next report (or reset); nil: nobody waits
+}
+
+// open reports whether an outside send may go now.
+func (c *peerCredit) open() bool {
+	return c.sentN.Load()-c.setN.Load() < c.winN.Load() && c.sentB.Load()-c.setB.Load() < c.winB.Load()
+}
+
+// waitCh returns a channel closed at the next report or reset.
+func (c *peerCredit) waitCh() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.wake == nil {
+		c.wake = make(chan struct{})
+	}
+	return c.wake
+}
+
+// wakeAll wakes the senders waiting for credit.
+func (c *peerCredit) wakeAll() {
+	c.mu.Lock()
+	ch := c.wake
+	c.wake = nil
+	c.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
+
+// apply takes a report in (counts only grow: a report overtaken by a
+// newer one changes nothing).
+func (c *peerCredit) apply(r *creditReport) {
+	raise(&c.setN, int64(r.settledN))
+	raise(&c.setB, int64(r.settledB))
+	if r.windowN > 0 && r.windowB > 0 {
+		c.winN.Store(int64(min(r.windowN, 1<<62)))
+		c.winB.Store(int64(min(r.windowB, 1<<62)))
+	}
+	c.wakeAll()
+}
+
+// reset starts the counts afresh (the peer is gone; a new run of it
+// counts from zero).
+func (c *peerCredit) reset() {
+	c.sentN.Store(0)
+	c.sentB.Store(0)
+	c.setN.Store(0)
+	c.setB.Store(0)
+	c.wakeAll()
+}
+
+func raise(v *atomic.Int64, to int64) {
+	for {
+		cur := v.Load()
+		if to <= cur || v.CompareAndSwap(cur, to) {
+			return
+		}
+	}
+}
+
+// creditOf returns this host's credit at peer name, made on first use
+// with this host's own window (until the peer reports its own: the hosts
+// of a cluster are usually configured alike, and each host reports its
+// window when a peer comes up).
+func (h *Host) creditOf(name string) *peerCredit {
+	if last := h.lastCredit.Load(); last != nil && last.peer == name {
+		return last // the peer of the last look-up: no hashing
+	}
+	v, ok := h.credits.Load(name)
+	if !ok {
+		c := &peerCredit{peer: name}
+		c.winN.Store(int64(h.cfg.PeerInbound.Items / 2))
+		c.winB.Store(h.cfg.PeerInbound.Bytes / 2)
+		v, _ = h.credits.LoadOrStore(name, c)
+	}
+	c := v.(*peerCredit)
+	h.lastCredit.Store(c)
+	return c
+}
+
+// sentFrame counts a message frame of n bytes sent to peer to.
+func (h *Host) sentFrame(to string, n int) {
+	c := h.creditOf(to)
+	c.sentN.Add(1)
+	c.sentB.Add(int64(n))
+}
+
+// ErrPeerBacklog: an Ask that another host refused because it already
+// kept Config.PeerInbound of the messages from this host's link (its
+// objects did not keep up, or its look-ups were slow). The message did
+// not run; sending it again later is safe. Sends from outside the
+// handlers wait for credit before the bound is reached (then get
+// ErrSendTimeout), so a host that sees it is sending from handlers
+// faster than the other host runs them.
+var ErrPeerBacklog = payload.NewError(payload.Unavailable, "actor",
+	"the object's host keeps too many messages from this host already (Config.PeerInbound): the message did not run")
+
+// takeFromPeer counts message m off ib's link, for an object of kind kr,
+// in the peer's budget, and returns it with whether it is a skip notice
+// taken in the skip notices' allowance. Past the bound it refuses m
+// (refuseFromPeer) and returns the skip notice that takes its place, or
+// nil when nothing is left to route: m needed no skip notice, or its skip
+// notice was handed on here. A skip notice for an object here is taken in
+// at once (it needs no permit, and its order keeps at most ReorderBound
+// of them); one for an object elsewhere counts in the skip notices'
+// allowance, and past that goes back to its origin to be routed there
+// (never routed here: that may take a store call) — or, if this host is
+// its origin or the origin is gone, is dropped, counted.
+func (h *Host) takeFromPeer(ib *inbound, kr *kindRuntime, m *payload.Message) (_ *payload.Message, skip bool) {
+	if ib.budget.take(int64(m.Len()), false) {
+		return m, false
+	}
+	s := h.refuseFromPeer(ib, m)
+	if s == nil {
+		return nil, false
+	}
+	if o := kr.local(string(s.Header().TargetID())); o != nil {
+		h.admitHere(o, s)
+		return nil, false
+	}
+	if ib.budget.take(int64(s.Len()), true) {
+		return s, true
+	}
+	if origin := string(s.Header().Origin()); origin != h.name && h.sendMessage(origin, s, transport.Bounce) == nil {
+		return nil, false
+	}
+	h.peerRefused.Add(1) // a gone origin's gaps close on that fact
+	s.Release()
+	return nil, false
+}
+
+// refuseFromPeer ends message m from ib's peer, past its budget: an Ask
+// gets ErrPeerBacklog, the refusal is counted and logged (rate-limited),
+// and a stamped message's skip notice is returned (nil if none), for the
+// caller to route in m's place. m is released.
+func (h *Host) refuseFromPeer(ib *inbound, m *payload.Message) *payload.Message {
+	hv := m.Header()
+	h.peerRefused.Add(1)
+	h.obs.Rejected(string(hv.TargetName()), RejectPeerBacklog)
+	h.peerLogs.backlog.Warn(h.log, "message from a peer refused: this host keeps Config.PeerInbound of its messages already",
+		"from", ib.peer, "messages", ib.budget.keptN.Load(), "bytes", ib.budget.keptB.Load())
+	if route := hv.ReplyTo(); len(route) > 0 {
+		h.routeReply(route, hv.Op(), reply{err: ErrPeerBacklog})
+	}
+	var skip *payload.Message
+	if buf, ok := h.skipNotice(hv); ok {
+		if s, err := h.reg.Open(buf); err == nil {
+			skip = s
+		} else {
+			buf.Release()
+		}
+	}
+	m.Release()
+	return skip
+}
+
+// onCredit applies a credit report from peer from.
+func (h *Host) onCredit(from string, r *creditReport) { h.creditOf(from).apply(r) }
