@@ -13,10 +13,12 @@
 //   - As root, the server binaries run as the postgres user (initdb refuses
 //     to run as root).
 //
-// The throwaway server runs with fsync off: a commit is written to the
-// operating system before it returns (so it survives the server's crash or
-// Restart), but not flushed to disk — durability across a power cut is not
-// what tests and benchmarks on this machine measure.
+// The throwaway server of tests runs with fsync off: a commit is written
+// to the operating system before it returns (so it survives the server's
+// crash or Restart), but not flushed to disk — durability across a power
+// cut is not what tests check. Benchmarks measure with default durability:
+// a test binary run with -test.bench gets a server with fsync on
+// (StartDurable), as does BERTH_PGTEST_DURABLE=1.
 package pgtest
 
 import (
@@ -45,12 +47,13 @@ var ErrNoPostgres = errors.New("pgtest: no Postgres: initdb not found on PATH or
 
 // Server is a throwaway Postgres server in a temporary directory.
 type Server struct {
-	dir   string // the temporary directory (data, socket, log)
-	bin   string // directory of initdb, pg_ctl and postgres
-	port  int
-	asPG  bool // run binaries as the postgres user
-	mu    sync.Mutex
-	alive bool
+	durable bool   // fsync and full-page writes on (Postgres's defaults)
+	dir     string // the temporary directory (data, socket, log)
+	bin     string // directory of initdb, pg_ctl and postgres
+	port    int
+	asPG    bool // run binaries as the postgres user
+	mu      sync.Mutex
+	alive   bool
 }
 
 // FindBin returns the directory holding initdb, pg_ctl and postgres.
@@ -78,7 +81,14 @@ func pgVersion(initdb string) int {
 }
 
 // Start initializes and starts a throwaway server. Stop it with Stop.
-func Start() (*Server, error) {
+func Start() (*Server, error) { return start(false) }
+
+// StartDurable is Start with Postgres's default durability: fsync and
+// full-page writes on, so a commit waits for its flush to disk (what a
+// benchmark of a path through Postgres measures).
+func StartDurable() (*Server, error) { return start(true) }
+
+func start(durable bool) (*Server, error) {
 	bin, err := FindBin()
 	if err != nil {
 		return nil, err
@@ -94,7 +104,7 @@ func Start() (*Server, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	s := &Server{dir: dir, bin: bin, asPG: os.Geteuid() == 0}
+	s := &Server{dir: dir, bin: bin, asPG: os.Geteuid() == 0, durable: durable}
 	if s.asPG {
 		u, err := user.Lookup("postgres")
 		if err != nil {
@@ -161,8 +171,12 @@ func (s *Server) run(name string, args ...string) ([]byte, error) {
 }
 
 func (s *Server) start() error {
-	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off "+
-		"-c full_page_writes=off -c max_connections=200 -c shared_buffers=256MB", s.port, s.dir)
+	durability := "-c fsync=off -c full_page_writes=off "
+	if s.durable {
+		durability = "-c fsync=on -c full_page_writes=on -c synchronous_commit=on "
+	}
+	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 "+durability+
+		"-c max_connections=200 -c shared_buffers=256MB", s.port, s.dir)
 	out, err := s.run("pg_ctl", "-D", s.data(), "-o", opts, "-l", filepath.Join(s.dir, "log"), "-w", "-t", "60", "start")
 	if err != nil {
 		log, _ := os.ReadFile(filepath.Join(s.dir, "log"))

@@ -2,6 +2,7 @@ package pgtest
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"sync"
@@ -92,7 +93,11 @@ func setup() {
 		shared.admin = u
 		return
 	}
-	shared.srv, shared.err = Start()
+	if durableWanted() {
+		shared.srv, shared.err = StartDurable()
+	} else {
+		shared.srv, shared.err = Start()
+	}
 	if shared.err == nil {
 		shared.admin = shared.srv.URL("postgres")
 	}
@@ -133,4 +138,15 @@ func New(t testing.TB) *DB {
 		}
 	})
 	return &DB{URL: u, Server: shared.srv}
+}
+
+// durableWanted reports whether the shared server should run with
+// default durability: the test binary runs benchmarks (-test.bench), or
+// BERTH_PGTEST_DURABLE=1.
+func durableWanted() bool {
+	if os.Getenv("BERTH_PGTEST_DURABLE") == "1" {
+		return true
+	}
+	f := flag.Lookup("test.bench")
+	return f != nil && f.Value.String() != ""
 }
