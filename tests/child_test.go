@@ -46,6 +46,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/pgstore"
 	"github.com/berthrt/berth/relocation"
@@ -245,8 +246,14 @@ func childNode() int {
 	// makes it shorter than a pause it inflicts, so that a timer standing in
 	// for a failure would show.
 	gapTimeout, _ := time.ParseDuration(os.Getenv("BERTH_CHILD_GAP_TIMEOUT"))
+	// BERTH_CHILD_PEER_INBOUND (a number of messages) sets
+	// Config.PeerInbound's Items.
+	var peerInbound mailbox.Limits
+	if n, _ := strconv.Atoi(os.Getenv("BERTH_CHILD_PEER_INBOUND")); n > 0 {
+		peerInbound = mailbox.Limits{Items: n, Bytes: 64 << 20}
+	}
 	h, err := actor.NewHost(actor.Config{Name: name, Transport: att, Store: store, Membership: members,
-		Logger: log, Gateway: os.Getenv("BERTH_CHILD_GATEWAY") == "1", GapTimeout: gapTimeout})
+		Logger: log, Gateway: os.Getenv("BERTH_CHILD_GATEWAY") == "1", GapTimeout: gapTimeout, PeerInbound: peerInbound})
 	if err != nil {
 		log.Error("new host", "err", err)
 		return 1
@@ -392,10 +399,14 @@ func (c *childCtl) do(line string) (reply string, exit bool) {
 		return jsonLine("ok", c.h.Stats()), false
 	case "pauses": // pauses → ok <µs,µs,...> (and forgets them)
 		return "ok " + pausesCSV(c.h), false
-	case "owners": // owners <prefix> <n> → ok <json map[host]count> of tally objects <prefix>0..<prefix>n-1, by the store
+	case "owners": // owners <prefix> <n> → ok <json map[host]count> of tally objects <prefix>0..<prefix>n-1, by the store ("": no row)
 		owners := map[string]int{}
 		for i := range atoi(f[2]) {
 			row, err := c.store.Get(ctx, relocation.Object{Kind: "tally", ID: f[1] + strconv.Itoa(i)})
+			if errors.Is(err, relocation.ErrNoRow) {
+				owners[""]++
+				continue
+			}
 			if err != nil {
 				return "err " + err.Error(), false
 			}

@@ -44,10 +44,10 @@ type hostile struct {
 	inc   uint64 // the ghost's last incarnation on the wire
 }
 
-func newHostile(t *testing.T) *hostile {
+func newHostile(t *testing.T, env ...string) *hostile {
 	t.Helper()
 	db := pgtestNew(t)
-	x := &hostile{n1: startNodeChild(t, db, "n1"), ref: actor.Ref{Kind: "tally", ID: "attacked"}}
+	x := &hostile{n1: startNodeChild(t, db, "n1", env...), ref: actor.Ref{Kind: "tally", ID: "attacked"}}
 	x.gw = procsGateway(t, db, 1, false)
 	x.ghost = joinGhost(t, db, "ghost")
 	x.ask(t, 1)
@@ -396,6 +396,51 @@ func TestForgedItemsFromAnAuthenticatedMemberHaveNoEffect(t *testing.T) {
 	if got := x.tally(t).Count["gw"]; got != 21 {
 		t.Fatalf("the gateway's Asks ran %d times, want 21", got)
 	}
+	x.alive(t)
+}
+
+// A flood from an authenticated member is bounded by what n1 keeps of
+// that member's messages (Config.PeerInbound, 500 here): its messages for
+// objects that need a look-up (an activation, a store call each) wait on
+// its slow lane up to the bound, and past it are refused, counted — none
+// is queued without end. Every message of the flood either ran once or
+// was refused; the gateway is served throughout, its link untouched.
+func TestAFloodFromAnAuthenticatedMemberIsRefusedPastItsBound(t *testing.T) {
+	const bound, flood = 500, 5000
+	x := newHostile(t, "BERTH_CHILD_PEER_INBOUND="+strconv.Itoa(bound))
+	items := make([][]byte, flood)
+	for i := range items {
+		items[i] = item(transport.Frame, tellFrame(t, actor.Ref{Kind: "tally", ID: "flood" + strconv.Itoa(i)}, "ghost", "flood"))
+	}
+	x.session(t, items...)
+	stats := func() actor.Stats {
+		var s actor.Stats
+		if err := json.Unmarshal([]byte(x.n1.must(t, "stats")), &s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if !waitFor(30*time.Second, func() bool { return stats().PeerRefused > 0 }) {
+		t.Fatalf("n1 refused none of a flood of %d past a bound of %d: %+v", flood, bound, stats())
+	}
+	for i := range 5 { // served while the flood's look-ups run
+		x.ask(t, 2+i)
+	}
+	var ran map[string]int
+	if !waitFor(2*time.Minute, func() bool {
+		if err := json.Unmarshal([]byte(x.n1.must(t, "owners flood "+strconv.Itoa(flood))), &ran); err != nil {
+			t.Fatal(err)
+		}
+		return int64(ran["n1"])+stats().PeerRefused >= flood
+	}) {
+		t.Fatalf("of a flood of %d, %v activated and %d refused; want every one either", flood, ran, stats().PeerRefused)
+	}
+	if s := stats(); int64(ran["n1"])+s.PeerRefused != flood || ran["n1"] < bound || s.PeerRefused < flood-3*bound {
+		t.Fatalf("of a flood of %d: %d ran, %d refused; want every one either, the bound's worth at least taken and most refused",
+			flood, ran["n1"], s.PeerRefused)
+	}
+	t.Logf("of a flood of %d: %d ran, %d refused", flood, ran["n1"], stats().PeerRefused)
+	x.ask(t, 7)
 	x.alive(t)
 }
 
