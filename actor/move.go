@@ -346,6 +346,10 @@ func (h *Host) onRecord(from string, obj relocation.Object, rec relocation.Recor
 			return
 		}
 		d := h.move(r.Move)
+		if d != nil && d.peer != from {
+			h.recordOfAnotherPeer(from, d)
+			return
+		}
 		if d == nil {
 			kr := h.kinds[r.Object.Kind]
 			if kr == nil || !h.acceptsInternal() {
@@ -365,6 +369,10 @@ func (h *Host) onRecord(from string, obj relocation.Object, rec relocation.Recor
 		return
 	}
 	if d := h.move(rec.MoveID()); d != nil {
+		if d.peer != from {
+			h.recordOfAnotherPeer(from, d)
+			return
+		}
 		d.step(relocation.Receive{Record: rec})
 		return
 	}
@@ -373,6 +381,14 @@ func (h *Host) onRecord(from string, obj relocation.Object, rec relocation.Recor
 		// on to wherever its object runs.
 		h.redispatchFrame(c.Frame)
 	}
+}
+
+// recordOfAnotherPeer drops a relocation record from peer from for move
+// d, which runs with another peer: a move's records come from its peer
+// only (the link is authenticated).
+func (h *Host) recordOfAnotherPeer(from string, d *moveDriver) {
+	h.malformedItem(from, payload.NewError(payload.ProtocolError, "actor",
+		"a relocation record from "+from+" for a move with "+d.peer))
 }
 
 // sendRecords sends relocation records to host to, encoding them into

@@ -524,3 +524,41 @@ func TestABounceOfAnotherOriginsMessageIsRefused(t *testing.T) {
 		t.Fatalf("%d bounces refused, want 3", got)
 	}
 }
+
+// A move's relocation records come from its peer only: a record of
+// another peer for a move under way (here an Abort, which would end it)
+// is dropped, counted, and the move goes on with its peer.
+func TestARelocationRecordFromAnotherPeerThanTheMovesIsDropped(t *testing.T) {
+	n := NewNetwork(nil)
+	obs := &rejections{}
+	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger(), Observer: obs}), counterKind(newGates()))
+	attach := func(name string) transport.Transport {
+		tr, err := n.Transport.Attach(name, &rawPeer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tr.Close(false) })
+		return tr
+	}
+	x, y := attach("x"), attach("y")
+	obj := relocation.Object{Kind: "counter", ID: "moving"}
+	move := relocation.MoveID{7}
+	send := func(tr transport.Transport, rec relocation.Record) {
+		t.Helper()
+		if err := tr.Send("b", transport.Item{Kind: transport.Record, Data: relocation.AppendRecord(nil, obj, rec)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// x starts a move of obj to b (its record never comes: the move waits).
+	send(x, &relocation.Prepare{Move: move, Object: obj, Source: "x",
+		Owner: relocation.Ownership{Host: "x", LeaseGen: 1, ObjectGen: 1, OwnerGen: 1}, TotalLen: 8, ChunkCount: 1})
+	waitFor(t, "b to take the move", func() bool { return b.move(move) != nil })
+	send(y, &relocation.Abort{Move: move, Reason: "forged"})
+	waitFor(t, "y's record to be dropped", func() bool { return obs.snapshot()[RejectProtocol] == 1 })
+	if d := b.move(move); d == nil || d.peer != "x" {
+		t.Fatalf("after another peer's Abort the move is %v; want it under way with x", d)
+	}
+	// The control: x's own Abort ends it.
+	send(x, &relocation.Abort{Move: move, Reason: "by its source"})
+	waitFor(t, "x's Abort to end the move", func() bool { return b.move(move) == nil })
+}
