@@ -311,6 +311,25 @@ func (h *Host) onFrame(ib *inbound, from string, buf payload.Buffer) {
 	}
 	n := int64(m.Len()) // what it counts in the budget
 	id := string(hv.TargetID())
+	if origin := string(m.Header().Origin()); origin != from && !h.view.known(origin) {
+		// A forwarded message names the host that sent it first: its
+		// sequence numbers order the object's messages, and each origin
+		// takes a place in the object's order state. Only a member takes
+		// one — asked afresh on the slow lane when this host's view does
+		// not know it yet (it may have joined a moment ago) — so an
+		// object's senders are bounded by the membership.
+		ib.slow.add(func() {
+			if !h.knownHost(origin) {
+				h.unknownOrigin(from, m)
+				ib.budget.release(h, n, skip)
+				return
+			}
+			if !h.routeIn(ib, kr, id, m, n, skip) {
+				ib.budget.release(h, n, skip)
+			}
+		})
+		return
+	}
 	if kr.local(id) == nil {
 		// Where the object runs may take a store call (or a forward that
 		// needs one): that runs on the link's slow lane, so that a slow
@@ -327,6 +346,22 @@ func (h *Host) onFrame(ib *inbound, from string, buf payload.Buffer) {
 	// The object is here: admit it (the permit source keeps the order of
 	// the messages off this link; admission finds the owner again).
 	h.admitIn(ib, kr, id, m, n, skip)
+}
+
+// unknownOrigin drops message m from peer from, forwarded in the name of
+// an origin the membership does not know: counted, logged (rate-limited),
+// a request answered with ProtocolError — and no skip notice, which would
+// give the unknown origin a place in the object's order state.
+func (h *Host) unknownOrigin(from string, m *payload.Message) {
+	hv := m.Header()
+	h.obs.Rejected(string(hv.TargetName()), RejectProtocol)
+	h.peerLogs.malformed.Warn(h.log, "forwarded frame naming an origin that is no member dropped",
+		"from", from, "origin", string(hv.Origin()))
+	if route := hv.ReplyTo(); len(route) > 0 {
+		h.routeReply(route, hv.Op(), reply{err: payload.NewError(payload.ProtocolError, "actor",
+			"the message names an origin that is no member of the cluster")})
+	}
+	m.Release()
 }
 
 // onUnopened handles a frame from peer from that Open refused (err): a

@@ -500,6 +500,19 @@ func (v *peerView) maxMessage(name string) int64 {
 	return 0
 }
 
+// known reports whether host name is a member, or a peer this host's
+// transport has reported (one that left since included: its messages may
+// still be on their way through other hosts).
+func (v *peerView) known(name string) bool {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	if _, ok := v.members[name]; ok {
+		return true
+	}
+	_, ok := v.links[name]
+	return ok
+}
+
 // reachable reports whether peer name is on the network and its link is
 // not down.
 func (v *peerView) reachable(name string) bool {

@@ -305,8 +305,12 @@ func (h *Host) takeFromPeer(ib *inbound, kr *kindRuntime, m *payload.Message) (_
 		return nil, false
 	}
 	if o := kr.local(string(s.Header().TargetID())); o != nil {
-		h.admitHere(o, s)
-		return nil, false
+		e := newEnvelope(s)
+		if _, _, err := o.admit(e, admitOverflow); err == nil {
+			return nil, false
+		}
+		e.Msg = nil // the owner closed meanwhile: the skip notice goes the other way
+		e.Release()
 	}
 	if ib.budget.take(int64(s.Len()), true) {
 		return s, true

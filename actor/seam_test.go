@@ -562,3 +562,54 @@ func TestARelocationRecordFromAnotherPeerThanTheMovesIsDropped(t *testing.T) {
 	send(x, &relocation.Abort{Move: move, Reason: "by its source"})
 	waitFor(t, "x's Abort to end the move", func() bool { return b.move(move) == nil })
 }
+
+// A forwarded message names the host that sent it first, and each origin
+// takes a place in the object's order state: one naming a host that is no
+// member is dropped, counted; one naming a member runs (an object's
+// senders are bounded by the membership).
+func TestAForwardedFrameNamingAnOriginThatIsNoMemberIsDropped(t *testing.T) {
+	n := NewNetwork(nil)
+	obs := &rejections{}
+	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger(), Observer: obs}), counterKind(newGates()))
+	c := startHost(t, n.With(Config{Name: "c", Logger: quietLogger()}), counterKind(newGates()))
+	waitViews(t, b, c)
+	tr, err := n.Transport.Attach("x", &rawPeer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tr.Close(false) }()
+	ref := Ref{"counter", "forwarded"}
+	if err := Tell(bg, b, ref, Inc{By: 0}); err != nil { // activated on b
+		t.Fatal(err)
+	}
+	forward := func(origin string, seq uint64) {
+		t.Helper()
+		m, err := payload.NewMessage(b.pool, b.reg, payload.Header{
+			Target: payload.Target{Scope: payload.ScopeObject, Name: ref.Kind, ID: ref.ID},
+			Op:     payload.NewOpID(), Origin: origin, Hops: 1, Epoch: 1, Seq: seq,
+		}, Inc{By: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Release()
+		if err := tr.Send("b", transport.Item{Kind: transport.Frame, Data: m.Frame()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 100 {
+		forward("nobody-"+itoa(i), 1)
+	}
+	waitFor(t, "the frames of unknown origins to be dropped", func() bool { return obs.snapshot()[RejectProtocol] == 100 })
+	forward("c", 1) // a member's (as if forwarded on its behalf)
+	waitFor(t, "the member's message to run", func() bool {
+		got, err := Ask[Get, int](bg, b, ref, Get{})
+		return err == nil && got == 1
+	})
+	o := b.kinds["counter"].local(ref.ID)
+	o.seqMu.Lock()
+	senders := o.inbox.Order().Senders()
+	o.seqMu.Unlock()
+	if senders > 2 { // b (its own Tell and Ask) and c
+		t.Fatalf("the object's order knows %d senders; want at most 2 (no unknown origin)", senders)
+	}
+}
