@@ -309,7 +309,7 @@ func (h *Host) onFrame(ib *inbound, from string, buf payload.Buffer) {
 	if m == nil {
 		return
 	}
-	n := int64(m.Len()) // what it counts in the budget
+	n := budgetBytes(m) // what it counts in the budget
 	id := string(hv.TargetID())
 	if origin := string(m.Header().Origin()); origin != from && !h.view.known(origin) {
 		// A forwarded message names the host that sent it first: its
@@ -398,7 +398,7 @@ func (h *Host) onReply(op payload.OpID, flags uint8, buf payload.Buffer) {
 // here, in order behind the earlier ones; it counts n bytes in the peer's
 // budget (a skip notice's allowance if skip) until its admission begins.
 func (h *Host) admitIn(ib *inbound, kr *kindRuntime, id string, m *payload.Message, n int64, skip bool) {
-	ps := &pendingSend{m: m, relayed: true, bytes: n, skip: skip}
+	ps := &pendingSend{m: m, relayed: true, bytes: uint32(n), skip: skip} // n ≤ budgetBytes(…)
 	ps.one[0] = target{kr: kr, id: id}
 	ps.targets = ps.one[:]
 	ib.in.enqueue(ps)

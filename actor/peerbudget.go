@@ -1,6 +1,7 @@
 package actor
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 
@@ -297,7 +298,7 @@ var ErrPeerBacklog = payload.NewError(payload.Unavailable, "actor",
 // (never routed here: that may take a store call) — or, if this host is
 // its origin or the origin is gone, is dropped, counted.
 func (h *Host) takeFromPeer(ib *inbound, kr *kindRuntime, m *payload.Message) (_ *payload.Message, skip bool) {
-	if ib.budget.take(int64(m.Len()), false) {
+	if ib.budget.take(budgetBytes(m), false) {
 		return m, false
 	}
 	s := h.refuseFromPeer(ib, m)
@@ -312,7 +313,7 @@ func (h *Host) takeFromPeer(ib *inbound, kr *kindRuntime, m *payload.Message) (_
 		e.Msg = nil // the owner closed meanwhile: the skip notice goes the other way
 		e.Release()
 	}
-	if ib.budget.take(int64(s.Len()), true) {
+	if ib.budget.take(budgetBytes(s), true) {
 		return s, true
 	}
 	if origin := string(s.Header().Origin()); origin != h.name && h.sendMessage(origin, s, transport.Bounce) == nil {
@@ -347,6 +348,10 @@ func (h *Host) refuseFromPeer(ib *inbound, m *payload.Message) *payload.Message 
 	m.Release()
 	return skip
 }
+
+// budgetBytes is what message m counts in a budget: its frame's length,
+// at most 4 GiB (a pendingSend keeps it in 32 bits).
+func budgetBytes(m *payload.Message) int64 { return min(int64(m.Len()), math.MaxUint32) }
 
 // onCredit applies a credit report from peer from.
 func (h *Host) onCredit(from string, r *creditReport) { h.creditOf(from).apply(r) }

@@ -801,9 +801,9 @@ type pendingSend struct {
 	targets []target
 	next    int // index of the next target to admit; written under the outbox's mu
 	fanout  bool
-	relayed bool  // received off a link (not this host's own send)
-	bytes   int64 // what it counts in its link's budget (outbox.budget)
-	skip    bool  // counted there as a skip notice
+	relayed bool   // received off a link (not this host's own send)
+	skip    bool   // counted in its link's budget as a skip notice
+	bytes   uint32 // what it counts in its link's budget (outbox.budget): a frame's length (budgetBytes)
 }
 
 // sendOne sends m to t from a handler: at once if a permit is free and
@@ -915,7 +915,7 @@ func (ob *outbox) advance(ps *pendingSend) bool {
 		done.m.Release()
 	}
 	if done != nil && ob.budget != nil {
-		ob.budget.release(ob.host, done.bytes, done.skip)
+		ob.budget.release(ob.host, int64(done.bytes), done.skip)
 	}
 	if empty {
 		return false
@@ -936,7 +936,7 @@ func (ob *outbox) Abandoned() {
 	ob.mu.Unlock()
 	for ; ps != nil; ps = ps.link {
 		if ob.budget != nil {
-			ob.budget.release(ob.host, ps.bytes, ps.skip)
+			ob.budget.release(ob.host, int64(ps.bytes), ps.skip)
 		}
 		for _, t := range ps.targets[ps.next:] {
 			ob.host.obs.Rejected(t.name(), RejectShuttingDown)
