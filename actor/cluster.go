@@ -232,7 +232,7 @@ func (h *Host) sendRemote(ctx context.Context, host string, t target, m *payload
 		return mailbox.ErrTooLarge // the destination's lanes are smaller than this host's
 	}
 	if ctx != nil {
-		if err := h.waitRoom(ctx, host); err != nil {
+		if err := h.waitRoom(ctx, host, len(m.Frame())); err != nil {
 			return err
 		}
 	}
@@ -311,7 +311,8 @@ func (h *Host) onFrame(ib *inbound, from string, buf payload.Buffer) {
 	}
 	n := budgetBytes(m) // what it counts in the budget
 	id := string(hv.TargetID())
-	if origin := string(m.Header().Origin()); origin != from && !h.view.known(origin) {
+	if o := m.Header().Origin(); string(o) != from && !h.view.known(string(o)) {
+		origin := string(o) // m's bytes are lent to the header view
 		// A forwarded message names the host that sent it first: its
 		// sequence numbers order the object's messages, and each origin
 		// takes a place in the object's order state. Only a member takes
@@ -321,11 +322,11 @@ func (h *Host) onFrame(ib *inbound, from string, buf payload.Buffer) {
 		ib.slow.add(func() {
 			if !h.knownHost(origin) {
 				h.unknownOrigin(from, m)
-				ib.budget.release(h, n, skip)
+				ib.budget.release(n, skip)
 				return
 			}
 			if !h.routeIn(ib, kr, id, m, n, skip) {
-				ib.budget.release(h, n, skip)
+				ib.budget.release(n, skip)
 			}
 		})
 		return
@@ -338,7 +339,7 @@ func (h *Host) onFrame(ib *inbound, from string, buf payload.Buffer) {
 		// sequence numbers.
 		ib.slow.add(func() {
 			if !h.routeIn(ib, kr, id, m, n, skip) {
-				ib.budget.release(h, n, skip)
+				ib.budget.release(n, skip)
 			}
 		})
 		return

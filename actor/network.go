@@ -68,8 +68,11 @@ func (h *Host) deliver(from string, it transport.Item) {
 	switch it.Kind {
 	case transport.Frame:
 		ib := h.inboundFrom(from)
+		taken := ib.budget.takenN.Load()
 		h.onFrame(ib, from, h.keep(it))
-		ib.budget.received(h, int64(len(it.Data))) // after onFrame counted what it keeps
+		if ib.budget.takenN.Load() == taken { // not kept: settled at once (credit, peerbudget.go)
+			ib.budget.unkept(budgetLen(len(it.Data)))
+		}
 	case transport.Reply:
 		h.onFrame(h.inboundFrom(from), from, h.keep(it))
 	case transport.Bounce:
@@ -107,6 +110,9 @@ func (h *Host) deliver(from string, it transport.Item) {
 			return
 		case *creditReport:
 			h.onCredit(from, c)
+			return
+		case *creditAsk:
+			h.onCreditAsk(from)
 			return
 		}
 		h.onControl(from, ctl)
@@ -190,7 +196,11 @@ func (h *Host) inboundFrom(from string) *inbound {
 		ib := &inbound{peer: from}
 		ib.in.host = h
 		ib.in.budget = &ib.budget
-		ib.budget.peer, ib.budget.lim = from, h.cfg.PeerInbound
+		ib.budget.setLimits(h.cfg.PeerInbound)
+		ib.budget.send = func(r *creditReport) {
+			// Advice: lost with a gone peer, which counts afresh on that fact.
+			_ = h.sendItem(from, transport.Control, appendControl(nil, r))
+		}
 		ib.slow.wg = &h.lanes
 		v, _ = h.inbound.LoadOrStore(from, ib)
 	}
@@ -323,7 +333,7 @@ func (h *Host) reportLoad(all bool) {
 	for _, p := range up {
 		// A peer that came up learns this host's window for its
 		// messages (peerbudget.go).
-		h.inboundFrom(p).budget.report(h, true)
+		h.inboundFrom(p).budget.report(true)
 	}
 }
 
@@ -332,23 +342,27 @@ func (h *Host) reportLoad(all bool) {
 // without a context of its own, when so; else until ctx ends (its error),
 // SendTimeout passes (ErrSendTimeout) or the host closes
 // (ErrShuttingDown).
-func (h *Host) waitRoom(ctx context.Context, host string) error {
+func (h *Host) waitRoom(ctx context.Context, host string, n int) error {
 	c := h.creditOf(host)
-	if c.open() && h.tr.WaitRoom(doneCtx, host) == nil {
+	if c.open(int64(n)) && h.tr.WaitRoom(doneCtx, host) == nil {
 		return nil
 	}
 	wctx, cancel := context.WithTimeout(ctx, h.cfg.SendTimeout)
 	defer cancel()
 	stop := context.AfterFunc(h.life, cancel)
 	defer stop()
-	if !c.open() {
+	if !c.open(int64(n)) {
 		// What this host sent the peer and the peer keeps fills its
-		// window (peerbudget.go): wait for its next credit report.
+		// window (peerbudget.go): wait for a credit report, asking the
+		// peer for one (once per report).
 		h.peerWaits.Add(1)
-		for !c.open() && wctx.Err() == nil {
+		for !c.open(int64(n)) && wctx.Err() == nil {
 			ch := c.waitCh()
-			if c.open() {
+			if c.open(int64(n)) {
 				break
+			}
+			if c.ask() {
+				_ = h.sendControl(host, &creditAsk{}) // a gone peer: its credit is reset
 			}
 			select {
 			case <-ch:

@@ -2,6 +2,7 @@ package actor
 
 import (
 	"math"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 
@@ -52,19 +53,36 @@ import (
 // under them.
 
 // peerBudget is what this host keeps of one peer's messages and what it
-// reported settled (see above). Takes and receipts are counted on the
-// peer's delivery goroutine; releases on any goroutine.
+// reported settled (see above). Takes and frames not kept are counted on
+// the peer's delivery goroutine; releases on any goroutine. The frames of
+// the peer received here are takenN + unkeptN; kept, takenN − relN;
+// settled, unkeptN + relN: each message costs one count in and one out,
+// and the two halves of the count sit on cache lines of their own (the
+// releases are made on other goroutines).
 type peerBudget struct {
-	peer string
-	lim  mailbox.Limits
+	lim            mailbox.Limits
+	shiftN, shiftB uint8               // a check every 2^shift counts out, or bytes (check)
+	send           func(*creditReport) // sends a credit report to the peer
 
-	keptN, keptB atomic.Int64 // received frames kept
-	skipN, skipB atomic.Int64 // skip notices kept in place of refused frames
-	recvN, recvB atomic.Int64 // frames received from this run of the peer
+	// Written by the peer's delivery goroutine only.
+	takenN, takenB     atomic.Int64 // received frames kept, counted in
+	unkeptN, unkeptB   atomic.Int64 // received frames never kept (refused, undeliverable, …)
+	relSeenN, relSeenB int64        // relN and relB as take last read them (they only grow)
+	_                  [64]byte
+	relN, relB       atomic.Int64 // received frames kept, counted out
+	waiting          atomic.Bool  // the peer asked for a report: it waits for credit
+	_                [64]byte
+	skipN, skipB   atomic.Int64 // skip notices kept in place of refused frames (rare)
 
 	repN, repB atomic.Int64 // settled counts last reported (written under mu)
 	mu         sync.Mutex   // a leaf: guards sending
 	sending    bool         // a goroutine is reporting
+}
+
+// kept returns the received frames, and their bytes, kept now.
+func (b *peerBudget) kept() (int64, int64) {
+	relN, relB := b.relN.Load(), b.relB.Load() // first: a count out never precedes its count in
+	return b.takenN.Load() - relN, b.takenB.Load() - relB
 }
 
 // take counts a kept message of n bytes — a skip notice if skip — and
@@ -72,7 +90,18 @@ type peerBudget struct {
 // allowance for skip). One message always fits an empty budget, whatever
 // its size.
 func (b *peerBudget) take(n int64, skip bool) bool {
-	items, bytes := b.keptN.Load()+b.skipN.Load(), b.keptB.Load()+b.skipB.Load()
+	// What is kept, from the counts out as last read: at least the true
+	// count. They are read afresh (a cache line the releases write) only
+	// when that comes near the window.
+	keptN, keptB := b.takenN.Load()-b.relSeenN, b.takenB.Load()-b.relSeenB
+	if 2*(keptN+1) > int64(b.lim.Items) || 2*(keptB+n) > b.lim.Bytes {
+		b.relSeenN, b.relSeenB = b.relN.Load(), b.relB.Load()
+		keptN, keptB = b.takenN.Load()-b.relSeenN, b.takenB.Load()-b.relSeenB
+	}
+	items, bytes := keptN, keptB
+	if skipN := b.skipN.Load(); skipN != 0 {
+		items, bytes = items+skipN, bytes+b.skipB.Load()
+	}
 	maxItems, maxBytes := int64(b.lim.Items), b.lim.Bytes
 	if skip {
 		maxItems, maxBytes = 2*maxItems, 2*maxBytes
@@ -84,49 +113,89 @@ func (b *peerBudget) take(n int64, skip bool) bool {
 		b.skipN.Add(1)
 		b.skipB.Add(n)
 	} else {
-		b.keptN.Add(1)
-		b.keptB.Add(n)
+		b.takenN.Add(1)
+		b.takenB.Add(n)
 	}
 	return true
 }
 
 // release counts a kept message of n bytes out (a skip notice if skip)
-// and reports the peer's credit if it grew by a step.
-func (b *peerBudget) release(h *Host, n int64, skip bool) {
+// and, every checkEvery of them, reports the peer's credit if it grew by
+// a step.
+func (b *peerBudget) release(n int64, skip bool) {
 	if skip {
 		b.skipN.Add(-1)
 		b.skipB.Add(-n)
 		return
 	}
-	b.keptN.Add(-1)
-	b.keptB.Add(-n)
-	b.report(h, false)
+	if b.check(b.relN.Add(1), b.relB.Add(n), n) || b.waiting.Load() {
+		b.report(false)
+	}
 }
 
-// received counts a frame of n bytes off the link (after onFrame kept it
-// or not: the settled count never runs ahead) and reports the peer's
-// credit if it grew by a step.
-func (b *peerBudget) received(h *Host, n int64) {
-	b.recvN.Add(1)
-	b.recvB.Add(n)
-	b.report(h, false)
+// unkept counts a frame of n bytes off the link that onFrame did not keep
+// and, as release, reports the peer's credit if it grew by a step.
+func (b *peerBudget) unkept(n int64) {
+	if b.check(b.unkeptN.Add(1), b.unkeptB.Add(n), n) || b.waiting.Load() {
+		b.report(false)
+	}
 }
 
 // settled returns how many frames of the peer, and bytes, this host
 // received and no longer keeps.
 func (b *peerBudget) settled() (int64, int64) {
-	return b.recvN.Load() - b.keptN.Load(), b.recvB.Load() - b.keptB.Load()
+	relN, relB := b.relN.Load(), b.relB.Load()
+	return b.unkeptN.Load() + relN, b.unkeptB.Load() + relB
+}
+
+// The report's arithmetic. The settled count is reported when it grew by
+// a step (an eighth of the bound, in messages or bytes) since the last
+// report, checked whenever a count in or out passes a multiple of a 32nd
+// of the bound (in messages or bytes: a message that large always passes
+// one): a sender that sends flat out hears of its credit about eight
+// times a window, and rarely waits. A sender that waits asks for a report
+// (a creditAsk; once per report it got); the host then also reports as
+// soon as it keeps nothing of the peer's and the count changed since its
+// last report — so a waiting sender is told once everything it sent has
+// been let go of here, whatever the step.
+
+// step returns the growth of the settled count that is reported.
+func (b *peerBudget) step() (int64, int64) {
+	return max(1, int64(b.lim.Items)/8), max(1, b.lim.Bytes/8)
+}
+
+// check reports whether a count in or out that brought the messages to
+// count and the bytes to bytes (n more) passed a multiple of a 32nd of
+// the bound (rounded down to a power of two: shifts, no division on the
+// message path).
+func (b *peerBudget) check(count, bytes, n int64) bool {
+	return count>>b.shiftN != (count-1)>>b.shiftN || bytes>>b.shiftB != (bytes-n)>>b.shiftB
+}
+
+// setLimits sets the bound and the check cadence that goes with it.
+func (b *peerBudget) setLimits(lim mailbox.Limits) {
+	b.lim = lim
+	b.shiftN = uint8(bits.Len64(uint64(max(1, int64(lim.Items)/32))) - 1)
+	b.shiftB = uint8(bits.Len64(uint64(max(1, lim.Bytes/32))) - 1)
 }
 
 // report sends the peer its settled counts if they grew by an eighth of
 // the bound since the last report (with force: in any case, as when the
 // peer came up and has yet to learn the window): one goroutine at a
 // time, the newest counts last, no lock held across the send.
-func (b *peerBudget) report(h *Host, force bool) {
-	stepN, stepB := max(1, int64(b.lim.Items)/8), max(1, b.lim.Bytes/8)
+func (b *peerBudget) report(force bool) {
+	stepN, stepB := b.step()
 	grown := func() bool {
 		n, by := b.settled()
-		return n-b.repN.Load() >= stepN || by-b.repB.Load() >= stepB
+		dn, db := n-b.repN.Load(), by-b.repB.Load()
+		if dn >= stepN || db >= stepB {
+			return true
+		}
+		if b.waiting.Load() && (dn != 0 || db != 0) {
+			keptN, keptB := b.kept()
+			return keptN == 0 && keptB == 0
+		}
+		return false
 	}
 	if !force && !grown() {
 		return // the common case: no lock
@@ -145,11 +214,12 @@ func (b *peerBudget) report(h *Host, force bool) {
 		force = false
 		b.repN.Store(n)
 		b.repB.Store(by)
+		if keptN, keptB := b.kept(); keptN == 0 && keptB == 0 {
+			b.waiting.Store(false) // told of everything: the peer asks again if it must
+		}
 		b.mu.Unlock()
-		// Advice: lost with a gone peer, which counts afresh on that fact.
-		_ = h.sendItem(b.peer, transport.Control, appendControl(nil, &creditReport{
-			settledN: uint64(max(n, 0)), settledB: uint64(max(by, 0)),
-			windowN: uint64(b.lim.Items / 2), windowB: uint64(b.lim.Bytes / 2)}))
+		b.send(&creditReport{settledN: uint64(max(n, 0)), settledB: uint64(max(by, 0)),
+			windowN: uint64(b.lim.Items / 2), windowB: uint64(b.lim.Bytes / 2)})
 		b.mu.Lock()
 		if !grown() {
 			break
@@ -165,11 +235,23 @@ func (b *peerBudget) report(h *Host, force bool) {
 func (b *peerBudget) restart() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.recvN.Store(b.keptN.Load())
-	b.recvB.Store(b.keptB.Load())
+	relN, relB := b.relN.Load(), b.relB.Load()
+	b.unkeptN.Store(-relN)
+	b.unkeptB.Store(-relB)
 	b.repN.Store(0)
 	b.repB.Store(0)
 }
+
+// asked notes that the peer waits for credit (a creditAsk) and reports at
+// once if it keeps nothing of the peer's and has not reported everything.
+func (b *peerBudget) asked() {
+	b.waiting.Store(true)
+	b.report(false)
+}
+
+// creditAsk asks a peer for a credit report: this host's outside senders
+// wait for credit.
+type creditAsk struct{}
 
 // creditReport tells a peer how many of its message frames (and bytes)
 // this host received and no longer keeps, and how many it may have
@@ -188,14 +270,24 @@ type peerCredit struct {
 	setN, setB   atomic.Int64 // as last reported
 	winN, winB   atomic.Int64 // the peer's window, as last reported
 
+	asking atomic.Bool // a creditAsk was sent and no report came since
+
 	mu   sync.Mutex    // a leaf: guards wake
 	wake chan struct{} // closed at the next report (or reset); nil: nobody waits
 }
 
-// open reports whether an outside send may go now.
-func (c *peerCredit) open() bool {
-	return c.sentN.Load()-c.setN.Load() < c.winN.Load() && c.sentB.Load()-c.setB.Load() < c.winB.Load()
+// open reports whether an outside send of n bytes may go now: the
+// messages outstanding at the peer are fewer than its window, and those
+// bytes with n fit it — or nothing is outstanding (one message always
+// goes, whatever its size).
+func (c *peerCredit) open(n int64) bool {
+	outB := c.sentB.Load() - c.setB.Load()
+	return c.sentN.Load()-c.setN.Load() < c.winN.Load() && (outB+n <= c.winB.Load() || outB <= 0)
 }
+
+// ask reports whether this host is to ask the peer for a report now (it
+// did not since the last report).
+func (c *peerCredit) ask() bool { return c.asking.CompareAndSwap(false, true) }
 
 // waitCh returns a channel closed at the next report or reset.
 func (c *peerCredit) waitCh() <-chan struct{} {
@@ -227,6 +319,7 @@ func (c *peerCredit) apply(r *creditReport) {
 		c.winN.Store(int64(min(r.windowN, 1<<62)))
 		c.winB.Store(int64(min(r.windowB, 1<<62)))
 	}
+	c.asking.Store(false)
 	c.wakeAll()
 }
 
@@ -237,6 +330,7 @@ func (c *peerCredit) reset() {
 	c.sentB.Store(0)
 	c.setN.Store(0)
 	c.setB.Store(0)
+	c.asking.Store(false)
 	c.wakeAll()
 }
 
@@ -273,7 +367,7 @@ func (h *Host) creditOf(name string) *peerCredit {
 func (h *Host) sentFrame(to string, n int) {
 	c := h.creditOf(to)
 	c.sentN.Add(1)
-	c.sentB.Add(int64(n))
+	c.sentB.Add(budgetLen(n))
 }
 
 // ErrPeerBacklog: an Ask that another host refused because it already
@@ -333,7 +427,7 @@ func (h *Host) refuseFromPeer(ib *inbound, m *payload.Message) *payload.Message 
 	h.peerRefused.Add(1)
 	h.obs.Rejected(string(hv.TargetName()), RejectPeerBacklog)
 	h.peerLogs.backlog.Warn(h.log, "message from a peer refused: this host keeps Config.PeerInbound of its messages already",
-		"from", ib.peer, "messages", ib.budget.keptN.Load(), "bytes", ib.budget.keptB.Load())
+		"from", ib.peer, "messages", ib.budget.takenN.Load()-ib.budget.relN.Load())
 	if route := hv.ReplyTo(); len(route) > 0 {
 		h.routeReply(route, hv.Op(), reply{err: ErrPeerBacklog})
 	}
@@ -351,7 +445,13 @@ func (h *Host) refuseFromPeer(ib *inbound, m *payload.Message) *payload.Message 
 
 // budgetBytes is what message m counts in a budget: its frame's length,
 // at most 4 GiB (a pendingSend keeps it in 32 bits).
-func budgetBytes(m *payload.Message) int64 { return min(int64(m.Len()), math.MaxUint32) }
+func budgetBytes(m *payload.Message) int64 { return budgetLen(m.Len()) }
+
+// budgetLen is what a frame of n bytes counts in a budget and in credit.
+func budgetLen(n int) int64 { return min(int64(n), math.MaxUint32) }
 
 // onCredit applies a credit report from peer from.
 func (h *Host) onCredit(from string, r *creditReport) { h.creditOf(from).apply(r) }
+
+// onCreditAsk answers a peer that waits for credit.
+func (h *Host) onCreditAsk(from string) { h.inboundFrom(from).budget.asked() }

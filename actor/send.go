@@ -915,7 +915,7 @@ func (ob *outbox) advance(ps *pendingSend) bool {
 		done.m.Release()
 	}
 	if done != nil && ob.budget != nil {
-		ob.budget.release(ob.host, int64(done.bytes), done.skip)
+		ob.budget.release(int64(done.bytes), done.skip)
 	}
 	if empty {
 		return false
@@ -936,7 +936,7 @@ func (ob *outbox) Abandoned() {
 	ob.mu.Unlock()
 	for ; ps != nil; ps = ps.link {
 		if ob.budget != nil {
-			ob.budget.release(ob.host, int64(ps.bytes), ps.skip)
+			ob.budget.release(int64(ps.bytes), ps.skip)
 		}
 		for _, t := range ps.targets[ps.next:] {
 			ob.host.obs.Rejected(t.name(), RejectShuttingDown)

@@ -28,6 +28,7 @@ const (
 	ctlLoad
 	ctlPressure
 	ctlCredit
+	ctlCreditAsk
 )
 
 // loadReport tells the peers how many objects (owners) a host has, for
@@ -93,6 +94,8 @@ func appendControl(dst []byte, ctl any) []byte {
 		dst = wire.AppendString(dst, c.obj.Kind)
 		dst = wire.AppendString(dst, c.obj.ID)
 		return wire.AppendBool(dst, c.paused)
+	case *creditAsk:
+		return append(dst, ctlCreditAsk)
 	case *creditReport:
 		dst = append(dst, ctlCredit)
 		for _, v := range []uint64{c.settledN, c.settledB, c.windowN, c.windowB} {
@@ -124,6 +127,12 @@ func decodeControl(b []byte) (any, error) {
 			return nil, err
 		}
 		return p, nil
+	}
+	if tag == ctlCreditAsk {
+		if err := r.End(); err != nil {
+			return nil, err
+		}
+		return &creditAsk{}, nil
 	}
 	if tag == ctlCredit {
 		c := &creditReport{settledN: r.Uint64("settled messages"), settledB: r.Uint64("settled bytes"),

@@ -23,6 +23,7 @@ func sampleControls() []any {
 		&pressureItem{obj: relocation.Object{Kind: "", ID: ""}},
 		&creditReport{settledN: 1 << 40, settledB: 1<<63 + 7, windowN: 16384, windowB: 32 << 20},
 		&creditReport{},
+		&creditAsk{},
 	}
 }
 
