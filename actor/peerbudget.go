@@ -69,10 +69,10 @@ type peerBudget struct {
 	unkeptN, unkeptB   atomic.Int64 // received frames never kept (refused, undeliverable, …)
 	relSeenN, relSeenB int64        // relN and relB as take last read them (they only grow)
 	_                  [64]byte
-	relN, relB       atomic.Int64 // received frames kept, counted out
-	waiting          atomic.Bool  // the peer asked for a report: it waits for credit
-	_                [64]byte
-	skipN, skipB   atomic.Int64 // skip notices kept in place of refused frames (rare)
+	relN, relB         atomic.Int64 // received frames kept, counted out
+	waiting            atomic.Bool  // the peer asked for a report: it waits for credit
+	_                  [64]byte
+	skipN, skipB       atomic.Int64 // skip notices kept in place of refused frames (rare)
 
 	repN, repB atomic.Int64 // settled counts last reported (written under mu)
 	mu         sync.Mutex   // a leaf: guards sending
