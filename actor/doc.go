@@ -71,6 +71,14 @@
 //     at the source, queue order intact, store untouched; after it, the
 //     source never runs the object again.
 //   - Only the target writes the new owner to the Location Store.
+//   - What a host keeps of one peer's messages is bounded
+//     (Config.PeerInbound): the peer's outside senders wait for credit
+//     below half of it, and past it a message is refused — an Ask hears of
+//     it (ErrPeerBacklog), a one-way message leaves a skip notice and is
+//     counted — never queued without end (peerbudget.go). Every item of a
+//     link is the authenticated peer's: a first-hop message names it as
+//     its origin, a forwarded one names a member, a move's records come
+//     from its peer, a bounce carries a message of the receiving host.
 //
 // Location transparency: a handler error (HandlerError), a lane limit, a
 // deadline or a cancellation looks the same to the sender whether the

@@ -363,6 +363,10 @@ func TestExternalSendsWaitForRoomOnTheLink(t *testing.T) {
 	if err := Tell(bg, b, ref, Inc{By: 1}); err != nil { // runs on b
 		t.Fatal(err)
 	}
+	// What a host sends a peer that came up (its load, its credit window)
+	// has gone over the link before it breaks: only the Tells queue on it.
+	waitViews(t, a, b)
+	waitFor(t, "a's credit report to reach b", func() bool { return b.creditOf("a").reports.Load() > 0 })
 	n.Break("a", "b")                       // the link queues and does not deliver
 	const linkHigh = inproc.DefaultHigh + 1 // WaitRoom lets a send through while at most High are queued
 	for i := 0; i < linkHigh; i++ {

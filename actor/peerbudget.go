@@ -29,10 +29,12 @@ import (
 // of it), and the peer counts those it received and, of them, the ones it
 // no longer keeps: settled. The peer reports its settled count, and its
 // window — half its bound — whenever it grew by an eighth of its bound
-// since the last report. A send from outside the handlers waits (up to
-// SendTimeout, then ErrSendTimeout: nothing was sent) while the frames
-// sent and not reported settled fill the window, in messages or in bytes;
-// one message always goes when nothing is outstanding. So what the
+// since the last report, and when a waiting sender asked and it keeps
+// nothing of the sender's (the arithmetic is below). A send from outside
+// the handlers waits (up to SendTimeout, then ErrSendTimeout: nothing was
+// sent) while the messages sent and not reported settled fill the window,
+// or their bytes with its own do not fit it — but one message always goes
+// when nothing is outstanding, whatever its size. So what the
 // outside senders of a host that keeps to the protocol have at a peer —
 // on the link or kept there — stays within the window, however fast they
 // send and however slow the peer's objects are. A report lost with a gone
@@ -120,8 +122,7 @@ func (b *peerBudget) take(n int64, skip bool) bool {
 }
 
 // release counts a kept message of n bytes out (a skip notice if skip)
-// and, every checkEvery of them, reports the peer's credit if it grew by
-// a step.
+// and reports the peer's credit if it is due (report).
 func (b *peerBudget) release(n int64, skip bool) {
 	if skip {
 		b.skipN.Add(-1)
@@ -134,7 +135,7 @@ func (b *peerBudget) release(n int64, skip bool) {
 }
 
 // unkept counts a frame of n bytes off the link that onFrame did not keep
-// and, as release, reports the peer's credit if it grew by a step.
+// and, as release, reports the peer's credit if it is due.
 func (b *peerBudget) unkept(n int64) {
 	if b.check(b.unkeptN.Add(1), b.unkeptB.Add(n), n) || b.waiting.Load() {
 		b.report(false)
@@ -150,10 +151,11 @@ func (b *peerBudget) settled() (int64, int64) {
 
 // The report's arithmetic. The settled count is reported when it grew by
 // a step (an eighth of the bound, in messages or bytes) since the last
-// report, checked whenever a count in or out passes a multiple of a 32nd
-// of the bound (in messages or bytes: a message that large always passes
-// one): a sender that sends flat out hears of its credit about eight
-// times a window, and rarely waits. A sender that waits asks for a report
+// report, checked whenever the count of messages let go of (released, or
+// never kept) passes a multiple of about a 32nd of the bound, in messages
+// or bytes (a message that large always passes one): a sender that sends
+// flat out hears of its credit about eight times a window, and rarely
+// waits. A sender that waits asks for a report
 // (a creditAsk; once per report it got); the host then also reports as
 // soon as it keeps nothing of the peer's and the count changed since its
 // last report — so a waiting sender is told once everything it sent has
@@ -164,9 +166,9 @@ func (b *peerBudget) step() (int64, int64) {
 	return max(1, int64(b.lim.Items)/8), max(1, b.lim.Bytes/8)
 }
 
-// check reports whether a count in or out that brought the messages to
-// count and the bytes to bytes (n more) passed a multiple of a 32nd of
-// the bound (rounded down to a power of two: shifts, no division on the
+// check reports whether a count of messages let go of that came to count
+// messages and bytes bytes (n more) passed a multiple of a 32nd of the
+// bound (rounded down to a power of two: shifts, no division on the
 // message path).
 func (b *peerBudget) check(count, bytes, n int64) bool {
 	return count>>b.shiftN != (count-1)>>b.shiftN || bytes>>b.shiftB != (bytes-n)>>b.shiftB
@@ -179,10 +181,11 @@ func (b *peerBudget) setLimits(lim mailbox.Limits) {
 	b.shiftB = uint8(bits.Len64(uint64(max(1, lim.Bytes/32))) - 1)
 }
 
-// report sends the peer its settled counts if they grew by an eighth of
-// the bound since the last report (with force: in any case, as when the
-// peer came up and has yet to learn the window): one goroutine at a
-// time, the newest counts last, no lock held across the send.
+// report sends the peer its settled counts if they are due — they grew by
+// a step since the last report, or the peer waits and this host keeps
+// nothing of its (see above) — or with force in any case (the peer came
+// up and has yet to learn the window): one goroutine at a time, the
+// newest counts last, no lock held across the send.
 func (b *peerBudget) report(force bool) {
 	stepN, stepB := b.step()
 	grown := func() bool {
@@ -270,7 +273,8 @@ type peerCredit struct {
 	setN, setB   atomic.Int64 // as last reported
 	winN, winB   atomic.Int64 // the peer's window, as last reported
 
-	asking atomic.Bool // a creditAsk was sent and no report came since
+	asking  atomic.Bool  // a creditAsk was sent and no report came since
+	reports atomic.Int64 // reports taken in
 
 	mu   sync.Mutex    // a leaf: guards wake
 	wake chan struct{} // closed at the next report (or reset); nil: nobody waits
@@ -320,6 +324,7 @@ func (c *peerCredit) apply(r *creditReport) {
 		c.winB.Store(int64(min(r.windowB, 1<<62)))
 	}
 	c.asking.Store(false)
+	c.reports.Add(1)
 	c.wakeAll()
 }
 

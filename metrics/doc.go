@@ -42,6 +42,8 @@
 //	berth_order_oldest_gap_seconds{host}           how long the oldest gap has waited
 //	berth_order_over_bound_total{host}             arrivals past an object's reorder bound
 //	berth_order_pressure_waits_total{host}         outside sends that waited for a reorder buffer
+//	berth_peer_credit_waits_total{host}            outside sends that waited for credit at the object's host
+//	berth_peer_refused_messages_total{host}        peers' messages refused past Config.PeerInbound
 //	berth_dropped_messages_total{host}             messages the host could not deliver
 //	berth_dropped_on_close_total{host}             accepted messages the host's Close ended unrun
 //	berth_bounced_messages_total{host}             messages sent back to their origin to be routed afresh

@@ -32,6 +32,8 @@ type hostCollector struct {
 	oldestGap        *prometheus.Desc
 	overBound        *prometheus.Desc
 	pressureWaits    *prometheus.Desc
+	peerWaits        *prometheus.Desc
+	peerRefused      *prometheus.Desc
 	dropped          *prometheus.Desc
 	droppedOnClose   *prometheus.Desc
 	bounced          *prometheus.Desc
@@ -80,6 +82,10 @@ func newHostCollector() *hostCollector {
 			"Arrivals that found their sending host past an object's reorder bound (it was told to pause)."),
 		pressureWaits: desc("order_pressure_waits_total",
 			"Sends from outside handlers that waited for an object's reorder buffer."),
+		peerWaits: desc("peer_credit_waits_total",
+			"Sends from outside handlers that waited for credit at the object's host (Config.PeerInbound)."),
+		peerRefused: desc("peer_refused_messages_total",
+			"Messages from peers refused because the host kept Config.PeerInbound of theirs already."),
 		dropped: desc("dropped_messages_total",
 			"Messages the host could not deliver: their senders got an error and a skip notice followed."),
 		droppedOnClose: desc("dropped_on_close_total",
@@ -109,7 +115,7 @@ func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.ownersActive, c.laneDepth, c.permitsInUse, c.permitWaiters, c.permitsMax,
 		c.requestsInFlight, c.decodes, c.fullCopies, c.fullCopyBytes, c.views,
-		c.heldOutOfOrder, c.gapsClosed, c.late, c.oldestGap, c.overBound, c.pressureWaits, c.dropped, c.droppedOnClose, c.bounced, c.relocations, c.captured, c.relayed, c.forwarded,
+		c.heldOutOfOrder, c.gapsClosed, c.late, c.oldestGap, c.overBound, c.pressureWaits, c.peerWaits, c.peerRefused, c.dropped, c.droppedOnClose, c.bounced, c.relocations, c.captured, c.relayed, c.forwarded,
 	} {
 		ch <- d
 	}
@@ -156,6 +162,8 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.oldestGap, st.OldestGap.Seconds())
 		counter(c.overBound, uint64(st.OverBound))
 		counter(c.pressureWaits, uint64(st.PressureWaits))
+		counter(c.peerWaits, uint64(st.PeerWaits))
+		counter(c.peerRefused, uint64(st.PeerRefused))
 		counter(c.dropped, uint64(st.Dropped))
 		counter(c.droppedOnClose, uint64(st.DroppedOnClose))
 		counter(c.bounced, uint64(st.Bounced))

@@ -64,6 +64,8 @@ var hostSeries = []string{
 	"berth_order_oldest_gap_seconds",
 	"berth_order_over_bound_total",
 	"berth_order_pressure_waits_total",
+	"berth_peer_credit_waits_total",
+	"berth_peer_refused_messages_total",
 	"berth_dropped_messages_total",
 	"berth_dropped_on_close_total",
 	"berth_bounced_messages_total",
@@ -245,6 +247,8 @@ func TestHostGauges(t *testing.T) {
 		OldestGap:         2500 * time.Millisecond,
 		OverBound:         22,
 		PressureWaits:     23,
+		PeerWaits:         24,
+		PeerRefused:       25,
 		Dropped:           19,
 		DroppedOnClose:    21,
 		Bounced:           20,
@@ -306,6 +310,12 @@ berth_order_over_bound_total{host="a"} 22
 # HELP berth_order_pressure_waits_total Sends from outside handlers that waited for an object's reorder buffer.
 # TYPE berth_order_pressure_waits_total counter
 berth_order_pressure_waits_total{host="a"} 23
+# HELP berth_peer_credit_waits_total Sends from outside handlers that waited for credit at the object's host (Config.PeerInbound).
+# TYPE berth_peer_credit_waits_total counter
+berth_peer_credit_waits_total{host="a"} 24
+# HELP berth_peer_refused_messages_total Messages from peers refused because the host kept Config.PeerInbound of theirs already.
+# TYPE berth_peer_refused_messages_total counter
+berth_peer_refused_messages_total{host="a"} 25
 # HELP berth_dropped_messages_total Messages the host could not deliver: their senders got an error and a skip notice followed.
 # TYPE berth_dropped_messages_total counter
 berth_dropped_messages_total{host="a"} 19
