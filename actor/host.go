@@ -87,7 +87,7 @@ type Host struct {
 	lookupQ       [lookupLanes]lane // admissions that may call the store (network.go)
 	loadSent      int64             // the load last reported; move ticker only
 	pauses        pauseLog          // moves from here: their pauses (Host.Pauses)
-	dir           map[string]string // peers' addresses told to a transport.Directory; Start, then the membership watch
+	dir           map[string]peerAt // peers' addresses (and runs) told to a transport.Directory; Start, then the membership watch
 	origin        string            // the origin stamped on messages: the name, with a transport
 	store         relocation.Store
 	leaseGen      uint64
@@ -312,7 +312,15 @@ func (h *Host) join() error {
 	h.origin = h.name
 	h.members = h.cfg.Membership
 	ready := make(chan struct{})
-	tr, err := h.cfg.Transport.Attach(h.name, hostHandler{h: h, ready: ready})
+	var tr transport.Transport
+	var err error
+	if ra, ok := h.cfg.Transport.(transport.RunAttacher); ok {
+		// Its run on the wire is its lease generation, which peers check
+		// against the membership (tellDirectory).
+		tr, err = ra.AttachRun(h.name, h.leaseGen, hostHandler{h: h, ready: ready})
+	} else {
+		tr, err = h.cfg.Transport.Attach(h.name, hostHandler{h: h, ready: ready})
+	}
 	if err != nil {
 		return err
 	}

@@ -609,21 +609,31 @@ func (h *Host) watchMembers(ch <-chan membership.Event) {
 }
 
 // tellDirectory tells a transport that needs its peers' addresses
-// (transport.Directory) where the members are, and which are gone. It runs
-// where the view is applied (Start, then the membership watch), one call
-// at a time; h.dir is what the transport was told.
+// (transport.Directory) where the members are, and which are gone — and
+// one that checks its peers' runs against the membership
+// (transport.RunDirectory) each member's lease generation. It runs where
+// the view is applied (Start, then the membership watch), one call at a
+// time; h.dir is what the transport was told.
 func (h *Host) tellDirectory() {
 	d, ok := h.tr.(transport.Directory)
 	if !ok {
 		return
 	}
+	rd, _ := h.tr.(transport.RunDirectory)
 	now := h.view.addresses(h.name)
-	for name, addr := range now {
-		if h.dir[name] != addr {
-			if err := d.AddPeer(name, addr); err != nil {
-				h.log.Warn("transport refused a member's address", "peer", name, "address", addr, "err", err)
-				delete(now, name) // told again with the next event
-			}
+	for name, at := range now {
+		if h.dir[name] == at {
+			continue
+		}
+		var err error
+		if rd != nil {
+			err = rd.AddPeerRun(name, at.addr, at.run)
+		} else {
+			err = d.AddPeer(name, at.addr)
+		}
+		if err != nil {
+			h.log.Warn("transport refused a member's address", "peer", name, "address", at.addr, "err", err)
+			delete(now, name) // told again with the next event
 		}
 	}
 	for name := range h.dir {
@@ -632,6 +642,12 @@ func (h *Host) tellDirectory() {
 		}
 	}
 	h.dir = now
+}
+
+// peerAt is where a member is, and its run (its lease generation).
+type peerAt struct {
+	addr string
+	run  uint64
 }
 
 // Addr returns the address other hosts reach this one at — what it
@@ -644,14 +660,15 @@ func (h *Host) Addr() string {
 	return ""
 }
 
-// addresses returns the address of every member but self that has one.
-func (v *peerView) addresses(self string) map[string]string {
+// addresses returns the address and run of every member but self that
+// has an address.
+func (v *peerView) addresses(self string) map[string]peerAt {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	out := make(map[string]string, len(v.members))
+	out := make(map[string]peerAt, len(v.members))
 	for name, m := range v.members {
 		if name != self && m.Address != "" {
-			out[name] = m.Address
+			out[name] = peerAt{addr: m.Address, run: m.LeaseGen}
 		}
 	}
 	return out

@@ -165,7 +165,18 @@ func (k *killer) die() {
 }
 
 func (k *killer) Attach(name string, h transport.Handler) (transport.Transport, error) {
-	t, err := k.inner.Attach(name, killerHandler{h, k})
+	return k.AttachRun(name, 0, h)
+}
+
+// AttachRun implements transport.RunAttacher (if the inner attacher does).
+func (k *killer) AttachRun(name string, run uint64, h transport.Handler) (transport.Transport, error) {
+	var t transport.Transport
+	var err error
+	if ra, ok := k.inner.(transport.RunAttacher); ok {
+		t, err = ra.AttachRun(name, run, killerHandler{h, k})
+	} else {
+		t, err = k.inner.Attach(name, killerHandler{h, k})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -189,6 +200,12 @@ func (t killerTransport) Send(to string, it transport.Item) error {
 func (t killerTransport) Addr() string { return t.Transport.(transport.Directory).Addr() }
 func (t killerTransport) AddPeer(name, addr string) error {
 	return t.Transport.(transport.Directory).AddPeer(name, addr)
+}
+func (t killerTransport) AddPeerRun(name, addr string, run uint64) error {
+	if rd, ok := t.Transport.(transport.RunDirectory); ok {
+		return rd.AddPeerRun(name, addr, run)
+	}
+	return t.AddPeer(name, addr)
 }
 func (t killerTransport) RemovePeer(name string) { t.Transport.(transport.Directory).RemovePeer(name) }
 

@@ -41,7 +41,8 @@ type hostile struct {
 	gw    *actor.Host
 	ref   actor.Ref
 	ghost tls.Certificate
-	inc   uint64 // the ghost's last incarnation on the wire
+	run   uint64 // the ghost's run: its lease generation in the membership
+	seq   uint64 // the number of the ghost's last item on the wire
 }
 
 func newHostile(t *testing.T, env ...string) *hostile {
@@ -49,7 +50,7 @@ func newHostile(t *testing.T, env ...string) *hostile {
 	db := pgtestNew(t)
 	x := &hostile{n1: startNodeChild(t, db, "n1", env...), ref: actor.Ref{Kind: "tally", ID: "attacked"}}
 	x.gw = procsGateway(t, db, 1, false)
-	x.ghost = joinGhost(t, db, "ghost")
+	x.ghost, x.run = joinGhost(t, db, "ghost")
 	x.ask(t, 1)
 	if !waitFor(time.Minute, func() bool {
 		c, err := x.dial("ghost", &x.ghost)
@@ -64,9 +65,10 @@ func newHostile(t *testing.T, env ...string) *hostile {
 }
 
 // joinGhost makes name a member of the cluster whose address takes no
-// connections, serving no kinds (so nothing is placed on it), renews its lease until the test ends, and returns a
-// certificate naming it.
-func joinGhost(t *testing.T, db, name string) tls.Certificate {
+// connections, serving no kinds (so nothing is placed on it), renews its
+// lease until the test ends, and returns a certificate naming it and its
+// run (its lease generation: the incarnation its frames must carry).
+func joinGhost(t *testing.T, db, name string) (tls.Certificate, uint64) {
 	t.Helper()
 	_, members, closePG := openPostgres(t, db)
 	ctx := context.Background()
@@ -100,7 +102,7 @@ func joinGhost(t *testing.T, db, name string) tls.Certificate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cert
+	return cert, lease.Gen
 }
 
 // waitFor polls cond every 20 ms for up to d.
@@ -213,8 +215,9 @@ func tellFrame(t *testing.T, ref actor.Ref, origin, sender string) []byte {
 	return append(b, body...)
 }
 
-// session sends items, numbered from 1, on a new connection as ghost (a
-// new incarnation of it each time) and closes it once n1 has read them.
+// session sends items on a new connection as ghost, of its run and
+// numbered after its earlier ones (the session goes on across
+// connections), and closes it once n1 has read them.
 func (x *hostile) session(t *testing.T, items ...[]byte) {
 	t.Helper()
 	c, err := x.dial("ghost", &x.ghost)
@@ -222,10 +225,10 @@ func (x *hostile) session(t *testing.T, items ...[]byte) {
 		t.Fatalf("dial as ghost: %v", err)
 	}
 	defer c.Close()
-	x.inc = max(x.inc+1, uint64(time.Now().UnixNano()))
 	var w []byte
-	for i, it := range items {
-		w = append(w, linkFrame(1, transport.Kind(it[0]), x.inc, uint64(i+1), it[1:])...)
+	for _, it := range items {
+		x.seq++
+		w = append(w, linkFrame(1, transport.Kind(it[0]), x.run, x.seq, it[1:])...)
 	}
 	if _, err := c.Write(w); err != nil {
 		t.Fatalf("write as ghost: %v", err)
@@ -339,8 +342,9 @@ func TestANodeProcessClosesOnlyTheConnectionOfGarbageOrATruncatedFrame(t *testin
 // link: a message naming another host as its origin on its first hop is
 // refused; a Prepare declaring 2^32-1 chunks, or naming another host as
 // the source of a move of an object that host does not own, allocates
-// nothing and moves nothing; hellos with the highest incarnation restart
-// only the forger's own session. Each forged item is followed, on its
+// nothing and moves nothing; hellos with the highest incarnations — not
+// the run the membership lists for the forger — are dropped as stale and
+// restart nothing, not even the forger's own session. Each forged item is followed, on its
 // link, by one that must run (so the forged one was read and handled
 // first); the node process keeps serving its peer throughout.
 func TestForgedItemsFromAnAuthenticatedMemberHaveNoEffect(t *testing.T) {
@@ -375,8 +379,10 @@ func TestForgedItemsFromAnAuthenticatedMemberHaveNoEffect(t *testing.T) {
 		t.Fatalf("n1 grew by %d MiB", grown>>20)
 	}
 
-	// Hellos from the highest incarnations: only ghost's session restarts.
-	restarts := x.stats(t).Restarts
+	// Hellos from the highest incarnations: not ghost's run (n1's
+	// membership says which it is), so dropped as stale — no restart, not
+	// even of ghost's own session.
+	before := x.stats(t)
 	for _, inc := range []uint64{math.MaxUint64 - 1, math.MaxUint64} {
 		c, err := x.dial("ghost", &x.ghost)
 		if err != nil {
@@ -387,8 +393,16 @@ func TestForgedItemsFromAnAuthenticatedMemberHaveNoEffect(t *testing.T) {
 		}
 		_ = c.Close()
 	}
-	if !waitFor(30*time.Second, func() bool { return x.stats(t).Restarts >= restarts+1 }) {
-		t.Fatalf("n1 counted no restart of ghost: %+v", x.stats(t))
+	if !waitFor(30*time.Second, func() bool { return x.stats(t).Stale >= before.Stale+2 }) {
+		t.Fatalf("n1 did not drop the hellos of other runs of ghost as stale: %+v, before %+v", x.stats(t), before)
+	}
+	if s := x.stats(t); s.Restarts != before.Restarts {
+		t.Fatalf("hellos of another run than the membership's restarted ghost's session: %+v, before %+v", s, before)
+	}
+	// ghost's own session goes on.
+	x.session(t, item(transport.Frame, tellFrame(t, x.ref, "ghost", "after-hellos")))
+	if !waitFor(30*time.Second, func() bool { return x.tally(t).Count["after-hellos"] == 1 }) {
+		t.Fatalf("ghost's message after the forged hellos did not run: %+v", x.tally(t))
 	}
 	for i := range 20 {
 		x.ask(t, 2+i)

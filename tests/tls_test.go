@@ -67,12 +67,17 @@ func newTLSAttacher(opts tcp.Options) *tlsAttacher {
 
 // Attach implements transport.Attacher.
 func (a *tlsAttacher) Attach(name string, h transport.Handler) (transport.Transport, error) {
+	return a.AttachRun(name, 0, h)
+}
+
+// AttachRun implements transport.RunAttacher.
+func (a *tlsAttacher) AttachRun(name string, run uint64, h transport.Handler) (transport.Transport, error) {
 	id, err := identity(name)
 	if err != nil {
 		return nil, err
 	}
 	opts := a.opts
-	opts.TLS = id
+	opts.TLS, opts.Run = id, run
 	t, err := tcp.Listen(name, h, opts)
 	if err != nil {
 		return nil, err

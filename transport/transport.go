@@ -177,6 +177,27 @@ type Directory interface {
 	RemovePeer(name string)
 }
 
+// RunAttacher is implemented by an Attacher whose links carry each host's
+// run — the lease generation it joins the membership with — as its
+// incarnation, so that a peer's incarnation can be checked against the
+// membership rather than taken from the bytes. A host attaches with
+// AttachRun when its Attacher has it.
+type RunAttacher interface {
+	// AttachRun is Attach for the run run of host name.
+	AttachRun(name string, run uint64, h Handler) (Transport, error)
+}
+
+// RunDirectory is implemented by a Directory that learns each peer's run
+// from the membership (its lease generation): items from any other run
+// of the peer's name are dropped, and a new run reported here ends the
+// old run's link as a crash would (the handler gets Gone, then Up when the
+// new run is heard from). A host tells it with AddPeerRun instead of
+// AddPeer.
+type RunDirectory interface {
+	// AddPeerRun is AddPeer for run run of host name.
+	AddPeerRun(name, addr string, run uint64) error
+}
+
 // Transport is one host's end of the links to its peers.
 type Transport interface {
 	// Local returns this host's name.

@@ -55,7 +55,13 @@
 // time): a peer that comes back with a higher one restarted, so what it
 // had not taken is lost (a crash, counted in Stats.Lost) and the handler
 // gets Gone then Up. An authenticated peer can only claim incarnations of
-// its own name.
+// its own name. A host that follows a membership attaches with its lease
+// generation as its incarnation (Attacher.AttachRun) and tells the
+// transport each peer's (AddPeerRun): from then on only that incarnation
+// is taken — a hello of another, higher or lower (a forgery, or a new run
+// the membership has yet to report), is dropped as stale — and a peer
+// restarted when the membership reports a new run, never because its
+// bytes say so.
 //
 // # Bounds and back-pressure
 //

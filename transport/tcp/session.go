@@ -36,6 +36,11 @@ import (
 // one known restarted: what it had not taken of the old session is lost (a
 // crash), and the handler gets Gone then Up. Envelopes of an older
 // incarnation, or meant for an older incarnation of this host, are dropped.
+// Once the membership told the peer's run (learnRun: its lease
+// generation), only envelopes of that incarnation are taken — another,
+// higher or lower, is dropped (a forgery, or a new run the membership has
+// yet to report) — and the peer restarted when the membership reports a
+// new run, never because the bytes say so.
 
 // Envelope ops.
 const (
@@ -157,6 +162,7 @@ type session struct {
 	stats sessionStats
 
 	peerInc     uint64 // 0: not known yet
+	run         uint64 // the peer's run as the membership reports it (learnRun); 0: not known
 	epoch       uint32 // grows when the peer restarts: older deliveries' progress is ignored
 	peerLeaving bool
 	leaving     bool // this host is leaving
@@ -308,6 +314,26 @@ func (s *session) gone(o *output) {
 	s.updateBlocked()
 }
 
+// learnRun takes the peer's run as the membership reports it (its lease
+// generation): from now on only envelopes of that incarnation are taken.
+// A run other than the incarnation the session has is a new run of the
+// peer's name: the old session is over, as after a crash (it reports
+// true).
+func (s *session) learnRun(run uint64, o *output) (restarted bool) {
+	if run == 0 || run == s.run {
+		return false
+	}
+	s.run = run
+	if s.peerInc == 0 || s.peerInc == run {
+		return false
+	}
+	s.stats.restarts++
+	s.dropOut(true)
+	s.gone(o)
+	s.reset(run)
+	return true
+}
+
 // reset starts a new session with a new incarnation of the peer.
 func (s *session) reset(inc uint64) {
 	s.peerInc = inc
@@ -323,8 +349,10 @@ func (s *session) reset(inc uint64) {
 
 // receive handles an envelope from the peer.
 func (s *session) receive(e *Envelope, o *output) {
-	if e.ToInc != 0 && e.ToInc != s.cfg.inc || e.FromInc < s.peerInc {
-		s.stats.stale++ // meant for an earlier run of this host, or from an earlier run of the peer
+	if s.run != 0 && e.FromInc != s.run || e.ToInc != 0 && e.ToInc != s.cfg.inc || e.FromInc < s.peerInc {
+		// Of another run of the peer than the membership's, meant for an
+		// earlier run of this host, or from an earlier run of the peer.
+		s.stats.stale++
 		return
 	}
 	switch {

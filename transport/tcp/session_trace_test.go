@@ -129,6 +129,8 @@ func kindOf(t *testing.T, s string) transport.Kind {
 //	conndown <host>                the host's connection to the other broke
 //	restart <host>                 the host's process restarts (new incarnation)
 //	hello <host>                   the host says hello (as AddPeer does)
+//	run <host> <inc>               the host's membership reports the other's run (AddPeerRun)
+//	forge <ab|ba> <inc>            a hello of incarnation inc arrives, as from the first host
 //	leave <host> | close <host> graceful|crash | remove <host>
 //	state                          both sessions' state
 func (w *traceWorld) exec(t *testing.T, cmd string) []string {
@@ -214,6 +216,16 @@ func (w *traceWorld) exec(t *testing.T, cmd string) []string {
 	case "hello":
 		h := host()
 		return w.apply(h, "", func(o *output) { h.s.hello(o) })
+	case "run":
+		h := host()
+		run, _ := strconv.ParseUint(f[2], 10, 64)
+		return w.apply(h, "", func(o *output) { h.s.learnRun(run, o) })
+	case "forge":
+		inc, _ := strconv.ParseUint(f[2], 10, 64)
+		to := w.hosts[f[1][1:]]
+		e := Envelope{FromInc: inc, Op: opHello}
+		return append([]string{"forged " + f[1][:1] + ">" + f[1][1:] + " " + fmtEnvelope(&e)},
+			w.apply(to, "  ", func(o *output) { to.s.receive(&e, o) })...)
 	case "leave":
 		h := host()
 		return w.apply(h, "", h.s.leave)

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -66,6 +67,11 @@ type Options struct {
 	// it is in its connection preamble. For a loopback or a network
 	// nobody else reaches. Exactly one of TLS and Insecure is set.
 	Insecure bool
+	// Run is this host's incarnation on the wire: the lease generation it
+	// joins the membership with (Attacher.AttachRun sets it), which peers
+	// check against their membership (AddPeerRun). 0: the time Listen
+	// was called.
+	Run uint64
 	// Tick is the session layer's clock: acks that changed go out, and
 	// heartbeats and silence are counted, once per tick.
 	Tick time.Duration
@@ -197,12 +203,20 @@ func New(opts Options) *Attacher {
 // with h receiving what arrives for it (see Listen). It fails with
 // payload.AlreadyExists if a live transport of that name was attached here.
 func (a *Attacher) Attach(name string, h transport.Handler) (transport.Transport, error) {
+	return a.AttachRun(name, 0, h)
+}
+
+// AttachRun implements transport.RunAttacher: Attach with run (the host's
+// lease generation) as its incarnation on the wire (0: its start time).
+func (a *Attacher) AttachRun(name string, run uint64, h transport.Handler) (transport.Transport, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if t := a.attached[name]; t != nil && !t.isClosing() {
 		return nil, payload.NewError(payload.AlreadyExists, "tcp.Attacher.Attach", "a transport named "+name+" is attached")
 	}
-	t, err := Listen(name, h, a.opts)
+	opts := a.opts
+	opts.Run = run
+	t, err := Listen(name, h, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -348,7 +362,7 @@ func Listen(name string, h transport.Handler, opts Options) (*Transport, error) 
 	t := &Transport{
 		name: name, h: h, opts: opts, log: logger,
 		cfg: sessionConfig{
-			local: name, inc: uint64(time.Now().UnixNano()), ackEvery: uint64(opts.AckEvery),
+			local: name, inc: cmp.Or(opts.Run, uint64(time.Now().UnixNano())), ackEvery: uint64(opts.AckEvery),
 			heartbeatTicks: ticks(opts.Heartbeat, opts.Tick), downTicks: ticks(opts.DownAfter, opts.Tick),
 			resendTicks: noResend, highItems: opts.HighItems, highBytes: opts.HighBytes,
 		},
@@ -388,7 +402,17 @@ func (t *Transport) isClosing() bool {
 // Adding a known peer with a new address changes where it is reached.
 // Errors: payload.InvalidOperation (empty or too long name, empty
 // address, or this host's name), transport.ErrClosed.
-func (t *Transport) AddPeer(name, addr string) error {
+func (t *Transport) AddPeer(name, addr string) error { return t.AddPeerRun(name, addr, 0) }
+
+// AddPeerRun implements transport.RunDirectory: AddPeer, and the peer's
+// run as the membership reports it (0: not known). From then on only that
+// incarnation's frames are taken (another is counted in Stats.Stale); a
+// new run of the name ends the old run's session as a crash would
+// (Stats.Restarts, Stats.Lost; the handler gets Gone, then Up when the new
+// run is heard from), and the connection the peer wrote on is closed, so
+// that the new run, whose frames were dropped until now, connects again
+// and sends them again.
+func (t *Transport) AddPeerRun(name, addr string, run uint64) error {
 	const op = "tcp.Transport.AddPeer"
 	if name == "" || len(name) > maxName || addr == "" || name == t.name {
 		return payload.NewError(payload.InvalidOperation, op, "empty or too long name, empty address, or the host's own name")
@@ -406,12 +430,19 @@ func (t *Transport) AddPeer(name, addr string) error {
 				_ = p.out.Close() // the writer connects to the new address
 			}
 		}
+		if p.s.learnRun(run, &p.o) {
+			if p.in != nil {
+				_ = p.in.Close() // the new run connects again, and sends again
+			}
+			t.flushLocked(p)
+		}
 		p.mu.Unlock()
 		t.mu.Unlock()
 		return nil
 	}
 	p := &peer{name: name, q: newInbox(), wake: make(chan struct{}, 1), addr: addr, s: newSession(&t.cfg)}
 	p.s.leaving = t.leaving
+	p.s.learnRun(run, &p.o) // no session yet: nothing to end
 	t.peers[name] = p
 	t.wg.Add(2)
 	go t.deliverLoop(p)
