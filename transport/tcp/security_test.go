@@ -453,3 +453,63 @@ func TestASlowHandlerPushesBackThroughTheLink(t *testing.T) {
 		}
 	}
 }
+
+// A host told its peer's run by the membership (AddPeerRun) takes only
+// that incarnation: a new run of the peer's name is not heard — its items
+// are stale — until the membership reports it; then the old run's session
+// ends (a restart, counted) and the new run's items, sent again, arrive
+// once, in order.
+func TestANewRunOfAPeerIsTakenOnlyWhenTheMembershipReportsIt(t *testing.T) {
+	t.Cleanup(func() { testutil.CheckNoGoroutines(t) })
+	opts := testOptions()
+	listen := func(name string, run uint64, h transport.Handler) *tcp.Transport {
+		o := opts
+		o.TLS, o.Run = tlsFor(t, testCA(), name), run
+		tr, err := tcp.Listen(name, h, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tr.Close(true) })
+		return tr
+	}
+	sa, sb := newSink(), newSink()
+	a, b := listen("a", 100, sa), listen("b", 200, sb)
+	if err := a.AddPeerRun("b", b.Addr(), 200); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddPeerRun("a", a.Addr(), 100); err != nil {
+		t.Fatal(err)
+	}
+	checkExchange(t, a, b, sa, sb, "first run", 10)
+
+	_ = b.Close(false) // b's process dies; its name comes back as a new run
+	sb2 := newSink()
+	b2 := listen("b", 300, sb2)
+	if err := b2.AddPeerRun("a", a.Addr(), 100); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if err := b2.Send("a", transport.Item{Kind: transport.Frame, Data: []byte("new run#" + strconv.Itoa(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.WaitFor(t, "a to drop the new run's items as stale", func() bool { return a.Stats().Stale >= 5 })
+	if got := len(sa.from("b")); got != 10 {
+		t.Fatalf("a took %d items from b; want the first run's 10 only (the membership has not reported the new run)", got)
+	}
+	restarts := a.Stats().Restarts
+	if err := a.AddPeerRun("b", b2.Addr(), 300); err != nil { // the membership reports the new run
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the new run's items", func() bool { return len(sa.from("b")) >= 15 })
+	got := sa.from("b")[10:]
+	for i, g := range got {
+		if want := "new run#" + strconv.Itoa(i); string(g) != want {
+			t.Fatalf("item %d of the new run is %q, want %q (all %q)", i, g, want, got)
+		}
+	}
+	if s := a.Stats(); s.Restarts != restarts+1 {
+		t.Fatalf("a counted %d restarts of b after the membership reported its new run; want %d", s.Restarts, restarts+1)
+	}
+	checkExchange(t, a, b2, sa, sb2, "second run", 10)
+}

@@ -409,9 +409,10 @@ func (t *Transport) AddPeer(name, addr string) error { return t.AddPeerRun(name,
 // incarnation's frames are taken (another is counted in Stats.Stale); a
 // new run of the name ends the old run's session as a crash would
 // (Stats.Restarts, Stats.Lost; the handler gets Gone, then Up when the new
-// run is heard from), and the connection the peer wrote on is closed, so
-// that the new run, whose frames were dropped until now, connects again
-// and sends them again.
+// run is heard from). The new run's items dropped until then come again:
+// the new run goes back over what it sent when it first hears from this
+// host, which happens only now (this host's envelopes name the run they
+// are meant for).
 func (t *Transport) AddPeerRun(name, addr string, run uint64) error {
 	const op = "tcp.Transport.AddPeer"
 	if name == "" || len(name) > maxName || addr == "" || name == t.name {
@@ -431,10 +432,7 @@ func (t *Transport) AddPeerRun(name, addr string, run uint64) error {
 			}
 		}
 		if p.s.learnRun(run, &p.o) {
-			if p.in != nil {
-				_ = p.in.Close() // the new run connects again, and sends again
-			}
-			t.flushLocked(p)
+			t.flushLocked(p) // Gone
 		}
 		p.mu.Unlock()
 		t.mu.Unlock()
