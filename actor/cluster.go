@@ -309,38 +309,33 @@ func (h *Host) onFrame(ib *inbound, from string, buf payload.Buffer) {
 	if m == nil {
 		return
 	}
+	hv = m.Header()     // m may be the skip notice in its place now
 	n := budgetBytes(m) // what it counts in the budget
 	id := string(hv.TargetID())
-	if o := m.Header().Origin(); string(o) != from && !h.view.known(string(o)) {
-		origin := string(o) // m's bytes are lent to the header view
-		// A forwarded message names the host that sent it first: its
-		// sequence numbers order the object's messages, and each origin
-		// takes a place in the object's order state. Only a member takes
-		// one — asked afresh on the slow lane when this host's view does
-		// not know it yet (it may have joined a moment ago) — so an
-		// object's senders are bounded by the membership.
-		ib.slow.add(func() {
-			if !h.knownHost(origin) {
-				h.unknownOrigin(from, m)
-				ib.budget.release(n, skip)
-				return
-			}
-			if !h.routeIn(ib, kr, id, m, n, skip) {
-				ib.budget.release(n, skip)
-			}
-		})
-		return
+	// A forwarded message names the host that sent it first: its
+	// sequence numbers order the object's messages, and each origin takes
+	// a place in the object's order state. Only a member takes one —
+	// asked afresh on the slow lane when this host's view does not know
+	// it yet (it may have joined a moment ago) — so an object's senders
+	// are bounded by the membership.
+	var unknown string
+	if o := hv.Origin(); string(o) != from && !h.view.known(string(o)) {
+		unknown = string(o)
 	}
-	if kr.local(id) == nil {
+	if unknown != "" || kr.local(id) == nil {
 		// Where the object runs may take a store call (or a forward that
 		// needs one): that runs on the link's slow lane, so that a slow
 		// store never stalls the messages behind it for objects that are
 		// here. Order between the two ways is restored by the messages'
 		// sequence numbers.
 		ib.slow.add(func() {
-			if !h.routeIn(ib, kr, id, m, n, skip) {
-				ib.budget.release(n, skip)
+			switch {
+			case unknown != "" && !h.knownHost(unknown):
+				h.unknownOrigin(from, m)
+			case h.routeIn(ib, kr, id, m, n, skip):
+				return // it waits for a permit, in the budget
 			}
+			ib.budget.release(n, skip)
 		})
 		return
 	}
