@@ -10,6 +10,7 @@ import (
 
 	"github.com/berthrt/berth/internal/localnet"
 	"github.com/berthrt/berth/mailbox"
+	"github.com/berthrt/berth/relocation"
 )
 
 // Test kind for the per-peer budget: an object that records, per sender,
@@ -389,4 +390,63 @@ func newPeerBudget(lim mailbox.Limits, send func(*creditReport)) *peerBudget {
 	b := &peerBudget{send: send}
 	b.setLimits(lim)
 	return b
+}
+
+// A message refused past the budget of the host that was to forward it
+// leaves its skip notice on the same way: the object, on a third host,
+// runs what was taken, once, in order, and waits for none of the refused
+// ones.
+func TestARefusedMessageOnItsWayElsewhereLeavesItsSkipNoticeOnTheWay(t *testing.T) {
+	const bound, flood = 16, 300
+	n := &Network{localnet.New(localnet.Options{High: 4})}
+	g := newGates()
+	start := func(name string, cfg Config) *Host {
+		cfg.Name, cfg.Logger = name, quietLogger()
+		return startHost(t, n.With(cfg), pbKind(g))
+	}
+	a := start("a", Config{})
+	b := start("b", Config{SendTimeout: time.Minute, PeerInbound: mailbox.Limits{Items: bound, Bytes: 64 << 20}})
+	c := start("c", Config{})
+	waitViews(t, a, b, c)
+	ref := Ref{"pb", "far"}
+	if _, err := Ask[PBGet, map[string][]int](bg, c, ref, PBGet{}); err != nil { // activated on c
+		t.Fatal(err)
+	}
+	// a routes to it through b, whose link to c is broken: b's forwards
+	// wait for room there, and a's messages pile up in a's budget at b.
+	// (The link between a and b is slow, so that every message of the
+	// flood leaves a before b's hint that the object is on c comes back.)
+	a.learnRoute(relocation.Object{Kind: "pb", ID: "far"}, "b", 0, false)
+	n.Break("b", "c")
+	n.Delay("a", "b", 100*time.Millisecond)
+	src := Ref{"pb", "src"}
+	if err := Tell(bg, a, src, PBFlood{To: ref, Sender: "h", N: flood}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b to refuse a's messages past the bound", func() bool { return b.Stats().PeerRefused > 0 })
+	ranOf(t, a, src) // the flood's turn ended: every message was sent
+	n.Delay("a", "b", 0)
+	n.Heal("b", "c")
+	var ran map[string][]int
+	waitFor(t, "every message taken to run", func() bool {
+		ran = ranOf(t, c, ref)
+		return int64(len(ran["h"]))+b.Stats().PeerRefused >= flood
+	})
+	got, refused := ran["h"], b.Stats().PeerRefused
+	if !slices.IsSorted(got) || len(slices.Compact(slices.Clone(got))) != len(got) || int64(len(got))+refused != flood {
+		t.Fatalf("ran %d (%v…), refused %d of %d; want each either, the ones run once, in order", len(got), got[:min(len(got), 20)], refused, flood)
+	}
+	// The skip notices that went back to a reach c straight from it,
+	// maybe ahead of the messages b still forwards: c holds them until
+	// those came, and gives up on nothing.
+	waitFor(t, "c to hold nothing", func() bool { return c.Stats().HeldOutOfOrder == 0 })
+	if st := c.Stats(); st.GapsClosed != 0 || st.Late != 0 {
+		t.Fatalf("c: %d gaps given up on, %d late; want none (the refused ones' skip notices came)", st.GapsClosed, st.Late)
+	}
+	t.Logf("%d ran, %d refused; b dropped %d (skip notices sent), a had %d bounced back", len(got), refused, b.Stats().Dropped, a.Stats().Bounced)
+	// A later message of the same sender runs without waiting.
+	if err := Tell(bg, a, src, PBFlood{To: ref, Sender: "late", N: 1}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the later message to run", func() bool { return len(ranOf(t, c, ref)["late"]) == 1 })
 }
