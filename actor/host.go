@@ -82,13 +82,11 @@ type Host struct {
 	view          peerView                // what this host knows of its peers
 	inbound       sync.Map                // per sending peer: *inbound
 	lastIn        atomic.Pointer[inbound] // the last inboundFrom's answer
-	credits       sync.Map                // per peer: *peerCredit (peerbudget.go)
-	lastCredit    atomic.Pointer[peerCredit]
-	lookupQ       [lookupLanes]lane // admissions that may call the store (network.go)
-	loadSent      int64             // the load last reported; move ticker only
-	pauses        pauseLog          // moves from here: their pauses (Host.Pauses)
-	dir           map[string]peerAt // peers' addresses (and runs) told to a transport.Directory; Start, then the membership watch
-	origin        string            // the origin stamped on messages: the name, with a transport
+	lookupQ       [lookupLanes]lane       // admissions that may call the store (network.go)
+	loadSent      int64                   // the load last reported; move ticker only
+	pauses        pauseLog                // moves from here: their pauses (Host.Pauses)
+	dir           map[string]peerAt       // peers' addresses (and runs) told to a transport.Directory; Start, then the membership watch
+	origin        string                  // the origin stamped on messages: the name, with a transport
 	store         relocation.Store
 	leaseGen      uint64
 	lease         membership.LocalLease     // touched by renewLease only

@@ -439,9 +439,15 @@ func (h *Host) moveTicker() {
 			}
 			d.mu.Lock()
 			expired := d.openedAt != 0 && now-d.openedAt > int64(h.cfg.FollowDuration)
+			done := d.tgt.Done()
 			d.mu.Unlock()
 			if expired {
 				h.removeMove(d)
+				continue
+			}
+			if done {
+				// Opened or ended: kept a while for late records, it has
+				// nothing to do on a tick (a drain leaves thousands).
 				continue
 			}
 			// The cutover wait runs only while the source is cut off: a

@@ -175,14 +175,19 @@ func (h *Host) lookupLane(t target) *lane {
 	return &h.lookupQ[objHash(t.obj())%lookupLanes]
 }
 
-// inbound is what this host keeps per sending peer: the permit source
-// that admits the peer's messages in order, and the slow lane for those
-// whose object is not here.
+// inbound is what this host keeps per peer: the permit source that
+// admits the peer's messages in order, the slow lane for those whose
+// object is not here, and the budget and credit of peerbudget.go.
 type inbound struct {
 	peer   string
 	in     outbox
 	slow   lane
 	budget peerBudget // what of the peer's messages in and slow keep
+	// credit is what this host sent the peer and the peer reported
+	// settled; its window is this host's own until the peer reports its
+	// (the hosts of a cluster are usually configured alike, and each
+	// reports its window to a peer that came up).
+	credit peerCredit
 }
 
 // inboundFrom returns the inbound state of peer from, made on first use
@@ -197,6 +202,8 @@ func (h *Host) inboundFrom(from string) *inbound {
 		ib.in.host = h
 		ib.in.budget = &ib.budget
 		ib.budget.setLimits(h.cfg.PeerInbound)
+		ib.credit.winN.Store(int64(h.cfg.PeerInbound.Items / 2))
+		ib.credit.winB.Store(h.cfg.PeerInbound.Bytes / 2)
 		ib.budget.send = func(r *creditReport) {
 			// Advice: lost with a gone peer, which counts afresh on that fact.
 			_ = h.sendItem(from, transport.Control, appendControl(nil, r))

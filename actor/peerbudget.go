@@ -268,7 +268,6 @@ type creditReport struct {
 // peer reported settled: its outside senders wait while the difference
 // fills the peer's window.
 type peerCredit struct {
-	peer         string
 	sentN, sentB atomic.Int64
 	setN, setB   atomic.Int64 // as last reported
 	winN, winB   atomic.Int64 // the peer's window, as last reported
@@ -348,25 +347,9 @@ func raise(v *atomic.Int64, to int64) {
 	}
 }
 
-// creditOf returns this host's credit at peer name, made on first use
-// with this host's own window (until the peer reports its own: the hosts
-// of a cluster are usually configured alike, and each host reports its
-// window when a peer comes up).
-func (h *Host) creditOf(name string) *peerCredit {
-	if last := h.lastCredit.Load(); last != nil && last.peer == name {
-		return last // the peer of the last look-up: no hashing
-	}
-	v, ok := h.credits.Load(name)
-	if !ok {
-		c := &peerCredit{peer: name}
-		c.winN.Store(int64(h.cfg.PeerInbound.Items / 2))
-		c.winB.Store(h.cfg.PeerInbound.Bytes / 2)
-		v, _ = h.credits.LoadOrStore(name, c)
-	}
-	c := v.(*peerCredit)
-	h.lastCredit.Store(c)
-	return c
-}
+// creditOf returns this host's credit at peer name (kept with what it
+// keeps of the peer's messages: inbound).
+func (h *Host) creditOf(name string) *peerCredit { return &h.inboundFrom(name).credit }
 
 // sentFrame counts a message frame of n bytes sent to peer to.
 func (h *Host) sentFrame(to string, n int) {
