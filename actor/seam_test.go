@@ -440,6 +440,35 @@ func TestAPrepareNamingAnotherSourceThanItsLinkIsRefused(t *testing.T) {
 	}
 }
 
+// rawLink attaches a peer named name to n that speaks the wire by hand
+// (its items are built by the test), closed when the test ends.
+func rawLink(t *testing.T, n *Network, name string) transport.Transport {
+	t.Helper()
+	tr, err := n.Transport.Attach(name, &rawPeer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Close(false) })
+	return tr
+}
+
+// sendFrame sends, on tr to host to, an item of kind k carrying a frame
+// of Inc{By: 1} for ref with header h (its target and operation id set
+// here), encoded with host via's registry.
+func sendFrame(t *testing.T, tr transport.Transport, to string, k transport.Kind, via *Host, ref Ref, h payload.Header) {
+	t.Helper()
+	h.Target = payload.Target{Scope: payload.ScopeObject, Name: ref.Kind, ID: ref.ID}
+	h.Op = payload.NewOpID()
+	m, err := payload.NewMessage(via.pool, via.reg, h, Inc{By: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Release()
+	if err := tr.Send(to, transport.Item{Kind: k, Data: m.Frame()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A frame on its first hop comes from its origin: one from a peer that
 // names another host as its origin (whose sequence numbers order the
 // object's messages) is refused and counted, and runs nothing; the same
@@ -448,26 +477,11 @@ func TestAFirstHopFrameNamingAnotherOriginIsRefused(t *testing.T) {
 	n := NewNetwork(nil)
 	obs := &rejections{}
 	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger(), Observer: obs}), counterKind(newGates()))
-	x := &rawPeer{}
-	tr, err := n.Transport.Attach("x", x)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tr.Close(false) }()
+	tr := rawLink(t, n, "x")
 	ref := Ref{"counter", "forged"}
 	send := func(origin string) {
 		t.Helper()
-		m, err := payload.NewMessage(b.pool, b.reg, payload.Header{
-			Target: payload.Target{Scope: payload.ScopeObject, Name: ref.Kind, ID: ref.ID},
-			Op:     payload.NewOpID(), Origin: origin,
-		}, Inc{By: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Release()
-		if err := tr.Send("b", transport.Item{Kind: transport.Frame, Data: m.Frame()}); err != nil {
-			t.Fatal(err)
-		}
+		sendFrame(t, tr, "b", transport.Frame, b, ref, payload.Header{Origin: origin})
 	}
 	for _, origin := range []string{"a", "b", ""} {
 		send(origin)
@@ -490,26 +504,11 @@ func TestABounceOfAnotherOriginsMessageIsRefused(t *testing.T) {
 	n := NewNetwork(nil)
 	obs := &rejections{}
 	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger(), Observer: obs}), counterKind(newGates()))
-	x := &rawPeer{}
-	tr, err := n.Transport.Attach("x", x)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tr.Close(false) }()
+	tr := rawLink(t, n, "x")
 	ref := Ref{"counter", "bounced"}
 	bounce := func(origin string) {
 		t.Helper()
-		m, err := payload.NewMessage(b.pool, b.reg, payload.Header{
-			Target: payload.Target{Scope: payload.ScopeObject, Name: ref.Kind, ID: ref.ID},
-			Op:     payload.NewOpID(), Origin: origin, Hops: 1,
-		}, Inc{By: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Release()
-		if err := tr.Send("b", transport.Item{Kind: transport.Bounce, Data: m.Frame()}); err != nil {
-			t.Fatal(err)
-		}
+		sendFrame(t, tr, "b", transport.Bounce, b, ref, payload.Header{Origin: origin, Hops: 1})
 	}
 	for _, origin := range []string{"x", "a", ""} {
 		bounce(origin)
@@ -532,15 +531,7 @@ func TestARelocationRecordFromAnotherPeerThanTheMovesIsDropped(t *testing.T) {
 	n := NewNetwork(nil)
 	obs := &rejections{}
 	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger(), Observer: obs}), counterKind(newGates()))
-	attach := func(name string) transport.Transport {
-		tr, err := n.Transport.Attach(name, &rawPeer{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = tr.Close(false) })
-		return tr
-	}
-	x, y := attach("x"), attach("y")
+	x, y := rawLink(t, n, "x"), rawLink(t, n, "y")
 	obj := relocation.Object{Kind: "counter", ID: "moving"}
 	move := relocation.MoveID{7}
 	send := func(tr transport.Transport, rec relocation.Record) {
@@ -573,28 +564,14 @@ func TestAForwardedFrameNamingAnOriginThatIsNoMemberIsDropped(t *testing.T) {
 	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger(), Observer: obs}), counterKind(newGates()))
 	c := startHost(t, n.With(Config{Name: "c", Logger: quietLogger()}), counterKind(newGates()))
 	waitViews(t, b, c)
-	tr, err := n.Transport.Attach("x", &rawPeer{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tr.Close(false) }()
+	tr := rawLink(t, n, "x")
 	ref := Ref{"counter", "forwarded"}
 	if err := Tell(bg, b, ref, Inc{By: 0}); err != nil { // activated on b
 		t.Fatal(err)
 	}
 	forward := func(origin string, seq uint64) {
 		t.Helper()
-		m, err := payload.NewMessage(b.pool, b.reg, payload.Header{
-			Target: payload.Target{Scope: payload.ScopeObject, Name: ref.Kind, ID: ref.ID},
-			Op:     payload.NewOpID(), Origin: origin, Hops: 1, Epoch: 1, Seq: seq,
-		}, Inc{By: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Release()
-		if err := tr.Send("b", transport.Item{Kind: transport.Frame, Data: m.Frame()}); err != nil {
-			t.Fatal(err)
-		}
+		sendFrame(t, tr, "b", transport.Frame, b, ref, payload.Header{Origin: origin, Hops: 1, Epoch: 1, Seq: seq})
 	}
 	for i := range 100 {
 		forward("nobody-"+itoa(i), 1)
