@@ -25,10 +25,10 @@ const (
 	DefaultStoreTimeout        = 5 * time.Second
 )
 
-// DefaultPeerInbound is the default of Config.PeerInbound: its half
-// leaves room for what a peer's outside senders have on their way when
-// they are told to pause — a link's flow-control window
-// (transport/tcp's HighItems and HighBytes: 8,192 items, 8 MiB).
+// DefaultPeerInbound is the default of Config.PeerInbound: a window of
+// half of it (16,384 messages, 32 MiB) keeps a peer's outside senders
+// busy across a round trip, and the other half takes the sends that do
+// not wait for credit (handlers', forwards).
 var DefaultPeerInbound = mailbox.Limits{Items: 32768, Bytes: 64 << 20}
 
 // DefaultMaxQueuedApplicationJobs returns the default number of host-wide
@@ -154,15 +154,14 @@ type Config struct {
 	// PeerInbound bounds what this host keeps of one peer's messages
 	// after its transport handed them over: those waiting for a job
 	// permit behind the peer's earlier ones, or on the peer's slow lane
-	// for a look-up or for room on the link they are forwarded on. Past
-	// half of it the peer is told to pause its sends from outside the
-	// handlers to this host (they wait, up to SendTimeout, then
-	// ErrSendTimeout), and to resume at a quarter; past it, a message from
-	// the peer is refused — an Ask gets ErrPeerBacklog, and the refusal is
-	// counted (Stats.PeerRefused). One message always fits, whatever its
-	// size. Its half should leave room for a link's flow-control window
-	// (what outside senders have on their way when told to pause).
-	// Defaults 32,768 messages / 64 MiB.
+	// for a look-up or for room on the link they are forwarded on. The
+	// peer's sends from outside the handlers wait for this host's credit
+	// while what they sent and this host has not let go of fills half of
+	// it (up to SendTimeout, then ErrSendTimeout: nothing was sent); past
+	// all of it, a message from the peer is refused — an Ask gets
+	// ErrPeerBacklog, a one-way message leaves a skip notice, and the
+	// refusal is counted (Stats.PeerRefused). One message always fits,
+	// whatever its size. Defaults 32,768 messages / 64 MiB.
 	PeerInbound mailbox.Limits
 	// StoreTimeout bounds each Location Store call; default 5 s.
 	StoreTimeout time.Duration
