@@ -160,8 +160,9 @@ func (h *Host) linkEvent(e transport.Event) {
 	case transport.Gone:
 		h.view.link(e.Peer, func(p *peerLink) { *p = peerLink{gone: true} })
 		// A new run of the peer counts its credit here from zero.
-		h.creditOf(e.Peer).reset()
-		h.inboundFrom(e.Peer).budget.restart()
+		ib := h.inboundFrom(e.Peer)
+		ib.credit.reset()
+		ib.budget.restart()
 		h.peerGone(e.Peer)
 	}
 }

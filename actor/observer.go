@@ -93,7 +93,7 @@ type Stats struct {
 	OldestGap         time.Duration // how long the longest-waiting gap of any object here has waited (0: none)
 	OverBound         int64         // arrivals that found their sender past an object's reorder bound (it was told to pause)
 	PressureWaits     int64         // sends from outside the handlers that waited for an object's reorder buffer
-	PeerWaits         int64         // sends from outside the handlers that waited because the object's host paused this host (Config.PeerInbound)
+	PeerWaits         int64         // sends from outside the handlers that waited for credit at the object's host (Config.PeerInbound)
 	PeerRefused       int64         // messages from peers refused because this host kept Config.PeerInbound of theirs already
 	DroppedOnClose    int64         // accepted messages Close ended unrun (ShuttingDown): queued, held, or waiting in a sender
 	Dropped           int64         // stamped messages this host could not deliver (their senders got an error; a skip notice followed)

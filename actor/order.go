@@ -702,6 +702,6 @@ type gapFacts struct {
 	pressure      pressureSet
 	pressureWaits atomic.Int64 // outside sends that waited for one
 	// peers' budgets (peerbudget.go)
-	peerWaits   atomic.Int64 // outside sends that waited for a peer's pause
+	peerWaits   atomic.Int64 // outside sends that waited for a peer's credit
 	peerRefused atomic.Int64 // peers' messages refused past their budget
 }

@@ -238,9 +238,11 @@ func (b *peerBudget) report(force bool) {
 func (b *peerBudget) restart() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	relN, relB := b.relN.Load(), b.relB.Load()
-	b.unkeptN.Store(-relN)
-	b.unkeptB.Store(-relB)
+	// Settled becomes 0 by taking it off the count of frames not kept
+	// (an Add: a frame of the new run counted meanwhile is not lost).
+	n, by := b.settled()
+	b.unkeptN.Add(-n)
+	b.unkeptB.Add(-by)
 	b.repN.Store(0)
 	b.repB.Store(0)
 }

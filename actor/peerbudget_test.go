@@ -83,11 +83,13 @@ func pbKind(g *gates) *Kind[pbState] {
 	return k
 }
 
-// pbHosts starts hosts a and b on links whose flow-control mark is high;
+// pbHosts starts hosts a and b on links whose flow-control mark is high
+// and whose every delivery waits delay;
 // b has 4 job permits and keeps at most bound of a peer's messages.
-func pbHosts(t *testing.T, high, bound int) (a, b *Host, g *gates) {
+func pbHosts(t *testing.T, high, bound int, delay time.Duration) (a, b *Host, g *gates) {
 	t.Helper()
 	n := &Network{localnet.New(localnet.Options{High: high})}
+	n.Delay("a", "b", delay)
 	g = newGates()
 	b = startHost(t, n.With(Config{Name: "b", Logger: quietLogger(), MaxQueuedApplicationJobs: 4,
 		PeerInbound: mailbox.Limits{Items: bound, Bytes: 64 << 20}}), pbKind(g))
@@ -124,8 +126,16 @@ func ranOf(t *testing.T, h *Host, ref Ref) map[string][]int {
 // bound), however slow the object; none is refused, and all run once, in
 // order, when the object goes on.
 func TestAPeersOutsideSendersWaitForCreditAndNoneIsRefused(t *testing.T) {
+	for _, delay := range []time.Duration{0, 2 * time.Millisecond} {
+		t.Run("delay="+delay.String(), func(t *testing.T) { outsideSendersWaitForCredit(t, delay) })
+	}
+}
+
+// outsideSendersWaitForCredit is the test above on links that delay
+// every delivery by delay (credit reports and asks included).
+func outsideSendersWaitForCredit(t *testing.T, delay time.Duration) {
 	const high, bound, total = 16, 64, 2000
-	a, b, g := pbHosts(t, high, bound)
+	a, b, g := pbHosts(t, high, bound, delay)
 	ref := blockOn(t, b, g, "o")
 	var sent atomic.Int64
 	errc := make(chan error, 1)
@@ -236,7 +246,7 @@ func TestASendWithoutCreditFailsWithErrSendTimeoutAndSendingAgainIsSafe(t *testi
 // the same sender runs without waiting for them).
 func TestMessagesPastAPeersBudgetAreRefusedCountedAndLeaveNoGap(t *testing.T) {
 	const bound, flood = 64, 1000
-	a, b, g := pbHosts(t, 8192, bound)
+	a, b, g := pbHosts(t, 8192, bound, 0)
 	ref := blockOn(t, b, g, "o")
 	src := Ref{"pb", "src"} // an object on a (a send from a activates it there)
 	if err := Tell(bg, a, src, PBFlood{To: ref, Sender: "h", N: flood}); err != nil {
@@ -320,6 +330,17 @@ func TestPeerBudgetRefusesPastTheBoundAndSettlesWhatItNoLongerKeeps(t *testing.T
 	}
 	if n, by := b.settled(); n != 1 || by != 1000 {
 		t.Fatalf("settled %d, %d; want 1, 1000 (the first message; skip notices count no receipt)", n, by)
+	}
+	// A new run of the peer: nothing is settled for it yet; what the old
+	// run left here counts as settled when it leaves.
+	b.restart()
+	if n, by := b.settled(); n != 0 || by != 0 {
+		t.Fatalf("settled %d, %d after a restart; want 0, 0", n, by)
+	}
+	b.relN.Add(1)
+	b.relB.Add(1)
+	if n, by := b.settled(); n != 1 || by != 1 {
+		t.Fatalf("settled %d, %d after one of the old run's messages left; want 1, 1", n, by)
 	}
 }
 
