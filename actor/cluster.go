@@ -236,6 +236,9 @@ func (h *Host) sendRemote(ctx context.Context, host string, t target, m *payload
 			return err
 		}
 	}
+	if h.backlogged(host) {
+		return ErrPeerBacklog // not stamped: no gap is left
+	}
 	h.stamp(t, m)
 	return h.sendMessage(host, m, transport.Frame)
 }
@@ -471,10 +474,20 @@ func (h *Host) forward(kr *kindRuntime, id string, m *payload.Message, p place) 
 			return
 		}
 		origin := string(hv.Origin()) // m is gone once sent
-		if h.sendHop(m, d.Host, hop.Hops+1, d.Gen) == nil {
+		err := h.sendHop(m, d.Host, hop.Hops+1, d.Gen)
+		if err == nil {
 			h.forwarded.Add(1)
 			if origin != "" && origin != h.name && origin != d.Host {
 				h.sendHint(origin, obj, d.Host, d.Gen)
+			}
+			return
+		}
+		if errors.Is(err, ErrPeerBacklog) {
+			// The next host does not take what this host sends it: no
+			// look-up helps. A skip notice waits for room (its gap has
+			// no other fact to close it while every host is up).
+			if hv.Flags()&flagSkip == 0 || !h.deferSkip(m) {
+				h.failMessage(m, err)
 			}
 			return
 		}

@@ -77,6 +77,7 @@ type Host struct {
 	// Cluster: the transport, the membership, the Location Store, this
 	// run's lease, routes, moves (network.go).
 	tr            transport.Transport     // nil: the host stands alone
+	backlog       transport.Backlogger    // tr, if its links have a hard bound
 	attached      atomic.Bool             // tr is set (items that come earlier wait for it)
 	members       membership.Membership   // nil when tr is
 	view          peerView                // what this host knows of its peers
@@ -323,6 +324,7 @@ func (h *Host) join() error {
 		return err
 	}
 	h.tr = tr
+	h.backlog, _ = tr.(transport.Backlogger)
 	h.attached.Store(true)
 	close(ready)
 	ctx, cancel := h.storeContext()
@@ -863,6 +865,7 @@ func (h *Host) Stats() Stats {
 		PressureWaits:     h.pressureWaits.Load(),
 		PeerWaits:         h.peerWaits.Load(),
 		PeerRefused:       h.peerRefused.Load(),
+		LinkRefused:       h.linkRefused.Load(),
 		Dropped:           h.droppedMsgs.Load(),
 		DroppedOnClose:    h.closeDropped.Load(),
 		Bounced:           h.bouncedMsgs.Load(),

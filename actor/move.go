@@ -394,20 +394,21 @@ func (h *Host) recordOfAnotherPeer(from string, d *moveDriver) {
 // sendRecords sends relocation records to host to, encoding them into
 // *scratch (reused: the transport does not keep what it is given; nil: a
 // new buffer); it reports whether that host has left the network (the
-// records went nowhere).
-func (h *Host) sendRecords(to string, obj relocation.Object, scratch *[]byte, recs ...relocation.Record) (gone bool) {
+// records went nowhere), or the link to it was past its bound (refused:
+// the records from the first refused one on were not sent).
+func (h *Host) sendRecords(to string, obj relocation.Object, scratch *[]byte, recs ...relocation.Record) (gone, refused bool) {
 	if len(recs) == 0 || h.tr == nil {
-		return false
+		return false, false
 	}
 	if scratch == nil {
 		scratch = new([]byte)
 	}
 	for _, r := range recs {
 		if err := h.sendRecord(to, obj, r, scratch); err != nil {
-			return errors.Is(err, errHostGone)
+			return errors.Is(err, errHostGone), errors.Is(err, ErrPeerBacklog)
 		}
 	}
-	return false
+	return false, false
 }
 
 // moveTicker ticks the moves (target cutover waits, store retries).
@@ -584,7 +585,7 @@ func (d *moveDriver) flush() {
 		return
 	}
 	d.flushing = true
-	gone := false
+	gone, refused := false, false
 	for len(d.outq) > 0 || len(d.after) > 0 {
 		recs, after := d.outq, d.after
 		d.outq, d.after = nil, nil
@@ -603,18 +604,26 @@ func (d *moveDriver) flush() {
 			}
 		}
 		d.mu.Unlock()
-		if d.h.sendRecords(d.peer, d.obj, &d.enc, recs...) {
-			gone = true
-		}
+		g, r := d.h.sendRecords(d.peer, d.obj, &d.enc, recs...)
+		gone, refused = gone || g, refused || r
 		for _, f := range after {
 			f()
 		}
 		d.mu.Lock()
 	}
 	d.flushing = false
+	isSource := d.src != nil
 	d.mu.Unlock()
-	if gone {
+	switch {
+	case gone:
 		d.step(d.peerDead())
+	case refused && isSource:
+		// The target does not take what this host sends it: the move
+		// cannot go on, and is aborted as an operator would (the source
+		// machine keeps the object unless the move is past its point of
+		// no return). A target's refused record is the source's to
+		// recover from (its records resend, its phases have deadlines).
+		d.step(relocation.OperatorAbort{Reason: "the link to " + d.peer + " is past its bound: it does not take what is sent to it"})
 	}
 }
 

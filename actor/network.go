@@ -2,6 +2,7 @@ package actor
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sort"
 	"sync"
@@ -268,7 +269,36 @@ func sendError(err error) error {
 
 // sendItem sends data as an item of kind k to host to.
 func (h *Host) sendItem(to string, k transport.Kind, data []byte) error {
-	return sendError(h.tr.Send(to, transport.Item{Kind: k, Data: data}))
+	return h.sendResult(to, k, h.tr.Send(to, transport.Item{Kind: k, Data: data}))
+}
+
+// sendResult is sendError for an item of kind k sent to host to; a refusal
+// because the link is past its bound (the host does not take what this
+// host sends it) is ErrPeerBacklog, counted and logged (rate-limited).
+func (h *Host) sendResult(to string, k transport.Kind, err error) error {
+	if err != nil && errors.Is(err, transport.ErrBacklog) {
+		h.linkBacklog(to, k)
+		return ErrPeerBacklog
+	}
+	return sendError(err)
+}
+
+// linkBacklog counts and logs an item of kind k not sent to host to: the
+// link to it is past its bound.
+func (h *Host) linkBacklog(to string, k transport.Kind) {
+	h.linkRefused.Add(1)
+	h.peerLogs.link.Warn(h.log, "item not sent: the link to the host is past its bound (the host does not take what is sent to it)",
+		"host", to, "kind", k.String())
+}
+
+// backlogged reports whether the link to host to is past its bound (a
+// frame must not be stamped for it); counted and logged when it is.
+func (h *Host) backlogged(to string) bool {
+	if h.backlog == nil || !h.backlog.Backlogged(to) {
+		return false
+	}
+	h.linkBacklog(to, transport.Frame)
+	return true
 }
 
 // sendMessage sends m's frame to host to (as a Bounce: back to its
@@ -293,7 +323,7 @@ func (h *Host) sendMessage(to string, m *payload.Message, k transport.Kind) erro
 func (h *Host) sendRecord(to string, obj relocation.Object, rec relocation.Record, buf *[]byte) error {
 	if c, ok := rec.(*relocation.Chunk); ok && len(c.Data) > 1024 {
 		b := relocation.AppendRecord(make([]byte, 0, len(c.Data)+128+len(obj.Kind)+len(obj.ID)), obj, rec)
-		return sendError(h.tr.Send(to, transport.Item{Kind: transport.Record, Data: b, Owned: true}))
+		return h.sendResult(to, transport.Record, h.tr.Send(to, transport.Item{Kind: transport.Record, Data: b, Owned: true}))
 	}
 	*buf = relocation.AppendRecord((*buf)[:0], obj, rec)
 	return h.sendItem(to, transport.Record, *buf)

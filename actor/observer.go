@@ -95,6 +95,7 @@ type Stats struct {
 	PressureWaits     int64         // sends from outside the handlers that waited for an object's reorder buffer
 	PeerWaits         int64         // sends from outside the handlers that waited for credit at the object's host (Config.PeerInbound)
 	PeerRefused       int64         // messages from peers refused because this host kept Config.PeerInbound of theirs already
+	LinkRefused       int64         // items not sent because the link to their host was past its bound (the host did not take what was sent): a send got ErrPeerBacklog, a reply or advice was dropped
 	DroppedOnClose    int64         // accepted messages Close ended unrun (ShuttingDown): queued, held, or waiting in a sender
 	Dropped           int64         // stamped messages this host could not deliver (their senders got an error; a skip notice followed)
 	Bounced           int64         // messages sent back to their origin to be routed again

@@ -704,4 +704,5 @@ type gapFacts struct {
 	// peers' budgets (peerbudget.go)
 	peerWaits   atomic.Int64 // outside sends that waited for a peer's credit
 	peerRefused atomic.Int64 // peers' messages refused past their budget
+	linkRefused atomic.Int64 // items not sent: their link was past its bound (linkBacklog)
 }

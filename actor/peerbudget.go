@@ -360,15 +360,19 @@ func (h *Host) sentFrame(to string, n int) {
 	c.sentB.Add(budgetLen(n))
 }
 
-// ErrPeerBacklog: an Ask that another host refused because it already
-// kept Config.PeerInbound of the messages from this host's link (its
-// objects did not keep up, or its look-ups were slow). The message did
-// not run; sending it again later is safe. Sends from outside the
-// handlers wait for credit before the bound is reached (then get
-// ErrSendTimeout), so a host that sees it is sending from handlers
-// faster than the other host runs them.
+// ErrPeerBacklog: the object's host has too much of this host's traffic
+// already. Either it refused an Ask because it kept Config.PeerInbound of
+// the messages from this host's link (its objects did not keep up, or its
+// look-ups were slow), or this host did not send a message because the
+// link to that host holds as much as its bound allows of what the host
+// has not taken (it does not read, or is cut off: the transport's hard
+// bound, such as tcp.Options.MaxPendingItems). The message did not run;
+// sending it again later is safe. Sends from outside the handlers wait
+// for credit and room before either bound is reached (then get
+// ErrSendTimeout), so a host that sees it is sending from handlers faster
+// than the other host takes their messages.
 var ErrPeerBacklog = payload.NewError(payload.Unavailable, "actor",
-	"the object's host keeps too many messages from this host already (Config.PeerInbound): the message did not run")
+	"the object's host has too many messages from this host already: the message did not run")
 
 // takeFromPeer counts message m off ib's link, for an object of kind kr,
 // in the peer's budget, and returns it with whether it is a skip notice

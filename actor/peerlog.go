@@ -17,4 +17,6 @@ type peerLogs struct {
 	undeliverable ratelog.Limiter // one-way messages that could not be delivered
 	relocation    ratelog.Limiter // relocation records out of place, undecodable frames in moves
 	backlog       ratelog.Limiter // messages refused past a peer's budget (Config.PeerInbound)
+	link          ratelog.Limiter // items not sent: their link was past its bound
+	replyLost     ratelog.Limiter // replies to a host that is not reachable
 }

@@ -341,10 +341,10 @@ func (h *Host) routeReply(route []byte, op payload.OpID, r reply) {
 	}
 	err := h.sendItem(string(route), transport.Reply, buf.Bytes())
 	buf.Release()
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrPeerBacklog) { // that one is counted and logged
 		// The asker's host is not reachable from here (it left the
 		// network): nobody there waits for this reply any more.
-		h.log.Warn("reply lost: the asker's host is not reachable", "route", string(route), "err", err)
+		h.peerLogs.replyLost.Warn(h.log, "reply lost: the asker's host is not reachable", "route", string(route), "err", err)
 	}
 }
 
@@ -407,7 +407,7 @@ func rejectReason(err error) string {
 	switch {
 	case errors.Is(err, errHostGone), errors.Is(err, errLinkDown):
 		return RejectShuttingDown
-	case errors.Is(err, ErrSendTimeout):
+	case errors.Is(err, ErrSendTimeout), errors.Is(err, ErrPeerBacklog):
 		return RejectFull
 	case errors.Is(err, ErrPushedBack):
 		return RejectPushedBack
@@ -653,7 +653,7 @@ func (h *Host) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bool, un
 				}
 				err = notHandedOn(p.host, err)
 			}
-			h.endUnrun(nil, t.name(), e, err, RejectShuttingDown)
+			h.endUnrun(nil, t.name(), e, err, rejectReason(err))
 			return true
 		}
 		if !relayed {

@@ -44,6 +44,7 @@
 //	berth_order_pressure_waits_total{host}         outside sends that waited for a reorder buffer
 //	berth_peer_credit_waits_total{host}            outside sends that waited for credit at the object's host
 //	berth_peer_refused_messages_total{host}        peers' messages refused past Config.PeerInbound
+//	berth_link_refused_items_total{host}           items not sent: their link was past its bound
 //	berth_dropped_messages_total{host}             messages the host could not deliver
 //	berth_dropped_on_close_total{host}             accepted messages the host's Close ended unrun
 //	berth_bounced_messages_total{host}             messages sent back to their origin to be routed afresh

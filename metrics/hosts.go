@@ -34,6 +34,7 @@ type hostCollector struct {
 	pressureWaits    *prometheus.Desc
 	peerWaits        *prometheus.Desc
 	peerRefused      *prometheus.Desc
+	linkRefused      *prometheus.Desc
 	dropped          *prometheus.Desc
 	droppedOnClose   *prometheus.Desc
 	bounced          *prometheus.Desc
@@ -86,6 +87,8 @@ func newHostCollector() *hostCollector {
 			"Sends from outside handlers that waited for credit at the object's host (Config.PeerInbound)."),
 		peerRefused: desc("peer_refused_messages_total",
 			"Messages from peers refused because the host kept Config.PeerInbound of theirs already."),
+		linkRefused: desc("link_refused_items_total",
+			"Items not sent because the link to their host was past its bound (the host did not take what was sent to it)."),
 		dropped: desc("dropped_messages_total",
 			"Messages the host could not deliver: their senders got an error and a skip notice followed."),
 		droppedOnClose: desc("dropped_on_close_total",
@@ -115,7 +118,7 @@ func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.ownersActive, c.laneDepth, c.permitsInUse, c.permitWaiters, c.permitsMax,
 		c.requestsInFlight, c.decodes, c.fullCopies, c.fullCopyBytes, c.views,
-		c.heldOutOfOrder, c.gapsClosed, c.late, c.oldestGap, c.overBound, c.pressureWaits, c.peerWaits, c.peerRefused, c.dropped, c.droppedOnClose, c.bounced, c.relocations, c.captured, c.relayed, c.forwarded,
+		c.heldOutOfOrder, c.gapsClosed, c.late, c.oldestGap, c.overBound, c.pressureWaits, c.peerWaits, c.peerRefused, c.linkRefused, c.dropped, c.droppedOnClose, c.bounced, c.relocations, c.captured, c.relayed, c.forwarded,
 	} {
 		ch <- d
 	}
@@ -164,6 +167,7 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.pressureWaits, uint64(st.PressureWaits))
 		counter(c.peerWaits, uint64(st.PeerWaits))
 		counter(c.peerRefused, uint64(st.PeerRefused))
+		counter(c.linkRefused, uint64(st.LinkRefused))
 		counter(c.dropped, uint64(st.Dropped))
 		counter(c.droppedOnClose, uint64(st.DroppedOnClose))
 		counter(c.bounced, uint64(st.Bounced))

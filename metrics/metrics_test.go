@@ -66,6 +66,7 @@ var hostSeries = []string{
 	"berth_order_pressure_waits_total",
 	"berth_peer_credit_waits_total",
 	"berth_peer_refused_messages_total",
+	"berth_link_refused_items_total",
 	"berth_dropped_messages_total",
 	"berth_dropped_on_close_total",
 	"berth_bounced_messages_total",
@@ -249,6 +250,7 @@ func TestHostGauges(t *testing.T) {
 		PressureWaits:     23,
 		PeerWaits:         24,
 		PeerRefused:       25,
+		LinkRefused:       26,
 		Dropped:           19,
 		DroppedOnClose:    21,
 		Bounced:           20,
@@ -316,6 +318,9 @@ berth_peer_credit_waits_total{host="a"} 24
 # HELP berth_peer_refused_messages_total Messages from peers refused because the host kept Config.PeerInbound of theirs already.
 # TYPE berth_peer_refused_messages_total counter
 berth_peer_refused_messages_total{host="a"} 25
+# HELP berth_link_refused_items_total Items not sent because the link to their host was past its bound (the host did not take what was sent to it).
+# TYPE berth_link_refused_items_total counter
+berth_link_refused_items_total{host="a"} 26
 # HELP berth_dropped_messages_total Messages the host could not deliver: their senders got an error and a skip notice followed.
 # TYPE berth_dropped_messages_total counter
 berth_dropped_messages_total{host="a"} 19

@@ -206,8 +206,9 @@ type Transport interface {
 	// Errors (the item then stays the caller's): ErrUnknownPeer (no such
 	// peer, or it is gone); ErrPeerLeaving for a Frame or Bounce to a peer
 	// that is leaving (the caller routes the message again, elsewhere);
-	// ErrClosed (this transport is closed). A broken link is not an
-	// error: the item waits on it.
+	// ErrBacklog (the link is past its bound: the peer does not take
+	// what was sent to it); ErrClosed (this transport is closed). A
+	// broken link is not an error: the item waits on it.
 	Send(to string, it Item) error
 	// WaitRoom waits until the link to peer to has room for a send from
 	// outside the hosts' handlers (flow control: sends from handlers,
@@ -241,9 +242,26 @@ var (
 	ErrUnknownPeer = payload.NewError(payload.Unavailable, "transport.Send", "no such peer (or it is gone)")
 	// ErrPeerLeaving: the peer is leaving and takes no more frames.
 	ErrPeerLeaving = payload.NewError(payload.Unavailable, "transport.Send", "the peer is leaving")
+	// ErrBacklog: the link to the peer holds as much as its bound allows
+	// of what the peer has not taken (it does not read, or its handler
+	// does not keep up); nothing was queued. Not retryable: routing the
+	// item again would name the same peer.
+	ErrBacklog = payload.NewError(payload.Unavailable, "transport.Send", "the link to the peer is past its bound (the peer does not take what is sent)")
 	// ErrClosed: the transport is closed.
 	ErrClosed = payload.NewError(payload.ShuttingDown, "transport.Send", "the transport is closed")
 )
+
+// Backlogger is a Transport whose links have a hard bound on what a peer
+// has not taken (Send then fails with ErrBacklog). A frame that must not
+// be refused once committed to (stamped for its order) is sent only when
+// Backlogged says false; the bound keeps headroom above that for frames
+// and records, so such a frame is not refused in the race between the two.
+type Backlogger interface {
+	// Backlogged reports whether the link to peer to is at its bound:
+	// items other than frames and records are refused, and a sender
+	// should not commit to a frame.
+	Backlogged(to string) bool
+}
 
 // IsRetryable reports whether a send failed because of its peer (unknown,
 // gone or leaving): the caller routes the item again.

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -512,4 +513,93 @@ func TestANewRunOfAPeerIsTakenOnlyWhenTheMembershipReportsIt(t *testing.T) {
 		t.Fatalf("a counted %d restarts of b after the membership reported its new run; want %d", s.Restarts, restarts+1)
 	}
 	checkExchange(t, a, b2, sa, sb2, "second run", 10)
+}
+
+// A peer that takes nothing (its handler stopped here; a peer that does not
+// read is the same to the sender) makes its sender keep at most
+// MaxPendingItems of what it sends it: past that, Send refuses controls
+// with ErrBacklog at once and frames past twice the bound, nothing refused
+// is queued, the refusals are counted, and Backlogged says so. Once the
+// peer takes again, every item accepted arrives once, in order, and sends
+// go again. The byte bound does the same for large items.
+func TestAPeerThatTakesNothingIsRefusedPastTheHardBound(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		opts  func(*tcp.Options)
+		size  int
+		maxIt int // the bound in items this size makes
+	}{
+		{"items", func(o *tcp.Options) { o.MaxPendingItems = 300 }, 8, 300},
+		{"bytes", func(o *tcp.Options) { o.MaxItem, o.MaxPendingBytes = 64<<10, 1<<20 }, 64 << 10, 16},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := testOptions()
+			opts.InboundItems, opts.HighItems = 64, 128
+			opts.HighBytes = 256 << 10
+			tc.opts(&opts)
+			t.Cleanup(func() { testutil.CheckNoGoroutines(t) })
+			c := newCluster(opts, false)
+			g := &gate{open: make(chan struct{})}
+			a := c.start(t, "a", newSink())
+			b := c.start(t, "b", g)
+			t.Cleanup(func() { _ = a.Close(true) })
+			t.Cleanup(func() { _ = b.Close(true) })
+			var opened sync.Once
+			release := func() { opened.Do(func() { close(g.open) }) }
+			t.Cleanup(release)
+			testutil.WaitFor(t, "the link up", func() bool { return len(a.Peers()) == 1 && len(b.Peers()) == 1 })
+			item := func(k transport.Kind, i int) transport.Item {
+				d := make([]byte, tc.size)
+				copy(d, strconv.Itoa(i)+"/")
+				return transport.Item{Kind: k, Data: d}
+			}
+			var sent []int // the items accepted, in order
+			refused := func(k transport.Kind, i int) bool {
+				err := a.Send("b", item(k, i))
+				switch {
+				case err == nil:
+					sent = append(sent, i)
+					return false
+				case errors.Is(err, transport.ErrBacklog) && !transport.IsRetryable(err):
+					return true
+				}
+				t.Fatalf("Send(%v %d): %v", k, i, err)
+				return false
+			}
+			i := 0
+			for ; i < 100*tc.maxIt && !refused(transport.Control, i); i++ {
+			}
+			if len(sent) != tc.maxIt || !a.Backlogged("b") {
+				t.Fatalf("a control refused after %d accepted (bound %d), Backlogged %v", len(sent), tc.maxIt, a.Backlogged("b"))
+			}
+			for i++; i < 200*tc.maxIt && !refused(transport.Frame, i); i++ {
+			}
+			if len(sent) != 2*tc.maxIt {
+				t.Fatalf("a frame refused after %d accepted, want twice the bound, %d", len(sent), 2*tc.maxIt)
+			}
+			if !refused(transport.Record, i+1) || !refused(transport.Reply, i+2) {
+				t.Fatal("a record or a reply was taken past twice the bound")
+			}
+			if st := a.Stats(); st.Backlog != 4 {
+				t.Fatalf("Stats.Backlog = %d, want 4", st.Backlog)
+			}
+			if _, out := a.Pending(); out != 2*tc.maxIt {
+				t.Fatalf("the sender keeps %d items, want %d", out, 2*tc.maxIt)
+			}
+			release()
+			testutil.WaitForWithin(t, "every item accepted", time.Minute, func() bool { return g.count() == len(sent) })
+			testutil.WaitFor(t, "room again", func() bool { return !a.Backlogged("b") })
+			if refused(transport.Control, i+3) {
+				t.Fatal("a control refused after the peer took everything")
+			}
+			testutil.WaitFor(t, "the last item", func() bool { return g.count() == len(sent) })
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			for j, s := range g.got {
+				if want := strconv.Itoa(sent[j]) + "/"; !strings.HasPrefix(s, want) {
+					t.Fatalf("item %d is %.12q, want %q", j, s, want)
+				}
+			}
+		})
+	}
 }

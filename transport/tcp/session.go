@@ -82,6 +82,10 @@ type sessionConfig struct {
 	resendTicks    int64  // go back after this many ticks without progress of ack
 	highItems      int    // blocked above this many items not taken ...
 	highBytes      int    // ... or bytes; open again at half of both
+	// maxItems and maxBytes are the link's hard bound on items not taken:
+	// past it Send refuses (ErrBacklog), frames and records only past
+	// twice it. 0: no bound.
+	maxItems, maxBytes int
 }
 
 // delivery is one handler call, for the peer's delivery queue.
@@ -140,6 +144,7 @@ type sessionStats struct {
 	dropped    uint64 // non-frame items a gracefully closed peer did not take
 	oversized  uint64 // items past this host's limit, received and not delivered
 	restarts   uint64 // new incarnations of the peer seen (each ends a session)
+	backlog    uint64 // items refused: the link was past its bound (ErrBacklog)
 }
 
 // add adds o's counts to s.
@@ -152,6 +157,7 @@ func (s *sessionStats) add(o sessionStats) {
 	s.dropped += o.dropped
 	s.oversized += o.oversized
 	s.restarts += o.restarts
+	s.backlog += o.backlog
 }
 
 // session is the machine of one pair: this host and peer. Not safe for
@@ -245,6 +251,9 @@ func (s *session) send(it transport.Item, o *output) error {
 		return transport.ErrUnknownPeer
 	case s.peerLeaving && (it.Kind == transport.Frame || it.Kind == transport.Bounce):
 		return transport.ErrPeerLeaving
+	case s.refuses(it.Kind, len(it.Data)):
+		s.stats.backlog++
+		return transport.ErrBacklog
 	}
 	data := it.Data
 	if !it.Owned {
@@ -255,6 +264,31 @@ func (s *session) send(it transport.Item, o *output) error {
 	}
 	s.push(outItem{seq: s.nextSeq, op: opItem, kind: it.Kind, data: data}, o)
 	return nil
+}
+
+// backlogged reports whether the link is at its hard bound: items other
+// than frames and records are refused, and a sender should not commit to
+// a frame (transport.Backlogger).
+func (s *session) backlogged() bool {
+	return s.cfg.maxItems > 0 && (s.pendingOut() >= s.cfg.maxItems || s.outBytes >= s.cfg.maxBytes)
+}
+
+// refuses reports whether an item of kind k and n bytes is past the hard
+// bound. Frames and records have an allowance as large again: a frame a
+// sender committed to (stamped for its order) when the link was under
+// the bound, a forward, a bounce's way back is not refused in the race
+// with other senders, nor is a move's record (bounded by the moves a
+// host runs). Anything goes when nothing is pending, however large.
+func (s *session) refuses(k transport.Kind, n int) bool {
+	p := s.pendingOut()
+	if s.cfg.maxItems == 0 || p == 0 {
+		return false
+	}
+	f := 1
+	if k == transport.Frame || k == transport.Record {
+		f = 2
+	}
+	return p >= f*s.cfg.maxItems || s.outBytes+n > f*s.cfg.maxBytes
 }
 
 func (s *session) push(it outItem, o *output) {

@@ -42,7 +42,7 @@ type traceWorld struct {
 
 func traceConfig(name string, inc uint64) *sessionConfig {
 	return &sessionConfig{local: name, inc: inc, ackEvery: 4, heartbeatTicks: 3, downTicks: 6, resendTicks: 4,
-		highItems: 4, highBytes: 1 << 20}
+		highItems: 4, highBytes: 1 << 20, maxItems: 6, maxBytes: 1 << 20}
 }
 
 func runTrace(t *testing.T, path string) {
@@ -133,6 +133,7 @@ func kindOf(t *testing.T, s string) transport.Kind {
 //	forge <ab|ba> <inc>            a hello of incarnation inc arrives, as from the first host
 //	leave <host> | close <host> graceful|crash | remove <host>
 //	state                          both sessions' state
+//	backlog <host>                 whether the host's link is at its hard bound
 func (w *traceWorld) exec(t *testing.T, cmd string) []string {
 	f := strings.Fields(cmd)
 	n := -1
@@ -192,6 +193,9 @@ func (w *traceWorld) exec(t *testing.T, cmd string) []string {
 		}
 		q[0], q[1] = q[1], q[0]
 		return []string{"swapped " + fmtEnvelope(&q[1]) + " and " + fmtEnvelope(&q[0])}
+	case "backlog":
+		h := host()
+		return []string{fmt.Sprintf("%s: backlogged=%v refused=%d", h.name, h.s.backlogged(), h.s.stats.backlog)}
 	case "taken":
 		h := host()
 		return w.apply(h, "", func(o *output) { h.s.takenThrough(h.epoch, h.last, o) })

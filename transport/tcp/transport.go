@@ -30,6 +30,8 @@ const (
 	DefaultAckEvery         = 64
 	DefaultHighItems        = 8192
 	DefaultHighBytes        = 8 << 20
+	DefaultMaxPendingItems  = 8 * DefaultHighItems
+	DefaultMaxPendingBytes  = 2 * DefaultMaxItem
 	DefaultInboundItems     = 4096
 	DefaultInboundBytes     = 8 << 20
 	DefaultMaxItem          = 64<<20 + 1<<20
@@ -92,6 +94,15 @@ type Options struct {
 	// are sent and not yet taken by the peer's handler, until both are
 	// at half.
 	HighItems, HighBytes int
+	// MaxPendingItems and MaxPendingBytes are the hard bound of the
+	// sending side of a link, on what the peer has not taken: past
+	// either, Send refuses with transport.ErrBacklog (counted in
+	// Stats.Backlog) — frames and records only past twice the bound
+	// (see transport.Backlogger). It bounds what a peer that stops
+	// reading, or is cut off, makes this host keep for it. At least
+	// HighItems and the larger of HighBytes and MaxItem. Default
+	// DefaultMaxPendingItems and DefaultMaxPendingBytes.
+	MaxPendingItems, MaxPendingBytes int
 	// InboundItems and InboundBytes bound what is received from one peer
 	// and not yet handed to the handler: past either, this host stops
 	// reading the peer's connection until the handler caught up.
@@ -151,7 +162,8 @@ func (o Options) normalize() (Options, error) {
 	}{{"AckEvery", &o.AckEvery, DefaultAckEvery}, {"HighItems", &o.HighItems, DefaultHighItems},
 		{"HighBytes", &o.HighBytes, DefaultHighBytes}, {"InboundItems", &o.InboundItems, DefaultInboundItems},
 		{"InboundBytes", &o.InboundBytes, DefaultInboundBytes}, {"MaxItem", &o.MaxItem, DefaultMaxItem},
-		{"MaxHandshakes", &o.MaxHandshakes, DefaultMaxHandshakes}}
+		{"MaxHandshakes", &o.MaxHandshakes, DefaultMaxHandshakes},
+		{"MaxPendingItems", &o.MaxPendingItems, DefaultMaxPendingItems}, {"MaxPendingBytes", &o.MaxPendingBytes, DefaultMaxPendingBytes}}
 	for _, n := range ints {
 		if *n.n < 0 {
 			return bad("Options." + n.name + " is negative")
@@ -162,6 +174,9 @@ func (o Options) normalize() (Options, error) {
 	}
 	if o.MaxItem > 1<<31-headerLen {
 		return bad("Options.MaxItem is past what a frame's length can say")
+	}
+	if o.MaxPendingItems < o.HighItems || o.MaxPendingBytes < max(o.HighBytes, o.MaxItem) {
+		return bad("Options.MaxPendingItems is under HighItems, or MaxPendingBytes under HighBytes or MaxItem")
 	}
 	if o.Listen == "" {
 		o.Listen = DefaultListen
@@ -189,9 +204,10 @@ type Attacher struct {
 }
 
 var (
-	_ transport.Attacher  = (*Attacher)(nil)
-	_ transport.Directory = (*Transport)(nil)
-	_ transport.Transport = (*Transport)(nil)
+	_ transport.Attacher   = (*Attacher)(nil)
+	_ transport.Directory  = (*Transport)(nil)
+	_ transport.Transport  = (*Transport)(nil)
+	_ transport.Backlogger = (*Transport)(nil)
 )
 
 // New returns an Attacher that starts transports with opts.
@@ -281,6 +297,7 @@ type peer struct {
 	wake chan struct{} // one slot: the writer has something to do
 
 	blocked atomic.Bool   // the session is over its high mark (WaitRoom's fast path)
+	full    atomic.Bool   // the session is at its hard bound (Backlogged)
 	maxItem atomic.Int64  // the largest item the peer takes, from its answer to the last connection (0: not known yet)
 	state   atomic.Uint32 // the session's linkState, for Peers
 	cut     atomic.Bool   // a test fault: no connection to or from the peer
@@ -365,6 +382,7 @@ func Listen(name string, h transport.Handler, opts Options) (*Transport, error) 
 			local: name, inc: cmp.Or(opts.Run, uint64(time.Now().UnixNano())), ackEvery: uint64(opts.AckEvery),
 			heartbeatTicks: ticks(opts.Heartbeat, opts.Tick), downTicks: ticks(opts.DownAfter, opts.Tick),
 			resendTicks: noResend, highItems: opts.HighItems, highBytes: opts.HighBytes,
+			maxItems: opts.MaxPendingItems, maxBytes: opts.MaxPendingBytes,
 		},
 		ln: ln, addr: ln.Addr().String(),
 		peers: map[string]*peer{}, handshakes: map[net.Conn]struct{}{},
@@ -601,6 +619,7 @@ func (t *Transport) flush(p *peer, take, poke bool) (d delivery, took bool) {
 	}
 	// The state first: a handler that got an event sees it in Peers.
 	p.blocked.Store(p.s.blocked)
+	p.full.Store(p.s.backlogged())
 	p.state.Store(uint32(p.s.state))
 	if len(o.deliver) > 0 {
 		if take {
@@ -647,6 +666,14 @@ func (t *Transport) WaitRoom(ctx context.Context, to string) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// Backlogged reports whether the link to the peer named to is at its hard
+// bound (Options.MaxPendingItems, MaxPendingBytes); see
+// transport.Backlogger.
+func (t *Transport) Backlogged(to string) bool {
+	p, _ := t.peer(to)
+	return p != nil && p.full.Load()
 }
 
 // Peers returns the names of the peers whose link is up, sorted.
@@ -1313,6 +1340,10 @@ type Stats struct {
 	// the member a connection is authenticated as can claim one of its
 	// own.
 	Restarts uint64
+	// Backlog is how many items Send refused with transport.ErrBacklog:
+	// their link held as much as Options.MaxPendingItems or
+	// MaxPendingBytes allow of what its peer had not taken.
+	Backlog uint64
 }
 
 // Stats returns the transport's counts so far.
@@ -1327,7 +1358,7 @@ func (t *Transport) Stats() Stats {
 	}
 	return Stats{Resent: sum.resent, Duplicates: sum.duplicates, Gaps: sum.gaps, Stale: sum.stale,
 		Lost: sum.lost, Dropped: sum.dropped, Unknown: t.unknown.Load(), Refused: t.refused.Load(), Malformed: t.malformed.Load(),
-		Oversized: sum.oversized, Restarts: sum.restarts}
+		Oversized: sum.oversized, Restarts: sum.restarts, Backlog: sum.backlog}
 }
 
 // Cut cuts (cut true) or restores the link between this host and its peer
