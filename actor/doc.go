@@ -75,7 +75,11 @@
 //     (Config.PeerInbound): the peer's outside senders wait for credit
 //     below half of it, and past it a message is refused — an Ask hears of
 //     it (ErrPeerBacklog), a one-way message leaves a skip notice and is
-//     counted — never queued without end (peerbudget.go). Every item of a
+//     counted — never queued without end (peerbudget.go). What a host
+//     keeps to send a peer is bounded by its transport's hard bound
+//     (transport.Backlogger): no message is numbered for its order on a
+//     link at the bound — the send gets ErrPeerBacklog — so a refused
+//     send leaves no gap. Every item of a
 //     link is the authenticated peer's: a first-hop message names it as
 //     its origin, a forwarded one names a member, a move's records come
 //     from its peer, a bounce carries a message of the receiving host.

@@ -244,7 +244,13 @@ func childNode() int {
 		return 1
 	}
 	defer members.Close()
-	tlsAtt := newTLSAttacher(tcp.Options{Listen: "127.0.0.1:0", Logger: log})
+	// BERTH_CHILD_MAX_PENDING (a number of items) sets the links' hard
+	// bound, tcp.Options.MaxPendingItems (and HighItems under it).
+	topts := tcp.Options{Listen: "127.0.0.1:0", Logger: log}
+	if n, _ := strconv.Atoi(os.Getenv("BERTH_CHILD_MAX_PENDING")); n > 0 {
+		topts.MaxPendingItems, topts.HighItems = n, n/2
+	}
+	tlsAtt := newTLSAttacher(topts)
 	var att transport.Attacher = tlsAtt
 	tcpOf := func() *tcp.Transport { return tlsAtt.Transport(name) }
 	if os.Getenv("BERTH_CHILD_INSECURE") == "1" {

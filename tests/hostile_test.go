@@ -458,6 +458,52 @@ func TestAFloodFromAnAuthenticatedMemberIsRefusedPastItsBound(t *testing.T) {
 	x.alive(t)
 }
 
+// A member that asks and never reads what n1 sends it (here: it never
+// connects again, so its link stays down) makes n1 keep at most its link's
+// hard bound (tcp.Options.MaxPendingItems, 300 here) of what it sends it:
+// past that the replies are refused, counted, never queued. Every Ask ran
+// once; n1 serves the gateway throughout.
+func TestAMemberThatNeverReadsMakesANodeKeepOnlyItsLinksBound(t *testing.T) {
+	const bound, asks = 300, 3000
+	x := newHostile(t, "BERTH_CHILD_MAX_PENDING="+strconv.Itoa(bound))
+	items := make([][]byte, asks)
+	for i := range items {
+		h := payload.Header{Type: "tests.numberedAsk", ContentType: "application/json",
+			Target: payload.Target{Scope: payload.ScopeObject, Name: x.ref.Kind, ID: x.ref.ID},
+			Op:     payload.NewOpID(), Origin: "ghost", ReplyTo: "ghost"}
+		b, err := payload.AppendHeader(nil, &h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := json.Marshal(numberedAsk{Sender: "ghost", Seq: i + 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		items[i] = item(transport.Frame, append(b, body...))
+	}
+	x.session(t, items...)
+	stats := func() actor.Stats {
+		var s actor.Stats
+		if err := json.Unmarshal([]byte(x.n1.must(t, "stats")), &s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if !waitFor(time.Minute, func() bool { return x.tally(t).Count["ghost"] == asks }) {
+		t.Fatalf("%d of ghost's %d Asks ran", x.tally(t).Count["ghost"], asks)
+	}
+	// Every reply was either kept for ghost (at most the bound, with what
+	// else n1 sent it) or refused.
+	if !waitFor(30*time.Second, func() bool { return stats().LinkRefused >= asks-bound }) {
+		t.Fatalf("n1 refused %d items to ghost, want at least %d: %+v", stats().LinkRefused, asks-bound, x.stats(t))
+	}
+	if s := x.stats(t); s.Backlog < uint64(asks-bound) {
+		t.Fatalf("n1's transport refused %d items, want at least %d", s.Backlog, asks-bound)
+	}
+	x.ask(t, 2)
+	x.alive(t)
+}
+
 // n1RSS returns n1's resident memory in bytes.
 func (x *hostile) n1RSS(t *testing.T) int64 {
 	t.Helper()

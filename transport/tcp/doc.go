@@ -68,7 +68,11 @@
 //   - Sending: the session keeps each item until the peer's handler took
 //     it. WaitRoom blocks while more than Options.HighItems items or
 //     Options.HighBytes bytes are kept for the peer, until both are at
-//     half. Send never blocks and never refuses for room.
+//     half. Send never blocks. Past the hard bound, Options.MaxPendingItems
+//     items or MaxPendingBytes bytes kept for the peer (twice that for
+//     frames and records), Send refuses with transport.ErrBacklog and
+//     queues nothing (Stats.Backlog): a peer that stops reading, or is cut
+//     off, costs its sender at most that (Backlogged reports it).
 //   - Receiving: at most Options.InboundItems items or InboundBytes bytes
 //     from one peer wait for the handler; past either, the peer's reader
 //     stops reading its connection until the handler caught up, so the
