@@ -94,7 +94,10 @@ func TestAHandlersTellsPastTheLinksBoundAreRefusedAndLeaveNoGap(t *testing.T) {
 		t.Fatalf("the observer heard of %d refused Tells, want at least %d", got, n-bound)
 	}
 	cut(false)
-	testutil.WaitFor(t, "the link to take what waits on it", func() bool { return !att.Transport("a").Backlogged("b") })
+	testutil.WaitFor(t, "b to take what waits on the link", func() bool {
+		_, out := att.Transport("a").Pending()
+		return out == 0 && !att.Transport("a").Backlogged("b")
+	})
 	const later = 50
 	if _, err := actor.Ask[burst, int](ctx, a, x, burst{From: n, N: later}); err != nil {
 		t.Fatal(err)
