@@ -368,7 +368,11 @@ func (h *Host) leave(joined bool) {
 	if h.tr == nil {
 		return
 	}
-	_ = h.tr.Close(true)
+	if err := h.tr.Close(true); err != nil {
+		// Its peers did not all confirm what it sent last (its leave
+		// notice among it) within the transport's close timeout.
+		h.log.Warn("the transport's graceful close gave up on peers", "err", err)
+	}
 	if joined {
 		ctx, cancel := h.storeContext()
 		defer cancel()

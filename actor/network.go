@@ -441,6 +441,13 @@ type peerView struct {
 	// handedOn are the runs (name → lease generation) that went Gone: they
 	// handed all their work on, so their leaving is no failure.
 	handedOn map[string]uint64
+	// closing are the members that went Gone and have not left (or
+	// expired) yet: no longer members to place on or route to, but their
+	// link stays (addresses) so that their transport's graceful close is
+	// answered — it waits for its peers to receive its last items, and a
+	// link cut when the Gone is seen first would make it wait for
+	// nothing.
+	closing map[string]membership.Member
 }
 
 // peerLink is the transport's news of one peer.
@@ -495,6 +502,11 @@ func (v *peerView) apply(ev membership.Event) (failed []string) {
 		for _, m := range ev.Members {
 			now[m.Name] = m
 		}
+		for name, m := range v.closing {
+			if cur, ok := now[name]; !ok || cur.LeaseGen != m.LeaseGen {
+				delete(v.closing, name) // it left meanwhile
+			}
+		}
 		for name, m := range v.members {
 			if cur, ok := now[name]; !ok || cur.LeaseGen != m.LeaseGen {
 				failed = append(failed, name)
@@ -518,6 +530,12 @@ func (v *peerView) apply(ev membership.Event) (failed []string) {
 			v.handedOn = map[string]uint64{}
 		}
 		v.handedOn[ev.Member.Name] = ev.Member.LeaseGen
+		if cur, ok := v.members[ev.Member.Name]; ok && cur.LeaseGen == ev.Member.LeaseGen {
+			if v.closing == nil {
+				v.closing = map[string]membership.Member{}
+			}
+			v.closing[ev.Member.Name] = cur
+		}
 	case ev.Type == membership.Expired:
 		failed = append(failed, ev.Member.Name)
 	case ev.Type == membership.Left:
@@ -528,6 +546,9 @@ func (v *peerView) apply(ev membership.Event) (failed []string) {
 	if ev.Type == membership.Left || ev.Type == membership.Expired {
 		if gen, ok := v.handedOn[ev.Member.Name]; ok && gen <= ev.Member.LeaseGen {
 			delete(v.handedOn, ev.Member.Name)
+		}
+		if m, ok := v.closing[ev.Member.Name]; ok && m.LeaseGen <= ev.Member.LeaseGen {
+			delete(v.closing, ev.Member.Name)
 		}
 	}
 	if cur, ok := v.members[ev.Member.Name]; ok && cur.LeaseGen == ev.Member.LeaseGen {
@@ -699,14 +720,17 @@ func (h *Host) Addr() string {
 }
 
 // addresses returns the address and run of every member but self that
-// has an address.
+// has an address, and of every one that went Gone and has not left yet
+// (its graceful close still talks to this host).
 func (v *peerView) addresses(self string) map[string]peerAt {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
-	out := make(map[string]peerAt, len(v.members))
-	for name, m := range v.members {
-		if name != self && m.Address != "" {
-			out[name] = peerAt{addr: m.Address, run: m.LeaseGen}
+	out := make(map[string]peerAt, len(v.members)+len(v.closing))
+	for _, ms := range []map[string]membership.Member{v.closing, v.members} { // a member's own entry last
+		for name, m := range ms {
+			if name != self && m.Address != "" {
+				out[name] = peerAt{addr: m.Address, run: m.LeaseGen}
+			}
 		}
 	}
 	return out
