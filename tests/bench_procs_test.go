@@ -10,6 +10,7 @@ package tests
 
 import (
 	"context"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -177,11 +178,24 @@ func BenchmarkProcsDrain(b *testing.B) {
 		for _, n := range []*child{n1, n2, n3} {
 			n.waitPeers(b, 2)
 		}
+		// BERTH_BENCH_DRAIN_PROFILE=<prefix>: a CPU profile of each node
+		// for the drain alone, in <prefix>-<node>.
+		prof := os.Getenv("BERTH_BENCH_DRAIN_PROFILE")
+		if prof != "" {
+			for _, n := range []*child{n1, n2, n3} {
+				n.must(b, "cpuprofile "+prof+"-"+n.name)
+			}
+		}
 		start := time.Now()
 		b.StartTimer()
 		r := n1.must(b, "drain")
 		b.StopTimer()
 		total += time.Since(start)
+		if prof != "" {
+			for _, n := range []*child{n2, n3} {
+				n.must(b, "cpuprofile stop")
+			}
+		}
 		n1.exited(b)
 		if _, p, ok := strings.Cut(r, " "); ok {
 			pauses = append(pauses, p)

@@ -411,7 +411,9 @@ func (c *childCtl) do(line string) (reply string, exit bool) {
 		start := time.Now()
 		dctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
-		if err := c.h.Drain(dctx); err != nil {
+		err := c.h.Drain(dctx)
+		pprof.StopCPUProfile() // a profile of the drain (cpuprofile) ends with it: the child exits
+		if err != nil {
 			return "err " + err.Error(), false
 		}
 		return "ok " + strconv.FormatInt(time.Since(start).Milliseconds(), 10) + " " + pausesCSV(c.h), true
@@ -420,6 +422,20 @@ func (c *childCtl) do(line string) (reply string, exit bool) {
 		return "ok " + string(b), false
 	case "stats": // stats → ok <json actor.Stats>
 		return jsonLine("ok", c.h.Stats()), false
+	case "cpuprofile": // cpuprofile <file> | cpuprofile stop → ok: a CPU profile of the child from now until stop
+		if f[1] == "stop" {
+			pprof.StopCPUProfile()
+			return "ok", false
+		}
+		pf, err := os.Create(f[1])
+		if err != nil {
+			return "err " + err.Error(), false
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			pf.Close()
+			return "err " + err.Error(), false
+		}
+		return "ok", false
 	case "pauses": // pauses → ok <µs,µs,...> (and forgets them)
 		return "ok " + pausesCSV(c.h), false
 	case "owners": // owners <prefix> <n> → ok <json map[host]count> of tally objects <prefix>0..<prefix>n-1, by the store ("": no row)
