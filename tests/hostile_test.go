@@ -174,6 +174,16 @@ func (x *hostile) stats(t *testing.T) tcp.Stats {
 	return s
 }
 
+// hostStats returns n1's host counts.
+func (x *hostile) hostStats(t *testing.T) actor.Stats {
+	t.Helper()
+	var s actor.Stats
+	if err := json.Unmarshal([]byte(x.n1.must(t, "stats")), &s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // alive fails the test if n1 exited.
 func (x *hostile) alive(t *testing.T) {
 	t.Helper()
@@ -427,13 +437,7 @@ func TestAFloodFromAnAuthenticatedMemberIsRefusedPastItsBound(t *testing.T) {
 		items[i] = item(transport.Frame, tellFrame(t, actor.Ref{Kind: "tally", ID: "flood" + strconv.Itoa(i)}, "ghost", "flood"))
 	}
 	x.session(t, items...)
-	stats := func() actor.Stats {
-		var s actor.Stats
-		if err := json.Unmarshal([]byte(x.n1.must(t, "stats")), &s); err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	stats := func() actor.Stats { return x.hostStats(t) }
 	if !waitFor(30*time.Second, func() bool { return stats().PeerRefused > 0 }) {
 		t.Fatalf("n1 refused none of a flood of %d past a bound of %d: %+v", flood, bound, stats())
 	}
@@ -482,13 +486,7 @@ func TestAMemberThatNeverReadsMakesANodeKeepOnlyItsLinksBound(t *testing.T) {
 		items[i] = item(transport.Frame, append(b, body...))
 	}
 	x.session(t, items...)
-	stats := func() actor.Stats {
-		var s actor.Stats
-		if err := json.Unmarshal([]byte(x.n1.must(t, "stats")), &s); err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	stats := func() actor.Stats { return x.hostStats(t) }
 	if !waitFor(time.Minute, func() bool { return x.tally(t).Count["ghost"] == asks }) {
 		t.Fatalf("%d of ghost's %d Asks ran", x.tally(t).Count["ghost"], asks)
 	}

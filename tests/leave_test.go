@@ -7,7 +7,6 @@ import (
 
 	"github.com/berthrt/berth/actor"
 	"github.com/berthrt/berth/internal/localnet"
-	"github.com/berthrt/berth/internal/testutil"
 	"github.com/berthrt/berth/transport"
 	"github.com/berthrt/berth/transport/tcp"
 )
@@ -60,20 +59,8 @@ func (a *slowCloseAttacher) AttachRun(name string, run uint64, h transport.Handl
 func TestAStoppingHostsCloseIsAnsweredByPeersThatSawItsLeaveFirst(t *testing.T) {
 	net := localnet.New(localnet.Options{})
 	att := &slowCloseAttacher{tlsAttacher: newTLSAttacher(tcp.Options{CloseTimeout: 5 * time.Second}), slow: "a"}
-	start := func(name string) *actor.Host {
-		h, err := actor.NewHost(actor.Config{Name: name, Transport: att, Store: net.Store, Membership: net.Membership, Logger: quietLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		h.Register(benchKind())
-		if err := h.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { h.Close() })
-		return h
-	}
-	a, b := start("a"), start("b")
-	testutil.WaitFor(t, "the hosts to know each other", func() bool { return len(a.Peers()) == 1 && len(b.Peers()) == 1 })
+	a, b := startPair(t, actor.Config{Transport: att, Store: net.Store, Membership: net.Membership},
+		func(h *actor.Host) { h.Register(benchKind()) })
 	ref := actor.Ref{Kind: "bench", ID: "one"}
 	if _, err := actor.Ask[benchGet, int](context.Background(), a, ref, benchGet{}); err != nil { // on a
 		t.Fatal(err)

@@ -404,6 +404,25 @@ func (g *gate) count() int {
 	return len(g.got)
 }
 
+// gatedPair starts hosts a and b with opts, b's handler a gate that
+// release opens (at the latest when the test ends, before the hosts
+// close), and waits for the link.
+func gatedPair(t *testing.T, opts tcp.Options) (a, b *tcp.Transport, g *gate, release func()) {
+	t.Helper()
+	t.Cleanup(func() { testutil.CheckNoGoroutines(t) })
+	c := newCluster(opts, false)
+	g = &gate{open: make(chan struct{})}
+	a = c.start(t, "a", newSink())
+	b = c.start(t, "b", g)
+	t.Cleanup(func() { _ = a.Close(true) })
+	t.Cleanup(func() { _ = b.Close(true) })
+	var opened sync.Once
+	release = func() { opened.Do(func() { close(g.open) }) }
+	t.Cleanup(release) // first: a failed test's hosts close with the handler going on
+	testutil.WaitFor(t, "the link up", func() bool { return len(a.Peers()) == 1 && len(b.Peers()) == 1 })
+	return a, b, g, release
+}
+
 // A receiver whose handler does not keep up holds at most InboundItems of
 // a peer's items (it stops reading the connection); the rest wait at the
 // sender, whose WaitRoom blocks past its high mark — back-pressure
@@ -412,17 +431,7 @@ func (g *gate) count() int {
 func TestASlowHandlerPushesBackThroughTheLink(t *testing.T) {
 	opts := testOptions()
 	opts.InboundItems, opts.HighItems = 64, 256
-	t.Cleanup(func() { testutil.CheckNoGoroutines(t) })
-	c := newCluster(opts, false)
-	g := &gate{open: make(chan struct{})}
-	a := c.start(t, "a", newSink())
-	b := c.start(t, "b", g)
-	t.Cleanup(func() { _ = a.Close(true) })
-	t.Cleanup(func() { _ = b.Close(true) })
-	var opened sync.Once
-	release := func() { opened.Do(func() { close(g.open) }) }
-	t.Cleanup(release) // first: a failed test's hosts close with the handler going on
-	testutil.WaitFor(t, "the link up", func() bool { return len(a.Peers()) == 1 && len(b.Peers()) == 1 })
+	a, b, g, release := gatedPair(t, opts)
 	const n = 2000
 	for i := range n {
 		if err := a.Send("b", transport.Item{Kind: transport.Frame, Data: []byte(strconv.Itoa(i))}); err != nil {
@@ -537,17 +546,7 @@ func TestAPeerThatTakesNothingIsRefusedPastTheHardBound(t *testing.T) {
 			opts.InboundItems, opts.HighItems = 64, 128
 			opts.HighBytes = 256 << 10
 			tc.opts(&opts)
-			t.Cleanup(func() { testutil.CheckNoGoroutines(t) })
-			c := newCluster(opts, false)
-			g := &gate{open: make(chan struct{})}
-			a := c.start(t, "a", newSink())
-			b := c.start(t, "b", g)
-			t.Cleanup(func() { _ = a.Close(true) })
-			t.Cleanup(func() { _ = b.Close(true) })
-			var opened sync.Once
-			release := func() { opened.Do(func() { close(g.open) }) }
-			t.Cleanup(release)
-			testutil.WaitFor(t, "the link up", func() bool { return len(a.Peers()) == 1 && len(b.Peers()) == 1 })
+			a, _, g, release := gatedPair(t, opts)
 			item := func(k transport.Kind, i int) transport.Item {
 				d := make([]byte, tc.size)
 				copy(d, strconv.Itoa(i)+"/")
