@@ -211,18 +211,24 @@ func linkFrame(op byte, kind transport.Kind, fromInc, seq uint64, data []byte) [
 // ref, first sent (hop 0) by origin.
 func tellFrame(t *testing.T, ref actor.Ref, origin, sender string) []byte {
 	t.Helper()
-	h := payload.Header{Type: "tests.numbered", ContentType: "application/json",
-		Target: payload.Target{Scope: payload.ScopeObject, Name: ref.Kind, ID: ref.ID},
-		Op:     payload.NewOpID(), Origin: origin}
+	return jsonFrame(t, payload.Header{Type: "tests.numbered", Origin: origin,
+		Target: payload.Target{Scope: payload.ScopeObject, Name: ref.Kind, ID: ref.ID}}, numbered{Sender: sender, Seq: 1})
+}
+
+// jsonFrame is the data of a Frame item: body in JSON with header h (a
+// new operation id).
+func jsonFrame(t *testing.T, h payload.Header, body any) []byte {
+	t.Helper()
+	h.ContentType, h.Op = "application/json", payload.NewOpID()
 	b, err := payload.AppendHeader(nil, &h)
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, err := json.Marshal(numbered{Sender: sender, Seq: 1})
+	j, err := json.Marshal(body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return append(b, body...)
+	return append(b, j...)
 }
 
 // session sends items on a new connection as ghost, of its run and
@@ -472,18 +478,8 @@ func TestAMemberThatNeverReadsMakesANodeKeepOnlyItsLinksBound(t *testing.T) {
 	x := newHostile(t, "BERTH_CHILD_MAX_PENDING="+strconv.Itoa(bound))
 	items := make([][]byte, asks)
 	for i := range items {
-		h := payload.Header{Type: "tests.numberedAsk", ContentType: "application/json",
-			Target: payload.Target{Scope: payload.ScopeObject, Name: x.ref.Kind, ID: x.ref.ID},
-			Op:     payload.NewOpID(), Origin: "ghost", ReplyTo: "ghost"}
-		b, err := payload.AppendHeader(nil, &h)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, err := json.Marshal(numberedAsk{Sender: "ghost", Seq: i + 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		items[i] = item(transport.Frame, append(b, body...))
+		items[i] = item(transport.Frame, jsonFrame(t, payload.Header{Type: "tests.numberedAsk", Origin: "ghost", ReplyTo: "ghost",
+			Target: payload.Target{Scope: payload.ScopeObject, Name: x.ref.Kind, ID: x.ref.ID}}, numberedAsk{Sender: "ghost", Seq: i + 1}))
 	}
 	x.session(t, items...)
 	stats := func() actor.Stats { return x.hostStats(t) }
