@@ -629,6 +629,41 @@ func TestMembershipFailureFacts(t *testing.T) {
 	}
 }
 
+// A member that went Gone is no longer one to place on or route to, but
+// its link stays until it left or expired: its graceful close waits for
+// its peers to receive its last items, which a link cut on the Gone would
+// never let happen. A new run of its name, or a Sync without it, ends
+// that too.
+func TestAMemberThatWentGoneKeepsItsLinkUntilItLeft(t *testing.T) {
+	m := func(name string, gen uint64, st membership.State) membership.Member {
+		return membership.Member{Name: name, LeaseGen: gen, State: st, Address: name + ":1"}
+	}
+	var v peerView
+	v.apply(membership.Event{Type: membership.Sync, Members: []membership.Member{
+		m("self", 1, membership.Serving), m("a", 1, membership.Serving), m("b", 1, membership.Serving)}})
+	linked := func(name string) bool { _, ok := v.addresses("self")[name]; return ok }
+	for _, tc := range []struct {
+		ev             membership.Event
+		aMember, aLink bool
+		bLink          bool
+	}{
+		{membership.Event{Type: membership.StateChanged, Member: m("a", 1, membership.Gone), From: membership.Serving}, false, true, true},
+		{membership.Event{Type: membership.StateChanged, Member: m("b", 1, membership.Gone), From: membership.Serving}, false, true, true},
+		{membership.Event{Type: membership.Left, Member: m("a", 1, membership.Gone)}, false, false, true},
+		{membership.Event{Type: membership.Sync, Members: []membership.Member{m("self", 1, membership.Serving)}}, false, false, false},
+		{membership.Event{Type: membership.Joined, Member: m("a", 2, membership.Serving)}, true, true, false},
+		{membership.Event{Type: membership.StateChanged, Member: m("a", 2, membership.Gone), From: membership.Serving}, false, true, false},
+		{membership.Event{Type: membership.Expired, Member: m("a", 2, membership.Gone)}, false, false, false},
+	} {
+		v.apply(tc.ev)
+		_, member := v.member("a")
+		if member != tc.aMember || linked("a") != tc.aLink || linked("b") != tc.bLink {
+			t.Errorf("after %v of %s (gen %d): a a member %v, linked %v; b linked %v; want %v, %v; %v",
+				tc.ev.Type, tc.ev.Member.Name, tc.ev.Member.LeaseGen, member, linked("a"), linked("b"), tc.aMember, tc.aLink, tc.bLink)
+		}
+	}
+}
+
 // A skip notice for a message its sender gave up on while the object's
 // host was leaving (it takes no frames) is not lost: it waits until the
 // object is handed on and closes the gap there. Here b's Stop deactivates
