@@ -35,6 +35,7 @@ type claimer struct {
 	minP     int32
 	minID    int64
 	xid      int64     // row lock: the claim's transaction id
+	solo     []int64   // row lock: rows of a rolled-back batch, to claim again one at a time
 	started  time.Time // row lock: the server's start time at the claim
 	rescued  time.Time
 
@@ -74,8 +75,8 @@ func (c *claimer) loop() {
 		if err != nil {
 			s.floor.reset()
 		}
-		if err == nil && n >= s.Batch {
-			continue // more may be ready
+		if err == nil && (n >= s.Batch || len(c.solo) > 0) {
+			continue // more may be ready, or a rolled-back batch's rows wait to run one at a time
 		}
 		if err == nil && c.fromSet {
 			// Nothing from the floor on: look from the start before
@@ -372,8 +373,13 @@ func (c *claimer) claimRowLock() (n int, err error) {
 	defer func() { done(ok) }()
 	bt := c.batch()
 	bt.Queue("BEGIN")
-	sql, args := c.claimQuery(s.sql.claim, s.sql.claimFrom)
-	bt.Queue(sql, args...)
+	if len(c.solo) > 0 {
+		bt.Queue(s.sql.claimOne, c.solo[0])
+		c.solo = c.solo[1:]
+	} else {
+		sql, args := c.claimQuery(s.sql.claim, s.sql.claimFrom)
+		bt.Queue(sql, args...)
+	}
 	br := conn.SendBatch(noCancel, bt)
 	if _, err := br.Exec(); err != nil {
 		br.Close()
@@ -436,12 +442,62 @@ func (c *claimer) claimRowLock() (n int, err error) {
 		s.floor.reset() // its rows are claimable again, before the floor
 		b.stats.rollbacks.Add(1)
 		b.obs.RolledBack(s.Name, n)
+		if isServerError(serr) && b.ctx.Err() == nil {
+			// The server refused a statement — the handler's, in the
+			// claim's transaction, or a settlement's — and the claim rolled
+			// back. Claimed again as it was, the row would fail the same way
+			// at once, for ever (its attempt is counted only by a
+			// settlement). One row: its failure is a retry, counted outside
+			// the rolled-back transaction, so the subscription's retry delay
+			// and MaxAttempts end the loop. A batch: which of its rows
+			// failed is not known, so each is claimed again on its own.
+			if n == 1 {
+				if c.countRolledBack(conn, serr) {
+					ok = true
+					return n, nil
+				}
+			} else {
+				for _, d := range c.live {
+					c.solo = append(c.solo, d.ID)
+				}
+			}
+		}
 		c.report(nil, payload.Wrap(payload.Unavailable, "pgbridge", errors.Join(ErrBatchRolledBack, serr)))
 		return n, nil
 	}
 	ok = true
 	c.report(nil, nil)
 	return n, nil
+}
+
+// countRolledBack settles the one row of a row-lock claim that rolled back
+// because the server refused a statement (serr) as a retry — counted, after
+// the subscription's retry delay, or dead-lettered past MaxAttempts — on
+// conn, outside the rolled-back transaction. It reports false if that
+// failed too (the row is then claimable again as it was).
+func (c *claimer) countRolledBack(conn *pgx.Conn, serr error) bool {
+	s := c.s
+	if conn.PgConn().TxStatus() != 'I' {
+		if c.arm(conn) != nil {
+			return false
+		}
+		if _, err := conn.Exec(noCancel, "ROLLBACK"); err != nil {
+			return false
+		}
+	}
+	d := c.live[0]
+	d.outcome = RetryAfter(s.retryDelay(d.Attempt), "the claim's transaction rolled back: "+serr.Error())
+	st := c.batch()
+	c.queueSettle(st, time.Time{})
+	if c.arm(conn) != nil {
+		return false
+	}
+	if err := execBatch(conn, st); err != nil || conn.PgConn().TxStatus() != 'I' {
+		c.b.log.Warn("pgbridge: a rolled-back row's retry could not be counted", "subscription", s.Name, "id", d.ID, "err", err)
+		return false
+	}
+	c.report(nil, nil)
+	return true
 }
 
 // isServerError reports whether the server refused a statement (as

@@ -25,9 +25,14 @@
 // One row for each free worker (Batch 1), or batches of up to Batch rows in
 // one claim, settled with array statements (= ANY($1), unnest) — one
 // statement per outcome kind, not one per row. A row-lock batch shares one
-// transaction: its settlements take effect together, and a failed statement
-// rolls the whole batch back (ErrBatchRolledBack; the rows are claimed
-// again).
+// transaction: its settlements take effect together, and a statement the
+// server refuses (the handler's, in Delivery.Tx, or a settlement's) rolls
+// the whole claim back. A one-row claim's rollback is then the row's retry,
+// counted outside the rolled-back transaction (after RetryDelay; dead-lettered
+// past MaxAttempts), so a row that fails every time does not loop. A
+// batch's rows are reported rolled back (ErrBatchRolledBack) and the
+// claimer takes each of them again on its own, so one bad row does not
+// hold back the rest.
 //
 // # Payload mode and row mode
 //

@@ -13,8 +13,10 @@ var (
 	// lease taken over (it expired and the row was claimed again, or
 	// rescued); it changed nothing.
 	ErrLeaseLost = payload.NewError(payload.Rejected, "pgbridge", "lease lost: the row was claimed again")
-	// ErrBatchRolledBack: a statement of a row-lock batch failed, so the
-	// whole claim transaction rolled back; its rows will be claimed again.
+	// ErrBatchRolledBack: a statement of a row-lock claim failed, so the
+	// whole claim transaction rolled back; its rows will be claimed again
+	// (a rolled-back batch's one at a time; a one-row claim that the server
+	// refused is settled as a counted retry instead).
 	ErrBatchRolledBack = payload.NewError(payload.Unavailable, "pgbridge", "batch rolled back; its rows will be redelivered")
 	// ErrOutcomeUnknown: a row-lock claim's COMMIT was sent, its answer was
 	// lost with the connection, and the server could not be asked whether

@@ -107,7 +107,7 @@ type Subscription struct {
 }
 
 type statements struct {
-	claim, claimFrom, lockFrom, heads, heads1, unlock1, del1, lock, unlock, del, retry, dead, extend, rescue string
+	claim, claimFrom, claimOne, lockFrom, heads, heads1, unlock1, del1, lock, unlock, del, retry, dead, extend, rescue string
 }
 
 // Subscribe adds a subscription running handler h. It starts with the
@@ -290,6 +290,8 @@ func (s *Subscription) build() statements {
 	case RowLock:
 		st.claim = "SELECT " + sel("t") + " FROM " + t + " t WHERE " + ready("t") + " ORDER BY " + order("t") + limit + " FOR UPDATE SKIP LOCKED"
 		st.claimFrom = "SELECT " + sel("t") + " FROM " + t + " t WHERE " + ready("t") + from("t", 1) + " ORDER BY " + order("t") + limit + " FOR UPDATE SKIP LOCKED"
+		// One row of a rolled-back batch, claimed again on its own.
+		st.claimOne = "SELECT " + sel("t") + " FROM " + t + " t WHERE " + ready("t") + " AND t." + q(c.ID) + " = $1::bigint FOR UPDATE SKIP LOCKED"
 	case Lease:
 		// id = ANY(ARRAY(subquery)), not IN (subquery): with a large
 		// batch the planner may turn IN into a hash semi-join over the
