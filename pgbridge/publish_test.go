@@ -3,8 +3,11 @@ package pgbridge
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/berthrt/berth/actor"
 	"github.com/berthrt/berth/payload"
@@ -139,10 +142,18 @@ func TestHeadersParsedOnFirstRead(t *testing.T) {
 // TestListenNotifyWakesSubscriptions: with a poll interval far longer than
 // the test, a row published through the broker (in this process) and one
 // published by another broker (through pg_notify and the listener) are
-// both handled at once.
+// both handled at once — for a table whose name makes a channel past
+// Postgres's 63 bytes too (its channel is shortened with a hash: pg_notify
+// refused the long one, failing every publish whose notify was due).
 func TestListenNotifyWakesSubscriptions(t *testing.T) {
+	for _, name := range []string{"inbox", "inbox_" + strings.Repeat("x", 50)} {
+		t.Run(strconv.Itoa(len(name))+"-byte name", func(t *testing.T) { listenNotifyWakes(t, name) })
+	}
+}
+
+func listenNotifyWakes(t *testing.T, name string) {
 	pool, _ := newPool(t)
-	tb := Table{Name: "inbox"}
+	tb := Table{Name: name}
 	migrate(t, pool, tb)
 	b := newBroker(t, Config{Pool: pool, ListenNotify: true})
 	other := newBroker(t, Config{Pool: pool, ListenNotify: true})
@@ -150,7 +161,7 @@ func TestListenNotifyWakesSubscriptions(t *testing.T) {
 	subscribe(t, b, &Subscription{Table: tb, PollInterval: time.Hour},
 		Messages(func(ctx context.Context, d *Delivery, m Job) Outcome { got <- m.N; return Ack }))
 	// The first claim (at start) found nothing; now only a wake-up helps.
-	waitFor(t, "the listener listening", func() bool { return b.Stats().Claimed == 0 && listening(t, b, "berth_inbox_inbox") })
+	waitFor(t, "the listener listening", func() bool { return b.Stats().Claimed == 0 && listening(t, b, channelName(name)) })
 	if err := Send(bg, b, pool, Repository{Broker: b, Table: tb}, "k", Job{N: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -170,6 +181,29 @@ func TestListenNotifyWakesSubscriptions(t *testing.T) {
 	}
 	if b.Stats().Wakeups == 0 {
 		t.Error("no notification counted")
+	}
+}
+
+// Every table's channel fits Postgres's limit in whole characters; a short
+// name's is berth_inbox_ and the name, as it always was; long names that
+// share a prefix get channels of their own.
+func TestChannelNamesFitPostgresLimit(t *testing.T) {
+	if got := channelName("app.inbox"); got != "berth_inbox_app_inbox" {
+		t.Fatalf("channelName(app.inbox) = %q", got)
+	}
+	seen := map[string]string{}
+	for _, r := range []string{"x", "ü", "語"} {
+		for n := 1; n <= 80; n++ {
+			name := "inbox_" + strings.Repeat(r, n)
+			c := channelName(name)
+			if len(c) > maxChannel || !utf8.ValidString(c) || !strings.HasPrefix(c, "berth_inbox_inbox_") {
+				t.Fatalf("channelName(%q) = %q: %d bytes", name, c, len(c))
+			}
+			if other, ok := seen[c]; ok {
+				t.Fatalf("%q and %q share channel %q", name, other, c)
+			}
+			seen[c] = name
+		}
 	}
 }
 

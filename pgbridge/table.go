@@ -2,7 +2,10 @@ package pgbridge
 
 import (
 	"context"
+	"hash/fnv"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/berthrt/berth/payload"
 	"github.com/jackc/pgx/v5"
@@ -75,9 +78,27 @@ func ident(name string) string {
 
 func q(col string) string { return pgx.Identifier{col}.Sanitize() }
 
-// channelName is the pg_notify channel of a table.
+// maxChannel is the longest channel name Postgres takes, in bytes
+// (NAMEDATALEN − 1): pg_notify refuses a longer one, LISTEN truncates it.
+const maxChannel = 63
+
+// channelName is the pg_notify channel of a table: berth_inbox_ and the
+// table's name; past maxChannel bytes, as much of that as fits (whole
+// characters) and a hash of the whole name, so that every table's
+// channel fits and tables that share a long prefix do not share one.
 func channelName(table string) string {
-	return "berth_inbox_" + strings.NewReplacer(".", "_", `"`, "").Replace(table)
+	c := "berth_inbox_" + strings.NewReplacer(".", "_", `"`, "").Replace(table)
+	if len(c) <= maxChannel {
+		return c
+	}
+	h := fnv.New64a()
+	h.Write([]byte(table))
+	sum := "_" + strconv.FormatUint(h.Sum64(), 36)
+	c = c[:maxChannel-len(sum)]
+	for !utf8.ValidString(c) { // a character cut in two
+		c = c[:len(c)-1]
+	}
+	return c + sum
 }
 
 // InboxDDL returns the SQL Migrate runs for an inbox table named name with
