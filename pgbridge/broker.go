@@ -105,6 +105,10 @@ func (b *Broker) Registry() *payload.Registry { return b.reg }
 
 // Start starts the subscriptions' claimers (and the listener under
 // ListenNotify). Subscriptions added later start at once.
+//
+// It first has the server check every subscription's statements: a table
+// or column a subscription names that does not exist fails Start with
+// NotFound (the server unreachable: Unavailable), and nothing starts.
 func (b *Broker) Start() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -113,6 +117,11 @@ func (b *Broker) Start() error {
 	}
 	if b.started {
 		return payload.NewError(payload.InvalidOperation, "pgbridge.Broker.Start", "already started")
+	}
+	for _, s := range b.subs {
+		if err := s.check(); err != nil {
+			return err
+		}
 	}
 	b.started = true
 	if b.notify != nil {
@@ -215,6 +224,7 @@ type Stats struct {
 	LeaseLost      uint64 // lease-form settlements or extensions that found the lease taken
 	Rollbacks      uint64 // row-lock claims rolled back (ErrBatchRolledBack)
 	Unknown        uint64 // row-lock claims whose commit's fate is unknown (ErrOutcomeUnknown)
+	ClaimErrors    uint64 // claims that failed (Observer.ClaimFailed)
 	Published      uint64
 	Notifies       uint64 // pg_notify sent
 	Wakeups        uint64 // notifications received by the listener
@@ -223,7 +233,7 @@ type Stats struct {
 }
 
 type counters struct {
-	claimed, acked, retried, dropped, dead, decodeFailures, decodes, leaseLost, rollbacks, unknown,
+	claimed, acked, retried, dropped, dead, decodeFailures, decodes, leaseLost, rollbacks, unknown, claimErrors,
 	published, notifies, wakeups, noRoute, reconnects atomic.Uint64
 }
 
@@ -232,7 +242,7 @@ func (b *Broker) Stats() Stats {
 	c := &b.stats
 	return Stats{Claimed: c.claimed.Load(), Acked: c.acked.Load(), Retried: c.retried.Load(),
 		Dropped: c.dropped.Load(), DeadLettered: c.dead.Load(), DecodeFailures: c.decodeFailures.Load(),
-		Decodes: c.decodes.Load(), LeaseLost: c.leaseLost.Load(), Rollbacks: c.rollbacks.Load(), Unknown: c.unknown.Load(),
+		Decodes: c.decodes.Load(), LeaseLost: c.leaseLost.Load(), Rollbacks: c.rollbacks.Load(), Unknown: c.unknown.Load(), ClaimErrors: c.claimErrors.Load(),
 		Published: c.published.Load(), Notifies: c.notifies.Load(), Wakeups: c.wakeups.Load(),
 		NoRoute: c.noRoute.Load(), Reconnects: c.reconnects.Load()}
 }
@@ -250,6 +260,9 @@ type Observer interface {
 	LeaseLost(sub string)
 	// RolledBack: a row-lock claim of n rows rolled back.
 	RolledBack(sub string, n int)
+	// ClaimFailed: a claim of sub failed (err): nothing was claimed, and
+	// the subscription claims again after its poll interval.
+	ClaimFailed(sub string, err error)
 	// Woken: a notification woke the subscriptions of a channel.
 	Woken(channel string)
 }
@@ -261,4 +274,5 @@ func (nopObserver) Settled(string, OutcomeKind, time.Duration) {}
 func (nopObserver) DecodeFailed(string)                        {}
 func (nopObserver) LeaseLost(string)                           {}
 func (nopObserver) RolledBack(string, int)                     {}
+func (nopObserver) ClaimFailed(string, error)                  {}
 func (nopObserver) Woken(string)                               {}

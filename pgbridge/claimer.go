@@ -70,6 +70,8 @@ func (c *claimer) loop() {
 		c.fromSet, c.fromP, c.fromID = s.floor.get(nanotime())
 		n, err := c.claimOnce()
 		if err != nil && b.ctx.Err() == nil {
+			b.stats.claimErrors.Add(1)
+			b.obs.ClaimFailed(s.Name, err)
 			b.log.Warn("pgbridge: claim failed", "subscription", s.Name, "err", err)
 		}
 		if err != nil {

@@ -2,11 +2,14 @@ package pgbridge
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/berthrt/berth/payload"
 )
 
 // Row lock: a handler statement the server refuses aborts the claim's
@@ -76,3 +79,62 @@ func TestRowLockABatchThatRolledBackRunsItsRowsOneAtATime(t *testing.T) {
 		t.Fatalf("left: row %d at attempt %d (want 5 at 1); %d handler runs, want 30", id, attempt, runs.Load())
 	}
 }
+
+// A subscription on a table that does not exist, or naming a column its
+// table does not have, fails Start (or Subscribe, once started) with
+// NotFound, and nothing starts — it used to start and fail every claim,
+// reported only to a logger that discards by default.
+func TestStartFailsOnAMissingTableOrColumn(t *testing.T) {
+	pool, _ := newPool(t)
+	migrate(t, pool, Table{Name: "inbox"})
+	h := Messages(func(ctx context.Context, d *Delivery, m Job) Outcome { return Ack })
+	for _, sub := range []*Subscription{
+		{Table: Table{Name: "nope"}},
+		{Table: Table{Name: "inbox", Columns: Columns{LastError: "why"}}},
+		{Table: Table{Name: "inbox", DeadLetter: "nope_dead"}, MaxAttempts: 3},
+	} {
+		b := newBroker(t, Config{Pool: pool})
+		if err := b.Subscribe(sub, h); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Start(); !errors.Is(err, payload.NotFound) {
+			t.Fatalf("Start with table %+v: %v, want NotFound", sub.Table, err)
+		}
+		if st := b.Stats(); st.Claimed != 0 || st.ClaimErrors != 0 {
+			t.Fatalf("something ran: %+v", st)
+		}
+	}
+	b := newBroker(t, Config{Pool: pool})
+	subscribe(t, b, &Subscription{Table: Table{Name: "inbox"}}, h)
+	if err := b.Subscribe(&Subscription{Table: Table{Name: "nope"}}, h); !errors.Is(err, payload.NotFound) {
+		t.Fatalf("Subscribe on a started broker, a missing table: %v, want NotFound", err)
+	}
+}
+
+// A claim that fails (here: the table was dropped under a running
+// subscription) is counted and reported to the observer, not only logged.
+func TestAFailedClaimIsCountedAndObserved(t *testing.T) {
+	pool, _ := newPool(t)
+	tb := Table{Name: "inbox"}
+	migrate(t, pool, tb)
+	obs := &claimFailures{}
+	b := newBroker(t, Config{Pool: pool, Observer: obs})
+	subscribe(t, b, &Subscription{Table: tb, PollInterval: 10 * time.Millisecond},
+		Messages(func(ctx context.Context, d *Delivery, m Job) Outcome { return Ack }))
+	if _, err := pool.Exec(bg, "DROP TABLE inbox"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "failed claims counted", func() bool { return b.Stats().ClaimErrors >= 2 })
+	b.Close()
+	if n := obs.n.Load(); n < 2 || uint64(n) != b.Stats().ClaimErrors {
+		t.Fatalf("the observer heard of %d failed claims, Stats counted %d", n, b.Stats().ClaimErrors)
+	}
+}
+
+// claimFailures is an Observer that counts ClaimFailed.
+type claimFailures struct {
+	nopObserver
+	n atomic.Int64
+}
+
+func (o *claimFailures) ClaimFailed(string, error) { o.n.Add(1) }

@@ -1,11 +1,14 @@
 package pgbridge
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/berthrt/berth/payload"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Form is how a subscription claims rows.
@@ -174,9 +177,44 @@ func (b *Broker) Subscribe(s *Subscription, h Handler) error {
 	if b.closed.Load() {
 		return ErrClosed
 	}
+	if b.started {
+		if err := s.check(); err != nil {
+			return err
+		}
+	}
 	b.subs = append(b.subs, s)
 	if b.started {
 		s.start()
+	}
+	return nil
+}
+
+// check has the server parse and describe each of the subscription's
+// statements, executing none: a table or column they name that does not
+// exist is NotFound, here, rather than a failure of every claim after it.
+func (s *Subscription) check() error {
+	const op = "pgbridge.Subscribe"
+	ctx, cancel := context.WithTimeout(s.b.ctx, s.b.cfg.StatementTimeout)
+	defer cancel()
+	c, err := s.b.pool.Acquire(ctx)
+	if err != nil {
+		return payload.Wrap(payload.Unavailable, op, err)
+	}
+	defer c.Release()
+	st := &s.sql
+	for _, q := range []string{st.claim, st.claimFrom, st.claimOne, st.lock, st.lockFrom, st.heads, st.heads1,
+		st.del, st.del1, st.retry, st.dead, st.extend, st.rescue} {
+		if q == "" {
+			continue
+		}
+		if _, err := c.Conn().PgConn().Prepare(ctx, "", q, nil); err != nil {
+			var pge *pgconn.PgError
+			if errors.As(err, &pge) && (pge.Code == "42P01" || pge.Code == "42703" || pge.Code == "3F000") {
+				return &payload.Error{Kind: payload.NotFound, Op: op,
+					Detail: "subscription " + s.Name + " on table " + s.Table.Name + ": " + pge.Message, Err: err}
+			}
+			return payload.Wrap(payload.Unavailable, op, err)
+		}
 	}
 	return nil
 }

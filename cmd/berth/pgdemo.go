@@ -224,7 +224,8 @@ func (o *observer) RolledBack(_ string, n int) {
 	o.rolledBackRows.Add(int64(n))
 	o.rollbacks.Add(1)
 }
-func (*observer) Woken(string) {}
+func (*observer) ClaimFailed(string, error) {}
+func (*observer) Woken(string)              {}
 
 func runPG(ctx context.Context, cfg pgdemoConfig, w io.Writer) (rep pgReport, err error) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))

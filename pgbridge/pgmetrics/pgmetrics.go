@@ -32,6 +32,7 @@
 //	berth_pgbridge_lease_lost_total{subscription}                lease-form rows whose lease was taken over before they settled
 //	berth_pgbridge_rollbacks_total{subscription}                 row-lock claims rolled back (their rows are claimed again)
 //	berth_pgbridge_rolled_back_rows_total{subscription}          rows of those claims
+//	berth_pgbridge_claim_errors_total{subscription}              claims that failed (nothing claimed)
 //	berth_pgbridge_notify_wakeups_total{channel}                 notifications that woke the subscriptions of a channel
 //
 // subscription is pgbridge.Subscription.Name; outcome is
@@ -95,6 +96,7 @@ type Metrics struct {
 	leaseLostVec  *prometheus.CounterVec
 	rollbacksVec  *prometheus.CounterVec
 	rolledRowsVec *prometheus.CounterVec
+	claimErrVec   *prometheus.CounterVec
 	wakeupsVec    *prometheus.CounterVec
 	subs          cache[*subSeries]
 	channels      cache[prometheus.Counter]
@@ -104,9 +106,9 @@ var _ pgbridge.Observer = (*Metrics)(nil)
 
 // subSeries are one subscription's children.
 type subSeries struct {
-	claimed, decodeFailures, leaseLost, rollbacks, rolledBackRows prometheus.Counter
-	settled                                                       [len(outcomes)]prometheus.Counter
-	latency                                                       prometheus.Observer
+	claimed, decodeFailures, leaseLost, rollbacks, rolledBackRows, claimErrors prometheus.Counter
+	settled                                                                    [len(outcomes)]prometheus.Counter
+	latency                                                                    prometheus.Observer
 }
 
 // New returns a Metrics whose series are registered with reg; it never uses
@@ -140,6 +142,8 @@ func New(reg prometheus.Registerer) *Metrics {
 			"Row-lock claims rolled back; their rows are claimed again.", "subscription"),
 		rolledRowsVec: counter("rolled_back_rows_total",
 			"Rows of the row-lock claims that rolled back.", "subscription"),
+		claimErrVec: counter("claim_errors_total",
+			"Claims of a subscription that failed (nothing claimed; it claims again after its poll interval).", "subscription"),
 		wakeupsVec: counter("notify_wakeups_total",
 			"Notifications that woke the subscriptions of a channel.", "channel"),
 	}
@@ -150,6 +154,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			leaseLost:      m.leaseLostVec.WithLabelValues(sub),
 			rollbacks:      m.rollbacksVec.WithLabelValues(sub),
 			rolledBackRows: m.rolledRowsVec.WithLabelValues(sub),
+			claimErrors:    m.claimErrVec.WithLabelValues(sub),
 			latency:        m.latencyVec.WithLabelValues(sub),
 		}
 		for i, k := range outcomes {
@@ -160,7 +165,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.channels.create = func(ch string) prometheus.Counter { return m.wakeupsVec.WithLabelValues(ch) }
 
 	reg.MustRegister(m.claimedVec, m.settledVec, m.latencyVec, m.decodeVec, m.leaseLostVec,
-		m.rollbacksVec, m.rolledRowsVec, m.wakeupsVec)
+		m.rollbacksVec, m.rolledRowsVec, m.claimErrVec, m.wakeupsVec)
 	return m
 }
 
@@ -191,6 +196,9 @@ func (m *Metrics) RolledBack(sub string, n int) {
 	s.rollbacks.Inc()
 	s.rolledBackRows.Add(float64(n))
 }
+
+// ClaimFailed counts a failed claim of sub.
+func (m *Metrics) ClaimFailed(sub string, _ error) { m.subs.get(sub).claimErrors.Inc() }
 
 // Woken counts a notification on channel that woke its subscriptions.
 func (m *Metrics) Woken(channel string) { m.channels.get(channel).Inc() }

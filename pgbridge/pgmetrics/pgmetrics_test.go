@@ -1,6 +1,7 @@
 package pgmetrics_test
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -30,6 +31,7 @@ var series = []string{
 	"berth_pgbridge_lease_lost_total",
 	"berth_pgbridge_rollbacks_total",
 	"berth_pgbridge_rolled_back_rows_total",
+	"berth_pgbridge_claim_errors_total",
 	"berth_pgbridge_notify_wakeups_total",
 }
 
@@ -49,6 +51,8 @@ func feed(m *pgmetrics.Metrics) {
 	m.DecodeFailed("orders")
 	m.LeaseLost("mail")
 	m.RolledBack("orders", 2)
+	m.ClaimFailed("mail", errors.New("relation \"mail\" does not exist"))
+	m.ClaimFailed("mail", errors.New("relation \"mail\" does not exist"))
 	m.Woken("berth_inbox_orders")
 	m.Woken("berth_inbox_orders")
 	m.Woken("berth_inbox_mail")
@@ -89,6 +93,10 @@ berth_pgbridge_rollbacks_total{subscription="orders"} 1
 # TYPE berth_pgbridge_rolled_back_rows_total counter
 berth_pgbridge_rolled_back_rows_total{subscription="mail"} 0
 berth_pgbridge_rolled_back_rows_total{subscription="orders"} 2
+# HELP berth_pgbridge_claim_errors_total Claims of a subscription that failed (nothing claimed; it claims again after its poll interval).
+# TYPE berth_pgbridge_claim_errors_total counter
+berth_pgbridge_claim_errors_total{subscription="mail"} 2
+berth_pgbridge_claim_errors_total{subscription="orders"} 0
 # HELP berth_pgbridge_notify_wakeups_total Notifications that woke the subscriptions of a channel.
 # TYPE berth_pgbridge_notify_wakeups_total counter
 berth_pgbridge_notify_wakeups_total{channel="berth_inbox_mail"} 1
@@ -98,7 +106,7 @@ berth_pgbridge_notify_wakeups_total{channel="berth_inbox_orders"} 2
 		"berth_pgbridge_claimed_rows_total", "berth_pgbridge_settled_rows_total",
 		"berth_pgbridge_decode_failures_total", "berth_pgbridge_lease_lost_total",
 		"berth_pgbridge_rollbacks_total", "berth_pgbridge_rolled_back_rows_total",
-		"berth_pgbridge_notify_wakeups_total"); err != nil {
+		"berth_pgbridge_claim_errors_total", "berth_pgbridge_notify_wakeups_total"); err != nil {
 		t.Fatal(err)
 	}
 }
