@@ -782,6 +782,10 @@ func (c *claimer) queueSettle(bt *pgx.Batch, token time.Time) int {
 	c.retrySecs, c.retryErrs, c.deadReasons = c.retrySecs[:0], c.retryErrs[:0], c.deadReasons[:0]
 	for _, d := range c.live {
 		o := d.outcome
+		if o.Kind == KindRetry && !o.delayed {
+			o = RetryAfter(s.retryDelay(d.Attempt), o.Reason)
+			d.outcome = o
+		}
 		if o.Kind == KindRetry && s.MaxAttempts > 0 && d.Attempt >= s.MaxAttempts {
 			o = DeadLetterWith("max attempts reached: " + o.Reason)
 			d.outcome = o

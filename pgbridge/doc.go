@@ -57,8 +57,11 @@
 //     key's rows one at a time in id order, batches included.
 //   - A row whose payload does not decode is settled by the decode policy
 //     before any handler runs, and counted. A handler's panic is a retry.
-//     MaxAttempts (with a dead-letter table) ends retries; a bad row never
-//     stops a subscription.
+//     A retry whose delay the handler did not choose (Retry, a panic, an
+//     Objects error, a rolled-back claim) waits RetryDelay (default
+//     Backoff: attempt⁴ seconds with jitter, capped at a day), and
+//     MaxAttempts (DefaultMaxAttempts with a dead-letter table) ends
+//     retries; a bad row never stops a subscription.
 //   - Stop finishes in-flight deliveries and settles them; Close leaves them
 //     to be claimed again.
 //   - Every claim and settlement statement has a deadline

@@ -62,19 +62,24 @@ type Outcome struct {
 	Kind   OutcomeKind
 	Delay  time.Duration // KindRetry: not before now + Delay
 	Reason string        // KindRetry, KindDeadLetter: stored as last_error / reason
+	// delayed: Delay was chosen (RetryAfter); Retry's is the
+	// subscription's RetryDelay.
+	delayed bool
 }
 
 // The outcomes without parameters.
 var (
-	Ack        = Outcome{Kind: KindAck}
-	Drop       = Outcome{Kind: KindDrop}
+	Ack  = Outcome{Kind: KindAck}
+	Drop = Outcome{Kind: KindDrop}
+	// Retry makes the row ready again after the subscription's RetryDelay
+	// (default Backoff), counting an attempt.
 	Retry      = Outcome{Kind: KindRetry}
 	DeadLetter = Outcome{Kind: KindDeadLetter}
 )
 
-// RetryAfter makes the row ready again after d.
+// RetryAfter makes the row ready again after d (0: at once).
 func RetryAfter(d time.Duration, reason string) Outcome {
-	return Outcome{Kind: KindRetry, Delay: d, Reason: reason}
+	return Outcome{Kind: KindRetry, Delay: d, Reason: reason, delayed: true}
 }
 
 // DeadLetterWith moves the row to the dead-letter table with a reason.
@@ -99,7 +104,7 @@ func (p DecodePolicy) outcome(delay time.Duration, err error) Outcome {
 	reason := "undecodable: " + err.Error()
 	switch p {
 	case DecodeRetry:
-		return Outcome{Kind: KindRetry, Delay: delay, Reason: reason}
+		return Outcome{Kind: KindRetry, Delay: delay, Reason: reason, delayed: true}
 	case DecodeDeadLetter:
 		return Outcome{Kind: KindDeadLetter, Reason: reason}
 	}

@@ -138,3 +138,55 @@ type claimFailures struct {
 }
 
 func (o *claimFailures) ClaimFailed(string, error) { o.n.Add(1) }
+
+// Retry (no delay of the handler's choosing) waits the subscription's
+// RetryDelay, and with a dead-letter table a row that always asks for a
+// retry is dead-lettered after DefaultMaxAttempts runs: Retry used to make
+// the row ready at once, for ever (thousands of runs a second).
+func TestRetryWaitsTheRetryDelayAndEndsAtTheDefaultMaxAttempts(t *testing.T) {
+	for _, delay := range []time.Duration{time.Hour, 0} {
+		t.Run("delay="+delay.String(), func(t *testing.T) {
+			pool, _ := newPool(t)
+			tb := Table{Name: "inbox", DeadLetter: "inbox_dead"}
+			migrate(t, pool, tb)
+			b := newBroker(t, Config{Pool: pool})
+			sendJobs(t, b, tb, 1)
+			var runs atomic.Int32
+			subscribe(t, b, &Subscription{Table: tb, PollInterval: 10 * time.Millisecond,
+				RetryDelay: func(int) time.Duration { return delay }},
+				Messages(func(ctx context.Context, d *Delivery, m Job) Outcome { runs.Add(1); return Retry }))
+			if delay == 0 {
+				waitFor(t, "the row dead-lettered", func() bool { return count(t, pool, "inbox_dead") == 1 })
+				b.Close()
+				if runs.Load() != DefaultMaxAttempts {
+					t.Fatalf("the row ran %d times, want %d", runs.Load(), DefaultMaxAttempts)
+				}
+				return
+			}
+			waitFor(t, "the retry settled", func() bool { return b.Stats().Retried == 1 })
+			var attempt int
+			var later bool
+			if err := pool.QueryRow(bg, "SELECT attempt, run_at > now() + interval '50 minutes' FROM inbox").Scan(&attempt, &later); err != nil {
+				t.Fatal(err)
+			}
+			b.Close()
+			if attempt != 1 || !later || runs.Load() != 1 {
+				t.Fatalf("attempt %d, an hour away %v, %d runs; want 1, true, 1", attempt, later, runs.Load())
+			}
+		})
+	}
+}
+
+// Backoff is attempt⁴ seconds within ±10 %, capped at a day; attempt 0 (or
+// less) counts as the first.
+func TestBackoffIsAttemptToTheFourthWithJitterAndACap(t *testing.T) {
+	for a := -1; a <= 40; a++ {
+		f := float64(max(a, 1))
+		want := min(time.Duration(f*f*f*f*float64(time.Second)), 24*time.Hour)
+		for range 20 {
+			if d := Backoff(a); d < want*9/10 || d > want*11/10 {
+				t.Fatalf("Backoff(%d) = %v, want %v ± 10 %%", a, d, want)
+			}
+		}
+	}
+}

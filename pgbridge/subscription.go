@@ -3,6 +3,7 @@ package pgbridge
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -80,14 +81,19 @@ type Subscription struct {
 	// MaxAttempts > 0 dead-letters a row whose attempt reached it and is
 	// retried again (and, in the lease and advisory forms, which count the
 	// attempt at claim, one claimed past it without running it: a handler
-	// that crashed the process every time). Needs Table.DeadLetter.
+	// that crashed the process every time). Needs Table.DeadLetter. 0: the
+	// default, DefaultMaxAttempts with a dead-letter table, and no limit
+	// without one (a row is then retried, RetryDelay apart, until it
+	// succeeds: nothing is dropped); negative: no limit.
 	MaxAttempts int
 	// DecodePolicy settles rows whose payload does not decode.
 	DecodePolicy DecodePolicy
 	// DecodeRetryDelay is DecodeRetry's delay (default 1 min).
 	DecodeRetryDelay time.Duration
-	// RetryDelay is the delay of a retry the bridge chooses (a handler's
-	// error in Objects, a panic): default attempt × 1 s, at most 1 min.
+	// RetryDelay is the delay of a retry whose delay the handler did not
+	// choose — Retry, a handler's error in Objects, a panic, a row-lock
+	// claim the server rolled back — given the row's attempt (1 on its first
+	// run). Default Backoff.
 	RetryDelay func(attempt int) time.Duration
 	// RescanInterval: an unordered row-lock or lease subscription claims
 	// from where its latest claim began, and from the start of the table
@@ -153,6 +159,12 @@ func (b *Broker) Subscribe(s *Subscription, h Handler) error {
 	}
 	if s.Name == "" {
 		s.Name = s.Table.Name
+	}
+	switch {
+	case s.MaxAttempts == 0 && s.Table.DeadLetter != "":
+		s.MaxAttempts = DefaultMaxAttempts
+	case s.MaxAttempts < 0:
+		s.MaxAttempts = 0 // no limit
 	}
 	s.Workers = max(s.Workers, 1)
 	s.Batch = max(s.Batch, 1)
@@ -223,7 +235,25 @@ func (s *Subscription) retryDelay(attempt int) time.Duration {
 	if s.RetryDelay != nil {
 		return s.RetryDelay(attempt)
 	}
-	return min(time.Duration(attempt)*time.Second, time.Minute)
+	return Backoff(attempt)
+}
+
+// DefaultMaxAttempts is Subscription.MaxAttempts's default with a
+// dead-letter table: with Backoff, a row that always fails is retried
+// for about three weeks before it is dead-lettered.
+const DefaultMaxAttempts = 25
+
+// maxBackoff caps Backoff.
+const maxBackoff = 24 * time.Hour
+
+// Backoff is the default retry delay: attempt⁴ seconds (1 s, 16 s, 81 s,
+// 4 min, 10 min, ... 4 days at the 25th attempt, capped at 24 h), with
+// ±10 % jitter so that rows that failed together do not all come back at
+// once.
+func Backoff(attempt int) time.Duration {
+	a := float64(max(attempt, 1))
+	d := min(time.Duration(a*a*a*a*float64(time.Second)), maxBackoff)
+	return d + time.Duration((rand.Float64()*0.2-0.1)*float64(d))
 }
 
 // start starts the claimers; b.mu is held.
