@@ -215,3 +215,14 @@ func ExampleSend_transactional() {
 	fmt.Println("rows:", n)
 	// Output: rows: 1
 }
+
+// Backoff is the default delay of a retry the handler did not time: a
+// subscription that wants its rows back sooner caps it.
+func ExampleBackoff() {
+	s := &pgbridge.Subscription{
+		Table:      pgbridge.Table{Name: "inbox"},
+		RetryDelay: func(attempt int) time.Duration { return min(pgbridge.Backoff(attempt), time.Minute) },
+	}
+	fmt.Println(pgbridge.Backoff(3) > time.Minute, s.RetryDelay(3) == time.Minute)
+	// Output: true true
+}
