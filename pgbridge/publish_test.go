@@ -179,9 +179,9 @@ func listenNotifyWakes(t *testing.T, name string) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("a row published by another broker did not wake the subscription")
 	}
-	if b.Stats().Wakeups == 0 {
-		t.Error("no notification counted")
-	}
+	// The notification reaches b's listener whether or not b's claimer,
+	// still looping after row 1, found row 2 first.
+	waitFor(t, "the other broker's notification counted", func() bool { return b.Stats().Wakeups > 0 })
 }
 
 // Every table's channel fits Postgres's limit in whole characters; a short
