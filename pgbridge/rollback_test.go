@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/berthrt/berth/payload"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Row lock: a handler statement the server refuses aborts the claim's
@@ -18,10 +19,7 @@ import (
 // MaxAttempts end the loop, and the row is dead-lettered after
 // MaxAttempts runs — it is not claimed again at once, as it was, for ever.
 func TestRowLockAStatementRefusedInTheClaimsTransactionIsACountedRetry(t *testing.T) {
-	pool, _ := newPool(t)
-	tb := Table{Name: "inbox", DeadLetter: "inbox_dead"}
-	migrate(t, pool, tb)
-	b := newBroker(t, Config{Pool: pool})
+	pool, tb, b := deadLetterInbox(t)
 	sendJobs(t, b, tb, 1)
 	var mu sync.Mutex
 	var attempts []int
@@ -54,10 +52,7 @@ func TestRowLockAStatementRefusedInTheClaimsTransactionIsACountedRetry(t *testin
 // and the one that fails is a counted retry on its own: one bad row never
 // stops the subscription.
 func TestRowLockABatchThatRolledBackRunsItsRowsOneAtATime(t *testing.T) {
-	pool, _ := newPool(t)
-	tb := Table{Name: "inbox", DeadLetter: "inbox_dead"}
-	migrate(t, pool, tb)
-	b := newBroker(t, Config{Pool: pool})
+	pool, tb, b := deadLetterInbox(t)
 	sendJobs(t, b, tb, 20)
 	if _, err := pool.Exec(bg, `CREATE FUNCTION refuse5() RETURNS trigger AS $$
 		BEGIN IF OLD.id = 5 THEN RAISE EXCEPTION 'refused'; END IF; RETURN OLD; END $$ LANGUAGE plpgsql;
@@ -146,10 +141,7 @@ func (o *claimFailures) ClaimFailed(string, error) { o.n.Add(1) }
 func TestRetryWaitsTheRetryDelayAndEndsAtTheDefaultMaxAttempts(t *testing.T) {
 	for _, delay := range []time.Duration{time.Hour, 0} {
 		t.Run("delay="+delay.String(), func(t *testing.T) {
-			pool, _ := newPool(t)
-			tb := Table{Name: "inbox", DeadLetter: "inbox_dead"}
-			migrate(t, pool, tb)
-			b := newBroker(t, Config{Pool: pool})
+			pool, tb, b := deadLetterInbox(t)
 			sendJobs(t, b, tb, 1)
 			var runs atomic.Int32
 			subscribe(t, b, &Subscription{Table: tb, PollInterval: 10 * time.Millisecond,
@@ -189,4 +181,14 @@ func TestBackoffIsAttemptToTheFourthWithJitterAndACap(t *testing.T) {
 			}
 		}
 	}
+}
+
+// deadLetterInbox makes the table inbox, with the dead-letter table
+// inbox_dead, on a fresh database, and a broker on it.
+func deadLetterInbox(t *testing.T) (*pgxpool.Pool, Table, *Broker) {
+	t.Helper()
+	pool, _ := newPool(t)
+	tb := Table{Name: "inbox", DeadLetter: "inbox_dead"}
+	migrate(t, pool, tb)
+	return pool, tb, newBroker(t, Config{Pool: pool})
 }

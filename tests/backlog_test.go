@@ -23,30 +23,6 @@ type burster struct{}
 
 type burst struct{ From, N int }
 
-// startPair starts hosts a and b with cfg (its Name and Logger set
-// here), their kinds registered by kinds, closed when the test ends, and
-// waits until they know each other.
-func startPair(t *testing.T, cfg actor.Config, kinds func(*actor.Host)) (a, b *actor.Host) {
-	t.Helper()
-	start := func(name string) *actor.Host {
-		c := cfg
-		c.Name, c.Logger = name, quietLogger()
-		h, err := actor.NewHost(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kinds(h)
-		if err := h.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { h.Close() })
-		return h
-	}
-	a, b = start("a"), start("b")
-	testutil.WaitFor(t, "the hosts to know each other", func() bool { return len(a.Peers()) == 1 && len(b.Peers()) == 1 })
-	return a, b
-}
-
 func backlogKinds(h *actor.Host) {
 	s := actor.NewKind("seqsink", func(*actor.Context, string) (*seqSink, error) { return &seqSink{}, nil })
 	actor.Handle(s, func(_ *actor.Context, k *seqSink, m seqItem) error { k.Got = append(k.Got, m.I); return nil })

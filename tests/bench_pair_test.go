@@ -44,20 +44,8 @@ func pair(b *testing.B, insecure bool) (a, bh *actor.Host, ref actor.Ref) {
 	if insecure {
 		att = tcp.New(tcp.Options{Insecure: true})
 	}
-	start := func(name string) *actor.Host {
-		h, err := actor.NewHost(actor.Config{Name: name, Transport: att, Store: net.Store, Membership: net.Membership, Logger: quietLogger()})
-		if err != nil {
-			b.Fatal(err)
-		}
-		h.Register(benchKind())
-		if err := h.Start(); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { h.Close() })
-		return h
-	}
-	bh, a = start("b"), start("a")
-	testutil.WaitFor(b, "the hosts to know each other", func() bool { return len(a.Peers()) == 1 && len(bh.Peers()) == 1 })
+	a, bh = startPair(b, actor.Config{Transport: att, Store: net.Store, Membership: net.Membership},
+		func(h *actor.Host) { h.Register(benchKind()) })
 	ref = actor.Ref{Kind: "bench", ID: "one"}
 	if _, err := actor.Ask[benchGet, int](context.Background(), bh, ref, benchGet{}); err != nil { // activates on b
 		b.Fatal(err)

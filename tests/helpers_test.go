@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/internal/testutil"
 	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/pgstore"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -33,4 +35,28 @@ func openPostgres(tb testing.TB, url string) (store *pgstore.Store, members *pgs
 		tb.Fatal(err)
 	}
 	return store, members, func() { members.Close(); pool.Close() }
+}
+
+// startPair starts hosts a and b with cfg (its Name and Logger set
+// here), their kinds registered by kinds, closed when the test ends, and
+// waits until they know each other.
+func startPair(t testing.TB, cfg actor.Config, kinds func(*actor.Host)) (a, b *actor.Host) {
+	t.Helper()
+	start := func(name string) *actor.Host {
+		c := cfg
+		c.Name, c.Logger = name, quietLogger()
+		h, err := actor.NewHost(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kinds(h)
+		if err := h.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() })
+		return h
+	}
+	a, b = start("a"), start("b")
+	testutil.WaitFor(t, "the hosts to know each other", func() bool { return len(a.Peers()) == 1 && len(b.Peers()) == 1 })
+	return a, b
 }

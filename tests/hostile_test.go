@@ -166,22 +166,12 @@ func (x *hostile) tally(t *testing.T) tally {
 
 // stats returns n1's transport counts.
 func (x *hostile) stats(t *testing.T) tcp.Stats {
-	t.Helper()
-	var s tcp.Stats
-	if err := json.Unmarshal([]byte(x.n1.must(t, "tcpstats")), &s); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return decode[tcp.Stats](t, x.n1.must(t, "tcpstats"))
 }
 
 // hostStats returns n1's host counts.
 func (x *hostile) hostStats(t *testing.T) actor.Stats {
-	t.Helper()
-	var s actor.Stats
-	if err := json.Unmarshal([]byte(x.n1.must(t, "stats")), &s); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return decode[actor.Stats](t, x.n1.must(t, "stats"))
 }
 
 // alive fails the test if n1 exited.
