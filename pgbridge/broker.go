@@ -225,6 +225,7 @@ type Stats struct {
 	Rollbacks      uint64 // row-lock claims rolled back (ErrBatchRolledBack)
 	Unknown        uint64 // row-lock claims whose commit's fate is unknown (ErrOutcomeUnknown)
 	ClaimErrors    uint64 // claims that failed (Observer.ClaimFailed)
+	Rescued        uint64 // lease-form rows whose lease ran out, made claimable again
 	Published      uint64
 	Notifies       uint64 // pg_notify sent
 	Wakeups        uint64 // notifications received by the listener
@@ -234,7 +235,7 @@ type Stats struct {
 
 type counters struct {
 	claimed, acked, retried, dropped, dead, decodeFailures, decodes, leaseLost, rollbacks, unknown, claimErrors,
-	published, notifies, wakeups, noRoute, reconnects atomic.Uint64
+	rescued, published, notifies, wakeups, noRoute, reconnects atomic.Uint64
 }
 
 // Stats returns the broker's totals.
@@ -243,6 +244,7 @@ func (b *Broker) Stats() Stats {
 	return Stats{Claimed: c.claimed.Load(), Acked: c.acked.Load(), Retried: c.retried.Load(),
 		Dropped: c.dropped.Load(), DeadLettered: c.dead.Load(), DecodeFailures: c.decodeFailures.Load(),
 		Decodes: c.decodes.Load(), LeaseLost: c.leaseLost.Load(), Rollbacks: c.rollbacks.Load(), Unknown: c.unknown.Load(), ClaimErrors: c.claimErrors.Load(),
+		Rescued:   c.rescued.Load(),
 		Published: c.published.Load(), Notifies: c.notifies.Load(), Wakeups: c.wakeups.Load(),
 		NoRoute: c.noRoute.Load(), Reconnects: c.reconnects.Load()}
 }

@@ -16,11 +16,10 @@ import (
 
 // claimer is one worker of a subscription: it claims, runs and settles.
 type claimer struct {
-	s     *Subscription
-	b     *Broker
-	r     runner
-	wake  chan struct{}
-	first bool // runs the lease rescue
+	s    *Subscription
+	b    *Broker
+	r    runner
+	wake chan struct{}
 
 	free     []*Delivery // reused deliveries
 	live     []*Delivery // the current claim
@@ -37,7 +36,6 @@ type claimer struct {
 	xid      int64     // row lock: the claim's transaction id
 	solo     []int64   // row lock: rows of a rolled-back batch, to claim again one at a time
 	started  time.Time // row lock: the server's start time at the claim
-	rescued  time.Time
 
 	bt      pgx.Batch // reused for every round trip
 	args    []any     // reused claim arguments (claimQuery)
@@ -64,7 +62,7 @@ func (c *claimer) loop() {
 			return
 		default:
 		}
-		if s.Form == Lease && c.first && time.Since(c.rescued) >= s.Lease/2 {
+		if s.Form == Lease && s.rescueDue(nanotime()) {
 			c.rescue()
 		}
 		c.fromSet, c.fromP, c.fromID = s.floor.get(nanotime())
@@ -99,12 +97,23 @@ func (c *claimer) loop() {
 	}
 }
 
+// rescue makes the rows whose lease ran out (their claimer crashed, or
+// overran its handler deadline) claimable again, and wakes the
+// subscription's claimers when there were any.
 func (c *claimer) rescue() {
-	c.rescued = time.Now()
 	ctx, cancel := context.WithTimeout(c.b.ctx, c.b.cfg.StatementTimeout)
 	defer cancel()
-	if _, err := c.b.pool.Exec(ctx, c.s.sql.rescue); err != nil && c.b.ctx.Err() == nil {
-		c.b.log.Warn("pgbridge: lease rescue failed", "subscription", c.s.Name, "err", err)
+	tag, err := c.b.pool.Exec(ctx, c.s.sql.rescue)
+	if err != nil {
+		if c.b.ctx.Err() == nil {
+			c.b.log.Warn("pgbridge: lease rescue failed", "subscription", c.s.Name, "err", err)
+		}
+		return
+	}
+	if n := tag.RowsAffected(); n > 0 {
+		c.b.stats.rescued.Add(uint64(n))
+		c.s.floor.reset() // the rows may lie before the floor
+		c.s.wake()
 	}
 }
 
@@ -693,6 +702,7 @@ type extender struct {
 	c       *claimer
 	mu      sync.Mutex
 	token   time.Time
+	until   time.Time // the handler's deadline: no extension past it (zero: none)
 	timer   *time.Timer
 	stopped bool
 	ids     []int64
@@ -702,6 +712,10 @@ type extender struct {
 func (e *extender) start(c *claimer, token time.Time) {
 	e.mu.Lock()
 	e.c, e.token, e.stopped = c, token, false
+	e.until = time.Time{}
+	if t := c.s.HandlerTimeout; t > 0 {
+		e.until = time.Now().Add(t)
+	}
 	e.mu.Unlock()
 	if e.timer == nil {
 		e.timer = time.AfterFunc(c.s.Lease/2, e.extend)
@@ -717,6 +731,12 @@ func (e *extender) extend() {
 		return
 	}
 	c := e.c
+	if !e.until.IsZero() && time.Now().After(e.until) {
+		// The handler overran its deadline: its rows' leases run out,
+		// and the rows are claimed again.
+		c.b.log.Warn("pgbridge: a handler overran its deadline; its lease is no longer extended", "subscription", c.s.Name)
+		return
+	}
 	e.ids = e.ids[:0]
 	for _, d := range c.live {
 		if !d.LeaseLost() {
@@ -769,8 +789,15 @@ func (e *extender) stop() time.Time {
 	return e.token
 }
 
-// run runs the handler over the claim's deliveries.
+// run runs the handler over the claim's deliveries, with the
+// subscription's handler deadline.
 func (c *claimer) run() {
+	if t := c.s.HandlerTimeout; t > 0 {
+		ctx, cancel := context.WithTimeout(c.b.ctx, t)
+		c.r.run(ctx, c.live)
+		cancel()
+		return
+	}
 	c.r.run(c.b.ctx, c.live)
 }
 

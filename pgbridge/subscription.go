@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/berthrt/berth/payload"
@@ -99,6 +100,14 @@ type Subscription struct {
 	// from where its latest claim began, and from the start of the table
 	// at least this often (default 200 ms) — see floor in the source.
 	RescanInterval time.Duration
+	// HandlerTimeout bounds a claim's run: the handler's context ends
+	// after it (default DefaultHandlerTimeout; negative: no deadline). A
+	// handler that ignores its context keeps its claim: in the row-lock
+	// form its transaction stays open, in the advisory form its key stays
+	// locked; in the lease form the lease is no longer extended past the
+	// deadline, so the row is claimed again once its lease ends (and the
+	// late settlement changes nothing: ErrLeaseLost).
+	HandlerTimeout time.Duration
 	// OnSettled, if set, is called after each row's settlement with its
 	// outcome and nil, ErrLeaseLost or ErrBatchRolledBack.
 	OnSettled func(d *Delivery, o Outcome, err error)
@@ -113,6 +122,7 @@ type Subscription struct {
 	claimers []*claimer
 	running  bool
 	floor    floor
+	rescueAt atomic.Int64 // lease form: when the next rescue is due (unix ns)
 }
 
 type statements struct {
@@ -180,6 +190,12 @@ func (b *Broker) Subscribe(s *Subscription, h Handler) error {
 	if s.RescanInterval <= 0 {
 		s.RescanInterval = 200 * time.Millisecond
 	}
+	switch {
+	case s.HandlerTimeout == 0:
+		s.HandlerTimeout = DefaultHandlerTimeout
+	case s.HandlerTimeout < 0:
+		s.HandlerTimeout = 0 // none
+	}
 	s.floor.on = !s.Ordered || s.Form == Advisory
 	s.floor.every = int64(s.RescanInterval)
 	s.b, s.h, s.channel = b, h, channelName(s.Table.Name)
@@ -243,6 +259,9 @@ func (s *Subscription) retryDelay(attempt int) time.Duration {
 // for about three weeks before it is dead-lettered.
 const DefaultMaxAttempts = 25
 
+// DefaultHandlerTimeout is Subscription.HandlerTimeout's default.
+const DefaultHandlerTimeout = time.Minute
+
 // maxBackoff caps Backoff.
 const maxBackoff = 24 * time.Hour
 
@@ -265,13 +284,27 @@ func (s *Subscription) start() {
 	}
 	s.running = true
 	for i := 0; i < s.Workers; i++ {
-		c := &claimer{s: s, b: s.b, r: s.h.newRunner(s.b, s), wake: make(chan struct{}, 1), first: i == 0,
+		c := &claimer{s: s, b: s.b, r: s.h.newRunner(s.b, s), wake: make(chan struct{}, 1),
 			settled: map[int64]bool{}}
 		s.wakes = append(s.wakes, c.wake)
 		s.claimers = append(s.claimers, c)
 		s.b.wg.Add(1)
 		go c.loop()
 	}
+}
+
+// rescueDue reports whether the lease rescue is due at now, and if so
+// takes it: whichever claimer of the subscription comes to its next claim
+// first runs it, at most every PollInterval (and half lease), so a row
+// whose lease ran out waits at most about that long, whatever the other
+// claimers are running.
+func (s *Subscription) rescueDue(now int64) bool {
+	at := s.rescueAt.Load()
+	if now < at {
+		return false
+	}
+	every := min(s.PollInterval, s.Lease/2)
+	return s.rescueAt.CompareAndSwap(at, now+int64(every))
 }
 
 // wake makes every claimer of the subscription claim at once.
