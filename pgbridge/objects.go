@@ -9,11 +9,15 @@ import (
 
 // ObjectOptions configures Objects.
 type ObjectOptions struct {
-	// Replies publishes the reply of a request handler (nil: replies are
-	// dropped). Routed is the usual choice. In the row-lock form the reply
-	// is inserted in the claim's transaction, so it is published exactly
-	// when the row is settled; in the other forms before the settlement
-	// (a lost lease can publish a reply twice).
+	// Replies publishes the reply of a request handler (nil: Routed, the
+	// broker's routes; Discard drops replies). A reply that is not
+	// published — its type has no route (counted in Stats.NoRoute), the
+	// insert failed — fails the row's delivery: it is retried after the
+	// subscription's RetryDelay. In the row-lock form the reply is
+	// inserted in the claim's transaction, so it is published exactly when
+	// the row is settled; in the advisory form on the connection holding
+	// the key's lock, before the settlement; in the lease form through the
+	// pool, before the settlement (a lost lease can publish a reply twice).
 	Replies Publisher
 	// OnError maps a handler's error to the row's outcome. The default
 	// retries after the subscription's RetryDelay (up to MaxAttempts).
@@ -43,6 +47,9 @@ type objHandler struct {
 func (objHandler) mode() handlerMode { return modePayload }
 
 func (o objHandler) newRunner(b *Broker, s *Subscription) runner {
+	if o.opts.Replies == nil {
+		o.opts.Replies = Routed{Broker: b}
+	}
 	return &objRunner{objHandler: o, b: b, s: s}
 }
 
@@ -109,10 +116,8 @@ func (r *objRunner) run(ctx context.Context, ds []*Delivery) {
 			d.outcome = r.onError(d, err)
 		case rep != nil:
 			d.outcome = Ack
-			if r.opts.Replies != nil {
-				if perr := r.publishReply(ctx, d, rep); perr != nil {
-					d.outcome = RetryAfter(r.s.retryDelay(d.Attempt), "reply not published: "+perr.Error())
-				}
+			if perr := r.publishReply(ctx, d, rep); perr != nil {
+				d.outcome = RetryAfter(r.s.retryDelay(d.Attempt), "reply not published: "+perr.Error())
 			}
 			rep.Release()
 		default:
@@ -123,9 +128,12 @@ func (r *objRunner) run(ctx context.Context, ds []*Delivery) {
 
 func (r *objRunner) publishReply(ctx context.Context, d *Delivery, rep *payload.Message) error {
 	hv := rep.Header()
+	// Row lock: in the claim's transaction. Advisory: on the connection
+	// the claim holds — through the pool, claimers waiting for their
+	// replies could hold every connection.
 	var db Querier = r.b.pool
-	if tx := d.Tx(); tx != nil {
-		db = tx
+	if d.form != Lease {
+		db = d.conn
 	}
 	if string(hv.Type()) != r.lastType {
 		r.lastType = string(hv.Type())
@@ -140,6 +148,13 @@ func (r *objRunner) publishReply(ctx context.Context, d *Delivery, rep *payload.
 		Body:        rep.RawView(),
 	})
 }
+
+// Discard is a Publisher that publishes nothing:
+// ObjectOptions{Replies: Discard{}} drops every reply, by choice.
+type Discard struct{}
+
+// Publish drops m.
+func (Discard) Publish(context.Context, Querier, Outgoing) error { return nil }
 
 func (r *objRunner) onError(d *Delivery, err error) Outcome {
 	if r.opts.OnError != nil {

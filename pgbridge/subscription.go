@@ -66,8 +66,10 @@ type Subscription struct {
 	Table Table
 	// Form is the claim form (default RowLock).
 	Form Form
-	// Workers is the number of claimers (default 1); each holds a
-	// connection while it works on a claim.
+	// Workers is the number of claimers (default 1). In the row-lock and
+	// advisory forms each holds a connection while it works on a claim, so
+	// Subscribe refuses workers that, with the broker's other such
+	// subscriptions, would hold every connection of the pool.
 	Workers int
 	// Batch is the most rows one claim takes (default 1: one row for each
 	// free worker).
@@ -135,7 +137,10 @@ type statements struct {
 // Configuration errors (NotConfigured, InvalidOperation): no table; MaxAttempts,
 // the DecodeDeadLetter policy without a dead-letter table; a row-mode
 // handler on a table with a payload column or a payload handler on one
-// without; the lease form without a locked_until column.
+// without; the lease form without a locked_until column; row-lock and
+// advisory workers (of every subscription of the broker) that would hold
+// every connection of the pool while their handlers run — one must stay
+// free.
 func (b *Broker) Subscribe(s *Subscription, h Handler) error {
 	if s.Table.Name == "" {
 		return payload.NewError(payload.InvalidOperation, "pgbridge.Subscribe", "no table")
@@ -205,6 +210,9 @@ func (b *Broker) Subscribe(s *Subscription, h Handler) error {
 	if b.closed.Load() {
 		return ErrClosed
 	}
+	if err := b.checkBudget(s); err != nil {
+		return err
+	}
 	if b.started {
 		if err := s.check(); err != nil {
 			return err
@@ -213,6 +221,37 @@ func (b *Broker) Subscribe(s *Subscription, h Handler) error {
 	b.subs = append(b.subs, s)
 	if b.started {
 		s.start()
+	}
+	return nil
+}
+
+// holdsConnections reports whether the subscription's claimers hold a
+// connection while their handlers run (row lock: the claim's
+// transaction; advisory: the keys' locks).
+func (s *Subscription) holdsConnections() bool { return s.Form != Lease }
+
+// checkBudget refuses a subscription whose claimers, with those of the
+// broker's other subscriptions that hold a connection while their
+// handlers run, would take every connection of the pool: a handler that
+// publishes through the pool (Send with the pool, an Objects reply in the
+// lease form), a lease extension, the question of a lost commit's fate
+// would then wait for a connection only a settlement can free — for ever.
+// One connection is left free. b.mu is held.
+func (b *Broker) checkBudget(s *Subscription) error {
+	if !s.holdsConnections() {
+		return nil
+	}
+	held := s.Workers
+	for _, o := range b.subs {
+		if o.holdsConnections() {
+			held += o.Workers
+		}
+	}
+	if mx := int(b.pool.Config().MaxConns); held >= mx {
+		return payload.NewError(payload.InvalidOperation, "pgbridge.Subscribe",
+			"subscription "+s.Name+": the row-lock and advisory subscriptions' workers ("+itoa(held)+
+				") hold a connection each while their handlers run, and the pool has "+itoa(mx)+
+				": it needs at least one more (raise the pool's MaxConns or lower Workers)")
 	}
 	return nil
 }
