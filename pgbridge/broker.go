@@ -24,9 +24,16 @@ type Config struct {
 	// publishes them into.
 	Routes map[string]Table
 	// ListenNotify announces every insert with pg_notify on its table's
-	// channel (at most once per NotifyCooldown per channel) and wakes the
-	// subscriptions of that table — in this process directly, in others
-	// through one dedicated listener connection per broker.
+	// channel and wakes the subscriptions of that table — in this process
+	// directly, in others through one dedicated listener connection per
+	// broker. An autocommit insert notifies at most once per
+	// NotifyCooldown per channel (and once more at the cooldown's end); an
+	// insert in a transaction always carries its pg_notify, which Postgres
+	// delivers at the commit (once per channel and transaction), so no
+	// subscription is woken before the row is visible. Without
+	// ListenNotify a row published in a caller's transaction may wait for
+	// the subscriptions' poll (one published in a row-lock claim's
+	// transaction wakes them after the claim commits).
 	ListenNotify bool
 	// NotifyCooldown: default 10 ms.
 	NotifyCooldown time.Duration

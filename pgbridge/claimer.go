@@ -34,6 +34,7 @@ type claimer struct {
 	minP     int32
 	minID    int64
 	xid      int64     // row lock: the claim's transaction id
+	tx       claimTx   // row lock: the claim's transaction, as handlers see it
 	solo     []int64   // row lock: rows of a rolled-back batch, to claim again one at a time
 	started  time.Time // row lock: the server's start time at the claim
 
@@ -152,8 +153,12 @@ func (c *claimer) read(rows pgx.Rows, conn *pgx.Conn) (int, error) {
 		fd := rows.FieldDescriptions()
 		d := c.delivery()
 		d.form, d.conn, d.claimNs = s.Form, conn, now
-		if s.Form == Lease {
+		switch s.Form {
+		case Lease:
 			d.conn = nil
+		case RowLock:
+			c.tx.conn, c.tx.c = conn, c
+			d.tx = &c.tx
 		}
 		id, err := rawInt64(raw[0], fd[0].Format, fd[0].DataTypeOID)
 		if err != nil {
@@ -254,6 +259,8 @@ func (c *claimer) endClaim() {
 		c.minSet = false
 	}
 	c.r.reset()
+	c.tx.forget()
+	c.tx.conn = nil
 	c.xid = 0
 	c.live = c.live[:0]
 	if cap(c.arena) > 1<<20 {
@@ -445,6 +452,7 @@ func (c *claimer) claimRowLock() (n int, err error) {
 			c.report(nil, payload.Wrap(payload.Unavailable, "pgbridge", errors.Join(ErrOutcomeUnknown, serr, rerr)))
 			return n, nil
 		case committed:
+			c.tx.committed(b)
 			c.report(nil, nil)
 			return n, nil
 		}
@@ -477,6 +485,7 @@ func (c *claimer) claimRowLock() (n int, err error) {
 		return n, nil
 	}
 	ok = true
+	c.tx.committed(b)
 	c.report(nil, nil)
 	return n, nil
 }

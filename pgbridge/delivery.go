@@ -1,14 +1,17 @@
 package pgbridge
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/berthrt/berth/payload"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -24,6 +27,7 @@ type Delivery struct {
 
 	form  Form
 	conn  *pgx.Conn // row lock: the claim's transaction; advisory: the key's connection
+	tx    *claimTx  // row lock: the claim's transaction, as handlers see it
 	token time.Time // lease: the claim's token (locked_until)
 
 	hdrRaw []byte // lent from the claimer's arena; nil when NULL
@@ -46,10 +50,63 @@ type Delivery struct {
 // inserted through it (Repository, Routed, Send) is published exactly when
 // the row is settled. In a batch it is shared by every row of the claim.
 func (d *Delivery) Tx() Querier {
-	if d.form != RowLock {
+	if d.form != RowLock || d.tx == nil {
 		return nil
 	}
-	return d.conn
+	return d.tx
+}
+
+// claimTx is a row-lock claim's transaction as a handler sees it: its
+// connection, and its claimer — which wakes, after the commit, the
+// subscriptions of the tables a publish in it inserted into.
+type claimTx struct {
+	conn  *pgx.Conn
+	c     *claimer
+	mu    sync.Mutex
+	wakes []string // tables published into, to wake after the commit
+}
+
+// Exec runs sql in the claim's transaction.
+func (t *claimTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return t.conn.Exec(ctx, sql, args...)
+}
+
+// Query runs sql in the claim's transaction.
+func (t *claimTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return t.conn.Query(ctx, sql, args...)
+}
+
+// QueryRow runs sql in the claim's transaction.
+func (t *claimTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return t.conn.QueryRow(ctx, sql, args...)
+}
+
+// wakeAfterCommit notes that a row was published into table.
+func (t *claimTx) wakeAfterCommit(table string) {
+	t.mu.Lock()
+	if !slices.Contains(t.wakes, table) {
+		t.wakes = append(t.wakes, table)
+	}
+	t.mu.Unlock()
+}
+
+// committed wakes the tables published into (the claim committed) and
+// forgets them.
+func (t *claimTx) committed(b *Broker) {
+	t.mu.Lock()
+	w := t.wakes
+	t.wakes = t.wakes[:0]
+	t.mu.Unlock()
+	for _, table := range w {
+		b.wakeTable(table)
+	}
+}
+
+// forget forgets the tables published into (the claim rolled back).
+func (t *claimTx) forget() {
+	t.mu.Lock()
+	t.wakes = t.wakes[:0]
+	t.mu.Unlock()
 }
 
 // Conn is the connection holding the key's advisory lock in the advisory
@@ -101,7 +158,7 @@ func (d *Delivery) Headers() (map[string]string, error) {
 
 func (d *Delivery) reset() {
 	d.ID, d.Key, d.Attempt, d.Type, d.ContentType = 0, "", 0, "", ""
-	d.conn, d.token, d.hdrRaw = nil, time.Time{}, nil
+	d.conn, d.tx, d.token, d.hdrRaw = nil, nil, time.Time{}, nil
 	d.hdr, d.hdrErr, d.hdrOK = nil, nil, false
 	d.row.vals = d.row.vals[:0]
 	d.row.oids = d.row.oids[:0]

@@ -132,7 +132,10 @@ func (r *objRunner) publishReply(ctx context.Context, d *Delivery, rep *payload.
 	// the claim holds — through the pool, claimers waiting for their
 	// replies could hold every connection.
 	var db Querier = r.b.pool
-	if d.form != Lease {
+	switch d.form {
+	case RowLock:
+		db = d.tx
+	case Advisory:
 		db = d.conn
 	}
 	if string(hv.Type()) != r.lastType {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/berthrt/berth/actor"
 	"github.com/berthrt/berth/payload"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Outgoing is a message for an inbox (or outbox) table: the row's key, the
@@ -96,7 +98,15 @@ func (b *Broker) insert(ctx context.Context, db Querier, t Table, m Outgoing) er
 		args[n] = m.Priority
 		n++
 	}
-	notify := b.notify != nil && b.notify.due(channelName(t.Name))
+	// In a transaction the row is visible only at its commit: pg_notify in
+	// the insert (Postgres delivers it at the commit, once per channel and
+	// transaction) wakes the listeners then, and nothing wakes anyone
+	// before — a subscription woken early finds nothing and sleeps until
+	// its poll. The cooldown applies to autocommit inserts only: its
+	// trailing notify, sent on another connection, could come before the
+	// commit.
+	ct, inTx := inTransaction(db)
+	notify := b.notify != nil && (inTx || b.notify.due(channelName(t.Name)))
 	var err error
 	if notify {
 		args[n] = channelName(t.Name)
@@ -112,8 +122,34 @@ func (b *Broker) insert(ctx context.Context, db Querier, t Table, m Outgoing) er
 		b.stats.notifies.Add(1)
 	}
 	b.stats.published.Add(1)
-	b.wakeTable(t.Name)
+	switch {
+	case ct != nil:
+		ct.wakeAfterCommit(t.Name) // a claim's transaction: its claimer commits it
+	case !inTx || b.notify == nil:
+		// Autocommit: visible now. A caller's transaction without
+		// ListenNotify: nothing will announce the commit, so wake now —
+		// a claim that comes before the commit finds nothing, and the row
+		// waits for the poll.
+		b.wakeTable(t.Name)
+	}
 	return nil
+}
+
+// inTransaction reports whether db runs its statements in an open
+// transaction (ct: a row-lock claim's, whose claimer knows when it
+// commits).
+func inTransaction(db Querier) (ct *claimTx, in bool) {
+	switch x := db.(type) {
+	case *claimTx:
+		return x, true
+	case pgx.Tx:
+		return nil, true
+	case *pgx.Conn:
+		return nil, x.PgConn().TxStatus() != 'I'
+	case *pgxpool.Conn:
+		return nil, x.Conn().PgConn().TxStatus() != 'I'
+	}
+	return nil, false
 }
 
 // insertSQL is the insert statement of a table (with pg_notify on the
