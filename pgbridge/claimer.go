@@ -429,7 +429,7 @@ func (c *claimer) claimRowLock() (n int, err error) {
 	serr := c.arm(conn)
 	if serr == nil {
 		st := c.batch()
-		c.queueSettle(st, time.Time{})
+		c.queueSettle(st, c.live, time.Time{})
 		st.Queue("COMMIT")
 		serr = execBatch(conn, st)
 	}
@@ -508,7 +508,7 @@ func (c *claimer) countRolledBack(conn *pgx.Conn, serr error) bool {
 	d := c.live[0]
 	d.outcome = RetryAfter(s.retryDelay(d.Attempt), "the claim's transaction rolled back: "+serr.Error())
 	st := c.batch()
-	c.queueSettle(st, time.Time{})
+	c.queueSettle(st, c.live, time.Time{})
 	if c.arm(conn) != nil {
 		return false
 	}
@@ -611,9 +611,23 @@ func (c *claimer) claimAdvisory() (n int, err error) {
 	serr := c.arm(conn)
 	if serr == nil {
 		st := c.batch()
-		c.queueSettle(st, time.Time{})
+		c.queueSettle(st, c.live, time.Time{})
 		c.queueUnlock(st)
 		serr = execBatch(conn, st)
+	}
+	if serr != nil && isServerError(serr) && b.ctx.Err() == nil {
+		// The server refused a statement, and nothing of the implicit
+		// transaction committed: each row settles on its own, then the
+		// keys are unlocked.
+		c.settleEach(conn, time.Time{})
+		if serr = c.arm(conn); serr == nil {
+			st := c.batch()
+			c.queueUnlock(st)
+			serr = execBatch(conn, st)
+		}
+		ok = serr == nil
+		c.report(nil, nil)
+		return n, nil
 	}
 	if serr != nil {
 		// Nothing of the implicit transaction committed; the connection
@@ -661,10 +675,36 @@ func (c *claimer) claimLease() (n int, err error) {
 		c.report(nil, payload.Wrap(payload.Unavailable, "pgbridge", err))
 		return n, err
 	}
-	st := c.batch()
-	c.queueSettle(st, token)
-	br := conn.SendBatch(noCancel, st)
 	clear(c.settled)
+	serr := c.settle(conn, c.live, token)
+	if serr != nil && isServerError(serr) && b.ctx.Err() == nil {
+		// The server refused a statement, and nothing of the implicit
+		// transaction committed: each row settles on its own.
+		c.settleEach(conn, token)
+		c.report(c.settled, nil)
+		ok = true
+		return n, nil
+	}
+	if serr != nil {
+		// Not settled: the leases expire and the rows are claimed again.
+		c.report(nil, payload.Wrap(payload.Unavailable, "pgbridge", serr))
+		return n, serr
+	}
+	c.report(c.settled, nil)
+	ok = true
+	return n, nil
+}
+
+// settle runs the settlement of deliveries ds on conn, in one round trip
+// (one implicit transaction), adding to c.settled the ids the lease form's
+// fenced statements changed.
+func (c *claimer) settle(conn *pgx.Conn, ds []*Delivery, token time.Time) error {
+	if err := c.arm(conn); err != nil {
+		return err
+	}
+	st := c.batch()
+	c.queueSettle(st, ds, token)
+	br := conn.SendBatch(noCancel, st)
 	var serr error
 	for i := 0; i < st.Len(); i++ {
 		rows, err := br.Query()
@@ -685,14 +725,30 @@ func (c *claimer) claimLease() (n int, err error) {
 	if err := br.Close(); err != nil && serr == nil {
 		serr = err
 	}
-	if serr != nil {
-		// Not settled: the leases expire and the rows are claimed again.
-		c.report(nil, payload.Wrap(payload.Unavailable, "pgbridge", serr))
-		return n, serr
+	return serr
+}
+
+// settleEach settles the claim's rows one at a time (lease and advisory
+// forms: each row settles on its own), after a settlement of them all
+// failed. A row whose settlement the server refuses is retried instead —
+// counted, after the subscription's retry delay, so MaxAttempts ends a row
+// that can never settle; if that is refused too, the row is left as it is
+// (lease: claimed again when its lease ends; advisory: when its key is
+// free) and its error is reported to OnSettled.
+func (c *claimer) settleEach(conn *pgx.Conn, token time.Time) {
+	s := c.s
+	clear(c.settled)
+	for i, d := range c.live {
+		err := c.settle(conn, c.live[i:i+1], token)
+		if err != nil && isServerError(err) && d.outcome.Kind != KindRetry {
+			d.outcome = RetryAfter(s.retryDelay(d.Attempt), "its settlement was refused: "+err.Error())
+			err = c.settle(conn, c.live[i:i+1], token)
+		}
+		if err != nil {
+			d.serr = payload.Wrap(payload.Unavailable, "pgbridge", err)
+			c.b.log.Warn("pgbridge: a row could not be settled", "subscription", s.Name, "id", d.ID, "err", err)
+		}
 	}
-	c.report(c.settled, nil)
-	ok = true
-	return n, nil
 }
 
 // queueUnlock queues the release of the claim's advisory locks.
@@ -810,13 +866,13 @@ func (c *claimer) run() {
 	c.r.run(c.b.ctx, c.live)
 }
 
-// queueSettle queues the settlement statements of the claim (array
+// queueSettle queues the settlement statements of deliveries ds (array
 // statements, one per outcome kind present) and returns how many.
-func (c *claimer) queueSettle(bt *pgx.Batch, token time.Time) int {
+func (c *claimer) queueSettle(bt *pgx.Batch, ds []*Delivery, token time.Time) int {
 	s := c.s
 	c.delIDs, c.retryIDs, c.deadIDs = c.delIDs[:0], c.retryIDs[:0], c.deadIDs[:0]
 	c.retrySecs, c.retryErrs, c.deadReasons = c.retrySecs[:0], c.retryErrs[:0], c.deadReasons[:0]
-	for _, d := range c.live {
+	for _, d := range ds {
 		o := d.outcome
 		if o.Kind == KindRetry && !o.delayed {
 			o = RetryAfter(s.retryDelay(d.Attempt), o.Reason)
@@ -882,13 +938,16 @@ func (c *claimer) queueSettle(bt *pgx.Batch, token time.Time) int {
 
 // report counts the claim's settlements. settled (lease form) holds the
 // ids the fenced statements changed; the others lost their lease. err is
-// the whole claim's failure (nothing settled).
+// the whole claim's failure (nothing settled); a row's own failure to
+// settle is its Delivery's serr.
 func (c *claimer) report(settled map[int64]bool, err error) {
 	b, s := c.b, c.s
 	now := nanotime()
 	for _, d := range c.live {
 		derr := err
-		if err == nil && settled != nil && !settled[d.ID] {
+		if err == nil && d.serr != nil {
+			derr = d.serr
+		} else if err == nil && settled != nil && !settled[d.ID] {
 			derr = ErrLeaseLost
 			b.stats.leaseLost.Add(1)
 			b.obs.LeaseLost(s.Name)

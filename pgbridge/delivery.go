@@ -41,6 +41,7 @@ type Delivery struct {
 	lost    atomic.Bool // lease lost before settlement
 	tokMu   sync.Mutex
 	undec   error // decode failure, settled by the decode policy
+	serr    error // the row's own settlement failed (settleEach)
 	slot    int   // index of the typed value in the handler's slice
 	claimNs int64
 }
@@ -163,7 +164,7 @@ func (d *Delivery) reset() {
 	d.row.vals = d.row.vals[:0]
 	d.row.oids = d.row.oids[:0]
 	d.row.fmts = d.row.fmts[:0]
-	d.outcome, d.undec, d.slot, d.claimNs = Ack, nil, 0, 0
+	d.outcome, d.undec, d.serr, d.slot, d.claimNs = Ack, nil, nil, 0, 0
 	d.lost.Store(false)
 }
 

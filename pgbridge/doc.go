@@ -32,7 +32,16 @@
 // past MaxAttempts), so a row that fails every time does not loop. A
 // batch's rows are reported rolled back (ErrBatchRolledBack) and the
 // claimer takes each of them again on its own, so one bad row does not
-// hold back the rest.
+// hold back the rest. In the lease and advisory forms each row settles on
+// its own: the array statements go in one round trip, and if the server
+// refuses one of them (nothing of it then commits), each row is settled
+// alone — a row whose settlement is refused becomes a counted retry.
+//
+// A handler's context ends after Subscription.HandlerTimeout (default a
+// minute). Row-lock and advisory claimers hold a connection while their
+// handlers run, so Subscribe keeps one connection of the pool free of them.
+// A lease whose claimer died runs out and the row is made claimable again
+// by whichever claimer comes first, every PollInterval.
 //
 // # Payload mode and row mode
 //
@@ -75,10 +84,13 @@
 // message's type name is routed to (Config.Routes; none: ErrNoRoute). Both
 // check that the broker is not shut down (ErrClosed) and that the table can
 // hold the message's headers (CapacityExceeded). Send encodes a typed value
-// into a reused buffer and publishes it. With Config.ListenNotify the insert
-// also runs pg_notify on the table's channel — at most once per
-// NotifyCooldown, with one trailing notify — and this process's
-// subscriptions of the table are woken directly; other processes hear it on
+// into a reused buffer and publishes it. Objects publishes its objects'
+// replies through Routed unless ObjectOptions.Replies says otherwise. With
+// Config.ListenNotify the insert also runs pg_notify on the table's channel
+// — at most once per NotifyCooldown, with one trailing notify, for an
+// autocommit insert; always in a transaction, where Postgres delivers it at
+// the commit — and this process's subscriptions of the table are woken
+// directly (never before the row is visible); other processes hear it on
 // their broker's one listener connection. After the listener reconnects,
 // every subscription claims at once. PollInterval (default 1 s) stays the
 // floor. No triggers.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -191,4 +192,45 @@ func deadLetterInbox(t *testing.T) (*pgxpool.Pool, Table, *Broker) {
 	tb := Table{Name: "inbox", DeadLetter: "inbox_dead"}
 	migrate(t, pool, tb)
 	return pool, tb, newBroker(t, Config{Pool: pool})
+}
+
+// Lease and advisory forms: each row of a batch settles on its own. A
+// settlement statement the server refuses for one row (a trigger refuses
+// row 2's delete) used to leave the whole batch unsettled, claimed again
+// and refused again; now the other rows settle and the refused one is a
+// counted retry.
+func TestLeaseAndAdvisoryBatchesSettleEachRowOnItsOwn(t *testing.T) {
+	for _, form := range []Form{Lease, Advisory} {
+		t.Run(form.String(), func(t *testing.T) {
+			pool, tb, b := deadLetterInbox(t)
+			sendJobs(t, b, tb, 4) // keys k0 … k3
+			if _, err := pool.Exec(bg, `CREATE FUNCTION refuse2() RETURNS trigger AS $$
+				BEGIN IF OLD.id = 2 THEN RAISE EXCEPTION 'refused'; END IF; RETURN OLD; END $$ LANGUAGE plpgsql;
+				CREATE TRIGGER refuse BEFORE DELETE ON inbox FOR EACH ROW EXECUTE FUNCTION refuse2();`); err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			var errs []error
+			subscribe(t, b, &Subscription{Table: tb, Form: form, Batch: 4, PollInterval: 10 * time.Millisecond,
+				RetryDelay: func(int) time.Duration { return time.Hour },
+				OnSettled:  func(d *Delivery, o Outcome, err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() }},
+				Messages(func(ctx context.Context, d *Delivery, m Job) Outcome { return Ack }))
+			waitFor(t, "every row but 2 settled", func() bool { st := b.Stats(); return st.Acked == 3 && st.Retried == 1 })
+			b.Close()
+			var id, attempt int
+			var why string
+			var later bool
+			if err := pool.QueryRow(bg, "SELECT id, attempt, last_error, run_at > now() + interval '50 minutes' FROM inbox").Scan(&id, &attempt, &why, &later); err != nil {
+				t.Fatal(err)
+			}
+			if id != 2 || attempt != 1 || !later || !strings.Contains(why, "refused") {
+				t.Fatalf("left: row %d at attempt %d, an hour away %v, last_error %q; want row 2 retried at attempt 1", id, attempt, later, why)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(errs) != 4 || errors.Join(errs...) != nil {
+				t.Fatalf("OnSettled errors %v, want 4 settlements without one", errs)
+			}
+		})
+	}
 }
