@@ -71,7 +71,7 @@ type Broker struct {
 	stopping chan struct{} // closed by Stop and Close: claim no more
 	wg       sync.WaitGroup
 
-	sqlCache sync.Map // table name (+ variant) → insert statement
+	sqlCache sync.Map // table name (with its columns when two differ) → *insertSQLs
 	stats    counters
 }
 

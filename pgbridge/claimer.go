@@ -745,7 +745,7 @@ func (c *claimer) settleEach(conn *pgx.Conn, token time.Time) {
 			err = c.settle(conn, c.live[i:i+1], token)
 		}
 		if err != nil {
-			d.serr = payload.Wrap(payload.Unavailable, "pgbridge", err)
+			d.serr = dbError("pgbridge", err)
 			c.b.log.Warn("pgbridge: a row could not be settled", "subscription", s.Name, "id", d.ID, "err", err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
+	"strings"
 	"sync"
 
 	"github.com/berthrt/berth/actor"
@@ -116,7 +117,7 @@ func (b *Broker) insert(ctx context.Context, db Querier, t Table, m Outgoing) er
 		_, err = db.Exec(ctx, b.insertSQL(t, c, false), args[:n]...)
 	}
 	if err != nil {
-		return payload.Wrap(payload.Unavailable, "pgbridge.Publish", err)
+		return dbError("pgbridge.Publish", err)
 	}
 	if notify {
 		b.stats.notifies.Add(1)
@@ -155,13 +156,36 @@ func inTransaction(db Querier) (ct *claimTx, in bool) {
 // insertSQL is the insert statement of a table (with pg_notify on the
 // table's channel in the same statement when notify is set).
 func (b *Broker) insertSQL(t Table, c Columns, notify bool) string {
-	key := t.Name
+	n := 0
 	if notify {
-		key += "\x00notify"
+		n = 1
 	}
-	if s, ok := b.sqlCache.Load(key); ok {
-		return s.(string)
+	// Cached by table name, for the columns it was first published with;
+	// the same name with other columns (rare) under a key naming them too.
+	key := t.Name
+	if v, ok := b.sqlCache.Load(key); ok {
+		e := v.(*insertSQLs)
+		if e.cols == c {
+			return e.sql[n]
+		}
+		key = t.Name + "\x00" + strings.Join([]string{c.Key, c.Type, c.ContentType, c.Payload, c.Headers, c.Priority}, "\x00")
+		if v, ok := b.sqlCache.Load(key); ok {
+			return v.(*insertSQLs).sql[n]
+		}
 	}
+	e := &insertSQLs{cols: c, sql: [2]string{b.buildInsert(t, c, false), b.buildInsert(t, c, true)}}
+	v, _ := b.sqlCache.LoadOrStore(key, e)
+	return v.(*insertSQLs).sql[n]
+}
+
+// insertSQLs are a table's insert statements for its columns: without and
+// with pg_notify.
+type insertSQLs struct {
+	cols Columns
+	sql  [2]string
+}
+
+func (b *Broker) buildInsert(t Table, c Columns, notify bool) string {
 	cols := q(c.Key) + ", " + q(c.Type) + ", " + q(c.ContentType) + ", " + q(c.Payload)
 	vals := "$1, $2, $3, $4"
 	n := 4
@@ -179,7 +203,6 @@ func (b *Broker) insertSQL(t Table, c Columns, notify bool) string {
 	if notify {
 		s = "WITH ins AS (" + s + " RETURNING 1) SELECT pg_notify($" + itoa(n+1) + "::text, '') FROM (SELECT 1 FROM ins LIMIT 1) x"
 	}
-	b.sqlCache.Store(key, s)
 	return s
 }
 

@@ -280,7 +280,7 @@ func (s *Subscription) check() error {
 				return &payload.Error{Kind: payload.NotFound, Op: op,
 					Detail: "subscription " + s.Name + " on table " + s.Table.Name + ": " + pge.Message, Err: err}
 			}
-			return payload.Wrap(payload.Unavailable, op, err)
+			return dbError(op, err)
 		}
 	}
 	return nil

@@ -178,7 +178,7 @@ func Migrate(ctx context.Context, db Execer, t Table) error {
 		return payload.NewError(payload.InvalidOperation, "pgbridge.Migrate", "empty table name")
 	}
 	if _, err := db.Exec(ctx, InboxDDL(t.Name, t.DeadLetter)); err != nil {
-		return payload.Wrap(payload.Unavailable, "pgbridge.Migrate", err)
+		return dbError("pgbridge.Migrate", err)
 	}
 	return nil
 }
