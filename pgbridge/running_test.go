@@ -86,8 +86,12 @@ func TestALeaseHandlerThatOverrunsItsDeadlineLosesItsLease(t *testing.T) {
 		}))
 	waitFor(t, "both runs settled", func() bool { mu.Lock(); defer mu.Unlock(); return len(settled) == 2 })
 	b.Close()
+	if attempts[0] == 1 { // the first run's settlement may come first
+		attempts[0], attempts[1] = attempts[1], attempts[0]
+		settled[0], settled[1] = settled[1], settled[0]
+	}
 	if attempts[0] != 2 || settled[0] != nil || attempts[1] != 1 || !errors.Is(settled[1], ErrLeaseLost) {
-		t.Fatalf("settlements: attempts %v, errors %v; want attempt 2 settled, then attempt 1's lease lost", attempts, settled)
+		t.Fatalf("settlements: attempts %v, errors %v; want attempt 2 settled and attempt 1's lease lost", attempts, settled)
 	}
 	if n := count(t, pool, "inbox"); n != 0 {
 		t.Fatalf("%d rows left", n)
