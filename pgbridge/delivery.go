@@ -60,26 +60,83 @@ func (d *Delivery) Tx() Querier {
 // claimTx is a row-lock claim's transaction as a handler sees it: its
 // connection, and its claimer — which wakes, after the commit, the
 // subscriptions of the tables a publish in it inserted into.
+//
+// The rows of a batch may run side by side (Subscription.Concurrency) and
+// share the transaction: one statement runs at a time (use, the lock of
+// the connection, is held from a statement's start until its rows are
+// read or closed).
 type claimTx struct {
 	conn  *pgx.Conn
 	c     *claimer
+	use   sync.Mutex
 	mu    sync.Mutex
 	wakes []string // tables published into, to wake after the commit
 }
 
 // Exec runs sql in the claim's transaction.
 func (t *claimTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	t.use.Lock()
+	defer t.use.Unlock()
 	return t.conn.Exec(ctx, sql, args...)
 }
 
-// Query runs sql in the claim's transaction.
+// Query runs sql in the claim's transaction; the transaction runs no other
+// statement until the rows are read to their end or closed.
 func (t *claimTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return t.conn.Query(ctx, sql, args...)
+	t.use.Lock()
+	rows, err := t.conn.Query(ctx, sql, args...)
+	if err != nil {
+		t.use.Unlock()
+		return nil, err
+	}
+	return &txRows{Rows: rows, t: t}, nil
 }
 
 // QueryRow runs sql in the claim's transaction.
 func (t *claimTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return t.conn.QueryRow(ctx, sql, args...)
+	t.use.Lock()
+	return txRow{row: t.conn.QueryRow(ctx, sql, args...), t: t}
+}
+
+// txRows are a claim transaction's rows: reading them to their end, or
+// closing them, frees the transaction for the next statement.
+type txRows struct {
+	pgx.Rows
+	t    *claimTx
+	done bool
+}
+
+func (r *txRows) free() {
+	if !r.done {
+		r.done = true
+		r.t.use.Unlock()
+	}
+}
+
+// Next advances to the next row.
+func (r *txRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.free()
+	return false
+}
+
+// Close closes the rows.
+func (r *txRows) Close() {
+	r.Rows.Close()
+	r.free()
+}
+
+type txRow struct {
+	row pgx.Row
+	t   *claimTx
+}
+
+// Scan reads the row and frees the transaction.
+func (r txRow) Scan(dest ...any) error {
+	defer r.t.use.Unlock()
+	return r.row.Scan(dest...)
 }
 
 // wakeAfterCommit notes that a row was published into table.

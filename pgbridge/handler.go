@@ -3,6 +3,8 @@ package pgbridge
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	"github.com/berthrt/berth/payload"
 )
@@ -77,11 +79,12 @@ type msgHandler[M any] struct {
 func (msgHandler[M]) mode() handlerMode { return modePayload }
 
 func (h msgHandler[M]) newRunner(b *Broker, s *Subscription) runner {
-	return &msgRunner[M]{b: b, fn: h.fn}
+	return &msgRunner[M]{b: b, fn: h.fn, each: concurrent{n: s.Concurrency}}
 }
 
 type msgRunner[M any] struct {
 	codecs
+	each concurrent
 	b    *Broker
 	fn   func(ctx context.Context, d *Delivery, m M) Outcome
 	vals []M
@@ -95,11 +98,7 @@ func (r *msgRunner[M]) read(d *Delivery, body []byte) error {
 }
 
 func (r *msgRunner[M]) run(ctx context.Context, ds []*Delivery) {
-	for _, d := range ds {
-		if d.undec == nil {
-			r.one(ctx, d)
-		}
-	}
+	r.each.run(ctx, ds, r.one)
 }
 
 func (r *msgRunner[M]) one(ctx context.Context, d *Delivery) {
@@ -197,24 +196,91 @@ type rowHandler struct {
 
 func (rowHandler) mode() handlerMode { return modeRow }
 
-func (h rowHandler) newRunner(b *Broker, s *Subscription) runner { return &rowRunner{fn: h.fn} }
+func (h rowHandler) newRunner(b *Broker, s *Subscription) runner {
+	return &rowRunner{fn: h.fn, each: concurrent{n: s.Concurrency}}
+}
 
 type rowRunner struct {
-	fn func(ctx context.Context, d *Delivery, r *Row) Outcome
+	fn   func(ctx context.Context, d *Delivery, r *Row) Outcome
+	each concurrent
 }
 
 func (r *rowRunner) read(d *Delivery, body []byte) error { return nil }
 
 func (r *rowRunner) run(ctx context.Context, ds []*Delivery) {
+	r.each.run(ctx, ds, r.one)
+}
+
+func (r *rowRunner) one(ctx context.Context, d *Delivery) {
+	defer func() {
+		if p := recover(); p != nil {
+			recovered(d, p)
+		}
+	}()
+	d.outcome = r.fn(ctx, d, &d.row)
+}
+
+// concurrent runs one row-at-a-time handler over a claim's deliveries, up
+// to n at once: the rows of one key one after another in claim order (the
+// claim's order of a key's rows is their id order), different keys side by
+// side. Rows whose payload did not decode are skipped.
+type concurrent struct {
+	n      int
+	chains [][]*Delivery  // the claim's rows by key, in claim order
+	byKey  map[string]int // key → its chain
+	next   atomic.Int64   // the next chain to run
+}
+
+func (c *concurrent) run(ctx context.Context, ds []*Delivery, one func(context.Context, *Delivery)) {
+	if c.n <= 1 || len(ds) <= 1 {
+		for _, d := range ds {
+			if d.undec == nil {
+				one(ctx, d)
+			}
+		}
+		return
+	}
+	if c.byKey == nil {
+		c.byKey = map[string]int{}
+	}
+	clear(c.byKey)
+	n := 0
 	for _, d := range ds {
-		func() {
-			defer func() {
-				if p := recover(); p != nil {
-					recovered(d, p)
-				}
-			}()
-			d.outcome = r.fn(ctx, d, &d.row)
-		}()
+		if d.undec != nil {
+			continue
+		}
+		i, ok := c.byKey[d.Key]
+		if !ok {
+			i = n
+			n++
+			c.byKey[d.Key] = i
+			if i == len(c.chains) {
+				c.chains = append(c.chains, nil)
+			}
+			c.chains[i] = c.chains[i][:0]
+		}
+		c.chains[i] = append(c.chains[i], d)
+	}
+	c.next.Store(0)
+	work := func() {
+		for {
+			i := int(c.next.Add(1) - 1)
+			if i >= n {
+				return
+			}
+			for _, d := range c.chains[i] {
+				one(ctx, d)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for range min(c.n, n) - 1 {
+		wg.Go(work)
+	}
+	work()
+	wg.Wait()
+	for i := range n {
+		clear(c.chains[i])
 	}
 }
 

@@ -74,6 +74,15 @@ type Subscription struct {
 	// Batch is the most rows one claim takes (default 1: one row for each
 	// free worker).
 	Batch int
+	// Concurrency is the most rows of one claim a Messages or Rows handler
+	// runs at once (default min(Batch, DefaultConcurrency); 1: one after
+	// another). Rows of one key run one after another in claim order —
+	// their id order — and different keys side by side, so a handler must
+	// be safe for concurrent use (it is already with Workers > 1). In the
+	// row-lock form they share the claim's transaction: Delivery.Tx runs
+	// one statement at a time. Objects always sends a claim's rows to
+	// their objects at once; Batches gets the whole claim.
+	Concurrency int
 	// Ordered: rows of one key run in id order (see above).
 	Ordered bool
 	// Lease is the lease-form lease (default 30 s).
@@ -183,6 +192,9 @@ func (b *Broker) Subscribe(s *Subscription, h Handler) error {
 	}
 	s.Workers = max(s.Workers, 1)
 	s.Batch = max(s.Batch, 1)
+	if s.Concurrency <= 0 {
+		s.Concurrency = min(s.Batch, DefaultConcurrency)
+	}
 	if s.Lease <= 0 {
 		s.Lease = 30 * time.Second
 	}
@@ -297,6 +309,9 @@ func (s *Subscription) retryDelay(attempt int) time.Duration {
 // dead-letter table: with Backoff, a row that always fails is retried
 // for about three weeks before it is dead-lettered.
 const DefaultMaxAttempts = 25
+
+// DefaultConcurrency caps Subscription.Concurrency's default.
+const DefaultConcurrency = 64
 
 // DefaultHandlerTimeout is Subscription.HandlerTimeout's default.
 const DefaultHandlerTimeout = time.Minute
