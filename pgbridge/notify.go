@@ -69,7 +69,7 @@ func (n *notifier) listen() {
 	backoff := 50 * time.Millisecond
 	first := true
 	for !b.closed.Load() {
-		conn, err := pgx.ConnectConfig(b.ctx, b.pool.Config().ConnConfig.Copy())
+		conn, err := n.connect()
 		if err != nil {
 			b.log.Warn("pgbridge: listener connect failed", "err", err)
 			if !n.sleep(backoff) {
@@ -87,6 +87,17 @@ func (n *notifier) listen() {
 		n.serve(conn)
 		conn.Close(context.Background())
 	}
+}
+
+// connect takes the listener's connection from the pool — made with the
+// pool's configuration and hooks (BeforeConnect, AfterConnect) — and
+// hijacks it: it leaves the pool, which may open another in its place.
+func (n *notifier) connect() (*pgx.Conn, error) {
+	pc, err := n.b.pool.Acquire(n.b.ctx)
+	if err != nil {
+		return nil, err
+	}
+	return pc.Hijack(), nil
 }
 
 func (n *notifier) serve(conn *pgx.Conn) {

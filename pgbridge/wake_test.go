@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/berthrt/berth/internal/testutil"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // ListenNotify: a row published in the caller's transaction wakes the
@@ -82,5 +84,39 @@ func TestARowPublishedInAClaimsTransactionWakesSubscriptionsAfterTheCommit(t *te
 	testutil.WaitForWithin(t, "the reply ran", 20*time.Second, func() bool { return len(ran) == 1 })
 	if n := <-ran; n != 2 {
 		t.Fatalf("ran %d, want the reply 2", n)
+	}
+}
+
+// The listener's connection comes from the pool, made with its hooks
+// (here AfterConnect names the session): it used to be dialled from a copy
+// of the pool's connection config, without them — a pool that sets a role,
+// a search path or credentials in a hook got a listener without.
+func TestTheListenerConnectsThroughThePoolsHooks(t *testing.T) {
+	big, _ := newPool(t)
+	cfg, err := pgxpool.ParseConfig(big.Config().ConnConfig.ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+		_, err := c.Exec(ctx, "SET application_name = 'hooked'")
+		return err
+	}
+	pool, err := pgxpool.NewWithConfig(bg, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	tb := Table{Name: "inbox"}
+	migrate(t, pool, tb)
+	b := newBroker(t, Config{Pool: pool, ListenNotify: true})
+	subscribe(t, b, &Subscription{Table: tb}, Messages(func(ctx context.Context, d *Delivery, m Job) Outcome { return Ack }))
+	var name string
+	waitFor(t, "the listener listening", func() bool {
+		err := big.QueryRow(bg, "SELECT application_name FROM pg_stat_activity WHERE query LIKE 'LISTEN%' AND datname = current_database()").Scan(&name)
+		return err == nil
+	})
+	b.Close()
+	if name != "hooked" {
+		t.Fatalf("the listener's session is named %q, want the pool hook's %q", name, "hooked")
 	}
 }
