@@ -63,6 +63,15 @@ func (c *claimer) loop() {
 			return
 		default:
 		}
+		if s.paused.Load() {
+			// Paused: claim nothing until Resume (or Stop) wakes it.
+			select {
+			case <-c.wake:
+				continue
+			case <-b.stopping:
+				return
+			}
+		}
 		if s.Form == Lease && s.rescueDue(nanotime()) {
 			c.rescue()
 		}

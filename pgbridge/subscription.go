@@ -134,7 +134,22 @@ type Subscription struct {
 	running  bool
 	floor    floor
 	rescueAt atomic.Int64 // lease form: when the next rescue is due (unix ns)
+	paused   atomic.Bool
 }
+
+// Pause stops the subscription claiming rows, without stopping the broker
+// or its other subscriptions: claims in work finish and settle, and no
+// claimer takes another until Resume. Publishing into its table goes on.
+func (s *Subscription) Pause() { s.paused.Store(true) }
+
+// Resume makes a paused subscription claim again, at once.
+func (s *Subscription) Resume() {
+	s.paused.Store(false)
+	s.wake()
+}
+
+// Paused reports whether the subscription is paused.
+func (s *Subscription) Paused() bool { return s.paused.Load() }
 
 type statements struct {
 	claim, claimFrom, claimOne, lockFrom, heads, heads1, unlock1, del1, lock, unlock, del, retry, dead, extend, rescue string
