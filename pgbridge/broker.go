@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -234,6 +235,7 @@ type Stats struct {
 	ClaimErrors    uint64 // claims that failed (Observer.ClaimFailed)
 	Rescued        uint64 // lease-form rows whose lease ran out, made claimable again
 	Published      uint64
+	Duplicates     uint64 // messages not published: a row with their dedupe key was in the table
 	Notifies       uint64 // pg_notify sent
 	Wakeups        uint64 // notifications received by the listener
 	NoRoute        uint64
@@ -242,7 +244,7 @@ type Stats struct {
 
 type counters struct {
 	claimed, acked, retried, dropped, dead, decodeFailures, decodes, leaseLost, rollbacks, unknown, claimErrors,
-	rescued, published, notifies, wakeups, noRoute, reconnects atomic.Uint64
+	rescued, duplicates, published, notifies, wakeups, noRoute, reconnects atomic.Uint64
 }
 
 // Stats returns the broker's totals.
@@ -252,7 +254,7 @@ func (b *Broker) Stats() Stats {
 		Dropped: c.dropped.Load(), DeadLettered: c.dead.Load(), DecodeFailures: c.decodeFailures.Load(),
 		Decodes: c.decodes.Load(), LeaseLost: c.leaseLost.Load(), Rollbacks: c.rollbacks.Load(), Unknown: c.unknown.Load(), ClaimErrors: c.claimErrors.Load(),
 		Rescued:   c.rescued.Load(),
-		Published: c.published.Load(), Notifies: c.notifies.Load(), Wakeups: c.wakeups.Load(),
+		Published: c.published.Load(), Duplicates: c.duplicates.Load(), Notifies: c.notifies.Load(), Wakeups: c.wakeups.Load(),
 		NoRoute: c.noRoute.Load(), Reconnects: c.reconnects.Load()}
 }
 
@@ -285,3 +287,42 @@ func (nopObserver) LeaseLost(string)                           {}
 func (nopObserver) RolledBack(string, int)                     {}
 func (nopObserver) ClaimFailed(string, error)                  {}
 func (nopObserver) Woken(string)                               {}
+
+// backlogCap is the most ready rows Backlog counts: past it the count is
+// BacklogCapped (a count of a huge table costs as much as reading it).
+const backlogCap = 1_000_000
+
+// Backlog is how much a subscription has to do.
+type Backlog struct {
+	Subscription string
+	// Ready is the number of rows claimable now (at most 1,000,000; Capped
+	// when there are more). In an ordered subscription, only each key's
+	// oldest row is claimable.
+	Ready  int64
+	Capped bool
+	// OldestReady is how long the next row the subscription will claim has
+	// been ready (since its run_at); 0 when none is.
+	OldestReady time.Duration
+}
+
+// Backlog reports each subscription's backlog, with one statement per
+// subscription (a count over the table's ready index, up to its cap).
+func (b *Broker) Backlog(ctx context.Context) ([]Backlog, error) {
+	b.mu.Lock()
+	subs := slices.Clone(b.subs)
+	b.mu.Unlock()
+	out := make([]Backlog, 0, len(subs))
+	for _, s := range subs {
+		var n int64
+		var age *float64
+		if err := b.pool.QueryRow(ctx, s.sql.backlog).Scan(&n, &age); err != nil {
+			return out, dbError("pgbridge.Backlog", err)
+		}
+		bl := Backlog{Subscription: s.Name, Ready: n, Capped: n >= backlogCap}
+		if age != nil && *age > 0 {
+			bl.OldestReady = time.Duration(*age * float64(time.Second))
+		}
+		out = append(out, bl)
+	}
+	return out, nil
+}

@@ -47,3 +47,34 @@ func TestAPausedSubscriptionClaimsNothingUntilResumed(t *testing.T) {
 		t.Fatalf("a ran %d rows, want 11", n)
 	}
 }
+
+// Backlog reports each subscription's claimable rows (not those whose
+// run_at is ahead) and how long the next one to be claimed has been ready.
+func TestBacklogCountsClaimableRowsAndTheNextOnesWait(t *testing.T) {
+	pool, _ := newPool(t)
+	tb := Table{Name: "inbox"}
+	migrate(t, pool, tb)
+	b := newBroker(t, Config{Pool: pool})
+	sub := &Subscription{Table: tb, Name: "jobs"}
+	sub.Pause()
+	subscribe(t, b, sub, Messages(func(ctx context.Context, d *Delivery, m Job) Outcome { return Ack }))
+	sendJobs(t, b, tb, 5)
+	if _, err := pool.Exec(bg, `UPDATE inbox SET run_at = now() - interval '10 s' WHERE id = 1;
+		UPDATE inbox SET run_at = now() + interval '1 hour' WHERE id IN (4, 5)`); err != nil {
+		t.Fatal(err)
+	}
+	bl, err := b.Backlog(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bl) != 1 || bl[0].Subscription != "jobs" || bl[0].Ready != 3 || bl[0].Capped ||
+		bl[0].OldestReady < 10*time.Second || bl[0].OldestReady > time.Minute {
+		t.Fatalf("backlog %+v; want jobs: 3 ready, the next ready for 10 s", bl)
+	}
+	if _, err := pool.Exec(bg, "DELETE FROM inbox WHERE id <= 3"); err != nil {
+		t.Fatal(err)
+	}
+	if bl, err := b.Backlog(bg); err != nil || bl[0].Ready != 0 || bl[0].OldestReady != 0 {
+		t.Fatalf("backlog %+v, %v; want none ready", bl, err)
+	}
+}

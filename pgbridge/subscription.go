@@ -153,6 +153,7 @@ func (s *Subscription) Paused() bool { return s.paused.Load() }
 
 type statements struct {
 	claim, claimFrom, claimOne, lockFrom, heads, heads1, unlock1, del1, lock, unlock, del, retry, dead, extend, rescue string
+	backlog                                                                                                            string
 }
 
 // Subscribe adds a subscription running handler h. It starts with the
@@ -297,7 +298,7 @@ func (s *Subscription) check() error {
 	defer c.Release()
 	st := &s.sql
 	for _, q := range []string{st.claim, st.claimFrom, st.claimOne, st.lock, st.lockFrom, st.heads, st.heads1,
-		st.del, st.del1, st.retry, st.dead, st.extend, st.rescue} {
+		st.del, st.del1, st.retry, st.dead, st.extend, st.rescue, st.backlog} {
 		if q == "" {
 			continue
 		}
@@ -540,6 +541,11 @@ func (s *Subscription) build() statements {
 			" t USING d WHERE t." + q(c.ID) + " = d.id" + fence + " RETURNING " + tl + ", d.reason) INSERT INTO " + ident(s.Table.DeadLetter) +
 			" (" + list + ", reason) SELECT " + list + ", reason FROM m RETURNING " + q(c.ID)
 	}
+	// The backlog: the claimable rows (counted up to backlogCap) and how
+	// long the next one to be claimed has been ready.
+	st.backlog = "SELECT (SELECT count(*) FROM (SELECT 1 FROM " + t + " s WHERE " + ready("s") + " LIMIT " + itoa(backlogCap) +
+		") x), (SELECT extract(epoch FROM now() - s." + q(c.RunAt) + ")::float8 FROM " + t + " s WHERE " + ready("s") +
+		" ORDER BY " + order("s") + " LIMIT 1)"
 	return st
 }
 

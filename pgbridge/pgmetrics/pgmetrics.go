@@ -35,6 +35,10 @@
 //	berth_pgbridge_claim_errors_total{subscription}              claims that failed (nothing claimed)
 //	berth_pgbridge_notify_wakeups_total{channel}                 notifications that woke the subscriptions of a channel
 //
+// Gauges of the backlog — each subscription's claimable rows and how long
+// the next one has been ready — are asked of the database at each scrape by
+// a BacklogCollector (NewBacklogCollector), registered per broker.
+//
 // subscription is pgbridge.Subscription.Name; outcome is
 // pgbridge.OutcomeKind.String(); channel is the table's pg_notify channel
 // ("berth_inbox_" and the table name).
