@@ -13,6 +13,10 @@ package pgbridge
 //
 // Both sides of a benchmark share one pool (newPool: MaxConns 24) on one
 // database, the same worker count, batch size and poll interval. The
+// Work1ms benchmarks give every row a handler that waits 1 ms (time.Sleep)
+// before it counts the row: berth's Messages handler runs up to
+// Subscription.Concurrency rows of a claim at once, and the raw loop runs
+// its rows' waits the same way, up to the same number at once. The
 // benchmark tables have autovacuum off so that a vacuum starting in the
 // middle of one side's run does not skew the comparison; every run starts
 // from a truncated table.
@@ -341,12 +345,33 @@ type drainCase struct {
 	form    Form
 	workers int
 	batch   int
-	keys    int // distinct keys in the table
+	keys    int           // distinct keys in the table
+	work    time.Duration // each row's handler waits this long (time.Sleep) before it counts the row
+	// concurrency is Subscription.Concurrency, and the raw loop's rows at
+	// once when work > 0 (0: the subscription's default,
+	// min(batch, DefaultConcurrency)).
+	concurrency int
+}
+
+// concurrent is the number of a claim's rows both sides run at once.
+func (dc drainCase) concurrent() int {
+	if dc.concurrency > 0 {
+		return dc.concurrency
+	}
+	return min(dc.batch, DefaultConcurrency)
 }
 
 // handler is the berth handler of a drain case: Messages one row at a
-// time, Batches for batches.
+// time, Batches for batches, and Messages waiting dc.work (up to
+// Subscription.Concurrency rows of a claim at once) when work is set.
 func (dc drainCase) handler(chk *drainCheck) Handler {
+	if dc.work > 0 {
+		return Messages(func(ctx context.Context, d *Delivery, m benchJob) Outcome {
+			time.Sleep(dc.work)
+			chk.hit(d.ID, m.N)
+			return Ack
+		})
+	}
 	if dc.batch > 1 {
 		return Batches(func(ctx context.Context, items []Item[benchJob]) {
 			for i := range items {
@@ -412,7 +437,7 @@ func benchDrain(b *testing.B, e *benchEnv, dc drainCase) {
 		e.fillInbox(b, b.N, keys)
 		chk := newDrainCheck(b.N)
 		sub := &Subscription{Table: benchInbox, Form: dc.form, Workers: dc.workers, Batch: dc.batch,
-			PollInterval: benchPoll, Lease: lease}
+			Concurrency: dc.concurrency, PollInterval: benchPoll, Lease: lease}
 		drainBerth(b, e, Config{}, sub, func(*Broker) Handler { return dc.handler(chk) }, chk)
 		e.expectCount(b, "inbox", 0)
 	})
@@ -420,6 +445,7 @@ func benchDrain(b *testing.B, e *benchEnv, dc drainCase) {
 		e.fillInbox(b, b.N, keys)
 		chk := newDrainCheck(b.N)
 		l := newRawLoop(e.pool, benchInbox, dc.form, dc.workers, dc.batch, chk)
+		l.work, l.concurrency = dc.work, dc.concurrent()
 		claim, before := l.rowLock, (func() error)(nil)
 		switch dc.form {
 		case Lease:
@@ -480,6 +506,31 @@ func BenchmarkLeaseBatch(b *testing.B) {
 	for _, w := range []int{1, 2} {
 		b.Run("w"+strconv.Itoa(w), func(b *testing.B) {
 			benchDrain(b, e, drainCase{form: Lease, workers: w, batch: 1000})
+		})
+	}
+}
+
+// BenchmarkRowLockBatchWork1ms: BenchmarkRowLockBatch with a handler that
+// waits 1 ms a row: Messages runs up to 64 rows of a claim at once (the
+// default Concurrency), a key's rows one after another; the raw loop waits
+// for its rows the same way, up to 64 at once, in the claim's transaction.
+func BenchmarkRowLockBatchWork1ms(b *testing.B) {
+	e := newBenchEnv(b, inboxDDL("inbox"))
+	for _, w := range []int{1, 2} {
+		b.Run("w"+strconv.Itoa(w), func(b *testing.B) {
+			benchDrain(b, e, drainCase{form: RowLock, workers: w, batch: 1000, work: time.Millisecond})
+		})
+	}
+}
+
+// BenchmarkLeaseBatchWork1ms: BenchmarkLeaseBatch with a handler that waits
+// 1 ms a row, up to 64 rows of a claim at once on both sides (as
+// BenchmarkRowLockBatchWork1ms).
+func BenchmarkLeaseBatchWork1ms(b *testing.B) {
+	e := newBenchEnv(b, inboxDDL("inbox"))
+	for _, w := range []int{1, 2} {
+		b.Run("w"+strconv.Itoa(w), func(b *testing.B) {
+			benchDrain(b, e, drainCase{form: Lease, workers: w, batch: 1000, work: time.Millisecond})
 		})
 	}
 }

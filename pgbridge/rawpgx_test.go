@@ -6,7 +6,9 @@ package pgbridge
 // round trips), the same worker counts and the same poll interval as the
 // subscription they are compared with, and nothing else: no contexts with
 // timeouts, no observer, no stats, no lease extension timer, no codec
-// look-up by content type.
+// look-up by content type. With a handler that waits (rawLoop.work) a loop
+// runs a claim's rows as a Messages handler with Subscription.Concurrency
+// does: up to rawLoop.concurrency at once, a key's rows one after another.
 //
 // The fixed columns are read from the driver's raw values (as the bridge
 // reads them); payloads are decoded with the same codec (payload.JSON) into
@@ -17,6 +19,7 @@ import (
 	"context"
 	"encoding/binary"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,7 +53,7 @@ func rawSQL(t Table, f Form, batch int) statements {
 
 // rawInsert is the publishers' insert into t (no pg_notify).
 func rawInsert(t Table) string {
-	return (&Broker{}).insertSQL(t, t.cols(), false)
+	return (&Broker{}).insertSQL(t, t.cols(), 0)
 }
 
 // newRawLoop is the raw loop of an unordered subscription of form f on t
@@ -77,6 +80,11 @@ type rawLoop struct {
 	// on the claim's connection, after the row's per-row function (the
 	// reply round trip's insert).
 	reply func(ctx context.Context, conn *pgx.Conn, c *rawClaim, i int) error
+	// work, if set, is how long each row's per-row function waits
+	// (time.Sleep) before it counts the row; a claim's rows then run up to
+	// concurrency at once (handleWork). Not with reply.
+	work        time.Duration
+	concurrency int
 
 	floor rawFloor
 }
@@ -136,6 +144,8 @@ type rawClaim struct {
 	locked []string // advisory: the keys locked
 	buf    []byte   // reply: the encode buffer
 	dst    []any    // row mode: Rows.Scan's destinations, into row
+	chains [][]int  // work: the claim's row indexes by key, in claim order
+	byKey  map[string]int
 	row    struct {
 		id, prio  int64
 		key, name string
@@ -268,6 +278,10 @@ func (l *rawLoop) run(b *testing.B, claim func(ctx context.Context, c *rawClaim)
 
 // handle runs the per-row function (and the reply) over a claim.
 func (l *rawLoop) handle(ctx context.Context, conn *pgx.Conn, c *rawClaim) error {
+	if l.work > 0 {
+		l.handleWork(c)
+		return nil
+	}
 	for i := range c.ids {
 		l.chk.hit(c.ids[i], c.msgs[i].N)
 		if l.reply != nil {
@@ -277,6 +291,60 @@ func (l *rawLoop) handle(ctx context.Context, conn *pgx.Conn, c *rawClaim) error
 		}
 	}
 	return nil
+}
+
+// handleWork runs the per-row function over a claim, each row after a wait
+// of l.work, up to l.concurrency rows at once: the rows of one key one after
+// another in claim order, different keys side by side, each goroutine taking
+// the next key's rows when it has run a key's — as a subscription's
+// Messages handler runs a claim's rows with Subscription.Concurrency.
+func (l *rawLoop) handleWork(c *rawClaim) {
+	one := func(i int) {
+		time.Sleep(l.work)
+		l.chk.hit(c.ids[i], c.msgs[i].N)
+	}
+	if l.concurrency <= 1 || len(c.ids) <= 1 {
+		for i := range c.ids {
+			one(i)
+		}
+		return
+	}
+	if c.byKey == nil {
+		c.byKey = map[string]int{}
+	}
+	clear(c.byKey)
+	n := 0
+	for i, k := range c.keys {
+		j, ok := c.byKey[k]
+		if !ok {
+			j = n
+			n++
+			c.byKey[k] = j
+			if j == len(c.chains) {
+				c.chains = append(c.chains, nil)
+			}
+			c.chains[j] = c.chains[j][:0]
+		}
+		c.chains[j] = append(c.chains[j], i)
+	}
+	var next atomic.Int64
+	run := func() {
+		for {
+			j := int(next.Add(1) - 1)
+			if j >= n {
+				return
+			}
+			for _, i := range c.chains[j] {
+				one(i)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for range min(l.concurrency, n) - 1 {
+		wg.Go(run)
+	}
+	run()
+	wg.Wait()
 }
 
 // rowLock: one batch {BEGIN, claim}, the handler, one batch {DELETE, COMMIT}.

@@ -32,6 +32,7 @@ type Options struct {
 	Vacuum     bool          // VACUUM ANALYZE the table after the (untimed) insert
 	PoolConns  int32         // pgxpool MaxConns of the measured client (both systems)
 	InsertSize int           // jobs per InsertManyFast / CopyFrom call
+	Work       time.Duration // how long each job / row's handler waits before it succeeds (0: returns at once)
 }
 
 // DefaultOptions are the defaults of the command and of the Go benchmarks.
@@ -39,9 +40,17 @@ func DefaultOptions() Options {
 	return Options{Rows: 50_000, Keys: 1000, Timeout: 5 * time.Minute, Vacuum: true, PoolConns: 20, InsertSize: 5000}
 }
 
+// The modes a result is labelled with: how the system takes its jobs.
+const (
+	ModePerRow     = "one transaction per row" // berth, Batch 1: each row claimed and settled on its own
+	ModeBatchClaim = "batched claim"           // berth, Batch > 1: up to Batch rows a claim, settled with array statements
+	ModeBatchFetch = "batched fetch"           // River: its producer fetches many jobs in one statement, its completer completes them in batches
+)
+
 // Result is one measured drain.
 type Result struct {
 	System  string
+	Mode    string
 	Config  string
 	Rows    int
 	Elapsed time.Duration
@@ -76,41 +85,100 @@ func DefaultRiverConfigs() []RiverConfig {
 
 // BerthConfig is one pgbridge subscription configuration.
 type BerthConfig struct {
-	Label   string
-	Form    pgbridge.Form
-	Workers int
-	Batch   int
+	Label       string
+	Form        pgbridge.Form
+	Workers     int
+	Batch       int
+	Concurrency int // Subscription.Concurrency (0: its default, min(Batch, pgbridge.DefaultConcurrency))
 }
 
+// String describes the configuration, with the Concurrency it runs with.
 func (c BerthConfig) String() string {
-	return fmt.Sprintf("%s Workers=%d Batch=%d", c.Form, c.Workers, c.Batch)
+	return fmt.Sprintf("%s Workers=%d Batch=%d Concurrency=%d", c.Form, c.Workers, c.Batch, c.concurrency())
+}
+
+// concurrency is the Subscription.Concurrency the configuration runs with.
+func (c BerthConfig) concurrency() int {
+	if c.Concurrency > 0 {
+		return c.Concurrency
+	}
+	return min(max(c.Batch, 1), pgbridge.DefaultConcurrency)
+}
+
+// Mode is ModePerRow for Batch 1, ModeBatchClaim for larger batches.
+func (c BerthConfig) Mode() string {
+	if c.Batch > 1 {
+		return ModeBatchClaim
+	}
+	return ModePerRow
+}
+
+// ParseBerthLabel reads a berth configuration label: the form (rowlock,
+// lease or advisory), then, each optional and separated by "-", w<N>
+// (Workers, default 1), b<N> (Batch, default 1), c<N> (Concurrency, default
+// min(Batch, 64)), or "batch" (Workers 2, Batch 1000) — for example
+// rowlock-w8, lease-batch, rowlock-w2-b1000-c200.
+func ParseBerthLabel(label string) (BerthConfig, error) {
+	c := BerthConfig{Label: label, Workers: 1, Batch: 1}
+	parts := strings.Split(label, "-")
+	switch parts[0] {
+	case "rowlock":
+		c.Form = pgbridge.RowLock
+	case "lease":
+		c.Form = pgbridge.Lease
+	case "advisory":
+		c.Form = pgbridge.Advisory
+	default:
+		return c, fmt.Errorf("berth configuration %q: the form is rowlock, lease or advisory", label)
+	}
+	for _, p := range parts[1:] {
+		if p == "batch" {
+			c.Workers, c.Batch = 2, 1000
+			continue
+		}
+		var dst *int
+		switch {
+		case strings.HasPrefix(p, "w"):
+			dst = &c.Workers
+		case strings.HasPrefix(p, "b"):
+			dst = &c.Batch
+		case strings.HasPrefix(p, "c"):
+			dst = &c.Concurrency
+		default:
+			return c, fmt.Errorf("berth configuration %q: %q is not w<N>, b<N>, c<N> or batch", label, p)
+		}
+		n, err := strconv.Atoi(p[1:])
+		if err != nil || n < 1 {
+			return c, fmt.Errorf("berth configuration %q: %q needs a positive number", label, p)
+		}
+		*dst = n
+	}
+	return c, nil
 }
 
 // DefaultBerthConfigs are the pgbridge settings measured by default.
 func DefaultBerthConfigs() []BerthConfig {
-	return []BerthConfig{
-		{Label: "rowlock-w4", Form: pgbridge.RowLock, Workers: 4, Batch: 1},
-		{Label: "rowlock-w8", Form: pgbridge.RowLock, Workers: 8, Batch: 1},
-		{Label: "rowlock-batch", Form: pgbridge.RowLock, Workers: 2, Batch: 1000},
-		{Label: "lease-batch", Form: pgbridge.Lease, Workers: 2, Batch: 1000},
-		{Label: "advisory-w8", Form: pgbridge.Advisory, Workers: 8, Batch: 1},
-		{Label: "advisory-batch", Form: pgbridge.Advisory, Workers: 2, Batch: 1000},
-	}
+	return mustBerth("rowlock-w4", "rowlock-w8", "rowlock-batch", "lease-batch", "advisory-w8", "advisory-batch")
 }
 
-// ExtraBerthConfigs are further pgbridge settings, measured only when named
-// in -berth (smaller batches, fewer workers).
+// ExtraBerthConfigs are examples of further pgbridge settings, measured
+// only when named in -berth (smaller batches, fewer workers, more rows of a
+// claim at once); any label ParseBerthLabel reads may be named.
 func ExtraBerthConfigs() []BerthConfig {
-	return []BerthConfig{
-		{Label: "rowlock-w2", Form: pgbridge.RowLock, Workers: 2, Batch: 1},
-		{Label: "rowlock-w16", Form: pgbridge.RowLock, Workers: 16, Batch: 1},
-		{Label: "rowlock-w4-b10", Form: pgbridge.RowLock, Workers: 4, Batch: 10},
-		{Label: "rowlock-w4-b100", Form: pgbridge.RowLock, Workers: 4, Batch: 100},
-		{Label: "rowlock-w1-b1000", Form: pgbridge.RowLock, Workers: 1, Batch: 1000},
-		{Label: "lease-w8", Form: pgbridge.Lease, Workers: 8, Batch: 1},
-		{Label: "lease-w4-b100", Form: pgbridge.Lease, Workers: 4, Batch: 100},
-		{Label: "advisory-w4-b100", Form: pgbridge.Advisory, Workers: 4, Batch: 100},
+	return mustBerth("rowlock-w2", "rowlock-w16", "rowlock-w4-b10", "rowlock-w4-b100", "rowlock-w1-b1000",
+		"rowlock-w2-b1000-c200", "lease-w8", "lease-w4-b100", "lease-w2-b1000-c200", "advisory-w4-b100")
+}
+
+func mustBerth(labels ...string) []BerthConfig {
+	out := make([]BerthConfig, len(labels))
+	for i, l := range labels {
+		c, err := ParseBerthLabel(l)
+		if err != nil {
+			panic(err)
+		}
+		out[i] = c
 	}
+	return out
 }
 
 // Env is the Postgres server the measurements run on: each measurement gets
@@ -118,20 +186,28 @@ func ExtraBerthConfigs() []BerthConfig {
 type Env struct {
 	AdminURL string
 	srv      *pgtest.Server
+	durable  bool
 	seq      int
 }
 
 // NewEnv uses the server of adminURL (a database on it the role can CREATE
-// DATABASE from), or, when adminURL is "", starts a throwaway one.
-func NewEnv(adminURL string) (*Env, error) {
+// DATABASE from), or, when adminURL is "", starts a throwaway one: with
+// Postgres's default durability (pgtest.StartDurable: fsync,
+// full_page_writes and synchronous_commit on) if durable, else with fsync
+// off (pgtest.Start, the library's test server).
+func NewEnv(adminURL string, durable bool) (*Env, error) {
 	if adminURL != "" {
 		return &Env{AdminURL: adminURL}, nil
 	}
-	srv, err := pgtest.Start()
+	start := pgtest.Start
+	if durable {
+		start = pgtest.StartDurable
+	}
+	srv, err := start()
 	if err != nil {
 		return nil, err
 	}
-	return &Env{AdminURL: srv.URL("postgres"), srv: srv}, nil
+	return &Env{AdminURL: srv.URL("postgres"), srv: srv, durable: durable}, nil
 }
 
 // Close stops the throwaway server, if one was started.
@@ -143,10 +219,32 @@ func (e *Env) Close() {
 
 // Describe names the server.
 func (e *Env) Describe() string {
-	if e.srv != nil {
-		return "throwaway server (pgtest.Start) in " + e.srv.Dir()
+	switch {
+	case e.srv != nil && e.durable:
+		return "throwaway durable server (pgtest.StartDurable) in " + e.srv.Dir()
+	case e.srv != nil:
+		return "throwaway fast server (pgtest.Start, -fsync=false) in " + e.srv.Dir()
 	}
 	return "server of -db"
+}
+
+// Durability reports the server's fsync, full_page_writes and
+// synchronous_commit settings, as the server shows them.
+func (e *Env) Durability(ctx context.Context) string {
+	conn, err := pgx.Connect(ctx, e.AdminURL)
+	if err != nil {
+		return "?"
+	}
+	defer conn.Close(ctx)
+	var s []string
+	for _, name := range []string{"fsync", "full_page_writes", "synchronous_commit"} {
+		var v string
+		if err := conn.QueryRow(ctx, "SHOW "+name).Scan(&v); err != nil {
+			v = "?"
+		}
+		s = append(s, name+"="+v)
+	}
+	return strings.Join(s, " ")
 }
 
 // ServerVersion is the server's version string.
@@ -199,20 +297,40 @@ type NoopArgs struct {
 // Kind names the job kind.
 func (NoopArgs) Kind() string { return "noop" }
 
-// NoopWorker works a NoopArgs job by doing nothing.
+// NoopWorker works a NoopArgs job by waiting Wait (Options.Work; 0: not at
+// all) and succeeding.
 type NoopWorker struct {
 	river.WorkerDefaults[NoopArgs]
+	Wait time.Duration
 }
 
-// Work does nothing.
-func (NoopWorker) Work(context.Context, *river.Job[NoopArgs]) error { return nil }
+// Work waits w.Wait, or until ctx ends (then it fails with ctx's error).
+func (w NoopWorker) Work(ctx context.Context, _ *river.Job[NoopArgs]) error {
+	return wait(ctx, w.Wait)
+}
+
+// wait is the handler work of both systems: it sleeps d, or returns ctx's
+// error if ctx ends first.
+func wait(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 // RunRiver migrates River's schema into a fresh database, inserts o.Rows
 // jobs (untimed) and times a client draining them; completion is counted on
 // the client's subscription to completed events (emitted after the
 // completer has written the completed state).
 func RunRiver(ctx context.Context, env *Env, o Options, rc RiverConfig) (Result, error) {
-	res := Result{System: "River v0.51.2", Config: rc.String(), Rows: o.Rows}
+	res := Result{System: "River v0.51.2", Mode: ModeBatchFetch, Config: rc.String(), Rows: o.Rows}
 	url, drop, err := env.database(ctx, "river")
 	if err != nil {
 		return res, err
@@ -233,7 +351,7 @@ func RunRiver(ctx context.Context, env *Env, o Options, rc RiverConfig) (Result,
 	}
 
 	workers := river.NewWorkers()
-	river.AddWorker(workers, NoopWorker{})
+	river.AddWorker(workers, NoopWorker{Wait: o.Work})
 
 	// Insert with a client that works no queues (untimed).
 	ins, err := river.NewClient(driver, &river.Config{Workers: workers, Logger: quiet})
@@ -317,7 +435,7 @@ func RunRiver(ctx context.Context, env *Env, o Options, rc RiverConfig) (Result,
 
 // --- berth pgbridge ------------------------------------------------------------
 
-// Job is the berth no-op message.
+// Job is the berth no-op message (its handler waits Options.Work).
 type Job struct {
 	N int
 }
@@ -328,7 +446,7 @@ type Job struct {
 // is counted by the subscription's OnSettled (called after each row's
 // settlement committed).
 func RunBerth(ctx context.Context, env *Env, o Options, bc BerthConfig) (Result, error) {
-	res := Result{System: "berth pgbridge", Config: bc.String(), Rows: o.Rows}
+	res := Result{System: "berth pgbridge", Mode: bc.Mode(), Config: bc.String(), Rows: o.Rows}
 	url, drop, err := env.database(ctx, "berth")
 	if err != nil {
 		return res, err
@@ -361,7 +479,7 @@ func RunBerth(ctx context.Context, env *Env, o Options, bc BerthConfig) (Result,
 	finished := make(chan struct{})
 	n := int64(o.Rows)
 	sub := &pgbridge.Subscription{
-		Table: tb, Form: bc.Form, Workers: bc.Workers, Batch: bc.Batch,
+		Table: tb, Form: bc.Form, Workers: bc.Workers, Batch: bc.Batch, Concurrency: bc.Concurrency,
 		PollInterval: 10 * time.Millisecond,
 		OnSettled: func(d *pgbridge.Delivery, oc pgbridge.Outcome, err error) {
 			if err != nil || oc.Kind != pgbridge.KindAck {
@@ -373,7 +491,11 @@ func RunBerth(ctx context.Context, env *Env, o Options, bc BerthConfig) (Result,
 			}
 		},
 	}
+	work := o.Work
 	err = b.Subscribe(sub, pgbridge.Messages(func(ctx context.Context, d *pgbridge.Delivery, m Job) pgbridge.Outcome {
+		if wait(ctx, work) != nil {
+			return pgbridge.Retry // counted as failed by OnSettled
+		}
 		return pgbridge.Ack
 	}))
 	if err != nil {
@@ -460,14 +582,14 @@ func Table(rs []Result) string {
 		}
 	}
 	var sb strings.Builder
-	sb.WriteString("| system | configuration | rows | seconds | rows/s | vs River best |\n")
-	sb.WriteString("|---|---|--:|--:|--:|--:|\n")
+	sb.WriteString("| system | mode | configuration | rows | seconds | rows/s | vs River best |\n")
+	sb.WriteString("|---|---|---|--:|--:|--:|--:|\n")
 	for _, r := range rs {
 		ratio := "n/a"
 		if best > 0 {
 			ratio = fmt.Sprintf("%.2f×", r.RowsPerSec()/best)
 		}
-		fmt.Fprintf(&sb, "| %s | %s | %d | %.3f | %.0f | %s |\n", r.System, r.Config, r.Rows, r.Elapsed.Seconds(), r.RowsPerSec(), ratio)
+		fmt.Fprintf(&sb, "| %s | %s | %s | %d | %.3f | %.0f | %s |\n", r.System, r.Mode, r.Config, r.Rows, r.Elapsed.Seconds(), r.RowsPerSec(), ratio)
 	}
 	return sb.String()
 }

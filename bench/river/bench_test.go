@@ -13,11 +13,20 @@ import (
 	"github.com/berthrt/berth/internal/pgtest"
 )
 
-// go test -run '^$' -bench . -benchtime 1x -timeout 30m [-args -rows 50000 -db URL]
+// go test -run '^$' -bench . -benchtime 1x -timeout 30m [-args -rows 50000 -work 1ms -fsync=false -db URL]
 var (
-	benchDB   = flag.String("db", "", "URL of a database on an existing server (default: BERTH_TEST_DATABASE_URL, else a throwaway server)")
-	benchRows = flag.Int("rows", DefaultOptions().Rows, "jobs / rows per drain")
+	benchDB    = flag.String("db", "", "URL of a database on an existing server (default: BERTH_TEST_DATABASE_URL, else a throwaway server)")
+	benchRows  = flag.Int("rows", DefaultOptions().Rows, "jobs / rows per drain")
+	benchWork  = flag.Duration("work", 0, "how long each job's / row's handler waits before it succeeds (0: no-op)")
+	benchFsync = flag.Bool("fsync", true, "the throwaway server runs with Postgres's default durability (pgtest.StartDurable); false: fsync off (pgtest.Start)")
 )
+
+// benchOptions are the options of the benchmarks' drains.
+func benchOptions() Options {
+	o := DefaultOptions()
+	o.Rows, o.Work = *benchRows, *benchWork
+	return o
+}
 
 var shared struct {
 	once sync.Once
@@ -42,7 +51,7 @@ func env(b *testing.B) *Env {
 		if u == "" {
 			u = os.Getenv("BERTH_TEST_DATABASE_URL")
 		}
-		shared.env, shared.err = NewEnv(u)
+		shared.env, shared.err = NewEnv(u, *benchFsync)
 	})
 	if errors.Is(shared.err, pgtest.ErrNoPostgres) {
 		b.Skipf("skipped: %v", shared.err)
@@ -62,11 +71,10 @@ func report(b *testing.B, total time.Duration, rows int) {
 
 func label(s string) string { return strings.NewReplacer(" ", "_", "=", "").Replace(s) }
 
-// BenchmarkRiver drains -rows no-op River jobs per op with each default
-// River configuration.
+// BenchmarkRiver drains -rows River jobs (each waiting -work) per op with
+// each default River configuration.
 func BenchmarkRiver(b *testing.B) {
-	o := DefaultOptions()
-	o.Rows = *benchRows
+	o := benchOptions()
 	for _, rc := range DefaultRiverConfigs() {
 		b.Run(label(rc.String()), func(b *testing.B) {
 			e := env(b)
@@ -83,11 +91,10 @@ func BenchmarkRiver(b *testing.B) {
 	}
 }
 
-// BenchmarkBerth drains -rows no-op pgbridge rows per op with each default
-// subscription configuration.
+// BenchmarkBerth drains -rows pgbridge rows (each waiting -work) per op
+// with each default subscription configuration.
 func BenchmarkBerth(b *testing.B) {
-	o := DefaultOptions()
-	o.Rows = *benchRows
+	o := benchOptions()
 	for _, bc := range DefaultBerthConfigs() {
 		b.Run(bc.Label, func(b *testing.B) {
 			e := env(b)

@@ -1,6 +1,6 @@
-// Command river compares the no-op job throughput of River (riverqueue/river)
-// with berth's pgbridge on the same Postgres server in the same run, and
-// prints a markdown table.
+// Command river compares the job throughput of River (riverqueue/river) with
+// berth's pgbridge on the same Postgres server in the same run — no-op jobs,
+// or jobs whose handler waits -work — and prints a markdown table.
 //
 // It is a separate module (bench/river/go.mod) so that River never becomes a
 // dependency of github.com/berthrt/berth. See README.md.
@@ -22,10 +22,12 @@ func main() {
 	fs := flag.NewFlagSet("river", flag.ExitOnError)
 	fs.IntVar(&o.Rows, "n", o.Rows, "jobs / rows per measurement")
 	db := fs.String("db", "", "URL of a database on an existing server (the role must be able to CREATE DATABASE); default: start a throwaway server with pgtest")
+	durable := fs.Bool("fsync", true, "the throwaway server runs with Postgres's default durability (pgtest.StartDurable: fsync, full_page_writes, synchronous_commit on); false: fsync off (pgtest.Start)")
+	fs.DurationVar(&o.Work, "work", o.Work, "how long each job's / row's handler waits (time.Sleep-like, ending with its context) before it succeeds; 0: no-op")
 	fs.IntVar(&o.Keys, "keys", o.Keys, "distinct keys of the berth rows")
 	repeat := fs.Int("repeat", 1, "measure each configuration this many times and report the median")
 	riverList := fs.String("river", "", "River configurations, comma-separated MaxWorkers:FetchCooldown:FetchPollInterval (default: "+riverDefaults()+")")
-	berthList := fs.String("berth", "", "berth configurations by label, comma-separated (default: "+berthLabels(DefaultBerthConfigs())+"; also: "+berthLabels(ExtraBerthConfigs())+")")
+	berthList := fs.String("berth", "", "berth configurations by label, comma-separated: <rowlock|lease|advisory>[-w<Workers>][-b<Batch>][-c<Concurrency>] or <form>-batch (Workers 2, Batch 1000), e.g. rowlock-w2-b1000-c200 (default: "+berthLabels(DefaultBerthConfigs())+"; also e.g.: "+berthLabels(ExtraBerthConfigs())+")")
 	fs.BoolVar(&o.Vacuum, "vacuum", o.Vacuum, "VACUUM ANALYZE the table after the untimed insert")
 	conns := fs.Int("conns", int(o.PoolConns), "pgxpool MaxConns of the measured client")
 	fs.DurationVar(&o.Timeout, "timeout", o.Timeout, "bound on one drain")
@@ -50,13 +52,18 @@ func main() {
 	}
 
 	ctx := context.Background()
-	env, err := NewEnv(*db)
+	env, err := NewEnv(*db, *durable)
 	if err != nil {
 		fatal(err)
 	}
 	defer env.Close()
 	load, _ := os.ReadFile("/proc/loadavg")
-	fmt.Fprintf(os.Stderr, "Postgres %s, %s; GOMAXPROCS=%d, NumCPU=%d, loadavg %s\n", env.ServerVersion(ctx), env.Describe(),
+	work := "none (no-op)"
+	if o.Work > 0 {
+		work = o.Work.String() + " per job / row (both systems)"
+	}
+	fmt.Printf("Postgres %s, %s (%s); handler work %s; %d jobs / rows per run; GOMAXPROCS=%d, NumCPU=%d, loadavg %s\n\n",
+		env.ServerVersion(ctx), env.Describe(), env.Durability(ctx), work, o.Rows,
 		runtime.GOMAXPROCS(0), runtime.NumCPU(), strings.TrimSpace(string(load)))
 
 	// Every repetition runs every configuration once, so that a change of
@@ -80,7 +87,7 @@ func main() {
 				env.Close()
 				fatal(fmt.Errorf("%s: %w", j.name, err))
 			}
-			fmt.Fprintf(os.Stderr, "%-16s %-60s %8.3fs %10.0f rows/s\n", r.System, r.Config, r.Elapsed.Seconds(), r.RowsPerSec())
+			fmt.Fprintf(os.Stderr, "%-16s %-23s %-62s %8.3fs %10.0f rows/s\n", r.System, r.Mode, r.Config, r.Elapsed.Seconds(), r.RowsPerSec())
 			runs[i] = append(runs[i], r)
 		}
 	}
@@ -143,18 +150,13 @@ func pickBerth(list string) ([]BerthConfig, error) {
 	if list == "" {
 		return DefaultBerthConfigs(), nil
 	}
-	all := append(DefaultBerthConfigs(), ExtraBerthConfigs()...)
 	var out []BerthConfig
-next:
 	for _, l := range strings.Split(list, ",") {
-		l = strings.TrimSpace(l)
-		for _, c := range all {
-			if c.Label == l {
-				out = append(out, c)
-				continue next
-			}
+		c, err := ParseBerthLabel(strings.TrimSpace(l))
+		if err != nil {
+			return nil, fmt.Errorf("-berth: %w", err)
 		}
-		return nil, fmt.Errorf("-berth: no configuration %q (have %s)", l, berthLabels(all))
+		out = append(out, c)
 	}
 	return out, nil
 }
