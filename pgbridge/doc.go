@@ -95,12 +95,23 @@
 // every subscription claims at once. PollInterval (default 1 s) stays the
 // floor. No triggers.
 //
+// SendWith reports the inserted row's id and takes row options: Priority,
+// RunAt (not claimed before) and a DedupeKey (a message whose dedupe key is
+// that of a row still in the table is not inserted: Published.Duplicate).
+// SendMany inserts many messages with one statement. Broker.Redrive moves
+// dead letters back into their inbox, PruneDeadLetters deletes old ones;
+// Subscription.Pause and Resume stop and restart one subscription's claims;
+// Broker.Backlog reports each subscription's claimable rows and how long
+// the next has waited.
+//
 // # Tables
 //
 // Migrate creates an inbox table with the default columns, its indexes (the
 // partial index on the ready set, the (key, id) index the order guard uses,
-// the leased-rows index the lease rescue uses) and a dead-letter table; see
-// InboxDDL for the SQL. A table of your own works if it has the columns a
+// the leased-rows index the lease rescue uses), the dedupe column with its
+// unique index, and a dead-letter table; see InboxDDL for the first step's
+// SQL. It is versioned per table (pgbridge_schema_version) and takes an
+// advisory lock, so processes that migrate at once all succeed. A table of your own works if it has the columns a
 // subscription reads (id, key, attempt, run_at; type, content_type and
 // payload in payload mode; locked_until for the lease form); name them in
 // Table.Columns, "-" for a column it does not have.

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/berthrt/berth/payload"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -28,13 +27,14 @@ type Columns struct {
 	Priority    string // smallint: higher first
 	LockedUntil string // timestamptz, nullable: the lease token
 	LastError   string // text, nullable
+	DedupeKey   string // text, nullable, unique where set: Outgoing.DedupeKey
 }
 
 // DefaultColumns returns the column names Migrate creates.
 func DefaultColumns() Columns {
 	return Columns{ID: "id", Key: "key", Type: "type", ContentType: "content_type", Payload: "payload",
 		Headers: "headers", Attempt: "attempt", RunAt: "run_at", Priority: "priority",
-		LockedUntil: "locked_until", LastError: "last_error"}
+		LockedUntil: "locked_until", LastError: "last_error", DedupeKey: "dedupe_key"}
 }
 
 // Table describes an inbox table and its dead-letter table.
@@ -68,7 +68,7 @@ func (t Table) cols() Columns {
 		ContentType: pick(c.ContentType, d.ContentType), Payload: pick(c.Payload, d.Payload),
 		Headers: pick(c.Headers, d.Headers), Attempt: pick(c.Attempt, d.Attempt), RunAt: pick(c.RunAt, d.RunAt),
 		Priority: pick(c.Priority, d.Priority), LockedUntil: pick(c.LockedUntil, d.LockedUntil),
-		LastError: pick(c.LastError, d.LastError)}
+		LastError: pick(c.LastError, d.LastError), DedupeKey: pick(c.DedupeKey, d.DedupeKey)}
 }
 
 // ident quotes a possibly schema-qualified name.
@@ -101,13 +101,15 @@ func channelName(table string) string {
 	return c + sum
 }
 
-// InboxDDL returns the SQL Migrate runs for an inbox table named name with
-// the default columns: the table, the partial index on its ready set in
-// claim order (priority descending as -priority, then id: claims use it
-// for their order and to continue from the latest claim's position), the
-// index the per-key order guard and the advisory form use, the index of
-// leased rows the lease rescue uses, and (when deadLetter is not "") the
-// dead-letter table.
+// InboxDDL returns the SQL of Migrate's first step for an inbox table
+// named name with the default columns: the table, the partial index on its
+// ready set in claim order (priority descending as -priority, then id:
+// claims use it for their order and to continue from the latest claim's
+// position), the index the per-key order guard and the advisory form use,
+// the index of leased rows the lease rescue uses, and (when deadLetter is
+// not "") the dead-letter table. Migrate's second step adds the dedupe
+// column (dedupe_key text) and its unique index over the rows that have
+// one.
 //
 //	CREATE TABLE IF NOT EXISTS inbox (
 //	    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -168,17 +170,4 @@ type Querier interface {
 	Execer
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// Migrate creates the inbox table t (with the default columns), its
-// indexes and its dead-letter table, if they do not exist (InboxDDL). Tables
-// of your own need only the columns a subscription reads.
-func Migrate(ctx context.Context, db Execer, t Table) error {
-	if t.Name == "" {
-		return payload.NewError(payload.InvalidOperation, "pgbridge.Migrate", "empty table name")
-	}
-	if _, err := db.Exec(ctx, InboxDDL(t.Name, t.DeadLetter)); err != nil {
-		return dbError("pgbridge.Migrate", err)
-	}
-	return nil
 }

@@ -18,10 +18,6 @@ var (
 	ErrGenerationRange = payload.NewError(payload.InvalidOperation, "pgstore", "generation above math.MaxInt64")
 )
 
-const kindNotConfigured = payload.NotConfigured
-
-func newError(k payload.Kind, op, detail string) error { return payload.NewError(k, op, detail) }
-
 // wrapErr turns an error of a database call into the error the call
 // returns. A done ctx wins: the caller gets ctx.Err() itself, as the
 // interfaces promise. Transient failures (the connection, serialization

@@ -3,13 +3,12 @@ package pgstore
 import (
 	"context"
 	"embed"
-	"fmt"
 	"io/fs"
 	"sort"
 	"strconv"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/berthrt/berth/internal/migrate"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -21,21 +20,19 @@ var migrationFS embed.FS
 // Other users of advisory locks on the same database must not use it.
 const migrateLockKey int64 = 0x6265727468_7067 // "berth" "pg"
 
-// migration is one embedded .sql file: NNNN_name.sql.
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
+// versionTable records the applied migrations: (version integer PRIMARY
+// KEY, name text, applied_at timestamptz), no scope column.
+const versionTable = "pgstore_schema_version"
 
-// migrations returns the embedded migrations in version order. It panics
-// on a misnamed file: the set is fixed at build time.
-func migrations() []migration {
+// migrations returns the embedded migrations (NNNN_name.sql) in version
+// order. It panics on a misnamed file or a gap in the numbering: the set
+// is fixed at build time.
+func migrations() []migrate.Step {
 	entries, err := fs.ReadDir(migrationFS, "migrations")
 	if err != nil {
 		panic("pgstore: " + err.Error())
 	}
-	var out []migration
+	var out []migrate.Step
 	for _, e := range entries {
 		base := strings.TrimSuffix(e.Name(), ".sql")
 		num, name, ok := strings.Cut(base, "_")
@@ -47,12 +44,12 @@ func migrations() []migration {
 		if err != nil {
 			panic("pgstore: " + err.Error())
 		}
-		out = append(out, migration{version: v, name: name, sql: string(b)})
+		out = append(out, migrate.Step{Version: v, Name: name, SQL: string(b)})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	for i := range out {
-		if out[i].version != i+1 {
-			panic(fmt.Sprintf("pgstore: migrations are not numbered 1, 2, 3...: %d at position %d", out[i].version, i+1))
+		if out[i].Version != i+1 {
+			panic("pgstore: migrations are not numbered 1, 2, 3...: " + strconv.Itoa(out[i].Version) + " at position " + strconv.Itoa(i+1))
 		}
 	}
 	return out
@@ -76,52 +73,11 @@ func SchemaVersion() int { return len(migrations()) }
 // of a deployment.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	const op = "pgstore.Migrate"
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	// One transaction: the advisory lock is held until it commits, and a
-	// failed migration leaves no half-applied schema (Postgres DDL is
-	// transactional).
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrateLockKey); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS pgstore_schema_version (
-			version    integer PRIMARY KEY,
-			name       text NOT NULL,
-			applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-			return err
-		}
-		var have int
-		if err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM pgstore_schema_version").Scan(&have); err != nil {
-			return err
-		}
-		all := migrations()
-		if have > len(all) {
-			return errNewerSchema{have: have, want: len(all)}
-		}
-		for _, m := range all[have:] {
-			if _, err := tx.Exec(ctx, m.sql); err != nil {
-				return fmt.Errorf("migration %04d_%s: %w", m.version, m.name, err)
-			}
-			if _, err := tx.Exec(ctx, "INSERT INTO pgstore_schema_version (version, name) VALUES ($1, $2)", m.version, m.name); err != nil {
-				return err
-			}
-		}
-		return nil
+	return migrate.Apply(ctx, pool, migrate.Plan{
+		Op:      op,
+		Table:   versionTable,
+		LockKey: migrateLockKey,
+		Steps:   migrations(),
+		Wrap:    func(err error) error { return wrapErr(ctx, op, err) },
 	})
-	if err != nil {
-		if e, ok := err.(errNewerSchema); ok {
-			return newError(kindNotConfigured, op, e.Error())
-		}
-		return wrapErr(ctx, op, err)
-	}
-	return nil
-}
-
-// errNewerSchema: the database was migrated by a newer pgstore.
-type errNewerSchema struct{ have, want int }
-
-func (e errNewerSchema) Error() string {
-	return fmt.Sprintf("database schema version %d is newer than this binary's %d", e.have, e.want)
 }
