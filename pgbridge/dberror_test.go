@@ -3,6 +3,7 @@ package pgbridge
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,5 +54,46 @@ func TestAFailedPublishCarriesTheKindOfItsCause(t *testing.T) {
 	pool.Close()
 	if err := Send(bg, b, pool, repo, "k", Job{}); !errors.Is(err, payload.Unavailable) {
 		t.Errorf("a closed pool: %v, want Unavailable", err)
+	}
+}
+
+// A row whose payload does not decode never reaches the handler: the
+// DecodeDrop policy (the default) deletes it, counted as dropped;
+// DecodeRetry makes it ready again after DecodeRetryDelay, its attempt
+// counted.
+func TestAnUndecodableRowIsSettledByTheDecodePolicy(t *testing.T) {
+	for _, policy := range []DecodePolicy{DecodeDrop, DecodeRetry} {
+		t.Run(map[DecodePolicy]string{DecodeDrop: "drop", DecodeRetry: "retry"}[policy], func(t *testing.T) {
+			pool, _ := newPool(t)
+			tb := Table{Name: "inbox"}
+			migrate(t, pool, tb)
+			b := newBroker(t, Config{Pool: pool})
+			if err := (Repository{Broker: b, Table: tb}).Publish(bg, pool, Outgoing{Key: "k", Type: "Job", ContentType: "application/json", Body: []byte(`{"N":`)}); err != nil {
+				t.Fatal(err)
+			}
+			var ran atomic.Int32
+			subscribe(t, b, &Subscription{Table: tb, DecodePolicy: policy, DecodeRetryDelay: time.Hour, PollInterval: 10 * time.Millisecond},
+				Messages(func(ctx context.Context, d *Delivery, m Job) Outcome { ran.Add(1); return Ack }))
+			waitFor(t, "the row settled", func() bool { st := b.Stats(); return st.Dropped+st.Retried == 1 })
+			b.Close()
+			st := b.Stats()
+			if ran.Load() != 0 || st.DecodeFailures != 1 {
+				t.Fatalf("the handler ran %d times, %d decode failures; want 0 and 1", ran.Load(), st.DecodeFailures)
+			}
+			if policy == DecodeDrop {
+				if st.Dropped != 1 || count(t, pool, "inbox") != 0 {
+					t.Fatalf("stats %+v, %d rows left; want the row dropped", st, count(t, pool, "inbox"))
+				}
+				return
+			}
+			var attempt int
+			var later bool
+			if err := pool.QueryRow(bg, "SELECT attempt, run_at > now() + interval '50 minutes' FROM inbox").Scan(&attempt, &later); err != nil {
+				t.Fatal(err)
+			}
+			if st.Retried != 1 || attempt != 1 || !later {
+				t.Fatalf("stats %+v, attempt %d, an hour away %v; want retried in an hour", st, attempt, later)
+			}
+		})
 	}
 }
