@@ -144,7 +144,7 @@ func TestPostgresRestartedMidRunSubscriptionsContinue(t *testing.T) {
 			}
 			tb := Table{Name: "inbox"}
 			migrate(t, pool, tb)
-			b := newBroker(t, Config{Pool: pool, ListenNotify: true})
+			b := newBroker(t, Config{Pool: pool, ListenNotify: true, Logger: testLog(t)})
 			const jobs = 400
 			sendJobs(t, b, tb, jobs)
 			ta := newTally()

@@ -2,6 +2,8 @@ package pgbridge
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,4 +77,16 @@ func subscribe(t testing.TB, b *Broker, s *Subscription, h Handler) {
 	if err := b.Start(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// testLog is a logger that writes to the test's log (shown when it fails).
+func testLog(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
 }

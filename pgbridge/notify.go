@@ -92,8 +92,13 @@ func (n *notifier) listen() {
 // connect takes the listener's connection from the pool — made with the
 // pool's configuration and hooks (BeforeConnect, AfterConnect) — and
 // hijacks it: it leaves the pool, which may open another in its place.
+//
+// The wait is bounded by the statement timeout: a connection attempt to a
+// server that is restarting may never be answered.
 func (n *notifier) connect() (*pgx.Conn, error) {
-	pc, err := n.b.pool.Acquire(n.b.ctx)
+	ctx, cancel := context.WithTimeout(n.b.ctx, n.b.cfg.StatementTimeout)
+	defer cancel()
+	pc, err := n.b.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
