@@ -327,7 +327,7 @@ func (s *Subscription) retryDelay(attempt int) time.Duration {
 const DefaultMaxAttempts = 25
 
 // DefaultConcurrency caps Subscription.Concurrency's default.
-const DefaultConcurrency = 64
+const DefaultConcurrency = 256
 
 // DefaultHandlerTimeout is Subscription.HandlerTimeout's default.
 const DefaultHandlerTimeout = time.Minute

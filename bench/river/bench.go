@@ -116,7 +116,7 @@ func (c BerthConfig) Mode() string {
 // ParseBerthLabel reads a berth configuration label: the form (rowlock,
 // lease or advisory), then, each optional and separated by "-", w<N>
 // (Workers, default 1), b<N> (Batch, default 1), c<N> (Concurrency, default
-// min(Batch, 64)), or "batch" (Workers 2, Batch 1000) — for example
+// min(Batch, pgbridge.DefaultConcurrency)), or "batch" (Workers 2, Batch 1000) — for example
 // rowlock-w8, lease-batch, rowlock-w2-b1000-c200.
 func ParseBerthLabel(label string) (BerthConfig, error) {
 	c := BerthConfig{Label: label, Workers: 1, Batch: 1}
