@@ -33,10 +33,11 @@ type claimer struct {
 	minSet   bool // the claim's first position so far
 	minP     int32
 	minID    int64
-	xid      int64     // row lock: the claim's transaction id
-	tx       claimTx   // row lock: the claim's transaction, as handlers see it
-	solo     []int64   // row lock: rows of a rolled-back batch, to claim again one at a time
-	started  time.Time // row lock: the server's start time at the claim
+	xid      int64      // row lock: the claim's transaction id
+	tx       claimTx    // row lock: the claim's transaction, as handlers see it
+	hctx     handlerCtx // the handler's context, with its deadline
+	solo     []int64    // row lock: rows of a rolled-back batch, to claim again one at a time
+	started  time.Time  // row lock: the server's start time at the claim
 
 	bt      pgx.Batch // reused for every round trip
 	args    []any     // reused claim arguments (claimQuery)
@@ -867,9 +868,12 @@ func (e *extender) stop() time.Time {
 // subscription's handler deadline.
 func (c *claimer) run() {
 	if t := c.s.HandlerTimeout; t > 0 {
-		ctx, cancel := context.WithTimeout(c.b.ctx, t)
-		c.r.run(ctx, c.live)
-		cancel()
+		if c.hctx.parent == nil {
+			c.hctx.init(c.b.ctx)
+		}
+		c.hctx.arm(t)
+		c.r.run(&c.hctx, c.live)
+		c.hctx.disarm()
 		return
 	}
 	c.r.run(c.b.ctx, c.live)

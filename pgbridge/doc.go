@@ -41,7 +41,8 @@
 // minute). Row-lock and advisory claimers hold a connection while their
 // handlers run, so Subscribe keeps one connection of the pool free of them.
 // A lease whose claimer died runs out and the row is made claimable again
-// by whichever claimer comes first, every PollInterval.
+// by whichever claimer comes first, every PollInterval (at most once a
+// second).
 //
 // # Payload mode and row mode
 //

@@ -98,6 +98,14 @@ func (r *msgRunner[M]) read(d *Delivery, body []byte) error {
 }
 
 func (r *msgRunner[M]) run(ctx context.Context, ds []*Delivery) {
+	if r.each.alone(ds) { // no closure: r.one as a value allocates
+		for _, d := range ds {
+			if d.undec == nil {
+				r.one(ctx, d)
+			}
+		}
+		return
+	}
 	r.each.run(ctx, ds, r.one)
 }
 
@@ -208,6 +216,14 @@ type rowRunner struct {
 func (r *rowRunner) read(d *Delivery, body []byte) error { return nil }
 
 func (r *rowRunner) run(ctx context.Context, ds []*Delivery) {
+	if r.each.alone(ds) {
+		for _, d := range ds {
+			if d.undec == nil {
+				r.one(ctx, d)
+			}
+		}
+		return
+	}
 	r.each.run(ctx, ds, r.one)
 }
 
@@ -231,8 +247,12 @@ type concurrent struct {
 	next   atomic.Int64   // the next chain to run
 }
 
+// alone reports whether ds run one after another (one row, or a
+// concurrency of 1).
+func (c *concurrent) alone(ds []*Delivery) bool { return c.n <= 1 || len(ds) <= 1 }
+
 func (c *concurrent) run(ctx context.Context, ds []*Delivery, one func(context.Context, *Delivery)) {
-	if c.n <= 1 || len(ds) <= 1 {
+	if c.alone(ds) {
 		for _, d := range ds {
 			if d.undec == nil {
 				one(ctx, d)

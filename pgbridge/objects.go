@@ -116,7 +116,10 @@ func (r *objRunner) run(ctx context.Context, ds []*Delivery) {
 			d.outcome = r.onError(d, err)
 		case rep != nil:
 			d.outcome = Ack
-			if perr := r.publishReply(ctx, d, rep); perr != nil {
+			// The broker's context, not the handler's: the object's turn
+			// is over, and a statement watching a context of its own
+			// costs allocations per reply.
+			if perr := r.publishReply(r.b.ctx, d, rep); perr != nil {
 				d.outcome = RetryAfter(r.s.retryDelay(d.Attempt), "reply not published: "+perr.Error())
 			}
 			rep.Release()

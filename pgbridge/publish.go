@@ -92,7 +92,11 @@ type Routed struct {
 
 // Publish inserts m into the table of its route.
 func (r Routed) Publish(ctx context.Context, db Querier, m Outgoing) error {
-	_, err := r.Insert(ctx, db, m)
+	t, err := r.route(m.Type)
+	if err != nil {
+		return err
+	}
+	_, err = r.Broker.insert(ctx, db, t, m, false)
 	return err
 }
 
@@ -234,10 +238,7 @@ func (b *Broker) insert(ctx context.Context, db Querier, t Table, m Outgoing, re
 	var p Published
 	if ret || m.DedupeKey != "" {
 		v |= insReturning
-		err = db.QueryRow(ctx, b.insertSQL(t, c, v), args[:n]...).Scan(&p.ID)
-		if errors.Is(err, pgx.ErrNoRows) { // the dedupe key's row is in the table
-			p.Duplicate, err = true, nil
-		}
+		p, err = insertReturning(ctx, db, b.insertSQL(t, c, v), args[:n])
 	} else {
 		_, err = db.Exec(ctx, b.insertSQL(t, c, v), args[:n]...)
 	}
@@ -254,6 +255,18 @@ func (b *Broker) insert(ctx context.Context, db Querier, t Table, m Outgoing, re
 	b.stats.published.Add(1)
 	b.published(db, ct, inTx, t.Name)
 	return p, nil
+}
+
+// insertReturning runs an insert that returns the row's id (none: the
+// dedupe key's row is in the table). Its own function, so that the id
+// scanned into does not move the publish's result to the heap.
+func insertReturning(ctx context.Context, db Querier, sql string, args []any) (Published, error) {
+	var id int64
+	err := db.QueryRow(ctx, sql, args...).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Published{Duplicate: true}, nil
+	}
+	return Published{ID: id}, err
 }
 
 // published wakes the subscriptions of a table a row was inserted into,

@@ -365,15 +365,15 @@ func (s *Subscription) start() {
 
 // rescueDue reports whether the lease rescue is due at now, and if so
 // takes it: whichever claimer of the subscription comes to its next claim
-// first runs it, at most every PollInterval (and half lease), so a row
-// whose lease ran out waits at most about that long, whatever the other
-// claimers are running.
+// first runs it, every PollInterval but at most once a second (and at
+// least every half lease), so a row whose lease ran out waits about that
+// long, whatever the other claimers are running.
 func (s *Subscription) rescueDue(now int64) bool {
 	at := s.rescueAt.Load()
 	if now < at {
 		return false
 	}
-	every := min(s.PollInterval, s.Lease/2)
+	every := min(max(s.PollInterval, time.Second), s.Lease/2)
 	return s.rescueAt.CompareAndSwap(at, now+int64(every))
 }
 
