@@ -76,8 +76,11 @@
 //     to be claimed again.
 //   - Every claim and settlement statement has a deadline
 //     (Config.StatementTimeout); no statement runs under a lock another
-//     claimer needs (the only lock, a lease claim's extender mutex, orders
-//     its own extension and settlement).
+//     claimer needs. Two locks are held across a statement, each private
+//     to one claimer: a lease claim's extender mutex (orders its own
+//     extension and settlement) and a row-lock claim's transaction lock
+//     (its rows, running side by side, take the transaction one statement
+//     at a time). The others are leaves, held for a few instructions.
 //
 // # Publishing and listen_notify
 //
