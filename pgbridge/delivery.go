@@ -49,7 +49,11 @@ type Delivery struct {
 // Tx is the claim's transaction in the row-lock form (nil in the others):
 // statements on it commit or roll back with the row's settlement — a reply
 // inserted through it (Repository, Routed, Send) is published exactly when
-// the row is settled. In a batch it is shared by every row of the claim.
+// the row is settled. In a batch it is shared by every row of the claim,
+// whose handlers may run side by side (Subscription.Concurrency): it runs
+// one statement at a time, from the statement's start until its rows are
+// read to the end or closed (or a QueryRow's Scan) — so a handler finishes
+// with one Query's rows before its next statement on it.
 func (d *Delivery) Tx() Querier {
 	if d.form != RowLock || d.tx == nil {
 		return nil
