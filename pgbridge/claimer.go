@@ -89,6 +89,11 @@ func (c *claimer) loop() {
 		if err == nil && (n >= s.Batch || len(c.solo) > 0) {
 			continue // more may be ready, or a rolled-back batch's rows wait to run one at a time
 		}
+		if err == nil && n > 0 && (s.Ordered || s.Form == Advisory) {
+			// The claim's rows settled: the next row of each of their keys
+			// became claimable (a claim takes a key's oldest row only).
+			continue
+		}
 		if err == nil && c.fromSet {
 			// Nothing from the floor on: look from the start before
 			// sleeping.

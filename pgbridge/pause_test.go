@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/berthrt/berth/internal/testutil"
 )
 
 // Pause stops one subscription claiming — the claim in work finishes and
@@ -76,5 +78,30 @@ func TestBacklogCountsClaimableRowsAndTheNextOnesWait(t *testing.T) {
 	}
 	if bl, err := b.Backlog(bg); err != nil || bl[0].Ready != 0 || bl[0].OldestReady != 0 {
 		t.Fatalf("backlog %+v, %v; want none ready", bl, err)
+	}
+}
+
+// Per-key order: when a key's row settles, its next row is claimed at once
+// — it became claimable then — not at the next poll (a minute here).
+func TestAKeysNextRowIsClaimedWhenTheRowBeforeItSettles(t *testing.T) {
+	for _, c := range []struct {
+		form    Form
+		ordered bool
+	}{{RowLock, true}, {Lease, true}, {Advisory, false}} {
+		t.Run(c.form.String(), func(t *testing.T) {
+			pool, _ := newPool(t)
+			tb := Table{Name: "inbox"}
+			migrate(t, pool, tb)
+			b := newBroker(t, Config{Pool: pool})
+			for i := range 3 {
+				if err := Send(bg, b, pool, Repository{Broker: b, Table: tb}, "one key", Job{N: i}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var ran atomic.Int32
+			subscribe(t, b, &Subscription{Table: tb, Form: c.form, Ordered: c.ordered, Batch: 4, PollInterval: time.Minute},
+				Messages(func(ctx context.Context, d *Delivery, m Job) Outcome { ran.Add(1); return Ack }))
+			testutil.WaitForWithin(t, "the key's three rows ran", 10*time.Second, func() bool { return ran.Load() == 3 })
+		})
 	}
 }
