@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/berthrt/berth/payload"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // tally records runs and successful settlements per job.
@@ -244,17 +243,7 @@ func TestLeaseExtendedWhileHandlerRuns(t *testing.T) {
 // extension still finds one (a lease claim holds none while its handler
 // runs).
 func testLeaseExtended(t *testing.T, conns int32) {
-	pool, _ := newPool(t)
-	cfg, err := pgxpool.ParseConfig(pool.Config().ConnConfig.ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = conns
-	pool, err = pgxpool.NewWithConfig(bg, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := smallPool(t, conns)
 	tb := Table{Name: "inbox"}
 	migrate(t, pool, tb)
 	b := newBroker(t, Config{Pool: pool})

@@ -2,7 +2,6 @@ package pgbridge
 
 import (
 	"context"
-	"errors"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/berthrt/berth/payload"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Form is how a subscription claims rows.
@@ -303,12 +301,8 @@ func (s *Subscription) check() error {
 			continue
 		}
 		if _, err := c.Conn().PgConn().Prepare(ctx, "", q, nil); err != nil {
-			var pge *pgconn.PgError
-			if errors.As(err, &pge) && (pge.Code == "42P01" || pge.Code == "42703" || pge.Code == "3F000") {
-				return &payload.Error{Kind: payload.NotFound, Op: op,
-					Detail: "subscription " + s.Name + " on table " + s.Table.Name + ": " + pge.Message, Err: err}
-			}
-			return dbError(op, err)
+			return &payload.Error{Kind: dbKind(err), Op: op,
+				Detail: "subscription " + s.Name + " on table " + s.Table.Name, Err: err}
 		}
 	}
 	return nil
