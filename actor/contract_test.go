@@ -483,6 +483,11 @@ func TestAbortedMoveRunsTheTargetsMessagesPromptlyAndInOrder(t *testing.T) {
 	if err := Tell(bg, a, ref, SeqMsg{Seq: 1}); err != nil { // lives on a
 		t.Fatal(err)
 	}
+	// Its state exists before the move: an object whose first turn has not
+	// run yet has no state to restore, and its target runs the factory.
+	if got, err := Ask[GetSeqs, []int](bg, a, ref, GetSeqs{}); err != nil || fmt.Sprint(got) != "[1]" {
+		t.Fatalf("before the move the object ran %v, %v; want [1]", got, err)
+	}
 	chunk, release := make(chan struct{}), make(chan struct{})
 	var once atomic.Bool
 	n.SetRecordHook(func(from, to string, rec relocation.Record) bool {
