@@ -12,7 +12,7 @@ import (
 	"github.com/berthrt/berth/transport"
 )
 
-// Routing between hosts (DESIGN §8, §9; the rules are package route's).
+// Routing between hosts (docs/architecture.md, "Relocation", "Order, routing and transports"; the rules are package route's).
 //
 // Where an object runs is decided by the Location Store. A host looks an
 // object up in this order: its own owners; its route table (forwarding

@@ -16,7 +16,7 @@ import (
 	"github.com/berthrt/berth/transport"
 )
 
-// Defaults for Config fields left zero (DESIGN §5–§6).
+// Defaults for Config fields left zero (docs/architecture.md, "Job queue, lanes and back-pressure", "Submit and completion").
 const (
 	DefaultMaxRequestsInFlight = 4096
 	DefaultSendTimeout         = time.Second

@@ -6,7 +6,7 @@ import (
 	"github.com/berthrt/berth/payload"
 )
 
-// The error kinds of DESIGN §7, the same values as in package payload, so
+// The error kinds of docs/architecture.md, "Errors", the same values as in package payload, so
 // errors.Is(err, actor.Unavailable) and errors.Is(err, payload.Unavailable)
 // are the same test.
 const (

@@ -15,7 +15,7 @@ import (
 	"github.com/berthrt/berth/transport"
 )
 
-// The host's side of the seam between hosts (DESIGN §2, §9). A host
+// The host's side of the seam between hosts (docs/architecture.md, "Packages", "Order, routing and transports"). A host
 // reaches other hosts only through its transport (Config.Transport) —
 // items of bytes, in order per peer, and link events — and learns who
 // they are only from its membership (Config.Membership): their states,

@@ -13,7 +13,7 @@ import (
 	"github.com/berthrt/berth/route"
 )
 
-// Order per sending host (DESIGN §9; the rules are package route's).
+// Order per sending host (docs/architecture.md, "Order, routing and transports"; the rules are package route's).
 //
 // With a transport, every message a host sends to an object is stamped — its
 // origin (this host), an epoch and a sequence number per object — in the

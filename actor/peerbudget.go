@@ -12,7 +12,7 @@ import (
 )
 
 // The per-peer bound on what a host keeps of one peer's messages, and the
-// credit that holds a peer's outside senders below it (DESIGN §9a;
+// credit that holds a peer's outside senders below it (docs/architecture.md, "Identity, bounds and hostile input";
 // Config.PeerInbound).
 //
 // The transport bounds what it read from a peer and the handler has not

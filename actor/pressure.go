@@ -11,7 +11,7 @@ import (
 	"github.com/berthrt/berth/transport"
 )
 
-// Back-pressure from a reorder buffer (DESIGN §9): the bound on what an
+// Back-pressure from a reorder buffer (docs/architecture.md, "Order, routing and transports"): the bound on what an
 // object holds for one sender (route.DefaultMaxHeld) never releases
 // anything out of order; past it, the object's host pushes back on that
 // sender instead.

@@ -21,7 +21,7 @@ import (
 
 // spyStore records the stack of every Location Store call that runs on a
 // goroutine where no store call may run (the host-to-host seam,
-// DESIGN §2): a transport's delivery goroutine, or a goroutine that is
+// docs/architecture.md, "Packages"): a transport's delivery goroutine, or a goroutine that is
 // granting a job permit (which may be any goroutine that freed one,
 // including a transport's).
 type spyStore struct {
@@ -179,7 +179,7 @@ func TestNoStoreCallRunsOnATransportOrPermitGrantingGoroutine(t *testing.T) {
 
 // The actor package depends on the interfaces between hosts only: no
 // transport, store or membership implementation outside the interface
-// packages (DESIGN §2), so a host runs over whatever its Config hands it.
+// packages (docs/architecture.md, "Packages"), so a host runs over whatever its Config hands it.
 func TestActorImportsNoTransportOrStoreImplementation(t *testing.T) {
 	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
 	out, err := exec.Command(goTool, "list", "-deps", ".").CombinedOutput()
@@ -228,7 +228,7 @@ func (p *rawPeer) items() []transport.Item {
 }
 
 // A frame off a link that cannot be opened loses nothing silently
-// (DESIGN §7): a malformed header is dropped and counted as a protocol
+// (docs/architecture.md, "Errors"): a malformed header is dropped and counted as a protocol
 // rejection; a message whose content type this host does not know is
 // failed back to its asker with a ProtocolError; a reply whose content
 // type this host does not know still goes to its request (the asker

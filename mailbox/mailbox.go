@@ -7,7 +7,7 @@ import (
 	"github.com/berthrt/berth/payload"
 )
 
-// Lane limits and item accounting (DESIGN §5).
+// Lane limits and item accounting (docs/architecture.md, "Job queue, lanes and back-pressure").
 const (
 	// ItemOverhead is what every item reserves on top of its payload size.
 	ItemOverhead = 256

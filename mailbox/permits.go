@@ -24,7 +24,7 @@ type Grantee interface {
 	Abandoned()
 }
 
-// Permits is the host-wide application job queue (DESIGN §5): a counter of
+// Permits is the host-wide application job queue (docs/architecture.md, "Job queue, lanes and back-pressure"): a counter of
 // at most Max permits, where permits in use are queued application jobs.
 // Waiting for a permit is a wait, never a rejection: Acquire blocks
 // (cancellably) and Enqueue waits asynchronously. Waiters are served in

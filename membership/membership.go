@@ -1,6 +1,6 @@
 // Package membership says who the hosts are: each member's name, address,
 // state (serving, draining, gone), the kinds it serves, and the lease that
-// keeps it in the list (DESIGN §2, §8). Hosts learn their peers only from a
+// keeps it in the list (docs/architecture.md, "Packages", "Relocation"). Hosts learn their peers only from a
 // Membership; two hosts never ask each other who else exists.
 //
 // Membership is the contract; Memory is its in-memory implementation (the
@@ -51,7 +51,7 @@ import (
 	"github.com/berthrt/berth/relocation"
 )
 
-// Lease timing: the Location Store's host leases (DESIGN §8), one
+// Lease timing: the Location Store's host leases (docs/architecture.md, "Relocation"), one
 // definition for both.
 const (
 	// DefaultTTL is how long a lease lasts after a join or a renewal, by

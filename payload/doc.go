@@ -36,7 +36,7 @@
 //     nothing.
 //
 // Copy accounting (Pool.Stats) counts full buffer copies, views and decodes
-// separately, as spec §5 asks.
+// separately, as docs/architecture.md, "The payload contract", rule 5 asks.
 //
 // # Errors
 //

@@ -6,7 +6,7 @@ import (
 )
 
 // Kind classifies an error. Every berth package reports failures with one of
-// these kinds (DESIGN §7), so callers test errors the same way everywhere:
+// these kinds (docs/architecture.md, "Errors"), so callers test errors the same way everywhere:
 //
 //	if errors.Is(err, payload.ProtocolError) { ... }
 //

@@ -10,7 +10,7 @@ func TestErrorKindsMatchWithErrorsIs(t *testing.T) {
 	kinds := []Kind{NotFound, AlreadyExists, TypeMismatch, NotConfigured, Rejected, Unavailable,
 		CapacityExceeded, DeadlineExceeded, ShuttingDown, ProtocolError, InvalidOperation, DataLost, InternalFailure}
 	if len(kinds) != 13 {
-		t.Fatalf("DESIGN §7 names 13 kinds, test lists %d", len(kinds))
+		t.Fatalf("docs/architecture.md names 13 error kinds, test lists %d", len(kinds))
 	}
 	for _, k := range kinds {
 		err := fmt.Errorf("outer: %w", NewError(k, "op", "detail"))

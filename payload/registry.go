@@ -9,7 +9,7 @@ import (
 )
 
 // SendCacheLimit is the most declared types whose send selection a Registry
-// caches (spec §7). Entries are never evicted; a type first seen after the
+// caches (docs/architecture.md, "The payload contract", rule 7). Entries are never evicted; a type first seen after the
 // cache is full is evaluated against the registrations on every send.
 const SendCacheLimit = 1024
 
@@ -37,7 +37,7 @@ type sendEntry struct {
 }
 
 // Registry maps declared message types to codecs for sending, and content
-// types to codecs for receiving (DESIGN §4, spec §7).
+// types to codecs for receiving (docs/architecture.md, "Codec" and "The payload contract", rule 7).
 //
 // A Registry has two phases. Before Freeze, Register adds codecs; lookups
 // fail with NotConfigured. Freeze fixes the registrations and precomputes the

@@ -5,7 +5,7 @@ import (
 	"unsafe"
 )
 
-// Stats is the copy accounting of a Pool (spec §5): full buffer copies,
+// Stats is the copy accounting of a Pool (docs/architecture.md, "The payload contract", rule 5): full buffer copies,
 // views, and object constructions by decode are counted separately, because
 // they cost different things. All counts are totals since the pool was made.
 type Stats struct {
@@ -19,7 +19,8 @@ type Stats struct {
 	// nothing and are not copies.
 	Views uint64
 	// Decodes counts codec decode callbacks: each constructs the handler's
-	// object graph once. It is the "one deserialization" of spec §5.
+	// object graph once. It is the "one deserialization" of the payload contract
+	// (docs/architecture.md, "The payload contract", rule 5).
 	Decodes uint64
 	// Allocated counts storage allocations that the pool could not serve
 	// from reusable storage.

@@ -1,5 +1,5 @@
 // Package pgbridge delivers rows of Postgres inbox tables to berth objects
-// and handlers, and publishes messages into such tables (spec/pg-path.txt).
+// and handlers, and publishes messages into such tables (docs/architecture.md, "pgbridge").
 //
 // A row is a message: its key names the object (or group), its type and
 // content_type name the message type and codec, and its payload is the

@@ -6,7 +6,7 @@ import (
 	"github.com/berthrt/berth/payload"
 )
 
-// Errors of the bridge, each of a DESIGN §7 kind (test with errors.Is on the
+// Errors of the bridge, each of a kind of docs/architecture.md, "Errors" (test with errors.Is on the
 // variable or on its kind).
 var (
 	// ErrLeaseLost: a lease-form settlement or extension found the row's

@@ -1,4 +1,4 @@
-// Package pgstore is the Location Store (relocation.Store, DESIGN §8) and
+// Package pgstore is the Location Store (relocation.Store, docs/architecture.md, "Relocation") and
 // the membership (membership.Membership) on Postgres, through a
 // pgxpool.Pool the caller owns. Store and Membership pass the same
 // conformance suites as the in-memory implementations

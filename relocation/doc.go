@@ -1,6 +1,6 @@
 // Package relocation is berth's live move protocol as pure state machines,
 // the move record, the Location Store interface and its in-memory
-// implementation (DESIGN §8).
+// implementation (docs/architecture.md, "Relocation").
 //
 // Source and Target do no I/O, start no goroutine and read no clock:
 // protocol records, action results, store results and ticks go in (Step);

@@ -8,7 +8,7 @@ import (
 	"github.com/berthrt/berth/payload"
 )
 
-// Lease timing (DESIGN §8): hosts renew every 5 s; a lease lasts 15 s.
+// Lease timing (docs/architecture.md, "Relocation"): hosts renew every 5 s; a lease lasts 15 s.
 const (
 	LeaseRenew = 5 * time.Second
 	LeaseTTL   = 15 * time.Second

@@ -9,7 +9,7 @@ package tests
 // messages closes only on a fact (a skip notice, or the membership
 // reporting a host gone), never on a timer, and the reorder buffer's
 // bound pushes back on its sender instead of releasing out of order
-// (DESIGN §9).
+// (docs/architecture.md, "Order, routing and transports").
 //
 // Each test draws its random choices from a seed it logs; -slow.seed=N
 // replays one (the seed fixes the choices — the pauses, the sleeps, the

@@ -1,4 +1,4 @@
-// Package transport is the seam between berth hosts (DESIGN §2, §9): the
+// Package transport is the seam between berth hosts (docs/architecture.md, "Packages", "Order, routing and transports"): the
 // only way one host reaches another. A host hands a Transport items for a
 // peer — message and reply frames, relocation records, route hints,
 // control items — as bytes; the transport delivers them, in order, to the

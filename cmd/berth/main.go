@@ -33,7 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/berthrt/berth/actor"
-	"github.com/berthrt/berth/cmd/berth/counter"
+	"github.com/berthrt/berth/examples/counter"
 	"github.com/berthrt/berth/membership"
 	"github.com/berthrt/berth/metrics"
 	"github.com/berthrt/berth/relocation"

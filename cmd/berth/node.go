@@ -58,7 +58,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/berthrt/berth/actor"
-	"github.com/berthrt/berth/cmd/berth/counter"
+	"github.com/berthrt/berth/examples/counter"
 	"github.com/berthrt/berth/metrics"
 	"github.com/berthrt/berth/pgstore"
 	"github.com/berthrt/berth/transport/tcp"

@@ -41,7 +41,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/berthrt/berth/actor"
-	"github.com/berthrt/berth/cmd/berth/counter"
+	"github.com/berthrt/berth/examples/counter"
 	"github.com/berthrt/berth/internal/devca"
 	"github.com/berthrt/berth/internal/pgtest"
 	"github.com/berthrt/berth/payload"

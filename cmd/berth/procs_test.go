@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/berthrt/berth/actor"
-	"github.com/berthrt/berth/cmd/berth/counter"
+	"github.com/berthrt/berth/examples/counter"
 	"github.com/berthrt/berth/internal/pgtest"
 	"github.com/berthrt/berth/internal/testutil"
 	"github.com/berthrt/berth/pgstore"

@@ -1,5 +1,5 @@
 // Package storetest is the conformance suite for the Location Store
-// (relocation.Store, DESIGN §8). Every implementation runs the same suite:
+// (relocation.Store, docs/architecture.md, "Relocation"). Every implementation runs the same suite:
 // the in-memory relocation.MemoryStore and the Postgres store alike call Run
 // with a Harness that makes a fresh, empty store for each check and, when it
 // can, moves the store's clock forward.

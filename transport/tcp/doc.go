@@ -1,5 +1,5 @@
 // Package tcp is berth's transport between hosts in separate processes
-// (DESIGN §2, §9): TCP connections, mutually authenticated with TLS 1.3,
+// (docs/architecture.md, "Packages", "Order, routing and transports"): TCP connections, mutually authenticated with TLS 1.3,
 // carrying length-prefixed frames of a session protocol of its own. It
 // implements transport.Attacher (Attacher, or Listen for one host),
 // transport.Transport and transport.Directory, and passes

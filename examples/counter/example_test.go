@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/berthrt/berth/actor"
-	"github.com/berthrt/berth/cmd/berth/counter"
+	"github.com/berthrt/berth/examples/counter"
 )
 
 // A host with the counter kind; numbered Adds from one sender, then a
