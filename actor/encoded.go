@@ -48,7 +48,7 @@ type Request struct {
 // asking its own object), CapacityExceeded (too many requests in flight).
 func (h *Host) NewRequest(ctx context.Context, to Ref, enc Encoded) (*Request, error) {
 	r := new(Request)
-	if err := h.Prepare(r, ctx, to, enc); err != nil {
+	if err := h.Prepare(ctx, r, to, enc); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -57,7 +57,7 @@ func (h *Host) NewRequest(ctx context.Context, to Ref, enc Encoded) (*Request, e
 // Prepare is NewRequest into a Request the caller owns: a zero Request, or
 // one that has finished (Wait returned, or Discard) — so that a caller
 // sending many requests can reuse them.
-func (h *Host) Prepare(r *Request, ctx context.Context, to Ref, enc Encoded) error {
+func (h *Host) Prepare(ctx context.Context, r *Request, to Ref, enc Encoded) error {
 	if r.m != nil || (r.sent && !r.done) {
 		return payload.NewError(payload.InvalidOperation, "actor.Host.Prepare", "request still in use")
 	}

@@ -109,10 +109,10 @@ func TestPrepareReusesAFinishedRequestAndRefusesOneInUse(t *testing.T) {
 	var r Request
 	enc := Encoded{Type: TypeName[Inc](), ContentType: "application/json", Body: []byte(`{"By":1}`)}
 	for i := 0; i < 3; i++ {
-		if err := h.Prepare(&r, bg, Ref{"counter", "a"}, enc); err != nil {
+		if err := h.Prepare(bg, &r, Ref{"counter", "a"}, enc); err != nil {
 			t.Fatal(err)
 		}
-		if err := h.Prepare(&r, bg, Ref{"counter", "a"}, enc); payload.KindOf(err) != payload.InvalidOperation {
+		if err := h.Prepare(bg, &r, Ref{"counter", "a"}, enc); payload.KindOf(err) != payload.InvalidOperation {
 			t.Fatalf("Prepare of a request in use: %v, want InvalidOperation", err)
 		}
 		if err := r.Send(bg); err != nil {

@@ -881,9 +881,6 @@ func (h *Host) Stats() Stats {
 	}
 }
 
-// Permits returns the host-wide job permits, for links that follow the
-// pressure state (Paused) and for tests.
-func (h *Host) Permits() *mailbox.Permits { return h.permits }
 
 // acceptsExternal reports whether sends from outside a handler are taken.
 func (h *Host) acceptsExternal() bool { return h.state.Load() == stateRunning }

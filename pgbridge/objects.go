@@ -69,7 +69,7 @@ func (r *objRunner) read(d *Delivery, body []byte) error {
 		r.free = append(r.free, new(actor.Request))
 	}
 	req := r.free[n]
-	err := r.h.Prepare(req, r.b.ctx, actor.Ref{Kind: r.kind, ID: d.Key}, actor.Encoded{
+	err := r.h.Prepare(r.b.ctx, req, actor.Ref{Kind: r.kind, ID: d.Key}, actor.Encoded{
 		Type: d.Type, ContentType: d.ContentType, Body: body,
 	})
 	if err != nil {
