@@ -881,7 +881,6 @@ func (h *Host) Stats() Stats {
 	}
 }
 
-
 // acceptsExternal reports whether sends from outside a handler are taken.
 func (h *Host) acceptsExternal() bool { return h.state.Load() == stateRunning }
 
