@@ -476,7 +476,7 @@ func (h *Host) forward(kr *kindRuntime, id string, m *payload.Message, p place) 
 		origin := string(hv.Origin()) // m is gone once sent
 		err := h.sendHop(m, d.Host, hop.Hops+1, d.Gen)
 		if err == nil {
-			h.forwarded.Add(1)
+			h.stats.forwarded.Add(1)
 			if origin != "" && origin != h.name && origin != d.Host {
 				h.sendHint(origin, obj, d.Host, d.Gen)
 			}
@@ -628,7 +628,7 @@ func (h *Host) onBounceFrom(from string, buf payload.Buffer) {
 // the routes for its object are forgotten, it starts again at hop 0 with
 // one more bounce, and an Ask whose deadline passed ends.
 func (h *Host) onBounce(buf payload.Buffer) {
-	h.bouncedMsgs.Add(1)
+	h.stats.bouncedMsgs.Add(1)
 	b := buf.Bytes()
 	hv, _, err := payload.DecodeHeader(b)
 	if err != nil {

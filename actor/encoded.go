@@ -75,8 +75,8 @@ func (h *Host) Prepare(ctx context.Context, r *Request, to Ref, enc Encoded) err
 	if ctx.Err() != nil {
 		return ctxErr(ctx) // done before the send: nothing is sent
 	}
-	if int(h.inflight.Add(1)) > h.cfg.MaxRequestsInFlight {
-		h.inflight.Add(-1)
+	if int(h.stats.inflight.Add(1)) > h.cfg.MaxRequestsInFlight {
+		h.stats.inflight.Add(-1)
 		return ErrTooManyRequests
 	}
 	*r = Request{h: h, t: target{kr: kr, id: to.ID}, op: payload.NewOpID(), start: time.Now()}
@@ -98,7 +98,7 @@ func (h *Host) Prepare(ctx context.Context, r *Request, to Ref, enc Encoded) err
 		}
 	}
 	if err != nil {
-		h.inflight.Add(-1)
+		h.stats.inflight.Add(-1)
 		r.done = true
 		return err
 	}
@@ -168,7 +168,7 @@ func (r *Request) Discard() {
 func (r *Request) finish() {
 	if !r.done {
 		r.done = true
-		r.h.inflight.Add(-1)
+		r.h.stats.inflight.Add(-1)
 	}
 }
 

@@ -71,7 +71,7 @@ func TestDeliverEncodedErrors(t *testing.T) {
 			t.Errorf("%s: %v, want kind %v", c.name, err, c.kind)
 		}
 	}
-	if n := h.inflight.Load(); n != 0 {
+	if n := h.stats.inflight.Load(); n != 0 {
 		t.Errorf("%d requests still counted in flight", n)
 	}
 }
@@ -99,7 +99,7 @@ func TestRequestSendThenWaitManyInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Discard()
-	if n := h.inflight.Load(); n != 0 {
+	if n := h.stats.inflight.Load(); n != 0 {
 		t.Errorf("%d requests still counted in flight", n)
 	}
 }
@@ -126,7 +126,7 @@ func TestPrepareReusesAFinishedRequestAndRefusesOneInUse(t *testing.T) {
 	if err != nil || n != 3 {
 		t.Fatalf("counter %d, %v; want 3", n, err)
 	}
-	if n := h.inflight.Load(); n != 0 {
+	if n := h.stats.inflight.Load(); n != 0 {
 		t.Errorf("%d requests still counted in flight", n)
 	}
 }

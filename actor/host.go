@@ -48,9 +48,7 @@ type Host struct {
 	permits  *mailbox.Permits
 	counters mailbox.Counters
 	requests requestTable
-	inflight atomic.Int32
-	owners   atomic.Int64 // live owners (objects and subscribers)
-	running  atomic.Int64 // turns running now
+	stats    hostStats // the counters and gauges of Stats
 
 	mu       sync.Mutex // guards registration and the state transitions
 	state    atomic.Int32
@@ -69,10 +67,9 @@ type Host struct {
 	handoff     chan func()      // unbuffered: drains handed to idle workers
 	workersStop chan struct{}    // closed by Close after the last drain
 	actors      sync.WaitGroup   // owners whose actor has not stopped
-	bg          sync.WaitGroup   // janitor, lease renewer, move ticker, membership watch
+	svc         *services        // the background work: the tick, the lease, the janitor, the membership watch
 	lanes       sync.WaitGroup   // peers' slow lanes (network.go)
-	bgStop      chan struct{}
-	life        context.Context // ends when the host closes
+	life        context.Context  // ends when the host closes
 	endLife     context.CancelFunc
 	// Cluster: the transport, the membership, the Location Store, this
 	// run's lease, routes, moves (network.go).
@@ -84,7 +81,7 @@ type Host struct {
 	inbound       sync.Map                // per sending peer: *inbound
 	lastIn        atomic.Pointer[inbound] // the last inboundFrom's answer
 	lookupQ       [lookupLanes]lane       // admissions that may call the store (network.go)
-	loadSent      int64                   // the load last reported; move ticker only
+	loadSent      int64                   // the load last reported; the tick only
 	pauses        pauseLog                // moves from here: their pauses (Host.Pauses)
 	dir           map[string]peerAt       // peers' addresses (and runs) told to a transport.Directory; Start, then the membership watch
 	origin        string                  // the origin stamped on messages: the name, with a transport
@@ -105,21 +102,11 @@ type Host struct {
 	draining      atomic.Bool
 	leaving       atomic.Bool // beginLeave ran
 	drainState    atomic.Int32
-	moved         atomic.Int64 // relocations completed here (either side)
-	captured      atomic.Int64 // messages in move records sent from here
-	relayed       atomic.Int64 // messages relayed from here
-	forwarded     atomic.Int64 // messages forwarded from here
 	clk           atomic.Int64 // coarseNow: nanotime at the last move tick
 	heldMu        sync.Mutex   // guards heldOwners
 	heldOwners    map[*owner]struct{}
-	heldOut       atomic.Int64 // messages held out of order
-	gapFacts                   // failure facts and the gaps' gauge and log (order.go)
-	peerLogs      peerLogs     // rate limits of the lines peers' input causes (peerlog.go)
-	gapsClosed    atomic.Int64
-	late          atomic.Int64
-	droppedMsgs   atomic.Int64
-	bouncedMsgs   atomic.Int64
-	closeDropped  atomic.Int64   // accepted messages Close ended unrun (Stats.DroppedOnClose)
+	gapFacts                     // failure facts and the gaps' gauge and log (order.go)
+	peerLogs      peerLogs       // rate limits of the lines peers' input causes (peerlog.go)
 	stopTurn      chan struct{}  // one slot: held by the Stop or Drain that runs
 	drainers      sync.WaitGroup // drain rounds (one may outlive a cut-short Drain briefly)
 
@@ -152,7 +139,7 @@ func NewHost(cfg Config) (*Host, error) {
 		channels:    map[string]*channelRuntime{},
 		done:        make(chan struct{}),
 		closed:      make(chan struct{}),
-		bgStop:      make(chan struct{}),
+		svc:         newServices(nil),
 		seed:        maphash.MakeSeed(),
 		handoff:     make(chan func()),
 		workersStop: make(chan struct{}),
@@ -280,17 +267,32 @@ func (h *Host) Start() error {
 		}
 	}
 	h.obs.Attach(h)
-	if h.cfg.IdleTimeout > 0 {
-		h.bg.Add(1)
-		go h.janitor()
-	}
-	h.bg.Add(1)
-	go h.leaseRenewer()
-	if h.tr != nil {
-		h.bg.Add(1)
-		go h.moveTicker()
-	}
+	h.startServices()
 	return nil
+}
+
+// startServices starts the host's background work (services.go). Each
+// part registers its periodic jobs on the schedule they belong to: the
+// tick runs the network's housekeeping (a host with no transport has
+// none), the lease has a schedule of its own (its renewal waits on the
+// store), and so has the janitor.
+func (h *Host) startServices() {
+	lease := &schedule{name: "lease"}
+	lease.every("renew the host lease", relocation.LeaseRenew, h.leaseTick)
+	h.svc.startSchedule(lease)
+	if h.cfg.IdleTimeout > 0 {
+		janitor := &schedule{name: "janitor"}
+		janitor.every("passivate idle objects", max(h.cfg.IdleTimeout/4, time.Millisecond), h.passivateIdle)
+		h.svc.startSchedule(janitor)
+	}
+	if h.tr != nil {
+		tick := &schedule{name: "tick"}
+		h.orderJobs(tick)
+		h.deferredJobs(tick)
+		h.peerJobs(tick)
+		h.moveJobs(tick)
+		h.svc.startSchedule(tick)
+	}
 }
 
 // join attaches the host to its transport, joins its membership (with a
@@ -356,8 +358,7 @@ func (h *Host) join() error {
 	}
 	h.view.apply(<-ch) // the first event is the list as it is now
 	h.tellDirectory()
-	h.bg.Add(1)
-	go h.watchMembers(ch)
+	h.svc.start(func(<-chan struct{}) { h.watchMembers(ch) }) // ends with the host's life
 	return nil
 }
 
@@ -403,22 +404,6 @@ func (h *Host) renewLease() error {
 	h.lease = h.lease.Renewed(sent, membership.Lease{Name: h.name, Gen: h.leaseGen, TTL: relocation.LeaseTTL})
 	h.leaseDeadline.Store(h.lease.Deadline().UnixNano())
 	return nil
-}
-
-func (h *Host) leaseRenewer() {
-	defer h.bg.Done()
-	t := time.NewTicker(relocation.LeaseRenew)
-	defer t.Stop()
-	for {
-		select {
-		case <-h.bgStop:
-			return
-		case <-t.C:
-			if h.leaseTick(time.Now()) {
-				return
-			}
-		}
-	}
 }
 
 // leaseTick renews the lease at local time now, unless this run's lease
@@ -619,7 +604,7 @@ func (h *Host) quiesce(ctx context.Context, op string) error {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for {
-		if h.permits.InUse() == 0 && h.permits.Waiters() == 0 && h.running.Load() == 0 &&
+		if h.permits.InUse() == 0 && h.permits.Waiters() == 0 && h.stats.running.Load() == 0 &&
 			h.counters.Queued(mailbox.Application) == 0 && h.counters.Queued(mailbox.Lifecycle) == 0 &&
 			(h.tr == nil || h.pending() == 0) {
 			return nil
@@ -640,7 +625,7 @@ func (h *Host) waitHandedOn(ctx context.Context, op string) error {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for quiet := 0; ; {
-		if h.pendingIn() == 0 && h.permits.InUse() == 0 && h.running.Load() == 0 {
+		if h.pendingIn() == 0 && h.permits.InUse() == 0 && h.stats.running.Load() == 0 {
 			quiet++
 		} else {
 			quiet = 0
@@ -696,7 +681,7 @@ func (h *Host) Close() error {
 
 	// Handlers' sends waiting for a leaving host end first: from now on
 	// none defers itself, and those counted here end once, whether here or
-	// in a retry of the move ticker that runs meanwhile.
+	// in a retry of the tick that runs meanwhile.
 	h.deferMu.Lock()
 	dropped := len(h.deferred)
 	h.deferClosed = true
@@ -726,21 +711,20 @@ func (h *Host) Close() error {
 		}
 	}
 	close(h.done)
-	close(h.bgStop)
 	if h.endLife != nil {
 		h.endLife() // ends the membership watch and flow-control waits
 	}
 	if h.stopMetrics != nil {
 		_ = h.stopMetrics()
 	}
-	h.bg.Wait()
+	h.svc.stopAll()
 	h.lanes.Wait() // the links are closed: no more work comes to the lanes
 	// What Close dropped is noted as it returns, once the rest is counted.
 	defer h.noteDropped(&dropped)
 	if h.system == nil {
 		return nil
 	}
-	// Owners a lane or the move ticker installed after the first sweep
+	// Owners a lane or the tick installed after the first sweep
 	// (an activation that had passed its check, an incoming move) close
 	// the same way: nothing installs owners any more.
 	seen := make(map[*owner]bool, len(all))
@@ -790,7 +774,7 @@ func (h *Host) Close() error {
 	h.drains.Wait()
 	// Turns run inline by callers (Config.InlineAsk) are not drains; wait
 	// for them too. Their handlers see their Context done.
-	for h.running.Load() > 0 {
+	for h.stats.running.Load() > 0 {
 		time.Sleep(100 * time.Microsecond)
 	}
 	h.system.Shutdown()
@@ -847,36 +831,36 @@ func (h *Host) noteDropped(n *int) {
 	if *n == 0 {
 		return
 	}
-	h.closeDropped.Add(int64(*n))
+	h.stats.closeDropped.Add(int64(*n))
 	h.log.Warn("close ended accepted messages unrun (Stats.DroppedOnClose); a Stop that returns nil first drops none", "dropped", *n)
 }
 
 // Stats returns a snapshot of the host's gauges and counters.
 func (h *Host) Stats() Stats {
 	return Stats{
-		OwnersActive:      int(h.owners.Load()),
+		OwnersActive:      int(h.stats.owners.Load()),
 		QueuedApplication: h.counters.Queued(mailbox.Application),
 		QueuedLifecycle:   h.counters.Queued(mailbox.Lifecycle),
 		PermitsInUse:      h.permits.InUse(),
 		PermitWaiters:     h.permits.Waiters(),
 		PermitsMax:        h.permits.Max(),
-		RequestsInFlight:  int(h.inflight.Load()),
-		HeldOutOfOrder:    int(h.heldOut.Load()),
-		GapsClosed:        h.gapsClosed.Load(),
-		Late:              h.late.Load(),
+		RequestsInFlight:  int(h.stats.inflight.Load()),
+		HeldOutOfOrder:    int(h.stats.heldOut.Load()),
+		GapsClosed:        h.stats.gapsClosed.Load(),
+		Late:              h.stats.late.Load(),
 		OldestGap:         time.Duration(h.oldestGap.Load()),
 		OverBound:         h.overHeld.Load(),
 		PressureWaits:     h.pressureWaits.Load(),
 		PeerWaits:         h.peerWaits.Load(),
 		PeerRefused:       h.peerRefused.Load(),
 		LinkRefused:       h.linkRefused.Load(),
-		Dropped:           h.droppedMsgs.Load(),
-		DroppedOnClose:    h.closeDropped.Load(),
-		Bounced:           h.bouncedMsgs.Load(),
-		Relocations:       h.moved.Load(),
-		Captured:          h.captured.Load(),
-		Relayed:           h.relayed.Load(),
-		Forwarded:         h.forwarded.Load(),
+		Dropped:           h.stats.droppedMsgs.Load(),
+		DroppedOnClose:    h.stats.closeDropped.Load(),
+		Bounced:           h.stats.bouncedMsgs.Load(),
+		Relocations:       h.stats.moved.Load(),
+		Captured:          h.stats.captured.Load(),
+		Relayed:           h.stats.relayed.Load(),
+		Forwarded:         h.stats.forwarded.Load(),
 		Payload:           h.pool.Stats(),
 	}
 }
@@ -929,30 +913,18 @@ func (h *Host) worker(fn func()) {
 	}
 }
 
-// janitor passivates objects idle for longer than IdleTimeout.
-func (h *Host) janitor() {
-	defer h.bg.Done()
-	every := h.cfg.IdleTimeout / 4
-	if every < time.Millisecond {
-		every = time.Millisecond
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-h.bgStop:
-			return
-		case <-t.C:
-		}
-		limit := nanotime() - int64(h.cfg.IdleTimeout)
-		for _, kr := range h.kinds {
-			for _, o := range kr.all() {
-				if o.lastActive.Load() < limit && o.mb.Idle() {
-					o.postControl(controlPassivate)
-				}
+// passivateIdle passivates the objects idle for longer than IdleTimeout
+// (the janitor's job).
+func (h *Host) passivateIdle(time.Time) (done bool) {
+	limit := nanotime() - int64(h.cfg.IdleTimeout)
+	for _, kr := range h.kinds {
+		for _, o := range kr.all() {
+			if o.lastActive.Load() < limit && o.mb.Idle() {
+				o.postControl(controlPassivate)
 			}
 		}
 	}
+	return false
 }
 
 // MetricsServer is an Observer that serves itself over HTTP, for

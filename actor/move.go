@@ -411,52 +411,40 @@ func (h *Host) sendRecords(to string, obj relocation.Object, scratch *[]byte, re
 	return false, false
 }
 
-// moveTicker ticks the moves (target cutover waits, store retries).
-func (h *Host) moveTicker() {
-	defer h.bg.Done()
-	t := time.NewTicker(25 * time.Millisecond)
-	defer t.Stop()
-	for i := 0; ; i++ {
-		select {
-		case <-h.bgStop:
-			return
-		case <-t.C:
+// moveJobs registers the moves' periodic job on the host's tick: every
+// move this host takes part in is ticked (a target's cutover wait, store
+// retries), and a target that opened is forgotten once FollowDuration has
+// passed since.
+func (h *Host) moveJobs(tick *schedule) {
+	tick.every("tick the moves", tickEvery, func(time.Time) bool {
+		h.tickMoves(nanotime())
+		return false
+	})
+}
+
+func (h *Host) tickMoves(now int64) {
+	for _, d := range h.allMoves() {
+		if d.tgt == nil {
+			continue
 		}
-		h.clk.Store(nanotime())
-		h.closeGaps()
-		h.retryDeferred()
-		h.retrySkips()
-		h.reportLoad(i%40 == 0)
-		if i%40 == 0 {
-			h.pruneOrder()
+		d.mu.Lock()
+		expired := d.openedAt != 0 && now-d.openedAt > int64(h.cfg.FollowDuration)
+		done := d.tgt.Done()
+		d.mu.Unlock()
+		if expired {
+			h.removeMove(d)
+			continue
 		}
-		if i%400 == 0 {
-			h.forgetIdleSenders()
+		if done {
+			// Opened or ended: kept a while for late records, it has
+			// nothing to do on a tick (a drain leaves thousands).
+			continue
 		}
-		now := nanotime()
-		for _, d := range h.allMoves() {
-			if d.tgt == nil {
-				continue
-			}
-			d.mu.Lock()
-			expired := d.openedAt != 0 && now-d.openedAt > int64(h.cfg.FollowDuration)
-			done := d.tgt.Done()
-			d.mu.Unlock()
-			if expired {
-				h.removeMove(d)
-				continue
-			}
-			if done {
-				// Opened or ended: kept a while for late records, it has
-				// nothing to do on a tick (a drain leaves thousands).
-				continue
-			}
-			// The cutover wait runs only while the source is cut off: a
-			// cutover that is slow (queued behind traffic, a starved
-			// source) is waited for — committing without the relays would
-			// run them late, after newer messages.
-			d.step(relocation.Tick{Now: now, SourceReachable: h.view.reachable(d.peer)})
-		}
+		// The cutover wait runs only while the source is cut off: a
+		// cutover that is slow (queued behind traffic, a starved
+		// source) is waited for — committing without the relays would
+		// run them late, after newer messages.
+		d.step(relocation.Tick{Now: now, SourceReachable: h.view.reachable(d.peer)})
 	}
 }
 
@@ -794,7 +782,7 @@ func (d *moveDriver) capture() (relocation.MoveRecord, error) {
 			"the move record of "+d.obj.String()+" would be "+strconv.Itoa(n)+" bytes, more than MaxMoveRecord ("+
 				strconv.FormatInt(d.h.cfg.MaxMoveRecord, 10)+")")
 	}
-	d.h.captured.Add(int64(len(rec.Queue)))
+	d.h.stats.captured.Add(int64(len(rec.Queue)))
 	return rec, nil
 }
 
@@ -835,7 +823,7 @@ func (d *moveDriver) takeHeld() [][]byte {
 		}
 	})
 	d.held, d.captured = nil, nil
-	h.relayed.Add(int64(len(out)))
+	h.stats.relayed.Add(int64(len(out)))
 	return out
 }
 
@@ -851,7 +839,7 @@ func (d *moveDriver) finish(f relocation.Finish) {
 		var err error
 		switch f.Outcome {
 		case relocation.Moved:
-			h.moved.Add(1)
+			h.stats.moved.Add(1)
 		case relocation.NotStarted:
 			err = payload.NewError(payload.Rejected, "actor.Host.Relocate", f.Reason)
 		case relocation.Aborted:
@@ -985,7 +973,7 @@ func (d *moveDriver) open(a relocation.OpenQueue) {
 	if f := d.h.moveTimes; f != nil {
 		f(d.id, true, d.openedAt)
 	}
-	h.moved.Add(1)
+	h.stats.moved.Add(1)
 	obj, gen := d.obj, a.Owner.OwnerGen
 	d.later(func() {
 		h.orderDone(o, after)

@@ -46,7 +46,7 @@ func waitViews(t testing.TB, hs ...*Host) {
 				if _, ok := h.view.member(o.name); !ok {
 					return false
 				}
-				if o != h && h.view.loadOf(o.name) != o.owners.Load() {
+				if o != h && h.view.loadOf(o.name) != o.stats.owners.Load() {
 					return false
 				}
 			}

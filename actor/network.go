@@ -146,7 +146,7 @@ func (h *Host) returned(_ string, it transport.Item) {
 func (h *Host) linkEvent(e transport.Event) {
 	switch e.Kind {
 	case transport.Up:
-		// The peer hears this host's load from the move ticker: no send
+		// The peer hears this host's load from the tick: no send
 		// from here (this may run inside Attach, before Start has the
 		// transport).
 		h.view.link(e.Peer, func(p *peerLink) { p.down, p.gone, p.needLoad = false, false, true })
@@ -340,13 +340,29 @@ func (h *Host) sendLoad(to string, n int64) {
 	_ = h.sendControl(to, &loadReport{load: n})
 }
 
+// peerJobs registers the peer view's periodic job on the host's tick:
+// this host's load goes to its peers when it changed and to every peer
+// once a second (a peer that missed a report learns it then), and a peer
+// whose link came up learns it (and its window) at once.
+func (h *Host) peerJobs(tick *schedule) {
+	var lastAll time.Time
+	tick.every("report the load", tickEvery, func(now time.Time) bool {
+		all := now.Sub(lastAll) >= time.Second
+		if all {
+			lastAll = now
+		}
+		h.reportLoad(all)
+		return false
+	})
+}
+
 // reportLoad tells every peer this host's number of objects when it
 // changed since the last report or all is set (a periodic refresh, which
 // also corrects the peers' estimates of what they placed here), and the
-// peers that came up since the last report in any case (the move ticker
+// peers that came up since the last report in any case (the tick
 // calls it).
 func (h *Host) reportLoad(all bool) {
-	n := h.owners.Load()
+	n := h.stats.owners.Load()
 	changed := n != h.loadSent || all
 	h.loadSent = n
 	var to []string
@@ -613,7 +629,7 @@ func (h *Host) candidates(kind string, takeSelf bool) []candidate {
 		}
 		if name == h.name {
 			if takeSelf {
-				out = append(out, candidate{name: name, load: h.owners.Load()})
+				out = append(out, candidate{name: name, load: h.stats.owners.Load()})
 			}
 			continue
 		}
@@ -656,7 +672,6 @@ func (h *Host) pickHost(kind string) string {
 // watchMembers keeps the view up to date from the membership watch until
 // the watch ends (the host closes).
 func (h *Host) watchMembers(ch <-chan membership.Event) {
-	defer h.bg.Done()
 	for ev := range ch {
 		for _, name := range h.view.apply(ev) {
 			if name != h.name {

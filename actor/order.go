@@ -116,7 +116,7 @@ func (h *Host) stamp(t target, m *payload.Message) {
 	m.Stamp(st.Epoch, st.Seq)
 }
 
-// coarseNow is nanotime as of the last tick of the move ticker (25 ms):
+// coarseNow is nanotime as of the host's last tick (25 ms):
 // reading the clock costs more than the rest of an ordered admission on
 // some machines, and stream idleness, route expiry and gap waits need no
 // better.
@@ -201,6 +201,23 @@ func (h *Host) forgetHost(host string) {
 		sh.t.ForgetHost(host)
 		sh.mu.Unlock()
 	}
+}
+
+// tickEvery is the period of the host's tick: the coarse route clock, the
+// gap deadlines, deferred sends and skip notices, load reports and the
+// moves' ticks run at it.
+const tickEvery = 25 * time.Millisecond
+
+// orderJobs registers the order's periodic jobs on the host's tick: the
+// coarse clock first (the others read it), the gaps' deadlines, skip
+// notices waiting for their host, and the pruning of idle routes and
+// senders.
+func (h *Host) orderJobs(tick *schedule) {
+	tick.every("advance the coarse clock", tickEvery, func(time.Time) bool { h.clk.Store(nanotime()); return false })
+	tick.every("close the gaps past their deadline", tickEvery, func(time.Time) bool { h.closeGaps(); return false })
+	tick.every("send the skip notices that waited", tickEvery, func(time.Time) bool { h.retrySkips(); return false })
+	tick.every("prune idle routes", time.Second, func(time.Time) bool { h.pruneOrder(); return false })
+	tick.every("forget idle senders", 10*time.Second, func(time.Time) bool { h.forgetIdleSenders(); return false })
 }
 
 // pruneOrder forgets idle sending streams and expired routes.
@@ -379,11 +396,11 @@ func (h *Host) orderDone(o *owner, a orderAfter) {
 		h.push(o, s, false)
 	}
 	if a.counts.GapsClosed > 0 {
-		h.gapsClosed.Add(int64(a.counts.GapsClosed))
+		h.stats.gapsClosed.Add(int64(a.counts.GapsClosed))
 		h.log.Warn("gap in a sender's messages given up on after a host failure", "object", o.ref.String(), "messages", a.counts.GapsClosed)
 	}
 	if a.counts.Late > 0 {
-		h.late.Add(int64(a.counts.Late))
+		h.stats.late.Add(int64(a.counts.Late))
 	}
 	for _, e := range a.stray {
 		if e.Msg.Header().Flags()&flagSkip != 0 {
@@ -414,7 +431,7 @@ func (o *owner) noteHeldLocked() {
 	}
 	h := o.host
 	h.heldMu.Lock()
-	h.heldOut.Add(int64(n - o.heldCount))
+	h.stats.heldOut.Add(int64(n - o.heldCount))
 	o.heldCount = n
 	if n > 0 {
 		if h.heldOwners == nil {
@@ -631,7 +648,7 @@ func (h *Host) deferSkip(m *payload.Message) bool {
 	return true
 }
 
-// retrySkips routes the deferred skip notices again (move ticker).
+// retrySkips routes the deferred skip notices again (tick).
 func (h *Host) retrySkips() {
 	h.skipMu.Lock()
 	ms := h.skips
@@ -671,7 +688,7 @@ func (h *Host) skipNotice(hv *payload.HeaderView) (payload.Buffer, bool) {
 	if hv.Seq() == 0 || hv.Flags()&flagSkip != 0 || hv.Scope() != payload.ScopeObject || !h.acceptsInternal() {
 		return payload.Buffer{}, false
 	}
-	h.droppedMsgs.Add(1)
+	h.stats.droppedMsgs.Add(1)
 	buf, err := payload.Encode(h.pool, h.reg, payload.Header{
 		Type:   "berth.skip",
 		Target: payload.Target{Scope: payload.ScopeObject, Name: string(hv.TargetName()), ID: string(hv.TargetID())},

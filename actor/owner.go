@@ -75,14 +75,14 @@ func (h *Host) newOwner(s *spec, kr *kindRuntime, ref Ref) *owner {
 	o.pid = h.system.Root.Spawn(h.props)
 	h.spawning = nil
 	h.spawnMu.Unlock()
-	h.owners.Add(1)
+	h.stats.owners.Add(1)
 	h.obs.Activated(s.name)
 	return o
 }
 
 func (o *owner) stopped() {
 	o.stopOnce.Do(func() {
-		o.host.owners.Add(-1)
+		o.host.stats.owners.Add(-1)
 		o.host.actors.Done()
 	})
 }
@@ -138,8 +138,8 @@ func (o *owner) turn(e *mailbox.Envelope) {
 		o.fail(e, payload.NewError(payload.Unavailable, "actor", "host "+h.name+" is past its lease"))
 		return
 	}
-	h.running.Add(1)
-	defer h.running.Add(-1)
+	h.stats.running.Add(1)
+	defer h.stats.running.Add(-1)
 	hv := e.Msg.Header()
 	hd := o.spec.handlers[string(hv.Type())]
 	if hd == nil {

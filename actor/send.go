@@ -189,11 +189,11 @@ func checkRequest[R any](hd *handler, name string) error {
 // ask sends a request and waits for its one terminal.
 func ask[M, R any](ctx context.Context, h *Host, turn *Context, t target, pt payload.Target, msg M) (R, error) {
 	var zero R
-	if int(h.inflight.Add(1)) > h.cfg.MaxRequestsInFlight {
-		h.inflight.Add(-1)
+	if int(h.stats.inflight.Add(1)) > h.cfg.MaxRequestsInFlight {
+		h.stats.inflight.Add(-1)
 		return zero, ErrTooManyRequests
 	}
-	defer h.inflight.Add(-1)
+	defer h.stats.inflight.Add(-1)
 	start := time.Now()
 	deadline := requestDeadline(ctx, h, turn, start)
 	if !deadline.After(start) {
@@ -644,7 +644,7 @@ func (h *Host) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bool, un
 			case retryable(err) && t.kr != nil:
 				// The object's host is leaving and has not handed it on
 				// yet: a handler's send cannot wait here, so it is tried
-				// again on the move ticker, for up to SendTimeout.
+				// again on the tick, for up to SendTimeout.
 				if until == 0 {
 					until = nanotime() + int64(h.cfg.SendTimeout)
 				}
@@ -696,7 +696,7 @@ type deferredSend struct {
 	until int64 // nanotime; past it the send fails
 }
 
-// deferSend queues d for the move ticker; false if the host is closing.
+// deferSend queues d for the tick; false if the host is closing.
 func (h *Host) deferSend(d deferredSend) bool {
 	h.deferMu.Lock()
 	defer h.deferMu.Unlock()
@@ -707,8 +707,14 @@ func (h *Host) deferSend(d deferredSend) bool {
 	return true
 }
 
+// deferredJobs registers the deferred sends' periodic job on the host's
+// tick: handlers' sends that waited for a leaving host are tried again.
+func (h *Host) deferredJobs(tick *schedule) {
+	tick.every("retry deferred sends", tickEvery, func(time.Time) bool { h.retryDeferred(); return false })
+}
+
 // retryDeferred routes the deferred sends again, in the order they were
-// deferred (on the move ticker).
+// deferred (on the tick).
 func (h *Host) retryDeferred() {
 	h.deferMu.Lock()
 	ds := h.deferred
