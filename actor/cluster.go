@@ -88,7 +88,7 @@ func (kr *kindRuntime) locateCached(id string) (place, bool) {
 		return place{o: o}, true
 	}
 	h := kr.host
-	if e, ok := h.lookupRoute(relocation.Object{Kind: kr.spec.name, ID: id}); ok && e.Host != h.name {
+	if e, ok := h.routes.lookup(relocation.Object{Kind: kr.spec.name, ID: id}); ok && e.Host != h.name {
 		return place{host: e.Host, gen: e.Gen}, true
 	}
 	return place{}, false
@@ -123,7 +123,7 @@ func (kr *kindRuntime) resolve(id string, mode lookupMode) (place, error) {
 	row, err := h.store.Get(ctx, obj)
 	switch {
 	case err == nil && row.State != relocation.Preserved && row.Host != h.name && h.peerLive(row.Host, row.LeaseGen):
-		h.learnRoute(obj, row.Host, row.OwnerGen, false)
+		h.routes.learn(obj, row.Host, row.OwnerGen, false)
 		return place{host: row.Host, gen: row.OwnerGen, stored: true}, nil
 	case err != nil && !errors.Is(err, relocation.ErrNoRow):
 		return place{}, &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: "location store", Err: err}
@@ -138,7 +138,7 @@ func (kr *kindRuntime) resolve(id string, mode lookupMode) (place, error) {
 		if other == "" || other == h.name {
 			return place{}, payload.NewError(payload.Unavailable, "actor", "no host serves kind "+kr.spec.name+" (this host is a gateway)")
 		}
-		h.learnRoute(obj, other, 0, false)
+		h.routes.learn(obj, other, 0, false)
 		return place{host: other, stored: true}, nil
 	}
 	if h.draining.Load() {
@@ -153,7 +153,7 @@ func (kr *kindRuntime) resolve(id string, mode lookupMode) (place, error) {
 			// the store names the owner: a second look-up before the
 			// activation is committed would place it again, maybe
 			// elsewhere (the store then keeps one, at the cost of a hop).
-			h.learnRoute(obj, other, 0, false)
+			h.routes.learn(obj, other, 0, false)
 			return place{host: other, stored: true}, nil
 		}
 	}
@@ -186,7 +186,7 @@ func (kr *kindRuntime) activate(id string, takeover bool) (place, error) {
 	if err != nil {
 		var ce *relocation.ConflictError
 		if errors.As(err, &ce) && ce.Current.Host != "" && ce.Current.Host != h.name {
-			h.learnRoute(obj, ce.Current.Host, ce.Current.OwnerGen, false)
+			h.routes.learn(obj, ce.Current.Host, ce.Current.OwnerGen, false)
 			return place{host: ce.Current.Host, gen: ce.Current.OwnerGen, stored: true}, nil
 		}
 		return place{}, &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: "cannot activate " + obj.String(), Err: err}
@@ -513,7 +513,7 @@ func (h *Host) forward(kr *kindRuntime, id string, m *payload.Message, p place) 
 // (or sent back to its origin) and ok is false; otherwise the caller
 // sends m to the returned place.
 func (h *Host) lookupAgain(kr *kindRuntime, id string, m *payload.Message) (p place, ok bool) {
-	h.forgetRoutes(relocation.Object{Kind: kr.spec.name, ID: id}, true)
+	h.routes.forget(relocation.Object{Kind: kr.spec.name, ID: id}, true)
 	p, err := kr.lookup(id, fromLink)
 	switch {
 	case err != nil:
@@ -653,7 +653,7 @@ func (h *Host) onBounce(buf payload.Buffer) {
 		return
 	}
 	if kr := h.kinds[string(hv2.TargetName())]; kr != nil {
-		h.forgetRoutes(relocation.Object{Kind: kr.spec.name, ID: string(hv2.TargetID())}, true)
+		h.routes.forget(relocation.Object{Kind: kr.spec.name, ID: string(hv2.TargetID())}, true)
 	}
 	h.redispatchMessage(m)
 }
@@ -716,7 +716,7 @@ func decodeWireError(h *Host, buf payload.Buffer) error {
 
 // peerGone: a host left the network (stopped or killed).
 func (h *Host) peerGone(name string) {
-	h.forgetHost(name)
+	h.routes.forgetHost(name)
 	h.pressure.resumeBy(name)
 	h.moveEvent(name, relocation.TargetDead{})
 	h.remotePeerGone(name)

@@ -73,42 +73,38 @@ type Host struct {
 	endLife     context.CancelFunc
 	// Cluster: the transport, the membership, the Location Store, this
 	// run's lease, routes, moves (network.go).
-	tr            transport.Transport     // nil: the host stands alone
-	backlog       transport.Backlogger    // tr, if its links have a hard bound
-	attached      atomic.Bool             // tr is set (items that come earlier wait for it)
-	members       membership.Membership   // nil when tr is
-	view          peerView                // what this host knows of its peers
-	inbound       sync.Map                // per sending peer: *inbound
-	lastIn        atomic.Pointer[inbound] // the last inboundFrom's answer
-	lookupQ       [lookupLanes]lane       // admissions that may call the store (network.go)
-	loadSent      int64                   // the load last reported; the tick only
-	pauses        pauseLog                // moves from here: their pauses (Host.Pauses)
-	dir           map[string]peerAt       // peers' addresses (and runs) told to a transport.Directory; Start, then the membership watch
-	origin        string                  // the origin stamped on messages: the name, with a transport
-	store         relocation.Store
-	leaseGen      uint64
-	lease         membership.LocalLease     // touched by renewLease only
-	leaseDeadline atomic.Int64              // lease's deadline, wall clock, Unix ns; past it no turn starts
-	routeTab      [32]routeShard            // route cache and forwarding routes (order.go)
-	streams       [streamShards]streamShard // this host's sending streams (order.go)
-	lookups       singleflight.Group        // concurrent store look-ups of one object
-	movesMu       sync.Mutex
-	moves         map[relocation.MoveID]*moveDriver // guarded by movesMu
-	incoming      map[string]int                    // moves to here not yet open or ended, by source; guarded by movesMu
-	remote        remoteOps                         // Relocate across hosts (remotemove.go)
-	deferMu       sync.Mutex                        // guards deferred, deferClosed; a leaf
-	deferred      []deferredSend                    // handlers' sends waiting for a leaving host (send.go)
-	deferClosed   bool
-	draining      atomic.Bool
-	leaving       atomic.Bool // beginLeave ran
-	drainState    atomic.Int32
-	clk           atomic.Int64 // coarseNow: nanotime at the last move tick
-	heldMu        sync.Mutex   // guards heldOwners
-	heldOwners    map[*owner]struct{}
-	gapFacts                     // failure facts and the gaps' gauge and log (order.go)
-	peerLogs      peerLogs       // rate limits of the lines peers' input causes (peerlog.go)
-	stopTurn      chan struct{}  // one slot: held by the Stop or Drain that runs
-	drainers      sync.WaitGroup // drain rounds (one may outlive a cut-short Drain briefly)
+	tr          transport.Transport     // nil: the host stands alone
+	backlog     transport.Backlogger    // tr, if its links have a hard bound
+	attached    atomic.Bool             // tr is set (items that come earlier wait for it)
+	members     membership.Membership   // nil when tr is
+	view        peerView                // what this host knows of its peers
+	inbound     sync.Map                // per sending peer: *inbound
+	lastIn      atomic.Pointer[inbound] // the last inboundFrom's answer
+	lookupQ     [lookupLanes]lane       // admissions that may call the store (network.go)
+	loadSent    int64                   // the load last reported; the tick only
+	pauses      pauseLog                // moves from here: their pauses (Host.Pauses)
+	dir         map[string]peerAt       // peers' addresses (and runs) told to a transport.Directory; Start, then the membership watch
+	origin      string                  // the origin stamped on messages: the name, with a transport
+	store       relocation.Store
+	lease       leaseKeeper        // this run's lease (lease.go)
+	routes      routes             // where objects run, and this host's sending streams (routes.go)
+	lookups     singleflight.Group // concurrent store look-ups of one object
+	movesMu     sync.Mutex
+	moves       map[relocation.MoveID]*moveDriver // guarded by movesMu
+	incoming    map[string]int                    // moves to here not yet open or ended, by source; guarded by movesMu
+	remote      remoteOps                         // Relocate across hosts (remotemove.go)
+	deferMu     sync.Mutex                        // guards deferred, deferClosed; a leaf
+	deferred    []deferredSend                    // handlers' sends waiting for a leaving host (send.go)
+	deferClosed bool
+	draining    atomic.Bool
+	leaving     atomic.Bool // beginLeave ran
+	drainState  atomic.Int32
+	heldMu      sync.Mutex // guards heldOwners
+	heldOwners  map[*owner]struct{}
+	gapFacts                   // failure facts and the gaps' gauge and log (order.go)
+	peerLogs    peerLogs       // rate limits of the lines peers' input causes (peerlog.go)
+	stopTurn    chan struct{}  // one slot: held by the Stop or Drain that runs
+	drainers    sync.WaitGroup // drain rounds (one may outlive a cut-short Drain briefly)
 
 	stopMetrics func() error // ends the /metrics server (MetricsServer)
 	metricsAddr string       // the /metrics listener address
@@ -227,10 +223,9 @@ func (h *Host) Start() error {
 	if h.store == nil {
 		h.store = relocation.NewMemoryStore(nil)
 	}
-	h.leaseGen = uint64(time.Now().UnixNano())
-	h.clk.Store(nanotime())
-	h.lease = membership.LocalLease{Margin: membership.DefaultMargin}
-	h.initOrder()
+	h.lease.gen = uint64(time.Now().UnixNano())
+	h.lease.local = membership.LocalLease{Margin: membership.DefaultMargin}
+	h.routes.init(h.cfg.RouteCacheTTL, h.cfg.FollowDuration)
 	h.life, h.endLife = context.WithCancel(context.Background())
 	if err := h.join(); err != nil {
 		h.endLife()
@@ -318,7 +313,7 @@ func (h *Host) join() error {
 	if ra, ok := h.cfg.Transport.(transport.RunAttacher); ok {
 		// Its run on the wire is its lease generation, which peers check
 		// against the membership (tellDirectory).
-		tr, err = ra.AttachRun(h.name, h.leaseGen, hostHandler{h: h, ready: ready})
+		tr, err = ra.AttachRun(h.name, h.lease.gen, hostHandler{h: h, ready: ready})
 	} else {
 		tr, err = h.cfg.Transport.Attach(h.name, hostHandler{h: h, ready: ready})
 	}
@@ -342,7 +337,7 @@ func (h *Host) join() error {
 	if d, ok := h.tr.(transport.Directory); ok {
 		addr = d.Addr()
 	}
-	if _, err := h.members.Join(ctx, membership.Member{Name: h.name, Address: addr, Kinds: kinds, LeaseGen: h.leaseGen,
+	if _, err := h.members.Join(ctx, membership.Member{Name: h.name, Address: addr, Kinds: kinds, LeaseGen: h.lease.gen,
 		MaxMessage: h.cfg.ApplicationLimits.Bytes - mailbox.ItemOverhead}); err != nil {
 		h.leave(false)
 		return &payload.Error{Kind: payload.KindOf(err), Op: op, Detail: "cannot join the membership", Err: err}
@@ -377,56 +372,10 @@ func (h *Host) leave(joined bool) {
 	if joined {
 		ctx, cancel := h.storeContext()
 		defer cancel()
-		if err := h.members.Leave(ctx, h.name, h.leaseGen); err != nil {
+		if err := h.members.Leave(ctx, h.name, h.lease.gen); err != nil {
 			h.log.Warn("membership leave failed; the lease will expire", "err", err)
 		}
 	}
-}
-
-// renewLease renews this run's lease in the Location Store. The host's own
-// deadline follows the local-time rule (membership.LocalLease): the send
-// time of the renewal + LeaseTTL − DefaultMargin, by this machine's clock —
-// never the deadline the store computed on its clock, and a slow answer
-// can only shorten it. Renewals run one at a time (Start, then the
-// renewer), so the lease needs no lock.
-func (h *Host) renewLease() error {
-	ctx, cancel := h.storeContext()
-	defer cancel()
-	sent := time.Now()
-	if _, err := h.store.RenewLease(ctx, h.name, h.leaseGen); err != nil {
-		return &payload.Error{Kind: payload.Unavailable, Op: "actor.Host", Detail: "cannot renew the host lease", Err: err}
-	}
-	if h.members != nil && h.state.Load() != stateCreated {
-		if _, err := h.members.Renew(ctx, h.name, h.leaseGen); err != nil {
-			h.log.Error("membership lease renewal failed", "err", err)
-		}
-	}
-	h.lease = h.lease.Renewed(sent, membership.Lease{Name: h.name, Gen: h.leaseGen, TTL: relocation.LeaseTTL})
-	h.leaseDeadline.Store(h.lease.Deadline().UnixNano())
-	return nil
-}
-
-// leaseTick renews the lease at local time now, unless this run's lease
-// ran out before it: then the host may no longer trust that it owns its
-// objects (past the lease another host may have taken them over, and the
-// store would grant this same run a fresh lease all the same), so it
-// stops as a crashed host would — no turn starts from now on, and it
-// closes itself (Host.Err is ErrLeaseLost). It reports whether the lease
-// was lost. A program that wants the host back starts a new one: a new
-// run, with a new lease generation.
-func (h *Host) leaseTick(now time.Time) (lost bool) {
-	if !h.lease.Valid(now) {
-		h.log.Error("the host's lease ran out before it was renewed; closing the host", "deadline", h.lease.Deadline())
-		h.leaseDeadline.Store(1) // no turn starts from now on
-		err := ErrLeaseLost
-		h.lostErr.Store(&err)
-		go h.Close() // not here: Close waits for this goroutine
-		return true
-	}
-	if err := h.renewLease(); err != nil {
-		h.log.Error("lease renewal failed", "err", err)
-	}
-	return false
 }
 
 // Done is closed once the host has closed: by Close or Stop, or by itself

@@ -663,7 +663,7 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 	case relocation.InstallFollow:
 		// Installed with TakeHeld, before the mailbox closed.
 	case relocation.DropFollow:
-		h.forgetRoutes(d.obj, true)
+		h.routes.forget(d.obj, true)
 	// Target actions.
 	case relocation.RegisterTempQueue:
 		d.registerTemp()
@@ -798,7 +798,7 @@ func (d *moveDriver) takeHeld() [][]byte {
 	// The forwarding route first: a sender that misses the owner must find
 	// it (the store still names this host until the target commits; it
 	// would otherwise activate the object here again).
-	h.learnRoute(d.obj, d.peer, d.row.OwnerGen+1, true)
+	h.routes.learn(d.obj, d.peer, d.row.OwnerGen+1, true)
 	sh := d.kr.shard(d.obj.ID)
 	sh.mu.Lock()
 	if sh.m[d.obj.ID] == o {
@@ -901,7 +901,7 @@ func (d *moveDriver) registerTemp() {
 	}
 	sh.m[d.obj.ID] = o
 	d.o = o
-	h.forgetRoutes(d.obj, true)
+	h.routes.forget(d.obj, true)
 }
 
 // restore rebuilds the state through the kind's policy; nothing runs yet.

@@ -334,10 +334,10 @@ func TestIdleSendingStreamsAreForgotten(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := a.streamCount(); got != 50 {
+	if got := a.routes.streamCount(); got != 50 {
 		t.Fatalf("a has %d sending streams, want 50", got)
 	}
-	waitFor(t, "idle streams to be forgotten", func() bool { return a.streamCount() == 0 })
+	waitFor(t, "idle streams to be forgotten", func() bool { return a.routes.streamCount() == 0 })
 	// The next message starts a new stream, which b's owner takes in order.
 	if err := Tell(bg, a, Ref{"counter", "0"}, Inc{By: 1}); err != nil {
 		t.Fatal(err)
@@ -468,7 +468,7 @@ func TestAHostPastItsLeaseClosesItselfAndRunsNoTurnAgain(t *testing.T) {
 	n.Store().(*relocation.MemoryStore).Expire("a")
 	paused := time.Now().Add(relocation.LeaseTTL)
 	// b takes the object over on its next message.
-	b.forgetRoutes(relocation.Object{Kind: ref.Kind, ID: ref.ID}, true)
+	b.routes.forget(relocation.Object{Kind: ref.Kind, ID: ref.ID}, true)
 	if got, err := Ask[Get, int](bg, b, ref, Get{}); err != nil || got != 0 {
 		t.Fatalf("count after the takeover: %d, %v; want a fresh activation (0)", got, err)
 	}

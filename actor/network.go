@@ -157,7 +157,7 @@ func (h *Host) linkEvent(e transport.Event) {
 		// The peer is about to leave: route to it no more by the caches
 		// (ask the store again); what is on its way there is still taken.
 		h.view.link(e.Peer, func(p *peerLink) { p.leaving = true })
-		h.forgetHost(e.Peer)
+		h.routes.forgetHost(e.Peer)
 	case transport.Gone:
 		h.view.link(e.Peer, func(p *peerLink) { *p = peerLink{gone: true} })
 		// A new run of the peer counts its credit here from zero.
@@ -804,7 +804,7 @@ func (v *peerView) leavingOrGone(name string) bool {
 func (h *Host) setMemberState(to membership.State) {
 	ctx, cancel := h.storeContext()
 	defer cancel()
-	if _, err := h.members.SetState(ctx, h.name, h.leaseGen, to); err != nil {
+	if _, err := h.members.SetState(ctx, h.name, h.lease.gen, to); err != nil {
 		h.log.Warn("membership state not updated", "state", to.String(), "err", err)
 	}
 }

@@ -1,7 +1,6 @@
 package actor
 
 import (
-	"hash/maphash"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -63,41 +62,12 @@ const DefaultGapTimeout = 5 * time.Second
 // (Config.TakeoverGapTimeout): their messages died with that owner.
 const DefaultTakeoverGapTimeout = 250 * time.Millisecond
 
-const streamShards = 64
-
-// streamShard is a part of the host's sending streams (route.Streams),
-// objects spread by hash.
-type streamShard struct {
-	mu sync.Mutex
-	s  *route.Streams // guarded by mu
-	_  [40]byte
-}
-
-// routeShard is a part of the host's route table (route cache and
-// forwarding routes), objects spread by hash.
-type routeShard struct {
-	mu sync.Mutex
-	t  route.Table // guarded by mu
-	_  [40]byte
-}
-
-var shardSeed = maphash.MakeSeed()
-
-// objHash spreads objects over shards by id (objects of different kinds
-// with one id share a shard, which only costs spread).
-func objHash(obj relocation.Object) uint64 { return maphash.String(shardSeed, obj.ID) }
-
 // streamIdle is how long a host keeps an idle sending stream; owners keep
 // an idle sender's state twice as long (route.Order.Forget), so a sender
 // always forgets first.
-func (h *Host) streamIdle() time.Duration { return 2 * h.cfg.FollowDuration }
+func (h *Host) streamIdle() time.Duration { return streamIdleFor(h.cfg.FollowDuration) }
 
-func (h *Host) initOrder() {
-	base := uint64(time.Now().UnixNano())
-	for i := range h.streams {
-		h.streams[i].s = route.NewStreams(base+uint64(i), streamShards, int64(h.streamIdle()))
-	}
-}
+func streamIdleFor(follow time.Duration) time.Duration { return 2 * follow }
 
 // stamp gives m, a message this host sends to t's object, its place in
 // this host's stream for the object, unless it has one (a retry).
@@ -109,57 +79,11 @@ func (h *Host) stamp(t target, m *payload.Message) {
 		return // stamped already, or another host's message
 	}
 	obj := t.obj()
-	sh := &h.streams[objHash(obj)%streamShards]
+	sh := h.routes.streamShard(obj)
 	sh.mu.Lock()
-	st := sh.s.Next(obj, h.coarseNow())
+	st := sh.s.Next(obj, h.routes.coarseNow())
 	sh.mu.Unlock()
 	m.Stamp(st.Epoch, st.Seq)
-}
-
-// coarseNow is nanotime as of the host's last tick (25 ms):
-// reading the clock costs more than the rest of an ordered admission on
-// some machines, and stream idleness, route expiry and gap waits need no
-// better.
-func (h *Host) coarseNow() int64 { return h.clk.Load() }
-
-// streamCount returns how many sending streams the host keeps.
-func (h *Host) streamCount() int {
-	n := 0
-	for i := range h.streams {
-		sh := &h.streams[i]
-		sh.mu.Lock()
-		n += sh.s.Len()
-		sh.mu.Unlock()
-	}
-	return n
-}
-
-// Route table access.
-
-func (h *Host) routeShard(obj relocation.Object) *routeShard {
-	return &h.routeTab[objHash(obj)%uint64(len(h.routeTab))]
-}
-
-func (h *Host) lookupRoute(obj relocation.Object) (route.Entry, bool) {
-	sh := h.routeShard(obj)
-	sh.mu.Lock()
-	e, ok := sh.t.Lookup(obj, h.coarseNow())
-	sh.mu.Unlock()
-	return e, ok
-}
-
-// learnRoute caches where obj runs (ttl: RouteCacheTTL), or installs a
-// forwarding route (follow: FollowDuration).
-func (h *Host) learnRoute(obj relocation.Object, host string, gen uint64, follow bool) {
-	ttl := h.cfg.RouteCacheTTL
-	if follow {
-		ttl = h.cfg.FollowDuration
-	}
-	now := nanotime()
-	sh := h.routeShard(obj)
-	sh.mu.Lock()
-	sh.t.Learn(obj, route.Entry{Host: host, Gen: gen, Expires: now + int64(ttl), Follow: follow}, now)
-	sh.mu.Unlock()
 }
 
 // hint applies a route hint: obj runs on host with owner generation gen.
@@ -171,36 +95,7 @@ func (h *Host) hint(obj relocation.Object, host string, gen uint64) {
 	if kr := h.kinds[obj.Kind]; kr == nil || kr.local(obj.ID) != nil {
 		return
 	}
-	now := nanotime()
-	sh := h.routeShard(obj)
-	sh.mu.Lock()
-	if !sh.t.Update(obj, host, gen, now) {
-		sh.t.Learn(obj, route.Entry{Host: host, Gen: gen, Expires: now + int64(h.cfg.RouteCacheTTL)}, now)
-	}
-	sh.mu.Unlock()
-}
-
-// forgetRoutes drops this host's cached route for obj (a forwarding route
-// stays unless all is set): the next lookup asks the store.
-func (h *Host) forgetRoutes(obj relocation.Object, all bool) {
-	sh := h.routeShard(obj)
-	sh.mu.Lock()
-	if all {
-		sh.t.Forget(obj)
-	} else {
-		sh.t.ForgetCached(obj)
-	}
-	sh.mu.Unlock()
-}
-
-// forgetHost drops every route of this host that leads to host.
-func (h *Host) forgetHost(host string) {
-	for i := range h.routeTab {
-		sh := &h.routeTab[i]
-		sh.mu.Lock()
-		sh.t.ForgetHost(host)
-		sh.mu.Unlock()
-	}
+	h.routes.update(obj, host, gen)
 }
 
 // tickEvery is the period of the host's tick: the coarse route clock, the
@@ -213,28 +108,11 @@ const tickEvery = 25 * time.Millisecond
 // notices waiting for their host, and the pruning of idle routes and
 // senders.
 func (h *Host) orderJobs(tick *schedule) {
-	tick.every("advance the coarse clock", tickEvery, func(time.Time) bool { h.clk.Store(nanotime()); return false })
+	tick.every("advance the coarse clock", tickEvery, func(time.Time) bool { h.routes.clk.Store(nanotime()); return false })
 	tick.every("close the gaps past their deadline", tickEvery, func(time.Time) bool { h.closeGaps(); return false })
 	tick.every("send the skip notices that waited", tickEvery, func(time.Time) bool { h.retrySkips(); return false })
-	tick.every("prune idle routes", time.Second, func(time.Time) bool { h.pruneOrder(); return false })
+	tick.every("prune idle routes", time.Second, func(time.Time) bool { h.routes.prune(nanotime()); return false })
 	tick.every("forget idle senders", 10*time.Second, func(time.Time) bool { h.forgetIdleSenders(); return false })
-}
-
-// pruneOrder forgets idle sending streams and expired routes.
-func (h *Host) pruneOrder() {
-	now := nanotime()
-	for i := range h.streams {
-		sh := &h.streams[i]
-		sh.mu.Lock()
-		sh.s.Prune(now)
-		sh.mu.Unlock()
-	}
-	for i := range h.routeTab {
-		sh := &h.routeTab[i]
-		sh.mu.Lock()
-		sh.t.Prune(now)
-		sh.mu.Unlock()
-	}
 }
 
 // admitHow says how an item enters its owner.
@@ -265,7 +143,7 @@ func (o *owner) admit(e *mailbox.Envelope, how admitHow) (ran bool, room <-chan 
 		// Idleness counts from the last accepted message (the coarse clock
 		// ticks only with a transport).
 		if h.tr != nil {
-			o.lastActive.Store(h.coarseNow())
+			o.lastActive.Store(h.routes.coarseNow())
 		} else {
 			o.lastActive.Store(nanotime())
 		}
@@ -280,7 +158,7 @@ func (o *owner) admit(e *mailbox.Envelope, how admitHow) (ran bool, room <-chan 
 	var originBuf [64]byte
 	origin := append(originBuf[:0], hv.Origin()...)
 	skip := hv.Flags()&flagSkip != 0
-	now := h.coarseNow()
+	now := h.routes.coarseNow()
 
 	o.seqMu.Lock()
 	var claimed bool
@@ -577,7 +455,7 @@ func (h *Host) forgetIdleSenders() {
 // order) is offered; then the mailbox opens with all of them in order.
 // With seqMu held; the caller finishes with orderDone.
 func (o *owner) openOrderLocked(items, unchecked []*mailbox.Envelope) orderAfter {
-	now := o.host.coarseNow()
+	now := o.host.routes.coarseNow()
 	var a orderAfter
 	o.inbox.Thaw()
 	for _, e := range unchecked {

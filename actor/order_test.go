@@ -46,11 +46,11 @@ func TestOrderHoldsNewerMessageUntilOneForwardedThroughALeavingHostArrives(t *te
 	// way): message 2 goes a → y → z (y learnt from the second move where
 	// the object went), slowly.
 	waitFor(t, "a to be told where the object went", func() bool {
-		e, ok := a.lookupRoute(obj)
+		e, ok := a.routes.lookup(obj)
 		return ok && e.Host == "z"
 	})
-	a.forgetRoutes(obj, true)
-	a.learnRoute(obj, "y", 0, false)
+	a.routes.forget(obj, true)
+	a.routes.learn(obj, "y", 0, false)
 	n.Delay("y", "z", 150*time.Millisecond)
 	if err := Tell(bg, a, ref, SeqMsg{Seq: 2}); err != nil {
 		t.Fatal(err)
@@ -62,7 +62,7 @@ func TestOrderHoldsNewerMessageUntilOneForwardedThroughALeavingHostArrives(t *te
 	}
 	// a looks the object up again (the store names z) and sends straight
 	// there.
-	a.forgetRoutes(obj, true)
+	a.routes.forget(obj, true)
 	if err := Tell(bg, a, ref, SeqMsg{Seq: 3}); err != nil {
 		t.Fatal(err)
 	}
@@ -276,12 +276,12 @@ func TestMoveWhileSourceHoldsOutOfOrderAndTargetStartsLeaving(t *testing.T) {
 	}
 	// c's message 1 takes a detour through b (a stale route), slowly;
 	// message 2 goes straight to a and waits there for message 1.
-	c.learnRoute(obj, "b", 0, false)
+	c.routes.learn(obj, "b", 0, false)
 	n.Delay("c", "b", 200*time.Millisecond)
 	if err := Tell(bg, c, ref, SeqMsg{Seq: 1}); err != nil {
 		t.Fatal(err)
 	}
-	c.forgetRoutes(obj, true)
+	c.routes.forget(obj, true)
 	if err := Tell(bg, c, ref, SeqMsg{Seq: 2}); err != nil {
 		t.Fatal(err)
 	}
@@ -382,12 +382,12 @@ func detour(t *testing.T, n *Network, a, b *Host) Ref {
 	if err := Tell(bg, b, ref, SeqMsg{Seq: 0}); err != nil { // activates on b
 		t.Fatal(err)
 	}
-	a.learnRoute(obj, "x", 0, false)
+	a.routes.learn(obj, "x", 0, false)
 	n.Break("a", "x")
 	if err := Tell(bg, a, ref, SeqMsg{Seq: 1}); err != nil {
 		t.Fatal(err)
 	}
-	a.forgetRoutes(obj, true)
+	a.routes.forget(obj, true)
 	if err := Tell(bg, a, ref, SeqMsg{Seq: 2}); err != nil {
 		t.Fatal(err)
 	}
@@ -478,7 +478,7 @@ func TestAMoveTellsRecentSendersWhereTheObjectWent(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "c to learn that the object runs on b", func() bool {
-		e, ok := c.lookupRoute(obj)
+		e, ok := c.routes.lookup(obj)
 		return ok && e.Host == "b"
 	})
 	if err := Tell(bg, c, ref, SeqMsg{Seq: 1}); err != nil {

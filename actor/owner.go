@@ -132,7 +132,7 @@ func (o *owner) turn(e *mailbox.Envelope) {
 		}
 		return
 	}
-	if dl := h.leaseDeadline.Load(); dl != 0 && wallNano() > dl {
+	if dl := h.lease.deadline.Load(); dl != 0 && wallNano() > dl {
 		// Past its lease another host may own the object: start no turn.
 		h.obs.Rejected(o.spec.name, RejectShuttingDown)
 		o.fail(e, payload.NewError(payload.Unavailable, "actor", "host "+h.name+" is past its lease"))

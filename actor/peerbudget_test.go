@@ -437,7 +437,7 @@ func TestARefusedMessageOnItsWayElsewhereLeavesItsSkipNoticeOnTheWay(t *testing.
 	// wait for room there, and a's messages pile up in a's budget at b.
 	// (The link between a and b is slow, so that every message of the
 	// flood leaves a before b's hint that the object is on c comes back.)
-	a.learnRoute(relocation.Object{Kind: "pb", ID: "far"}, "b", 0, false)
+	a.routes.learn(relocation.Object{Kind: "pb", ID: "far"}, "b", 0, false)
 	n.Break("b", "c")
 	n.Delay("a", "b", 100*time.Millisecond)
 	src := Ref{"pb", "src"}

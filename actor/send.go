@@ -514,7 +514,7 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 				// (moves or deactivates them) within moments. Look again
 				// at once a few times, then every few milliseconds, for up
 				// to SendTimeout in all.
-				h.forgetRoutes(t.obj(), true)
+				h.routes.forget(t.obj(), true)
 				retries++
 				if retries <= 3 {
 					continue
@@ -638,7 +638,7 @@ func (h *Host) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bool, un
 				e.Release()
 				return true
 			case retryable(err) && retries < 3 && t.kr != nil:
-				h.forgetRoutes(t.obj(), true)
+				h.routes.forget(t.obj(), true)
 				retries++
 				continue
 			case retryable(err) && t.kr != nil:

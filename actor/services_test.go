@@ -194,8 +194,8 @@ func TestHostServicesRunAndEndWithClose(t *testing.T) {
 	n := NewNetwork(nil)
 	cfg := n.With(Config{Name: "a", Logger: quietLogger()})
 	h := startHost(t, cfg, seqKind())
-	first := h.clk.Load()
-	waitFor(t, "the tick to advance the coarse clock", func() bool { return h.clk.Load() != first })
+	first := h.routes.clk.Load()
+	waitFor(t, "the tick to advance the coarse clock", func() bool { return h.routes.clk.Load() != first })
 	if err := h.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,74 @@
+package actor
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/berthrt/berth/membership"
+	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/relocation"
+)
+
+// leaseKeeper is this run's host lease: its generation, the local-time
+// lease the renewals earned, and the deadline past which no turn starts.
+//
+// Owns: gen (set once by Start), local, deadline.
+// Lock: none. local is touched only by renewLease, which runs in Start and
+// then on the lease's own service (one goroutine); deadline is atomic and
+// read by every turn.
+// May call: the Location Store and the membership (renewLease), Close when
+// the lease is lost.
+// Invariants: deadline never moves past local's deadline; once the lease
+// is lost deadline is 1 (past) and stays so: the host closes itself, and
+// a program that wants it back starts a new run with a new generation.
+type leaseKeeper struct {
+	gen      uint64                // this run's lease generation (its run on the wire)
+	local    membership.LocalLease // the lease as this host's clock holds it
+	deadline atomic.Int64          // local's deadline, wall clock, Unix ns; past it no turn starts
+}
+
+// renewLease renews this run's lease in the Location Store. The host's own
+// deadline follows the local-time rule (membership.LocalLease): the send
+// time of the renewal + LeaseTTL − DefaultMargin, by this machine's clock —
+// never the deadline the store computed on its clock, and a slow answer
+// can only shorten it. Renewals run one at a time (Start, then the
+// renewer), so the lease needs no lock.
+func (h *Host) renewLease() error {
+	ctx, cancel := h.storeContext()
+	defer cancel()
+	sent := time.Now()
+	if _, err := h.store.RenewLease(ctx, h.name, h.lease.gen); err != nil {
+		return &payload.Error{Kind: payload.Unavailable, Op: "actor.Host", Detail: "cannot renew the host lease", Err: err}
+	}
+	if h.members != nil && h.state.Load() != stateCreated {
+		if _, err := h.members.Renew(ctx, h.name, h.lease.gen); err != nil {
+			h.log.Error("membership lease renewal failed", "err", err)
+		}
+	}
+	h.lease.local = h.lease.local.Renewed(sent, membership.Lease{Name: h.name, Gen: h.lease.gen, TTL: relocation.LeaseTTL})
+	h.lease.deadline.Store(h.lease.local.Deadline().UnixNano())
+	return nil
+}
+
+// leaseTick renews the lease at local time now, unless this run's lease
+// ran out before it: then the host may no longer trust that it owns its
+// objects (past the lease another host may have taken them over, and the
+// store would grant this same run a fresh lease all the same), so it
+// stops as a crashed host would — no turn starts from now on, and it
+// closes itself (Host.Err is ErrLeaseLost). It reports whether the lease
+// was lost. A program that wants the host back starts a new one: a new
+// run, with a new lease generation.
+func (h *Host) leaseTick(now time.Time) (lost bool) {
+	if !h.lease.local.Valid(now) {
+		h.log.Error("the host's lease ran out before it was renewed; closing the host", "deadline", h.lease.local.Deadline())
+		h.lease.deadline.Store(1) // no turn starts from now on
+		err := ErrLeaseLost
+		h.lostErr.Store(&err)
+		go h.Close() // not here: Close waits for this goroutine
+		return true
+	}
+	if err := h.renewLease(); err != nil {
+		h.log.Error("lease renewal failed", "err", err)
+	}
+	return false
+}

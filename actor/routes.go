@@ -1,0 +1,168 @@
+package actor
+
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/route"
+)
+
+// routes is what this host knows of where objects run, and what it sends
+// them: the route table (cached routes from the Location Store and
+// forwarding routes left by moves, route.Table) and the sending streams
+// (one per object this host sends to, route.Streams), both sharded by
+// object; and the coarse clock they read.
+//
+// Owns: the route and stream shards, the coarse clock.
+// Lock: each shard's mutex, a leaf: nothing is called under it but the
+// pure route machines.
+// May call: package route only.
+// Invariants: a route's expiry and a stream's idleness are read against
+// the coarse clock (the tick advances it); a forwarding route outlives a
+// cached one (FollowDuration against RouteCacheTTL) and is dropped only
+// with all set (forget) or when it expires.
+type routes struct {
+	shards    [32]routeShard
+	streams   [streamShards]streamShard
+	clk       atomic.Int64 // coarseNow: nanotime at the last tick
+	cacheTTL  time.Duration
+	followFor time.Duration
+}
+
+const streamShards = 64
+
+// streamShard is a part of the host's sending streams (route.Streams),
+// objects spread by hash.
+type streamShard struct {
+	mu sync.Mutex
+	s  *route.Streams // guarded by mu
+	_  [40]byte
+}
+
+// routeShard is a part of the host's route table (route cache and
+// forwarding routes), objects spread by hash.
+type routeShard struct {
+	mu sync.Mutex
+	t  route.Table // guarded by mu
+	_  [40]byte
+}
+
+var shardSeed = maphash.MakeSeed()
+
+// objHash spreads objects over shards by id (objects of different kinds
+// with one id share a shard, which only costs spread).
+func objHash(obj relocation.Object) uint64 { return maphash.String(shardSeed, obj.ID) }
+
+// init readies the table for a host whose routes are cached for cacheTTL
+// and whose forwarding routes last followFor; the clock starts now.
+func (r *routes) init(cacheTTL, followFor time.Duration) {
+	r.cacheTTL, r.followFor = cacheTTL, followFor
+	r.clk.Store(nanotime())
+	base := uint64(time.Now().UnixNano())
+	for i := range r.streams {
+		r.streams[i].s = route.NewStreams(base+uint64(i), streamShards, int64(streamIdleFor(followFor)))
+	}
+}
+
+// coarseNow is nanotime as of the host's last tick (25 ms): reading the
+// clock costs more than the rest of an ordered admission on some
+// machines, and stream idleness, route expiry and gap waits need no
+// better.
+func (r *routes) coarseNow() int64 { return r.clk.Load() }
+
+func (r *routes) streamShard(obj relocation.Object) *streamShard {
+	return &r.streams[objHash(obj)%streamShards]
+}
+
+// streamCount returns how many sending streams the host keeps.
+func (r *routes) streamCount() int {
+	n := 0
+	for i := range r.streams {
+		sh := &r.streams[i]
+		sh.mu.Lock()
+		n += sh.s.Len()
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+func (r *routes) shard(obj relocation.Object) *routeShard {
+	return &r.shards[objHash(obj)%uint64(len(r.shards))]
+}
+
+// lookup returns the route to obj, if one is known and not expired.
+func (r *routes) lookup(obj relocation.Object) (route.Entry, bool) {
+	sh := r.shard(obj)
+	sh.mu.Lock()
+	e, ok := sh.t.Lookup(obj, r.coarseNow())
+	sh.mu.Unlock()
+	return e, ok
+}
+
+// learn caches where obj runs (for cacheTTL), or installs a forwarding
+// route (follow: for followFor).
+func (r *routes) learn(obj relocation.Object, host string, gen uint64, follow bool) {
+	ttl := r.cacheTTL
+	if follow {
+		ttl = r.followFor
+	}
+	now := nanotime()
+	sh := r.shard(obj)
+	sh.mu.Lock()
+	sh.t.Learn(obj, route.Entry{Host: host, Gen: gen, Expires: now + int64(ttl), Follow: follow}, now)
+	sh.mu.Unlock()
+}
+
+// update applies a hint: obj runs on host with owner generation gen. A
+// known route is moved on if gen is newer; otherwise the hint is cached.
+func (r *routes) update(obj relocation.Object, host string, gen uint64) {
+	now := nanotime()
+	sh := r.shard(obj)
+	sh.mu.Lock()
+	if !sh.t.Update(obj, host, gen, now) {
+		sh.t.Learn(obj, route.Entry{Host: host, Gen: gen, Expires: now + int64(r.cacheTTL)}, now)
+	}
+	sh.mu.Unlock()
+}
+
+// forget drops the cached route for obj (a forwarding route stays unless
+// all is set): the next lookup asks the store.
+func (r *routes) forget(obj relocation.Object, all bool) {
+	sh := r.shard(obj)
+	sh.mu.Lock()
+	if all {
+		sh.t.Forget(obj)
+	} else {
+		sh.t.ForgetCached(obj)
+	}
+	sh.mu.Unlock()
+}
+
+// forgetHost drops every route that leads to host.
+func (r *routes) forgetHost(host string) {
+	for i := range r.shards {
+		sh := &r.shards[i]
+		sh.mu.Lock()
+		sh.t.ForgetHost(host)
+		sh.mu.Unlock()
+	}
+}
+
+// prune forgets idle sending streams and expired routes.
+func (r *routes) prune(now int64) {
+	for i := range r.streams {
+		sh := &r.streams[i]
+		sh.mu.Lock()
+		sh.s.Prune(now)
+		sh.mu.Unlock()
+	}
+	for i := range r.shards {
+		sh := &r.shards[i]
+		sh.mu.Lock()
+		sh.t.Prune(now)
+		sh.mu.Unlock()
+	}
+}
