@@ -102,7 +102,7 @@ func (kr *kindRuntime) lookup(id string, mode lookupMode) (place, error) {
 	if mode != fromOutside {
 		key += "\x00" + string(rune('0'+mode))
 	}
-	v, err, _ := kr.host.lookups.Do(key, func() (any, error) { return kr.resolve(id, mode) })
+	v, err, _ := kr.host.router.lookups.Do(key, func() (any, error) { return kr.resolve(id, mode) })
 	if err != nil {
 		return place{}, err
 	}
@@ -141,7 +141,7 @@ func (kr *kindRuntime) resolve(id string, mode lookupMode) (place, error) {
 		h.routes.learn(obj, other, 0, false)
 		return place{host: other, stored: true}, nil
 	}
-	if h.draining.Load() {
+	if h.drainer.draining.Load() {
 		if other := h.pickHost(kr.spec.name); other != "" {
 			return place{host: other, stored: true}, nil
 		}
@@ -160,7 +160,7 @@ func (kr *kindRuntime) resolve(id string, mode lookupMode) (place, error) {
 	// The activation itself is one flight per object on this host, whatever
 	// the look-ups' modes: two of them (a local send and a message off a
 	// link) must not both reserve and commit.
-	v, err, _ := h.lookups.Do(kr.spec.name+"\x00"+id+"\x00activate", func() (any, error) { return kr.activate(id, takeover) })
+	v, err, _ := h.router.lookups.Do(kr.spec.name+"\x00"+id+"\x00activate", func() (any, error) { return kr.activate(id, takeover) })
 	if err != nil {
 		return place{}, err
 	}
@@ -228,7 +228,7 @@ func (kr *kindRuntime) activate(id string, takeover bool) (place, error) {
 // leaving, errHostGone is returned (the caller looks the object up
 // again); on any failure m stays the caller's.
 func (h *Host) sendRemote(ctx context.Context, host string, t target, m *payload.Message) error {
-	if mx := h.view.maxMessage(host); mx > 0 && int64(m.Len()) > mx {
+	if mx := h.peers.view.maxMessage(host); mx > 0 && int64(m.Len()) > mx {
 		return mailbox.ErrTooLarge // the destination's lanes are smaller than this host's
 	}
 	if ctx != nil {
@@ -322,7 +322,7 @@ func (h *Host) onFrame(ib *inbound, from string, buf payload.Buffer) {
 	// it yet (it may have joined a moment ago) — so an object's senders
 	// are bounded by the membership.
 	var unknown string
-	if o := hv.Origin(); string(o) != from && !h.view.known(string(o)) {
+	if o := hv.Origin(); string(o) != from && !h.peers.view.known(string(o)) {
 		unknown = string(o)
 	}
 	if unknown != "" || kr.local(id) == nil {
@@ -437,12 +437,12 @@ func (h *Host) routeIn(ib *inbound, kr *kindRuntime, id string, m *payload.Messa
 // waitLinkRoom waits until the link to host has room (Transport.WaitRoom),
 // at most SendTimeout, or until this host closes.
 func (h *Host) waitLinkRoom(host string) {
-	if host == "" || h.tr.WaitRoom(doneCtx, host) == nil {
+	if host == "" || h.peers.tr.WaitRoom(doneCtx, host) == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(h.life, h.cfg.SendTimeout)
 	defer cancel()
-	_ = h.tr.WaitRoom(ctx, host)
+	_ = h.peers.tr.WaitRoom(ctx, host)
 }
 
 // forward hands a message on towards where its object runs now (Message
@@ -596,7 +596,7 @@ func (h *Host) admitHere(o *owner, m *payload.Message) {
 // (it left), this host routes it afresh itself. It reports false (m stays
 // the caller's) if this host is closing.
 func (h *Host) sendBack(m *payload.Message) bool {
-	if h.tr == nil || !h.acceptsInternal() {
+	if h.peers.tr == nil || !h.acceptsInternal() {
 		return false
 	}
 	hv := m.Header()

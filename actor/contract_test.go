@@ -644,9 +644,9 @@ func TestRelocateFromAnotherHostIsAbortedWhenItsContextEnds(t *testing.T) {
 	cancel()
 	err := <-res
 	waitFor(t, "a to end the move it ran for c", func() bool {
-		a.remote.mu.Lock()
-		defer a.remote.mu.Unlock()
-		return len(a.remote.serving) == 0
+		a.moves.remote.mu.Lock()
+		defer a.moves.remote.mu.Unlock()
+		return len(a.moves.remote.serving) == 0
 	})
 	free()
 	if !errors.Is(err, context.Canceled) || !errors.Is(err, payload.DeadlineExceeded) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"hash/maphash"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/berthrt/berth/membership"
@@ -35,8 +37,23 @@ func (s DrainState) String() string {
 	return [...]string{"serving", "relocating", "relocated", "draining", "stopped"}[s]
 }
 
+// drainer is where the host is in draining and leaving: the drain state,
+// the one Stop or Drain that runs, and the drain rounds.
+//
+// Lock: none; atomics, and stopTurn (one slot) held by the Stop or Drain
+// that runs.
+// Invariants: draining and leaving only turn on; state only moves forward
+// (Serving → … → Stopped).
+type drainer struct {
+	draining atomic.Bool
+	leaving  atomic.Bool // beginLeave ran
+	state    atomic.Int32
+	stopTurn chan struct{}  // one slot: held by the Stop or Drain that runs
+	rounds   sync.WaitGroup // drain rounds (one may outlive a cut-short Drain briefly)
+}
+
 // DrainState returns the host's drain state.
-func (h *Host) DrainState() DrainState { return DrainState(h.drainState.Load()) }
+func (h *Host) DrainState() DrainState { return DrainState(h.drainer.state.Load()) }
 
 // ErrNowhereToDrain: Drain found objects of a kind that relocates and no
 // other host serving that kind.
@@ -84,7 +101,7 @@ const drainWorkers = 64
 // at a time.
 func (h *Host) Drain(ctx context.Context) error {
 	const op = "actor.Host.Drain"
-	if h.tr == nil {
+	if h.peers.tr == nil {
 		return ErrNoNetwork
 	}
 	release, err := h.stopTurnTake(ctx, op)
@@ -113,8 +130,8 @@ func (h *Host) drain(ctx context.Context, op string) error {
 			return &payload.Error{Kind: payload.Unavailable, Op: op,
 				Detail: "no other host serves kind " + name + ": its objects have nowhere to go (the host keeps serving)", Err: ErrNowhereToDrain}
 		}
-		if h.drainState.CompareAndSwap(int32(Serving), int32(Relocating)) {
-			h.draining.Store(true)
+		if h.drainer.state.CompareAndSwap(int32(Serving), int32(Relocating)) {
+			h.drainer.draining.Store(true)
 			h.setMemberState(membership.Draining) // peers place no new objects here
 		}
 		for round := 0; round < 5; round++ {
@@ -129,12 +146,12 @@ func (h *Host) drain(ctx context.Context, op string) error {
 		if ctx.Err() != nil {
 			return h.cutShort(ctx, op)
 		}
-		h.drainState.Store(int32(Relocated))
+		h.drainer.state.Store(int32(Relocated))
 	}
-	h.drainState.Store(int32(Draining))
+	h.drainer.state.Store(int32(Draining))
 	err := h.stop(ctx, op)
 	if err == nil {
-		h.drainState.Store(int32(Stopped))
+		h.drainer.state.Store(int32(Stopped))
 	}
 	return err
 }
@@ -154,11 +171,11 @@ func (h *Host) drainRoundUntil(ctx context.Context, op string) (int, error) {
 		h.mu.Unlock()
 		return 0, closedMidStop(op)
 	}
-	h.drainers.Add(1)
+	h.drainer.rounds.Add(1)
 	h.mu.Unlock()
 	found := make(chan int, 1)
 	go func() {
-		defer h.drainers.Done()
+		defer h.drainer.rounds.Done()
 		found <- h.drainRound(ctx)
 	}()
 	select {

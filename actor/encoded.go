@@ -88,7 +88,7 @@ func (h *Host) Prepare(ctx context.Context, r *Request, to Ref, enc Encoded) err
 		Op:          r.op,
 		ReplyTo:     h.name,
 		Deadline:    r.deadline,
-		Origin:      h.origin,
+		Origin:      h.peers.origin,
 		Meta:        enc.Meta,
 	}, enc.Body)
 	if err == nil {

@@ -17,7 +17,6 @@ import (
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
 	"github.com/berthrt/berth/transport"
-	"golang.org/x/sync/singleflight"
 )
 
 // Host states.
@@ -58,62 +57,25 @@ type Host struct {
 	done     chan struct{}         // closed by Close when it starts
 	closed   chan struct{}         // closed by Close when it returns
 	lostErr  atomic.Pointer[error] // why the host closed itself (ErrLeaseLost); nil if it did not
+	life     context.Context       // ends when the host closes
+	endLife  context.CancelFunc
 
-	system      *pa.ActorSystem
-	props       *pa.Props
-	spawnMu     sync.Mutex
-	spawning    *mailbox.Mailbox // the mailbox the next spawn takes; guarded by spawnMu
-	drains      sync.WaitGroup   // dispatcher workers
-	handoff     chan func()      // unbuffered: drains handed to idle workers
-	workersStop chan struct{}    // closed by Close after the last drain
-	actors      sync.WaitGroup   // owners whose actor has not stopped
-	svc         *services        // the background work: the tick, the lease, the janitor, the membership watch
-	lanes       sync.WaitGroup   // peers' slow lanes (network.go)
-	life        context.Context  // ends when the host closes
-	endLife     context.CancelFunc
-	// Cluster: the transport, the membership, the Location Store, this
-	// run's lease, routes, moves (network.go).
-	tr          transport.Transport     // nil: the host stands alone
-	backlog     transport.Backlogger    // tr, if its links have a hard bound
-	attached    atomic.Bool             // tr is set (items that come earlier wait for it)
-	members     membership.Membership   // nil when tr is
-	view        peerView                // what this host knows of its peers
-	inbound     sync.Map                // per sending peer: *inbound
-	lastIn      atomic.Pointer[inbound] // the last inboundFrom's answer
-	lookupQ     [lookupLanes]lane       // admissions that may call the store (network.go)
-	loadSent    int64                   // the load last reported; the tick only
-	pauses      pauseLog                // moves from here: their pauses (Host.Pauses)
-	dir         map[string]peerAt       // peers' addresses (and runs) told to a transport.Directory; Start, then the membership watch
-	origin      string                  // the origin stamped on messages: the name, with a transport
-	store       relocation.Store
-	lease       leaseKeeper        // this run's lease (lease.go)
-	routes      routes             // where objects run, and this host's sending streams (routes.go)
-	lookups     singleflight.Group // concurrent store look-ups of one object
-	movesMu     sync.Mutex
-	moves       map[relocation.MoveID]*moveDriver // guarded by movesMu
-	incoming    map[string]int                    // moves to here not yet open or ended, by source; guarded by movesMu
-	remote      remoteOps                         // Relocate across hosts (remotemove.go)
-	deferMu     sync.Mutex                        // guards deferred, deferClosed; a leaf
-	deferred    []deferredSend                    // handlers' sends waiting for a leaving host (send.go)
-	deferClosed bool
-	draining    atomic.Bool
-	leaving     atomic.Bool // beginLeave ran
-	drainState  atomic.Int32
-	heldMu      sync.Mutex // guards heldOwners
-	heldOwners  map[*owner]struct{}
-	gapFacts                   // failure facts and the gaps' gauge and log (order.go)
-	peerLogs    peerLogs       // rate limits of the lines peers' input causes (peerlog.go)
-	stopTurn    chan struct{}  // one slot: held by the Stop or Drain that runs
-	drainers    sync.WaitGroup // drain rounds (one may outlive a cut-short Drain briefly)
-
-	stopMetrics func() error // ends the /metrics server (MetricsServer)
-	metricsAddr string       // the /metrics listener address
-	seed        maphash.Seed
-
-	// moveTimes, set by tests only (nil otherwise) before a move, sees
-	// the nanotime of each move's seal at its source and opening at its
-	// target.
-	moveTimes func(id relocation.MoveID, opened bool, at int64)
+	owners   ownerTable     // the actor system, spawning, held owners (owner.go)
+	workers  workerPool     // the dispatcher's workers (host.go)
+	svc      *services      // the background work: the tick, the lease, the janitor, the membership watch
+	lanes    sync.WaitGroup // peers' slow lanes and the moves' store lanes (network.go)
+	peers    peers          // the transport, the membership and what this host knows of its peers (network.go)
+	in       inbounds       // per sending peer: what this host keeps for its messages (network.go)
+	router   router         // look-ups of where objects run (cluster.go)
+	store    relocation.Store
+	lease    leaseKeeper   // this run's lease (lease.go)
+	routes   routes        // where objects run, and this host's sending streams (routes.go)
+	moves    moveTable     // the moves this host takes part in (move.go)
+	deferred deferredSends // handlers' sends waiting for a leaving host (send.go)
+	drainer  drainer       // Drain and the leave stages (drain.go)
+	gapFacts               // failure facts and the gaps' gauge and log (order.go)
+	peerLogs peerLogs      // rate limits of the lines peers' input causes (peerlog.go)
+	metrics  metricsServer // the /metrics server, if Config.MetricsAddr is set
 }
 
 // NewHost returns a host configured by cfg (see Config for defaults). It
@@ -124,28 +86,27 @@ func NewHost(cfg Config) (*Host, error) {
 		return nil, err
 	}
 	h := &Host{
-		cfg:         cfg,
-		name:        cfg.Name,
-		obs:         cfg.Observer,
-		observed:    cfg.Observer != nil,
-		log:         cfg.Logger.With("host", cfg.Name),
-		pool:        payload.NewPool(payload.PoolOptions{OnRelease: cfg.OnPayloadRelease}),
-		reg:         payload.NewRegistry(),
-		kinds:       map[string]*kindRuntime{},
-		channels:    map[string]*channelRuntime{},
-		done:        make(chan struct{}),
-		closed:      make(chan struct{}),
-		svc:         newServices(nil),
-		seed:        maphash.MakeSeed(),
-		handoff:     make(chan func()),
-		workersStop: make(chan struct{}),
-		stopTurn:    make(chan struct{}, 1),
+		cfg:      cfg,
+		name:     cfg.Name,
+		obs:      cfg.Observer,
+		observed: cfg.Observer != nil,
+		log:      cfg.Logger.With("host", cfg.Name),
+		pool:     payload.NewPool(payload.PoolOptions{OnRelease: cfg.OnPayloadRelease}),
+		reg:      payload.NewRegistry(),
+		kinds:    map[string]*kindRuntime{},
+		channels: map[string]*channelRuntime{},
+		done:     make(chan struct{}),
+		closed:   make(chan struct{}),
+		svc:      newServices(nil),
+		owners:   ownerTable{seed: maphash.MakeSeed()},
+		workers:  workerPool{handoff: make(chan func()), stop: make(chan struct{})},
+		drainer:  drainer{stopTurn: make(chan struct{}, 1)},
 	}
 	if h.obs == nil {
 		h.obs = noObserver{}
 	}
-	for i := range h.lookupQ {
-		h.lookupQ[i].wg = &h.lanes
+	for i := range h.router.lanes {
+		h.router.lanes[i].wg = &h.lanes
 	}
 	h.permits = mailbox.NewPermits(cfg.MaxQueuedApplicationJobs, nil)
 	if err := h.reg.Register(payload.Protobuf, payload.IsProtoMessage); err != nil {
@@ -240,11 +201,11 @@ func (h *Host) Start() error {
 	}
 	h.reg.Freeze()
 
-	h.system = pa.NewActorSystem(pa.WithLoggerFactory(func(*pa.ActorSystem) *slog.Logger {
+	h.owners.system = pa.NewActorSystem(pa.WithLoggerFactory(func(*pa.ActorSystem) *slog.Logger {
 		return slog.New(minLevel{h.log.Handler(), slog.LevelWarn}).With("lib", "protoactor")
 	}))
-	h.props = pa.PropsFromProducer(func() pa.Actor { return ownerActor{} },
-		pa.WithMailbox(func() pa.Mailbox { return h.spawning }),
+	h.owners.props = pa.PropsFromProducer(func() pa.Actor { return ownerActor{} },
+		pa.WithMailbox(func() pa.Mailbox { return h.owners.spawning }),
 		pa.WithDispatcher(dispatcher{h}))
 
 	h.state.Store(stateRunning)
@@ -280,7 +241,7 @@ func (h *Host) startServices() {
 		janitor.every("passivate idle objects", max(h.cfg.IdleTimeout/4, time.Millisecond), h.passivateIdle)
 		h.svc.startSchedule(janitor)
 	}
-	if h.tr != nil {
+	if h.peers.tr != nil {
 		tick := &schedule{name: "tick"}
 		h.orderJobs(tick)
 		h.deferredJobs(tick)
@@ -305,8 +266,8 @@ func (h *Host) join() error {
 	if h.cfg.Transport == nil {
 		return h.renewLease()
 	}
-	h.origin = h.name
-	h.members = h.cfg.Membership
+	h.peers.origin = h.name
+	h.peers.members = h.cfg.Membership
 	ready := make(chan struct{})
 	var tr transport.Transport
 	var err error
@@ -320,9 +281,9 @@ func (h *Host) join() error {
 	if err != nil {
 		return err
 	}
-	h.tr = tr
-	h.backlog, _ = tr.(transport.Backlogger)
-	h.attached.Store(true)
+	h.peers.tr = tr
+	h.peers.backlog, _ = tr.(transport.Backlogger)
+	h.peers.attached.Store(true)
 	close(ready)
 	ctx, cancel := h.storeContext()
 	defer cancel()
@@ -334,10 +295,10 @@ func (h *Host) join() error {
 	}
 	sort.Strings(kinds)
 	var addr string
-	if d, ok := h.tr.(transport.Directory); ok {
+	if d, ok := h.peers.tr.(transport.Directory); ok {
 		addr = d.Addr()
 	}
-	if _, err := h.members.Join(ctx, membership.Member{Name: h.name, Address: addr, Kinds: kinds, LeaseGen: h.lease.gen,
+	if _, err := h.peers.members.Join(ctx, membership.Member{Name: h.name, Address: addr, Kinds: kinds, LeaseGen: h.lease.gen,
 		MaxMessage: h.cfg.ApplicationLimits.Bytes - mailbox.ItemOverhead}); err != nil {
 		h.leave(false)
 		return &payload.Error{Kind: payload.KindOf(err), Op: op, Detail: "cannot join the membership", Err: err}
@@ -346,12 +307,12 @@ func (h *Host) join() error {
 		h.leave(true)
 		return err
 	}
-	ch, err := h.members.Watch(h.life)
+	ch, err := h.peers.members.Watch(h.life)
 	if err != nil {
 		h.leave(true)
 		return &payload.Error{Kind: payload.KindOf(err), Op: op, Detail: "cannot watch the membership", Err: err}
 	}
-	h.view.apply(<-ch) // the first event is the list as it is now
+	h.peers.view.apply(<-ch) // the first event is the list as it is now
 	h.tellDirectory()
 	h.svc.start(func(<-chan struct{}) { h.watchMembers(ch) }) // ends with the host's life
 	return nil
@@ -361,10 +322,10 @@ func (h *Host) join() error {
 // delivered, and frames sent to it that it did not take go back to their
 // senders) and, if it joined, off its membership.
 func (h *Host) leave(joined bool) {
-	if h.tr == nil {
+	if h.peers.tr == nil {
 		return
 	}
-	if err := h.tr.Close(true); err != nil {
+	if err := h.peers.tr.Close(true); err != nil {
 		// Its peers did not all confirm what it sent last (its leave
 		// notice among it) within the transport's close timeout.
 		h.log.Warn("the transport's graceful close gave up on peers", "err", err)
@@ -372,7 +333,7 @@ func (h *Host) leave(joined bool) {
 	if joined {
 		ctx, cancel := h.storeContext()
 		defer cancel()
-		if err := h.members.Leave(ctx, h.name, h.lease.gen); err != nil {
+		if err := h.peers.members.Leave(ctx, h.name, h.lease.gen); err != nil {
 			h.log.Warn("membership leave failed; the lease will expire", "err", err)
 		}
 	}
@@ -437,7 +398,7 @@ func (h *Host) Stop(ctx context.Context) error {
 		return err
 	}
 	defer release()
-	if h.DrainState() != Serving || (h.tr != nil && !h.cfg.StopDeactivates && h.acceptsExternal() && h.hasMovable()) {
+	if h.DrainState() != Serving || (h.peers.tr != nil && !h.cfg.StopDeactivates && h.acceptsExternal() && h.hasMovable()) {
 		// Drain — or go on with the drain an earlier call began.
 		err := h.drain(ctx, op)
 		if !errors.Is(err, ErrNowhereToDrain) {
@@ -451,15 +412,15 @@ func (h *Host) Stop(ctx context.Context) error {
 // returns the function that ends this call's turn.
 func (h *Host) stopTurnTake(ctx context.Context, op string) (release func(), err error) {
 	select {
-	case h.stopTurn <- struct{}{}:
+	case h.drainer.stopTurn <- struct{}{}:
 	default:
 		select {
-		case h.stopTurn <- struct{}{}:
+		case h.drainer.stopTurn <- struct{}{}:
 		case <-ctx.Done():
 			return nil, h.cutShort(ctx, op)
 		}
 	}
-	return func() { <-h.stopTurn }, nil
+	return func() { <-h.drainer.stopTurn }, nil
 }
 
 // cutShort is the error of a Stop or Drain whose context ended before the
@@ -507,7 +468,7 @@ func (h *Host) stop(ctx context.Context, op string) error {
 	if !h.state.CompareAndSwap(stateRunning, stateStopping) && h.state.Load() != stateStopping {
 		return h.Close() // never started (Close), or closed: returns once closed
 	}
-	if h.tr != nil {
+	if h.peers.tr != nil {
 		h.beginLeave()
 	}
 	// Deactivate every object once nothing is queued; hooks may send to
@@ -520,7 +481,7 @@ func (h *Host) stop(ctx context.Context, op string) error {
 			break
 		}
 	}
-	if h.tr != nil {
+	if h.peers.tr != nil {
 		if err := h.waitHandedOn(ctx, op); err != nil {
 			return err
 		}
@@ -537,12 +498,12 @@ func (h *Host) stop(ctx context.Context, op string) error {
 // before is still delivered. A second call (a Stop after one whose
 // context ended) does nothing.
 func (h *Host) beginLeave() {
-	h.draining.Store(true)
-	if h.leaving.Swap(true) {
+	h.drainer.draining.Store(true)
+	if h.drainer.leaving.Swap(true) {
 		return
 	}
 	h.setMemberState(membership.Draining)
-	h.tr.Leave()
+	h.peers.tr.Leave()
 }
 
 // quiesce waits until no message is queued, waiting for a permit, or
@@ -555,7 +516,7 @@ func (h *Host) quiesce(ctx context.Context, op string) error {
 	for {
 		if h.permits.InUse() == 0 && h.permits.Waiters() == 0 && h.stats.running.Load() == 0 &&
 			h.counters.Queued(mailbox.Application) == 0 && h.counters.Queued(mailbox.Lifecycle) == 0 &&
-			(h.tr == nil || h.pending() == 0) {
+			(h.peers.tr == nil || h.pending() == 0) {
 			return nil
 		}
 		select {
@@ -631,10 +592,10 @@ func (h *Host) Close() error {
 	// Handlers' sends waiting for a leaving host end first: from now on
 	// none defers itself, and those counted here end once, whether here or
 	// in a retry of the tick that runs meanwhile.
-	h.deferMu.Lock()
-	dropped := len(h.deferred)
-	h.deferClosed = true
-	h.deferMu.Unlock()
+	h.deferred.mu.Lock()
+	dropped := len(h.deferred.list)
+	h.deferred.closed = true
+	h.deferred.mu.Unlock()
 	h.closeDeferred()
 	h.closeSkips()
 	// Leave the network: peers stop routing here and learn that our moves
@@ -647,7 +608,7 @@ func (h *Host) Close() error {
 	h.permits.Close()
 	var all []*owner
 	var unrun [][]*mailbox.Envelope
-	if h.system != nil {
+	if h.owners.system != nil {
 		for _, kr := range h.kinds {
 			all = append(all, kr.all()...)
 		}
@@ -663,14 +624,14 @@ func (h *Host) Close() error {
 	if h.endLife != nil {
 		h.endLife() // ends the membership watch and flow-control waits
 	}
-	if h.stopMetrics != nil {
-		_ = h.stopMetrics()
+	if h.metrics.stop != nil {
+		_ = h.metrics.stop()
 	}
 	h.svc.stopAll()
 	h.lanes.Wait() // the links are closed: no more work comes to the lanes
 	// What Close dropped is noted as it returns, once the rest is counted.
 	defer h.noteDropped(&dropped)
-	if h.system == nil {
+	if h.owners.system == nil {
 		return nil
 	}
 	// Owners a lane or the tick installed after the first sweep
@@ -711,22 +672,22 @@ func (h *Host) Close() error {
 		d.mu.Unlock()
 		d.abandonOnClose()
 	}
-	h.drainers.Wait() // a cut-short drain's last round: its moves have ended
+	h.drainer.rounds.Wait() // a cut-short drain's last round: its moves have ended
 	h.remoteClose()
 	for _, o := range all {
 		if o.pid != nil {
-			h.system.Root.Stop(o.pid)
+			h.owners.system.Root.Stop(o.pid)
 		}
 	}
-	h.actors.Wait()
-	close(h.workersStop)
-	h.drains.Wait()
+	h.owners.actors.Wait()
+	close(h.workers.stop)
+	h.workers.running.Wait()
 	// Turns run inline by callers (Config.InlineAsk) are not drains; wait
 	// for them too. Their handlers see their Context done.
 	for h.stats.running.Load() > 0 {
 		time.Sleep(100 * time.Microsecond)
 	}
-	h.system.Shutdown()
+	h.owners.system.Shutdown()
 	return nil
 }
 
@@ -764,7 +725,7 @@ func (h *Host) waitingForPermits() int {
 			count(&o.out)
 		}
 	}
-	h.inbound.Range(func(_, v any) bool {
+	h.in.m.Range(func(_, v any) bool {
 		ib := v.(*inbound)
 		count(&ib.in)
 		ib.slow.mu.Lock()
@@ -824,6 +785,25 @@ func (h *Host) acceptsInternal() bool {
 	return s == stateRunning || s == stateStopping
 }
 
+// workerPool is the dispatcher's goroutines: a mailbox's drain is handed
+// to an idle worker, or starts a new one; a worker idle for workerIdle
+// ends.
+//
+// Owns: its goroutines. Lock: none (channels). May call: the drains it is
+// handed. Invariants: after stop is closed and running is waited, no
+// drain runs.
+type workerPool struct {
+	running sync.WaitGroup // the workers
+	handoff chan func()    // unbuffered: drains handed to idle workers
+	stop    chan struct{}  // closed by Close after the last drain
+}
+
+// metricsServer is the /metrics server Config.MetricsAddr asks for.
+type metricsServer struct {
+	addr string       // the listener's address
+	stop func() error // ends the server (MetricsServer)
+}
+
 // dispatcher runs mailbox drains on worker goroutines that it keeps for a
 // while after their drain (a cached pool): a drain handed to an idle worker
 // needs no new goroutine and no stack growth. When no worker is idle it
@@ -836,9 +816,9 @@ const workerIdle = time.Second
 
 func (d dispatcher) Schedule(fn func()) {
 	select {
-	case d.h.handoff <- fn: // an idle worker took it
+	case d.h.workers.handoff <- fn: // an idle worker took it
 	default:
-		d.h.drains.Add(1)
+		d.h.workers.running.Add(1)
 		go d.h.worker(fn)
 	}
 }
@@ -846,17 +826,17 @@ func (d dispatcher) Schedule(fn func()) {
 func (d dispatcher) Throughput() int { return d.h.cfg.Throughput }
 
 func (h *Host) worker(fn func()) {
-	defer h.drains.Done()
+	defer h.workers.running.Done()
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
 		fn()
 		idle.Reset(workerIdle)
 		select {
-		case fn = <-h.handoff:
+		case fn = <-h.workers.handoff:
 		case <-idle.C:
 			return
-		case <-h.workersStop:
+		case <-h.workers.stop:
 			return
 		}
 	}
@@ -894,13 +874,13 @@ func (h *Host) serveMetrics() error {
 	if err != nil {
 		return &payload.Error{Kind: payload.Unavailable, Op: "actor.Host.Start", Detail: "Config.MetricsAddr", Err: err}
 	}
-	h.metricsAddr, h.stopMetrics = bound, stop
+	h.metrics.addr, h.metrics.stop = bound, stop
 	return nil
 }
 
 // MetricsAddr returns the address /metrics is served on (with the port
 // chosen when Config.MetricsAddr asked for port 0), or "" if none.
-func (h *Host) MetricsAddr() string { return h.metricsAddr }
+func (h *Host) MetricsAddr() string { return h.metrics.addr }
 
 var clockBase = time.Now()
 

@@ -40,8 +40,8 @@ func (h *Host) renewLease() error {
 	if _, err := h.store.RenewLease(ctx, h.name, h.lease.gen); err != nil {
 		return &payload.Error{Kind: payload.Unavailable, Op: "actor.Host", Detail: "cannot renew the host lease", Err: err}
 	}
-	if h.members != nil && h.state.Load() != stateCreated {
-		if _, err := h.members.Renew(ctx, h.name, h.lease.gen); err != nil {
+	if h.peers.members != nil && h.state.Load() != stateCreated {
+		if _, err := h.peers.members.Renew(ctx, h.name, h.lease.gen); err != nil {
 			h.log.Error("membership lease renewal failed", "err", err)
 		}
 	}

@@ -90,6 +90,27 @@ type moveDriver struct {
 	storeLane lane
 }
 
+// moveTable is the moves this host takes part in, either side, and what it
+// keeps of them.
+//
+// Owns: the move drivers by id, the count of incoming moves per source,
+// the cross-host Relocate requests, the pause log.
+// Lock: mu, a leaf, guards m and incoming; remote and pauses have their
+// own leaf locks.
+// Invariants: a target move is counted in incoming from its Prepare until
+// it opens or ends, at most maxIncomingPerPeer per source.
+type moveTable struct {
+	mu       sync.Mutex
+	m        map[relocation.MoveID]*moveDriver // guarded by mu
+	incoming map[string]int                    // moves to here not yet open or ended, by source; guarded by mu
+	remote   remoteOps                         // Relocate across hosts (remotemove.go)
+	pauses   pauseLog                          // moves from here: their pauses (Host.Pauses)
+	// times, set by tests only (nil otherwise) before a move, sees the
+	// nanotime of each move's seal at its source and opening at its
+	// target.
+	times func(id relocation.MoveID, opened bool, at int64)
+}
+
 // Control items the move puts on the owner's lifecycle lane.
 type (
 	moveStart struct{ d *moveDriver } // begin the source machine in a turn of the owner
@@ -120,7 +141,7 @@ func (h *Host) Relocate(ctx context.Context, ref Ref, target string) error {
 	if !h.acceptsExternal() {
 		return ErrShuttingDown
 	}
-	if h.tr == nil {
+	if h.peers.tr == nil {
 		return ErrNoNetwork
 	}
 	kr := h.kinds[ref.Kind]
@@ -230,20 +251,20 @@ func (h *Host) relocateLocal(ctx context.Context, kr *kindRuntime, ref Ref, targ
 }
 
 func (h *Host) addMove(d *moveDriver) {
-	h.movesMu.Lock()
-	if h.moves == nil {
-		h.moves = map[relocation.MoveID]*moveDriver{}
+	h.moves.mu.Lock()
+	if h.moves.m == nil {
+		h.moves.m = map[relocation.MoveID]*moveDriver{}
 	}
-	h.moves[d.id] = d
-	h.movesMu.Unlock()
+	h.moves.m[d.id] = d
+	h.moves.mu.Unlock()
 }
 
 func (h *Host) removeMove(d *moveDriver) {
-	h.movesMu.Lock()
-	if h.moves[d.id] == d {
-		delete(h.moves, d.id)
+	h.moves.mu.Lock()
+	if h.moves.m[d.id] == d {
+		delete(h.moves.m, d.id)
 	}
-	h.movesMu.Unlock()
+	h.moves.mu.Unlock()
 	d.notIncoming()
 }
 
@@ -255,19 +276,19 @@ const maxIncomingPerPeer = 4 * drainWorkers
 // addIncoming adds a target move d from its source, d.peer, unless that
 // source has maxIncomingPerPeer under way here.
 func (h *Host) addIncoming(d *moveDriver) bool {
-	h.movesMu.Lock()
-	defer h.movesMu.Unlock()
-	if h.incoming[d.peer] >= maxIncomingPerPeer {
+	h.moves.mu.Lock()
+	defer h.moves.mu.Unlock()
+	if h.moves.incoming[d.peer] >= maxIncomingPerPeer {
 		return false
 	}
-	if h.moves == nil {
-		h.moves = map[relocation.MoveID]*moveDriver{}
+	if h.moves.m == nil {
+		h.moves.m = map[relocation.MoveID]*moveDriver{}
 	}
-	if h.incoming == nil {
-		h.incoming = map[string]int{}
+	if h.moves.incoming == nil {
+		h.moves.incoming = map[string]int{}
 	}
-	h.moves[d.id] = d
-	h.incoming[d.peer]++
+	h.moves.m[d.id] = d
+	h.moves.incoming[d.peer]++
 	d.counted.Store(true)
 	return true
 }
@@ -279,24 +300,24 @@ func (d *moveDriver) notIncoming() {
 		return
 	}
 	h := d.h
-	h.movesMu.Lock()
-	if h.incoming[d.peer]--; h.incoming[d.peer] <= 0 {
-		delete(h.incoming, d.peer)
+	h.moves.mu.Lock()
+	if h.moves.incoming[d.peer]--; h.moves.incoming[d.peer] <= 0 {
+		delete(h.moves.incoming, d.peer)
 	}
-	h.movesMu.Unlock()
+	h.moves.mu.Unlock()
 }
 
 func (h *Host) move(id relocation.MoveID) *moveDriver {
-	h.movesMu.Lock()
-	defer h.movesMu.Unlock()
-	return h.moves[id]
+	h.moves.mu.Lock()
+	defer h.moves.mu.Unlock()
+	return h.moves.m[id]
 }
 
 func (h *Host) allMoves() []*moveDriver {
-	h.movesMu.Lock()
-	defer h.movesMu.Unlock()
-	out := make([]*moveDriver, 0, len(h.moves))
-	for _, d := range h.moves {
+	h.moves.mu.Lock()
+	defer h.moves.mu.Unlock()
+	out := make([]*moveDriver, 0, len(h.moves.m))
+	for _, d := range h.moves.m {
 		out = append(out, d)
 	}
 	return out
@@ -327,7 +348,7 @@ func (h *Host) onRecord(from string, obj relocation.Object, rec relocation.Recor
 			reply.OK, reply.Reason = false, "host "+h.name+" has no kind "+r.Object.Kind
 		case kr.spec.policy == DisableRelocation:
 			reply.OK, reply.Reason = false, "kind "+r.Object.Kind+" does not relocate"
-		case h.draining.Load() || !h.acceptsExternal():
+		case h.drainer.draining.Load() || !h.acceptsExternal():
 			reply.OK, reply.Reason = false, "host "+h.name+" is draining or stopping"
 		case h.cfg.AppVersion != r.AppVersion:
 			reply.OK, reply.Reason = false, "application version "+h.cfg.AppVersion+" here, "+r.AppVersion+" at the source"
@@ -397,7 +418,7 @@ func (h *Host) recordOfAnotherPeer(from string, d *moveDriver) {
 // records went nowhere), or the link to it was past its bound (refused:
 // the records from the first refused one on were not sent).
 func (h *Host) sendRecords(to string, obj relocation.Object, scratch *[]byte, recs ...relocation.Record) (gone, refused bool) {
-	if len(recs) == 0 || h.tr == nil {
+	if len(recs) == 0 || h.peers.tr == nil {
 		return false, false
 	}
 	if scratch == nil {
@@ -444,7 +465,7 @@ func (h *Host) tickMoves(now int64) {
 		// cutover that is slow (queued behind traffic, a starved
 		// source) is waited for — committing without the relays would
 		// run them late, after newer messages.
-		d.step(relocation.Tick{Now: now, SourceReachable: h.view.reachable(d.peer)})
+		d.step(relocation.Tick{Now: now, SourceReachable: h.peers.view.reachable(d.peer)})
 	}
 }
 
@@ -746,7 +767,7 @@ func (d *moveDriver) sealAndCapture() {
 	relieved := o.relievedLocked(true) // the target pushes back again if it must
 	o.seqMu.Unlock()
 	d.sealedAt = nanotime()
-	if f := d.h.moveTimes; f != nil {
+	if f := d.h.moves.times; f != nil {
 		f(d.id, false, d.sealedAt)
 	}
 	d.stepLocked(relocation.Sealed{})
@@ -865,19 +886,19 @@ func (d *moveDriver) finish(f relocation.Finish) {
 			d.captured, d.held = nil, nil
 			d.o.state = nil
 			h.obs.Deactivated(d.kr.spec.name)
-			h.system.Root.Stop(d.o.pid)
+			h.owners.system.Root.Stop(d.o.pid)
 		} else {
 			d.o.moving.Store(false)
 		}
 		if f.Outcome == relocation.Moved && d.sealedAt != 0 {
-			h.pauses.add(d.pauseLocked())
+			h.moves.pauses.add(d.pauseLocked())
 		}
 		d.done <- err
 		return
 	}
 	if f.Outcome != relocation.Moved && d.o != nil && !d.conflict {
 		h.obs.Deactivated(d.kr.spec.name)
-		h.system.Root.Stop(d.o.pid)
+		h.owners.system.Root.Stop(d.o.pid)
 	}
 }
 
@@ -970,7 +991,7 @@ func (d *moveDriver) open(a relocation.OpenQueue) {
 	o.seqMu.Unlock()
 	d.snap = route.Snapshot{}
 	d.openedAt = nanotime()
-	if f := d.h.moveTimes; f != nil {
+	if f := d.h.moves.times; f != nil {
 		f(d.id, true, d.openedAt)
 	}
 	h.stats.moved.Add(1)
@@ -1108,6 +1129,6 @@ func (d *moveDriver) abandonOnClose() {
 	// stops here, or Close would wait for it for ever. (A second Stop of
 	// an owner Close does see is harmless.)
 	if o != nil && o.pid != nil {
-		d.h.system.Root.Stop(o.pid)
+		d.h.owners.system.Root.Stop(o.pid)
 	}
 }

@@ -399,12 +399,12 @@ func TestPauseRunsFromTheSealToTheOpeningWithoutTheWayBack(t *testing.T) {
 	n, hs := startNetwork(t, "a", "b")
 	a, b := hs[0], hs[1]
 	var sealed, opened atomic.Int64
-	a.moveTimes = func(_ relocation.MoveID, open bool, at int64) {
+	a.moves.times = func(_ relocation.MoveID, open bool, at int64) {
 		if !open {
 			sealed.Store(at)
 		}
 	}
-	b.moveTimes = func(_ relocation.MoveID, open bool, at int64) {
+	b.moves.times = func(_ relocation.MoveID, open bool, at int64) {
 		if open {
 			opened.Store(at)
 		}

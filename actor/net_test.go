@@ -43,10 +43,10 @@ func waitViews(t testing.TB, hs ...*Host) {
 	waitFor(t, "the hosts to know each other", func() bool {
 		for _, h := range hs {
 			for _, o := range hs {
-				if _, ok := h.view.member(o.name); !ok {
+				if _, ok := h.peers.view.member(o.name); !ok {
 					return false
 				}
-				if o != h && h.view.loadOf(o.name) != o.stats.owners.Load() {
+				if o != h && h.peers.view.loadOf(o.name) != o.stats.owners.Load() {
 					return false
 				}
 			}

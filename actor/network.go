@@ -13,6 +13,7 @@ import (
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
 	"github.com/berthrt/berth/transport"
+	"golang.org/x/sync/singleflight"
 )
 
 // The host's side of the seam between hosts (docs/architecture.md, "Packages", "Order, routing and transports"). A host
@@ -45,7 +46,7 @@ type hostHandler struct {
 
 // Deliver implements transport.Handler.
 func (x hostHandler) Deliver(from string, it transport.Item) {
-	if !x.h.attached.Load() {
+	if !x.h.peers.attached.Load() {
 		<-x.ready
 	}
 	x.h.deliver(from, it)
@@ -53,7 +54,7 @@ func (x hostHandler) Deliver(from string, it transport.Item) {
 
 // Returned implements transport.Handler.
 func (x hostHandler) Returned(to string, it transport.Item) {
-	if !x.h.attached.Load() {
+	if !x.h.peers.attached.Load() {
 		<-x.ready
 	}
 	x.h.returned(to, it)
@@ -104,7 +105,7 @@ func (h *Host) deliver(from string, it transport.Item) {
 		}
 		switch c := ctl.(type) {
 		case *loadReport:
-			h.view.setLoad(from, c.load)
+			h.peers.view.setLoad(from, c.load)
 			return
 		case *pressureItem:
 			h.onPressure(from, c)
@@ -149,17 +150,17 @@ func (h *Host) linkEvent(e transport.Event) {
 		// The peer hears this host's load from the tick: no send
 		// from here (this may run inside Attach, before Start has the
 		// transport).
-		h.view.link(e.Peer, func(p *peerLink) { p.down, p.gone, p.needLoad = false, false, true })
+		h.peers.view.link(e.Peer, func(p *peerLink) { p.down, p.gone, p.needLoad = false, false, true })
 		h.moveEvent(e.Peer, relocation.LinkUp{})
 	case transport.Down:
-		h.view.link(e.Peer, func(p *peerLink) { p.down = true })
+		h.peers.view.link(e.Peer, func(p *peerLink) { p.down = true })
 	case transport.Leaving:
 		// The peer is about to leave: route to it no more by the caches
 		// (ask the store again); what is on its way there is still taken.
-		h.view.link(e.Peer, func(p *peerLink) { p.leaving = true })
+		h.peers.view.link(e.Peer, func(p *peerLink) { p.leaving = true })
 		h.routes.forgetHost(e.Peer)
 	case transport.Gone:
-		h.view.link(e.Peer, func(p *peerLink) { *p = peerLink{gone: true} })
+		h.peers.view.link(e.Peer, func(p *peerLink) { *p = peerLink{gone: true} })
 		// A new run of the peer counts its credit here from zero.
 		ib := h.inboundFrom(e.Peer)
 		ib.credit.reset()
@@ -168,13 +169,21 @@ func (h *Host) linkEvent(e transport.Event) {
 	}
 }
 
+// router is how this host finds where objects run: concurrent store
+// look-ups of one object are one call, and admissions that may call the
+// store wait on look-up lanes, not on a peer's slow lane.
+type router struct {
+	lanes   [lookupLanes]lane  // admissions that may call the store
+	lookups singleflight.Group // concurrent store look-ups of one object
+}
+
 // lookupLanes is how many look-up lanes a host has (Host.lookupLane).
 const lookupLanes = 8
 
 // lookupLane returns the lane on which admissions to t's object that may
 // call the Location Store run, off the goroutine that granted the permit.
 func (h *Host) lookupLane(t target) *lane {
-	return &h.lookupQ[objHash(t.obj())%lookupLanes]
+	return &h.router.lanes[objHash(t.obj())%lookupLanes]
 }
 
 // inbound is what this host keeps per peer: the permit source that
@@ -195,10 +204,10 @@ type inbound struct {
 // inboundFrom returns the inbound state of peer from, made on first use
 // (a look-up takes no lock).
 func (h *Host) inboundFrom(from string) *inbound {
-	if last := h.lastIn.Load(); last != nil && last.peer == from {
+	if last := h.in.last.Load(); last != nil && last.peer == from {
 		return last // the peer of the last look-up: no hashing
 	}
-	v, ok := h.inbound.Load(from)
+	v, ok := h.in.m.Load(from)
 	if !ok {
 		ib := &inbound{peer: from}
 		ib.in.host = h
@@ -211,10 +220,10 @@ func (h *Host) inboundFrom(from string) *inbound {
 			_ = h.sendItem(from, transport.Control, appendControl(nil, r))
 		}
 		ib.slow.wg = &h.lanes
-		v, _ = h.inbound.LoadOrStore(from, ib)
+		v, _ = h.in.m.LoadOrStore(from, ib)
 	}
 	ib := v.(*inbound)
-	h.lastIn.Store(ib) // only on a change of peer: the hit above stores nothing
+	h.in.last.Store(ib) // only on a change of peer: the hit above stores nothing
 	return ib
 }
 
@@ -222,7 +231,7 @@ func (h *Host) inboundFrom(from string) *inbound {
 // (one per peer that has any) or for their look-up on a slow lane.
 func (h *Host) inboundPending() int {
 	n := 0
-	h.inbound.Range(func(_, v any) bool {
+	h.in.m.Range(func(_, v any) bool {
 		ib := v.(*inbound)
 		if !ib.in.idle() {
 			n++
@@ -236,14 +245,14 @@ func (h *Host) inboundPending() int {
 // pending returns how many items wait on the links to or from this host,
 // or on its slow lanes.
 func (h *Host) pending() int {
-	in, out := h.tr.Pending()
+	in, out := h.peers.tr.Pending()
 	return in + out + h.inboundPending()
 }
 
 // pendingIn returns how many items wait on, or are being handled off, the
 // links to this host.
 func (h *Host) pendingIn() int {
-	in, _ := h.tr.Pending()
+	in, _ := h.peers.tr.Pending()
 	return in + h.inboundPending()
 }
 
@@ -269,7 +278,7 @@ func sendError(err error) error {
 
 // sendItem sends data as an item of kind k to host to.
 func (h *Host) sendItem(to string, k transport.Kind, data []byte) error {
-	return h.sendResult(to, k, h.tr.Send(to, transport.Item{Kind: k, Data: data}))
+	return h.sendResult(to, k, h.peers.tr.Send(to, transport.Item{Kind: k, Data: data}))
 }
 
 // sendResult is sendError for an item of kind k sent to host to; a refusal
@@ -294,7 +303,7 @@ func (h *Host) linkBacklog(to string, k transport.Kind) {
 // backlogged reports whether the link to host to is past its bound (a
 // frame must not be stamped for it); counted and logged when it is.
 func (h *Host) backlogged(to string) bool {
-	if h.backlog == nil || !h.backlog.Backlogged(to) {
+	if h.peers.backlog == nil || !h.peers.backlog.Backlogged(to) {
 		return false
 	}
 	h.linkBacklog(to, transport.Frame)
@@ -323,7 +332,7 @@ func (h *Host) sendMessage(to string, m *payload.Message, k transport.Kind) erro
 func (h *Host) sendRecord(to string, obj relocation.Object, rec relocation.Record, buf *[]byte) error {
 	if c, ok := rec.(*relocation.Chunk); ok && len(c.Data) > 1024 {
 		b := relocation.AppendRecord(make([]byte, 0, len(c.Data)+128+len(obj.Kind)+len(obj.ID)), obj, rec)
-		return h.sendResult(to, transport.Record, h.tr.Send(to, transport.Item{Kind: transport.Record, Data: b, Owned: true}))
+		return h.sendResult(to, transport.Record, h.peers.tr.Send(to, transport.Item{Kind: transport.Record, Data: b, Owned: true}))
 	}
 	*buf = relocation.AppendRecord((*buf)[:0], obj, rec)
 	return h.sendItem(to, transport.Record, *buf)
@@ -363,15 +372,15 @@ func (h *Host) peerJobs(tick *schedule) {
 // calls it).
 func (h *Host) reportLoad(all bool) {
 	n := h.stats.owners.Load()
-	changed := n != h.loadSent || all
-	h.loadSent = n
+	changed := n != h.peers.loadSent || all
+	h.peers.loadSent = n
 	var to []string
 	if changed {
-		to = h.tr.Peers()
+		to = h.peers.tr.Peers()
 	}
 	var up []string
-	h.view.mu.Lock()
-	for name, p := range h.view.links {
+	h.peers.view.mu.Lock()
+	for name, p := range h.peers.view.links {
 		if p.needLoad {
 			p.needLoad = false
 			up = append(up, name)
@@ -380,7 +389,7 @@ func (h *Host) reportLoad(all bool) {
 			}
 		}
 	}
-	h.view.mu.Unlock()
+	h.peers.view.mu.Unlock()
 	for _, p := range to {
 		h.sendLoad(p, n)
 	}
@@ -398,7 +407,7 @@ func (h *Host) reportLoad(all bool) {
 // (ErrShuttingDown).
 func (h *Host) waitRoom(ctx context.Context, host string, n int) error {
 	c := h.creditOf(host)
-	if c.open(int64(n)) && h.tr.WaitRoom(doneCtx, host) == nil {
+	if c.open(int64(n)) && h.peers.tr.WaitRoom(doneCtx, host) == nil {
 		return nil
 	}
 	wctx, cancel := context.WithTimeout(ctx, h.cfg.SendTimeout)
@@ -424,7 +433,7 @@ func (h *Host) waitRoom(ctx context.Context, host string, n int) error {
 			}
 		}
 	}
-	if wctx.Err() == nil && h.tr.WaitRoom(wctx, host) == nil {
+	if wctx.Err() == nil && h.peers.tr.WaitRoom(wctx, host) == nil {
 		return nil
 	}
 	switch {
@@ -443,6 +452,32 @@ var doneCtx = func() context.Context {
 	cancel()
 	return ctx
 }()
+
+// peers is this host's side of the network: its transport and
+// membership, what it knows of the other hosts, and their addresses.
+//
+// Owns: tr, backlog, members, view, dir, origin, loadSent.
+// Lock: view's mutex, a leaf; tr, backlog, members and origin are set
+// once by Start (attached says when tr is); dir is written by Start and
+// then by the membership watch only; loadSent by the tick only.
+// Invariants: with no transport the host stands alone: tr and members are
+// nil and nothing is stamped or sent.
+type peers struct {
+	tr       transport.Transport   // nil: the host stands alone
+	backlog  transport.Backlogger  // tr, if its links have a hard bound
+	attached atomic.Bool           // tr is set (items that come earlier wait for it)
+	members  membership.Membership // nil when tr is
+	view     peerView              // what this host knows of its peers
+	dir      map[string]peerAt     // peers' addresses (and runs) told to a transport.Directory
+	origin   string                // the origin stamped on messages: the name, with a transport
+	loadSent int64                 // the load last reported; the tick only
+}
+
+// inbounds is what this host keeps per sending peer (inbound).
+type inbounds struct {
+	m    sync.Map                // per sending peer: *inbound
+	last atomic.Pointer[inbound] // the last inboundFrom's answer
+}
 
 // peerView is what this host knows of the other hosts: the members as
 // its membership watch last reported them, and per peer what its
@@ -620,7 +655,7 @@ type candidate struct {
 // candidates returns the serving hosts that have kind and take frames,
 // sorted by name; self (with its own live load) only if takeSelf.
 func (h *Host) candidates(kind string, takeSelf bool) []candidate {
-	v := &h.view
+	v := &h.peers.view
 	v.mu.RLock()
 	out := make([]candidate, 0, len(v.members))
 	for name, m := range v.members {
@@ -673,7 +708,7 @@ func (h *Host) pickHost(kind string) string {
 // the watch ends (the host closes).
 func (h *Host) watchMembers(ch <-chan membership.Event) {
 	for ev := range ch {
-		for _, name := range h.view.apply(ev) {
+		for _, name := range h.peers.view.apply(ev) {
 			if name != h.name {
 				h.failed(name, ev.Type.String())
 			}
@@ -687,16 +722,16 @@ func (h *Host) watchMembers(ch <-chan membership.Event) {
 // one that checks its peers' runs against the membership
 // (transport.RunDirectory) each member's lease generation. It runs where
 // the view is applied (Start, then the membership watch), one call at a
-// time; h.dir is what the transport was told.
+// time; h.peers.dir is what the transport was told.
 func (h *Host) tellDirectory() {
-	d, ok := h.tr.(transport.Directory)
+	d, ok := h.peers.tr.(transport.Directory)
 	if !ok {
 		return
 	}
-	rd, _ := h.tr.(transport.RunDirectory)
-	now := h.view.addresses(h.name)
+	rd, _ := h.peers.tr.(transport.RunDirectory)
+	now := h.peers.view.addresses(h.name)
 	for name, at := range now {
-		if h.dir[name] == at {
+		if h.peers.dir[name] == at {
 			continue
 		}
 		var err error
@@ -710,12 +745,12 @@ func (h *Host) tellDirectory() {
 			delete(now, name) // told again with the next event
 		}
 	}
-	for name := range h.dir {
+	for name := range h.peers.dir {
 		if _, ok := now[name]; !ok {
 			d.RemovePeer(name)
 		}
 	}
-	h.dir = now
+	h.peers.dir = now
 }
 
 // peerAt is where a member is, and its run (its lease generation).
@@ -728,7 +763,7 @@ type peerAt struct {
 // publishes as its membership Address — when its transport has one (a
 // network transport, transport.Directory); else "".
 func (h *Host) Addr() string {
-	if d, ok := h.tr.(transport.Directory); ok {
+	if d, ok := h.peers.tr.(transport.Directory); ok {
 		return d.Addr()
 	}
 	return ""
@@ -754,12 +789,12 @@ func (v *peerView) addresses(self string) map[string]peerAt {
 // knownHost reports whether the membership lists host name, asking it
 // afresh if this host's view does not (a host that has just joined).
 func (h *Host) knownHost(name string) bool {
-	if _, ok := h.view.member(name); ok {
+	if _, ok := h.peers.view.member(name); ok {
 		return true
 	}
 	ctx, cancel := h.storeContext()
 	defer cancel()
-	list, err := h.members.Members(ctx)
+	list, err := h.peers.members.Members(ctx)
 	return err == nil && slices.ContainsFunc(list, func(m membership.Member) bool { return m.Name == name })
 }
 
@@ -769,7 +804,7 @@ func (h *Host) knownHost(name string) bool {
 func (h *Host) otherHostsWithKind(kind string) []string {
 	ctx, cancel := h.storeContext()
 	defer cancel()
-	list, err := h.members.Members(ctx)
+	list, err := h.peers.members.Members(ctx)
 	if err != nil {
 		h.log.Warn("membership not reachable; using the last view", "err", err)
 		var out []string
@@ -781,7 +816,7 @@ func (h *Host) otherHostsWithKind(kind string) []string {
 	var out []string
 	for _, m := range list {
 		if m.Name != h.name && m.State == membership.Serving && slices.Contains(m.Kinds, kind) {
-			if h.view.leavingOrGone(m.Name) {
+			if h.peers.view.leavingOrGone(m.Name) {
 				continue
 			}
 			out = append(out, m.Name)
@@ -804,7 +839,7 @@ func (v *peerView) leavingOrGone(name string) bool {
 func (h *Host) setMemberState(to membership.State) {
 	ctx, cancel := h.storeContext()
 	defer cancel()
-	if _, err := h.members.SetState(ctx, h.name, h.lease.gen, to); err != nil {
+	if _, err := h.peers.members.SetState(ctx, h.name, h.lease.gen, to); err != nil {
 		h.log.Warn("membership state not updated", "state", to.String(), "err", err)
 	}
 }
@@ -839,10 +874,10 @@ const maxPauses = 1 << 16
 // opening, which the target reports in its Committed record. (Should the target not report it, the pause is taken
 // up to the Committed's arrival here: an upper bound.)
 func (h *Host) Pauses() []time.Duration {
-	h.pauses.mu.Lock()
-	defer h.pauses.mu.Unlock()
-	out := h.pauses.done
-	h.pauses.done = nil
+	h.moves.pauses.mu.Lock()
+	defer h.moves.pauses.mu.Unlock()
+	out := h.moves.pauses.done
+	h.moves.pauses.done = nil
 	return out
 }
 
@@ -906,10 +941,10 @@ func (ln *lane) pending() int {
 // each to place objects on all the others waits until their Peers list
 // them.
 func (h *Host) Peers() []string {
-	h.view.mu.RLock()
-	defer h.view.mu.RUnlock()
+	h.peers.view.mu.RLock()
+	defer h.peers.view.mu.RUnlock()
 	var out []string
-	for name := range h.view.members {
+	for name := range h.peers.view.members {
 		if name != h.name {
 			out = append(out, name)
 		}

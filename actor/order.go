@@ -72,7 +72,7 @@ func streamIdleFor(follow time.Duration) time.Duration { return 2 * follow }
 // stamp gives m, a message this host sends to t's object, its place in
 // this host's stream for the object, unless it has one (a retry).
 func (h *Host) stamp(t target, m *payload.Message) {
-	if h.tr == nil || t.kr == nil {
+	if h.peers.tr == nil || t.kr == nil {
 		return
 	}
 	if hv := m.Header(); hv.Seq() != 0 || string(hv.Origin()) != h.name {
@@ -142,7 +142,7 @@ func (o *owner) admit(e *mailbox.Envelope, how admitHow) (ran bool, room <-chan 
 	if h.cfg.IdleTimeout > 0 {
 		// Idleness counts from the last accepted message (the coarse clock
 		// ticks only with a transport).
-		if h.tr != nil {
+		if h.peers.tr != nil {
 			o.lastActive.Store(h.routes.coarseNow())
 		} else {
 			o.lastActive.Store(nanotime())
@@ -308,18 +308,18 @@ func (o *owner) noteHeldLocked() {
 		return
 	}
 	h := o.host
-	h.heldMu.Lock()
+	h.owners.heldMu.Lock()
 	h.stats.heldOut.Add(int64(n - o.heldCount))
 	o.heldCount = n
 	if n > 0 {
-		if h.heldOwners == nil {
-			h.heldOwners = map[*owner]struct{}{}
+		if h.owners.held == nil {
+			h.owners.held = map[*owner]struct{}{}
 		}
-		h.heldOwners[o] = struct{}{}
+		h.owners.held[o] = struct{}{}
 	} else {
-		delete(h.heldOwners, o)
+		delete(h.owners.held, o)
 	}
-	h.heldMu.Unlock()
+	h.owners.heldMu.Unlock()
 }
 
 // Failure facts (route.Fact): what lets a gap close.
@@ -388,12 +388,12 @@ const gapReportAfter = time.Second
 // every owner that holds messages, and updates the oldest-gap gauge; a
 // long gap is logged (rate-limited) with the hosts it may wait for.
 func (h *Host) closeGaps() {
-	h.heldMu.Lock()
-	owners := make([]*owner, 0, len(h.heldOwners))
-	for o := range h.heldOwners {
+	h.owners.heldMu.Lock()
+	owners := make([]*owner, 0, len(h.owners.held))
+	for o := range h.owners.held {
 		owners = append(owners, o)
 	}
-	h.heldMu.Unlock()
+	h.owners.heldMu.Unlock()
 	now := nanotime()
 	facts := h.currentFacts(now)
 	var oldest route.Gap

@@ -569,7 +569,7 @@ func TestAGracefulLeaveClosesNoGapAndACloseDoes(t *testing.T) {
 	if err := hs["y"].Stop(bg); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "b to see y leave", func() bool { _, ok := b.view.member("y"); return !ok })
+	waitFor(t, "b to see y leave", func() bool { _, ok := b.peers.view.member("y"); return !ok })
 	time.Sleep(4 * gap)
 	if st := b.Stats(); st.HeldOutOfOrder != 1 || st.GapsClosed != 0 {
 		t.Fatalf("b after y stopped gracefully: %d held, %d given up on; want 1 held, none given up", st.HeldOutOfOrder, st.GapsClosed)

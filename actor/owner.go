@@ -18,6 +18,27 @@ import (
 // owner is the single place an object's (or a channel subscriber's)
 // messages run: a protoactor actor with a berth mailbox. Its fields other
 // than the mailbox and the atomics are touched only in its own turns.
+// ownerTable is what hosts the owners' actors: protoactor's actor system,
+// the spawn (one at a time: the next spawn's mailbox is handed over in
+// spawning), the wait for every owner's actor to stop, and the owners
+// held after a deactivation for their gaps.
+//
+// Owns: system, props, spawning, actors, held, seed.
+// Lock: spawnMu (a leaf) guards spawning; heldMu guards held and comes
+// after owner.seqMu (LOCK_ORDER.md).
+// Invariants: an owner is in held only while it keeps messages for its
+// gaps; every spawned actor is counted in actors until it stops.
+type ownerTable struct {
+	system   *pa.ActorSystem
+	props    *pa.Props
+	spawnMu  sync.Mutex
+	spawning *mailbox.Mailbox // the mailbox the next spawn takes; guarded by spawnMu
+	actors   sync.WaitGroup   // owners whose actor has not stopped
+	heldMu   sync.Mutex       // guards held
+	held     map[*owner]struct{}
+	seed     maphash.Seed // spreads objects over a kind's shards
+}
+
 type owner struct {
 	host *Host
 	spec *spec
@@ -69,12 +90,12 @@ func (h *Host) newOwner(s *spec, kr *kindRuntime, ref Ref) *owner {
 	o.mb.Owner = o
 	o.mb.OnStop = o.stopped
 	o.lastActive.Store(nanotime())
-	h.actors.Add(1)
-	h.spawnMu.Lock()
-	h.spawning = o.mb
-	o.pid = h.system.Root.Spawn(h.props)
-	h.spawning = nil
-	h.spawnMu.Unlock()
+	h.owners.actors.Add(1)
+	h.owners.spawnMu.Lock()
+	h.owners.spawning = o.mb
+	o.pid = h.owners.system.Root.Spawn(h.owners.props)
+	h.owners.spawning = nil
+	h.owners.spawnMu.Unlock()
 	h.stats.owners.Add(1)
 	h.obs.Activated(s.name)
 	return o
@@ -83,7 +104,7 @@ func (h *Host) newOwner(s *spec, kr *kindRuntime, ref Ref) *owner {
 func (o *owner) stopped() {
 	o.stopOnce.Do(func() {
 		o.host.stats.owners.Add(-1)
-		o.host.actors.Done()
+		o.host.owners.actors.Done()
 	})
 }
 
@@ -244,7 +265,7 @@ type ownerShard struct {
 }
 
 func (kr *kindRuntime) shard(id string) *ownerShard {
-	return &kr.shards[maphash.String(kr.host.seed, id)%uint64(len(kr.shards))]
+	return &kr.shards[maphash.String(kr.host.owners.seed, id)%uint64(len(kr.shards))]
 }
 
 // all returns a snapshot of the kind's owners.
@@ -277,7 +298,7 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 	// network: then they go with the order state into the store row, and
 	// the object's next activation (elsewhere) holds them until the
 	// missing messages, which their senders send there, arrive.
-	leaving := stopping && h.tr != nil && h.draining.Load()
+	leaving := stopping && h.peers.tr != nil && h.drainer.draining.Load()
 	if (o.inbox.Held() > 0 && !leaving) || !o.mb.CloseIfEmpty() {
 		held := o.inbox.Held() > 0
 		o.seqMu.Unlock()
@@ -288,7 +309,7 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 		return
 	}
 	var order []byte
-	if h.tr != nil {
+	if h.peers.tr != nil {
 		order = o.orderSnapshotLocked(nanotime())
 	}
 	handedOn := o.inbox.Shut() // their frames are in the order state
@@ -335,7 +356,7 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 	sh.mu.Unlock()
 	close(o.gone)
 	h.obs.Deactivated(kr.spec.name)
-	h.system.Root.Stop(o.pid)
+	h.owners.system.Root.Stop(o.pid)
 }
 
 // local returns the owner of object id on this host, or nil.

@@ -256,8 +256,8 @@ func TestMessagesPastAPeersBudgetAreRefusedCountedAndLeaveNoGap(t *testing.T) {
 	ib := b.inboundFrom("a")
 	ranOf(t, a, src) // the flood's turn ended: every message was sent
 	waitFor(t, "the flood to be taken or refused", func() bool {
-		_, out := a.tr.Pending()
-		in, _ := b.tr.Pending()
+		_, out := a.peers.tr.Pending()
+		in, _ := b.peers.tr.Pending()
 		return out+in == 0
 	})
 	if kept := ib.budget.takenN.Load() - ib.budget.relN.Load() + ib.budget.skipN.Load(); kept > 2*bound {

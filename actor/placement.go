@@ -74,10 +74,10 @@ func (h *Host) placeNew(s *spec, id string) string {
 	if h.cfg.Gateway && placement == PlaceLocal {
 		placement = PlaceHashed // a gateway hosts nothing
 	}
-	if placement == PlaceLocal || h.tr == nil {
+	if placement == PlaceLocal || h.peers.tr == nil {
 		return ""
 	}
-	cands := h.candidates(s.name, !h.draining.Load() && !h.cfg.Gateway)
+	cands := h.candidates(s.name, !h.drainer.draining.Load() && !h.cfg.Gateway)
 	if len(cands) == 0 {
 		return ""
 	}
@@ -100,7 +100,7 @@ func (h *Host) placeNew(s *spec, id string) string {
 			}
 		}
 		if best.name != h.name {
-			h.view.placed(best.name)
+			h.peers.view.placed(best.name)
 		}
 		return best.name
 	}

@@ -161,7 +161,7 @@ func TestPlacementLeastLoadedPicksTheHostWithFewestObjects(t *testing.T) {
 	// A draining host takes no new activation.
 	hs[2].setMemberState(membership.Draining)
 	waitFor(t, "a to see c draining", func() bool {
-		m, _ := a.view.member("c")
+		m, _ := a.peers.view.member("c")
 		return m.State == membership.Draining
 	})
 	if h := where(t, a, Ref{"least", "x"}); h == "c" {
@@ -226,7 +226,7 @@ func TestAGatewayHostsNothingAndPlacesOnServingHosts(t *testing.T) {
 	if na, nb := a.Stats().OwnersActive, b.Stats().OwnersActive; na+nb != 40 || na == 0 || nb == 0 {
 		t.Fatalf("objects on a %d, on b %d: want all 40, spread over both", na, nb)
 	}
-	if m, _ := a.view.member("g"); len(m.Kinds) != 0 {
+	if m, _ := a.peers.view.member("g"); len(m.Kinds) != 0 {
 		t.Fatalf("the gateway offers kinds %v", m.Kinds)
 	}
 	if _, err := NewHost(Config{Name: "x", Gateway: true}); !errors.Is(err, payload.InvalidOperation) {

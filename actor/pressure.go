@@ -148,7 +148,7 @@ func (h *Host) push(o *owner, sender string, pause bool) {
 		}
 		return
 	}
-	if h.tr == nil {
+	if h.peers.tr == nil {
 		return
 	}
 	// Advice: lost with a gone peer, whose pauses end there on that fact.

@@ -70,7 +70,7 @@ func (h *Host) relocateVia(ctx context.Context, owner string, ref Ref, target st
 		req.deadline = dl.UnixNano()
 	}
 	ch := make(chan error, 1)
-	r := &h.remote
+	r := &h.moves.remote
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -109,7 +109,7 @@ func (h *Host) takeAsked(op payload.OpID) (w remoteWaiter, ok bool) {
 // takeAskedOf is takeAsked for an answer from peer (unless ""): only the
 // host the request was sent to answers it.
 func (h *Host) takeAskedOf(peer string, op payload.OpID) (w remoteWaiter, ok bool) {
-	r := &h.remote
+	r := &h.moves.remote
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w, ok = r.asked[op]
@@ -141,7 +141,7 @@ func remoteDeadline(now time.Time, deadline int64) time.Time {
 // from host from, on the link's goroutine: a request's move runs on a
 // goroutine of its own.
 func (h *Host) onControl(from string, ctl any) {
-	r := &h.remote
+	r := &h.moves.remote
 	switch c := ctl.(type) {
 	case *relocateRequest:
 		ctx, cancel := context.WithDeadline(context.Background(), remoteDeadline(time.Now(), c.deadline))
@@ -231,7 +231,7 @@ func (h *Host) answerRelocate(to string, op payload.OpID, err error) {
 // other hosts are aborted (and their answers sent), and Relocate calls
 // waiting on other hosts end with ShuttingDown. It waits for the moves.
 func (h *Host) remoteClose() {
-	r := &h.remote
+	r := &h.moves.remote
 	r.mu.Lock()
 	r.closed = true
 	for _, cancel := range r.serving {
@@ -249,7 +249,7 @@ func (h *Host) remoteClose() {
 // remotePeerGone ends the relocate requests waiting on host peer, which
 // left the network without answering.
 func (h *Host) remotePeerGone(peer string) {
-	r := &h.remote
+	r := &h.moves.remote
 	r.mu.Lock()
 	var gone []remoteWaiter
 	for op, w := range r.asked {

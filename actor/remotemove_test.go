@@ -59,9 +59,9 @@ func TestRelocateRequestsFromOnePeerAreCapped(t *testing.T) {
 		}()
 	}
 	servedFor := func(peer string) int {
-		b.remote.mu.Lock()
-		defer b.remote.mu.Unlock()
-		return b.remote.servingBy[peer]
+		b.moves.remote.mu.Lock()
+		defer b.moves.remote.mu.Unlock()
+		return b.moves.remote.servingBy[peer]
 	}
 	waitFor(t, "b to run a's relocations", func() bool {
 		select {

@@ -378,9 +378,9 @@ func TestIncomingMovesFromOnePeerAreCapped(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the aborted move to end", func() bool {
-		b.movesMu.Lock()
-		defer b.movesMu.Unlock()
-		return b.incoming["x"] == maxIncomingPerPeer-1
+		b.moves.mu.Lock()
+		defer b.moves.mu.Unlock()
+		return b.moves.incoming["x"] == maxIncomingPerPeer-1
 	})
 	prepare(maxIncomingPerPeer + 1)
 	prepare(maxIncomingPerPeer + 2)

@@ -42,7 +42,7 @@ func Tell[M any](ctx context.Context, h *Host, to Ref, msg M) error {
 	m, err := payload.NewMessage(h.pool, h.reg, payload.Header{
 		Target: payload.Target{Scope: payload.ScopeObject, Name: to.Kind, ID: to.ID},
 		Op:     payload.NewOpID(),
-		Origin: h.origin,
+		Origin: h.peers.origin,
 	}, msg)
 	if err != nil {
 		return err
@@ -202,7 +202,7 @@ func ask[M, R any](ctx context.Context, h *Host, turn *Context, t target, pt pay
 	op := payload.NewOpID()
 	origin := ""
 	if pt.Scope == payload.ScopeObject {
-		origin = h.origin
+		origin = h.peers.origin
 	}
 	m, err := payload.NewMessage(h.pool, h.reg, payload.Header{Target: pt, Op: op, ReplyTo: h.name, Deadline: deadline, Origin: origin}, msg)
 	if err != nil {
@@ -324,7 +324,7 @@ func (h *Host) routeReply(route []byte, op payload.OpID, r reply) {
 		h.requests.complete(op, r)
 		return
 	}
-	if h.tr == nil {
+	if h.peers.tr == nil {
 		h.log.Warn("reply route unknown; reply dropped", "route", string(route))
 		if !r.buf.IsZero() {
 			r.buf.Release()
@@ -688,6 +688,15 @@ func notHandedOn(host string, err error) error {
 		", which owns the object, is leaving or unreachable and did not hand it on within SendTimeout (try again)", Err: err}
 }
 
+// deferredSends are handlers' sends to objects whose host is leaving,
+// tried again on the tick until they are routed or SendTimeout passes.
+// Lock: mu, a leaf, guards list and closed.
+type deferredSends struct {
+	mu     sync.Mutex
+	list   []deferredSend
+	closed bool // Close ran: nothing more is deferred
+}
+
 // deferredSend is a handler's send to an object whose host is leaving,
 // waiting to be routed again (retryDeferred).
 type deferredSend struct {
@@ -698,12 +707,12 @@ type deferredSend struct {
 
 // deferSend queues d for the tick; false if the host is closing.
 func (h *Host) deferSend(d deferredSend) bool {
-	h.deferMu.Lock()
-	defer h.deferMu.Unlock()
-	if h.deferClosed {
+	h.deferred.mu.Lock()
+	defer h.deferred.mu.Unlock()
+	if h.deferred.closed {
 		return false
 	}
-	h.deferred = append(h.deferred, d)
+	h.deferred.list = append(h.deferred.list, d)
 	return true
 }
 
@@ -716,10 +725,10 @@ func (h *Host) deferredJobs(tick *schedule) {
 // retryDeferred routes the deferred sends again, in the order they were
 // deferred (on the tick).
 func (h *Host) retryDeferred() {
-	h.deferMu.Lock()
-	ds := h.deferred
-	h.deferred = nil
-	h.deferMu.Unlock()
+	h.deferred.mu.Lock()
+	ds := h.deferred.list
+	h.deferred.list = nil
+	h.deferred.mu.Unlock()
 	for _, d := range ds {
 		h.admitGrantedUntil(d.t, d.e, false, d.until, true)
 	}
@@ -727,10 +736,10 @@ func (h *Host) retryDeferred() {
 
 // closeDeferred ends the deferred sends of a closing host.
 func (h *Host) closeDeferred() {
-	h.deferMu.Lock()
-	ds := h.deferred
-	h.deferred, h.deferClosed = nil, true
-	h.deferMu.Unlock()
+	h.deferred.mu.Lock()
+	ds := h.deferred.list
+	h.deferred.list, h.deferred.closed = nil, true
+	h.deferred.mu.Unlock()
 	for _, d := range ds {
 		h.endUnrun(nil, d.t.name(), d.e, ErrShuttingDown, RejectShuttingDown)
 	}

@@ -316,7 +316,7 @@ func (r *stopRig) cutShort(drain, starved bool) {
 	}
 	// Peers place nothing new on b: it is draining in the membership.
 	waitFor(t, "a to see b draining", func() bool {
-		m, ok := r.a.view.member("b")
+		m, ok := r.a.peers.view.member("b")
 		return ok && m.State == membership.Draining
 	})
 }
@@ -659,14 +659,14 @@ func TestCloseCountsHandlersSendsWaitingForALeavingHost(t *testing.T) {
 	}
 	waitFor(t, "x to run on b", func() bool { return ran.Load() == 1 })
 	b.beginLeave() // as a Stop whose context ended leaves it: x not handed on
-	waitFor(t, "a to see b leave", func() bool { return a.view.leavingOrGone("b") })
+	waitFor(t, "a to see b leave", func() bool { return a.peers.view.leavingOrGone("b") })
 	if err := Tell(bg, a, Ref{"relay", "r"}, StopRelay{ID: "x", N: 2}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the relay's sends to wait for b", func() bool {
-		a.deferMu.Lock()
-		defer a.deferMu.Unlock()
-		return relayed.Load() == 2 && len(a.deferred) == 2
+		a.deferred.mu.Lock()
+		defer a.deferred.mu.Unlock()
+		return relayed.Load() == 2 && len(a.deferred.list) == 2
 	})
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
