@@ -300,7 +300,7 @@ func (h *Host) onFrame(ib *inbound, from string, buf payload.Buffer) {
 		m.Release()
 		return
 	}
-	kr := h.kinds[string(hv.TargetName())]
+	kr := h.owners.kinds[string(hv.TargetName())]
 	if kr == nil || hv.Scope() != payload.ScopeObject {
 		h.failMessage(m, payload.NewError(payload.NotFound, "actor", "host "+h.name+" has no kind "+string(hv.TargetName())))
 		return
@@ -440,7 +440,7 @@ func (h *Host) waitLinkRoom(host string) {
 	if host == "" || h.peers.tr.WaitRoom(doneCtx, host) == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(h.life, h.cfg.SendTimeout)
+	ctx, cancel := context.WithTimeout(h.life.ctx, h.cfg.SendTimeout)
 	defer cancel()
 	_ = h.peers.tr.WaitRoom(ctx, host)
 }
@@ -570,7 +570,7 @@ func (h *Host) admitHere(o *owner, m *payload.Message) {
 		}
 		var p place
 		hv := m.Header()
-		kr := h.kinds[string(hv.TargetName())]
+		kr := h.owners.kinds[string(hv.TargetName())]
 		if try < 3 {
 			p, err = kr.locate(string(hv.TargetID()), fromLink)
 		} else {
@@ -652,7 +652,7 @@ func (h *Host) onBounce(buf payload.Buffer) {
 		h.failMessage(m, ErrRequestTimeout)
 		return
 	}
-	if kr := h.kinds[string(hv2.TargetName())]; kr != nil {
+	if kr := h.owners.kinds[string(hv2.TargetName())]; kr != nil {
 		h.routes.forget(relocation.Object{Kind: kr.spec.name, ID: string(hv2.TargetID())}, true)
 	}
 	h.redispatchMessage(m)

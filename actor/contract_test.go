@@ -507,7 +507,7 @@ func TestAbortedMoveRunsTheTargetsMessagesPromptlyAndInOrder(t *testing.T) {
 	moved := make(chan error, 1)
 	go func() { moved <- a.Relocate(bg, ref, "b") }()
 	<-chunk
-	waitFor(t, "b to hold the temporary queue", func() bool { return b.kinds["seq"].local("x") != nil })
+	waitFor(t, "b to hold the temporary queue", func() bool { return b.owners.kinds["seq"].local("x") != nil })
 	// Sent from the would-be target while the move is under way: they wait
 	// in its temporary queue.
 	for i := 2; i <= 4; i++ {

@@ -62,7 +62,7 @@ var ErrNowhereToDrain = errors.New("nowhere to drain to")
 // strandedKind returns a kind that relocates, has objects here, and has no
 // other host to go to ("" if none).
 func (h *Host) strandedKind() string {
-	for name, kr := range h.kinds {
+	for name, kr := range h.owners.kinds {
 		if kr.spec.policy != DisableRelocation && len(kr.all()) > 0 && len(h.otherHostsWithKind(name)) == 0 {
 			return name
 		}
@@ -166,13 +166,13 @@ func (h *Host) drainRoundUntil(ctx context.Context, op string) (int, error) {
 	if ctx.Err() != nil {
 		return 0, h.cutShort(ctx, op)
 	}
-	h.mu.Lock() // no round starts once Close began (it waits for drainers)
-	if h.state.Load() == stateClosed {
-		h.mu.Unlock()
+	h.life.mu.Lock() // no round starts once Close began (it waits for drainers)
+	if h.life.state.Load() == stateClosed {
+		h.life.mu.Unlock()
 		return 0, closedMidStop(op)
 	}
 	h.drainer.rounds.Add(1)
-	h.mu.Unlock()
+	h.life.mu.Unlock()
 	found := make(chan int, 1)
 	go func() {
 		defer h.drainer.rounds.Done()
@@ -183,7 +183,7 @@ func (h *Host) drainRoundUntil(ctx context.Context, op string) (int, error) {
 		return n, nil
 	case <-ctx.Done():
 		return 0, h.cutShort(ctx, op)
-	case <-h.done:
+	case <-h.life.done:
 		return 0, closedMidStop(op)
 	}
 }
@@ -194,7 +194,7 @@ func (h *Host) drainRound(ctx context.Context) int {
 	var g errgroup.Group
 	g.SetLimit(drainWorkers)
 	n := 0
-	for _, kr := range h.kinds {
+	for _, kr := range h.owners.kinds {
 		objects := kr.all()
 		if len(objects) == 0 {
 			continue
@@ -267,7 +267,7 @@ func (h *Host) awaitMove(ctx context.Context, kr *kindRuntime, o *owner) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-h.done:
+		case <-h.life.done:
 			return
 		case <-tick.C:
 		}

@@ -36,37 +36,24 @@ const (
 // at once. After Stop or Close returns, no goroutine of the host is left.
 // A Host is safe for concurrent use.
 type Host struct {
-	cfg      Config
-	name     string
-	obs      Observer
-	observed bool // an Observer is set: time the turns
-	log      *slog.Logger
+	cfg  Config
+	name string
+	obs  observer // the Config's Observer (a no-op one if none)
+	log  *slog.Logger
 
 	pool     *payload.Pool
 	reg      *payload.Registry
-	permits  *mailbox.Permits
-	counters mailbox.Counters
-	requests requestTable
-	stats    hostStats // the counters and gauges of Stats
+	jobs     jobQueue     // the host-wide application job queue (mailbox.Permits) and the lanes' counts
+	requests requestTable // Asks waiting for their reply (requests.go)
+	stats    hostStats    // the counters and gauges of Stats (stats.go)
+	life     lifecycle    // running, stopping, closed; the host's context
 
-	mu       sync.Mutex // guards registration and the state transitions
-	state    atomic.Int32
-	specs    []*spec
-	kinds    map[string]*kindRuntime // fixed at Start
-	channels map[string]*channelRuntime
-	done     chan struct{}         // closed by Close when it starts
-	closed   chan struct{}         // closed by Close when it returns
-	lostErr  atomic.Pointer[error] // why the host closed itself (ErrLeaseLost); nil if it did not
-	life     context.Context       // ends when the host closes
-	endLife  context.CancelFunc
-
-	owners   ownerTable     // the actor system, spawning, held owners (owner.go)
-	workers  workerPool     // the dispatcher's workers (host.go)
-	svc      *services      // the background work: the tick, the lease, the janitor, the membership watch
-	lanes    sync.WaitGroup // peers' slow lanes and the moves' store lanes (network.go)
-	peers    peers          // the transport, the membership and what this host knows of its peers (network.go)
-	in       inbounds       // per sending peer: what this host keeps for its messages (network.go)
-	router   router         // look-ups of where objects run (cluster.go)
+	owners   ownerTable // the kinds, the channels, the actor system (owner.go)
+	workers  workerPool // the dispatcher's workers (host.go)
+	svc      *services  // the background work and the lanes (services.go)
+	peers    peers      // the transport, the membership and what this host knows of its peers (network.go)
+	in       inbounds   // per sending peer: what this host keeps for its messages (network.go)
+	router   router     // look-ups of where objects run (network.go)
 	store    relocation.Store
 	lease    leaseKeeper   // this run's lease (lease.go)
 	routes   routes        // where objects run, and this host's sending streams (routes.go)
@@ -78,6 +65,40 @@ type Host struct {
 	metrics  metricsServer // the /metrics server, if Config.MetricsAddr is set
 }
 
+// lifecycle is where the host is between NewHost and Close.
+//
+// Owns: the state, the host's context, Done's channels, why it closed.
+// Lock: mu guards registration and the state transitions (it is taken by
+// Register, Start, Stop and Close only, never on a message's path); state
+// is atomic and read on every send.
+// Invariants: the state only moves forward (created → running → stopping
+// → closed); done closes when Close starts, closed when it returns; ctx
+// ends when the host closes.
+type lifecycle struct {
+	mu      sync.Mutex
+	state   atomic.Int32
+	done    chan struct{}         // closed by Close when it starts
+	closed  chan struct{}         // closed by Close when it returns
+	lostErr atomic.Pointer[error] // why the host closed itself (ErrLeaseLost); nil if it did not
+	ctx     context.Context       // ends when the host closes
+	end     context.CancelFunc
+}
+
+// jobQueue is the host-wide application job queue: the permits every
+// application message holds from its admission to the end of its turn
+// (mailbox.Permits), and the lanes' queued counts (mailbox.Counters).
+type jobQueue struct {
+	permits  *mailbox.Permits
+	counters mailbox.Counters
+}
+
+// observer is the Config's Observer, and whether there is one (turns are
+// timed only then).
+type observer struct {
+	Observer
+	timed bool
+}
+
 // NewHost returns a host configured by cfg (see Config for defaults). It
 // fails with InvalidOperation naming the bad field.
 func NewHost(cfg Config) (*Host, error) {
@@ -86,29 +107,25 @@ func NewHost(cfg Config) (*Host, error) {
 		return nil, err
 	}
 	h := &Host{
-		cfg:      cfg,
-		name:     cfg.Name,
-		obs:      cfg.Observer,
-		observed: cfg.Observer != nil,
-		log:      cfg.Logger.With("host", cfg.Name),
-		pool:     payload.NewPool(payload.PoolOptions{OnRelease: cfg.OnPayloadRelease}),
-		reg:      payload.NewRegistry(),
-		kinds:    map[string]*kindRuntime{},
-		channels: map[string]*channelRuntime{},
-		done:     make(chan struct{}),
-		closed:   make(chan struct{}),
-		svc:      newServices(nil),
-		owners:   ownerTable{seed: maphash.MakeSeed()},
-		workers:  workerPool{handoff: make(chan func()), stop: make(chan struct{})},
-		drainer:  drainer{stopTurn: make(chan struct{}, 1)},
+		cfg:     cfg,
+		name:    cfg.Name,
+		obs:     observer{Observer: cfg.Observer, timed: cfg.Observer != nil},
+		log:     cfg.Logger.With("host", cfg.Name),
+		pool:    payload.NewPool(payload.PoolOptions{OnRelease: cfg.OnPayloadRelease}),
+		reg:     payload.NewRegistry(),
+		life:    lifecycle{done: make(chan struct{}), closed: make(chan struct{})},
+		svc:     newServices(nil),
+		owners:  ownerTable{seed: maphash.MakeSeed(), kinds: map[string]*kindRuntime{}, channels: map[string]*channelRuntime{}},
+		workers: workerPool{handoff: make(chan func()), stop: make(chan struct{})},
+		drainer: drainer{stopTurn: make(chan struct{}, 1)},
 	}
-	if h.obs == nil {
-		h.obs = noObserver{}
+	if h.obs.Observer == nil {
+		h.obs.Observer = noObserver{}
 	}
 	for i := range h.router.lanes {
-		h.router.lanes[i].wg = &h.lanes
+		h.router.lanes[i].wg = &h.svc.lanes
 	}
-	h.permits = mailbox.NewPermits(cfg.MaxQueuedApplicationJobs, nil)
+	h.jobs.permits = mailbox.NewPermits(cfg.MaxQueuedApplicationJobs, nil)
 	if err := h.reg.Register(payload.Protobuf, payload.IsProtoMessage); err != nil {
 		return nil, err
 	}
@@ -127,13 +144,13 @@ func (h *Host) Name() string { return h.name }
 // Register adds kinds and channels to the host. It must be called before
 // Start; mistakes in the definitions are reported by Start.
 func (h *Host) Register(items ...Registrable) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.state.Load() != stateCreated {
+	h.life.mu.Lock()
+	defer h.life.mu.Unlock()
+	if h.life.state.Load() != stateCreated {
 		return payload.NewError(payload.InvalidOperation, "actor.Host.Register", "host already started")
 	}
 	for _, it := range items {
-		h.specs = append(h.specs, it.specs()...)
+		h.owners.specs = append(h.owners.specs, it.specs()...)
 	}
 	return nil
 }
@@ -143,39 +160,39 @@ func (h *Host) Register(items ...Registrable) error {
 // (duplicate kind or channel, empty name, nil factory, two handlers for one
 // type) fails Start with an error naming the kind and type.
 func (h *Host) Start() error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.state.Load() != stateCreated {
+	h.life.mu.Lock()
+	defer h.life.mu.Unlock()
+	if h.life.state.Load() != stateCreated {
 		return payload.NewError(payload.InvalidOperation, "actor.Host.Start", "host already started")
 	}
 	var errs []error
-	for _, s := range h.specs {
+	for _, s := range h.owners.specs {
 		errs = append(errs, s.errs...)
 		if len(s.errs) > 0 {
 			continue
 		}
 		if s.channel {
-			cr := h.channels[s.name]
+			cr := h.owners.channels[s.name]
 			if cr == nil {
-				if _, clash := h.kinds[s.name]; clash {
+				if _, clash := h.owners.kinds[s.name]; clash {
 					errs = append(errs, payload.NewError(payload.AlreadyExists, "actor.Host.Start", "channel "+s.name+" has the name of a kind"))
 					continue
 				}
 				cr = &channelRuntime{name: s.name, byType: map[string][]*owner{}, targets: map[string][]target{}}
-				h.channels[s.name] = cr
+				h.owners.channels[s.name] = cr
 			}
 			cr.specs = append(cr.specs, s)
 			continue
 		}
-		if _, dup := h.kinds[s.name]; dup {
+		if _, dup := h.owners.kinds[s.name]; dup {
 			errs = append(errs, payload.NewError(payload.AlreadyExists, "actor.Host.Start", "kind "+s.name+" registered twice"))
 			continue
 		}
-		if _, clash := h.channels[s.name]; clash {
+		if _, clash := h.owners.channels[s.name]; clash {
 			errs = append(errs, payload.NewError(payload.AlreadyExists, "actor.Host.Start", "kind "+s.name+" has the name of a channel"))
 			continue
 		}
-		h.kinds[s.name] = &kindRuntime{spec: s, host: h}
+		h.owners.kinds[s.name] = &kindRuntime{spec: s, host: h}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -187,15 +204,15 @@ func (h *Host) Start() error {
 	h.lease.gen = uint64(time.Now().UnixNano())
 	h.lease.local = membership.LocalLease{Margin: membership.DefaultMargin}
 	h.routes.init(h.cfg.RouteCacheTTL, h.cfg.FollowDuration)
-	h.life, h.endLife = context.WithCancel(context.Background())
+	h.life.ctx, h.life.end = context.WithCancel(context.Background())
 	if err := h.join(); err != nil {
-		h.endLife()
+		h.life.end()
 		return err
 	}
 	if h.cfg.MetricsAddr != "" {
 		if err := h.serveMetrics(); err != nil {
 			h.leave(false)
-			h.endLife()
+			h.life.end()
 			return err
 		}
 	}
@@ -208,8 +225,8 @@ func (h *Host) Start() error {
 		pa.WithMailbox(func() pa.Mailbox { return h.owners.spawning }),
 		pa.WithDispatcher(dispatcher{h}))
 
-	h.state.Store(stateRunning)
-	for _, cr := range h.channels {
+	h.life.state.Store(stateRunning)
+	for _, cr := range h.owners.channels {
 		for i, s := range cr.specs {
 			o := h.newOwner(s, nil, Ref{Kind: cr.name, ID: "#" + itoa(i)})
 			cr.subs = append(cr.subs, o)
@@ -287,8 +304,8 @@ func (h *Host) join() error {
 	close(ready)
 	ctx, cancel := h.storeContext()
 	defer cancel()
-	kinds := make([]string, 0, len(h.kinds))
-	for name := range h.kinds {
+	kinds := make([]string, 0, len(h.owners.kinds))
+	for name := range h.owners.kinds {
 		if !h.cfg.Gateway { // a gateway offers no kind: nothing is placed on it
 			kinds = append(kinds, name)
 		}
@@ -307,7 +324,7 @@ func (h *Host) join() error {
 		h.leave(true)
 		return err
 	}
-	ch, err := h.peers.members.Watch(h.life)
+	ch, err := h.peers.members.Watch(h.life.ctx)
 	if err != nil {
 		h.leave(true)
 		return &payload.Error{Kind: payload.KindOf(err), Op: op, Detail: "cannot watch the membership", Err: err}
@@ -341,13 +358,13 @@ func (h *Host) leave(joined bool) {
 
 // Done is closed once the host has closed: by Close or Stop, or by itself
 // (see Err).
-func (h *Host) Done() <-chan struct{} { return h.closed }
+func (h *Host) Done() <-chan struct{} { return h.life.closed }
 
 // Err returns why the host closed itself — ErrLeaseLost if its lease ran
 // out before it could renew it — or nil if it did not (it runs, or Close
 // or Stop closed it).
 func (h *Host) Err() error {
-	if p := h.lostErr.Load(); p != nil {
+	if p := h.life.lostErr.Load(); p != nil {
 		return *p
 	}
 	return nil
@@ -428,7 +445,7 @@ func (h *Host) stopTurnTake(ctx context.Context, op string) (release func(), err
 // keeps running what it has not handed on.
 func (h *Host) cutShort(ctx context.Context, op string) error {
 	n := 0
-	for _, kr := range h.kinds {
+	for _, kr := range h.owners.kinds {
 		n += len(kr.all())
 	}
 	return &payload.Error{Kind: payload.DeadlineExceeded, Op: op,
@@ -445,7 +462,7 @@ func closedMidStop(op string) error {
 
 // hasMovable reports whether the host has objects of a kind that relocates.
 func (h *Host) hasMovable() bool {
-	for _, kr := range h.kinds {
+	for _, kr := range h.owners.kinds {
 		if kr.spec.policy != DisableRelocation && len(kr.all()) > 0 {
 			return true
 		}
@@ -465,7 +482,7 @@ func (h *Host) hasMovable() bool {
 // cutShort's error and the host goes on serving, leaving; nothing is
 // dropped.
 func (h *Host) stop(ctx context.Context, op string) error {
-	if !h.state.CompareAndSwap(stateRunning, stateStopping) && h.state.Load() != stateStopping {
+	if !h.life.state.CompareAndSwap(stateRunning, stateStopping) && h.life.state.Load() != stateStopping {
 		return h.Close() // never started (Close), or closed: returns once closed
 	}
 	if h.peers.tr != nil {
@@ -514,15 +531,15 @@ func (h *Host) quiesce(ctx context.Context, op string) error {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for {
-		if h.permits.InUse() == 0 && h.permits.Waiters() == 0 && h.stats.running.Load() == 0 &&
-			h.counters.Queued(mailbox.Application) == 0 && h.counters.Queued(mailbox.Lifecycle) == 0 &&
+		if h.jobs.permits.InUse() == 0 && h.jobs.permits.Waiters() == 0 && h.stats.running.Load() == 0 &&
+			h.jobs.counters.Queued(mailbox.Application) == 0 && h.jobs.counters.Queued(mailbox.Lifecycle) == 0 &&
 			(h.peers.tr == nil || h.pending() == 0) {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return h.cutShort(ctx, op)
-		case <-h.done:
+		case <-h.life.done:
 			return closedMidStop(op)
 		case <-tick.C:
 		}
@@ -535,7 +552,7 @@ func (h *Host) waitHandedOn(ctx context.Context, op string) error {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for quiet := 0; ; {
-		if h.pendingIn() == 0 && h.permits.InUse() == 0 && h.stats.running.Load() == 0 {
+		if h.pendingIn() == 0 && h.jobs.permits.InUse() == 0 && h.stats.running.Load() == 0 {
 			quiet++
 		} else {
 			quiet = 0
@@ -546,7 +563,7 @@ func (h *Host) waitHandedOn(ctx context.Context, op string) error {
 		select {
 		case <-ctx.Done():
 			return h.cutShort(ctx, op)
-		case <-h.done:
+		case <-h.life.done:
 			return closedMidStop(op)
 		case <-tick.C:
 		}
@@ -557,7 +574,7 @@ func (h *Host) waitHandedOn(ctx context.Context, op string) error {
 // turn, and returns how many it asked.
 func (h *Host) deactivateAll() int {
 	n := 0
-	for _, kr := range h.kinds {
+	for _, kr := range h.owners.kinds {
 		for _, o := range kr.all() {
 			o.requestDeactivate()
 			n++
@@ -579,15 +596,15 @@ func (h *Host) deactivateAll() int {
 // under way — are counted in Stats.DroppedOnClose and logged (Warn) with
 // their number. After a Stop that returned nil there are none.
 func (h *Host) Close() error {
-	h.mu.Lock()
-	prev := h.state.Swap(stateClosed)
+	h.life.mu.Lock()
+	prev := h.life.state.Swap(stateClosed)
 	if prev == stateClosed {
-		h.mu.Unlock()
-		<-h.closed // another Close runs: return when it has
+		h.life.mu.Unlock()
+		<-h.life.closed // another Close runs: return when it has
 		return nil
 	}
-	h.mu.Unlock()
-	defer close(h.closed)
+	h.life.mu.Unlock()
+	defer close(h.life.closed)
 
 	// Handlers' sends waiting for a leaving host end first: from now on
 	// none defers itself, and those counted here end once, whether here or
@@ -605,14 +622,14 @@ func (h *Host) Close() error {
 	// their Context done. What waits for a permit is ended when the
 	// permits close: counted just before.
 	dropped += h.waitingForPermits()
-	h.permits.Close()
+	h.jobs.permits.Close()
 	var all []*owner
 	var unrun [][]*mailbox.Envelope
 	if h.owners.system != nil {
-		for _, kr := range h.kinds {
+		for _, kr := range h.owners.kinds {
 			all = append(all, kr.all()...)
 		}
-		for _, cr := range h.channels {
+		for _, cr := range h.owners.channels {
 			all = append(all, cr.subs...)
 		}
 		for _, o := range all {
@@ -620,15 +637,15 @@ func (h *Host) Close() error {
 			unrun = append(unrun, append(queued, held...))
 		}
 	}
-	close(h.done)
-	if h.endLife != nil {
-		h.endLife() // ends the membership watch and flow-control waits
+	close(h.life.done)
+	if h.life.end != nil {
+		h.life.end() // ends the membership watch and flow-control waits
 	}
 	if h.metrics.stop != nil {
 		_ = h.metrics.stop()
 	}
 	h.svc.stopAll()
-	h.lanes.Wait() // the links are closed: no more work comes to the lanes
+	h.svc.lanes.Wait() // the links are closed: no more work comes to the lanes
 	// What Close dropped is noted as it returns, once the rest is counted.
 	defer h.noteDropped(&dropped)
 	if h.owners.system == nil {
@@ -641,7 +658,7 @@ func (h *Host) Close() error {
 	for _, o := range all {
 		seen[o] = true
 	}
-	for _, kr := range h.kinds {
+	for _, kr := range h.owners.kinds {
 		for _, o := range kr.all() {
 			if !seen[o] {
 				queued, held := o.closeBox()
@@ -715,12 +732,12 @@ func (h *Host) waitingForPermits() int {
 		}
 		ob.mu.Unlock()
 	}
-	for _, kr := range h.kinds {
+	for _, kr := range h.owners.kinds {
 		for _, o := range kr.all() {
 			count(&o.out)
 		}
 	}
-	for _, cr := range h.channels {
+	for _, cr := range h.owners.channels {
 		for _, o := range cr.subs {
 			count(&o.out)
 		}
@@ -749,11 +766,11 @@ func (h *Host) noteDropped(n *int) {
 func (h *Host) Stats() Stats {
 	return Stats{
 		OwnersActive:      int(h.stats.owners.Load()),
-		QueuedApplication: h.counters.Queued(mailbox.Application),
-		QueuedLifecycle:   h.counters.Queued(mailbox.Lifecycle),
-		PermitsInUse:      h.permits.InUse(),
-		PermitWaiters:     h.permits.Waiters(),
-		PermitsMax:        h.permits.Max(),
+		QueuedApplication: h.jobs.counters.Queued(mailbox.Application),
+		QueuedLifecycle:   h.jobs.counters.Queued(mailbox.Lifecycle),
+		PermitsInUse:      h.jobs.permits.InUse(),
+		PermitWaiters:     h.jobs.permits.Waiters(),
+		PermitsMax:        h.jobs.permits.Max(),
 		RequestsInFlight:  int(h.stats.inflight.Load()),
 		HeldOutOfOrder:    int(h.stats.heldOut.Load()),
 		GapsClosed:        h.stats.gapsClosed.Load(),
@@ -776,12 +793,12 @@ func (h *Host) Stats() Stats {
 }
 
 // acceptsExternal reports whether sends from outside a handler are taken.
-func (h *Host) acceptsExternal() bool { return h.state.Load() == stateRunning }
+func (h *Host) acceptsExternal() bool { return h.life.state.Load() == stateRunning }
 
 // acceptsInternal reports whether sends from handlers are taken: also while
 // stopping gracefully, so that chains of messages finish.
 func (h *Host) acceptsInternal() bool {
-	s := h.state.Load()
+	s := h.life.state.Load()
 	return s == stateRunning || s == stateStopping
 }
 
@@ -846,7 +863,7 @@ func (h *Host) worker(fn func()) {
 // (the janitor's job).
 func (h *Host) passivateIdle(time.Time) (done bool) {
 	limit := nanotime() - int64(h.cfg.IdleTimeout)
-	for _, kr := range h.kinds {
+	for _, kr := range h.owners.kinds {
 		for _, o := range kr.all() {
 			if o.lastActive.Load() < limit && o.mb.Idle() {
 				o.postControl(controlPassivate)
@@ -865,7 +882,7 @@ type MetricsServer interface {
 }
 
 func (h *Host) serveMetrics() error {
-	srv, ok := h.obs.(MetricsServer)
+	srv, ok := h.obs.Observer.(MetricsServer)
 	if !ok {
 		return payload.NewError(payload.NotConfigured, "actor.Host.Start",
 			"Config.MetricsAddr is set but Config.Observer does not serve HTTP (use metrics.New)")

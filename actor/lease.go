@@ -40,7 +40,7 @@ func (h *Host) renewLease() error {
 	if _, err := h.store.RenewLease(ctx, h.name, h.lease.gen); err != nil {
 		return &payload.Error{Kind: payload.Unavailable, Op: "actor.Host", Detail: "cannot renew the host lease", Err: err}
 	}
-	if h.peers.members != nil && h.state.Load() != stateCreated {
+	if h.peers.members != nil && h.life.state.Load() != stateCreated {
 		if _, err := h.peers.members.Renew(ctx, h.name, h.lease.gen); err != nil {
 			h.log.Error("membership lease renewal failed", "err", err)
 		}
@@ -63,7 +63,7 @@ func (h *Host) leaseTick(now time.Time) (lost bool) {
 		h.log.Error("the host's lease ran out before it was renewed; closing the host", "deadline", h.lease.local.Deadline())
 		h.lease.deadline.Store(1) // no turn starts from now on
 		err := ErrLeaseLost
-		h.lostErr.Store(&err)
+		h.life.lostErr.Store(&err)
 		go h.Close() // not here: Close waits for this goroutine
 		return true
 	}

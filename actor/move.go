@@ -144,7 +144,7 @@ func (h *Host) Relocate(ctx context.Context, ref Ref, target string) error {
 	if h.peers.tr == nil {
 		return ErrNoNetwork
 	}
-	kr := h.kinds[ref.Kind]
+	kr := h.owners.kinds[ref.Kind]
 	if kr == nil {
 		return payload.NewError(payload.NotFound, op, "no kind "+ref.Kind)
 	}
@@ -210,7 +210,7 @@ func (h *Host) relocateLocal(ctx context.Context, kr *kindRuntime, ref Ref, targ
 	if !o.moving.CompareAndSwap(false, true) {
 		return ErrMoveInProgress
 	}
-	d := &moveDriver{h: h, storeLane: lane{wg: &h.lanes}, id: payload.NewOpID(), obj: relocation.Object{Kind: ref.Kind, ID: ref.ID}, kr: kr,
+	d := &moveDriver{h: h, storeLane: lane{wg: &h.svc.lanes}, id: payload.NewOpID(), obj: relocation.Object{Kind: ref.Kind, ID: ref.ID}, kr: kr,
 		peer: target, o: o, done: make(chan error, 1), started: time.Now()}
 	h.addMove(d)
 	e := mailbox.NewEnvelope()
@@ -342,7 +342,7 @@ func (h *Host) onRecord(from string, obj relocation.Object, rec relocation.Recor
 	switch r := rec.(type) {
 	case *relocation.Preflight:
 		reply := &relocation.PreflightReply{Move: r.Move, OK: true}
-		kr := h.kinds[r.Object.Kind]
+		kr := h.owners.kinds[r.Object.Kind]
 		switch {
 		case kr == nil:
 			reply.OK, reply.Reason = false, "host "+h.name+" has no kind "+r.Object.Kind
@@ -372,12 +372,12 @@ func (h *Host) onRecord(from string, obj relocation.Object, rec relocation.Recor
 			return
 		}
 		if d == nil {
-			kr := h.kinds[r.Object.Kind]
+			kr := h.owners.kinds[r.Object.Kind]
 			if kr == nil || !h.acceptsInternal() {
 				h.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move, Reason: "host " + h.name + " cannot take " + r.Object.String()})
 				return
 			}
-			d = &moveDriver{h: h, storeLane: lane{wg: &h.lanes}, id: r.Move, obj: r.Object, kr: kr, peer: from, started: time.Now(),
+			d = &moveDriver{h: h, storeLane: lane{wg: &h.svc.lanes}, id: r.Move, obj: r.Object, kr: kr, peer: from, started: time.Now(),
 				tgt: relocation.NewTarget(relocation.TargetConfig{Host: h.name, CutoverWait: h.cfg.CutoverWait, MaxRecord: h.cfg.MaxMoveRecord})}
 			d.tgt.Step(relocation.Tick{Now: nanotime()}) // the machine's clock starts now
 			if !h.addIncoming(d) {
@@ -1076,7 +1076,7 @@ func (h *Host) redispatchBuffer(buf payload.Buffer) {
 
 func (h *Host) redispatchMessage(m *payload.Message) {
 	hv := m.Header()
-	kr := h.kinds[string(hv.TargetName())]
+	kr := h.owners.kinds[string(hv.TargetName())]
 	if kr == nil {
 		h.failMessage(m, payload.NewError(payload.NotFound, "actor", "no kind "+string(hv.TargetName())))
 		return

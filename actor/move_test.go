@@ -528,7 +528,7 @@ func TestCloseDuringAMovePastRelayReadyReturns(t *testing.T) {
 	defer n.Net.Transport.SetHook(nil)
 	moved := make(chan error, 1)
 	go func() { moved <- a.Relocate(bg, ref, "b") }()
-	waitFor(t, "the source owner to leave the map (relay-ready)", func() bool { return a.kinds["seq"].local("o") == nil })
+	waitFor(t, "the source owner to leave the map (relay-ready)", func() bool { return a.owners.kinds["seq"].local("o") == nil })
 	closed := make(chan struct{})
 	go func() { a.Close(); close(closed) }()
 	select {

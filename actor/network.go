@@ -219,7 +219,7 @@ func (h *Host) inboundFrom(from string) *inbound {
 			// Advice: lost with a gone peer, which counts afresh on that fact.
 			_ = h.sendItem(from, transport.Control, appendControl(nil, r))
 		}
-		ib.slow.wg = &h.lanes
+		ib.slow.wg = &h.svc.lanes
 		v, _ = h.in.m.LoadOrStore(from, ib)
 	}
 	ib := v.(*inbound)
@@ -412,7 +412,7 @@ func (h *Host) waitRoom(ctx context.Context, host string, n int) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, h.cfg.SendTimeout)
 	defer cancel()
-	stop := context.AfterFunc(h.life, cancel)
+	stop := context.AfterFunc(h.life.ctx, cancel)
 	defer stop()
 	if !c.open(int64(n)) {
 		// What this host sent the peer and the peer keeps fills its
@@ -437,7 +437,7 @@ func (h *Host) waitRoom(ctx context.Context, host string, n int) error {
 		return nil
 	}
 	switch {
-	case h.life.Err() != nil:
+	case h.life.ctx.Err() != nil:
 		return ErrShuttingDown
 	case ctx.Err() != nil:
 		return ctxErr(ctx)

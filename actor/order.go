@@ -92,7 +92,7 @@ func (h *Host) hint(obj relocation.Object, host string, gen uint64) {
 	if host == h.name {
 		return
 	}
-	if kr := h.kinds[obj.Kind]; kr == nil || kr.local(obj.ID) != nil {
+	if kr := h.owners.kinds[obj.Kind]; kr == nil || kr.local(obj.ID) != nil {
 		return
 	}
 	h.routes.update(obj, host, gen)
@@ -439,7 +439,7 @@ func (r *rateLimit) allow(now int64) bool {
 func (h *Host) forgetIdleSenders() {
 	now := nanotime()
 	idle := 2 * int64(h.streamIdle())
-	for _, kr := range h.kinds {
+	for _, kr := range h.owners.kinds {
 		for _, o := range kr.all() {
 			o.seqMu.Lock()
 			if ord := o.inbox.Order(); ord.Senders() > 0 {

@@ -544,7 +544,7 @@ func TestIdlePassivationCountsFromTheLastAcceptedMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-entered // the first turn runs, and waits at the gate
-	o := h.kinds["idle"].local("o")
+	o := h.owners.kinds["idle"].local("o")
 	o.lastActive.Store(0) // as if its last turn had ended long ago
 	if err := Tell(bg, h, ref, Inc{By: 1}); err != nil {
 		t.Fatal(err)

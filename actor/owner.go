@@ -23,12 +23,16 @@ import (
 // spawning), the wait for every owner's actor to stop, and the owners
 // held after a deactivation for their gaps.
 //
-// Owns: system, props, spawning, actors, held, seed.
+// Owns: the kinds and channels (their owners, in shards), system, props,
+// spawning, actors, held, seed.
 // Lock: spawnMu (a leaf) guards spawning; heldMu guards held and comes
 // after owner.seqMu (LOCK_ORDER.md).
 // Invariants: an owner is in held only while it keeps messages for its
 // gaps; every spawned actor is counted in actors until it stops.
 type ownerTable struct {
+	specs    []*spec                    // registered kinds and channels, until Start
+	kinds    map[string]*kindRuntime    // fixed at Start
+	channels map[string]*channelRuntime // fixed at Start
 	system   *pa.ActorSystem
 	props    *pa.Props
 	spawnMu  sync.Mutex
@@ -85,7 +89,7 @@ func (h *Host) newOwner(s *spec, kr *kindRuntime, ref Ref) *owner {
 	o := &owner{host: h, spec: s, ref: ref, kr: kr, gone: make(chan struct{})}
 	o.ctx = Context{host: h, owner: o}
 	o.out.host, o.out.o = h, o
-	o.mb = mailbox.New(h.cfg.ApplicationLimits, h.cfg.LifecycleLimits, &h.counters)
+	o.mb = mailbox.New(h.cfg.ApplicationLimits, h.cfg.LifecycleLimits, &h.jobs.counters)
 	o.inbox.Order().MaxHeld = h.cfg.ReorderBound
 	o.mb.Owner = o
 	o.mb.OnStop = o.stopped
@@ -169,7 +173,7 @@ func (o *owner) turn(e *mailbox.Envelope) {
 		return
 	}
 	var start int64
-	if h.observed {
+	if h.obs.timed {
 		start = nanotime()
 	}
 	if dl := hv.DeadlineUnixNano(); dl != 0 && wallNano() > dl {
@@ -181,10 +185,10 @@ func (o *owner) turn(e *mailbox.Envelope) {
 	o.ctx.env = e
 	outcome := o.run(hd, e)
 	o.ctx.env = nil
-	if h.cfg.IdleTimeout > 0 || h.observed {
+	if h.cfg.IdleTimeout > 0 || h.obs.timed {
 		end := nanotime()
 		o.lastActive.Store(end)
-		if h.observed {
+		if h.obs.timed {
 			h.obs.Handled(o.spec.name, durationNs(start-e.Admitted), durationNs(end-start), outcome)
 		}
 	}

@@ -174,7 +174,7 @@ func TestPlacementLeastLoadedPicksTheHostWithFewestObjects(t *testing.T) {
 // not a second reservation that fails its commit.
 func TestConcurrentLookUpsOfANewObjectActivateItOnce(t *testing.T) {
 	h := startHost(t, NewNetwork(nil).With(Config{Name: "a", Logger: quietLogger()}), counterKind(newGates()))
-	kr := h.kinds["counter"]
+	kr := h.owners.kinds["counter"]
 	for i := 0; i < 2000; i++ {
 		id := "new-" + itoa(i)
 		var wg sync.WaitGroup

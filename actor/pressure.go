@@ -124,7 +124,7 @@ func (h *Host) waitPressure(ctx context.Context, t target) error {
 		return ErrPushedBack
 	case <-ctx.Done():
 		return ctxErr(ctx)
-	case <-h.done:
+	case <-h.life.done:
 		return ErrShuttingDown
 	}
 }

@@ -204,7 +204,7 @@ func (h *Host) relocateHere(ctx context.Context, ref Ref, target string) error {
 	if !h.acceptsExternal() {
 		return ErrShuttingDown
 	}
-	kr := h.kinds[ref.Kind]
+	kr := h.owners.kinds[ref.Kind]
 	if kr == nil {
 		return payload.NewError(payload.NotFound, "actor.Host.Relocate", "host "+h.name+" has no kind "+ref.Kind)
 	}

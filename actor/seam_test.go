@@ -582,7 +582,7 @@ func TestAForwardedFrameNamingAnOriginThatIsNoMemberIsDropped(t *testing.T) {
 		got, err := Ask[Get, int](bg, b, ref, Get{})
 		return err == nil && got == 1
 	})
-	o := b.kinds["counter"].local(ref.ID)
+	o := b.owners.kinds["counter"].local(ref.ID)
 	o.seqMu.Lock()
 	senders := o.inbox.Order().Senders()
 	o.seqMu.Unlock()

@@ -102,7 +102,7 @@ func Publish[M any](ctx context.Context, h *Host, channel string, msg M) error {
 	if !h.accepts(turn) {
 		return ErrShuttingDown
 	}
-	cr := h.channels[channel]
+	cr := h.owners.channels[channel]
 	if cr == nil {
 		return payload.NewError(payload.NotFound, "actor.Publish", "no channel "+channel)
 	}
@@ -149,7 +149,7 @@ func AskChannel[M, R any](ctx context.Context, h *Host, channel string, msg M) (
 	if !h.accepts(turn) {
 		return zero, ErrShuttingDown
 	}
-	cr := h.channels[channel]
+	cr := h.owners.channels[channel]
 	if cr == nil {
 		return zero, payload.NewError(payload.NotFound, "actor.AskChannel", "no channel "+channel)
 	}
@@ -288,7 +288,7 @@ func (h *Host) await(ctx context.Context, op payload.OpID, p *pending, left time
 		err = ctxErr(ctx)
 	case <-p.timer.C:
 		err = ErrRequestTimeout
-	case <-h.done:
+	case <-h.life.done:
 		err = ErrShuttingDown
 	}
 	p.timer.Stop()
@@ -358,7 +358,7 @@ func (h *Host) accepts(turn *Context) bool {
 
 // handlerFor finds the kind and its handler for a message type.
 func (h *Host) handlerFor(kind, typ string) (*kindRuntime, *handler, error) {
-	kr := h.kinds[kind]
+	kr := h.owners.kinds[kind]
 	if kr == nil {
 		h.obs.Rejected(kind, RejectNotFound)
 		return nil, nil, payload.NewError(payload.NotFound, "actor", "no kind "+kind+" on host "+h.name)
@@ -463,7 +463,7 @@ func (h *Host) dispatchRun(ctx context.Context, turn *Context, t target, m *payl
 		h.obs.Rejected(t.name(), rejectReason(err))
 		return false, err
 	}
-	if err := h.permits.Acquire(ctx); err != nil {
+	if err := h.jobs.permits.Acquire(ctx); err != nil {
 		m.Release()
 		if errors.Is(err, mailbox.ErrPermitsClosed) {
 			h.obs.Rejected(t.name(), RejectShuttingDown)
@@ -473,7 +473,7 @@ func (h *Host) dispatchRun(ctx context.Context, turn *Context, t target, m *payl
 		return false, ctxErr(ctx)
 	}
 	e := newEnvelope(m)
-	e.HoldPermit(h.permits)
+	e.HoldPermit(h.jobs.permits)
 	return h.admitWait(ctx, t, e, inline)
 }
 
@@ -530,7 +530,7 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 					err = notHandedOn(p.host, err)
 				case <-ctx.Done():
 					err = ctxErr(ctx)
-				case <-h.done:
+				case <-h.life.done:
 					err = ErrShuttingDown
 				}
 				wait.Stop()
@@ -541,7 +541,7 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 		o := p.o
 		h.stamp(t, e.Msg)
 		size := e.Msg.Len()
-		if h.observed {
+		if h.obs.timed {
 			e.Admitted = nanotime()
 		}
 		how := admitWait
@@ -574,7 +574,7 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 			case <-timer.C:
 				h.reject(t.name(), e, RejectFull)
 				return false, ErrSendTimeout
-			case <-h.done:
+			case <-h.life.done:
 				h.reject(t.name(), e, RejectShuttingDown)
 				return false, ErrShuttingDown
 			}
@@ -667,7 +667,7 @@ func (h *Host) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bool, un
 			h.endUnrun(o, "", e, mailbox.ErrTooLarge, RejectTooLarge)
 			return true
 		}
-		if h.observed {
+		if h.obs.timed {
 			e.Admitted = nanotime()
 		}
 		if _, _, err = o.admit(e, admitOverflow); err == nil {
@@ -827,9 +827,9 @@ func (ob *outbox) sendOne(t target, m *payload.Message) {
 	ob.mu.Lock()
 	idle := ob.head == nil && !ob.queued
 	ob.mu.Unlock()
-	if idle && ob.host.permits.TryAcquire() {
+	if idle && ob.host.jobs.permits.TryAcquire() {
 		e := newEnvelope(m)
-		e.HoldPermit(ob.host.permits)
+		e.HoldPermit(ob.host.jobs.permits)
 		ob.host.admitGranted(t, e, false)
 		return
 	}
@@ -860,7 +860,7 @@ func (ob *outbox) enqueue(ps *pendingSend) {
 	ob.queued = true
 	ob.mu.Unlock()
 	if wait {
-		ob.host.permits.Enqueue(ob)
+		ob.host.jobs.permits.Enqueue(ob)
 	}
 }
 
@@ -887,7 +887,7 @@ func (ob *outbox) grant() {
 			m = ps.m.Share()
 		}
 		e := newEnvelope(m)
-		e.HoldPermit(ob.host.permits)
+		e.HoldPermit(ob.host.jobs.permits)
 		if !ob.host.admitGrantedUntil(t, e, ps.relayed, 0, false) {
 			// It would wait for the store: it goes on on a look-up lane,
 			// and so does the source after it.
@@ -935,8 +935,8 @@ func (ob *outbox) advance(ps *pendingSend) bool {
 	if empty {
 		return false
 	}
-	if !ob.host.permits.TryAcquire() {
-		ob.host.permits.Enqueue(ob)
+	if !ob.host.jobs.permits.TryAcquire() {
+		ob.host.jobs.permits.Enqueue(ob)
 		return false
 	}
 	return true

@@ -28,6 +28,10 @@ type services struct {
 	stop  chan struct{}
 	wg    sync.WaitGroup
 	once  sync.Once
+	// lanes counts the work of the host's serial lanes (peers' slow lanes,
+	// look-up lanes, moves' store lanes): Close waits for it after the
+	// links are closed.
+	lanes sync.WaitGroup
 }
 
 func newServices(c clock) *services {
