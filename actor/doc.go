@@ -99,6 +99,6 @@
 // run (Stats.GapsClosed) — TakeoverGapTimeout (250 ms) where the object
 // was taken over from the crashed owner; relays that arrive after the target's
 // CutoverWait ran out (the link from the source down that long) run late
-// (Stats.Late). See the README for the full list, and LOCK_ORDER.md for
+// (Stats.Late). See docs/operations.md, "Guarantees in full", for the full list, and LOCK_ORDER.md for
 // the package's locks.
 package actor

@@ -676,18 +676,7 @@ func (h *Host) Close() error {
 		}
 	}
 	for _, d := range h.allMoves() {
-		d.mu.Lock()
-		if !d.ended {
-			for _, q := range [][]*mailbox.Envelope{d.captured, d.held} {
-				for _, e := range q {
-					if isApplication(e) {
-						dropped++
-					}
-				}
-			}
-		}
-		d.mu.Unlock()
-		d.abandonOnClose()
+		dropped += d.abandonOnClose()
 	}
 	h.drainer.rounds.Wait() // a cut-short drain's last round: its moves have ended
 	h.remoteClose()

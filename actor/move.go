@@ -32,8 +32,17 @@ var (
 
 // moveDriver carries out one move's state machine on this host: the source
 // side (the object moves away) or the target side (it moves here). Inputs
-// come from Relocate, the owner's lifecycle turns, the link, and the tick;
-// the mutex makes them one sequence.
+// come from Relocate, the owner's lifecycle turns, the link, the tick and
+// the store; each is run on the move's own serial lane, one at a time, in
+// the order they came, so the driver needs no lock and nothing that
+// delivers an input waits for a move's work: the link's delivery goroutine
+// only queues. The steps that must see the owner between turns run inside
+// the owner's lifecycle turns, in their place on the lane (serial.runHere):
+// the start (the store look-up, then the preflight), the seal and the
+// capture (the user's Capture) at the source, and the restore (the user's
+// Restore) at the target.
+//
+// Every field below the lane is touched only by work on the lane.
 type moveDriver struct {
 	h    *Host
 	id   relocation.MoveID
@@ -41,7 +50,9 @@ type moveDriver struct {
 	kr   *kindRuntime
 	peer string
 
-	mu       sync.Mutex
+	lane     serial       // the move's inputs, one at a time
+	opened   atomic.Int64 // openedAt, for the tick (read off the lane)
+	over     atomic.Bool  // target: opened or ended (the tick skips it)
 	src      *relocation.Source
 	tgt      *relocation.Target
 	o        *owner
@@ -54,13 +65,12 @@ type moveDriver struct {
 	started  time.Time
 	snap     route.Snapshot // target: the order state of the move record
 
-	// Sends and other work that must not run under mu (records to the
-	// peer, route hints, messages to route again) queue here; one caller
-	// at a time carries them out in order (flush).
+	// Records to the peer and other work a step asks for (route hints,
+	// messages to route again) queue here and are carried out in order
+	// once the machine has taken the step's inputs (flush).
 	outq      []relocation.Record
 	after     []func()
-	flushing  bool
-	storeOp   *relocation.StoreNewOwner // a store call to make outside mu
+	storeOp   *relocation.StoreNewOwner // a store call to make on the store lane
 	storeBusy bool                      // a store call is under way
 
 	// Target, after the commit: the driver stays registered for
@@ -84,10 +94,10 @@ type moveDriver struct {
 	targetPaused  time.Duration // source: Committed.Paused
 	prepareAt     int64         // target: the first Prepare arrived
 	cutoverAt     int64         // target: the first Cutover arrived
-	enc           []byte        // records are encoded here (flush, one caller at a time)
+	enc           []byte        // records are encoded here (flush)
 	// storeLane runs the machine's store calls (one at a time: the
 	// machine asks for the next only after the result of the last).
-	storeLane lane
+	storeLane serial
 }
 
 // moveTable is the moves this host takes part in, either side, and what it
@@ -111,11 +121,20 @@ type moveTable struct {
 	times func(id relocation.MoveID, opened bool, at int64)
 }
 
-// Control items the move puts on the owner's lifecycle lane.
+// Lifecycle items the move puts on the owner's mailbox: each runs in a
+// turn of the owner (owner.turn calls run).
 type (
-	moveStart struct{ d *moveDriver } // begin the source machine in a turn of the owner
-	moveSeal  struct{ d *moveDriver } // seal and capture at a turn boundary
+	moveStart   struct{ d *moveDriver } // begin the source machine
+	moveSeal    struct{ d *moveDriver } // seal and capture at a turn boundary
+	moveRestore struct {                // rebuild the state at the target
+		d   *moveDriver
+		rec relocation.MoveRecord
+	}
 )
+
+func (m moveStart) run()   { m.d.startSource() }
+func (m moveSeal) run()    { m.d.sealAndCapture() }
+func (m moveRestore) run() { m.d.restoreInTurn(m.rec) }
 
 // Relocate moves the object's owner, with its queued messages and (per
 // the kind's policy) its state, to the host named target while messages
@@ -210,7 +229,7 @@ func (h *Host) relocateLocal(ctx context.Context, kr *kindRuntime, ref Ref, targ
 	if !o.moving.CompareAndSwap(false, true) {
 		return ErrMoveInProgress
 	}
-	d := &moveDriver{h: h, storeLane: lane{wg: &h.svc.lanes}, id: payload.NewOpID(), obj: relocation.Object{Kind: ref.Kind, ID: ref.ID}, kr: kr,
+	d := &moveDriver{h: h, lane: serial{wg: &h.svc.lanes}, storeLane: serial{wg: &h.svc.lanes}, id: payload.NewOpID(), obj: relocation.Object{Kind: ref.Kind, ID: ref.ID}, kr: kr,
 		peer: target, o: o, done: make(chan error, 1), started: time.Now()}
 	h.addMove(d)
 	e := mailbox.NewEnvelope()
@@ -226,19 +245,23 @@ func (h *Host) relocateLocal(ctx context.Context, kr *kindRuntime, ref Ref, targ
 	case err := <-d.done:
 		return err
 	case <-ctx.Done():
-		d.mu.Lock()
-		if d.src == nil && !d.ended {
-			// Not started (its turn waits behind a handler, or its store
-			// look-up is under way): it never will be — startSource sees
-			// it ended — and the object stays, as Relocate says.
-			d.ended = true
-			d.o.moving.Store(false)
-			d.mu.Unlock()
+		notStarted := false
+		d.lane.runHere(func() {
+			if d.src == nil && !d.ended {
+				// Not started (its turn waits behind a handler, or its
+				// store look-up is under way): it never will be —
+				// startSource sees it ended — and the object stays, as
+				// Relocate says.
+				d.ended, notStarted = true, true
+				d.o.moving.Store(false)
+				return
+			}
+			d.advance(relocation.OperatorAbort{Reason: ctx.Err().Error()})
+		})
+		if notStarted {
 			h.removeMove(d)
 			return ctxErr(ctx)
 		}
-		d.mu.Unlock()
-		d.step(relocation.OperatorAbort{Reason: ctx.Err().Error()})
 		select {
 		case err := <-d.done:
 			if err == nil {
@@ -377,7 +400,7 @@ func (h *Host) onRecord(from string, obj relocation.Object, rec relocation.Recor
 				h.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move, Reason: "host " + h.name + " cannot take " + r.Object.String()})
 				return
 			}
-			d = &moveDriver{h: h, storeLane: lane{wg: &h.svc.lanes}, id: r.Move, obj: r.Object, kr: kr, peer: from, started: time.Now(),
+			d = &moveDriver{h: h, lane: serial{wg: &h.svc.lanes}, storeLane: serial{wg: &h.svc.lanes}, id: r.Move, obj: r.Object, kr: kr, peer: from, started: time.Now(),
 				tgt: relocation.NewTarget(relocation.TargetConfig{Host: h.name, CutoverWait: h.cfg.CutoverWait, MaxRecord: h.cfg.MaxMoveRecord})}
 			d.tgt.Step(relocation.Tick{Now: nanotime()}) // the machine's clock starts now
 			if !h.addIncoming(d) {
@@ -448,10 +471,9 @@ func (h *Host) tickMoves(now int64) {
 		if d.tgt == nil {
 			continue
 		}
-		d.mu.Lock()
-		expired := d.openedAt != 0 && now-d.openedAt > int64(h.cfg.FollowDuration)
-		done := d.tgt.Done()
-		d.mu.Unlock()
+		opened := d.opened.Load()
+		expired := opened != 0 && now-opened > int64(h.cfg.FollowDuration)
+		done := d.over.Load()
 		if expired {
 			h.removeMove(d)
 			continue
@@ -469,21 +491,24 @@ func (h *Host) tickMoves(now int64) {
 	}
 }
 
-// step feeds one input to the machine and carries out what it asks,
-// feeding immediate results back, under the driver's lock; then, outside
-// it, sends what the machine sent. The store call the machine asks for
-// runs on the move's own store lane — never on the caller's goroutine,
-// which may be a transport's delivery goroutine, and not behind other
-// work (a peer's slow lane may hold look-ups) — and its result is fed back
-// to the machine as its next input.
+// step queues one input for the move's lane; it never waits.
 func (d *moveDriver) step(in relocation.Input) {
-	d.mu.Lock()
-	d.stepLocked(in)
+	d.lane.add(func() { d.advance(in) })
+}
+
+// advance, on the lane, feeds one input to the machine and carries out
+// what it asks, feeding immediate results back; then it sends what the
+// machine sent and runs the work the step queued, in order. The store
+// call the machine asks for runs on the move's own store lane — never on
+// the move's lane, so records keep being taken while it waits, and never
+// behind other work (a peer's slow lane may hold look-ups) — and its
+// result comes back to the lane as the machine's next input.
+func (d *moveDriver) advance(in relocation.Input) {
+	d.stepMachine(in)
 	op := d.storeOp
 	d.storeOp = nil
-	over := d.tgt != nil && (d.tgt.Done() || d.ended)
-	d.mu.Unlock()
-	if over {
+	if d.tgt != nil && (d.tgt.Done() || d.ended) {
+		d.over.Store(true)
 		d.notIncoming() // opened or ended: no more under way here
 	}
 	d.flush()
@@ -492,15 +517,15 @@ func (d *moveDriver) step(in relocation.Input) {
 			ctx, cancel := d.h.storeContext()
 			row, err := d.h.store.NewOwner(ctx, op.Object, op.Expect, op.NewHost)
 			cancel()
-			d.mu.Lock()
-			d.storeBusy = false
-			d.mu.Unlock()
-			d.step(relocation.StoreResult{Row: row, Err: err})
+			d.lane.add(func() {
+				d.storeBusy = false
+				d.advance(relocation.StoreResult{Row: row, Err: err})
+			})
 		})
 	}
 }
 
-func (d *moveDriver) stepLocked(in relocation.Input) {
+func (d *moveDriver) stepMachine(in relocation.Input) {
 	if r, ok := in.(relocation.Receive); ok {
 		d.timeLocked(r.Record)
 	}
@@ -518,7 +543,7 @@ func (d *moveDriver) stepLocked(in relocation.Input) {
 		}
 		// A target acts before it replies, so that when its reply
 		// (Committed) arrives the object already runs here — the source's
-		// Relocate returns then. (The records go out after the lock.)
+		// Relocate returns then. (The records go out in flush.)
 		for _, a := range out.Actions {
 			if next := d.apply(a); next != nil {
 				queue = append(queue, next)
@@ -585,15 +610,9 @@ func (d *moveDriver) pauseLocked() time.Duration {
 	return time.Duration(nanotime() - d.sealedAt)
 }
 
-// flush sends the queued records in order and runs the queued work, outside
-// the driver's lock, one caller at a time.
+// flush sends the queued records in order and runs the queued work, until
+// none is left (work may queue more).
 func (d *moveDriver) flush() {
-	d.mu.Lock()
-	if d.flushing {
-		d.mu.Unlock()
-		return
-	}
-	d.flushing = true
 	gone, refused := false, false
 	for len(d.outq) > 0 || len(d.after) > 0 {
 		recs, after := d.outq, d.after
@@ -612,31 +631,27 @@ func (d *moveDriver) flush() {
 				}
 			}
 		}
-		d.mu.Unlock()
 		g, r := d.h.sendRecords(d.peer, d.obj, &d.enc, recs...)
 		gone, refused = gone || g, refused || r
 		for _, f := range after {
 			f()
 		}
-		d.mu.Lock()
 	}
-	d.flushing = false
-	isSource := d.src != nil
-	d.mu.Unlock()
 	switch {
 	case gone:
-		d.step(d.peerDead())
-	case refused && isSource:
+		d.advance(d.peerDead())
+	case refused && d.src != nil:
 		// The target does not take what this host sends it: the move
 		// cannot go on, and is aborted as an operator would (the source
 		// machine keeps the object unless the move is past its point of
 		// no return). A target's refused record is the source's to
 		// recover from (its records resend, its phases have deadlines).
-		d.step(relocation.OperatorAbort{Reason: "the link to " + d.peer + " is past its bound: it does not take what is sent to it"})
+		d.advance(relocation.OperatorAbort{Reason: "the link to " + d.peer + " is past its bound: it does not take what is sent to it"})
 	}
 }
 
-// later queues f to run after the driver's lock (flush).
+// later queues f to run once the machine has taken the step's inputs
+// (flush).
 func (d *moveDriver) later(f func()) { d.after = append(d.after, f) }
 
 // peerDead is the input for "the peer left the network": a source learns
@@ -689,7 +704,18 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 	case relocation.RegisterTempQueue:
 		d.registerTemp()
 	case relocation.RestoreObject:
-		return relocation.Restored{Err: d.restore(a.Record)}
+		// In a turn of the incoming owner, as the user's code runs: the
+		// lane goes on meanwhile; Restored comes from that turn.
+		if d.conflict || d.o == nil {
+			return relocation.Restored{Err: errors.New("host " + h.name + " already hosts " + d.obj.String())}
+		}
+		e := mailbox.NewEnvelope()
+		e.Lane = mailbox.Lifecycle
+		e.Control = moveRestore{d, a.Record}
+		if err := d.o.mb.AdmitOverflow(e); err != nil {
+			e.Release()
+			return relocation.Restored{Err: errors.New("the incoming owner closed")}
+		}
 	case relocation.DiscardTempQueue:
 		d.discardTemp(nil, a.Reason)
 	case relocation.StoreNewOwner:
@@ -722,31 +748,28 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 }
 
 // startSource runs in a lifecycle turn of the owner: it reads the object's
-// row (outside the driver's lock) and starts the source machine with the
-// preflight.
+// row (before it takes its place on the move's lane: the lane does not
+// wait for the store) and starts the source machine with the preflight.
 func (d *moveDriver) startSource() {
 	ctx, cancel := d.h.storeContext()
 	row, err := d.h.store.Get(ctx, d.obj)
 	cancel()
-	d.mu.Lock()
-	if d.ended {
-		d.mu.Unlock()
-		return
-	}
-	if err != nil || row.Host != d.h.name {
-		d.ended = true
-		d.o.moving.Store(false)
-		d.h.removeMove(d)
-		d.done <- &payload.Error{Kind: payload.Unavailable, Op: "actor.Host.Relocate", Detail: "the store does not show this host as the owner", Err: err}
-		d.mu.Unlock()
-		return
-	}
-	d.row = row.Ownership
-	d.src = relocation.NewSource(relocation.SourceConfig{Move: d.id, Object: d.obj, Source: d.h.name, Target: d.peer,
-		Owner: row.Ownership, AppVersion: d.h.cfg.AppVersion})
-	d.stepLocked(relocation.Start{})
-	d.mu.Unlock()
-	d.flush()
+	d.lane.runHere(func() {
+		if d.ended {
+			return
+		}
+		if err != nil || row.Host != d.h.name {
+			d.ended = true
+			d.o.moving.Store(false)
+			d.h.removeMove(d)
+			d.done <- &payload.Error{Kind: payload.Unavailable, Op: "actor.Host.Relocate", Detail: "the store does not show this host as the owner", Err: err}
+			return
+		}
+		d.row = row.Ownership
+		d.src = relocation.NewSource(relocation.SourceConfig{Move: d.id, Object: d.obj, Source: d.h.name, Target: d.peer,
+			Owner: row.Ownership, AppVersion: d.h.cfg.AppVersion})
+		d.advance(relocation.Start{})
+	})
 }
 
 // sealAndCapture runs in a lifecycle turn of the owner, so no application
@@ -755,25 +778,24 @@ func (d *moveDriver) startSource() {
 // with the seal: what arrives from now on is held unchecked, and checked
 // where the object opens.
 func (d *moveDriver) sealAndCapture() {
-	d.mu.Lock()
-	if d.src == nil || d.ended {
-		d.mu.Unlock()
-		return
-	}
+	var relieved []string
 	o := d.o
-	o.seqMu.Lock()
-	o.inbox.Freeze()
-	o.mb.Seal()
-	relieved := o.relievedLocked(true) // the target pushes back again if it must
-	o.seqMu.Unlock()
-	d.sealedAt = nanotime()
-	if f := d.h.moves.times; f != nil {
-		f(d.id, false, d.sealedAt)
-	}
-	d.stepLocked(relocation.Sealed{})
-	d.mu.Unlock()
-	d.flush()
-	for _, s := range relieved { // a send: after d.mu
+	d.lane.runHere(func() {
+		if d.src == nil || d.ended {
+			return
+		}
+		o.seqMu.Lock()
+		o.inbox.Freeze()
+		o.mb.Seal()
+		relieved = o.relievedLocked(true) // the target pushes back again if it must
+		o.seqMu.Unlock()
+		d.sealedAt = nanotime()
+		if f := d.h.moves.times; f != nil {
+			f(d.id, false, d.sealedAt)
+		}
+		d.advance(relocation.Sealed{})
+	})
+	for _, s := range relieved { // a send: off the move's lane
 		d.h.push(o, s, false)
 	}
 }
@@ -925,6 +947,19 @@ func (d *moveDriver) registerTemp() {
 	h.routes.forget(d.obj, true)
 }
 
+// restoreInTurn runs in a lifecycle turn of the incoming owner: it
+// rebuilds the state (the user's Restore) in its place on the move's lane
+// and tells the machine. A move that ended meanwhile (aborted, discarded)
+// restores nothing.
+func (d *moveDriver) restoreInTurn(rec relocation.MoveRecord) {
+	d.lane.runHere(func() {
+		if d.ended || d.over.Load() || d.tgt == nil || d.tgt.Done() {
+			return
+		}
+		d.advance(relocation.Restored{Err: d.restore(rec)})
+	})
+}
+
 // restore rebuilds the state through the kind's policy; nothing runs yet.
 func (d *moveDriver) restore(rec relocation.MoveRecord) error {
 	if d.conflict || d.o == nil {
@@ -991,6 +1026,7 @@ func (d *moveDriver) open(a relocation.OpenQueue) {
 	o.seqMu.Unlock()
 	d.snap = route.Snapshot{}
 	d.openedAt = nanotime()
+	d.opened.Store(d.openedAt)
 	if f := d.h.moves.times; f != nil {
 		f(d.id, true, d.openedAt)
 	}
@@ -1105,23 +1141,34 @@ func frames(items []*mailbox.Envelope) [][]byte {
 }
 
 // abandonOnClose ends a move when its host closes: a waiting Relocate gets
-// ShuttingDown; envelopes the move held are ended.
-func (d *moveDriver) abandonOnClose() {
-	d.mu.Lock()
-	if d.ended {
-		d.mu.Unlock()
-		return
+// ShuttingDown; envelopes the move held are ended. It returns how many
+// application messages it ended unrun (Stats.DroppedOnClose).
+func (d *moveDriver) abandonOnClose() (dropped int) {
+	var unrun []*mailbox.Envelope
+	var o *owner
+	ended := false
+	d.lane.runHere(func() {
+		if d.ended {
+			ended = true
+			return
+		}
+		d.ended = true
+		d.over.Store(true)
+		d.h.removeMove(d)
+		unrun = append(d.captured, d.held...)
+		d.captured, d.held = nil, nil
+		if d.done != nil {
+			d.done <- ErrShuttingDown
+		}
+		o = d.o
+	})
+	if ended {
+		return 0
 	}
-	d.ended = true
-	d.h.removeMove(d)
-	unrun := append(d.captured, d.held...)
-	d.captured, d.held = nil, nil
-	if d.done != nil {
-		d.done <- ErrShuttingDown
-	}
-	o := d.o
-	d.mu.Unlock()
-	for _, e := range unrun { // replies are sends: after the lock
+	for _, e := range unrun { // replies are sends: off the move's lane
+		if isApplication(e) {
+			dropped++
+		}
 		d.h.endUnrun(o, "", e, ErrShuttingDown, RejectShuttingDown)
 	}
 	// The owner the move holds may have left the owner map already (a
@@ -1131,4 +1178,5 @@ func (d *moveDriver) abandonOnClose() {
 	if o != nil && o.pid != nil {
 		d.h.owners.system.Root.Stop(o.pid)
 	}
+	return dropped
 }

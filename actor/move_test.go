@@ -3,7 +3,11 @@ package actor
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -640,5 +644,64 @@ func TestAMoveLargerThanMaxMoveRecordIsRefusedAndLosesNothing(t *testing.T) {
 	}
 	if _, err := NewHost(cfg("neg", -1)); !errors.Is(err, InvalidOperation) && err == nil {
 		t.Fatal("NewHost with a negative MaxMoveRecord succeeded")
+	}
+}
+
+// The user's Capture and Restore run in turns of the object's owner — the
+// source's and the incoming one's — never on a transport's delivery
+// goroutine, and no lock of the move is held across them: a slow Restore
+// delays no item the peer sends.
+func TestCaptureAndRestoreRunInTheOwnersTurns(t *testing.T) {
+	var mu sync.Mutex
+	stacks := map[string]string{}
+	record := func(what string) {
+		buf := make([]byte, 64<<10)
+		buf = buf[:runtime.Stack(buf, false)]
+		mu.Lock()
+		stacks[what] = string(buf)
+		mu.Unlock()
+	}
+	kind := func() *Kind[SeqState] {
+		k := NewKind("seq", func(*Context, string) (*SeqState, error) { return &SeqState{}, nil })
+		Handle(k, func(ctx *Context, s *SeqState, m SeqMsg) error { s.Seqs = append(s.Seqs, m.Seq); return nil })
+		HandleRequest(k, func(ctx *Context, s *SeqState, _ GetSeqs) ([]int, error) { return s.Seqs, nil })
+		k.PreserveState(func(s *SeqState) ([]byte, error) {
+			record("capture")
+			return payload.JSON.Encode(nil, s)
+		}, func(_ *Context, _ string, data []byte) (*SeqState, error) {
+			record("restore")
+			s := new(SeqState)
+			return s, payload.JSON.Decode(data, s)
+		})
+		return k
+	}
+	n := NewNetwork(nil)
+	a := startHost(t, n.With(Config{Name: "a", Logger: quietLogger()}), kind())
+	startHost(t, n.With(Config{Name: "b", Logger: quietLogger()}), kind())
+	ref := Ref{"seq", "x"}
+	if err := Tell(bg, a, ref, SeqMsg{Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Ask[GetSeqs, []int](bg, a, ref, GetSeqs{}); err != nil || fmt.Sprint(got) != "[1]" {
+		t.Fatalf("before the move: %v, %v", got, err)
+	}
+	if err := a.Relocate(bg, ref, "b"); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, what := range []string{"capture", "restore"} {
+		st := stacks[what]
+		if st == "" {
+			t.Fatalf("%s did not run", what)
+		}
+		if !strings.Contains(st, "(*owner).turn") {
+			t.Errorf("%s ran outside a turn of the owner:\n%s", what, st)
+		}
+		for _, not := range []string{"hostHandler", "inproc", "transport"} {
+			if strings.Contains(st, not) {
+				t.Errorf("%s ran on the transport's goroutine (%s):\n%s", what, not, st)
+			}
+		}
 	}
 }

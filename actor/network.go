@@ -173,8 +173,8 @@ func (h *Host) linkEvent(e transport.Event) {
 // look-ups of one object are one call, and admissions that may call the
 // store wait on look-up lanes, not on a peer's slow lane.
 type router struct {
-	lanes   [lookupLanes]lane  // admissions that may call the store
-	lookups singleflight.Group // concurrent store look-ups of one object
+	lanes   [lookupLanes]serial // admissions that may call the store
+	lookups singleflight.Group  // concurrent store look-ups of one object
 }
 
 // lookupLanes is how many look-up lanes a host has (Host.lookupLane).
@@ -182,7 +182,7 @@ const lookupLanes = 8
 
 // lookupLane returns the lane on which admissions to t's object that may
 // call the Location Store run, off the goroutine that granted the permit.
-func (h *Host) lookupLane(t target) *lane {
+func (h *Host) lookupLane(t target) *serial {
 	return &h.router.lanes[objHash(t.obj())%lookupLanes]
 }
 
@@ -192,7 +192,7 @@ func (h *Host) lookupLane(t target) *lane {
 type inbound struct {
 	peer   string
 	in     outbox
-	slow   lane
+	slow   serial
 	budget peerBudget // what of the peer's messages in and slow keep
 	// credit is what this host sent the peer and the peer reported
 	// settled; its window is this host's own until the peer reports its
@@ -879,58 +879,6 @@ func (h *Host) Pauses() []time.Duration {
 	out := h.moves.pauses.done
 	h.moves.pauses.done = nil
 	return out
-}
-
-// lane runs work in order on a goroutine of its own, started when work
-// comes and ended when none is left; wg counts it (the host's Close waits).
-type lane struct {
-	mu      sync.Mutex
-	work    []func() // guarded by mu
-	running bool     // guarded by mu
-	wg      *sync.WaitGroup
-}
-
-func (ln *lane) add(f func()) {
-	ln.mu.Lock()
-	ln.work = append(ln.work, f)
-	start := !ln.running
-	ln.running = true
-	if start {
-		ln.wg.Add(1)
-	}
-	ln.mu.Unlock()
-	if start {
-		go ln.run()
-	}
-}
-
-func (ln *lane) run() {
-	defer ln.wg.Done()
-	for {
-		ln.mu.Lock()
-		if len(ln.work) == 0 {
-			ln.running = false
-			ln.work = nil
-			ln.mu.Unlock()
-			return
-		}
-		f := ln.work[0]
-		ln.work[0] = nil
-		ln.work = ln.work[1:]
-		ln.mu.Unlock()
-		f()
-	}
-}
-
-// pending returns how much work waits or runs on the lane.
-func (ln *lane) pending() int {
-	ln.mu.Lock()
-	defer ln.mu.Unlock()
-	n := len(ln.work)
-	if ln.running {
-		n++
-	}
-	return n
 }
 
 // Peers returns the names of the other hosts this host knows from its

@@ -173,7 +173,7 @@ func TestConcurrentSendersOfOneHostKeepOrderAcrossMoves(t *testing.T) {
 				// object in turn (r/16 shifts the rotation), so no object
 				// falls more than a few rounds behind its senders. (Far
 				// beyond the held bound, 10,000 per sender, order is not
-				// kept: README "Not guaranteed".)
+				// kept: docs/operations.md, "Not guaranteed".)
 				i := (r + s + r/16) % objects
 				seq := sent[s][i] + 1
 				var err error

@@ -132,6 +132,11 @@ func (o *owner) postControl(c control) {
 	}
 }
 
+// lifecycleItem is work another part puts on an owner's lifecycle lane to
+// run in a turn of the owner (a move's start, seal and capture, restore):
+// the owner runs it and knows nothing of it.
+type lifecycleItem interface{ run() }
+
 // ownerActor is the protoactor actor of every owner; the owner itself is
 // found from the item's mailbox, so one value serves them all.
 type ownerActor struct{}
@@ -150,10 +155,8 @@ func (o *owner) turn(e *mailbox.Envelope) {
 		switch c := e.Control.(type) {
 		case control:
 			o.control(c)
-		case moveStart:
-			c.d.startSource()
-		case moveSeal:
-			c.d.sealAndCapture()
+		case lifecycleItem:
+			c.run() // a move's step in this turn (move.go)
 		}
 		return
 	}

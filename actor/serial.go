@@ -1,0 +1,111 @@
+package actor
+
+import "sync"
+
+// serial runs work one item at a time, in the order it was added: a
+// peer's slow lane, a look-up lane, a move's inputs, a move's store
+// calls. Work added with add runs on a goroutine of the serial's own,
+// started when work comes and ended when none is left; work run with
+// runHere runs on the caller's goroutine, in its place in the order — so
+// that a move's step that must run inside an owner's turn (capture,
+// restore) runs there, and no other work of the serial runs meanwhile.
+//
+// Owns: its queue and its goroutine. Lock: mu, a leaf, held only to queue
+// and take work, never while work runs.
+// May call: the work it is given.
+// Invariants: no two items of one serial run at once; items run in the
+// order they were added (runHere takes its place like add); wg counts the
+// serial's goroutine, so a Close that waits for wg knows no work runs.
+// runHere must not be called from work of the same serial (it would wait
+// for itself).
+type serial struct {
+	mu      sync.Mutex
+	work    []serialItem // guarded by mu
+	running bool         // guarded by mu: an item runs, or the goroutine is about to take one
+	wg      *sync.WaitGroup
+}
+
+// serialItem is work to run, or (turn set) a caller of runHere waiting
+// for its place: the serial's goroutine closes turn, then waits for done.
+type serialItem struct {
+	f    func()
+	turn chan struct{}
+	done chan struct{}
+}
+
+// add queues f; it never waits.
+func (s *serial) add(f func()) {
+	s.mu.Lock()
+	s.work = append(s.work, serialItem{f: f})
+	start := !s.running
+	s.running = true
+	if start {
+		s.wg.Add(1)
+	}
+	s.mu.Unlock()
+	if start {
+		go s.run()
+	}
+}
+
+// runHere runs f on the calling goroutine once the work added before it
+// has run, with no other work of the serial running meanwhile; it returns
+// when f has returned.
+func (s *serial) runHere(f func()) {
+	s.mu.Lock()
+	if !s.running {
+		s.running = true
+		s.mu.Unlock()
+		f()
+		s.mu.Lock()
+		if len(s.work) == 0 {
+			s.running = false
+			s.mu.Unlock()
+			return
+		}
+		s.wg.Add(1) // work came meanwhile: a goroutine takes it
+		s.mu.Unlock()
+		go s.run()
+		return
+	}
+	it := serialItem{turn: make(chan struct{}), done: make(chan struct{})}
+	s.work = append(s.work, it)
+	s.mu.Unlock()
+	<-it.turn
+	defer close(it.done)
+	f()
+}
+
+func (s *serial) run() {
+	defer s.wg.Done()
+	for {
+		s.mu.Lock()
+		if len(s.work) == 0 {
+			s.running = false
+			s.work = nil
+			s.mu.Unlock()
+			return
+		}
+		it := s.work[0]
+		s.work[0] = serialItem{}
+		s.work = s.work[1:]
+		s.mu.Unlock()
+		if it.turn != nil {
+			close(it.turn) // the caller runs its work in its place
+			<-it.done
+			continue
+		}
+		it.f()
+	}
+}
+
+// pending returns how much work waits or runs.
+func (s *serial) pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := len(s.work)
+	if s.running {
+		n++
+	}
+	return n
+}
