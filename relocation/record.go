@@ -153,7 +153,7 @@ type MoveRecord struct {
 	State []byte
 	Queue [][]byte
 	// Extra is the driver's own data about the object (opaque here),
-	// restored with it; for berth's hosts, the object's fence state.
+	// restored with it; for berth's hosts, the object's receive order (route.Snapshot).
 	Extra []byte
 }
 

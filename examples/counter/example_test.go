@@ -10,7 +10,7 @@ import (
 
 // A host with the counter kind; numbered Adds from one sender, then a
 // Read. (A client of `berth node` processes registers the kind on a
-// gateway host the same way: see the berth command's README section.)
+// gateway host the same way: see docs/operations.md, "A client program".)
 func ExampleKind() {
 	h, err := actor.NewHost(actor.Config{Name: "example"})
 	if err != nil {
