@@ -64,7 +64,8 @@ type routeHint struct {
 }
 
 // peerLive reports whether host holds a live lease of generation gen.
-func (h *Host) peerLive(host string, gen uint64) bool {
+func (rt *router) peerLive(host string, gen uint64) bool {
+	h := rt.h
 	ctx, cancel := h.storeContext()
 	defer cancel()
 	l, ok, err := h.store.Lease(ctx, host)
@@ -122,7 +123,7 @@ func (kr *kindRuntime) resolve(id string, mode lookupMode) (place, error) {
 	defer cancel()
 	row, err := h.store.Get(ctx, obj)
 	switch {
-	case err == nil && row.State != relocation.Preserved && row.Host != h.name && h.peerLive(row.Host, row.LeaseGen):
+	case err == nil && row.State != relocation.Preserved && row.Host != h.name && h.router.peerLive(row.Host, row.LeaseGen):
 		h.routes.learn(obj, row.Host, row.OwnerGen, false)
 		return place{host: row.Host, gen: row.OwnerGen, stored: true}, nil
 	case err != nil && !errors.Is(err, relocation.ErrNoRow):
@@ -134,7 +135,7 @@ func (kr *kindRuntime) resolve(id string, mode lookupMode) (place, error) {
 	takeover := err == nil && row.State != relocation.Preserved
 	if h.cfg.Gateway {
 		// Never here: the kind's placement among the hosts that serve it.
-		other := h.placeNew(kr.spec, id)
+		other := h.router.placeNew(kr.spec, id)
 		if other == "" || other == h.name {
 			return place{}, payload.NewError(payload.Unavailable, "actor", "no host serves kind "+kr.spec.name+" (this host is a gateway)")
 		}
@@ -142,13 +143,13 @@ func (kr *kindRuntime) resolve(id string, mode lookupMode) (place, error) {
 		return place{host: other, stored: true}, nil
 	}
 	if h.drainer.draining.Load() {
-		if other := h.pickHost(kr.spec.name); other != "" {
+		if other := h.peers.pickHost(kr.spec.name); other != "" {
 			return place{host: other, stored: true}, nil
 		}
 	} else if mode != fromLink {
 		// A send from this host activates the object where the kind's
 		// placement says; that host activates it (fromLink).
-		if other := h.placeNew(kr.spec, id); other != "" && other != h.name {
+		if other := h.router.placeNew(kr.spec, id); other != "" && other != h.name {
 			// Later sends from here go the same way (a cached route) until
 			// the store names the owner: a second look-up before the
 			// activation is committed would place it again, maybe
@@ -203,13 +204,13 @@ func (kr *kindRuntime) activate(id string, takeover bool) (place, error) {
 	if o := sh.m[id]; o != nil {
 		return place{o: o}, nil // an incoming move's owner, or a racing activation
 	}
-	o := h.newOwner(kr.spec, kr, Ref{Kind: kr.spec.name, ID: id})
+	o := h.owners.newOwner(kr.spec, kr, Ref{Kind: kr.spec.name, ID: id})
 	o.row = row.Ownership
 	o.prev = sh.passivating[id]
 	if takeover {
 		// The crashed owner is a failure fact for this object (not yet
 		// published: no lock needed).
-		o.inbox.TakenOver(nanotime(), h.factWindow(), int64(h.cfg.TakeoverGapTimeout))
+		o.inbox.TakenOver(nanotime(), h.gaps.factWindow(), int64(h.cfg.TakeoverGapTimeout))
 	}
 	if len(snap.Senders) > 0 {
 		o.restoreOrderLocked(snap, nanotime()) // not yet published: no lock needed
@@ -227,34 +228,37 @@ func (kr *kindRuntime) activate(id string, takeover bool) (place, error) {
 // handlers) it first waits for room on the link. If the host is gone or
 // leaving, errHostGone is returned (the caller looks the object up
 // again); on any failure m stays the caller's.
-func (h *Host) sendRemote(ctx context.Context, host string, t target, m *payload.Message) error {
+func (ad *admission) sendRemote(ctx context.Context, host string, t target, m *payload.Message) error {
+	h := ad.h
 	if mx := h.peers.view.maxMessage(host); mx > 0 && int64(m.Len()) > mx {
 		return mailbox.ErrTooLarge // the destination's lanes are smaller than this host's
 	}
 	if ctx != nil {
-		if err := h.waitRoom(ctx, host, len(m.Frame())); err != nil {
+		if err := h.peers.waitRoom(ctx, host, len(m.Frame())); err != nil {
 			return err
 		}
 	}
-	if h.backlogged(host) {
+	if h.peers.backlogged(host) {
 		return ErrPeerBacklog // not stamped: no gap is left
 	}
-	h.stamp(t, m)
-	return h.sendMessage(host, m, transport.Frame)
+	h.admit.stamp(t, m)
+	return h.peers.sendMessage(host, m, transport.Frame)
 }
 
 // malformedItem drops an item off a link that does not decode (counted as
 // a protocol rejection). A lost hint is advice; a lost record is recovered
 // by the relocation protocol; a lost control item ends its Relocate by the
 // caller's deadline.
-func (h *Host) malformedItem(from string, err error) {
+func (pr *peers) malformedItem(from string, err error) {
+	h := pr.h
 	h.obs.Rejected("", RejectProtocol)
 	h.peerLogs.malformed.Warn(h.log, "malformed item from a link dropped", "from", from, "err", err)
 }
 
 // bounced takes back a frame this host sent that its destination left
 // before receiving: it is routed again (replies and messages alike).
-func (h *Host) bounced(buf payload.Buffer) {
+func (iq *inbounds) bounced(buf payload.Buffer) {
+	h := iq.h
 	hv, _, err := payload.DecodeHeader(buf.Bytes())
 	if err != nil || !h.acceptsInternal() {
 		h.obs.Rejected("", RejectUndeliverable)
@@ -269,19 +273,20 @@ func (h *Host) bounced(buf payload.Buffer) {
 }
 
 // onFrame handles a message or reply frame from peer from.
-func (h *Host) onFrame(ib *inbound, from string, buf payload.Buffer) {
+func (iq *inbounds) onFrame(ib *inbound, from string, buf payload.Buffer) {
+	h := iq.h
 	// The header is decoded once, by Open; only a frame that Open refuses
 	// is decoded again, to tell a malformed header from a reply or an
 	// unknown content type.
 	m, err := h.reg.Open(buf)
 	if err != nil {
-		h.onUnopened(from, buf, err)
+		h.in.onUnopened(from, buf, err)
 		return
 	}
 	hv := m.Header()
 	if hv.Flags()&flagReply != 0 {
 		op, flags := hv.Op(), hv.Flags()
-		h.onReply(op, flags, m.TakeBuffer())
+		h.requests.onReply(op, flags, m.TakeBuffer())
 		return
 	}
 	if hv.Scope() == payload.ScopeObject && hv.Hops() == 0 && string(hv.Origin()) != from {
@@ -294,7 +299,7 @@ func (h *Host) onFrame(ib *inbound, from string, buf payload.Buffer) {
 		h.peerLogs.malformed.Warn(h.log, "frame on its first hop naming another origin than the peer it came from dropped",
 			"from", from, "origin", string(hv.Origin()))
 		if string(hv.ReplyTo()) == from {
-			h.failFrame(hv.ReplyTo(), hv.Op(), payload.NewError(payload.ProtocolError, "actor",
+			h.router.failFrame(hv.ReplyTo(), hv.Op(), payload.NewError(payload.ProtocolError, "actor",
 				"a message on its first hop must name the sending host ("+from+") as its origin"))
 		}
 		m.Release()
@@ -302,13 +307,13 @@ func (h *Host) onFrame(ib *inbound, from string, buf payload.Buffer) {
 	}
 	kr := h.owners.kinds[string(hv.TargetName())]
 	if kr == nil || hv.Scope() != payload.ScopeObject {
-		h.failMessage(m, payload.NewError(payload.NotFound, "actor", "host "+h.name+" has no kind "+string(hv.TargetName())))
+		h.router.failMessage(m, payload.NewError(payload.NotFound, "actor", "host "+h.name+" has no kind "+string(hv.TargetName())))
 		return
 	}
 	// What this host keeps of the peer's messages is bounded
 	// (peerbudget.go): past the bound the message is refused, and a
 	// stamped one's skip notice goes its way instead.
-	m, skip := h.takeFromPeer(ib, kr, m)
+	m, skip := h.in.takeFromPeer(ib, kr, m)
 	if m == nil {
 		return
 	}
@@ -333,9 +338,9 @@ func (h *Host) onFrame(ib *inbound, from string, buf payload.Buffer) {
 		// sequence numbers.
 		ib.slow.add(func() {
 			switch {
-			case unknown != "" && !h.knownHost(unknown):
-				h.unknownOrigin(from, m)
-			case h.routeIn(ib, kr, id, m, n, skip):
+			case unknown != "" && !h.peers.knownHost(unknown):
+				h.in.unknownOrigin(from, m)
+			case h.in.routeIn(ib, kr, id, m, n, skip):
 				return // it waits for a permit, in the budget
 			}
 			ib.budget.release(n, skip)
@@ -344,20 +349,21 @@ func (h *Host) onFrame(ib *inbound, from string, buf payload.Buffer) {
 	}
 	// The object is here: admit it (the permit source keeps the order of
 	// the messages off this link; admission finds the owner again).
-	h.admitIn(ib, kr, id, m, n, skip)
+	h.in.admitIn(ib, kr, id, m, n, skip)
 }
 
 // unknownOrigin drops message m from peer from, forwarded in the name of
 // an origin the membership does not know: counted, logged (rate-limited),
 // a request answered with ProtocolError — and no skip notice, which would
 // give the unknown origin a place in the object's order state.
-func (h *Host) unknownOrigin(from string, m *payload.Message) {
+func (iq *inbounds) unknownOrigin(from string, m *payload.Message) {
+	h := iq.h
 	hv := m.Header()
 	h.obs.Rejected(string(hv.TargetName()), RejectProtocol)
 	h.peerLogs.malformed.Warn(h.log, "forwarded frame naming an origin that is no member dropped",
 		"from", from, "origin", string(hv.Origin()))
 	if route := hv.ReplyTo(); len(route) > 0 {
-		h.routeReply(route, hv.Op(), reply{err: payload.NewError(payload.ProtocolError, "actor",
+		h.requests.routeReply(route, hv.Op(), reply{err: payload.NewError(payload.ProtocolError, "actor",
 			"the message names an origin that is no member of the cluster")})
 	}
 	m.Release()
@@ -366,7 +372,8 @@ func (h *Host) unknownOrigin(from string, m *payload.Message) {
 // onUnopened handles a frame from peer from that Open refused (err): a
 // malformed header is dropped, a reply goes to its asker (who decodes it),
 // a message is failed back to its sender.
-func (h *Host) onUnopened(from string, buf payload.Buffer, err error) {
+func (iq *inbounds) onUnopened(from string, buf payload.Buffer, err error) {
+	h := iq.h
 	hv, _, herr := payload.DecodeHeader(buf.Bytes())
 	switch {
 	case herr != nil:
@@ -374,16 +381,17 @@ func (h *Host) onUnopened(from string, buf payload.Buffer, err error) {
 		h.peerLogs.malformed.Warn(h.log, "malformed frame from a link dropped", "from", from, "err", herr)
 		buf.Release()
 	case hv.Flags()&flagReply != 0:
-		h.onReply(hv.Op(), hv.Flags(), buf)
+		h.requests.onReply(hv.Op(), hv.Flags(), buf)
 	default:
-		h.dropped(&hv)
-		h.failFrame(hv.ReplyTo(), hv.Op(), err)
+		h.router.dropped(&hv)
+		h.router.failFrame(hv.ReplyTo(), hv.Op(), err)
 		buf.Release()
 	}
 }
 
 // onReply completes the request op with a reply frame from a link.
-func (h *Host) onReply(op payload.OpID, flags uint8, buf payload.Buffer) {
+func (rq *requestTable) onReply(op payload.OpID, flags uint8, buf payload.Buffer) {
+	h := rq.h
 	if flags&flagError != 0 {
 		rerr := decodeWireError(h, buf)
 		buf.Release()
@@ -396,7 +404,7 @@ func (h *Host) onReply(op payload.OpID, flags uint8, buf payload.Buffer) {
 // admitIn queues message m from a peer (ib) for object id to be admitted
 // here, in order behind the earlier ones; it counts n bytes in the peer's
 // budget (a skip notice's allowance if skip) until its admission begins.
-func (h *Host) admitIn(ib *inbound, kr *kindRuntime, id string, m *payload.Message, n int64, skip bool) {
+func (iq *inbounds) admitIn(ib *inbound, kr *kindRuntime, id string, m *payload.Message, n int64, skip bool) {
 	ps := &pendingSend{m: m, relayed: true, bytes: uint32(n), skip: skip} // n ≤ budgetBytes(…)
 	ps.one[0] = target{kr: kr, id: id}
 	ps.targets = ps.one[:]
@@ -407,21 +415,22 @@ func (h *Host) admitIn(ib *inbound, kr *kindRuntime, id string, m *payload.Messa
 // forwards it to where the object runs. It reports whether m went on to
 // wait for a permit (admitIn), still counted as n bytes in the peer's
 // budget; otherwise the caller counts it out.
-func (h *Host) routeIn(ib *inbound, kr *kindRuntime, id string, m *payload.Message, n int64, skip bool) bool {
+func (iq *inbounds) routeIn(ib *inbound, kr *kindRuntime, id string, m *payload.Message, n int64, skip bool) bool {
+	h := iq.h
 	p, err := kr.locate(id, fromLink)
 	if err != nil {
 		if errors.Is(err, ErrShuttingDown) {
-			h.backOrFail(m, err) // this host is closing: the origin routes it again
+			h.router.backOrFail(m, err) // this host is closing: the origin routes it again
 			return false
 		}
-		h.failMessage(m, err)
+		h.router.failMessage(m, err)
 		return false
 	}
 	if p.o != nil || !ib.in.idle() {
 		// Admit here — or, if earlier messages off this link still wait
 		// for permits, queue behind them even to be forwarded, so that
 		// none overtakes another.
-		h.admitIn(ib, kr, id, m, n, skip)
+		h.in.admitIn(ib, kr, id, m, n, skip)
 		return true
 	}
 	// A forward goes onto the link to the object's host: wait (on this
@@ -429,14 +438,15 @@ func (h *Host) routeIn(ib *inbound, kr *kindRuntime, id string, m *payload.Messa
 	// room there, so that what the peer sends through this host is
 	// bounded by that link's flow control and the peer's budget — at most
 	// SendTimeout, then it goes all the same (nothing is dropped for it).
-	h.waitLinkRoom(p.host)
-	h.forward(kr, id, m, p)
+	h.in.waitLinkRoom(p.host)
+	h.router.forward(kr, id, m, p)
 	return false
 }
 
 // waitLinkRoom waits until the link to host has room (Transport.WaitRoom),
 // at most SendTimeout, or until this host closes.
-func (h *Host) waitLinkRoom(host string) {
+func (iq *inbounds) waitLinkRoom(host string) {
+	h := iq.h
 	if host == "" || h.peers.tr.WaitRoom(doneCtx, host) == nil {
 		return
 	}
@@ -448,7 +458,8 @@ func (h *Host) waitLinkRoom(host string) {
 // forward hands a message on towards where its object runs now (Message
 // Follow, route.Forward), keeping its identity, stamp, reply route and
 // deadline; it tells the message's origin where the object is.
-func (h *Host) forward(kr *kindRuntime, id string, m *payload.Message, p place) {
+func (rt *router) forward(kr *kindRuntime, id string, m *payload.Message, p place) {
+	h := rt.h
 	obj := relocation.Object{Kind: kr.spec.name, ID: id}
 	for try := 0; ; try++ {
 		hv := m.Header()
@@ -457,7 +468,7 @@ func (h *Host) forward(kr *kindRuntime, id string, m *payload.Message, p place) 
 		if d.Action == route.Resolve {
 			if !p.stored {
 				var ok bool
-				if p, ok = h.lookupAgain(kr, id, m); !ok {
+				if p, ok = h.router.lookupAgain(kr, id, m); !ok {
 					return
 				}
 			}
@@ -467,18 +478,18 @@ func (h *Host) forward(kr *kindRuntime, id string, m *payload.Message, p place) 
 		}
 		switch {
 		case d.Action == route.Fail:
-			h.failMessage(m, payload.NewError(payload.Unavailable, "actor", obj.String()+" moved too often to be reached"))
+			h.router.failMessage(m, payload.NewError(payload.Unavailable, "actor", obj.String()+" moved too often to be reached"))
 			return
 		case d.Action == route.ToOrigin, d.Host == h.name:
-			h.backOrFailBounded(m, hop, payload.NewError(payload.Unavailable, "actor", "no route to "+obj.String()))
+			h.router.backOrFailBounded(m, hop, payload.NewError(payload.Unavailable, "actor", "no route to "+obj.String()))
 			return
 		}
 		origin := string(hv.Origin()) // m is gone once sent
-		err := h.sendHop(m, d.Host, hop.Hops+1, d.Gen)
+		err := h.router.sendHop(m, d.Host, hop.Hops+1, d.Gen)
 		if err == nil {
 			h.stats.forwarded.Add(1)
 			if origin != "" && origin != h.name && origin != d.Host {
-				h.sendHint(origin, obj, d.Host, d.Gen)
+				h.peers.sendHint(origin, obj, d.Host, d.Gen)
 			}
 			return
 		}
@@ -486,23 +497,23 @@ func (h *Host) forward(kr *kindRuntime, id string, m *payload.Message, p place) 
 			// The next host does not take what this host sends it: no
 			// look-up helps. A skip notice waits for room (its gap has
 			// no other fact to close it while every host is up).
-			if hv.Flags()&flagSkip == 0 || !h.deferSkip(m) {
-				h.failMessage(m, err)
+			if hv.Flags()&flagSkip == 0 || !h.gaps.deferSkip(m) {
+				h.router.failMessage(m, err)
 			}
 			return
 		}
 		// The host is leaving or gone: look again (routes to it are gone).
-		if try == 3 && hv.Flags()&flagSkip != 0 && h.deferSkip(m) {
+		if try == 3 && hv.Flags()&flagSkip != 0 && h.gaps.deferSkip(m) {
 			// A skip notice is the only fact that closes its gap while
 			// every host is up: it waits until the object is handed on.
 			return
 		}
 		if try == 3 {
-			h.backOrFailBounded(m, hop, payload.NewError(payload.Unavailable, "actor", "host "+d.Host+" is not reachable"))
+			h.router.backOrFailBounded(m, hop, payload.NewError(payload.Unavailable, "actor", "host "+d.Host+" is not reachable"))
 			return
 		}
 		var ok bool
-		if p, ok = h.lookupAgain(kr, id, m); !ok {
+		if p, ok = h.router.lookupAgain(kr, id, m); !ok {
 			return
 		}
 	}
@@ -512,15 +523,16 @@ func (h *Host) forward(kr *kindRuntime, id string, m *payload.Message, p place) 
 // where it runs. If it runs here (or the look-up fails), m is admitted
 // (or sent back to its origin) and ok is false; otherwise the caller
 // sends m to the returned place.
-func (h *Host) lookupAgain(kr *kindRuntime, id string, m *payload.Message) (p place, ok bool) {
+func (rt *router) lookupAgain(kr *kindRuntime, id string, m *payload.Message) (p place, ok bool) {
+	h := rt.h
 	h.routes.forget(relocation.Object{Kind: kr.spec.name, ID: id}, true)
 	p, err := kr.lookup(id, fromLink)
 	switch {
 	case err != nil:
-		h.backOrFail(m, err)
+		h.router.backOrFail(m, err)
 		return p, false
 	case p.o != nil:
-		h.admitHere(p.o, m)
+		h.router.admitHere(p.o, m)
 		return p, false
 	}
 	return p, true
@@ -528,9 +540,10 @@ func (h *Host) lookupAgain(kr *kindRuntime, id string, m *payload.Message) (p pl
 
 // backOrFail sends m back to its origin (sendBack), or ends it with err if
 // this host is closing.
-func (h *Host) backOrFail(m *payload.Message, err error) {
-	if !h.sendBack(m) {
-		h.failMessage(m, err)
+func (rt *router) backOrFail(m *payload.Message, err error) {
+	h := rt.h
+	if !h.router.sendBack(m) {
+		h.router.failMessage(m, err)
 	}
 }
 
@@ -538,21 +551,23 @@ func (h *Host) backOrFail(m *payload.Message, err error) {
 // to its origin hop.Bounces times: at MaxBounces it ends with err instead
 // (a message of this host comes back here at once, so without the bound a
 // route that stays broken would loop).
-func (h *Host) backOrFailBounded(m *payload.Message, hop route.Hop, err error) {
+func (rt *router) backOrFailBounded(m *payload.Message, hop route.Hop, err error) {
+	h := rt.h
 	if hop.Bounces >= route.MaxBounces {
-		h.failMessage(m, err)
+		h.router.failMessage(m, err)
 		return
 	}
-	h.backOrFail(m, err)
+	h.router.backOrFail(m, err)
 }
 
 // sendHop sends m on to host as one more hop, towards owner generation
 // gen. On failure m stays the caller's, unchanged.
-func (h *Host) sendHop(m *payload.Message, host string, hops uint8, gen uint64) error {
+func (rt *router) sendHop(m *payload.Message, host string, hops uint8, gen uint64) error {
+	h := rt.h
 	hv := m.Header()
 	oldHops, oldGen := hv.Hops(), hv.Generation()
 	_ = payload.SetForward(m.Frame(), hops, gen)
-	if err := h.sendMessage(host, m, transport.Frame); err != nil {
+	if err := h.peers.sendMessage(host, m, transport.Frame); err != nil {
 		_ = payload.SetForward(m.Frame(), oldHops, oldGen)
 		return err
 	}
@@ -561,7 +576,8 @@ func (h *Host) sendHop(m *payload.Message, host string, hops uint8, gen uint64) 
 
 // admitHere admits a forwarded or re-routed message to a local owner; if
 // the owner closed meanwhile, it is routed again.
-func (h *Host) admitHere(o *owner, m *payload.Message) {
+func (rt *router) admitHere(o *owner, m *payload.Message) {
+	h := rt.h
 	e := newEnvelope(m)
 	for try := 0; ; try++ {
 		_, _, err := o.admit(e, admitOverflow)
@@ -583,9 +599,9 @@ func (h *Host) admitHere(o *owner, m *payload.Message) {
 		e.Msg = nil
 		e.Release()
 		if err != nil {
-			h.failMessage(m, err)
+			h.router.failMessage(m, err)
 		} else {
-			h.forward(kr, string(hv.TargetID()), m, p)
+			h.router.forward(kr, string(hv.TargetID()), m, p)
 		}
 		return
 	}
@@ -595,17 +611,18 @@ func (h *Host) admitHere(o *owner, m *payload.Message) {
 // If this host is the origin, or the origin takes no messages any more
 // (it left), this host routes it afresh itself. It reports false (m stays
 // the caller's) if this host is closing.
-func (h *Host) sendBack(m *payload.Message) bool {
+func (rt *router) sendBack(m *payload.Message) bool {
+	h := rt.h
 	if h.peers.tr == nil || !h.acceptsInternal() {
 		return false
 	}
 	hv := m.Header()
 	if origin := string(hv.Origin()); origin != "" && origin != h.name {
-		if h.sendMessage(origin, m, transport.Bounce) == nil {
+		if h.peers.sendMessage(origin, m, transport.Bounce) == nil {
 			return true
 		}
 	}
-	h.onBounce(m.TakeBuffer())
+	h.router.onBounce(m.TakeBuffer())
 	return true
 }
 
@@ -613,21 +630,23 @@ func (h *Host) sendBack(m *payload.Message) bool {
 // this host (its origin) coming back to be routed afresh. A bounce of
 // another origin's message is dropped, counted: routing it here would
 // send it on as this host's own, in another host's name.
-func (h *Host) onBounceFrom(from string, buf payload.Buffer) {
+func (iq *inbounds) onBounceFrom(from string, buf payload.Buffer) {
+	h := iq.h
 	if hv, _, err := payload.DecodeHeader(buf.Bytes()); err != nil || string(hv.Origin()) != h.name {
 		h.obs.Rejected("", RejectProtocol)
 		h.peerLogs.malformed.Warn(h.log, "bounce of a message this host did not send dropped", "from", from)
 		buf.Release()
 		return
 	}
-	h.onBounce(buf)
+	h.router.onBounce(buf)
 }
 
 // onBounce routes afresh a message of this host that came back (its
 // route went round a loop, or past MaxHops, or through a host that left):
 // the routes for its object are forgotten, it starts again at hop 0 with
 // one more bounce, and an Ask whose deadline passed ends.
-func (h *Host) onBounce(buf payload.Buffer) {
+func (rt *router) onBounce(buf payload.Buffer) {
+	h := rt.h
 	h.stats.bouncedMsgs.Add(1)
 	b := buf.Bytes()
 	hv, _, err := payload.DecodeHeader(b)
@@ -643,13 +662,13 @@ func (h *Host) onBounce(buf payload.Buffer) {
 	_ = payload.SetForward(b, 0, 0)
 	m, err := h.reg.Open(buf)
 	if err != nil {
-		h.dropped(&hv)
+		h.router.dropped(&hv)
 		buf.Release()
 		return
 	}
 	hv2 := m.Header()
 	if dl := hv2.DeadlineUnixNano(); dl != 0 && wallNano() > dl {
-		h.failMessage(m, ErrRequestTimeout)
+		h.router.failMessage(m, ErrRequestTimeout)
 		return
 	}
 	if kr := h.owners.kinds[string(hv2.TargetName())]; kr != nil {
@@ -660,23 +679,26 @@ func (h *Host) onBounce(buf payload.Buffer) {
 
 // sendHint tells host to that obj runs on host at with owner generation
 // gen.
-func (h *Host) sendHint(to string, obj relocation.Object, at string, gen uint64) {
-	_ = h.sendItem(to, transport.Hint, appendHint(nil, obj, routeHint{host: at, gen: gen})) // advice: lost with a gone peer
+func (pr *peers) sendHint(to string, obj relocation.Object, at string, gen uint64) {
+	h := pr.h
+	_ = h.peers.sendItem(to, transport.Hint, appendHint(nil, obj, routeHint{host: at, gen: gen})) // advice: lost with a gone peer
 }
 
 // failMessage ends a message that cannot be delivered: a request gets err;
 // a skip notice follows a stamped message.
-func (h *Host) failMessage(m *payload.Message, err error) {
+func (rt *router) failMessage(m *payload.Message, err error) {
+	h := rt.h
 	hv := m.Header()
-	h.dropped(hv)
-	h.failFrame(hv.ReplyTo(), hv.Op(), err)
+	h.router.dropped(hv)
+	h.router.failFrame(hv.ReplyTo(), hv.Op(), err)
 	m.Release()
 }
 
-func (h *Host) failFrame(route []byte, op payload.OpID, err error) {
+func (rt *router) failFrame(route []byte, op payload.OpID, err error) {
+	h := rt.h
 	h.obs.Rejected("", RejectUndeliverable)
 	if len(route) > 0 {
-		h.routeReply(route, op, reply{err: err})
+		h.requests.routeReply(route, op, reply{err: err})
 	} else {
 		h.peerLogs.undeliverable.Warn(h.log, "one-way message could not be delivered", "err", err)
 	}
@@ -715,9 +737,10 @@ func decodeWireError(h *Host, buf payload.Buffer) error {
 }
 
 // peerGone: a host left the network (stopped or killed).
-func (h *Host) peerGone(name string) {
+func (iq *inbounds) peerGone(name string) {
+	h := iq.h
 	h.routes.forgetHost(name)
-	h.pressure.resumeBy(name)
+	h.gaps.pressure.resumeBy(name)
 	h.moveEvent(name, relocation.TargetDead{})
 	h.remotePeerGone(name)
 }

@@ -45,6 +45,7 @@ func (s DrainState) String() string {
 // Invariants: draining and leaving only turn on; state only moves forward
 // (Serving → … → Stopped).
 type drainer struct {
+	h        *Host
 	draining atomic.Bool
 	leaving  atomic.Bool // beginLeave ran
 	state    atomic.Int32
@@ -61,9 +62,10 @@ var ErrNowhereToDrain = errors.New("nowhere to drain to")
 
 // strandedKind returns a kind that relocates, has objects here, and has no
 // other host to go to ("" if none).
-func (h *Host) strandedKind() string {
+func (dr *drainer) strandedKind() string {
+	h := dr.h
 	for name, kr := range h.owners.kinds {
-		if kr.spec.policy != DisableRelocation && len(kr.all()) > 0 && len(h.otherHostsWithKind(name)) == 0 {
+		if kr.spec.policy != DisableRelocation && len(kr.all()) > 0 && len(h.peers.otherHostsWithKind(name)) == 0 {
 			return name
 		}
 	}
@@ -104,17 +106,18 @@ func (h *Host) Drain(ctx context.Context) error {
 	if h.peers.tr == nil {
 		return ErrNoNetwork
 	}
-	release, err := h.stopTurnTake(ctx, op)
+	release, err := h.drainer.stopTurnTake(ctx, op)
 	if err != nil {
 		return err
 	}
 	defer release()
-	return h.drain(ctx, op)
+	return h.drainer.drain(ctx, op)
 }
 
 // drain is Drain once no other Stop or Drain runs; op names the caller in
 // errors. It begins a drain, or goes on with one whose context ended.
-func (h *Host) drain(ctx context.Context, op string) error {
+func (dr *drainer) drain(ctx context.Context, op string) error {
+	h := dr.h
 	switch h.DrainState() {
 	case Serving:
 		if !h.acceptsExternal() {
@@ -126,16 +129,16 @@ func (h *Host) drain(ctx context.Context, op string) error {
 	if h.DrainState() <= Relocating {
 		// Objects whose state moves need somewhere to go: otherwise refuse,
 		// and keep serving, rather than drop their state.
-		if name := h.strandedKind(); name != "" {
+		if name := h.drainer.strandedKind(); name != "" {
 			return &payload.Error{Kind: payload.Unavailable, Op: op,
 				Detail: "no other host serves kind " + name + ": its objects have nowhere to go (the host keeps serving)", Err: ErrNowhereToDrain}
 		}
 		if h.drainer.state.CompareAndSwap(int32(Serving), int32(Relocating)) {
 			h.drainer.draining.Store(true)
-			h.setMemberState(membership.Draining) // peers place no new objects here
+			h.peers.setMemberState(membership.Draining) // peers place no new objects here
 		}
 		for round := 0; round < 5; round++ {
-			n, err := h.drainRoundUntil(ctx, op)
+			n, err := h.drainer.drainRoundUntil(ctx, op)
 			if err != nil {
 				return err
 			}
@@ -144,12 +147,12 @@ func (h *Host) drain(ctx context.Context, op string) error {
 			}
 		}
 		if ctx.Err() != nil {
-			return h.cutShort(ctx, op)
+			return h.drainer.cutShort(ctx, op)
 		}
 		h.drainer.state.Store(int32(Relocated))
 	}
 	h.drainer.state.Store(int32(Draining))
-	err := h.stop(ctx, op)
+	err := h.drainer.stop(ctx, op)
 	if err == nil {
 		h.drainer.state.Store(int32(Stopped))
 	}
@@ -162,9 +165,10 @@ func (h *Host) drain(ctx context.Context, op string) error {
 // of it, which on a starved machine is many goroutines' turns. The
 // round's moves then end on their own, aborted or, past the point of no
 // return, done; Close waits for them.
-func (h *Host) drainRoundUntil(ctx context.Context, op string) (int, error) {
+func (dr *drainer) drainRoundUntil(ctx context.Context, op string) (int, error) {
+	h := dr.h
 	if ctx.Err() != nil {
-		return 0, h.cutShort(ctx, op)
+		return 0, h.drainer.cutShort(ctx, op)
 	}
 	h.life.mu.Lock() // no round starts once Close began (it waits for drainers)
 	if h.life.state.Load() == stateClosed {
@@ -176,13 +180,13 @@ func (h *Host) drainRoundUntil(ctx context.Context, op string) (int, error) {
 	found := make(chan int, 1)
 	go func() {
 		defer h.drainer.rounds.Done()
-		found <- h.drainRound(ctx)
+		found <- h.drainer.drainRound(ctx)
 	}()
 	select {
 	case n := <-found:
 		return n, nil
 	case <-ctx.Done():
-		return 0, h.cutShort(ctx, op)
+		return 0, h.drainer.cutShort(ctx, op)
 	case <-h.life.done:
 		return 0, closedMidStop(op)
 	}
@@ -190,7 +194,8 @@ func (h *Host) drainRoundUntil(ctx context.Context, op string) (int, error) {
 
 // drainRound moves or deactivates every object here now, drainWorkers at
 // a time; it returns how many it found.
-func (h *Host) drainRound(ctx context.Context) int {
+func (dr *drainer) drainRound(ctx context.Context) int {
+	h := dr.h
 	var g errgroup.Group
 	g.SetLimit(drainWorkers)
 	n := 0
@@ -203,7 +208,7 @@ func (h *Host) drainRound(ctx context.Context) int {
 		// round and kind (not once per object: a drain moves thousands).
 		var targets []string
 		if kr.spec.policy != DisableRelocation {
-			targets = h.otherHostsWithKind(kr.spec.name)
+			targets = h.peers.otherHostsWithKind(kr.spec.name)
 		}
 		for _, o := range objects {
 			if ctx.Err() != nil {
@@ -214,7 +219,7 @@ func (h *Host) drainRound(ctx context.Context) int {
 			}
 			n++
 			g.Go(func() error {
-				h.drainOne(ctx, kr, o, targets)
+				h.drainer.drainOne(ctx, kr, o, targets)
 				return nil
 			})
 		}
@@ -228,7 +233,8 @@ var drainSeed = maphash.MakeSeed()
 // drainOne moves one object away, trying targets (the other hosts with
 // its kind) in turn; if none takes it, it deactivates the object — unless
 // ctx ended: then the object stays, and serves, for a later drain.
-func (h *Host) drainOne(ctx context.Context, kr *kindRuntime, o *owner, targets []string) {
+func (dr *drainer) drainOne(ctx context.Context, kr *kindRuntime, o *owner, targets []string) {
+	h := dr.h
 	ref := o.ref
 	if kr.spec.policy != DisableRelocation {
 		if n := len(targets); n > 0 {
@@ -236,7 +242,7 @@ func (h *Host) drainOne(ctx context.Context, kr *kindRuntime, o *owner, targets 
 			for i := 0; i < n && ctx.Err() == nil; i++ {
 				err := h.relocateLocal(ctx, kr, ref, targets[(first+i)%n])
 				if errors.Is(err, ErrMoveInProgress) {
-					h.awaitMove(ctx, kr, o) // the next round finds it again if it stayed
+					h.drainer.awaitMove(ctx, kr, o) // the next round finds it again if it stayed
 					return
 				}
 				if err == nil || errors.Is(err, ErrNotLocal) {
@@ -260,7 +266,8 @@ func (h *Host) drainOne(ctx context.Context, kr *kindRuntime, o *owner, targets 
 // and that goes on — has ended (o moved away, or reopened here), or ctx
 // ends, or the host closes. Deactivating o meanwhile would race with the
 // move.
-func (h *Host) awaitMove(ctx context.Context, kr *kindRuntime, o *owner) {
+func (dr *drainer) awaitMove(ctx context.Context, kr *kindRuntime, o *owner) {
+	h := dr.h
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for o.moving.Load() && kr.local(o.ref.ID) == o {

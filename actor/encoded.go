@@ -62,10 +62,10 @@ func (h *Host) Prepare(ctx context.Context, r *Request, to Ref, enc Encoded) err
 		return payload.NewError(payload.InvalidOperation, "actor.Host.Prepare", "request still in use")
 	}
 	turn := turnOf(ctx)
-	if !h.accepts(turn) {
+	if !h.admit.accepts(turn) {
 		return ErrShuttingDown
 	}
-	kr, _, err := h.handlerFor(to.Kind, enc.Type)
+	kr, _, err := h.owners.handlerFor(to.Kind, enc.Type)
 	if err != nil {
 		return err
 	}
@@ -117,7 +117,7 @@ func (r *Request) Send(ctx context.Context) error {
 	r.h.requests.add(r.op, r.p)
 	m := r.m
 	r.m = nil
-	if _, err := r.h.dispatchRun(ctx, turnOf(ctx), r.t, m, false); err != nil {
+	if _, err := r.h.admit.dispatchRun(ctx, turnOf(ctx), r.t, m, false); err != nil {
 		r.h.requests.take(r.op)
 		pendings.Put(r.p)
 		r.finish()
@@ -136,7 +136,7 @@ func (r *Request) Wait(ctx context.Context) (*payload.Message, error) {
 		return nil, payload.NewError(payload.InvalidOperation, "actor.Request.Wait", "request not sent, or already finished")
 	}
 	defer r.finish()
-	rep, err := r.h.await(ctx, r.op, r.p, r.deadline.Sub(r.start)-time.Since(r.start))
+	rep, err := r.h.requests.await(ctx, r.op, r.p, r.deadline.Sub(r.start)-time.Since(r.start))
 	if err != nil {
 		return nil, err
 	}
@@ -203,7 +203,7 @@ func ackReply(c *Context) error {
 	if err != nil {
 		return err
 	}
-	h.routeReply(route, hv.Op(), reply{buf: buf})
+	h.requests.routeReply(route, hv.Op(), reply{buf: buf})
 	return nil
 }
 

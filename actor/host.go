@@ -58,9 +58,9 @@ type Host struct {
 	lease    leaseKeeper   // this run's lease (lease.go)
 	routes   routes        // where objects run, and this host's sending streams (routes.go)
 	moves    moveTable     // the moves this host takes part in (move.go)
-	deferred deferredSends // handlers' sends waiting for a leaving host (send.go)
+	admit    admission     // from a send to a queue, and the deferred sends (send.go)
 	drainer  drainer       // Drain and the leave stages (drain.go)
-	gapFacts               // failure facts and the gaps' gauge and log (order.go)
+	gaps     gapFacts      // failure facts and the gaps' gauge and log (order.go)
 	peerLogs peerLogs      // rate limits of the lines peers' input causes (peerlog.go)
 	metrics  metricsServer // the /metrics server, if Config.MetricsAddr is set
 }
@@ -119,6 +119,7 @@ func NewHost(cfg Config) (*Host, error) {
 		workers: workerPool{handoff: make(chan func()), stop: make(chan struct{})},
 		drainer: drainer{stopTurn: make(chan struct{}, 1)},
 	}
+	h.peers.h, h.in.h, h.router.h, h.requests.h, h.owners.h, h.gaps.h, h.drainer.h, h.lease.h, h.admit.h = h, h, h, h, h, h, h, h, h
 	if h.obs.Observer == nil {
 		h.obs.Observer = noObserver{}
 	}
@@ -228,7 +229,7 @@ func (h *Host) Start() error {
 	h.life.state.Store(stateRunning)
 	for _, cr := range h.owners.channels {
 		for i, s := range cr.specs {
-			o := h.newOwner(s, nil, Ref{Kind: cr.name, ID: "#" + itoa(i)})
+			o := h.owners.newOwner(s, nil, Ref{Kind: cr.name, ID: "#" + itoa(i)})
 			cr.subs = append(cr.subs, o)
 			for t, hd := range s.handlers {
 				cr.byType[t] = append(cr.byType[t], o)
@@ -251,18 +252,18 @@ func (h *Host) Start() error {
 // store), and so has the janitor.
 func (h *Host) startServices() {
 	lease := &schedule{name: "lease"}
-	lease.every("renew the host lease", relocation.LeaseRenew, h.leaseTick)
+	lease.every("renew the host lease", relocation.LeaseRenew, h.lease.leaseTick)
 	h.svc.startSchedule(lease)
 	if h.cfg.IdleTimeout > 0 {
 		janitor := &schedule{name: "janitor"}
-		janitor.every("passivate idle objects", max(h.cfg.IdleTimeout/4, time.Millisecond), h.passivateIdle)
+		janitor.every("passivate idle objects", max(h.cfg.IdleTimeout/4, time.Millisecond), h.owners.passivateIdle)
 		h.svc.startSchedule(janitor)
 	}
 	if h.peers.tr != nil {
 		tick := &schedule{name: "tick"}
-		h.orderJobs(tick)
-		h.deferredJobs(tick)
-		h.peerJobs(tick)
+		h.router.orderJobs(tick)
+		h.admit.deferredJobs(tick)
+		h.peers.peerJobs(tick)
 		h.moveJobs(tick)
 		h.svc.startSchedule(tick)
 	}
@@ -281,7 +282,7 @@ func (h *Host) startServices() {
 func (h *Host) join() error {
 	const op = "actor.Host.Start"
 	if h.cfg.Transport == nil {
-		return h.renewLease()
+		return h.lease.renewLease()
 	}
 	h.peers.origin = h.name
 	h.peers.members = h.cfg.Membership
@@ -320,7 +321,7 @@ func (h *Host) join() error {
 		h.leave(false)
 		return &payload.Error{Kind: payload.KindOf(err), Op: op, Detail: "cannot join the membership", Err: err}
 	}
-	if err := h.renewLease(); err != nil {
+	if err := h.lease.renewLease(); err != nil {
 		h.leave(true)
 		return err
 	}
@@ -330,7 +331,7 @@ func (h *Host) join() error {
 		return &payload.Error{Kind: payload.KindOf(err), Op: op, Detail: "cannot watch the membership", Err: err}
 	}
 	h.peers.view.apply(<-ch) // the first event is the list as it is now
-	h.tellDirectory()
+	h.peers.tellDirectory()
 	h.svc.start(func(<-chan struct{}) { h.watchMembers(ch) }) // ends with the host's life
 	return nil
 }
@@ -410,31 +411,32 @@ func (h *Host) Err() error {
 // after SendTimeout, until a later Stop hands those objects on.
 func (h *Host) Stop(ctx context.Context) error {
 	const op = "actor.Host.Stop"
-	release, err := h.stopTurnTake(ctx, op)
+	release, err := h.drainer.stopTurnTake(ctx, op)
 	if err != nil {
 		return err
 	}
 	defer release()
-	if h.DrainState() != Serving || (h.peers.tr != nil && !h.cfg.StopDeactivates && h.acceptsExternal() && h.hasMovable()) {
+	if h.DrainState() != Serving || (h.peers.tr != nil && !h.cfg.StopDeactivates && h.acceptsExternal() && h.owners.hasMovable()) {
 		// Drain — or go on with the drain an earlier call began.
-		err := h.drain(ctx, op)
+		err := h.drainer.drain(ctx, op)
 		if !errors.Is(err, ErrNowhereToDrain) {
 			return err
 		}
 	}
-	return h.stop(ctx, op)
+	return h.drainer.stop(ctx, op)
 }
 
 // stopTurnTake waits until no other Stop or Drain runs, or ctx ends; it
 // returns the function that ends this call's turn.
-func (h *Host) stopTurnTake(ctx context.Context, op string) (release func(), err error) {
+func (dr *drainer) stopTurnTake(ctx context.Context, op string) (release func(), err error) {
+	h := dr.h
 	select {
 	case h.drainer.stopTurn <- struct{}{}:
 	default:
 		select {
 		case h.drainer.stopTurn <- struct{}{}:
 		case <-ctx.Done():
-			return nil, h.cutShort(ctx, op)
+			return nil, h.drainer.cutShort(ctx, op)
 		}
 	}
 	return func() { <-h.drainer.stopTurn }, nil
@@ -443,7 +445,8 @@ func (h *Host) stopTurnTake(ctx context.Context, op string) (release func(), err
 // cutShort is the error of a Stop or Drain whose context ended before the
 // host stopped: of kind DeadlineExceeded, wrapping ctx's error. The host
 // keeps running what it has not handed on.
-func (h *Host) cutShort(ctx context.Context, op string) error {
+func (dr *drainer) cutShort(ctx context.Context, op string) error {
+	h := dr.h
 	n := 0
 	for _, kr := range h.owners.kinds {
 		n += len(kr.all())
@@ -461,7 +464,8 @@ func closedMidStop(op string) error {
 }
 
 // hasMovable reports whether the host has objects of a kind that relocates.
-func (h *Host) hasMovable() bool {
+func (ow *ownerTable) hasMovable() bool {
+	h := ow.h
 	for _, kr := range h.owners.kinds {
 		if kr.spec.policy != DisableRelocation && len(kr.all()) > 0 {
 			return true
@@ -481,30 +485,31 @@ func (h *Host) hasMovable() bool {
 // (forwarded if its object is gone). If ctx ends first, stop returns
 // cutShort's error and the host goes on serving, leaving; nothing is
 // dropped.
-func (h *Host) stop(ctx context.Context, op string) error {
+func (dr *drainer) stop(ctx context.Context, op string) error {
+	h := dr.h
 	if !h.life.state.CompareAndSwap(stateRunning, stateStopping) && h.life.state.Load() != stateStopping {
 		return h.Close() // never started (Close), or closed: returns once closed
 	}
 	if h.peers.tr != nil {
-		h.beginLeave()
+		h.drainer.beginLeave()
 	}
 	// Deactivate every object once nothing is queued; hooks may send to
 	// objects that activate meanwhile, so repeat until no object is left.
 	for {
-		if err := h.quiesce(ctx, op); err != nil {
+		if err := h.drainer.quiesce(ctx, op); err != nil {
 			return err
 		}
-		if h.deactivateAll() == 0 {
+		if h.owners.deactivateAll() == 0 {
 			break
 		}
 	}
 	if h.peers.tr != nil {
-		if err := h.waitHandedOn(ctx, op); err != nil {
+		if err := h.drainer.waitHandedOn(ctx, op); err != nil {
 			return err
 		}
 		// Everything was handed on: peers take this host's leave as no
 		// failure (no gap of theirs closes on it).
-		h.setMemberState(membership.Gone)
+		h.peers.setMemberState(membership.Gone)
 	}
 	return h.Close()
 }
@@ -514,12 +519,13 @@ func (h *Host) stop(ctx context.Context, op string) error {
 // it no more frames (the transport's Leaving event); what they sent
 // before is still delivered. A second call (a Stop after one whose
 // context ended) does nothing.
-func (h *Host) beginLeave() {
+func (dr *drainer) beginLeave() {
+	h := dr.h
 	h.drainer.draining.Store(true)
 	if h.drainer.leaving.Swap(true) {
 		return
 	}
-	h.setMemberState(membership.Draining)
+	h.peers.setMemberState(membership.Draining)
 	h.peers.tr.Leave()
 }
 
@@ -527,18 +533,19 @@ func (h *Host) beginLeave() {
 // running. It polls: the conditions span many owners and there is no single
 // event to wait on. It returns cutShort's error if ctx ends first, and
 // closedMidStop's if the host closes.
-func (h *Host) quiesce(ctx context.Context, op string) error {
+func (dr *drainer) quiesce(ctx context.Context, op string) error {
+	h := dr.h
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for {
 		if h.jobs.permits.InUse() == 0 && h.jobs.permits.Waiters() == 0 && h.stats.running.Load() == 0 &&
 			h.jobs.counters.Queued(mailbox.Application) == 0 && h.jobs.counters.Queued(mailbox.Lifecycle) == 0 &&
-			(h.peers.tr == nil || h.pending() == 0) {
+			(h.peers.tr == nil || h.in.pending() == 0) {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return h.cutShort(ctx, op)
+			return h.drainer.cutShort(ctx, op)
 		case <-h.life.done:
 			return closedMidStop(op)
 		case <-tick.C:
@@ -548,11 +555,12 @@ func (h *Host) quiesce(ctx context.Context, op string) error {
 
 // waitHandedOn waits until everything sent here has been handled, as
 // quiesce does.
-func (h *Host) waitHandedOn(ctx context.Context, op string) error {
+func (dr *drainer) waitHandedOn(ctx context.Context, op string) error {
+	h := dr.h
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for quiet := 0; ; {
-		if h.pendingIn() == 0 && h.jobs.permits.InUse() == 0 && h.stats.running.Load() == 0 {
+		if h.in.pendingIn() == 0 && h.jobs.permits.InUse() == 0 && h.stats.running.Load() == 0 {
 			quiet++
 		} else {
 			quiet = 0
@@ -562,7 +570,7 @@ func (h *Host) waitHandedOn(ctx context.Context, op string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return h.cutShort(ctx, op)
+			return h.drainer.cutShort(ctx, op)
 		case <-h.life.done:
 			return closedMidStop(op)
 		case <-tick.C:
@@ -572,7 +580,8 @@ func (h *Host) waitHandedOn(ctx context.Context, op string) error {
 
 // deactivateAll asks every object to run its deactivate hook in a last
 // turn, and returns how many it asked.
-func (h *Host) deactivateAll() int {
+func (ow *ownerTable) deactivateAll() int {
+	h := ow.h
 	n := 0
 	for _, kr := range h.owners.kinds {
 		for _, o := range kr.all() {
@@ -609,12 +618,12 @@ func (h *Host) Close() error {
 	// Handlers' sends waiting for a leaving host end first: from now on
 	// none defers itself, and those counted here end once, whether here or
 	// in a retry of the tick that runs meanwhile.
-	h.deferred.mu.Lock()
-	dropped := len(h.deferred.list)
-	h.deferred.closed = true
-	h.deferred.mu.Unlock()
-	h.closeDeferred()
-	h.closeSkips()
+	h.admit.deferred.mu.Lock()
+	dropped := len(h.admit.deferred.list)
+	h.admit.deferred.closed = true
+	h.admit.deferred.mu.Unlock()
+	h.admit.closeDeferred()
+	h.gaps.closeSkips()
 	// Leave the network: peers stop routing here and learn that our moves
 	// are over.
 	h.leave(true)
@@ -672,7 +681,7 @@ func (h *Host) Close() error {
 			if isApplication(e) {
 				dropped++
 			}
-			h.endUnrun(o, "", e, ErrShuttingDown, RejectShuttingDown)
+			h.router.endUnrun(o, "", e, ErrShuttingDown, RejectShuttingDown)
 		}
 	}
 	for _, d := range h.allMoves() {
@@ -764,12 +773,12 @@ func (h *Host) Stats() Stats {
 		HeldOutOfOrder:    int(h.stats.heldOut.Load()),
 		GapsClosed:        h.stats.gapsClosed.Load(),
 		Late:              h.stats.late.Load(),
-		OldestGap:         time.Duration(h.oldestGap.Load()),
-		OverBound:         h.overHeld.Load(),
-		PressureWaits:     h.pressureWaits.Load(),
-		PeerWaits:         h.peerWaits.Load(),
-		PeerRefused:       h.peerRefused.Load(),
-		LinkRefused:       h.linkRefused.Load(),
+		OldestGap:         time.Duration(h.gaps.oldestGap.Load()),
+		OverBound:         h.gaps.overHeld.Load(),
+		PressureWaits:     h.gaps.pressureWaits.Load(),
+		PeerWaits:         h.gaps.peerWaits.Load(),
+		PeerRefused:       h.gaps.peerRefused.Load(),
+		LinkRefused:       h.gaps.linkRefused.Load(),
 		Dropped:           h.stats.droppedMsgs.Load(),
 		DroppedOnClose:    h.stats.closeDropped.Load(),
 		Bounced:           h.stats.bouncedMsgs.Load(),
@@ -850,7 +859,8 @@ func (h *Host) worker(fn func()) {
 
 // passivateIdle passivates the objects idle for longer than IdleTimeout
 // (the janitor's job).
-func (h *Host) passivateIdle(time.Time) (done bool) {
+func (ow *ownerTable) passivateIdle(time.Time) (done bool) {
+	h := ow.h
 	limit := nanotime() - int64(h.cfg.IdleTimeout)
 	for _, kr := range h.owners.kinds {
 		for _, o := range kr.all() {

@@ -22,6 +22,7 @@ import (
 // is lost deadline is 1 (past) and stays so: the host closes itself, and
 // a program that wants it back starts a new run with a new generation.
 type leaseKeeper struct {
+	h        *Host
 	gen      uint64                // this run's lease generation (its run on the wire)
 	local    membership.LocalLease // the lease as this host's clock holds it
 	deadline atomic.Int64          // local's deadline, wall clock, Unix ns; past it no turn starts
@@ -33,7 +34,8 @@ type leaseKeeper struct {
 // never the deadline the store computed on its clock, and a slow answer
 // can only shorten it. Renewals run one at a time (Start, then the
 // renewer), so the lease needs no lock.
-func (h *Host) renewLease() error {
+func (lk *leaseKeeper) renewLease() error {
+	h := lk.h
 	ctx, cancel := h.storeContext()
 	defer cancel()
 	sent := time.Now()
@@ -58,7 +60,8 @@ func (h *Host) renewLease() error {
 // closes itself (Host.Err is ErrLeaseLost). It reports whether the lease
 // was lost. A program that wants the host back starts a new one: a new
 // run, with a new lease generation.
-func (h *Host) leaseTick(now time.Time) (lost bool) {
+func (lk *leaseKeeper) leaseTick(now time.Time) (lost bool) {
+	h := lk.h
 	if !h.lease.local.Valid(now) {
 		h.log.Error("the host's lease ran out before it was renewed; closing the host", "deadline", h.lease.local.Deadline())
 		h.lease.deadline.Store(1) // no turn starts from now on
@@ -67,7 +70,7 @@ func (h *Host) leaseTick(now time.Time) (lost bool) {
 		go h.Close() // not here: Close waits for this goroutine
 		return true
 	}
-	if err := h.renewLease(); err != nil {
+	if err := h.lease.renewLease(); err != nil {
 		h.log.Error("lease renewal failed", "err", err)
 	}
 	return false

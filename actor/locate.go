@@ -52,7 +52,7 @@ func (h *Host) Locate(ctx context.Context, ref Ref) (Location, error) {
 		return Location{}, &payload.Error{Kind: payload.Unavailable, Op: op, Detail: "location store", Err: err}
 	case row.State == relocation.Preserved || row.Host == "":
 		return Location{}, ErrNotActive
-	case row.Host != h.name && !h.peerLive(row.Host, row.LeaseGen):
+	case row.Host != h.name && !h.router.peerLive(row.Host, row.LeaseGen):
 		return Location{}, ErrNotActive
 	}
 	return Location{Host: row.Host, ObjectGeneration: row.ObjectGen, OwnerGeneration: row.OwnerGen}, nil

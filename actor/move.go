@@ -167,7 +167,7 @@ func (h *Host) Relocate(ctx context.Context, ref Ref, target string) error {
 	if kr == nil {
 		return payload.NewError(payload.NotFound, op, "no kind "+ref.Kind)
 	}
-	if target != h.name && !h.knownHost(target) {
+	if target != h.name && !h.peers.knownHost(target) {
 		return payload.NewError(payload.NotFound, op, "no host named "+target+" on the network")
 	}
 	if kr.spec.policy == DisableRelocation {
@@ -383,7 +383,7 @@ func (h *Host) onRecord(from string, obj relocation.Object, rec relocation.Recor
 			// A move comes from the host that owns the object, on its own
 			// link: a Prepare naming another source or owner is refused
 			// (to its sender) and nothing is kept for it.
-			h.malformedItem(from, payload.NewError(payload.ProtocolError, "actor",
+			h.peers.malformedItem(from, payload.NewError(payload.ProtocolError, "actor",
 				"a Prepare from "+from+" naming "+r.Source+" as the source and "+r.Owner.Host+" as the owner"))
 			h.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move,
 				Reason: "a move from " + from + " must name " + from + " as its source and owner"})
@@ -431,7 +431,7 @@ func (h *Host) onRecord(from string, obj relocation.Object, rec relocation.Recor
 // d, which runs with another peer: a move's records come from its peer
 // only (the link is authenticated).
 func (h *Host) recordOfAnotherPeer(from string, d *moveDriver) {
-	h.malformedItem(from, payload.NewError(payload.ProtocolError, "actor",
+	h.peers.malformedItem(from, payload.NewError(payload.ProtocolError, "actor",
 		"a relocation record from "+from+" for a move with "+d.peer))
 }
 
@@ -448,7 +448,7 @@ func (h *Host) sendRecords(to string, obj relocation.Object, scratch *[]byte, re
 		scratch = new([]byte)
 	}
 	for _, r := range recs {
-		if err := h.sendRecord(to, obj, r, scratch); err != nil {
+		if err := h.peers.sendRecord(to, obj, r, scratch); err != nil {
 			return errors.Is(err, errHostGone), errors.Is(err, ErrPeerBacklog)
 		}
 	}
@@ -685,7 +685,7 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 		after := o.openOrderLocked(d.captured, unchecked)
 		o.seqMu.Unlock()
 		d.captured, d.held = nil, nil
-		d.later(func() { h.orderDone(o, after) })
+		d.later(func() { h.router.orderDone(o, after) })
 	case relocation.CaptureMove:
 		rec, err := d.capture()
 		if err != nil {
@@ -796,7 +796,7 @@ func (d *moveDriver) sealAndCapture() {
 		d.advance(relocation.Sealed{})
 	})
 	for _, s := range relieved { // a send: off the move's lane
-		d.h.push(o, s, false)
+		d.h.peers.push(o, s, false)
 	}
 }
 
@@ -935,7 +935,7 @@ func (d *moveDriver) registerTemp() {
 		d.conflict = true
 		return
 	}
-	o := h.newOwner(d.kr.spec, d.kr, Ref{Kind: d.obj.Kind, ID: d.obj.ID})
+	o := h.owners.newOwner(d.kr.spec, d.kr, Ref{Kind: d.obj.Kind, ID: d.obj.ID})
 	o.incoming.Store(true)
 	o.inbox.Freeze() // not yet published: no lock needed
 	o.mb.Seal()
@@ -1033,10 +1033,10 @@ func (d *moveDriver) open(a relocation.OpenQueue) {
 	h.stats.moved.Add(1)
 	obj, gen := d.obj, a.Owner.OwnerGen
 	d.later(func() {
-		h.orderDone(o, after)
+		h.router.orderDone(o, after)
 		for i, host := range tell {
 			if host != h.name && host != d.peer && !slices.Contains(tell[:i], host) {
-				h.sendHint(host, obj, h.name, gen)
+				h.peers.sendHint(host, obj, h.name, gen)
 			}
 		}
 	})
@@ -1114,20 +1114,20 @@ func (h *Host) redispatchMessage(m *payload.Message) {
 	hv := m.Header()
 	kr := h.owners.kinds[string(hv.TargetName())]
 	if kr == nil {
-		h.failMessage(m, payload.NewError(payload.NotFound, "actor", "no kind "+string(hv.TargetName())))
+		h.router.failMessage(m, payload.NewError(payload.NotFound, "actor", "no kind "+string(hv.TargetName())))
 		return
 	}
 	id := string(hv.TargetID())
 	p, err := kr.locate(id, fromLink)
 	if err != nil {
-		h.failMessage(m, err)
+		h.router.failMessage(m, err)
 		return
 	}
 	if p.o != nil {
-		h.admitHere(p.o, m)
+		h.router.admitHere(p.o, m)
 		return
 	}
-	h.forward(kr, id, m, p)
+	h.router.forward(kr, id, m, p)
 }
 
 func frames(items []*mailbox.Envelope) [][]byte {
@@ -1169,7 +1169,7 @@ func (d *moveDriver) abandonOnClose() (dropped int) {
 		if isApplication(e) {
 			dropped++
 		}
-		d.h.endUnrun(o, "", e, ErrShuttingDown, RejectShuttingDown)
+		d.h.router.endUnrun(o, "", e, ErrShuttingDown, RejectShuttingDown)
 	}
 	// The owner the move holds may have left the owner map already (a
 	// source past relay-ready): Close's sweeps do not see it, so its actor

@@ -370,7 +370,7 @@ func TestExternalSendsWaitForRoomOnTheLink(t *testing.T) {
 	// What a host sends a peer that came up (its load, its credit window)
 	// has gone over the link before it breaks: only the Tells queue on it.
 	waitViews(t, a, b)
-	waitFor(t, "a's credit report to reach b", func() bool { return b.creditOf("a").reports.Load() > 0 })
+	waitFor(t, "a's credit report to reach b", func() bool { return b.peers.creditOf("a").reports.Load() > 0 })
 	n.Break("a", "b")                       // the link queues and does not deliver
 	const linkHigh = inproc.DefaultHigh + 1 // WaitRoom lets a send through while at most High are queued
 	for i := 0; i < linkHigh; i++ {
@@ -481,7 +481,7 @@ func TestAHostPastItsLeaseClosesItselfAndRunsNoTurnAgain(t *testing.T) {
 		t.Fatalf("Locate after the takeover: %+v, %v; want b", loc, err)
 	}
 	// a resumes: its renewer finds the lease gone.
-	if !a.leaseTick(paused) {
+	if !a.lease.leaseTick(paused) {
 		t.Fatal("leaseTick past the deadline did not report the lease lost")
 	}
 	select {

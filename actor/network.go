@@ -49,7 +49,7 @@ func (x hostHandler) Deliver(from string, it transport.Item) {
 	if !x.h.peers.attached.Load() {
 		<-x.ready
 	}
-	x.h.deliver(from, it)
+	x.h.in.deliver(from, it)
 }
 
 // Returned implements transport.Handler.
@@ -57,28 +57,29 @@ func (x hostHandler) Returned(to string, it transport.Item) {
 	if !x.h.peers.attached.Load() {
 		<-x.ready
 	}
-	x.h.returned(to, it)
+	x.h.in.returned(to, it)
 }
 
 // Event implements transport.Handler.
-func (x hostHandler) Event(e transport.Event) { x.h.linkEvent(e) }
+func (x hostHandler) Event(e transport.Event) { x.h.in.linkEvent(e) }
 
 // deliver handles one item from peer from, on the transport's goroutine
 // for that peer. Its Data is lent for the call: a frame is copied into the
 // host's payload pool (no allocation in the steady state).
-func (h *Host) deliver(from string, it transport.Item) {
+func (iq *inbounds) deliver(from string, it transport.Item) {
+	h := iq.h
 	switch it.Kind {
 	case transport.Frame:
-		ib := h.inboundFrom(from)
+		ib := h.in.inboundFrom(from)
 		taken := ib.budget.takenN.Load()
-		h.onFrame(ib, from, h.keep(it))
+		h.in.onFrame(ib, from, h.in.keep(it))
 		if ib.budget.takenN.Load() == taken { // not kept: settled at once (credit, peerbudget.go)
 			ib.budget.unkept(budgetLen(len(it.Data)))
 		}
 	case transport.Reply:
-		h.onFrame(h.inboundFrom(from), from, h.keep(it))
+		h.in.onFrame(h.in.inboundFrom(from), from, h.in.keep(it))
 	case transport.Bounce:
-		h.onBounceFrom(from, h.keep(it))
+		h.in.onBounceFrom(from, h.in.keep(it))
 	case transport.Record:
 		decode := relocation.DecodeRecord // copies what it keeps: the bytes are lent
 		if it.Owned {
@@ -86,21 +87,21 @@ func (h *Host) deliver(from string, it transport.Item) {
 		}
 		obj, rec, err := decode(it.Data)
 		if err != nil {
-			h.malformedItem(from, err)
+			h.peers.malformedItem(from, err)
 			return
 		}
 		h.onRecord(from, obj, rec)
 	case transport.Hint:
 		obj, hint, err := decodeHint(it.Data)
 		if err != nil {
-			h.malformedItem(from, err)
+			h.peers.malformedItem(from, err)
 			return
 		}
-		h.hint(obj, hint.host, hint.gen)
+		h.router.hint(obj, hint.host, hint.gen)
 	case transport.Control:
 		ctl, err := decodeControl(it.Data)
 		if err != nil {
-			h.malformedItem(from, err)
+			h.peers.malformedItem(from, err)
 			return
 		}
 		switch c := ctl.(type) {
@@ -108,25 +109,26 @@ func (h *Host) deliver(from string, it transport.Item) {
 			h.peers.view.setLoad(from, c.load)
 			return
 		case *pressureItem:
-			h.onPressure(from, c)
+			h.in.onPressure(from, c)
 			return
 		case *creditReport:
-			h.onCredit(from, c)
+			h.in.onCredit(from, c)
 			return
 		case *creditAsk:
-			h.onCreditAsk(from)
+			h.in.onCreditAsk(from)
 			return
 		}
 		h.onControl(from, ctl)
 	default:
-		h.malformedItem(from, payload.NewError(payload.ProtocolError, "actor", "item of unknown kind "+it.Kind.String()))
+		h.peers.malformedItem(from, payload.NewError(payload.ProtocolError, "actor", "item of unknown kind "+it.Kind.String()))
 	}
 }
 
 // keep returns a frame item's bytes as a buffer of this host: adopted if
 // the item is Owned, else copied into the payload pool (the bytes are
 // lent).
-func (h *Host) keep(it transport.Item) payload.Buffer {
+func (iq *inbounds) keep(it transport.Item) payload.Buffer {
+	h := iq.h
 	if it.Owned {
 		return h.pool.Adopt(it.Data, nil)
 	}
@@ -136,15 +138,17 @@ func (h *Host) keep(it transport.Item) payload.Buffer {
 // returned takes back a frame this host sent to peer to that left before
 // receiving it: a message is routed again, a reply dropped (the asker
 // left).
-func (h *Host) returned(_ string, it transport.Item) {
+func (iq *inbounds) returned(_ string, it transport.Item) {
+	h := iq.h
 	switch it.Kind {
 	case transport.Frame, transport.Bounce:
-		h.bounced(h.keep(it))
+		h.in.bounced(h.in.keep(it))
 	}
 }
 
 // linkEvent applies a transport event.
-func (h *Host) linkEvent(e transport.Event) {
+func (iq *inbounds) linkEvent(e transport.Event) {
+	h := iq.h
 	switch e.Kind {
 	case transport.Up:
 		// The peer hears this host's load from the tick: no send
@@ -162,10 +166,10 @@ func (h *Host) linkEvent(e transport.Event) {
 	case transport.Gone:
 		h.peers.view.link(e.Peer, func(p *peerLink) { *p = peerLink{gone: true} })
 		// A new run of the peer counts its credit here from zero.
-		ib := h.inboundFrom(e.Peer)
+		ib := h.in.inboundFrom(e.Peer)
 		ib.credit.reset()
 		ib.budget.restart()
-		h.peerGone(e.Peer)
+		h.in.peerGone(e.Peer)
 	}
 }
 
@@ -173,6 +177,7 @@ func (h *Host) linkEvent(e transport.Event) {
 // look-ups of one object are one call, and admissions that may call the
 // store wait on look-up lanes, not on a peer's slow lane.
 type router struct {
+	h       *Host
 	lanes   [lookupLanes]serial // admissions that may call the store
 	lookups singleflight.Group  // concurrent store look-ups of one object
 }
@@ -182,7 +187,8 @@ const lookupLanes = 8
 
 // lookupLane returns the lane on which admissions to t's object that may
 // call the Location Store run, off the goroutine that granted the permit.
-func (h *Host) lookupLane(t target) *serial {
+func (rt *router) lookupLane(t target) *serial {
+	h := rt.h
 	return &h.router.lanes[objHash(t.obj())%lookupLanes]
 }
 
@@ -203,7 +209,8 @@ type inbound struct {
 
 // inboundFrom returns the inbound state of peer from, made on first use
 // (a look-up takes no lock).
-func (h *Host) inboundFrom(from string) *inbound {
+func (iq *inbounds) inboundFrom(from string) *inbound {
+	h := iq.h
 	if last := h.in.last.Load(); last != nil && last.peer == from {
 		return last // the peer of the last look-up: no hashing
 	}
@@ -217,7 +224,7 @@ func (h *Host) inboundFrom(from string) *inbound {
 		ib.credit.winB.Store(h.cfg.PeerInbound.Bytes / 2)
 		ib.budget.send = func(r *creditReport) {
 			// Advice: lost with a gone peer, which counts afresh on that fact.
-			_ = h.sendItem(from, transport.Control, appendControl(nil, r))
+			_ = h.peers.sendItem(from, transport.Control, appendControl(nil, r))
 		}
 		ib.slow.wg = &h.svc.lanes
 		v, _ = h.in.m.LoadOrStore(from, ib)
@@ -229,7 +236,8 @@ func (h *Host) inboundFrom(from string) *inbound {
 
 // inboundPending returns how many messages from peers wait for permits
 // (one per peer that has any) or for their look-up on a slow lane.
-func (h *Host) inboundPending() int {
+func (iq *inbounds) inboundPending() int {
+	h := iq.h
 	n := 0
 	h.in.m.Range(func(_, v any) bool {
 		ib := v.(*inbound)
@@ -244,16 +252,18 @@ func (h *Host) inboundPending() int {
 
 // pending returns how many items wait on the links to or from this host,
 // or on its slow lanes.
-func (h *Host) pending() int {
+func (iq *inbounds) pending() int {
+	h := iq.h
 	in, out := h.peers.tr.Pending()
-	return in + out + h.inboundPending()
+	return in + out + h.in.inboundPending()
 }
 
 // pendingIn returns how many items wait on, or are being handled off, the
 // links to this host.
-func (h *Host) pendingIn() int {
+func (iq *inbounds) pendingIn() int {
+	h := iq.h
 	in, _ := h.peers.tr.Pending()
-	return in + h.inboundPending()
+	return in + h.in.inboundPending()
 }
 
 // Sending. Send does not keep the bytes it is given, so a frame's pooled
@@ -277,16 +287,18 @@ func sendError(err error) error {
 }
 
 // sendItem sends data as an item of kind k to host to.
-func (h *Host) sendItem(to string, k transport.Kind, data []byte) error {
-	return h.sendResult(to, k, h.peers.tr.Send(to, transport.Item{Kind: k, Data: data}))
+func (pr *peers) sendItem(to string, k transport.Kind, data []byte) error {
+	h := pr.h
+	return h.peers.sendResult(to, k, h.peers.tr.Send(to, transport.Item{Kind: k, Data: data}))
 }
 
 // sendResult is sendError for an item of kind k sent to host to; a refusal
 // because the link is past its bound (the host does not take what this
 // host sends it) is ErrPeerBacklog, counted and logged (rate-limited).
-func (h *Host) sendResult(to string, k transport.Kind, err error) error {
+func (pr *peers) sendResult(to string, k transport.Kind, err error) error {
+	h := pr.h
 	if err != nil && errors.Is(err, transport.ErrBacklog) {
-		h.linkBacklog(to, k)
+		h.peers.linkBacklog(to, k)
 		return ErrPeerBacklog
 	}
 	return sendError(err)
@@ -294,31 +306,34 @@ func (h *Host) sendResult(to string, k transport.Kind, err error) error {
 
 // linkBacklog counts and logs an item of kind k not sent to host to: the
 // link to it is past its bound.
-func (h *Host) linkBacklog(to string, k transport.Kind) {
-	h.linkRefused.Add(1)
+func (pr *peers) linkBacklog(to string, k transport.Kind) {
+	h := pr.h
+	h.gaps.linkRefused.Add(1)
 	h.peerLogs.link.Warn(h.log, "item not sent: the link to the host is past its bound (the host does not take what is sent to it)",
 		"host", to, "kind", k.String())
 }
 
 // backlogged reports whether the link to host to is past its bound (a
 // frame must not be stamped for it); counted and logged when it is.
-func (h *Host) backlogged(to string) bool {
+func (pr *peers) backlogged(to string) bool {
+	h := pr.h
 	if h.peers.backlog == nil || !h.peers.backlog.Backlogged(to) {
 		return false
 	}
-	h.linkBacklog(to, transport.Frame)
+	h.peers.linkBacklog(to, transport.Frame)
 	return true
 }
 
 // sendMessage sends m's frame to host to (as a Bounce: back to its
 // origin); on success m is released, on failure it stays the caller's.
-func (h *Host) sendMessage(to string, m *payload.Message, k transport.Kind) error {
+func (pr *peers) sendMessage(to string, m *payload.Message, k transport.Kind) error {
+	h := pr.h
 	f := m.Frame()
-	if err := h.sendItem(to, k, f); err != nil {
+	if err := h.peers.sendItem(to, k, f); err != nil {
 		return err
 	}
 	if k == transport.Frame {
-		h.sentFrame(to, len(f))
+		h.peers.sentFrame(to, len(f))
 	}
 	m.Release()
 	return nil
@@ -329,38 +344,42 @@ func (h *Host) sendMessage(to string, m *payload.Message, k transport.Kind) erro
 // encoded into a buffer of its own that the transport takes over (Owned:
 // no copy on the way); others into *buf, whose array is kept for the next
 // record.
-func (h *Host) sendRecord(to string, obj relocation.Object, rec relocation.Record, buf *[]byte) error {
+func (pr *peers) sendRecord(to string, obj relocation.Object, rec relocation.Record, buf *[]byte) error {
+	h := pr.h
 	if c, ok := rec.(*relocation.Chunk); ok && len(c.Data) > 1024 {
 		b := relocation.AppendRecord(make([]byte, 0, len(c.Data)+128+len(obj.Kind)+len(obj.ID)), obj, rec)
-		return h.sendResult(to, transport.Record, h.peers.tr.Send(to, transport.Item{Kind: transport.Record, Data: b, Owned: true}))
+		return h.peers.sendResult(to, transport.Record, h.peers.tr.Send(to, transport.Item{Kind: transport.Record, Data: b, Owned: true}))
 	}
 	*buf = relocation.AppendRecord((*buf)[:0], obj, rec)
-	return h.sendItem(to, transport.Record, *buf)
+	return h.peers.sendItem(to, transport.Record, *buf)
 }
 
 // sendControl sends a relocate request, answer or cancel, or a load
 // report.
-func (h *Host) sendControl(to string, ctl any) error {
-	return h.sendItem(to, transport.Control, appendControl(nil, ctl))
+func (pr *peers) sendControl(to string, ctl any) error {
+	h := pr.h
+	return h.peers.sendItem(to, transport.Control, appendControl(nil, ctl))
 }
 
 // sendLoad tells peer to how many objects this host has.
-func (h *Host) sendLoad(to string, n int64) {
-	_ = h.sendControl(to, &loadReport{load: n})
+func (pr *peers) sendLoad(to string, n int64) {
+	h := pr.h
+	_ = h.peers.sendControl(to, &loadReport{load: n})
 }
 
 // peerJobs registers the peer view's periodic job on the host's tick:
 // this host's load goes to its peers when it changed and to every peer
 // once a second (a peer that missed a report learns it then), and a peer
 // whose link came up learns it (and its window) at once.
-func (h *Host) peerJobs(tick *schedule) {
+func (pr *peers) peerJobs(tick *schedule) {
+	h := pr.h
 	var lastAll time.Time
 	tick.every("report the load", tickEvery, func(now time.Time) bool {
 		all := now.Sub(lastAll) >= time.Second
 		if all {
 			lastAll = now
 		}
-		h.reportLoad(all)
+		h.peers.reportLoad(all)
 		return false
 	})
 }
@@ -370,7 +389,8 @@ func (h *Host) peerJobs(tick *schedule) {
 // also corrects the peers' estimates of what they placed here), and the
 // peers that came up since the last report in any case (the tick
 // calls it).
-func (h *Host) reportLoad(all bool) {
+func (pr *peers) reportLoad(all bool) {
+	h := pr.h
 	n := h.stats.owners.Load()
 	changed := n != h.peers.loadSent || all
 	h.peers.loadSent = n
@@ -391,12 +411,12 @@ func (h *Host) reportLoad(all bool) {
 	}
 	h.peers.view.mu.Unlock()
 	for _, p := range to {
-		h.sendLoad(p, n)
+		h.peers.sendLoad(p, n)
 	}
 	for _, p := range up {
 		// A peer that came up learns this host's window for its
 		// messages (peerbudget.go).
-		h.inboundFrom(p).budget.report(true)
+		h.in.inboundFrom(p).budget.report(true)
 	}
 }
 
@@ -405,8 +425,9 @@ func (h *Host) reportLoad(all bool) {
 // without a context of its own, when so; else until ctx ends (its error),
 // SendTimeout passes (ErrSendTimeout) or the host closes
 // (ErrShuttingDown).
-func (h *Host) waitRoom(ctx context.Context, host string, n int) error {
-	c := h.creditOf(host)
+func (pr *peers) waitRoom(ctx context.Context, host string, n int) error {
+	h := pr.h
+	c := h.peers.creditOf(host)
 	if c.open(int64(n)) && h.peers.tr.WaitRoom(doneCtx, host) == nil {
 		return nil
 	}
@@ -418,14 +439,14 @@ func (h *Host) waitRoom(ctx context.Context, host string, n int) error {
 		// What this host sent the peer and the peer keeps fills its
 		// window (peerbudget.go): wait for a credit report, asking the
 		// peer for one (once per report).
-		h.peerWaits.Add(1)
+		h.gaps.peerWaits.Add(1)
 		for !c.open(int64(n)) && wctx.Err() == nil {
 			ch := c.waitCh()
 			if c.open(int64(n)) {
 				break
 			}
 			if c.ask() {
-				_ = h.sendControl(host, &creditAsk{}) // a gone peer: its credit is reset
+				_ = h.peers.sendControl(host, &creditAsk{}) // a gone peer: its credit is reset
 			}
 			select {
 			case <-ch:
@@ -463,6 +484,7 @@ var doneCtx = func() context.Context {
 // Invariants: with no transport the host stands alone: tr and members are
 // nil and nothing is stamped or sent.
 type peers struct {
+	h        *Host
 	tr       transport.Transport   // nil: the host stands alone
 	backlog  transport.Backlogger  // tr, if its links have a hard bound
 	attached atomic.Bool           // tr is set (items that come earlier wait for it)
@@ -475,6 +497,7 @@ type peers struct {
 
 // inbounds is what this host keeps per sending peer (inbound).
 type inbounds struct {
+	h    *Host
 	m    sync.Map                // per sending peer: *inbound
 	last atomic.Pointer[inbound] // the last inboundFrom's answer
 }
@@ -654,7 +677,8 @@ type candidate struct {
 
 // candidates returns the serving hosts that have kind and take frames,
 // sorted by name; self (with its own live load) only if takeSelf.
-func (h *Host) candidates(kind string, takeSelf bool) []candidate {
+func (pr *peers) candidates(kind string, takeSelf bool) []candidate {
+	h := pr.h
 	v := &h.peers.view
 	v.mu.RLock()
 	out := make([]candidate, 0, len(v.members))
@@ -693,10 +717,11 @@ func (v *peerView) placed(name string) {
 // pickHost returns another serving host that has kind, the least loaded
 // (ties: the lowest name), for a draining host to send new activations to
 // ("" if none).
-func (h *Host) pickHost(kind string) string {
+func (pr *peers) pickHost(kind string) string {
+	h := pr.h
 	best := ""
 	var bestLoad int64
-	for _, c := range h.candidates(kind, false) {
+	for _, c := range h.peers.candidates(kind, false) {
 		if best == "" || c.load < bestLoad {
 			best, bestLoad = c.name, c.load
 		}
@@ -710,10 +735,10 @@ func (h *Host) watchMembers(ch <-chan membership.Event) {
 	for ev := range ch {
 		for _, name := range h.peers.view.apply(ev) {
 			if name != h.name {
-				h.failed(name, ev.Type.String())
+				h.gaps.failed(name, ev.Type.String())
 			}
 		}
-		h.tellDirectory()
+		h.peers.tellDirectory()
 	}
 }
 
@@ -723,7 +748,8 @@ func (h *Host) watchMembers(ch <-chan membership.Event) {
 // (transport.RunDirectory) each member's lease generation. It runs where
 // the view is applied (Start, then the membership watch), one call at a
 // time; h.peers.dir is what the transport was told.
-func (h *Host) tellDirectory() {
+func (pr *peers) tellDirectory() {
+	h := pr.h
 	d, ok := h.peers.tr.(transport.Directory)
 	if !ok {
 		return
@@ -788,7 +814,8 @@ func (v *peerView) addresses(self string) map[string]peerAt {
 
 // knownHost reports whether the membership lists host name, asking it
 // afresh if this host's view does not (a host that has just joined).
-func (h *Host) knownHost(name string) bool {
+func (pr *peers) knownHost(name string) bool {
+	h := pr.h
 	if _, ok := h.peers.view.member(name); ok {
 		return true
 	}
@@ -801,14 +828,15 @@ func (h *Host) knownHost(name string) bool {
 // otherHostsWithKind returns the other serving hosts that have kind,
 // sorted by name, asking the membership afresh (Drain, once per round:
 // it must see hosts that joined a moment ago).
-func (h *Host) otherHostsWithKind(kind string) []string {
+func (pr *peers) otherHostsWithKind(kind string) []string {
+	h := pr.h
 	ctx, cancel := h.storeContext()
 	defer cancel()
 	list, err := h.peers.members.Members(ctx)
 	if err != nil {
 		h.log.Warn("membership not reachable; using the last view", "err", err)
 		var out []string
-		for _, c := range h.candidates(kind, false) {
+		for _, c := range h.peers.candidates(kind, false) {
 			out = append(out, c.name)
 		}
 		return out
@@ -836,7 +864,8 @@ func (v *peerView) leavingOrGone(name string) bool {
 // setMemberState moves this host's membership entry to state to (a store
 // call; a failure is logged: peers then learn of the change from the
 // transport's Leaving and Gone events alone).
-func (h *Host) setMemberState(to membership.State) {
+func (pr *peers) setMemberState(to membership.State) {
+	h := pr.h
 	ctx, cancel := h.storeContext()
 	defer cancel()
 	if _, err := h.peers.members.SetState(ctx, h.name, h.lease.gen, to); err != nil {

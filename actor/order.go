@@ -65,13 +65,13 @@ const DefaultTakeoverGapTimeout = 250 * time.Millisecond
 // streamIdle is how long a host keeps an idle sending stream; owners keep
 // an idle sender's state twice as long (route.Order.Forget), so a sender
 // always forgets first.
-func (h *Host) streamIdle() time.Duration { return streamIdleFor(h.cfg.FollowDuration) }
 
 func streamIdleFor(follow time.Duration) time.Duration { return 2 * follow }
 
 // stamp gives m, a message this host sends to t's object, its place in
 // this host's stream for the object, unless it has one (a retry).
-func (h *Host) stamp(t target, m *payload.Message) {
+func (ad *admission) stamp(t target, m *payload.Message) {
+	h := ad.h
 	if h.peers.tr == nil || t.kr == nil {
 		return
 	}
@@ -88,7 +88,8 @@ func (h *Host) stamp(t target, m *payload.Message) {
 
 // hint applies a route hint: obj runs on host with owner generation gen.
 // A host that runs obj itself ignores it.
-func (h *Host) hint(obj relocation.Object, host string, gen uint64) {
+func (rt *router) hint(obj relocation.Object, host string, gen uint64) {
+	h := rt.h
 	if host == h.name {
 		return
 	}
@@ -107,12 +108,13 @@ const tickEvery = 25 * time.Millisecond
 // coarse clock first (the others read it), the gaps' deadlines, skip
 // notices waiting for their host, and the pruning of idle routes and
 // senders.
-func (h *Host) orderJobs(tick *schedule) {
+func (rt *router) orderJobs(tick *schedule) {
+	h := rt.h
 	tick.every("advance the coarse clock", tickEvery, func(time.Time) bool { h.routes.clk.Store(nanotime()); return false })
-	tick.every("close the gaps past their deadline", tickEvery, func(time.Time) bool { h.closeGaps(); return false })
-	tick.every("send the skip notices that waited", tickEvery, func(time.Time) bool { h.retrySkips(); return false })
+	tick.every("close the gaps past their deadline", tickEvery, func(time.Time) bool { h.router.closeGaps(); return false })
+	tick.every("send the skip notices that waited", tickEvery, func(time.Time) bool { h.router.retrySkips(); return false })
 	tick.every("prune idle routes", time.Second, func(time.Time) bool { h.routes.prune(nanotime()); return false })
-	tick.every("forget idle senders", 10*time.Second, func(time.Time) bool { h.forgetIdleSenders(); return false })
+	tick.every("forget idle senders", 10*time.Second, func(time.Time) bool { h.owners.forgetIdleSenders(); return false })
 }
 
 // admitHow says how an item enters its owner.
@@ -198,7 +200,7 @@ func (o *owner) admit(e *mailbox.Envelope, how admitHow) (ran bool, room <-chan 
 	}
 	o.readyLocked(&a, nil)
 	o.seqMu.Unlock()
-	h.orderDone(o, a)
+	h.router.orderDone(o, a)
 	if claimed {
 		o.mb.RunClaimed(e)
 		return true, nil, nil
@@ -260,18 +262,19 @@ func (o *owner) readyLocked(a *orderAfter, into *[]*mailbox.Envelope) {
 
 // orderDone finishes an order step outside the owner's lock: counts, the
 // list of owners holding messages, strays.
-func (h *Host) orderDone(o *owner, a orderAfter) {
+func (rt *router) orderDone(o *owner, a orderAfter) {
+	h := rt.h
 	for _, p := range a.permits {
 		p.Release()
 	}
 	if a.over {
-		h.overBound(o, a.pushTo)
+		h.gaps.overBound(o, a.pushTo)
 	}
 	if a.pushTo != "" {
-		h.push(o, a.pushTo, true)
+		h.peers.push(o, a.pushTo, true)
 	}
 	for _, s := range a.resume {
-		h.push(o, s, false)
+		h.peers.push(o, s, false)
 	}
 	if a.counts.GapsClosed > 0 {
 		h.stats.gapsClosed.Add(int64(a.counts.GapsClosed))
@@ -291,9 +294,10 @@ func (h *Host) orderDone(o *owner, a orderAfter) {
 
 // overBound notes an arrival past the reorder bound at o: counted, and
 // (when the sender is told to pause) logged at most once per gapLogEvery.
-func (h *Host) overBound(o *owner, pushed string) {
-	h.overHeld.Add(1)
-	if pushed != "" && h.boundLog.allow(nanotime()) {
+func (gp *gapFacts) overBound(o *owner, pushed string) {
+	h := gp.h
+	h.gaps.overHeld.Add(1)
+	if pushed != "" && h.gaps.boundLog.allow(nanotime()) {
 		h.log.Warn("a sender is past the reorder bound of an object: it is told to pause until an older message arrives",
 			"object", o.ref.String(), "sender", pushed, "bound", h.cfg.ReorderBound)
 	}
@@ -335,18 +339,19 @@ const factKeep = 10 * time.Minute
 // failed records a failure fact: the membership reported host gone
 // without handing on its work (its lease expired, or it left without
 // draining).
-func (h *Host) failed(host string, why string) {
-	f := route.Fact{At: nanotime(), Window: h.factWindow(), Wait: int64(h.cfg.GapTimeout)}
-	h.factsMu.Lock()
-	h.facts = append(h.facts, f)
-	if len(h.facts) > maxFacts {
-		a, b := h.facts[0], h.facts[1]
-		h.facts[1] = route.Fact{At: a.At, Window: b.At + b.Window - a.At, Wait: max(a.Wait, b.Wait)}
-		h.facts = append(h.facts[:0], h.facts[1:]...)
+func (gp *gapFacts) failed(host string, why string) {
+	h := gp.h
+	f := route.Fact{At: nanotime(), Window: h.gaps.factWindow(), Wait: int64(h.cfg.GapTimeout)}
+	h.gaps.factsMu.Lock()
+	h.gaps.facts = append(h.gaps.facts, f)
+	if len(h.gaps.facts) > maxFacts {
+		a, b := h.gaps.facts[0], h.gaps.facts[1]
+		h.gaps.facts[1] = route.Fact{At: a.At, Window: b.At + b.Window - a.At, Wait: max(a.Wait, b.Wait)}
+		h.gaps.facts = append(h.gaps.facts[:0], h.gaps.facts[1:]...)
 	}
-	h.factsMu.Unlock()
-	h.failures.Add(1)
-	h.pressure.resumeBy(host) // its pauses end on the fact
+	h.gaps.factsMu.Unlock()
+	h.gaps.failures.Add(1)
+	h.gaps.pressure.resumeBy(host) // its pauses end on the fact
 	h.log.Info("a host failed: gaps open now, or opening soon, close after the gap timeout", "failed", host, "why", why)
 }
 
@@ -357,21 +362,25 @@ func (h *Host) failed(host string, why string) {
 // sender's route to the dead host lives up to RouteCacheTTL, a forwarding
 // route up to FollowDuration (always longer), and then the message still
 // has its way to go.
-func (h *Host) factWindow() int64 { return int64(h.cfg.FollowDuration + h.cfg.GapTimeout) }
+func (gp *gapFacts) factWindow() int64 {
+	h := gp.h
+	return int64(h.cfg.FollowDuration + h.cfg.GapTimeout)
+}
 
 // currentFacts returns the failure facts that can still close a gap,
 // forgetting the others.
-func (h *Host) currentFacts(now int64) []route.Fact {
-	h.factsMu.Lock()
-	defer h.factsMu.Unlock()
-	keep := h.facts[:0]
-	for _, f := range h.facts {
+func (gp *gapFacts) currentFacts(now int64) []route.Fact {
+	h := gp.h
+	h.gaps.factsMu.Lock()
+	defer h.gaps.factsMu.Unlock()
+	keep := h.gaps.facts[:0]
+	for _, f := range h.gaps.facts {
 		if now <= f.At+f.Window+f.Wait+int64(factKeep) {
 			keep = append(keep, f)
 		}
 	}
-	clear(h.facts[len(keep):])
-	h.facts = keep
+	clear(h.gaps.facts[len(keep):])
+	h.gaps.facts = keep
 	if len(keep) == 0 {
 		return nil
 	}
@@ -387,7 +396,8 @@ const gapReportAfter = time.Second
 // closeGaps gives up on the gaps a failure fact covers (route.Fact), on
 // every owner that holds messages, and updates the oldest-gap gauge; a
 // long gap is logged (rate-limited) with the hosts it may wait for.
-func (h *Host) closeGaps() {
+func (rt *router) closeGaps() {
+	h := rt.h
 	h.owners.heldMu.Lock()
 	owners := make([]*owner, 0, len(h.owners.held))
 	for o := range h.owners.held {
@@ -395,7 +405,7 @@ func (h *Host) closeGaps() {
 	}
 	h.owners.heldMu.Unlock()
 	now := nanotime()
-	facts := h.currentFacts(now)
+	facts := h.gaps.currentFacts(now)
 	var oldest route.Gap
 	var oldestAt *owner
 	var awaited []string
@@ -405,7 +415,7 @@ func (h *Host) closeGaps() {
 			var a orderAfter
 			o.readyLocked(&a, nil)
 			o.seqMu.Unlock()
-			h.orderDone(o, a)
+			h.router.orderDone(o, a)
 			o.seqMu.Lock()
 		}
 		if g, ok := o.inbox.Order().OldestGap(now); ok && g.Waited > oldest.Waited {
@@ -417,8 +427,8 @@ func (h *Host) closeGaps() {
 		}
 		o.seqMu.Unlock()
 	}
-	h.oldestGap.Store(oldest.Waited)
-	if oldestAt != nil && oldest.Waited >= int64(gapReportAfter) && h.gapLog.allow(now) {
+	h.gaps.oldestGap.Store(oldest.Waited)
+	if oldestAt != nil && oldest.Waited >= int64(gapReportAfter) && h.gaps.gapLog.allow(now) {
 		h.log.Warn("a gap in a sender's messages is waiting for an older message (no host failed: it waits)",
 			"object", oldestAt.ref.String(), "sender", oldest.Sender, "missing", oldest.Missing,
 			"held", oldest.Held, "waited", time.Duration(oldest.Waited), "forwarding", awaited)
@@ -436,9 +446,10 @@ func (r *rateLimit) allow(now int64) bool {
 
 // forgetIdleSenders drops the order state of senders idle for twice the
 // streams' idle time, on every owner (they hold nothing).
-func (h *Host) forgetIdleSenders() {
+func (ow *ownerTable) forgetIdleSenders() {
+	h := ow.h
 	now := nanotime()
-	idle := 2 * int64(h.streamIdle())
+	idle := 2 * int64(streamIdleFor(h.cfg.FollowDuration))
 	for _, kr := range h.owners.kinds {
 		for _, o := range kr.all() {
 			o.seqMu.Lock()
@@ -516,22 +527,24 @@ func (o *owner) restoreOrderLocked(snap route.Snapshot, now int64) {
 // reaches the object wherever it is handed on — never dropped while every
 // host is up, since nothing else would close its gap. It reports false if
 // the host is closing.
-func (h *Host) deferSkip(m *payload.Message) bool {
-	h.skipMu.Lock()
-	defer h.skipMu.Unlock()
-	if h.skipClosed {
+func (gp *gapFacts) deferSkip(m *payload.Message) bool {
+	h := gp.h
+	h.gaps.skipMu.Lock()
+	defer h.gaps.skipMu.Unlock()
+	if h.gaps.skipClosed {
 		return false
 	}
-	h.skips = append(h.skips, m)
+	h.gaps.skips = append(h.gaps.skips, m)
 	return true
 }
 
 // retrySkips routes the deferred skip notices again (tick).
-func (h *Host) retrySkips() {
-	h.skipMu.Lock()
-	ms := h.skips
-	h.skips = nil
-	h.skipMu.Unlock()
+func (rt *router) retrySkips() {
+	h := rt.h
+	h.gaps.skipMu.Lock()
+	ms := h.gaps.skips
+	h.gaps.skips = nil
+	h.gaps.skipMu.Unlock()
 	for _, m := range ms {
 		_ = payload.SetForward(m.Frame(), 0, 0)
 		h.redispatchMessage(m)
@@ -539,11 +552,12 @@ func (h *Host) retrySkips() {
 }
 
 // closeSkips releases the deferred skip notices of a closing host.
-func (h *Host) closeSkips() {
-	h.skipMu.Lock()
-	ms := h.skips
-	h.skips, h.skipClosed = nil, true
-	h.skipMu.Unlock()
+func (gp *gapFacts) closeSkips() {
+	h := gp.h
+	h.gaps.skipMu.Lock()
+	ms := h.gaps.skips
+	h.gaps.skips, h.gaps.skipClosed = nil, true
+	h.gaps.skipMu.Unlock()
 	for _, m := range ms {
 		m.Release()
 	}
@@ -554,15 +568,17 @@ func (h *Host) closeSkips() {
 // sends a skip notice with the message's stamp after it, so that the
 // owner does not wait for it. Best effort: a skip that cannot be placed
 // ends, and the gap closes after GapTimeout.
-func (h *Host) dropped(hv *payload.HeaderView) {
-	if buf, ok := h.skipNotice(hv); ok {
+func (rt *router) dropped(hv *payload.HeaderView) {
+	h := rt.h
+	if buf, ok := h.router.skipNotice(hv); ok {
 		h.redispatchBuffer(buf)
 	}
 }
 
 // skipNotice returns the skip notice of a stamped message this host
 // drops, counted (Stats.Dropped); false for a message that needs none.
-func (h *Host) skipNotice(hv *payload.HeaderView) (payload.Buffer, bool) {
+func (rt *router) skipNotice(hv *payload.HeaderView) (payload.Buffer, bool) {
+	h := rt.h
 	if hv.Seq() == 0 || hv.Flags()&flagSkip != 0 || hv.Scope() != payload.ScopeObject || !h.acceptsInternal() {
 		return payload.Buffer{}, false
 	}
@@ -581,6 +597,7 @@ func (h *Host) skipNotice(hv *payload.HeaderView) (payload.Buffer, bool) {
 
 // gapFacts is a host's failure facts and what it reports of its gaps.
 type gapFacts struct {
+	h         *Host
 	factsMu   sync.Mutex   // a leaf
 	facts     []route.Fact // guarded by factsMu
 	failures  atomic.Int64 // failure facts recorded

@@ -291,7 +291,7 @@ func TestMoveWhileSourceHoldsOutOfOrderAndTargetStartsLeaving(t *testing.T) {
 	n.SetRecordHook(func(from, to string, rec relocation.Record) bool {
 		if _, ok := rec.(*relocation.RelayReady); ok && from == "b" {
 			once.Do(func() {
-				b.beginLeave()
+				b.drainer.beginLeave()
 			})
 		}
 		return true
@@ -574,12 +574,12 @@ func TestAGracefulLeaveClosesNoGapAndACloseDoes(t *testing.T) {
 	if st := b.Stats(); st.HeldOutOfOrder != 1 || st.GapsClosed != 0 {
 		t.Fatalf("b after y stopped gracefully: %d held, %d given up on; want 1 held, none given up", st.HeldOutOfOrder, st.GapsClosed)
 	}
-	if f := b.failures.Load(); f != 0 {
+	if f := b.gaps.failures.Load(); f != 0 {
 		t.Fatalf("b recorded %d failure facts after a graceful leave; want 0", f)
 	}
 	_ = hs["z"].Close() // no Stop: not handed on, a failure
 	waitFor(t, "the gap to close after z's failure", func() bool { return b.Stats().GapsClosed == 1 })
-	if f := b.failures.Load(); f != 1 {
+	if f := b.gaps.failures.Load(); f != 1 {
 		t.Fatalf("b recorded %d failure facts after a close; want 1", f)
 	}
 	n.Heal("a", "x")

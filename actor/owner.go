@@ -30,6 +30,7 @@ import (
 // Invariants: an owner is in held only while it keeps messages for its
 // gaps; every spawned actor is counted in actors until it stops.
 type ownerTable struct {
+	h        *Host
 	specs    []*spec                    // registered kinds and channels, until Start
 	kinds    map[string]*kindRuntime    // fixed at Start
 	channels map[string]*channelRuntime // fixed at Start
@@ -85,7 +86,8 @@ const (
 )
 
 // newOwner makes an owner and spawns its actor. Callers serialize per object.
-func (h *Host) newOwner(s *spec, kr *kindRuntime, ref Ref) *owner {
+func (ow *ownerTable) newOwner(s *spec, kr *kindRuntime, ref Ref) *owner {
+	h := ow.h
 	o := &owner{host: h, spec: s, ref: ref, kr: kr, gone: make(chan struct{})}
 	o.ctx = Context{host: h, owner: o}
 	o.out.host, o.out.o = h, o
@@ -235,7 +237,7 @@ func (o *owner) fail(e *mailbox.Envelope, err error) {
 	hv := e.Msg.Header()
 	if route := hv.ReplyTo(); len(route) > 0 {
 		// The same error for the asker wherever it is (HandlerError).
-		o.host.routeReply(route, hv.Op(), reply{err: handlerError(err)})
+		o.host.requests.routeReply(route, hv.Op(), reply{err: handlerError(err)})
 		return
 	}
 	o.host.log.Debug("one-way message failed", "owner", o.ref.String(), "type", string(hv.Type()), "err", err)
@@ -335,7 +337,7 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 		e.Release()
 	}
 	for _, s := range relieved {
-		h.push(o, s, false)
+		h.peers.push(o, s, false)
 	}
 
 	if o.ready && kr.spec.deactivate != nil {
@@ -386,7 +388,7 @@ func (o *owner) closeBox() (queued, held []*mailbox.Envelope) {
 	relieved := o.relievedLocked(true)
 	o.seqMu.Unlock()
 	for _, s := range relieved {
-		o.host.push(o, s, false)
+		o.host.peers.push(o, s, false)
 	}
 	return queued, held
 }

@@ -351,11 +351,15 @@ func raise(v *atomic.Int64, to int64) {
 
 // creditOf returns this host's credit at peer name (kept with what it
 // keeps of the peer's messages: inbound).
-func (h *Host) creditOf(name string) *peerCredit { return &h.inboundFrom(name).credit }
+func (pr *peers) creditOf(name string) *peerCredit {
+	h := pr.h
+	return &h.in.inboundFrom(name).credit
+}
 
 // sentFrame counts a message frame of n bytes sent to peer to.
-func (h *Host) sentFrame(to string, n int) {
-	c := h.creditOf(to)
+func (pr *peers) sentFrame(to string, n int) {
+	h := pr.h
+	c := h.peers.creditOf(to)
 	c.sentN.Add(1)
 	c.sentB.Add(budgetLen(n))
 }
@@ -385,11 +389,12 @@ var ErrPeerBacklog = payload.NewError(payload.Unavailable, "actor",
 // allowance, and past that goes back to its origin to be routed there
 // (never routed here: that may take a store call) — or, if this host is
 // its origin or the origin is gone, is dropped, counted.
-func (h *Host) takeFromPeer(ib *inbound, kr *kindRuntime, m *payload.Message) (_ *payload.Message, skip bool) {
+func (iq *inbounds) takeFromPeer(ib *inbound, kr *kindRuntime, m *payload.Message) (_ *payload.Message, skip bool) {
+	h := iq.h
 	if ib.budget.take(budgetBytes(m), false) {
 		return m, false
 	}
-	s := h.refuseFromPeer(ib, m)
+	s := h.in.refuseFromPeer(ib, m)
 	if s == nil {
 		return nil, false
 	}
@@ -404,10 +409,10 @@ func (h *Host) takeFromPeer(ib *inbound, kr *kindRuntime, m *payload.Message) (_
 	if ib.budget.take(budgetBytes(s), true) {
 		return s, true
 	}
-	if origin := string(s.Header().Origin()); origin != h.name && h.sendMessage(origin, s, transport.Bounce) == nil {
+	if origin := string(s.Header().Origin()); origin != h.name && h.peers.sendMessage(origin, s, transport.Bounce) == nil {
 		return nil, false
 	}
-	h.peerRefused.Add(1) // a gone origin's gaps close on that fact
+	h.gaps.peerRefused.Add(1) // a gone origin's gaps close on that fact
 	s.Release()
 	return nil, false
 }
@@ -416,17 +421,18 @@ func (h *Host) takeFromPeer(ib *inbound, kr *kindRuntime, m *payload.Message) (_
 // gets ErrPeerBacklog, the refusal is counted and logged (rate-limited),
 // and a stamped message's skip notice is returned (nil if none), for the
 // caller to route in m's place. m is released.
-func (h *Host) refuseFromPeer(ib *inbound, m *payload.Message) *payload.Message {
+func (iq *inbounds) refuseFromPeer(ib *inbound, m *payload.Message) *payload.Message {
+	h := iq.h
 	hv := m.Header()
-	h.peerRefused.Add(1)
+	h.gaps.peerRefused.Add(1)
 	h.obs.Rejected(string(hv.TargetName()), RejectPeerBacklog)
 	h.peerLogs.backlog.Warn(h.log, "message from a peer refused: this host keeps Config.PeerInbound of its messages already",
 		"from", ib.peer, "messages", ib.budget.takenN.Load()-ib.budget.relN.Load())
 	if route := hv.ReplyTo(); len(route) > 0 {
-		h.routeReply(route, hv.Op(), reply{err: ErrPeerBacklog})
+		h.requests.routeReply(route, hv.Op(), reply{err: ErrPeerBacklog})
 	}
 	var skip *payload.Message
-	if buf, ok := h.skipNotice(hv); ok {
+	if buf, ok := h.router.skipNotice(hv); ok {
 		if s, err := h.reg.Open(buf); err == nil {
 			skip = s
 		} else {
@@ -445,7 +451,13 @@ func budgetBytes(m *payload.Message) int64 { return budgetLen(m.Len()) }
 func budgetLen(n int) int64 { return min(int64(n), math.MaxUint32) }
 
 // onCredit applies a credit report from peer from.
-func (h *Host) onCredit(from string, r *creditReport) { h.creditOf(from).apply(r) }
+func (iq *inbounds) onCredit(from string, r *creditReport) {
+	h := iq.h
+	h.peers.creditOf(from).apply(r)
+}
 
 // onCreditAsk answers a peer that waits for credit.
-func (h *Host) onCreditAsk(from string) { h.inboundFrom(from).budget.asked() }
+func (iq *inbounds) onCreditAsk(from string) {
+	h := iq.h
+	h.in.inboundFrom(from).budget.asked()
+}

@@ -95,7 +95,7 @@ func pbHosts(t *testing.T, high, bound int, delay time.Duration) (a, b *Host, g 
 		PeerInbound: mailbox.Limits{Items: bound, Bytes: 64 << 20}}), pbKind(g))
 	a = startHost(t, n.With(Config{Name: "a", Logger: quietLogger(), SendTimeout: time.Minute}), pbKind(g))
 	waitViews(t, a, b)
-	waitFor(t, "b's window to reach a", func() bool { return a.creditOf("b").winN.Load() == int64(bound/2) })
+	waitFor(t, "b's window to reach a", func() bool { return a.peers.creditOf("b").winN.Load() == int64(bound/2) })
 	return a, b, g
 }
 
@@ -150,7 +150,7 @@ func outsideSendersWaitForCredit(t *testing.T, delay time.Duration) {
 		errc <- nil
 	}()
 	waitFor(t, "a's senders to wait for credit", func() bool { return a.Stats().PeerWaits > 0 })
-	ib := b.inboundFrom("a")
+	ib := b.in.inboundFrom("a")
 	// What a sent is what b admitted (its four permits) and what it keeps
 	// or has on its way: the window, half of b's bound.
 	for range 20 {
@@ -200,7 +200,7 @@ func TestASendWithoutCreditFailsWithErrSendTimeoutAndSendingAgainIsSafe(t *testi
 		PeerInbound: mailbox.Limits{Items: 64, Bytes: 64 << 20}}), pbKind(g))
 	a := startHost(t, n.With(Config{Name: "a", Logger: quietLogger(), SendTimeout: 50 * time.Millisecond}), pbKind(g))
 	waitViews(t, a, b)
-	waitFor(t, "b's window to reach a", func() bool { return a.creditOf("b").winN.Load() == 32 })
+	waitFor(t, "b's window to reach a", func() bool { return a.peers.creditOf("b").winN.Load() == 32 })
 	ref := blockOn(t, b, g, "o")
 	next := 1
 	var err error
@@ -213,7 +213,7 @@ func TestASendWithoutCreditFailsWithErrSendTimeoutAndSendingAgainIsSafe(t *testi
 		t.Fatalf("Tell #%d to a host that has no credit for the sender: %v; want ErrSendTimeout", next, err)
 	}
 	g.release("o")
-	waitFor(t, "credit for a", func() bool { return a.creditOf("b").open(0) })
+	waitFor(t, "credit for a", func() bool { return a.peers.creditOf("b").open(0) })
 	total := next + 50
 	for i := next; i <= total; i++ { // #next again: it was not sent
 		if err := Tell(bg, a, ref, PBRec{Sender: "a", Seq: i}); err != nil {
@@ -253,7 +253,7 @@ func TestMessagesPastAPeersBudgetAreRefusedCountedAndLeaveNoGap(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "b to refuse a's messages past the bound", func() bool { return b.Stats().PeerRefused > 0 })
-	ib := b.inboundFrom("a")
+	ib := b.in.inboundFrom("a")
 	ranOf(t, a, src) // the flood's turn ended: every message was sent
 	waitFor(t, "the flood to be taken or refused", func() bool {
 		_, out := a.peers.tr.Pending()

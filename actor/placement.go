@@ -69,7 +69,8 @@ const (
 
 // placeNew returns the host that activates object id of kind s by its
 // placement ("" or this host's name: here).
-func (h *Host) placeNew(s *spec, id string) string {
+func (rt *router) placeNew(s *spec, id string) string {
+	h := rt.h
 	placement := s.placement
 	if h.cfg.Gateway && placement == PlaceLocal {
 		placement = PlaceHashed // a gateway hosts nothing
@@ -77,7 +78,7 @@ func (h *Host) placeNew(s *spec, id string) string {
 	if placement == PlaceLocal || h.peers.tr == nil {
 		return ""
 	}
-	cands := h.candidates(s.name, !h.drainer.draining.Load() && !h.cfg.Gateway)
+	cands := h.peers.candidates(s.name, !h.drainer.draining.Load() && !h.cfg.Gateway)
 	if len(cands) == 0 {
 		return ""
 	}

@@ -159,7 +159,7 @@ func TestPlacementLeastLoadedPicksTheHostWithFewestObjects(t *testing.T) {
 		t.Fatalf("least-loaded picks = %v, want [c c c b c]", got)
 	}
 	// A draining host takes no new activation.
-	hs[2].setMemberState(membership.Draining)
+	hs[2].peers.setMemberState(membership.Draining)
 	waitFor(t, "a to see c draining", func() bool {
 		m, _ := a.peers.view.member("c")
 		return m.State == membership.Draining

@@ -106,15 +106,16 @@ func (p *pressureSet) len() int { return int(p.n.Load()) }
 // waitPressure waits, for a send from outside the handlers (ctx non-nil)
 // of a message not yet stamped, until t's object is not paused here: up
 // to SendTimeout (ErrPushedBack), ctx's end, or the host's close.
-func (h *Host) waitPressure(ctx context.Context, t target) error {
+func (ad *admission) waitPressure(ctx context.Context, t target) error {
+	h := ad.h
 	if ctx == nil || t.kr == nil {
 		return nil
 	}
-	ch := h.pressure.wait(t.obj())
+	ch := h.gaps.pressure.wait(t.obj())
 	if ch == nil {
 		return nil
 	}
-	h.pressureWaits.Add(1)
+	h.gaps.pressureWaits.Add(1)
 	timer := time.NewTimer(h.cfg.SendTimeout)
 	defer timer.Stop()
 	select {
@@ -138,13 +139,14 @@ type pressureItem struct {
 
 // push tells sender to pause or resume its outside sends to o's object.
 // Not under any lock of the owner.
-func (h *Host) push(o *owner, sender string, pause bool) {
+func (pr *peers) push(o *owner, sender string, pause bool) {
+	h := pr.h
 	obj := relocation.Object{Kind: o.ref.Kind, ID: o.ref.ID}
 	if sender == h.name || sender == "" {
 		if pause {
-			h.pressure.pause(obj, h.name)
+			h.gaps.pressure.pause(obj, h.name)
 		} else {
-			h.pressure.resume(obj)
+			h.gaps.pressure.resume(obj)
 		}
 		return
 	}
@@ -152,15 +154,16 @@ func (h *Host) push(o *owner, sender string, pause bool) {
 		return
 	}
 	// Advice: lost with a gone peer, whose pauses end there on that fact.
-	_ = h.sendItem(sender, transport.Control, appendControl(nil, &pressureItem{obj: obj, paused: pause}))
+	_ = h.peers.sendItem(sender, transport.Control, appendControl(nil, &pressureItem{obj: obj, paused: pause}))
 }
 
 // onPressure applies a pressure item from peer from.
-func (h *Host) onPressure(from string, p *pressureItem) {
+func (iq *inbounds) onPressure(from string, p *pressureItem) {
+	h := iq.h
 	if p.paused {
-		h.pressure.pause(p.obj, from)
+		h.gaps.pressure.pause(p.obj, from)
 	} else {
-		h.pressure.resume(p.obj)
+		h.gaps.pressure.resume(p.obj)
 	}
 }
 

@@ -61,7 +61,7 @@ func TestTheReorderBoundPushesBackOnTheSender(t *testing.T) {
 	if st := b.Stats(); st.GapsClosed != 0 || st.Late != 0 || st.HeldOutOfOrder != 0 {
 		t.Fatalf("b: %d given up on, %d late, %d held; want none", st.GapsClosed, st.Late, st.HeldOutOfOrder)
 	}
-	waitFor(t, "a to be told to resume", func() bool { return a.pressure.len() == 0 })
+	waitFor(t, "a to be told to resume", func() bool { return a.gaps.pressure.len() == 0 })
 }
 
 // A send pushed back for longer than SendTimeout fails with ErrPushedBack
@@ -78,7 +78,7 @@ func TestAPushedBackSendFailsWithErrPushedBackAndSendingAgainIsSafe(t *testing.T
 	var err error
 	for ; ; next++ {
 		if next == last {
-			waitFor(t, "b to push back on a", func() bool { return a.pressure.len() > 0 })
+			waitFor(t, "b to push back on a", func() bool { return a.gaps.pressure.len() > 0 })
 		}
 		if err = Tell(bg, a, ref, SeqMsg{Seq: next}); err != nil {
 			break
@@ -91,7 +91,7 @@ func TestAPushedBackSendFailsWithErrPushedBackAndSendingAgainIsSafe(t *testing.T
 		t.Fatalf("Tell #%d while pushed back: %v; want ErrPushedBack, a DeadlineExceeded", next, err)
 	}
 	n.Heal("a", "x")
-	waitFor(t, "a to be told to resume", func() bool { return a.pressure.len() == 0 })
+	waitFor(t, "a to be told to resume", func() bool { return a.gaps.pressure.len() == 0 })
 	total := next + 100
 	for i := next; i <= total; i++ { // #next again: it was not sent
 		if err := Tell(bg, a, ref, SeqMsg{Seq: i}); err != nil {

@@ -81,7 +81,7 @@ func (h *Host) relocateVia(ctx context.Context, owner string, ref Ref, target st
 	}
 	r.asked[req.op] = remoteWaiter{peer: owner, ch: ch}
 	r.mu.Unlock()
-	if err := h.sendControl(owner, req); err != nil {
+	if err := h.peers.sendControl(owner, req); err != nil {
 		h.takeAsked(req.op)
 		return errHostGone
 	}
@@ -90,7 +90,7 @@ func (h *Host) relocateVia(ctx context.Context, owner string, ref Ref, target st
 		return err
 	case <-ctx.Done():
 		if _, waiting := h.takeAsked(req.op); waiting {
-			_ = h.sendControl(owner, &relocateCancel{op: req.op}) // the owner's host aborts the move if it can
+			_ = h.peers.sendControl(owner, &relocateCancel{op: req.op}) // the owner's host aborts the move if it can
 		} else if err := <-ch; err == nil {
 			// The answer came at the same moment: it wins if the move
 			// completed (as a local Relocate's does).
@@ -224,7 +224,7 @@ func (h *Host) answerRelocate(to string, op payload.OpID, err error) {
 	if err != nil {
 		a.err = handlerError(err)
 	}
-	_ = h.sendControl(to, a) // if it left, nobody waits for the answer
+	_ = h.peers.sendControl(to, a) // if it left, nobody waits for the answer
 }
 
 // remoteClose ends the relocate requests of a closing host: moves run for

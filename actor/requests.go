@@ -29,6 +29,7 @@ var pendings = sync.Pool{New: func() any {
 
 // requestTable maps operation ids of outstanding requests to their waiters.
 type requestTable struct {
+	h      *Host
 	shards [16]struct {
 		mu sync.Mutex
 		m  map[payload.OpID]*pending

@@ -29,10 +29,10 @@ const flagReply uint8 = 1
 // errors. A context already done when Tell is called sends nothing.
 func Tell[M any](ctx context.Context, h *Host, to Ref, msg M) error {
 	turn := turnOf(ctx)
-	if !h.accepts(turn) {
+	if !h.admit.accepts(turn) {
 		return ErrShuttingDown
 	}
-	kr, _, err := h.handlerFor(to.Kind, typeName[M]())
+	kr, _, err := h.owners.handlerFor(to.Kind, typeName[M]())
 	if err != nil {
 		return err
 	}
@@ -47,7 +47,7 @@ func Tell[M any](ctx context.Context, h *Host, to Ref, msg M) error {
 	if err != nil {
 		return err
 	}
-	return h.dispatch(ctx, turn, target{kr: kr, id: to.ID}, m)
+	return h.admit.dispatch(ctx, turn, target{kr: kr, id: to.ID}, m)
 }
 
 // Ask sends request msg to object to and waits for its reply, which the
@@ -69,10 +69,10 @@ func Tell[M any](ctx context.Context, h *Host, to Ref, msg M) error {
 func Ask[M, R any](ctx context.Context, h *Host, to Ref, msg M) (R, error) {
 	var zero R
 	turn := turnOf(ctx)
-	if !h.accepts(turn) {
+	if !h.admit.accepts(turn) {
 		return zero, ErrShuttingDown
 	}
-	kr, hd, err := h.handlerFor(to.Kind, typeName[M]())
+	kr, hd, err := h.owners.handlerFor(to.Kind, typeName[M]())
 	if err != nil {
 		return zero, err
 	}
@@ -99,7 +99,7 @@ func Ask[M, R any](ctx context.Context, h *Host, to Ref, msg M) (R, error) {
 // Tell for the first subscriber.
 func Publish[M any](ctx context.Context, h *Host, channel string, msg M) error {
 	turn := turnOf(ctx)
-	if !h.accepts(turn) {
+	if !h.admit.accepts(turn) {
 		return ErrShuttingDown
 	}
 	cr := h.owners.channels[channel]
@@ -126,7 +126,7 @@ func Publish[M any](ctx context.Context, h *Host, channel string, msg M) error {
 	}
 	// The first child waits for its permit like any ingress; the others
 	// take theirs lazily through the permit FIFO.
-	if err := h.dispatch(ctx, nil, ts[0], m.Share()); err != nil {
+	if err := h.admit.dispatch(ctx, nil, ts[0], m.Share()); err != nil {
 		m.Release()
 		return err
 	}
@@ -146,7 +146,7 @@ func Publish[M any](ctx context.Context, h *Host, channel string, msg M) error {
 func AskChannel[M, R any](ctx context.Context, h *Host, channel string, msg M) (R, error) {
 	var zero R
 	turn := turnOf(ctx)
-	if !h.accepts(turn) {
+	if !h.admit.accepts(turn) {
 		return zero, ErrShuttingDown
 	}
 	cr := h.owners.channels[channel]
@@ -210,7 +210,7 @@ func ask[M, R any](ctx context.Context, h *Host, turn *Context, t target, pt pay
 	}
 	p := pendings.Get().(*pending)
 	h.requests.add(op, p)
-	ran, err := h.dispatchRun(ctx, turn, t, m, h.cfg.InlineAsk && turn == nil)
+	ran, err := h.admit.dispatchRun(ctx, turn, t, m, h.cfg.InlineAsk && turn == nil)
 	if err != nil {
 		h.requests.take(op)
 		pendings.Put(p)
@@ -233,7 +233,7 @@ func ask[M, R any](ctx context.Context, h *Host, turn *Context, t target, pt pay
 			return zero, err
 		}
 	}
-	r, err := h.await(ctx, op, p, deadline.Sub(start)-time.Since(start))
+	r, err := h.requests.await(ctx, op, p, deadline.Sub(start)-time.Since(start))
 	if err != nil {
 		return zero, err
 	}
@@ -270,7 +270,8 @@ func requestDeadline(ctx context.Context, h *Host, turn *Context, start time.Tim
 // await waits for the request's terminal. If the waiter gives up but finds
 // the reply already taken by its deliverer, the reply came first and is
 // returned.
-func (h *Host) await(ctx context.Context, op payload.OpID, p *pending, left time.Duration) (reply, error) {
+func (rq *requestTable) await(ctx context.Context, op payload.OpID, p *pending, left time.Duration) (reply, error) {
+	h := rq.h
 	select {
 	case r := <-p.ch: // already answered (a turn run inline, or a fast owner)
 		pendings.Put(p)
@@ -314,12 +315,13 @@ func replyWith[R any](c *Context, r R) error {
 	if err != nil {
 		return err
 	}
-	h.routeReply(route, hv.Op(), reply{buf: buf})
+	h.requests.routeReply(route, hv.Op(), reply{buf: buf})
 	return nil
 }
 
 // routeReply delivers a reply to the asker's host. Replies take no permit.
-func (h *Host) routeReply(route []byte, op payload.OpID, r reply) {
+func (rq *requestTable) routeReply(route []byte, op payload.OpID, r reply) {
+	h := rq.h
 	if string(route) == h.name {
 		h.requests.complete(op, r)
 		return
@@ -339,7 +341,7 @@ func (h *Host) routeReply(route []byte, op payload.OpID, r reply) {
 			return
 		}
 	}
-	err := h.sendItem(string(route), transport.Reply, buf.Bytes())
+	err := h.peers.sendItem(string(route), transport.Reply, buf.Bytes())
 	buf.Release()
 	if err != nil && !errors.Is(err, ErrPeerBacklog) { // that one is counted and logged
 		// The asker's host is not reachable from here (it left the
@@ -349,7 +351,8 @@ func (h *Host) routeReply(route []byte, op payload.OpID, r reply) {
 }
 
 // accepts reports whether the host takes a send from this context.
-func (h *Host) accepts(turn *Context) bool {
+func (ad *admission) accepts(turn *Context) bool {
+	h := ad.h
 	if turn != nil && turn.host == h {
 		return h.acceptsInternal()
 	}
@@ -357,7 +360,8 @@ func (h *Host) accepts(turn *Context) bool {
 }
 
 // handlerFor finds the kind and its handler for a message type.
-func (h *Host) handlerFor(kind, typ string) (*kindRuntime, *handler, error) {
+func (ow *ownerTable) handlerFor(kind, typ string) (*kindRuntime, *handler, error) {
+	h := ow.h
 	kr := h.owners.kinds[kind]
 	if kr == nil {
 		h.obs.Rejected(kind, RejectNotFound)
@@ -436,14 +440,16 @@ func newEnvelope(m *payload.Message) *mailbox.Envelope {
 // dispatch admits m for t and takes ownership of m in every case. From a
 // handler of this host it goes through the owner's outbox; from outside, it
 // waits for a permit, then for lane room.
-func (h *Host) dispatch(ctx context.Context, turn *Context, t target, m *payload.Message) error {
-	_, err := h.dispatchRun(ctx, turn, t, m, false)
+func (ad *admission) dispatch(ctx context.Context, turn *Context, t target, m *payload.Message) error {
+	h := ad.h
+	_, err := h.admit.dispatchRun(ctx, turn, t, m, false)
 	return err
 }
 
 // dispatchRun is dispatch that, with inline, may run the item's turn on
 // this goroutine (Config.InlineAsk); it reports whether it did.
-func (h *Host) dispatchRun(ctx context.Context, turn *Context, t target, m *payload.Message, inline bool) (bool, error) {
+func (ad *admission) dispatchRun(ctx context.Context, turn *Context, t target, m *payload.Message, inline bool) (bool, error) {
+	h := ad.h
 	if int64(m.Len())+mailbox.ItemOverhead > h.cfg.ApplicationLimits.Bytes {
 		// Larger than any lane: refused here, the same whether the
 		// object runs on this host or another.
@@ -458,7 +464,7 @@ func (h *Host) dispatchRun(ctx context.Context, turn *Context, t target, m *payl
 	// Pushed back by the object's reorder buffer: wait before taking a
 	// permit, so that waiting senders hold none (the message the buffer
 	// waits for may need one).
-	if err := h.waitPressure(ctx, t); err != nil {
+	if err := h.admit.waitPressure(ctx, t); err != nil {
 		m.Release()
 		h.obs.Rejected(t.name(), rejectReason(err))
 		return false, err
@@ -474,7 +480,7 @@ func (h *Host) dispatchRun(ctx context.Context, turn *Context, t target, m *payl
 	}
 	e := newEnvelope(m)
 	e.HoldPermit(h.jobs.permits)
-	return h.admitWait(ctx, t, e, inline)
+	return h.admit.admitWait(ctx, t, e, inline)
 }
 
 // retryable reports whether a send to another host failed because that
@@ -484,7 +490,8 @@ func retryable(err error) bool { return errors.Is(err, errHostGone) || errors.Is
 // admitWait admits an item that holds its permit, waiting up to SendTimeout
 // for lane room. On failure the item is released undecoded (and, if it was
 // stamped, a skip notice takes its place).
-func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inline bool) (ran bool, err error) {
+func (ad *admission) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inline bool) (ran bool, err error) {
+	h := ad.h
 	var timer, leaving *time.Timer
 	defer func() {
 		if timer != nil {
@@ -498,12 +505,12 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 	for {
 		p, err := t.resolve(fromOutside)
 		if err != nil {
-			h.reject(t.name(), e, RejectShuttingDown)
+			h.router.reject(t.name(), e, RejectShuttingDown)
 			return false, err
 		}
 		if p.o == nil {
 			// External sends wait for room on the link (flow control).
-			err := h.sendRemote(ctx, p.host, t, e.Msg)
+			err := h.admit.sendRemote(ctx, p.host, t, e.Msg)
 			switch {
 			case err == nil:
 				e.Msg = nil // sent
@@ -535,11 +542,11 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 				}
 				wait.Stop()
 			}
-			h.reject(t.name(), e, rejectReason(err))
+			h.router.reject(t.name(), e, rejectReason(err))
 			return false, err
 		}
 		o := p.o
-		h.stamp(t, e.Msg)
+		h.admit.stamp(t, e.Msg)
 		size := e.Msg.Len()
 		if h.obs.timed {
 			e.Admitted = nanotime()
@@ -557,7 +564,7 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 		switch {
 		case errors.Is(err, mailbox.ErrClosed):
 			if t.o != nil || !h.acceptsExternal() {
-				h.reject(t.name(), e, RejectShuttingDown)
+				h.router.reject(t.name(), e, RejectShuttingDown)
 				return false, ErrShuttingDown
 			}
 			continue // passivated or moved: the next lookup finds it
@@ -569,17 +576,17 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 			case <-room:
 				continue
 			case <-ctx.Done():
-				h.reject(t.name(), e, RejectCancelled)
+				h.router.reject(t.name(), e, RejectCancelled)
 				return false, ctxErr(ctx)
 			case <-timer.C:
-				h.reject(t.name(), e, RejectFull)
+				h.router.reject(t.name(), e, RejectFull)
 				return false, ErrSendTimeout
 			case <-h.life.done:
-				h.reject(t.name(), e, RejectShuttingDown)
+				h.router.reject(t.name(), e, RejectShuttingDown)
 				return false, ErrShuttingDown
 			}
 		default:
-			h.reject(t.name(), e, RejectTooLarge)
+			h.router.reject(t.name(), e, RejectTooLarge)
 			return false, err
 		}
 	}
@@ -589,8 +596,9 @@ func (h *Host) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inl
 // a handler's send, or (relayed) a message off a link. It cannot wait, so
 // lane limits do not apply (the permit bounds it). A relayed message
 // whose object is not here (any more) is forwarded.
-func (h *Host) admitGranted(t target, e *mailbox.Envelope, relayed bool) {
-	h.admitGrantedUntil(t, e, relayed, 0, true)
+func (ad *admission) admitGranted(t target, e *mailbox.Envelope, relayed bool) {
+	h := ad.h
+	h.admit.admitGrantedUntil(t, e, relayed, 0, true)
 }
 
 // admitGrantedUntil is admitGranted for a send that may be deferred until
@@ -599,7 +607,8 @@ func (h *Host) admitGranted(t target, e *mailbox.Envelope, relayed bool) {
 // Store) it reports false, having done nothing with e, where it would have
 // to look the object up or forward the message: the caller finishes it on
 // a look-up lane.
-func (h *Host) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bool, until int64, mayWait bool) bool {
+func (ad *admission) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bool, until int64, mayWait bool) bool {
+	h := ad.h
 	retries := 0
 	for {
 		mode := fromHandler
@@ -617,7 +626,7 @@ func (h *Host) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bool, un
 			}
 		}
 		if err != nil {
-			h.endUnrun(nil, t.name(), e, err, RejectShuttingDown)
+			h.router.endUnrun(nil, t.name(), e, err, RejectShuttingDown)
 			return true
 		}
 		if p.o == nil {
@@ -628,10 +637,10 @@ func (h *Host) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bool, un
 				m := e.Msg
 				e.Msg = nil
 				e.Release() // its permit: forwarding takes none
-				h.forward(t.kr, t.id, m, p)
+				h.router.forward(t.kr, t.id, m, p)
 				return true
 			}
-			err := h.sendRemote(nil, p.host, t, e.Msg)
+			err := h.admit.sendRemote(nil, p.host, t, e.Msg)
 			switch {
 			case err == nil:
 				e.Msg = nil
@@ -648,23 +657,23 @@ func (h *Host) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bool, un
 				if until == 0 {
 					until = nanotime() + int64(h.cfg.SendTimeout)
 				}
-				if nanotime() < until && h.deferSend(deferredSend{t: t, e: e, until: until}) {
+				if nanotime() < until && h.admit.deferSend(deferredSend{t: t, e: e, until: until}) {
 					return true
 				}
 				err = notHandedOn(p.host, err)
 			}
-			h.endUnrun(nil, t.name(), e, err, rejectReason(err))
+			h.router.endUnrun(nil, t.name(), e, err, rejectReason(err))
 			return true
 		}
 		if !relayed {
-			h.stamp(t, e.Msg)
+			h.admit.stamp(t, e.Msg)
 		}
 		o := p.o
 		size := e.Msg.Len()
 		if int64(size)+mailbox.ItemOverhead > h.cfg.ApplicationLimits.Bytes {
 			// From a host whose lanes are larger: this host's limit
 			// applies at admission, and the sender of an Ask hears of it.
-			h.endUnrun(o, "", e, mailbox.ErrTooLarge, RejectTooLarge)
+			h.router.endUnrun(o, "", e, mailbox.ErrTooLarge, RejectTooLarge)
 			return true
 		}
 		if h.obs.timed {
@@ -675,7 +684,7 @@ func (h *Host) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bool, un
 			return true
 		}
 		if t.o != nil || !h.acceptsInternal() {
-			h.endUnrun(nil, t.name(), e, ErrShuttingDown, RejectShuttingDown)
+			h.router.endUnrun(nil, t.name(), e, ErrShuttingDown, RejectShuttingDown)
 			return true
 		}
 	}
@@ -686,6 +695,15 @@ func (h *Host) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bool, un
 func notHandedOn(host string, err error) error {
 	return &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: "host " + host +
 		", which owns the object, is leaving or unreachable and did not hand it on within SendTimeout (try again)", Err: err}
+}
+
+// admission takes a message from its send to a queue: a host-wide permit,
+// then the local owner's mailbox, or the router for an object elsewhere;
+// a handler's send to a host that is leaving waits among the deferred
+// sends.
+type admission struct {
+	h        *Host
+	deferred deferredSends // handlers' sends waiting for a leaving host
 }
 
 // deferredSends are handlers' sends to objects whose host is leaving,
@@ -706,51 +724,56 @@ type deferredSend struct {
 }
 
 // deferSend queues d for the tick; false if the host is closing.
-func (h *Host) deferSend(d deferredSend) bool {
-	h.deferred.mu.Lock()
-	defer h.deferred.mu.Unlock()
-	if h.deferred.closed {
+func (ad *admission) deferSend(d deferredSend) bool {
+	h := ad.h
+	h.admit.deferred.mu.Lock()
+	defer h.admit.deferred.mu.Unlock()
+	if h.admit.deferred.closed {
 		return false
 	}
-	h.deferred.list = append(h.deferred.list, d)
+	h.admit.deferred.list = append(h.admit.deferred.list, d)
 	return true
 }
 
 // deferredJobs registers the deferred sends' periodic job on the host's
 // tick: handlers' sends that waited for a leaving host are tried again.
-func (h *Host) deferredJobs(tick *schedule) {
-	tick.every("retry deferred sends", tickEvery, func(time.Time) bool { h.retryDeferred(); return false })
+func (ad *admission) deferredJobs(tick *schedule) {
+	h := ad.h
+	tick.every("retry deferred sends", tickEvery, func(time.Time) bool { h.admit.retryDeferred(); return false })
 }
 
 // retryDeferred routes the deferred sends again, in the order they were
 // deferred (on the tick).
-func (h *Host) retryDeferred() {
-	h.deferred.mu.Lock()
-	ds := h.deferred.list
-	h.deferred.list = nil
-	h.deferred.mu.Unlock()
+func (ad *admission) retryDeferred() {
+	h := ad.h
+	h.admit.deferred.mu.Lock()
+	ds := h.admit.deferred.list
+	h.admit.deferred.list = nil
+	h.admit.deferred.mu.Unlock()
 	for _, d := range ds {
-		h.admitGrantedUntil(d.t, d.e, false, d.until, true)
+		h.admit.admitGrantedUntil(d.t, d.e, false, d.until, true)
 	}
 }
 
 // closeDeferred ends the deferred sends of a closing host.
-func (h *Host) closeDeferred() {
-	h.deferred.mu.Lock()
-	ds := h.deferred.list
-	h.deferred.list, h.deferred.closed = nil, true
-	h.deferred.mu.Unlock()
+func (ad *admission) closeDeferred() {
+	h := ad.h
+	h.admit.deferred.mu.Lock()
+	ds := h.admit.deferred.list
+	h.admit.deferred.list, h.admit.deferred.closed = nil, true
+	h.admit.deferred.mu.Unlock()
 	for _, d := range ds {
-		h.endUnrun(nil, d.t.name(), d.e, ErrShuttingDown, RejectShuttingDown)
+		h.router.endUnrun(nil, d.t.name(), d.e, ErrShuttingDown, RejectShuttingDown)
 	}
 }
 
 // reject ends an item that was never admitted (the sender gets the error;
 // a stamped one is announced dropped).
-func (h *Host) reject(kind string, e *mailbox.Envelope, reason string) {
+func (rt *router) reject(kind string, e *mailbox.Envelope, reason string) {
+	h := rt.h
 	h.obs.Rejected(kind, reason)
 	if e.Msg != nil {
-		h.dropped(e.Msg.Header())
+		h.router.dropped(e.Msg.Header())
 	}
 	e.Release()
 }
@@ -758,16 +781,17 @@ func (h *Host) reject(kind string, e *mailbox.Envelope, reason string) {
 // endUnrun ends an admitted or granted item that will not run: a request
 // gets err as its reply; the payload is released undecoded; a stamped one
 // is announced dropped.
-func (h *Host) endUnrun(o *owner, kind string, e *mailbox.Envelope, err error, reason string) {
+func (rt *router) endUnrun(o *owner, kind string, e *mailbox.Envelope, err error, reason string) {
+	h := rt.h
 	if o != nil {
 		kind = o.spec.name
 	}
 	h.obs.Rejected(kind, reason)
 	if e.Msg != nil {
 		hv := e.Msg.Header()
-		h.dropped(hv)
+		h.router.dropped(hv)
 		if route := hv.ReplyTo(); len(route) > 0 {
-			h.routeReply(route, hv.Op(), reply{err: err})
+			h.requests.routeReply(route, hv.Op(), reply{err: err})
 		}
 	}
 	e.Release()
@@ -830,7 +854,7 @@ func (ob *outbox) sendOne(t target, m *payload.Message) {
 	if idle && ob.host.jobs.permits.TryAcquire() {
 		e := newEnvelope(m)
 		e.HoldPermit(ob.host.jobs.permits)
-		ob.host.admitGranted(t, e, false)
+		ob.host.admit.admitGranted(t, e, false)
 		return
 	}
 	ps := &pendingSend{m: m}
@@ -888,11 +912,11 @@ func (ob *outbox) grant() {
 		}
 		e := newEnvelope(m)
 		e.HoldPermit(ob.host.jobs.permits)
-		if !ob.host.admitGrantedUntil(t, e, ps.relayed, 0, false) {
+		if !ob.host.admit.admitGrantedUntil(t, e, ps.relayed, 0, false) {
 			// It would wait for the store: it goes on on a look-up lane,
 			// and so does the source after it.
-			ob.host.lookupLane(t).add(func() {
-				ob.host.admitGrantedUntil(t, e, ps.relayed, 0, true)
+			ob.host.router.lookupLane(t).add(func() {
+				ob.host.admit.admitGrantedUntil(t, e, ps.relayed, 0, true)
 				if ob.advance(ps) {
 					ob.grant()
 				}

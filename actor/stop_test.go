@@ -658,15 +658,15 @@ func TestCloseCountsHandlersSendsWaitingForALeavingHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "x to run on b", func() bool { return ran.Load() == 1 })
-	b.beginLeave() // as a Stop whose context ended leaves it: x not handed on
+	b.drainer.beginLeave() // as a Stop whose context ended leaves it: x not handed on
 	waitFor(t, "a to see b leave", func() bool { return a.peers.view.leavingOrGone("b") })
 	if err := Tell(bg, a, Ref{"relay", "r"}, StopRelay{ID: "x", N: 2}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the relay's sends to wait for b", func() bool {
-		a.deferred.mu.Lock()
-		defer a.deferred.mu.Unlock()
-		return relayed.Load() == 2 && len(a.deferred.list) == 2
+		a.admit.deferred.mu.Lock()
+		defer a.admit.deferred.mu.Unlock()
+		return relayed.Load() == 2 && len(a.admit.deferred.list) == 2
 	})
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
