@@ -54,7 +54,10 @@ type drainer struct {
 }
 
 // DrainState returns the host's drain state.
-func (h *Host) DrainState() DrainState { return DrainState(h.drainer.state.Load()) }
+func (h *Host) DrainState() DrainState { return h.drainer.current() }
+
+// current returns the drain state.
+func (dr *drainer) current() DrainState { return DrainState(dr.state.Load()) }
 
 // ErrNowhereToDrain: Drain found objects of a kind that relocates and no
 // other host serving that kind.
@@ -118,15 +121,15 @@ func (h *Host) Drain(ctx context.Context) error {
 // errors. It begins a drain, or goes on with one whose context ended.
 func (dr *drainer) drain(ctx context.Context, op string) error {
 	h := dr.h
-	switch h.DrainState() {
+	switch dr.current() {
 	case Serving:
-		if !h.acceptsExternal() {
+		if !h.life.acceptsExternal() {
 			return payload.NewError(payload.InvalidOperation, op, "the host is not serving")
 		}
 	case Stopped:
-		return h.Close() // the drain finished: the host has closed
+		return h.life.close() // the drain finished: the host has closed
 	}
-	if h.DrainState() <= Relocating {
+	if dr.current() <= Relocating {
 		// Objects whose state moves need somewhere to go: otherwise refuse,
 		// and keep serving, rather than drop their state.
 		if name := h.drainer.strandedKind(); name != "" {

@@ -75,13 +75,32 @@ type Host struct {
 // → closed); done closes when Close starts, closed when it returns; ctx
 // ends when the host closes.
 type lifecycle struct {
-	mu      sync.Mutex
-	state   atomic.Int32
-	done    chan struct{}         // closed by Close when it starts
-	closed  chan struct{}         // closed by Close when it returns
-	lostErr atomic.Pointer[error] // why the host closed itself (ErrLeaseLost); nil if it did not
-	ctx     context.Context       // ends when the host closes
-	end     context.CancelFunc
+	storeTimeout time.Duration // Config.StoreTimeout
+	close        func() error  // the host's Close, for the parts that end it (a lost lease, a drain)
+	mu           sync.Mutex
+	state        atomic.Int32
+	done         chan struct{}         // closed by Close when it starts
+	closed       chan struct{}         // closed by Close when it returns
+	lostErr      atomic.Pointer[error] // why the host closed itself (ErrLeaseLost); nil if it did not
+	ctx          context.Context       // ends when the host closes
+	end          context.CancelFunc
+}
+
+// acceptsExternal reports whether sends from outside a handler are taken.
+func (l *lifecycle) acceptsExternal() bool { return l.state.Load() == stateRunning }
+
+// acceptsInternal reports whether sends from handlers are taken: also while
+// stopping gracefully, so that chains of messages finish.
+func (l *lifecycle) acceptsInternal() bool {
+	s := l.state.Load()
+	return s == stateRunning || s == stateStopping
+}
+
+// storeContext is the context of one Location Store call: it ends after
+// Config.StoreTimeout. (It does not end when the host closes: a move's
+// last store call, or the membership's leave, still runs then.)
+func (l *lifecycle) storeContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), l.storeTimeout)
 }
 
 // jobQueue is the host-wide application job queue: the permits every
@@ -113,12 +132,13 @@ func NewHost(cfg Config) (*Host, error) {
 		log:     cfg.Logger.With("host", cfg.Name),
 		pool:    payload.NewPool(payload.PoolOptions{OnRelease: cfg.OnPayloadRelease}),
 		reg:     payload.NewRegistry(),
-		life:    lifecycle{done: make(chan struct{}), closed: make(chan struct{})},
+		life:    lifecycle{storeTimeout: cfg.StoreTimeout, done: make(chan struct{}), closed: make(chan struct{})},
 		svc:     newServices(nil),
 		owners:  ownerTable{seed: maphash.MakeSeed(), kinds: map[string]*kindRuntime{}, channels: map[string]*channelRuntime{}},
 		workers: workerPool{handoff: make(chan func()), stop: make(chan struct{})},
 		drainer: drainer{stopTurn: make(chan struct{}, 1)},
 	}
+	h.life.close = h.Close
 	h.peers.h, h.in.h, h.router.h, h.requests.h, h.owners.h, h.gaps.h, h.drainer.h, h.lease.h, h.admit.h = h, h, h, h, h, h, h, h, h
 	if h.obs.Observer == nil {
 		h.obs.Observer = noObserver{}
@@ -303,7 +323,7 @@ func (h *Host) join() error {
 	h.peers.backlog, _ = tr.(transport.Backlogger)
 	h.peers.attached.Store(true)
 	close(ready)
-	ctx, cancel := h.storeContext()
+	ctx, cancel := h.life.storeContext()
 	defer cancel()
 	kinds := make([]string, 0, len(h.owners.kinds))
 	for name := range h.owners.kinds {
@@ -349,7 +369,7 @@ func (h *Host) leave(joined bool) {
 		h.log.Warn("the transport's graceful close gave up on peers", "err", err)
 	}
 	if joined {
-		ctx, cancel := h.storeContext()
+		ctx, cancel := h.life.storeContext()
 		defer cancel()
 		if err := h.peers.members.Leave(ctx, h.name, h.lease.gen); err != nil {
 			h.log.Warn("membership leave failed; the lease will expire", "err", err)
@@ -416,7 +436,7 @@ func (h *Host) Stop(ctx context.Context) error {
 		return err
 	}
 	defer release()
-	if h.DrainState() != Serving || (h.peers.tr != nil && !h.cfg.StopDeactivates && h.acceptsExternal() && h.owners.hasMovable()) {
+	if h.DrainState() != Serving || (h.peers.tr != nil && !h.cfg.StopDeactivates && h.life.acceptsExternal() && h.owners.hasMovable()) {
 		// Drain — or go on with the drain an earlier call began.
 		err := h.drainer.drain(ctx, op)
 		if !errors.Is(err, ErrNowhereToDrain) {
@@ -463,17 +483,6 @@ func closedMidStop(op string) error {
 	return payload.NewError(payload.ShuttingDown, op, "Close closed the host before it stopped gracefully")
 }
 
-// hasMovable reports whether the host has objects of a kind that relocates.
-func (ow *ownerTable) hasMovable() bool {
-	h := ow.h
-	for _, kr := range h.owners.kinds {
-		if kr.spec.policy != DisableRelocation && len(kr.all()) > 0 {
-			return true
-		}
-	}
-	return false
-}
-
 // stop is Stop without the drain; op names the caller in errors. It goes
 // on from where an earlier stop whose context ended got to.
 //
@@ -488,7 +497,7 @@ func (ow *ownerTable) hasMovable() bool {
 func (dr *drainer) stop(ctx context.Context, op string) error {
 	h := dr.h
 	if !h.life.state.CompareAndSwap(stateRunning, stateStopping) && h.life.state.Load() != stateStopping {
-		return h.Close() // never started (Close), or closed: returns once closed
+		return h.life.close() // never started (Close), or closed: returns once closed
 	}
 	if h.peers.tr != nil {
 		h.drainer.beginLeave()
@@ -511,7 +520,7 @@ func (dr *drainer) stop(ctx context.Context, op string) error {
 		// failure (no gap of theirs closes on it).
 		h.peers.setMemberState(membership.Gone)
 	}
-	return h.Close()
+	return h.life.close()
 }
 
 // beginLeave starts this host's leave: peers stop placing objects here
@@ -576,20 +585,6 @@ func (dr *drainer) waitHandedOn(ctx context.Context, op string) error {
 		case <-tick.C:
 		}
 	}
-}
-
-// deactivateAll asks every object to run its deactivate hook in a last
-// turn, and returns how many it asked.
-func (ow *ownerTable) deactivateAll() int {
-	h := ow.h
-	n := 0
-	for _, kr := range h.owners.kinds {
-		for _, o := range kr.all() {
-			o.requestDeactivate()
-			n++
-		}
-	}
-	return n
 }
 
 // Close stops the host at once: queued messages end with ShuttingDown
@@ -790,16 +785,6 @@ func (h *Host) Stats() Stats {
 	}
 }
 
-// acceptsExternal reports whether sends from outside a handler are taken.
-func (h *Host) acceptsExternal() bool { return h.life.state.Load() == stateRunning }
-
-// acceptsInternal reports whether sends from handlers are taken: also while
-// stopping gracefully, so that chains of messages finish.
-func (h *Host) acceptsInternal() bool {
-	s := h.life.state.Load()
-	return s == stateRunning || s == stateStopping
-}
-
 // workerPool is the dispatcher's goroutines: a mailbox's drain is handed
 // to an idle worker, or starts a new one; a worker idle for workerIdle
 // ends.
@@ -857,21 +842,6 @@ func (h *Host) worker(fn func()) {
 	}
 }
 
-// passivateIdle passivates the objects idle for longer than IdleTimeout
-// (the janitor's job).
-func (ow *ownerTable) passivateIdle(time.Time) (done bool) {
-	h := ow.h
-	limit := nanotime() - int64(h.cfg.IdleTimeout)
-	for _, kr := range h.owners.kinds {
-		for _, o := range kr.all() {
-			if o.lastActive.Load() < limit && o.mb.Idle() {
-				o.postControl(controlPassivate)
-			}
-		}
-	}
-	return false
-}
-
 // MetricsServer is an Observer that serves itself over HTTP, for
 // Config.MetricsAddr (metrics.Metrics is one). ServeMetrics starts serving
 // at addr and returns the bound address (with the port chosen for port 0)
@@ -904,13 +874,6 @@ var clockBase = time.Now()
 func nanotime() int64 { return int64(time.Since(clockBase)) }
 
 func itoa(i int) string { return strconv.Itoa(i) }
-
-// storeContext is the context of one Location Store call: it ends after
-// Config.StoreTimeout. (It does not end when the host closes: a move's
-// last store call, or the membership's leave, still runs then.)
-func (h *Host) storeContext() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), h.cfg.StoreTimeout)
-}
 
 // minLevel drops records below a level (protoactor logs chattily at Info).
 type minLevel struct {

@@ -36,7 +36,7 @@ type leaseKeeper struct {
 // renewer), so the lease needs no lock.
 func (lk *leaseKeeper) renewLease() error {
 	h := lk.h
-	ctx, cancel := h.storeContext()
+	ctx, cancel := h.life.storeContext()
 	defer cancel()
 	sent := time.Now()
 	if _, err := h.store.RenewLease(ctx, h.name, h.lease.gen); err != nil {
@@ -67,7 +67,7 @@ func (lk *leaseKeeper) leaseTick(now time.Time) (lost bool) {
 		h.lease.deadline.Store(1) // no turn starts from now on
 		err := ErrLeaseLost
 		h.life.lostErr.Store(&err)
-		go h.Close() // not here: Close waits for this goroutine
+		go h.life.close() // not here: Close waits for this goroutine
 		return true
 	}
 	if err := h.lease.renewLease(); err != nil {

@@ -157,7 +157,7 @@ func (m moveRestore) run() { m.d.restoreInTurn(m.rec) }
 // (aborted, or the owner's host did not answer); ShuttingDown.
 func (h *Host) Relocate(ctx context.Context, ref Ref, target string) error {
 	const op = "actor.Host.Relocate"
-	if !h.acceptsExternal() {
+	if !h.life.acceptsExternal() {
 		return ErrShuttingDown
 	}
 	if h.peers.tr == nil {
@@ -371,7 +371,7 @@ func (h *Host) onRecord(from string, obj relocation.Object, rec relocation.Recor
 			reply.OK, reply.Reason = false, "host "+h.name+" has no kind "+r.Object.Kind
 		case kr.spec.policy == DisableRelocation:
 			reply.OK, reply.Reason = false, "kind "+r.Object.Kind+" does not relocate"
-		case h.drainer.draining.Load() || !h.acceptsExternal():
+		case h.drainer.draining.Load() || !h.life.acceptsExternal():
 			reply.OK, reply.Reason = false, "host "+h.name+" is draining or stopping"
 		case h.cfg.AppVersion != r.AppVersion:
 			reply.OK, reply.Reason = false, "application version "+h.cfg.AppVersion+" here, "+r.AppVersion+" at the source"
@@ -396,7 +396,7 @@ func (h *Host) onRecord(from string, obj relocation.Object, rec relocation.Recor
 		}
 		if d == nil {
 			kr := h.owners.kinds[r.Object.Kind]
-			if kr == nil || !h.acceptsInternal() {
+			if kr == nil || !h.life.acceptsInternal() {
 				h.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move, Reason: "host " + h.name + " cannot take " + r.Object.String()})
 				return
 			}
@@ -514,7 +514,7 @@ func (d *moveDriver) advance(in relocation.Input) {
 	d.flush()
 	if op != nil {
 		d.storeLane.add(func() {
-			ctx, cancel := d.h.storeContext()
+			ctx, cancel := d.h.life.storeContext()
 			row, err := d.h.store.NewOwner(ctx, op.Object, op.Expect, op.NewHost)
 			cancel()
 			d.lane.add(func() {
@@ -731,7 +731,7 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 		d.later(func() {
 			for _, f := range frames {
 				if e := h.envelopeOf(f); e != nil {
-					if _, _, err := o.admit(e, admitOverflow); err != nil {
+					if _, _, err := h.router.admit(o, e, admitOverflow); err != nil {
 						h.redispatch(e)
 					}
 				}
@@ -751,7 +751,7 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 // row (before it takes its place on the move's lane: the lane does not
 // wait for the store) and starts the source machine with the preflight.
 func (d *moveDriver) startSource() {
-	ctx, cancel := d.h.storeContext()
+	ctx, cancel := d.h.life.storeContext()
 	row, err := d.h.store.Get(ctx, d.obj)
 	cancel()
 	d.lane.runHere(func() {
@@ -1118,7 +1118,7 @@ func (h *Host) redispatchMessage(m *payload.Message) {
 		return
 	}
 	id := string(hv.TargetID())
-	p, err := kr.locate(id, fromLink)
+	p, err := kr.host.router.locate(kr, id, fromLink)
 	if err != nil {
 		h.router.failMessage(m, err)
 		return

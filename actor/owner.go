@@ -352,7 +352,7 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 	}
 	o.state = nil
 	obj := relocation.Object{Kind: o.ref.Kind, ID: o.ref.ID}
-	ctx, cancel := h.storeContext()
+	ctx, cancel := h.life.storeContext()
 	_, err := h.store.Preserve(ctx, obj, o.row, order)
 	cancel()
 	if err != nil {
@@ -457,4 +457,77 @@ func durationNs(ns int64) time.Duration {
 		return 0
 	}
 	return time.Duration(ns)
+}
+
+// hasMovable reports whether the host has objects of a kind that relocates.
+func (ow *ownerTable) hasMovable() bool {
+	h := ow.h
+	for _, kr := range h.owners.kinds {
+		if kr.spec.policy != DisableRelocation && len(kr.all()) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// deactivateAll asks every object to run its deactivate hook in a last
+// turn, and returns how many it asked.
+func (ow *ownerTable) deactivateAll() int {
+	h := ow.h
+	n := 0
+	for _, kr := range h.owners.kinds {
+		for _, o := range kr.all() {
+			o.requestDeactivate()
+			n++
+		}
+	}
+	return n
+}
+
+// passivateIdle passivates the objects idle for longer than IdleTimeout
+// (the janitor's job).
+func (ow *ownerTable) passivateIdle(time.Time) (done bool) {
+	h := ow.h
+	limit := nanotime() - int64(h.cfg.IdleTimeout)
+	for _, kr := range h.owners.kinds {
+		for _, o := range kr.all() {
+			if o.lastActive.Load() < limit && o.mb.Idle() {
+				o.postControl(controlPassivate)
+			}
+		}
+	}
+	return false
+}
+
+// forgetIdleSenders drops the order state of senders idle for twice the
+// streams' idle time, on every owner (they hold nothing).
+func (ow *ownerTable) forgetIdleSenders() {
+	h := ow.h
+	now := nanotime()
+	idle := 2 * int64(streamIdleFor(h.cfg.FollowDuration))
+	for _, kr := range h.owners.kinds {
+		for _, o := range kr.all() {
+			o.seqMu.Lock()
+			if ord := o.inbox.Order(); ord.Senders() > 0 {
+				ord.Forget(now, idle)
+			}
+			o.seqMu.Unlock()
+		}
+	}
+}
+
+// handlerFor finds the kind and its handler for a message type.
+func (ow *ownerTable) handlerFor(kind, typ string) (*kindRuntime, *handler, error) {
+	h := ow.h
+	kr := h.owners.kinds[kind]
+	if kr == nil {
+		h.obs.Rejected(kind, RejectNotFound)
+		return nil, nil, payload.NewError(payload.NotFound, "actor", "no kind "+kind+" on host "+h.name)
+	}
+	hd := kr.spec.handlers[typ]
+	if hd == nil {
+		h.obs.Rejected(kind, RejectNotFound)
+		return nil, nil, payload.NewError(payload.NotFound, "actor", "kind "+kind+" has no handler for "+typ)
+	}
+	return kr, hd, nil
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/payload"
-	"github.com/berthrt/berth/transport"
 )
 
 // The per-peer bound on what a host keeps of one peer's messages, and the
@@ -349,21 +348,6 @@ func raise(v *atomic.Int64, to int64) {
 	}
 }
 
-// creditOf returns this host's credit at peer name (kept with what it
-// keeps of the peer's messages: inbound).
-func (pr *peers) creditOf(name string) *peerCredit {
-	h := pr.h
-	return &h.in.inboundFrom(name).credit
-}
-
-// sentFrame counts a message frame of n bytes sent to peer to.
-func (pr *peers) sentFrame(to string, n int) {
-	h := pr.h
-	c := h.peers.creditOf(to)
-	c.sentN.Add(1)
-	c.sentB.Add(budgetLen(n))
-}
-
 // ErrPeerBacklog: the object's host has too much of this host's traffic
 // already. Either it refused an Ask because it kept Config.PeerInbound of
 // the messages from this host's link (its objects did not keep up, or its
@@ -378,86 +362,9 @@ func (pr *peers) sentFrame(to string, n int) {
 var ErrPeerBacklog = payload.NewError(payload.Unavailable, "actor",
 	"the object's host has too many messages from this host already: the message did not run")
 
-// takeFromPeer counts message m off ib's link, for an object of kind kr,
-// in the peer's budget, and returns it with whether it is a skip notice
-// taken in the skip notices' allowance. Past the bound it refuses m
-// (refuseFromPeer) and returns the skip notice that takes its place, or
-// nil when nothing is left to route: m needed no skip notice, or its skip
-// notice was handed on here. A skip notice for an object here is taken in
-// at once (it needs no permit, and its order keeps at most ReorderBound
-// of them); one for an object elsewhere counts in the skip notices'
-// allowance, and past that goes back to its origin to be routed there
-// (never routed here: that may take a store call) — or, if this host is
-// its origin or the origin is gone, is dropped, counted.
-func (iq *inbounds) takeFromPeer(ib *inbound, kr *kindRuntime, m *payload.Message) (_ *payload.Message, skip bool) {
-	h := iq.h
-	if ib.budget.take(budgetBytes(m), false) {
-		return m, false
-	}
-	s := h.in.refuseFromPeer(ib, m)
-	if s == nil {
-		return nil, false
-	}
-	if o := kr.local(string(s.Header().TargetID())); o != nil {
-		e := newEnvelope(s)
-		if _, _, err := o.admit(e, admitOverflow); err == nil {
-			return nil, false
-		}
-		e.Msg = nil // the owner closed meanwhile: the skip notice goes the other way
-		e.Release()
-	}
-	if ib.budget.take(budgetBytes(s), true) {
-		return s, true
-	}
-	if origin := string(s.Header().Origin()); origin != h.name && h.peers.sendMessage(origin, s, transport.Bounce) == nil {
-		return nil, false
-	}
-	h.gaps.peerRefused.Add(1) // a gone origin's gaps close on that fact
-	s.Release()
-	return nil, false
-}
-
-// refuseFromPeer ends message m from ib's peer, past its budget: an Ask
-// gets ErrPeerBacklog, the refusal is counted and logged (rate-limited),
-// and a stamped message's skip notice is returned (nil if none), for the
-// caller to route in m's place. m is released.
-func (iq *inbounds) refuseFromPeer(ib *inbound, m *payload.Message) *payload.Message {
-	h := iq.h
-	hv := m.Header()
-	h.gaps.peerRefused.Add(1)
-	h.obs.Rejected(string(hv.TargetName()), RejectPeerBacklog)
-	h.peerLogs.backlog.Warn(h.log, "message from a peer refused: this host keeps Config.PeerInbound of its messages already",
-		"from", ib.peer, "messages", ib.budget.takenN.Load()-ib.budget.relN.Load())
-	if route := hv.ReplyTo(); len(route) > 0 {
-		h.requests.routeReply(route, hv.Op(), reply{err: ErrPeerBacklog})
-	}
-	var skip *payload.Message
-	if buf, ok := h.router.skipNotice(hv); ok {
-		if s, err := h.reg.Open(buf); err == nil {
-			skip = s
-		} else {
-			buf.Release()
-		}
-	}
-	m.Release()
-	return skip
-}
-
 // budgetBytes is what message m counts in a budget: its frame's length,
 // at most 4 GiB (a pendingSend keeps it in 32 bits).
 func budgetBytes(m *payload.Message) int64 { return budgetLen(m.Len()) }
 
 // budgetLen is what a frame of n bytes counts in a budget and in credit.
 func budgetLen(n int) int64 { return min(int64(n), math.MaxUint32) }
-
-// onCredit applies a credit report from peer from.
-func (iq *inbounds) onCredit(from string, r *creditReport) {
-	h := iq.h
-	h.peers.creditOf(from).apply(r)
-}
-
-// onCreditAsk answers a peer that waits for credit.
-func (iq *inbounds) onCreditAsk(from string) {
-	h := iq.h
-	h.in.inboundFrom(from).budget.asked()
-}

@@ -1,9 +1,5 @@
 package actor
 
-import (
-	"math/rand/v2"
-)
-
 // Placement says which host activates an object of a kind when a message
 // is sent to it and no live host owns it. It is applied by the host the
 // message is sent from; the host it picks activates the object (the
@@ -66,47 +62,6 @@ const (
 	fromHandler                   // a send of a handler of this host
 	fromLink                      // off a link, or routed again
 )
-
-// placeNew returns the host that activates object id of kind s by its
-// placement ("" or this host's name: here).
-func (rt *router) placeNew(s *spec, id string) string {
-	h := rt.h
-	placement := s.placement
-	if h.cfg.Gateway && placement == PlaceLocal {
-		placement = PlaceHashed // a gateway hosts nothing
-	}
-	if placement == PlaceLocal || h.peers.tr == nil {
-		return ""
-	}
-	cands := h.peers.candidates(s.name, !h.drainer.draining.Load() && !h.cfg.Gateway)
-	if len(cands) == 0 {
-		return ""
-	}
-	switch placement {
-	case PlaceRandom:
-		return cands[rand.IntN(len(cands))].name
-	case PlaceHashed:
-		best, bestScore := "", uint64(0)
-		for _, c := range cands {
-			if score := rendezvous(c.name, id); best == "" || score > bestScore {
-				best, bestScore = c.name, score
-			}
-		}
-		return best
-	case PlaceLeastLoaded:
-		best := cands[0]
-		for _, c := range cands[1:] {
-			if c.load < best.load {
-				best = c
-			}
-		}
-		if best.name != h.name {
-			h.peers.view.placed(best.name)
-		}
-		return best.name
-	}
-	return ""
-}
 
 // rendezvous is the score of host for object id in rendezvous hashing:
 // FNV-1a over both, then a 64-bit finalizer (splitmix64). It is the same

@@ -1,14 +1,11 @@
 package actor
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/berthrt/berth/relocation"
 	"github.com/berthrt/berth/route"
-	"github.com/berthrt/berth/transport"
 )
 
 // Back-pressure from a reorder buffer (docs/architecture.md, "Order, routing and transports"): the bound on what an
@@ -103,68 +100,11 @@ func (p *pressureSet) wait(obj relocation.Object) <-chan struct{} {
 // len returns how many objects are paused.
 func (p *pressureSet) len() int { return int(p.n.Load()) }
 
-// waitPressure waits, for a send from outside the handlers (ctx non-nil)
-// of a message not yet stamped, until t's object is not paused here: up
-// to SendTimeout (ErrPushedBack), ctx's end, or the host's close.
-func (ad *admission) waitPressure(ctx context.Context, t target) error {
-	h := ad.h
-	if ctx == nil || t.kr == nil {
-		return nil
-	}
-	ch := h.gaps.pressure.wait(t.obj())
-	if ch == nil {
-		return nil
-	}
-	h.gaps.pressureWaits.Add(1)
-	timer := time.NewTimer(h.cfg.SendTimeout)
-	defer timer.Stop()
-	select {
-	case <-ch:
-		return nil
-	case <-timer.C:
-		return ErrPushedBack
-	case <-ctx.Done():
-		return ctxErr(ctx)
-	case <-h.life.done:
-		return ErrShuttingDown
-	}
-}
-
 // pressureItem asks a sending host to pause (or resume) its outside
 // senders to an object.
 type pressureItem struct {
 	obj    relocation.Object
 	paused bool
-}
-
-// push tells sender to pause or resume its outside sends to o's object.
-// Not under any lock of the owner.
-func (pr *peers) push(o *owner, sender string, pause bool) {
-	h := pr.h
-	obj := relocation.Object{Kind: o.ref.Kind, ID: o.ref.ID}
-	if sender == h.name || sender == "" {
-		if pause {
-			h.gaps.pressure.pause(obj, h.name)
-		} else {
-			h.gaps.pressure.resume(obj)
-		}
-		return
-	}
-	if h.peers.tr == nil {
-		return
-	}
-	// Advice: lost with a gone peer, whose pauses end there on that fact.
-	_ = h.peers.sendItem(sender, transport.Control, appendControl(nil, &pressureItem{obj: obj, paused: pause}))
-}
-
-// onPressure applies a pressure item from peer from.
-func (iq *inbounds) onPressure(from string, p *pressureItem) {
-	h := iq.h
-	if p.paused {
-		h.gaps.pressure.pause(p.obj, from)
-	} else {
-		h.gaps.pressure.resume(p.obj)
-	}
 }
 
 // pushBackLocked notes, with o.seqMu held, that sender is past o's

@@ -201,7 +201,7 @@ func (h *Host) onControl(from string, ctl any) {
 // relocateHere is a relocate request from another host: the object's
 // owner is expected here.
 func (h *Host) relocateHere(ctx context.Context, ref Ref, target string) error {
-	if !h.acceptsExternal() {
+	if !h.life.acceptsExternal() {
 		return ErrShuttingDown
 	}
 	kr := h.owners.kinds[ref.Kind]

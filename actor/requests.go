@@ -1,10 +1,13 @@
 package actor
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/transport"
 )
 
 // reply is a request's terminal result: an encoded reply frame or an error.
@@ -74,4 +77,82 @@ func (t *requestTable) complete(op payload.OpID, r reply) bool {
 	}
 	p.ch <- r
 	return true
+}
+
+// onReply completes the request op with a reply frame from a link.
+func (rq *requestTable) onReply(op payload.OpID, flags uint8, buf payload.Buffer) {
+	h := rq.h
+	if flags&flagError != 0 {
+		rerr := decodeWireError(h, buf)
+		buf.Release()
+		h.requests.complete(op, reply{err: rerr})
+		return
+	}
+	h.requests.complete(op, reply{buf: buf})
+}
+
+// await waits for the request's terminal. If the waiter gives up but finds
+// the reply already taken by its deliverer, the reply came first and is
+// returned.
+func (rq *requestTable) await(ctx context.Context, op payload.OpID, p *pending, left time.Duration) (reply, error) {
+	h := rq.h
+	select {
+	case r := <-p.ch: // already answered (a turn run inline, or a fast owner)
+		pendings.Put(p)
+		return r, nil
+	default:
+	}
+	p.timer.Reset(left)
+	var err error
+	select {
+	case r := <-p.ch:
+		p.timer.Stop()
+		pendings.Put(p)
+		return r, nil
+	case <-ctx.Done():
+		err = ctxErr(ctx)
+	case <-p.timer.C:
+		err = ErrRequestTimeout
+	case <-h.life.done:
+		err = ErrShuttingDown
+	}
+	p.timer.Stop()
+	if h.requests.take(op) == nil {
+		r := <-p.ch
+		pendings.Put(p)
+		return r, nil
+	}
+	pendings.Put(p)
+	return reply{}, err
+}
+
+// routeReply delivers a reply to the asker's host. Replies take no permit.
+func (rq *requestTable) routeReply(route []byte, op payload.OpID, r reply) {
+	h := rq.h
+	if string(route) == h.name {
+		h.requests.complete(op, r)
+		return
+	}
+	if h.peers.tr == nil {
+		h.log.Warn("reply route unknown; reply dropped", "route", string(route))
+		if !r.buf.IsZero() {
+			r.buf.Release()
+		}
+		return
+	}
+	buf := r.buf
+	if r.err != nil {
+		var err error
+		if buf, err = encodeWireError(h, op, r.err); err != nil {
+			h.log.Error("error reply not encodable", "err", err)
+			return
+		}
+	}
+	err := h.peers.sendItem(string(route), transport.Reply, buf.Bytes())
+	buf.Release()
+	if err != nil && !errors.Is(err, ErrPeerBacklog) { // that one is counted and logged
+		// The asker's host is not reachable from here (it left the
+		// network): nobody there waits for this reply any more.
+		h.peerLogs.replyLost.Warn(h.log, "reply lost: the asker's host is not reachable", "route", string(route), "err", err)
+	}
 }

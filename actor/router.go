@@ -1,8 +1,8 @@
 package actor
 
 import (
-	"context"
 	"errors"
+	"math/rand/v2"
 	"time"
 
 	"github.com/berthrt/berth/mailbox"
@@ -10,6 +10,7 @@ import (
 	"github.com/berthrt/berth/relocation"
 	"github.com/berthrt/berth/route"
 	"github.com/berthrt/berth/transport"
+	"golang.org/x/sync/singleflight"
 )
 
 // Routing between hosts (docs/architecture.md, "Relocation", "Order, routing and transports"; the rules are package route's).
@@ -48,6 +49,29 @@ const (
 // flagError marks a reply frame that carries an error.
 const flagError uint8 = 2
 
+func encodeWireError(h *Host, op payload.OpID, err error) (payload.Buffer, error) {
+	he := handlerError(err)
+	return payload.Encode(h.pool, h.reg, payload.Header{Op: op, Flags: flagReply | flagError},
+		wireError{Kind: uint8(he.Kind), Text: he.Msg, Codes: he.Codes})
+}
+
+func decodeWireError(h *Host, buf payload.Buffer) error {
+	m, err := h.reg.Open(buf.Retain())
+	if err != nil {
+		return err
+	}
+	defer m.Release()
+	we, err := payload.Value[wireError](m)
+	if err != nil {
+		return err
+	}
+	k := payload.Kind(we.Kind)
+	if k == 0 {
+		k = payload.InternalFailure
+	}
+	return &HandlerError{Kind: k, Msg: we.Text, Codes: we.Codes}
+}
+
 // place is where an object runs: a local owner, or another host.
 type place struct {
 	o    *owner
@@ -66,7 +90,7 @@ type routeHint struct {
 // peerLive reports whether host holds a live lease of generation gen.
 func (rt *router) peerLive(host string, gen uint64) bool {
 	h := rt.h
-	ctx, cancel := h.storeContext()
+	ctx, cancel := h.life.storeContext()
 	defer cancel()
 	l, ok, err := h.store.Lease(ctx, host)
 	return err == nil && ok && l.Gen == gen && l.Remaining > 0 // by the store's clock: no clocks compared
@@ -74,17 +98,17 @@ func (rt *router) peerLive(host string, gen uint64) bool {
 
 // locate returns where object id of the kind runs, activating it here when
 // no live host owns it (one activation per object across the store).
-func (kr *kindRuntime) locate(id string, mode lookupMode) (place, error) {
-	if p, ok := kr.locateCached(id); ok {
+func (rt *router) locate(kr *kindRuntime, id string, mode lookupMode) (place, error) {
+	if p, ok := rt.locateCached(kr, id); ok {
 		return p, nil
 	}
-	return kr.lookup(id, mode)
+	return rt.lookup(kr, id, mode)
 }
 
 // locateCached is locate without the store: it finds a local owner or a
 // route to another host, and reports false where locate would ask the
 // store.
-func (kr *kindRuntime) locateCached(id string) (place, bool) {
+func (rt *router) locateCached(kr *kindRuntime, id string) (place, bool) {
 	if o := kr.local(id); o != nil {
 		return place{o: o}, true
 	}
@@ -98,28 +122,28 @@ func (kr *kindRuntime) locateCached(id string) (place, bool) {
 // lookup asks the store where object id runs, and activates it here if no
 // live host owns it. Concurrent look-ups of one object on this host share
 // one store call; no lock is held across it.
-func (kr *kindRuntime) lookup(id string, mode lookupMode) (place, error) {
+func (rt *router) lookup(kr *kindRuntime, id string, mode lookupMode) (place, error) {
 	key := kr.spec.name + "\x00" + id
 	if mode != fromOutside {
 		key += "\x00" + string(rune('0'+mode))
 	}
-	v, err, _ := kr.host.router.lookups.Do(key, func() (any, error) { return kr.resolve(id, mode) })
+	v, err, _ := rt.lookups.Do(key, func() (any, error) { return rt.resolve(kr, id, mode) })
 	if err != nil {
 		return place{}, err
 	}
 	return v.(place), nil
 }
 
-func (kr *kindRuntime) resolve(id string, mode lookupMode) (place, error) {
+func (rt *router) resolve(kr *kindRuntime, id string, mode lookupMode) (place, error) {
 	h := kr.host
 	if o := kr.local(id); o != nil {
 		return place{o: o}, nil
 	}
-	if (mode == fromOutside && !h.acceptsExternal()) || (mode != fromOutside && !h.acceptsInternal()) {
+	if (mode == fromOutside && !h.life.acceptsExternal()) || (mode != fromOutside && !h.life.acceptsInternal()) {
 		return place{}, ErrShuttingDown
 	}
 	obj := relocation.Object{Kind: kr.spec.name, ID: id}
-	ctx, cancel := h.storeContext()
+	ctx, cancel := h.life.storeContext()
 	defer cancel()
 	row, err := h.store.Get(ctx, obj)
 	switch {
@@ -161,7 +185,7 @@ func (kr *kindRuntime) resolve(id string, mode lookupMode) (place, error) {
 	// The activation itself is one flight per object on this host, whatever
 	// the look-ups' modes: two of them (a local send and a message off a
 	// link) must not both reserve and commit.
-	v, err, _ := h.router.lookups.Do(kr.spec.name+"\x00"+id+"\x00activate", func() (any, error) { return kr.activate(id, takeover) })
+	v, err, _ := h.router.lookups.Do(kr.spec.name+"\x00"+id+"\x00activate", func() (any, error) { return rt.activate(kr, id, takeover) })
 	if err != nil {
 		return place{}, err
 	}
@@ -172,13 +196,13 @@ func (kr *kindRuntime) resolve(id string, mode lookupMode) (place, error) {
 // installs its owner; if another live host owns it, it returns that host.
 // takeover: its row named a crashed owner (its gaps are messages that
 // died with it: TakeoverGapTimeout).
-func (kr *kindRuntime) activate(id string, takeover bool) (place, error) {
+func (rt *router) activate(kr *kindRuntime, id string, takeover bool) (place, error) {
 	h := kr.host
 	if o := kr.local(id); o != nil {
 		return place{o: o}, nil // a flight that ended just before this one
 	}
 	obj := relocation.Object{Kind: kr.spec.name, ID: id}
-	ctx, cancel := h.storeContext()
+	ctx, cancel := h.life.storeContext()
 	defer cancel()
 	row, err := h.store.Reserve(ctx, obj, h.name)
 	if err == nil {
@@ -220,239 +244,6 @@ func (kr *kindRuntime) activate(id string, takeover bool) (place, error) {
 	}
 	sh.m[id] = o
 	return place{o: o}, nil
-}
-
-// sendRemote hands m, a message this host sends to t's object, to the
-// transport for host, stamping it first (once). Tell completes here: the
-// transport accepted it. With a non-nil ctx (a send from outside the
-// handlers) it first waits for room on the link. If the host is gone or
-// leaving, errHostGone is returned (the caller looks the object up
-// again); on any failure m stays the caller's.
-func (ad *admission) sendRemote(ctx context.Context, host string, t target, m *payload.Message) error {
-	h := ad.h
-	if mx := h.peers.view.maxMessage(host); mx > 0 && int64(m.Len()) > mx {
-		return mailbox.ErrTooLarge // the destination's lanes are smaller than this host's
-	}
-	if ctx != nil {
-		if err := h.peers.waitRoom(ctx, host, len(m.Frame())); err != nil {
-			return err
-		}
-	}
-	if h.peers.backlogged(host) {
-		return ErrPeerBacklog // not stamped: no gap is left
-	}
-	h.admit.stamp(t, m)
-	return h.peers.sendMessage(host, m, transport.Frame)
-}
-
-// malformedItem drops an item off a link that does not decode (counted as
-// a protocol rejection). A lost hint is advice; a lost record is recovered
-// by the relocation protocol; a lost control item ends its Relocate by the
-// caller's deadline.
-func (pr *peers) malformedItem(from string, err error) {
-	h := pr.h
-	h.obs.Rejected("", RejectProtocol)
-	h.peerLogs.malformed.Warn(h.log, "malformed item from a link dropped", "from", from, "err", err)
-}
-
-// bounced takes back a frame this host sent that its destination left
-// before receiving: it is routed again (replies and messages alike).
-func (iq *inbounds) bounced(buf payload.Buffer) {
-	h := iq.h
-	hv, _, err := payload.DecodeHeader(buf.Bytes())
-	if err != nil || !h.acceptsInternal() {
-		h.obs.Rejected("", RejectUndeliverable)
-		buf.Release()
-		return
-	}
-	if hv.Flags()&flagReply != 0 {
-		buf.Release() // the asker left; nobody waits for this reply
-		return
-	}
-	h.redispatchBuffer(buf)
-}
-
-// onFrame handles a message or reply frame from peer from.
-func (iq *inbounds) onFrame(ib *inbound, from string, buf payload.Buffer) {
-	h := iq.h
-	// The header is decoded once, by Open; only a frame that Open refuses
-	// is decoded again, to tell a malformed header from a reply or an
-	// unknown content type.
-	m, err := h.reg.Open(buf)
-	if err != nil {
-		h.in.onUnopened(from, buf, err)
-		return
-	}
-	hv := m.Header()
-	if hv.Flags()&flagReply != 0 {
-		op, flags := hv.Op(), hv.Flags()
-		h.requests.onReply(op, flags, m.TakeBuffer())
-		return
-	}
-	if hv.Scope() == payload.ScopeObject && hv.Hops() == 0 && string(hv.Origin()) != from {
-		// A frame not forwarded yet comes from its origin: a peer's
-		// link is authenticated as that peer (transport/tcp), and the
-		// origin orders the object's messages, so a first-hop frame
-		// naming another origin is refused (back to the peer, if it
-		// asked for an answer there).
-		h.obs.Rejected("", RejectProtocol)
-		h.peerLogs.malformed.Warn(h.log, "frame on its first hop naming another origin than the peer it came from dropped",
-			"from", from, "origin", string(hv.Origin()))
-		if string(hv.ReplyTo()) == from {
-			h.router.failFrame(hv.ReplyTo(), hv.Op(), payload.NewError(payload.ProtocolError, "actor",
-				"a message on its first hop must name the sending host ("+from+") as its origin"))
-		}
-		m.Release()
-		return
-	}
-	kr := h.owners.kinds[string(hv.TargetName())]
-	if kr == nil || hv.Scope() != payload.ScopeObject {
-		h.router.failMessage(m, payload.NewError(payload.NotFound, "actor", "host "+h.name+" has no kind "+string(hv.TargetName())))
-		return
-	}
-	// What this host keeps of the peer's messages is bounded
-	// (peerbudget.go): past the bound the message is refused, and a
-	// stamped one's skip notice goes its way instead.
-	m, skip := h.in.takeFromPeer(ib, kr, m)
-	if m == nil {
-		return
-	}
-	hv = m.Header()     // m may be the skip notice in its place now
-	n := budgetBytes(m) // what it counts in the budget
-	id := string(hv.TargetID())
-	// A forwarded message names the host that sent it first: its
-	// sequence numbers order the object's messages, and each origin takes
-	// a place in the object's order state. Only a member takes one —
-	// asked afresh on the slow lane when this host's view does not know
-	// it yet (it may have joined a moment ago) — so an object's senders
-	// are bounded by the membership.
-	var unknown string
-	if o := hv.Origin(); string(o) != from && !h.peers.view.known(string(o)) {
-		unknown = string(o)
-	}
-	if unknown != "" || kr.local(id) == nil {
-		// Where the object runs may take a store call (or a forward that
-		// needs one): that runs on the link's slow lane, so that a slow
-		// store never stalls the messages behind it for objects that are
-		// here. Order between the two ways is restored by the messages'
-		// sequence numbers.
-		ib.slow.add(func() {
-			switch {
-			case unknown != "" && !h.peers.knownHost(unknown):
-				h.in.unknownOrigin(from, m)
-			case h.in.routeIn(ib, kr, id, m, n, skip):
-				return // it waits for a permit, in the budget
-			}
-			ib.budget.release(n, skip)
-		})
-		return
-	}
-	// The object is here: admit it (the permit source keeps the order of
-	// the messages off this link; admission finds the owner again).
-	h.in.admitIn(ib, kr, id, m, n, skip)
-}
-
-// unknownOrigin drops message m from peer from, forwarded in the name of
-// an origin the membership does not know: counted, logged (rate-limited),
-// a request answered with ProtocolError — and no skip notice, which would
-// give the unknown origin a place in the object's order state.
-func (iq *inbounds) unknownOrigin(from string, m *payload.Message) {
-	h := iq.h
-	hv := m.Header()
-	h.obs.Rejected(string(hv.TargetName()), RejectProtocol)
-	h.peerLogs.malformed.Warn(h.log, "forwarded frame naming an origin that is no member dropped",
-		"from", from, "origin", string(hv.Origin()))
-	if route := hv.ReplyTo(); len(route) > 0 {
-		h.requests.routeReply(route, hv.Op(), reply{err: payload.NewError(payload.ProtocolError, "actor",
-			"the message names an origin that is no member of the cluster")})
-	}
-	m.Release()
-}
-
-// onUnopened handles a frame from peer from that Open refused (err): a
-// malformed header is dropped, a reply goes to its asker (who decodes it),
-// a message is failed back to its sender.
-func (iq *inbounds) onUnopened(from string, buf payload.Buffer, err error) {
-	h := iq.h
-	hv, _, herr := payload.DecodeHeader(buf.Bytes())
-	switch {
-	case herr != nil:
-		h.obs.Rejected("", RejectProtocol)
-		h.peerLogs.malformed.Warn(h.log, "malformed frame from a link dropped", "from", from, "err", herr)
-		buf.Release()
-	case hv.Flags()&flagReply != 0:
-		h.requests.onReply(hv.Op(), hv.Flags(), buf)
-	default:
-		h.router.dropped(&hv)
-		h.router.failFrame(hv.ReplyTo(), hv.Op(), err)
-		buf.Release()
-	}
-}
-
-// onReply completes the request op with a reply frame from a link.
-func (rq *requestTable) onReply(op payload.OpID, flags uint8, buf payload.Buffer) {
-	h := rq.h
-	if flags&flagError != 0 {
-		rerr := decodeWireError(h, buf)
-		buf.Release()
-		h.requests.complete(op, reply{err: rerr})
-		return
-	}
-	h.requests.complete(op, reply{buf: buf})
-}
-
-// admitIn queues message m from a peer (ib) for object id to be admitted
-// here, in order behind the earlier ones; it counts n bytes in the peer's
-// budget (a skip notice's allowance if skip) until its admission begins.
-func (iq *inbounds) admitIn(ib *inbound, kr *kindRuntime, id string, m *payload.Message, n int64, skip bool) {
-	ps := &pendingSend{m: m, relayed: true, bytes: uint32(n), skip: skip} // n ≤ budgetBytes(…)
-	ps.one[0] = target{kr: kr, id: id}
-	ps.targets = ps.one[:]
-	ib.in.enqueue(ps)
-}
-
-// routeIn admits message m from a peer (ib) for object id here, or
-// forwards it to where the object runs. It reports whether m went on to
-// wait for a permit (admitIn), still counted as n bytes in the peer's
-// budget; otherwise the caller counts it out.
-func (iq *inbounds) routeIn(ib *inbound, kr *kindRuntime, id string, m *payload.Message, n int64, skip bool) bool {
-	h := iq.h
-	p, err := kr.locate(id, fromLink)
-	if err != nil {
-		if errors.Is(err, ErrShuttingDown) {
-			h.router.backOrFail(m, err) // this host is closing: the origin routes it again
-			return false
-		}
-		h.router.failMessage(m, err)
-		return false
-	}
-	if p.o != nil || !ib.in.idle() {
-		// Admit here — or, if earlier messages off this link still wait
-		// for permits, queue behind them even to be forwarded, so that
-		// none overtakes another.
-		h.in.admitIn(ib, kr, id, m, n, skip)
-		return true
-	}
-	// A forward goes onto the link to the object's host: wait (on this
-	// slow lane, whose messages stay in the peer's budget meanwhile) for
-	// room there, so that what the peer sends through this host is
-	// bounded by that link's flow control and the peer's budget — at most
-	// SendTimeout, then it goes all the same (nothing is dropped for it).
-	h.in.waitLinkRoom(p.host)
-	h.router.forward(kr, id, m, p)
-	return false
-}
-
-// waitLinkRoom waits until the link to host has room (Transport.WaitRoom),
-// at most SendTimeout, or until this host closes.
-func (iq *inbounds) waitLinkRoom(host string) {
-	h := iq.h
-	if host == "" || h.peers.tr.WaitRoom(doneCtx, host) == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(h.life.ctx, h.cfg.SendTimeout)
-	defer cancel()
-	_ = h.peers.tr.WaitRoom(ctx, host)
 }
 
 // forward hands a message on towards where its object runs now (Message
@@ -526,7 +317,7 @@ func (rt *router) forward(kr *kindRuntime, id string, m *payload.Message, p plac
 func (rt *router) lookupAgain(kr *kindRuntime, id string, m *payload.Message) (p place, ok bool) {
 	h := rt.h
 	h.routes.forget(relocation.Object{Kind: kr.spec.name, ID: id}, true)
-	p, err := kr.lookup(id, fromLink)
+	p, err := rt.lookup(kr, id, fromLink)
 	switch {
 	case err != nil:
 		h.router.backOrFail(m, err)
@@ -580,7 +371,7 @@ func (rt *router) admitHere(o *owner, m *payload.Message) {
 	h := rt.h
 	e := newEnvelope(m)
 	for try := 0; ; try++ {
-		_, _, err := o.admit(e, admitOverflow)
+		_, _, err := h.router.admit(o, e, admitOverflow)
 		if err == nil {
 			return
 		}
@@ -588,7 +379,7 @@ func (rt *router) admitHere(o *owner, m *payload.Message) {
 		hv := m.Header()
 		kr := h.owners.kinds[string(hv.TargetName())]
 		if try < 3 {
-			p, err = kr.locate(string(hv.TargetID()), fromLink)
+			p, err = rt.locate(kr, string(hv.TargetID()), fromLink)
 		} else {
 			err = payload.NewError(payload.Unavailable, "actor", "owner closed")
 		}
@@ -613,7 +404,7 @@ func (rt *router) admitHere(o *owner, m *payload.Message) {
 // the caller's) if this host is closing.
 func (rt *router) sendBack(m *payload.Message) bool {
 	h := rt.h
-	if h.peers.tr == nil || !h.acceptsInternal() {
+	if h.peers.tr == nil || !h.life.acceptsInternal() {
 		return false
 	}
 	hv := m.Header()
@@ -624,21 +415,6 @@ func (rt *router) sendBack(m *payload.Message) bool {
 	}
 	h.router.onBounce(m.TakeBuffer())
 	return true
-}
-
-// onBounceFrom takes a bounce off the link from peer from: a message of
-// this host (its origin) coming back to be routed afresh. A bounce of
-// another origin's message is dropped, counted: routing it here would
-// send it on as this host's own, in another host's name.
-func (iq *inbounds) onBounceFrom(from string, buf payload.Buffer) {
-	h := iq.h
-	if hv, _, err := payload.DecodeHeader(buf.Bytes()); err != nil || string(hv.Origin()) != h.name {
-		h.obs.Rejected("", RejectProtocol)
-		h.peerLogs.malformed.Warn(h.log, "bounce of a message this host did not send dropped", "from", from)
-		buf.Release()
-		return
-	}
-	h.router.onBounce(buf)
 }
 
 // onBounce routes afresh a message of this host that came back (its
@@ -677,13 +453,6 @@ func (rt *router) onBounce(buf payload.Buffer) {
 	h.redispatchMessage(m)
 }
 
-// sendHint tells host to that obj runs on host at with owner generation
-// gen.
-func (pr *peers) sendHint(to string, obj relocation.Object, at string, gen uint64) {
-	h := pr.h
-	_ = h.peers.sendItem(to, transport.Hint, appendHint(nil, obj, routeHint{host: at, gen: gen})) // advice: lost with a gone peer
-}
-
 // failMessage ends a message that cannot be delivered: a request gets err;
 // a skip notice follows a stamped message.
 func (rt *router) failMessage(m *payload.Message, err error) {
@@ -713,34 +482,220 @@ type wireError struct {
 	Codes []string `json:"c,omitempty"`
 }
 
-func encodeWireError(h *Host, op payload.OpID, err error) (payload.Buffer, error) {
-	he := handlerError(err)
-	return payload.Encode(h.pool, h.reg, payload.Header{Op: op, Flags: flagReply | flagError},
-		wireError{Kind: uint8(he.Kind), Text: he.Msg, Codes: he.Codes})
+// router is how this host finds where objects run: concurrent store
+// look-ups of one object are one call, and admissions that may call the
+// store wait on look-up lanes, not on a peer's slow lane.
+type router struct {
+	h       *Host
+	lanes   [lookupLanes]serial // admissions that may call the store
+	lookups singleflight.Group  // concurrent store look-ups of one object
 }
 
-func decodeWireError(h *Host, buf payload.Buffer) error {
-	m, err := h.reg.Open(buf.Retain())
-	if err != nil {
-		return err
-	}
-	defer m.Release()
-	we, err := payload.Value[wireError](m)
-	if err != nil {
-		return err
-	}
-	k := payload.Kind(we.Kind)
-	if k == 0 {
-		k = payload.InternalFailure
-	}
-	return &HandlerError{Kind: k, Msg: we.Text, Codes: we.Codes}
+// lookupLane returns the lane on which admissions to t's object that may
+// call the Location Store run, off the goroutine that granted the permit.
+func (rt *router) lookupLane(t target) *serial {
+	h := rt.h
+	return &h.router.lanes[objHash(t.obj())%lookupLanes]
 }
 
-// peerGone: a host left the network (stopped or killed).
-func (iq *inbounds) peerGone(name string) {
-	h := iq.h
-	h.routes.forgetHost(name)
-	h.gaps.pressure.resumeBy(name)
-	h.moveEvent(name, relocation.TargetDead{})
-	h.remotePeerGone(name)
+// hint applies a route hint: obj runs on host with owner generation gen.
+// A host that runs obj itself ignores it.
+func (rt *router) hint(obj relocation.Object, host string, gen uint64) {
+	h := rt.h
+	if host == h.name {
+		return
+	}
+	if kr := h.owners.kinds[obj.Kind]; kr == nil || kr.local(obj.ID) != nil {
+		return
+	}
+	h.routes.update(obj, host, gen)
+}
+
+// orderJobs registers the order's periodic jobs on the host's tick: the
+// coarse clock first (the others read it), the gaps' deadlines, skip
+// notices waiting for their host, and the pruning of idle routes and
+// senders.
+func (rt *router) orderJobs(tick *schedule) {
+	h := rt.h
+	tick.every("advance the coarse clock", tickEvery, func(time.Time) bool { h.routes.clk.Store(nanotime()); return false })
+	tick.every("close the gaps past their deadline", tickEvery, func(time.Time) bool { h.router.closeGaps(); return false })
+	tick.every("send the skip notices that waited", tickEvery, func(time.Time) bool { h.router.retrySkips(); return false })
+	tick.every("prune idle routes", time.Second, func(time.Time) bool { h.routes.prune(nanotime()); return false })
+	tick.every("forget idle senders", 10*time.Second, func(time.Time) bool { h.owners.forgetIdleSenders(); return false })
+}
+
+// orderDone finishes an order step outside the owner's lock: counts, the
+// list of owners holding messages, and the strays, routed again.
+func (rt *router) orderDone(o *owner, a orderAfter) {
+	for _, e := range o.finishOrder(a) {
+		rt.h.redispatch(e)
+	}
+}
+
+// admit admits e at o (owner.admit) and routes again the strays the
+// admission set free.
+func (rt *router) admit(o *owner, e *mailbox.Envelope, how admitHow) (ran bool, room <-chan struct{}, err error) {
+	ran, room, stray, err := o.admit(e, how)
+	for _, s := range stray {
+		rt.h.redispatch(s)
+	}
+	return ran, room, err
+}
+
+// closeGaps gives up on the gaps a failure fact covers (route.Fact), on
+// every owner that holds messages, and updates the oldest-gap gauge; a
+// long gap is logged (rate-limited) with the hosts it may wait for.
+func (rt *router) closeGaps() {
+	h := rt.h
+	h.owners.heldMu.Lock()
+	owners := make([]*owner, 0, len(h.owners.held))
+	for o := range h.owners.held {
+		owners = append(owners, o)
+	}
+	h.owners.heldMu.Unlock()
+	now := nanotime()
+	facts := h.gaps.currentFacts(now)
+	var oldest route.Gap
+	var oldestAt *owner
+	var awaited []string
+	for _, o := range owners {
+		o.seqMu.Lock()
+		if o.inbox.CloseGaps(now, facts) > 0 {
+			var a orderAfter
+			o.readyLocked(&a, nil)
+			o.seqMu.Unlock()
+			h.router.orderDone(o, a)
+			o.seqMu.Lock()
+		}
+		if g, ok := o.inbox.Order().OldestGap(now); ok && g.Waited > oldest.Waited {
+			oldest, oldestAt = g, o
+			awaited = awaited[:0]
+			for _, t := range o.trail.Live(now) {
+				awaited = append(awaited, t.Host)
+			}
+		}
+		o.seqMu.Unlock()
+	}
+	h.gaps.oldestGap.Store(oldest.Waited)
+	if oldestAt != nil && oldest.Waited >= int64(gapReportAfter) && h.gaps.gapLog.allow(now) {
+		h.log.Warn("a gap in a sender's messages is waiting for an older message (no host failed: it waits)",
+			"object", oldestAt.ref.String(), "sender", oldest.Sender, "missing", oldest.Missing,
+			"held", oldest.Held, "waited", time.Duration(oldest.Waited), "forwarding", awaited)
+	}
+}
+
+// retrySkips routes the deferred skip notices again (tick).
+func (rt *router) retrySkips() {
+	h := rt.h
+	h.gaps.skipMu.Lock()
+	ms := h.gaps.skips
+	h.gaps.skips = nil
+	h.gaps.skipMu.Unlock()
+	for _, m := range ms {
+		_ = payload.SetForward(m.Frame(), 0, 0)
+		h.redispatchMessage(m)
+	}
+}
+
+// dropped is called when this host ends a stamped message without
+// delivering it to its object (a routing failure, a rejected send): it
+// sends a skip notice with the message's stamp after it, so that the
+// owner does not wait for it. Best effort: a skip that cannot be placed
+// ends, and the gap closes after GapTimeout.
+func (rt *router) dropped(hv *payload.HeaderView) {
+	h := rt.h
+	if buf, ok := h.router.skipNotice(hv); ok {
+		h.redispatchBuffer(buf)
+	}
+}
+
+// skipNotice returns the skip notice of a stamped message this host
+// drops, counted (Stats.Dropped); false for a message that needs none.
+func (rt *router) skipNotice(hv *payload.HeaderView) (payload.Buffer, bool) {
+	h := rt.h
+	if hv.Seq() == 0 || hv.Flags()&flagSkip != 0 || hv.Scope() != payload.ScopeObject || !h.life.acceptsInternal() {
+		return payload.Buffer{}, false
+	}
+	h.stats.droppedMsgs.Add(1)
+	buf, err := payload.Encode(h.pool, h.reg, payload.Header{
+		Type:   "berth.skip",
+		Target: payload.Target{Scope: payload.ScopeObject, Name: string(hv.TargetName()), ID: string(hv.TargetID())},
+		Op:     hv.Op(),
+		Flags:  flagSkip,
+		Origin: string(hv.Origin()),
+		Epoch:  hv.Epoch(),
+		Seq:    hv.Seq(),
+	}, struct{}{})
+	return buf, err == nil
+}
+
+// placeNew returns the host that activates object id of kind s by its
+// placement ("" or this host's name: here).
+func (rt *router) placeNew(s *spec, id string) string {
+	h := rt.h
+	placement := s.placement
+	if h.cfg.Gateway && placement == PlaceLocal {
+		placement = PlaceHashed // a gateway hosts nothing
+	}
+	if placement == PlaceLocal || h.peers.tr == nil {
+		return ""
+	}
+	cands := h.peers.candidates(s.name, !h.drainer.draining.Load() && !h.cfg.Gateway)
+	if len(cands) == 0 {
+		return ""
+	}
+	switch placement {
+	case PlaceRandom:
+		return cands[rand.IntN(len(cands))].name
+	case PlaceHashed:
+		best, bestScore := "", uint64(0)
+		for _, c := range cands {
+			if score := rendezvous(c.name, id); best == "" || score > bestScore {
+				best, bestScore = c.name, score
+			}
+		}
+		return best
+	case PlaceLeastLoaded:
+		best := cands[0]
+		for _, c := range cands[1:] {
+			if c.load < best.load {
+				best = c
+			}
+		}
+		if best.name != h.name {
+			h.peers.view.placed(best.name)
+		}
+		return best.name
+	}
+	return ""
+}
+
+// reject ends an item that was never admitted (the sender gets the error;
+// a stamped one is announced dropped).
+func (rt *router) reject(kind string, e *mailbox.Envelope, reason string) {
+	h := rt.h
+	h.obs.Rejected(kind, reason)
+	if e.Msg != nil {
+		h.router.dropped(e.Msg.Header())
+	}
+	e.Release()
+}
+
+// endUnrun ends an admitted or granted item that will not run: a request
+// gets err as its reply; the payload is released undecoded; a stamped one
+// is announced dropped.
+func (rt *router) endUnrun(o *owner, kind string, e *mailbox.Envelope, err error, reason string) {
+	h := rt.h
+	if o != nil {
+		kind = o.spec.name
+	}
+	h.obs.Rejected(kind, reason)
+	if e.Msg != nil {
+		hv := e.Msg.Header()
+		h.router.dropped(hv)
+		if route := hv.ReplyTo(); len(route) > 0 {
+			h.requests.routeReply(route, hv.Op(), reply{err: err})
+		}
+	}
+	e.Release()
 }

@@ -1,0 +1,408 @@
+package actor
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/berthrt/berth/mailbox"
+	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/transport"
+)
+
+// sendRemote hands m, a message this host sends to t's object, to the
+// transport for host, stamping it first (once). Tell completes here: the
+// transport accepted it. With a non-nil ctx (a send from outside the
+// handlers) it first waits for room on the link. If the host is gone or
+// leaving, errHostGone is returned (the caller looks the object up
+// again); on any failure m stays the caller's.
+func (ad *admission) sendRemote(ctx context.Context, host string, t target, m *payload.Message) error {
+	h := ad.h
+	if mx := h.peers.view.maxMessage(host); mx > 0 && int64(m.Len()) > mx {
+		return mailbox.ErrTooLarge // the destination's lanes are smaller than this host's
+	}
+	if ctx != nil {
+		if err := h.peers.waitRoom(ctx, host, len(m.Frame())); err != nil {
+			return err
+		}
+	}
+	if h.peers.backlogged(host) {
+		return ErrPeerBacklog // not stamped: no gap is left
+	}
+	h.admit.stamp(t, m)
+	return h.peers.sendMessage(host, m, transport.Frame)
+}
+
+// stamp gives m, a message this host sends to t's object, its place in
+// this host's stream for the object, unless it has one (a retry).
+func (ad *admission) stamp(t target, m *payload.Message) {
+	h := ad.h
+	if h.peers.tr == nil || t.kr == nil {
+		return
+	}
+	if hv := m.Header(); hv.Seq() != 0 || string(hv.Origin()) != h.name {
+		return // stamped already, or another host's message
+	}
+	obj := t.obj()
+	sh := h.routes.streamShard(obj)
+	sh.mu.Lock()
+	st := sh.s.Next(obj, h.routes.coarseNow())
+	sh.mu.Unlock()
+	m.Stamp(st.Epoch, st.Seq)
+}
+
+// waitPressure waits, for a send from outside the handlers (ctx non-nil)
+// of a message not yet stamped, until t's object is not paused here: up
+// to SendTimeout (ErrPushedBack), ctx's end, or the host's close.
+func (ad *admission) waitPressure(ctx context.Context, t target) error {
+	h := ad.h
+	if ctx == nil || t.kr == nil {
+		return nil
+	}
+	ch := h.gaps.pressure.wait(t.obj())
+	if ch == nil {
+		return nil
+	}
+	h.gaps.pressureWaits.Add(1)
+	timer := time.NewTimer(h.cfg.SendTimeout)
+	defer timer.Stop()
+	select {
+	case <-ch:
+		return nil
+	case <-timer.C:
+		return ErrPushedBack
+	case <-ctx.Done():
+		return ctxErr(ctx)
+	case <-h.life.done:
+		return ErrShuttingDown
+	}
+}
+
+// accepts reports whether the host takes a send from this context.
+func (ad *admission) accepts(turn *Context) bool {
+	h := ad.h
+	if turn != nil && turn.host == h {
+		return h.life.acceptsInternal()
+	}
+	return h.life.acceptsExternal()
+}
+
+// dispatch admits m for t and takes ownership of m in every case. From a
+// handler of this host it goes through the owner's outbox; from outside, it
+// waits for a permit, then for lane room.
+func (ad *admission) dispatch(ctx context.Context, turn *Context, t target, m *payload.Message) error {
+	h := ad.h
+	_, err := h.admit.dispatchRun(ctx, turn, t, m, false)
+	return err
+}
+
+// dispatchRun is dispatch that, with inline, may run the item's turn on
+// this goroutine (Config.InlineAsk); it reports whether it did.
+func (ad *admission) dispatchRun(ctx context.Context, turn *Context, t target, m *payload.Message, inline bool) (bool, error) {
+	h := ad.h
+	if int64(m.Len())+mailbox.ItemOverhead > h.cfg.ApplicationLimits.Bytes {
+		// Larger than any lane: refused here, the same whether the
+		// object runs on this host or another.
+		m.Release()
+		h.obs.Rejected(t.name(), RejectTooLarge)
+		return false, mailbox.ErrTooLarge
+	}
+	if turn != nil && turn.host == h {
+		turn.owner.out.sendOne(t, m)
+		return false, nil
+	}
+	// Pushed back by the object's reorder buffer: wait before taking a
+	// permit, so that waiting senders hold none (the message the buffer
+	// waits for may need one).
+	if err := h.admit.waitPressure(ctx, t); err != nil {
+		m.Release()
+		h.obs.Rejected(t.name(), rejectReason(err))
+		return false, err
+	}
+	if err := h.jobs.permits.Acquire(ctx); err != nil {
+		m.Release()
+		if errors.Is(err, mailbox.ErrPermitsClosed) {
+			h.obs.Rejected(t.name(), RejectShuttingDown)
+			return false, ErrShuttingDown
+		}
+		h.obs.Rejected(t.name(), RejectCancelled)
+		return false, ctxErr(ctx)
+	}
+	e := newEnvelope(m)
+	e.HoldPermit(h.jobs.permits)
+	return h.admit.admitWait(ctx, t, e, inline)
+}
+
+// admitWait admits an item that holds its permit, waiting up to SendTimeout
+// for lane room. On failure the item is released undecoded (and, if it was
+// stamped, a skip notice takes its place).
+func (ad *admission) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inline bool) (ran bool, err error) {
+	h := ad.h
+	var timer, leaving *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+		if leaving != nil {
+			leaving.Stop()
+		}
+	}()
+	retries := 0
+	for {
+		p, err := t.resolve(fromOutside)
+		if err != nil {
+			h.router.reject(t.name(), e, RejectShuttingDown)
+			return false, err
+		}
+		if p.o == nil {
+			// External sends wait for room on the link (flow control).
+			err := h.admit.sendRemote(ctx, p.host, t, e.Msg)
+			switch {
+			case err == nil:
+				e.Msg = nil // sent
+				e.Release()
+				return false, nil
+			case retryable(err):
+				// The object's host is leaving: it hands its objects on
+				// (moves or deactivates them) within moments. Look again
+				// at once a few times, then every few milliseconds, for up
+				// to SendTimeout in all.
+				h.routes.forget(t.obj(), true)
+				retries++
+				if retries <= 3 {
+					continue
+				}
+				if leaving == nil {
+					leaving = time.NewTimer(h.cfg.SendTimeout)
+				}
+				wait := time.NewTimer(time.Duration(min(retries, 20)) * time.Millisecond)
+				select {
+				case <-wait.C:
+					continue
+				case <-leaving.C:
+					err = notHandedOn(p.host, err)
+				case <-ctx.Done():
+					err = ctxErr(ctx)
+				case <-h.life.done:
+					err = ErrShuttingDown
+				}
+				wait.Stop()
+			}
+			h.router.reject(t.name(), e, rejectReason(err))
+			return false, err
+		}
+		o := p.o
+		h.admit.stamp(t, e.Msg)
+		size := e.Msg.Len()
+		if h.obs.timed {
+			e.Admitted = nanotime()
+		}
+		how := admitWait
+		if inline {
+			how, inline = admitInline, false // only the first attempt
+		}
+		var room <-chan struct{}
+		ran, room, err = h.router.admit(o, e, how)
+		if err == nil {
+			h.obs.Admitted(o.spec.name, mailbox.Application, size)
+			return ran, nil
+		}
+		switch {
+		case errors.Is(err, mailbox.ErrClosed):
+			if t.o != nil || !h.life.acceptsExternal() {
+				h.router.reject(t.name(), e, RejectShuttingDown)
+				return false, ErrShuttingDown
+			}
+			continue // passivated or moved: the next lookup finds it
+		case errors.Is(err, mailbox.ErrFull):
+			if timer == nil {
+				timer = time.NewTimer(h.cfg.SendTimeout)
+			}
+			select {
+			case <-room:
+				continue
+			case <-ctx.Done():
+				h.router.reject(t.name(), e, RejectCancelled)
+				return false, ctxErr(ctx)
+			case <-timer.C:
+				h.router.reject(t.name(), e, RejectFull)
+				return false, ErrSendTimeout
+			case <-h.life.done:
+				h.router.reject(t.name(), e, RejectShuttingDown)
+				return false, ErrShuttingDown
+			}
+		default:
+			h.router.reject(t.name(), e, RejectTooLarge)
+			return false, err
+		}
+	}
+}
+
+// admitGranted admits an item that was granted its permit asynchronously:
+// a handler's send, or (relayed) a message off a link. It cannot wait, so
+// lane limits do not apply (the permit bounds it). A relayed message
+// whose object is not here (any more) is forwarded.
+func (ad *admission) admitGranted(t target, e *mailbox.Envelope, relayed bool) {
+	h := ad.h
+	h.admit.admitGrantedUntil(t, e, relayed, 0, true)
+}
+
+// admitGrantedUntil is admitGranted for a send that may be deferred until
+// nanotime until (0: SendTimeout from now) while its object's host leaves.
+// Without mayWait (on a goroutine that must not wait for the Location
+// Store) it reports false, having done nothing with e, where it would have
+// to look the object up or forward the message: the caller finishes it on
+// a look-up lane.
+func (ad *admission) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bool, until int64, mayWait bool) bool {
+	h := ad.h
+	retries := 0
+	for {
+		mode := fromHandler
+		if relayed {
+			mode = fromLink
+		}
+		var p place
+		var err error
+		if mayWait {
+			p, err = t.resolve(mode)
+		} else {
+			var ok bool
+			if p, ok = t.resolveCached(); !ok {
+				return false
+			}
+		}
+		if err != nil {
+			h.router.endUnrun(nil, t.name(), e, err, RejectShuttingDown)
+			return true
+		}
+		if p.o == nil {
+			if relayed && t.kr != nil {
+				if !mayWait {
+					return false // forwarding may look the object up
+				}
+				m := e.Msg
+				e.Msg = nil
+				e.Release() // its permit: forwarding takes none
+				h.router.forward(t.kr, t.id, m, p)
+				return true
+			}
+			err := h.admit.sendRemote(nil, p.host, t, e.Msg)
+			switch {
+			case err == nil:
+				e.Msg = nil
+				e.Release()
+				return true
+			case retryable(err) && retries < 3 && t.kr != nil:
+				h.routes.forget(t.obj(), true)
+				retries++
+				continue
+			case retryable(err) && t.kr != nil:
+				// The object's host is leaving and has not handed it on
+				// yet: a handler's send cannot wait here, so it is tried
+				// again on the tick, for up to SendTimeout.
+				if until == 0 {
+					until = nanotime() + int64(h.cfg.SendTimeout)
+				}
+				if nanotime() < until && h.admit.deferSend(deferredSend{t: t, e: e, until: until}) {
+					return true
+				}
+				err = notHandedOn(p.host, err)
+			}
+			h.router.endUnrun(nil, t.name(), e, err, rejectReason(err))
+			return true
+		}
+		if !relayed {
+			h.admit.stamp(t, e.Msg)
+		}
+		o := p.o
+		size := e.Msg.Len()
+		if int64(size)+mailbox.ItemOverhead > h.cfg.ApplicationLimits.Bytes {
+			// From a host whose lanes are larger: this host's limit
+			// applies at admission, and the sender of an Ask hears of it.
+			h.router.endUnrun(o, "", e, mailbox.ErrTooLarge, RejectTooLarge)
+			return true
+		}
+		if h.obs.timed {
+			e.Admitted = nanotime()
+		}
+		if _, _, err = h.router.admit(o, e, admitOverflow); err == nil {
+			h.obs.Admitted(o.spec.name, mailbox.Application, size)
+			return true
+		}
+		if t.o != nil || !h.life.acceptsInternal() {
+			h.router.endUnrun(nil, t.name(), e, ErrShuttingDown, RejectShuttingDown)
+			return true
+		}
+	}
+}
+
+// admission takes a message from its send to a queue: a host-wide permit,
+// then the local owner's mailbox, or the router for an object elsewhere;
+// a handler's send to a host that is leaving waits among the deferred
+// sends.
+type admission struct {
+	h        *Host
+	deferred deferredSends // handlers' sends waiting for a leaving host
+}
+
+// deferredSends are handlers' sends to objects whose host is leaving,
+// tried again on the tick until they are routed or SendTimeout passes.
+// Lock: mu, a leaf, guards list and closed.
+type deferredSends struct {
+	mu     sync.Mutex
+	list   []deferredSend
+	closed bool // Close ran: nothing more is deferred
+}
+
+// deferredSend is a handler's send to an object whose host is leaving,
+// waiting to be routed again (retryDeferred).
+type deferredSend struct {
+	t     target
+	e     *mailbox.Envelope
+	until int64 // nanotime; past it the send fails
+}
+
+// deferSend queues d for the tick; false if the host is closing.
+func (ad *admission) deferSend(d deferredSend) bool {
+	h := ad.h
+	h.admit.deferred.mu.Lock()
+	defer h.admit.deferred.mu.Unlock()
+	if h.admit.deferred.closed {
+		return false
+	}
+	h.admit.deferred.list = append(h.admit.deferred.list, d)
+	return true
+}
+
+// deferredJobs registers the deferred sends' periodic job on the host's
+// tick: handlers' sends that waited for a leaving host are tried again.
+func (ad *admission) deferredJobs(tick *schedule) {
+	h := ad.h
+	tick.every("retry deferred sends", tickEvery, func(time.Time) bool { h.admit.retryDeferred(); return false })
+}
+
+// retryDeferred routes the deferred sends again, in the order they were
+// deferred (on the tick).
+func (ad *admission) retryDeferred() {
+	h := ad.h
+	h.admit.deferred.mu.Lock()
+	ds := h.admit.deferred.list
+	h.admit.deferred.list = nil
+	h.admit.deferred.mu.Unlock()
+	for _, d := range ds {
+		h.admit.admitGrantedUntil(d.t, d.e, false, d.until, true)
+	}
+}
+
+// closeDeferred ends the deferred sends of a closing host.
+func (ad *admission) closeDeferred() {
+	h := ad.h
+	h.admit.deferred.mu.Lock()
+	ds := h.admit.deferred.list
+	h.admit.deferred.list, h.admit.deferred.closed = nil, true
+	h.admit.deferred.mu.Unlock()
+	for _, d := range ds {
+		h.router.endUnrun(nil, d.t.name(), d.e, ErrShuttingDown, RejectShuttingDown)
+	}
+}

@@ -1,0 +1,503 @@
+package actor
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+
+	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/transport"
+)
+
+// bounced takes back a frame this host sent that its destination left
+// before receiving: it is routed again (replies and messages alike).
+func (iq *inbounds) bounced(buf payload.Buffer) {
+	h := iq.h
+	hv, _, err := payload.DecodeHeader(buf.Bytes())
+	if err != nil || !h.life.acceptsInternal() {
+		h.obs.Rejected("", RejectUndeliverable)
+		buf.Release()
+		return
+	}
+	if hv.Flags()&flagReply != 0 {
+		buf.Release() // the asker left; nobody waits for this reply
+		return
+	}
+	h.redispatchBuffer(buf)
+}
+
+// onFrame handles a message or reply frame from peer from.
+func (iq *inbounds) onFrame(ib *inbound, from string, buf payload.Buffer) {
+	h := iq.h
+	// The header is decoded once, by Open; only a frame that Open refuses
+	// is decoded again, to tell a malformed header from a reply or an
+	// unknown content type.
+	m, err := h.reg.Open(buf)
+	if err != nil {
+		h.in.onUnopened(from, buf, err)
+		return
+	}
+	hv := m.Header()
+	if hv.Flags()&flagReply != 0 {
+		op, flags := hv.Op(), hv.Flags()
+		h.requests.onReply(op, flags, m.TakeBuffer())
+		return
+	}
+	if hv.Scope() == payload.ScopeObject && hv.Hops() == 0 && string(hv.Origin()) != from {
+		// A frame not forwarded yet comes from its origin: a peer's
+		// link is authenticated as that peer (transport/tcp), and the
+		// origin orders the object's messages, so a first-hop frame
+		// naming another origin is refused (back to the peer, if it
+		// asked for an answer there).
+		h.obs.Rejected("", RejectProtocol)
+		h.peerLogs.malformed.Warn(h.log, "frame on its first hop naming another origin than the peer it came from dropped",
+			"from", from, "origin", string(hv.Origin()))
+		if string(hv.ReplyTo()) == from {
+			h.router.failFrame(hv.ReplyTo(), hv.Op(), payload.NewError(payload.ProtocolError, "actor",
+				"a message on its first hop must name the sending host ("+from+") as its origin"))
+		}
+		m.Release()
+		return
+	}
+	kr := h.owners.kinds[string(hv.TargetName())]
+	if kr == nil || hv.Scope() != payload.ScopeObject {
+		h.router.failMessage(m, payload.NewError(payload.NotFound, "actor", "host "+h.name+" has no kind "+string(hv.TargetName())))
+		return
+	}
+	// What this host keeps of the peer's messages is bounded
+	// (peerbudget.go): past the bound the message is refused, and a
+	// stamped one's skip notice goes its way instead.
+	m, skip := h.in.takeFromPeer(ib, kr, m)
+	if m == nil {
+		return
+	}
+	hv = m.Header()     // m may be the skip notice in its place now
+	n := budgetBytes(m) // what it counts in the budget
+	id := string(hv.TargetID())
+	// A forwarded message names the host that sent it first: its
+	// sequence numbers order the object's messages, and each origin takes
+	// a place in the object's order state. Only a member takes one —
+	// asked afresh on the slow lane when this host's view does not know
+	// it yet (it may have joined a moment ago) — so an object's senders
+	// are bounded by the membership.
+	var unknown string
+	if o := hv.Origin(); string(o) != from && !h.peers.view.known(string(o)) {
+		unknown = string(o)
+	}
+	if unknown != "" || kr.local(id) == nil {
+		// Where the object runs may take a store call (or a forward that
+		// needs one): that runs on the link's slow lane, so that a slow
+		// store never stalls the messages behind it for objects that are
+		// here. Order between the two ways is restored by the messages'
+		// sequence numbers.
+		ib.slow.add(func() {
+			switch {
+			case unknown != "" && !h.peers.knownHost(unknown):
+				h.in.unknownOrigin(from, m)
+			case h.in.routeIn(ib, kr, id, m, n, skip):
+				return // it waits for a permit, in the budget
+			}
+			ib.budget.release(n, skip)
+		})
+		return
+	}
+	// The object is here: admit it (the permit source keeps the order of
+	// the messages off this link; admission finds the owner again).
+	h.in.admitIn(ib, kr, id, m, n, skip)
+}
+
+// unknownOrigin drops message m from peer from, forwarded in the name of
+// an origin the membership does not know: counted, logged (rate-limited),
+// a request answered with ProtocolError — and no skip notice, which would
+// give the unknown origin a place in the object's order state.
+func (iq *inbounds) unknownOrigin(from string, m *payload.Message) {
+	h := iq.h
+	hv := m.Header()
+	h.obs.Rejected(string(hv.TargetName()), RejectProtocol)
+	h.peerLogs.malformed.Warn(h.log, "forwarded frame naming an origin that is no member dropped",
+		"from", from, "origin", string(hv.Origin()))
+	if route := hv.ReplyTo(); len(route) > 0 {
+		h.requests.routeReply(route, hv.Op(), reply{err: payload.NewError(payload.ProtocolError, "actor",
+			"the message names an origin that is no member of the cluster")})
+	}
+	m.Release()
+}
+
+// onUnopened handles a frame from peer from that Open refused (err): a
+// malformed header is dropped, a reply goes to its asker (who decodes it),
+// a message is failed back to its sender.
+func (iq *inbounds) onUnopened(from string, buf payload.Buffer, err error) {
+	h := iq.h
+	hv, _, herr := payload.DecodeHeader(buf.Bytes())
+	switch {
+	case herr != nil:
+		h.obs.Rejected("", RejectProtocol)
+		h.peerLogs.malformed.Warn(h.log, "malformed frame from a link dropped", "from", from, "err", herr)
+		buf.Release()
+	case hv.Flags()&flagReply != 0:
+		h.requests.onReply(hv.Op(), hv.Flags(), buf)
+	default:
+		h.router.dropped(&hv)
+		h.router.failFrame(hv.ReplyTo(), hv.Op(), err)
+		buf.Release()
+	}
+}
+
+// admitIn queues message m from a peer (ib) for object id to be admitted
+// here, in order behind the earlier ones; it counts n bytes in the peer's
+// budget (a skip notice's allowance if skip) until its admission begins.
+func (iq *inbounds) admitIn(ib *inbound, kr *kindRuntime, id string, m *payload.Message, n int64, skip bool) {
+	ps := &pendingSend{m: m, relayed: true, bytes: uint32(n), skip: skip} // n ≤ budgetBytes(…)
+	ps.one[0] = target{kr: kr, id: id}
+	ps.targets = ps.one[:]
+	ib.in.enqueue(ps)
+}
+
+// routeIn admits message m from a peer (ib) for object id here, or
+// forwards it to where the object runs. It reports whether m went on to
+// wait for a permit (admitIn), still counted as n bytes in the peer's
+// budget; otherwise the caller counts it out.
+func (iq *inbounds) routeIn(ib *inbound, kr *kindRuntime, id string, m *payload.Message, n int64, skip bool) bool {
+	h := iq.h
+	p, err := h.router.locate(kr, id, fromLink)
+	if err != nil {
+		if errors.Is(err, ErrShuttingDown) {
+			h.router.backOrFail(m, err) // this host is closing: the origin routes it again
+			return false
+		}
+		h.router.failMessage(m, err)
+		return false
+	}
+	if p.o != nil || !ib.in.idle() {
+		// Admit here — or, if earlier messages off this link still wait
+		// for permits, queue behind them even to be forwarded, so that
+		// none overtakes another.
+		h.in.admitIn(ib, kr, id, m, n, skip)
+		return true
+	}
+	// A forward goes onto the link to the object's host: wait (on this
+	// slow lane, whose messages stay in the peer's budget meanwhile) for
+	// room there, so that what the peer sends through this host is
+	// bounded by that link's flow control and the peer's budget — at most
+	// SendTimeout, then it goes all the same (nothing is dropped for it).
+	h.in.waitLinkRoom(p.host)
+	h.router.forward(kr, id, m, p)
+	return false
+}
+
+// waitLinkRoom waits until the link to host has room (Transport.WaitRoom),
+// at most SendTimeout, or until this host closes.
+func (iq *inbounds) waitLinkRoom(host string) {
+	h := iq.h
+	if host == "" || h.peers.tr.WaitRoom(doneCtx, host) == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(h.life.ctx, h.cfg.SendTimeout)
+	defer cancel()
+	_ = h.peers.tr.WaitRoom(ctx, host)
+}
+
+// onBounceFrom takes a bounce off the link from peer from: a message of
+// this host (its origin) coming back to be routed afresh. A bounce of
+// another origin's message is dropped, counted: routing it here would
+// send it on as this host's own, in another host's name.
+func (iq *inbounds) onBounceFrom(from string, buf payload.Buffer) {
+	h := iq.h
+	if hv, _, err := payload.DecodeHeader(buf.Bytes()); err != nil || string(hv.Origin()) != h.name {
+		h.obs.Rejected("", RejectProtocol)
+		h.peerLogs.malformed.Warn(h.log, "bounce of a message this host did not send dropped", "from", from)
+		buf.Release()
+		return
+	}
+	h.router.onBounce(buf)
+}
+
+// peerGone: a host left the network (stopped or killed).
+func (iq *inbounds) peerGone(name string) {
+	h := iq.h
+	h.routes.forgetHost(name)
+	h.gaps.pressure.resumeBy(name)
+	h.moveEvent(name, relocation.TargetDead{})
+	h.remotePeerGone(name)
+}
+
+// hostHandler receives what h's transport delivers. Items wait until the
+// host has its transport (ready: Attach has returned), so that what they
+// send back finds it; events do not wait (Attach reports the peers that
+// are up while it runs) and send nothing.
+type hostHandler struct {
+	h     *Host
+	ready <-chan struct{}
+}
+
+// Deliver implements transport.Handler.
+func (x hostHandler) Deliver(from string, it transport.Item) {
+	if !x.h.peers.attached.Load() {
+		<-x.ready
+	}
+	x.h.in.deliver(from, it)
+}
+
+// Returned implements transport.Handler.
+func (x hostHandler) Returned(to string, it transport.Item) {
+	if !x.h.peers.attached.Load() {
+		<-x.ready
+	}
+	x.h.in.returned(to, it)
+}
+
+// Event implements transport.Handler.
+func (x hostHandler) Event(e transport.Event) { x.h.in.linkEvent(e) }
+
+// deliver handles one item from peer from, on the transport's goroutine
+// for that peer. Its Data is lent for the call: a frame is copied into the
+// host's payload pool (no allocation in the steady state).
+func (iq *inbounds) deliver(from string, it transport.Item) {
+	h := iq.h
+	switch it.Kind {
+	case transport.Frame:
+		ib := h.peers.inboundFrom(from)
+		taken := ib.budget.takenN.Load()
+		h.in.onFrame(ib, from, h.in.keep(it))
+		if ib.budget.takenN.Load() == taken { // not kept: settled at once (credit, peerbudget.go)
+			ib.budget.unkept(budgetLen(len(it.Data)))
+		}
+	case transport.Reply:
+		h.in.onFrame(h.peers.inboundFrom(from), from, h.in.keep(it))
+	case transport.Bounce:
+		h.in.onBounceFrom(from, h.in.keep(it))
+	case transport.Record:
+		decode := relocation.DecodeRecord // copies what it keeps: the bytes are lent
+		if it.Owned {
+			decode = relocation.DecodeRecordOwned // the bytes are this host's
+		}
+		obj, rec, err := decode(it.Data)
+		if err != nil {
+			h.peers.malformedItem(from, err)
+			return
+		}
+		h.onRecord(from, obj, rec)
+	case transport.Hint:
+		obj, hint, err := decodeHint(it.Data)
+		if err != nil {
+			h.peers.malformedItem(from, err)
+			return
+		}
+		h.router.hint(obj, hint.host, hint.gen)
+	case transport.Control:
+		ctl, err := decodeControl(it.Data)
+		if err != nil {
+			h.peers.malformedItem(from, err)
+			return
+		}
+		switch c := ctl.(type) {
+		case *loadReport:
+			h.peers.view.setLoad(from, c.load)
+			return
+		case *pressureItem:
+			h.in.onPressure(from, c)
+			return
+		case *creditReport:
+			h.in.onCredit(from, c)
+			return
+		case *creditAsk:
+			h.in.onCreditAsk(from)
+			return
+		}
+		h.onControl(from, ctl)
+	default:
+		h.peers.malformedItem(from, payload.NewError(payload.ProtocolError, "actor", "item of unknown kind "+it.Kind.String()))
+	}
+}
+
+// keep returns a frame item's bytes as a buffer of this host: adopted if
+// the item is Owned, else copied into the payload pool (the bytes are
+// lent).
+func (iq *inbounds) keep(it transport.Item) payload.Buffer {
+	h := iq.h
+	if it.Owned {
+		return h.pool.Adopt(it.Data, nil)
+	}
+	return h.pool.Copy(it.Data)
+}
+
+// returned takes back a frame this host sent to peer to that left before
+// receiving it: a message is routed again, a reply dropped (the asker
+// left).
+func (iq *inbounds) returned(_ string, it transport.Item) {
+	h := iq.h
+	switch it.Kind {
+	case transport.Frame, transport.Bounce:
+		h.in.bounced(h.in.keep(it))
+	}
+}
+
+// linkEvent applies a transport event.
+func (iq *inbounds) linkEvent(e transport.Event) {
+	h := iq.h
+	switch e.Kind {
+	case transport.Up:
+		// The peer hears this host's load from the tick: no send
+		// from here (this may run inside Attach, before Start has the
+		// transport).
+		h.peers.view.link(e.Peer, func(p *peerLink) { p.down, p.gone, p.needLoad = false, false, true })
+		h.moveEvent(e.Peer, relocation.LinkUp{})
+	case transport.Down:
+		h.peers.view.link(e.Peer, func(p *peerLink) { p.down = true })
+	case transport.Leaving:
+		// The peer is about to leave: route to it no more by the caches
+		// (ask the store again); what is on its way there is still taken.
+		h.peers.view.link(e.Peer, func(p *peerLink) { p.leaving = true })
+		h.routes.forgetHost(e.Peer)
+	case transport.Gone:
+		h.peers.view.link(e.Peer, func(p *peerLink) { *p = peerLink{gone: true} })
+		// A new run of the peer counts its credit here from zero.
+		ib := h.peers.inboundFrom(e.Peer)
+		ib.credit.reset()
+		ib.budget.restart()
+		h.in.peerGone(e.Peer)
+	}
+}
+
+// inbound is what this host keeps per peer: the permit source that
+// admits the peer's messages in order, the slow lane for those whose
+// object is not here, and the budget and credit of peerbudget.go.
+type inbound struct {
+	peer   string
+	in     outbox
+	slow   serial
+	budget peerBudget // what of the peer's messages in and slow keep
+	// credit is what this host sent the peer and the peer reported
+	// settled; its window is this host's own until the peer reports its
+	// (the hosts of a cluster are usually configured alike, and each
+	// reports its window to a peer that came up).
+	credit peerCredit
+}
+
+// inboundPending returns how many messages from peers wait for permits
+// (one per peer that has any) or for their look-up on a slow lane.
+func (iq *inbounds) inboundPending() int {
+	h := iq.h
+	n := 0
+	h.in.m.Range(func(_, v any) bool {
+		ib := v.(*inbound)
+		if !ib.in.idle() {
+			n++
+		}
+		n += ib.slow.pending()
+		return true
+	})
+	return n
+}
+
+// pending returns how many items wait on the links to or from this host,
+// or on its slow lanes.
+func (iq *inbounds) pending() int {
+	h := iq.h
+	in, out := h.peers.tr.Pending()
+	return in + out + h.in.inboundPending()
+}
+
+// pendingIn returns how many items wait on, or are being handled off, the
+// links to this host.
+func (iq *inbounds) pendingIn() int {
+	h := iq.h
+	in, _ := h.peers.tr.Pending()
+	return in + h.in.inboundPending()
+}
+
+// inbounds is what this host keeps per sending peer (inbound).
+type inbounds struct {
+	h    *Host
+	m    sync.Map                // per sending peer: *inbound
+	last atomic.Pointer[inbound] // the last inboundFrom's answer
+}
+
+// takeFromPeer counts message m off ib's link, for an object of kind kr,
+// in the peer's budget, and returns it with whether it is a skip notice
+// taken in the skip notices' allowance. Past the bound it refuses m
+// (refuseFromPeer) and returns the skip notice that takes its place, or
+// nil when nothing is left to route: m needed no skip notice, or its skip
+// notice was handed on here. A skip notice for an object here is taken in
+// at once (it needs no permit, and its order keeps at most ReorderBound
+// of them); one for an object elsewhere counts in the skip notices'
+// allowance, and past that goes back to its origin to be routed there
+// (never routed here: that may take a store call) — or, if this host is
+// its origin or the origin is gone, is dropped, counted.
+func (iq *inbounds) takeFromPeer(ib *inbound, kr *kindRuntime, m *payload.Message) (_ *payload.Message, skip bool) {
+	h := iq.h
+	if ib.budget.take(budgetBytes(m), false) {
+		return m, false
+	}
+	s := h.in.refuseFromPeer(ib, m)
+	if s == nil {
+		return nil, false
+	}
+	if o := kr.local(string(s.Header().TargetID())); o != nil {
+		e := newEnvelope(s)
+		if _, _, err := h.router.admit(o, e, admitOverflow); err == nil {
+			return nil, false
+		}
+		e.Msg = nil // the owner closed meanwhile: the skip notice goes the other way
+		e.Release()
+	}
+	if ib.budget.take(budgetBytes(s), true) {
+		return s, true
+	}
+	if origin := string(s.Header().Origin()); origin != h.name && h.peers.sendMessage(origin, s, transport.Bounce) == nil {
+		return nil, false
+	}
+	h.gaps.peerRefused.Add(1) // a gone origin's gaps close on that fact
+	s.Release()
+	return nil, false
+}
+
+// refuseFromPeer ends message m from ib's peer, past its budget: an Ask
+// gets ErrPeerBacklog, the refusal is counted and logged (rate-limited),
+// and a stamped message's skip notice is returned (nil if none), for the
+// caller to route in m's place. m is released.
+func (iq *inbounds) refuseFromPeer(ib *inbound, m *payload.Message) *payload.Message {
+	h := iq.h
+	hv := m.Header()
+	h.gaps.peerRefused.Add(1)
+	h.obs.Rejected(string(hv.TargetName()), RejectPeerBacklog)
+	h.peerLogs.backlog.Warn(h.log, "message from a peer refused: this host keeps Config.PeerInbound of its messages already",
+		"from", ib.peer, "messages", ib.budget.takenN.Load()-ib.budget.relN.Load())
+	if route := hv.ReplyTo(); len(route) > 0 {
+		h.requests.routeReply(route, hv.Op(), reply{err: ErrPeerBacklog})
+	}
+	var skip *payload.Message
+	if buf, ok := h.router.skipNotice(hv); ok {
+		if s, err := h.reg.Open(buf); err == nil {
+			skip = s
+		} else {
+			buf.Release()
+		}
+	}
+	m.Release()
+	return skip
+}
+
+// onCredit applies a credit report from peer from.
+func (iq *inbounds) onCredit(from string, r *creditReport) {
+	h := iq.h
+	h.peers.creditOf(from).apply(r)
+}
+
+// onCreditAsk answers a peer that waits for credit.
+func (iq *inbounds) onCreditAsk(from string) {
+	h := iq.h
+	h.peers.inboundFrom(from).budget.asked()
+}
+
+// onPressure applies a pressure item from peer from.
+func (iq *inbounds) onPressure(from string, p *pressureItem) {
+	h := iq.h
+	if p.paused {
+		h.gaps.pressure.pause(p.obj, from)
+	} else {
+		h.gaps.pressure.resume(p.obj)
+	}
+}

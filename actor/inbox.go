@@ -1,0 +1,347 @@
+package actor
+
+import (
+	"time"
+
+	"github.com/berthrt/berth/mailbox"
+	"github.com/berthrt/berth/route"
+)
+
+// Order per sending host (docs/architecture.md, "Order, routing and transports"; the rules are package route's).
+//
+// With a transport, every message a host sends to an object is stamped — its
+// origin (this host), an epoch and a sequence number per object — in the
+// step that routes it (stamp), and keeps that stamp however it travels:
+// forwarded, relayed, captured in a move record, sent back to its origin.
+// Each object owner runs arrivals through its route.Inbox (owner.admit),
+// which decides; this file carries its steps out: a message whose turn
+// has come enters the mailbox, then those held behind it; one ahead of its
+// turn is held, encoded and undecoded, without its job permit; a skip
+// notice (a frame with flagSkip, sent by whichever host dropped a stamped
+// message: dropped) closes its gap at once. A gap nobody closes waits —
+// however long — until a failure fact covers it: the membership reports a
+// host gone (failed), or the object was taken over from a crashed owner;
+// then it closes after Config.GapTimeout (TakeoverGapTimeout for a
+// takeover), counted (Stats.GapsClosed). A sender past the reorder bound
+// is logged and counted; nothing is released out of order for it.
+//
+// While an owner is sealed for a move, or is a move's incoming owner,
+// its inbox is frozen: arrivals go to the mailbox's hold unchecked, and
+// are checked where the object opens (the target, or the source after an
+// abort). The order state travels in the move record, and rests in the
+// Location Store row while the object is deactivated.
+//
+// Hosts without a transport stamp nothing: objects never move there.
+
+// flagSkip marks a skip notice: a frame that carries a stamp and nothing
+// to run.
+const flagSkip uint8 = 4
+
+// Bounces (how often a message went back to its origin) are kept in the
+// flags' upper nibble.
+const (
+	bounceShift = 4
+	bounceMask  = 0xF0
+)
+
+func bouncesOf(flags uint8) uint8 { return flags >> bounceShift }
+
+// DefaultGapTimeout is how long, after the membership reports a host gone,
+// an owner still waits for the messages missing in its gaps (they may be
+// on live links) before it gives up on them (Config.GapTimeout). No gap
+// closes while every host is up.
+const DefaultGapTimeout = 5 * time.Second
+
+// DefaultTakeoverGapTimeout is the wait of the gaps of an object taken
+// over from a crashed owner, open or opening soon after its activation
+// (Config.TakeoverGapTimeout): their messages died with that owner.
+const DefaultTakeoverGapTimeout = 250 * time.Millisecond
+
+// streamIdle is how long a host keeps an idle sending stream; owners keep
+// an idle sender's state twice as long (route.Order.Forget), so a sender
+// always forgets first.
+
+func streamIdleFor(follow time.Duration) time.Duration { return 2 * follow }
+
+// tickEvery is the period of the host's tick: the coarse route clock, the
+// gap deadlines, deferred sends and skip notices, load reports and the
+// moves' ticks run at it.
+const tickEvery = 25 * time.Millisecond
+
+const (
+	// admitWait: lane limits apply; when full, the caller gets ErrFull and
+	// a channel to wait on.
+	admitWait admitHow = iota
+	// admitInline: as admitWait, and an idle owner runs the turn on the
+	// calling goroutine (Config.InlineAsk).
+	admitInline
+	// admitOverflow: no lane limits (the item was granted its permit
+	// asynchronously, or comes from a link or a move).
+	admitOverflow
+)
+
+// Failure facts (route.Fact): what lets a gap close.
+
+// maxFacts bounds the failure facts a host keeps; past it the oldest two
+// merge into one that covers what both did.
+const maxFacts = 64
+
+// factKeep is how long a host keeps a failure fact past its window and
+// wait: an owner frozen meanwhile (a move) applies it when it opens.
+const factKeep = 10 * time.Minute
+
+// gapLogEvery spaces the log lines about long gaps.
+const gapLogEvery = 5 * time.Second
+
+// gapReportAfter is how long a gap waits before the host logs it.
+const gapReportAfter = time.Second
+
+// admitHow says how an item enters its owner.
+type admitHow uint8
+
+// admit runs e, an application item for owner o, through the owner's
+// inbox and admits it (see the top of this file). Nothing that can call
+// back into an admission (returning a permit: Permits.Release may grant it
+// to a waiting source at once) happens under seqMu. ran and room are those
+// of the mailbox's AdmitOrRun and AdmitOrWait. On an error nothing changed
+// and e stays the caller's; otherwise e is the owner's (held, or admitted,
+// or — a skip notice — ended).
+func (o *owner) admit(e *mailbox.Envelope, how admitHow) (ran bool, room <-chan struct{}, stray []*mailbox.Envelope, err error) {
+	h := o.host
+	if h.cfg.IdleTimeout > 0 {
+		// Idleness counts from the last accepted message (the coarse clock
+		// ticks only with a transport).
+		if h.peers.tr != nil {
+			o.lastActive.Store(h.routes.coarseNow())
+		} else {
+			o.lastActive.Store(nanotime())
+		}
+	}
+	hv := e.Msg.Header()
+	st := route.Stamp{Epoch: hv.Epoch(), Seq: hv.Seq()}
+	if st.IsZero() || o.kr == nil {
+		ran, room, err := o.admitBox(e, how)
+		return ran, room, nil, err
+	}
+	// The origin's bytes are lent by the frame, which may be released as
+	// soon as e is admitted: keep a copy (on the stack).
+	var originBuf [64]byte
+	origin := append(originBuf[:0], hv.Origin()...)
+	skip := hv.Flags()&flagSkip != 0
+	now := h.routes.coarseNow()
+
+	o.seqMu.Lock()
+	var claimed bool
+	var a orderAfter
+	switch step, over := o.inbox.Offer(origin, st, skip, e, now); step {
+	case route.StepRefuse:
+		o.seqMu.Unlock()
+		return false, nil, nil, mailbox.ErrClosed
+	case route.StepKeep:
+		// Sealed for a move, or incoming: the hold keeps it, unchecked.
+		err = o.mb.AdmitOverflow(e)
+		o.seqMu.Unlock()
+		return false, nil, nil, err
+	case route.StepHeld:
+		if p := e.TakePermit(); p != nil {
+			a.permits = append(a.permits, p)
+		}
+		if over {
+			a.over = true
+			if o.pushBackLocked(origin) {
+				a.pushTo = string(origin)
+			}
+		}
+	case route.StepSkipped:
+		a.stray = append(a.stray, e)
+	default:
+		if how == admitInline {
+			claimed, room, err = o.mb.AdmitOrClaim(e)
+		} else {
+			room, err = o.admitBoxRoom(e, how)
+		}
+		if err != nil {
+			o.seqMu.Unlock()
+			return false, room, nil, err
+		}
+		o.inbox.Admitted(origin, st, now)
+	}
+	o.readyLocked(&a, nil)
+	o.seqMu.Unlock()
+	stray = o.finishOrder(a)
+	if claimed {
+		o.mb.RunClaimed(e)
+		return true, nil, stray, nil
+	}
+	return false, nil, stray, nil
+}
+
+// admitBox admits an item that is not ordered.
+func (o *owner) admitBox(e *mailbox.Envelope, how admitHow) (bool, <-chan struct{}, error) {
+	if how == admitInline {
+		return o.mb.AdmitOrRun(e)
+	}
+	room, err := o.admitBoxRoom(e, how)
+	return false, room, err
+}
+
+func (o *owner) admitBoxRoom(e *mailbox.Envelope, how admitHow) (<-chan struct{}, error) {
+	if how == admitOverflow {
+		return nil, o.mb.AdmitOverflow(e)
+	}
+	return o.mb.AdmitOrWait(e)
+}
+
+// orderAfter is what an order step leaves for after the owner's seqMu:
+// items to end (skip notices taken in) or to route again (the owner closed
+// meanwhile); permits of held messages to give back; the counts.
+type orderAfter struct {
+	stray   []*mailbox.Envelope
+	permits []*mailbox.Permits
+	counts  route.Counts
+	over    bool     // the sender is past the reorder bound
+	pushTo  string   // the sender to tell to pause (pressure.go)
+	resume  []string // the senders to tell to resume
+}
+
+// readyLocked takes the held messages whose turn came, in order: skip
+// notices (taken in now) go to a.stray to be ended; the others are
+// admitted — or, with into, appended to *into (the mailbox reopens with
+// them). Then it collects the counts and notes what is still held.
+func (o *owner) readyLocked(a *orderAfter, into *[]*mailbox.Envelope) {
+	for {
+		e, ok := o.inbox.Next()
+		if !ok {
+			break
+		}
+		switch {
+		case e.Msg.Header().Flags()&flagSkip != 0:
+			a.stray = append(a.stray, e)
+		case into != nil:
+			*into = append(*into, e)
+		case o.mb.AdmitOverflow(e) != nil:
+			a.stray = append(a.stray, e)
+		}
+	}
+	a.counts.Add(o.inbox.Order().TakeCounts())
+	o.noteHeldLocked()
+	a.resume = append(a.resume, o.relievedLocked(false)...)
+}
+
+// finishOrder finishes an order step outside the owner's lock: permits
+// given back, counts, pushback; it returns the strays (messages whose
+// object is not here), for the caller to route again.
+func (o *owner) finishOrder(a orderAfter) (stray []*mailbox.Envelope) {
+	h := o.host
+	for _, p := range a.permits {
+		p.Release()
+	}
+	if a.over {
+		h.gaps.overBound(o, a.pushTo)
+	}
+	if a.pushTo != "" {
+		h.peers.push(o, a.pushTo, true)
+	}
+	for _, s := range a.resume {
+		h.peers.push(o, s, false)
+	}
+	if a.counts.GapsClosed > 0 {
+		h.stats.gapsClosed.Add(int64(a.counts.GapsClosed))
+		h.log.Warn("gap in a sender's messages given up on after a host failure", "object", o.ref.String(), "messages", a.counts.GapsClosed)
+	}
+	if a.counts.Late > 0 {
+		h.stats.late.Add(int64(a.counts.Late))
+	}
+	for _, e := range a.stray {
+		if e.Msg.Header().Flags()&flagSkip != 0 {
+			e.Release()
+			continue
+		}
+		stray = append(stray, e)
+	}
+	return stray
+}
+
+// noteHeldLocked records, with o.seqMu held, how many messages o holds
+// out of order now: the host's gauge and its list of owners with gaps.
+// Lock order: seqMu, then Host.heldMu.
+func (o *owner) noteHeldLocked() {
+	n := o.inbox.Held()
+	if o.heldCount == n {
+		return
+	}
+	h := o.host
+	h.owners.heldMu.Lock()
+	h.stats.heldOut.Add(int64(n - o.heldCount))
+	o.heldCount = n
+	if n > 0 {
+		if h.owners.held == nil {
+			h.owners.held = map[*owner]struct{}{}
+		}
+		h.owners.held[o] = struct{}{}
+	} else {
+		delete(h.owners.held, o)
+	}
+	h.owners.heldMu.Unlock()
+}
+
+// openOrderLocked thaws the owner's inbox: items (already checked, in
+// order) go first, then each of unchecked (relayed or held, in arrival
+// order) is offered; then the mailbox opens with all of them in order.
+// With seqMu held; the caller finishes with orderDone.
+func (o *owner) openOrderLocked(items, unchecked []*mailbox.Envelope) orderAfter {
+	now := o.host.routes.coarseNow()
+	var a orderAfter
+	o.inbox.Thaw()
+	for _, e := range unchecked {
+		hv := e.Msg.Header()
+		st := route.Stamp{Epoch: hv.Epoch(), Seq: hv.Seq()}
+		switch step, over := o.inbox.Offer(hv.Origin(), st, hv.Flags()&flagSkip != 0, e, now); step {
+		case route.StepHeld:
+			if p := e.TakePermit(); p != nil {
+				a.permits = append(a.permits, p)
+			}
+			if over {
+				a.over = true
+				if o.pushBackLocked(hv.Origin()) && a.pushTo == "" {
+					a.pushTo = string(hv.Origin())
+				}
+			}
+			continue
+		case route.StepSkipped:
+			a.stray = append(a.stray, e)
+		case route.StepAdmit:
+			o.inbox.Admitted(hv.Origin(), st, now)
+			items = append(items, e)
+		default: // shut meanwhile: route it again
+			a.stray = append(a.stray, e)
+			continue
+		}
+		o.readyLocked(&a, &items)
+	}
+	o.mb.Reopen(items)
+	o.readyLocked(&a, nil) // the counts, and what is held now
+	return a
+}
+
+// orderSnapshotLocked encodes the owner's order state and trail (move
+// record, store row); with seqMu held.
+func (o *owner) orderSnapshotLocked(now int64) []byte {
+	snap := o.inbox.Order().Snapshot(now, func(e *mailbox.Envelope) []byte { return e.Msg.Frame() })
+	snap.Trail = o.trail.Snapshot(now)
+	if len(snap.Senders) == 0 && len(snap.Trail) == 0 {
+		return nil
+	}
+	return route.AppendSnapshot(nil, snap)
+}
+
+// restoreOrderLocked takes in an order snapshot (already decoded); with
+// seqMu held. Held frames are copied in (the boundary copy).
+func (o *owner) restoreOrderLocked(snap route.Snapshot, now int64) {
+	h := o.host
+	o.inbox.Order().Restore(snap, now, func(_ uint64, frame []byte) (*mailbox.Envelope, bool) {
+		e := h.envelopeOf(frame)
+		return e, e != nil
+	})
+	o.trail.Restore(snap.Trail, now)
+}

@@ -1,0 +1,644 @@
+package actor
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/berthrt/berth/membership"
+	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/transport"
+)
+
+// malformedItem drops an item off a link that does not decode (counted as
+// a protocol rejection). A lost hint is advice; a lost record is recovered
+// by the relocation protocol; a lost control item ends its Relocate by the
+// caller's deadline.
+func (pr *peers) malformedItem(from string, err error) {
+	h := pr.h
+	h.obs.Rejected("", RejectProtocol)
+	h.peerLogs.malformed.Warn(h.log, "malformed item from a link dropped", "from", from, "err", err)
+}
+
+// sendHint tells host to that obj runs on host at with owner generation
+// gen.
+func (pr *peers) sendHint(to string, obj relocation.Object, at string, gen uint64) {
+	h := pr.h
+	_ = h.peers.sendItem(to, transport.Hint, appendHint(nil, obj, routeHint{host: at, gen: gen})) // advice: lost with a gone peer
+}
+
+// inboundFrom returns the inbound state of peer from, made on first use
+// (a look-up takes no lock).
+func (pr *peers) inboundFrom(from string) *inbound {
+	h := pr.h
+	if last := h.in.last.Load(); last != nil && last.peer == from {
+		return last // the peer of the last look-up: no hashing
+	}
+	v, ok := h.in.m.Load(from)
+	if !ok {
+		ib := &inbound{peer: from}
+		ib.in.host = h
+		ib.in.budget = &ib.budget
+		ib.budget.setLimits(h.cfg.PeerInbound)
+		ib.credit.winN.Store(int64(h.cfg.PeerInbound.Items / 2))
+		ib.credit.winB.Store(h.cfg.PeerInbound.Bytes / 2)
+		ib.budget.send = func(r *creditReport) {
+			// Advice: lost with a gone peer, which counts afresh on that fact.
+			_ = h.peers.sendItem(from, transport.Control, appendControl(nil, r))
+		}
+		ib.slow.wg = &h.svc.lanes
+		v, _ = h.in.m.LoadOrStore(from, ib)
+	}
+	ib := v.(*inbound)
+	h.in.last.Store(ib) // only on a change of peer: the hit above stores nothing
+	return ib
+}
+
+// sendItem sends data as an item of kind k to host to.
+func (pr *peers) sendItem(to string, k transport.Kind, data []byte) error {
+	h := pr.h
+	return h.peers.sendResult(to, k, h.peers.tr.Send(to, transport.Item{Kind: k, Data: data}))
+}
+
+// sendResult is sendError for an item of kind k sent to host to; a refusal
+// because the link is past its bound (the host does not take what this
+// host sends it) is ErrPeerBacklog, counted and logged (rate-limited).
+func (pr *peers) sendResult(to string, k transport.Kind, err error) error {
+	h := pr.h
+	if err != nil && errors.Is(err, transport.ErrBacklog) {
+		h.peers.linkBacklog(to, k)
+		return ErrPeerBacklog
+	}
+	return sendError(err)
+}
+
+// linkBacklog counts and logs an item of kind k not sent to host to: the
+// link to it is past its bound.
+func (pr *peers) linkBacklog(to string, k transport.Kind) {
+	h := pr.h
+	h.gaps.linkRefused.Add(1)
+	h.peerLogs.link.Warn(h.log, "item not sent: the link to the host is past its bound (the host does not take what is sent to it)",
+		"host", to, "kind", k.String())
+}
+
+// backlogged reports whether the link to host to is past its bound (a
+// frame must not be stamped for it); counted and logged when it is.
+func (pr *peers) backlogged(to string) bool {
+	h := pr.h
+	if h.peers.backlog == nil || !h.peers.backlog.Backlogged(to) {
+		return false
+	}
+	h.peers.linkBacklog(to, transport.Frame)
+	return true
+}
+
+// sendMessage sends m's frame to host to (as a Bounce: back to its
+// origin); on success m is released, on failure it stays the caller's.
+func (pr *peers) sendMessage(to string, m *payload.Message, k transport.Kind) error {
+	h := pr.h
+	f := m.Frame()
+	if err := h.peers.sendItem(to, k, f); err != nil {
+		return err
+	}
+	if k == transport.Frame {
+		h.peers.sentFrame(to, len(f))
+	}
+	m.Release()
+	return nil
+}
+
+// sendRecord sends a relocation record about obj; lost if the peer is
+// gone (the relocation protocol recovers). A record with a state chunk is
+// encoded into a buffer of its own that the transport takes over (Owned:
+// no copy on the way); others into *buf, whose array is kept for the next
+// record.
+func (pr *peers) sendRecord(to string, obj relocation.Object, rec relocation.Record, buf *[]byte) error {
+	h := pr.h
+	if c, ok := rec.(*relocation.Chunk); ok && len(c.Data) > 1024 {
+		b := relocation.AppendRecord(make([]byte, 0, len(c.Data)+128+len(obj.Kind)+len(obj.ID)), obj, rec)
+		return h.peers.sendResult(to, transport.Record, h.peers.tr.Send(to, transport.Item{Kind: transport.Record, Data: b, Owned: true}))
+	}
+	*buf = relocation.AppendRecord((*buf)[:0], obj, rec)
+	return h.peers.sendItem(to, transport.Record, *buf)
+}
+
+// sendControl sends a relocate request, answer or cancel, or a load
+// report.
+func (pr *peers) sendControl(to string, ctl any) error {
+	h := pr.h
+	return h.peers.sendItem(to, transport.Control, appendControl(nil, ctl))
+}
+
+// sendLoad tells peer to how many objects this host has.
+func (pr *peers) sendLoad(to string, n int64) {
+	h := pr.h
+	_ = h.peers.sendControl(to, &loadReport{load: n})
+}
+
+// peerJobs registers the peer view's periodic job on the host's tick:
+// this host's load goes to its peers when it changed and to every peer
+// once a second (a peer that missed a report learns it then), and a peer
+// whose link came up learns it (and its window) at once.
+func (pr *peers) peerJobs(tick *schedule) {
+	h := pr.h
+	var lastAll time.Time
+	tick.every("report the load", tickEvery, func(now time.Time) bool {
+		all := now.Sub(lastAll) >= time.Second
+		if all {
+			lastAll = now
+		}
+		h.peers.reportLoad(all)
+		return false
+	})
+}
+
+// reportLoad tells every peer this host's number of objects when it
+// changed since the last report or all is set (a periodic refresh, which
+// also corrects the peers' estimates of what they placed here), and the
+// peers that came up since the last report in any case (the tick
+// calls it).
+func (pr *peers) reportLoad(all bool) {
+	h := pr.h
+	n := h.stats.owners.Load()
+	changed := n != h.peers.loadSent || all
+	h.peers.loadSent = n
+	var to []string
+	if changed {
+		to = h.peers.tr.Peers()
+	}
+	var up []string
+	h.peers.view.mu.Lock()
+	for name, p := range h.peers.view.links {
+		if p.needLoad {
+			p.needLoad = false
+			up = append(up, name)
+			if !changed {
+				to = append(to, name)
+			}
+		}
+	}
+	h.peers.view.mu.Unlock()
+	for _, p := range to {
+		h.peers.sendLoad(p, n)
+	}
+	for _, p := range up {
+		// A peer that came up learns this host's window for its
+		// messages (peerbudget.go).
+		h.peers.inboundFrom(p).budget.report(true)
+	}
+}
+
+// waitRoom waits until the link to host has room for an external send
+// and host has credit for it (peerbudget.go): at once,
+// without a context of its own, when so; else until ctx ends (its error),
+// SendTimeout passes (ErrSendTimeout) or the host closes
+// (ErrShuttingDown).
+func (pr *peers) waitRoom(ctx context.Context, host string, n int) error {
+	h := pr.h
+	c := h.peers.creditOf(host)
+	if c.open(int64(n)) && h.peers.tr.WaitRoom(doneCtx, host) == nil {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, h.cfg.SendTimeout)
+	defer cancel()
+	stop := context.AfterFunc(h.life.ctx, cancel)
+	defer stop()
+	if !c.open(int64(n)) {
+		// What this host sent the peer and the peer keeps fills its
+		// window (peerbudget.go): wait for a credit report, asking the
+		// peer for one (once per report).
+		h.gaps.peerWaits.Add(1)
+		for !c.open(int64(n)) && wctx.Err() == nil {
+			ch := c.waitCh()
+			if c.open(int64(n)) {
+				break
+			}
+			if c.ask() {
+				_ = h.peers.sendControl(host, &creditAsk{}) // a gone peer: its credit is reset
+			}
+			select {
+			case <-ch:
+			case <-wctx.Done():
+			}
+		}
+	}
+	if wctx.Err() == nil && h.peers.tr.WaitRoom(wctx, host) == nil {
+		return nil
+	}
+	switch {
+	case h.life.ctx.Err() != nil:
+		return ErrShuttingDown
+	case ctx.Err() != nil:
+		return ctxErr(ctx)
+	}
+	return ErrSendTimeout
+}
+
+// peers is this host's side of the network: its transport and
+// membership, what it knows of the other hosts, and their addresses.
+//
+// Owns: tr, backlog, members, view, dir, origin, loadSent.
+// Lock: view's mutex, a leaf; tr, backlog, members and origin are set
+// once by Start (attached says when tr is); dir is written by Start and
+// then by the membership watch only; loadSent by the tick only.
+// Invariants: with no transport the host stands alone: tr and members are
+// nil and nothing is stamped or sent.
+type peers struct {
+	h        *Host
+	tr       transport.Transport   // nil: the host stands alone
+	backlog  transport.Backlogger  // tr, if its links have a hard bound
+	attached atomic.Bool           // tr is set (items that come earlier wait for it)
+	members  membership.Membership // nil when tr is
+	view     peerView              // what this host knows of its peers
+	dir      map[string]peerAt     // peers' addresses (and runs) told to a transport.Directory
+	origin   string                // the origin stamped on messages: the name, with a transport
+	loadSent int64                 // the load last reported; the tick only
+}
+
+// peerView is what this host knows of the other hosts: the members as
+// its membership watch last reported them, and per peer what its
+// transport and the peer's load reports said. Safe for concurrent use.
+type peerView struct {
+	mu      sync.RWMutex
+	members map[string]membership.Member // by name, this host's own included
+	links   map[string]*peerLink
+	// maxMsg is each member's MaxMessage, rebuilt (under mu) when members
+	// change: the send path reads it without a lock.
+	maxMsg atomic.Pointer[map[string]int64]
+	// handedOn are the runs (name → lease generation) that went Gone: they
+	// handed all their work on, so their leaving is no failure.
+	handedOn map[string]uint64
+	// closing are the members that went Gone and have not left (or
+	// expired) yet: no longer members to place on or route to, but their
+	// link stays (addresses) so that their transport's graceful close is
+	// answered — it waits for its peers to receive its last items, and a
+	// link cut when the Gone is seen first would make it wait for
+	// nothing.
+	closing map[string]membership.Member
+}
+
+// peerLink is the transport's news of one peer.
+type peerLink struct {
+	down     bool  // the link is broken (Event Down)
+	leaving  bool  // the peer is leaving: it takes no more frames
+	gone     bool  // the peer left
+	load     int64 // its objects, as it last reported
+	placed   int64 // objects this host sent it to activate since that report
+	needLoad bool  // it came up: tell it this host's load
+}
+
+// link changes the state of peer name with f.
+func (v *peerView) link(name string, f func(*peerLink)) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.links == nil {
+		v.links = map[string]*peerLink{}
+	}
+	p := v.links[name]
+	if p == nil {
+		p = &peerLink{}
+		v.links[name] = p
+	}
+	f(p)
+}
+
+func (v *peerView) setLoad(name string, n int64) {
+	v.link(name, func(p *peerLink) { p.load, p.placed = n, 0 })
+}
+
+// apply applies one membership event to the view.
+// It returns the hosts whose leaving the event shows to be a failure —
+// failure facts (order.go): an expiry; a leave of a run that had not gone
+// Gone (it did not hand all its work on); a member missing from a Sync,
+// or replaced by a new run of its name (its leave or expiry was not
+// seen). A run that went Gone has handed its
+// work on: its leave is no failure.
+func (v *peerView) apply(ev membership.Event) (failed []string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	defer func() {
+		m := make(map[string]int64, len(v.members))
+		for name, mem := range v.members {
+			m[name] = mem.MaxMessage
+		}
+		v.maxMsg.Store(&m)
+	}()
+	switch ev.Type {
+	case membership.Sync:
+		now := make(map[string]membership.Member, len(ev.Members))
+		for _, m := range ev.Members {
+			now[m.Name] = m
+		}
+		for name, m := range v.closing {
+			if cur, ok := now[name]; !ok || cur.LeaseGen != m.LeaseGen {
+				delete(v.closing, name) // it left meanwhile
+			}
+		}
+		for name, m := range v.members {
+			if cur, ok := now[name]; !ok || cur.LeaseGen != m.LeaseGen {
+				failed = append(failed, name)
+			}
+		}
+		v.members = now
+		return failed
+	}
+	if v.members == nil {
+		v.members = map[string]membership.Member{}
+	}
+	switch {
+	case ev.Type == membership.Joined, ev.Type == membership.StateChanged && ev.Member.State != membership.Gone:
+		if cur, ok := v.members[ev.Member.Name]; ok && cur.LeaseGen != ev.Member.LeaseGen {
+			failed = append(failed, cur.Name) // a new run of the name: the old one ended unseen
+		}
+		v.members[ev.Member.Name] = ev.Member
+		return failed
+	case ev.Type == membership.StateChanged: // Gone
+		if v.handedOn == nil {
+			v.handedOn = map[string]uint64{}
+		}
+		v.handedOn[ev.Member.Name] = ev.Member.LeaseGen
+		if cur, ok := v.members[ev.Member.Name]; ok && cur.LeaseGen == ev.Member.LeaseGen {
+			if v.closing == nil {
+				v.closing = map[string]membership.Member{}
+			}
+			v.closing[ev.Member.Name] = cur
+		}
+	case ev.Type == membership.Expired:
+		failed = append(failed, ev.Member.Name)
+	case ev.Type == membership.Left:
+		if gen, ok := v.handedOn[ev.Member.Name]; !ok || gen != ev.Member.LeaseGen {
+			failed = append(failed, ev.Member.Name)
+		}
+	}
+	if ev.Type == membership.Left || ev.Type == membership.Expired {
+		if gen, ok := v.handedOn[ev.Member.Name]; ok && gen <= ev.Member.LeaseGen {
+			delete(v.handedOn, ev.Member.Name)
+		}
+		if m, ok := v.closing[ev.Member.Name]; ok && m.LeaseGen <= ev.Member.LeaseGen {
+			delete(v.closing, ev.Member.Name)
+		}
+	}
+	if cur, ok := v.members[ev.Member.Name]; ok && cur.LeaseGen == ev.Member.LeaseGen {
+		delete(v.members, ev.Member.Name)
+	}
+	return failed
+}
+
+// member returns what the membership says of host name.
+func (v *peerView) member(name string) (membership.Member, bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	m, ok := v.members[name]
+	return m, ok
+}
+
+// maxMessage returns the largest message host name admits (0: unknown).
+func (v *peerView) maxMessage(name string) int64 {
+	if m := v.maxMsg.Load(); m != nil {
+		return (*m)[name]
+	}
+	return 0
+}
+
+// known reports whether host name is a member, or a peer this host's
+// transport has reported (one that left since included: its messages may
+// still be on their way through other hosts).
+func (v *peerView) known(name string) bool {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	if _, ok := v.members[name]; ok {
+		return true
+	}
+	_, ok := v.links[name]
+	return ok
+}
+
+// reachable reports whether peer name is on the network and its link is
+// not down.
+func (v *peerView) reachable(name string) bool {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	p := v.links[name]
+	return p == nil || !(p.down || p.gone)
+}
+
+// candidate is a host that can take a new activation, with its load.
+type candidate struct {
+	name string
+	load int64 // active owners
+}
+
+// candidates returns the serving hosts that have kind and take frames,
+// sorted by name; self (with its own live load) only if takeSelf.
+func (pr *peers) candidates(kind string, takeSelf bool) []candidate {
+	h := pr.h
+	v := &h.peers.view
+	v.mu.RLock()
+	out := make([]candidate, 0, len(v.members))
+	for name, m := range v.members {
+		if m.State != membership.Serving || !slices.Contains(m.Kinds, kind) {
+			continue
+		}
+		if name == h.name {
+			if takeSelf {
+				out = append(out, candidate{name: name, load: h.stats.owners.Load()})
+			}
+			continue
+		}
+		p := v.links[name]
+		if p != nil && (p.leaving || p.gone) {
+			continue
+		}
+		c := candidate{name: name}
+		if p != nil {
+			c.load = p.load + p.placed
+		}
+		out = append(out, c)
+	}
+	v.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+// placed notes that this host sent a new object to host name: until name
+// reports its load again, count one more there (so that first messages
+// sent close together spread out).
+func (v *peerView) placed(name string) {
+	v.link(name, func(p *peerLink) { p.placed++ })
+}
+
+// pickHost returns another serving host that has kind, the least loaded
+// (ties: the lowest name), for a draining host to send new activations to
+// ("" if none).
+func (pr *peers) pickHost(kind string) string {
+	h := pr.h
+	best := ""
+	var bestLoad int64
+	for _, c := range h.peers.candidates(kind, false) {
+		if best == "" || c.load < bestLoad {
+			best, bestLoad = c.name, c.load
+		}
+	}
+	return best
+}
+
+// tellDirectory tells a transport that needs its peers' addresses
+// (transport.Directory) where the members are, and which are gone — and
+// one that checks its peers' runs against the membership
+// (transport.RunDirectory) each member's lease generation. It runs where
+// the view is applied (Start, then the membership watch), one call at a
+// time; h.peers.dir is what the transport was told.
+func (pr *peers) tellDirectory() {
+	h := pr.h
+	d, ok := h.peers.tr.(transport.Directory)
+	if !ok {
+		return
+	}
+	rd, _ := h.peers.tr.(transport.RunDirectory)
+	now := h.peers.view.addresses(h.name)
+	for name, at := range now {
+		if h.peers.dir[name] == at {
+			continue
+		}
+		var err error
+		if rd != nil {
+			err = rd.AddPeerRun(name, at.addr, at.run)
+		} else {
+			err = d.AddPeer(name, at.addr)
+		}
+		if err != nil {
+			h.log.Warn("transport refused a member's address", "peer", name, "address", at.addr, "err", err)
+			delete(now, name) // told again with the next event
+		}
+	}
+	for name := range h.peers.dir {
+		if _, ok := now[name]; !ok {
+			d.RemovePeer(name)
+		}
+	}
+	h.peers.dir = now
+}
+
+// peerAt is where a member is, and its run (its lease generation).
+type peerAt struct {
+	addr string
+	run  uint64
+}
+
+// addresses returns the address and run of every member but self that
+// has an address, and of every one that went Gone and has not left yet
+// (its graceful close still talks to this host).
+func (v *peerView) addresses(self string) map[string]peerAt {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	out := make(map[string]peerAt, len(v.members)+len(v.closing))
+	for _, ms := range []map[string]membership.Member{v.closing, v.members} { // a member's own entry last
+		for name, m := range ms {
+			if name != self && m.Address != "" {
+				out[name] = peerAt{addr: m.Address, run: m.LeaseGen}
+			}
+		}
+	}
+	return out
+}
+
+// knownHost reports whether the membership lists host name, asking it
+// afresh if this host's view does not (a host that has just joined).
+func (pr *peers) knownHost(name string) bool {
+	h := pr.h
+	if _, ok := h.peers.view.member(name); ok {
+		return true
+	}
+	ctx, cancel := h.life.storeContext()
+	defer cancel()
+	list, err := h.peers.members.Members(ctx)
+	return err == nil && slices.ContainsFunc(list, func(m membership.Member) bool { return m.Name == name })
+}
+
+// otherHostsWithKind returns the other serving hosts that have kind,
+// sorted by name, asking the membership afresh (Drain, once per round:
+// it must see hosts that joined a moment ago).
+func (pr *peers) otherHostsWithKind(kind string) []string {
+	h := pr.h
+	ctx, cancel := h.life.storeContext()
+	defer cancel()
+	list, err := h.peers.members.Members(ctx)
+	if err != nil {
+		h.log.Warn("membership not reachable; using the last view", "err", err)
+		var out []string
+		for _, c := range h.peers.candidates(kind, false) {
+			out = append(out, c.name)
+		}
+		return out
+	}
+	var out []string
+	for _, m := range list {
+		if m.Name != h.name && m.State == membership.Serving && slices.Contains(m.Kinds, kind) {
+			if h.peers.view.leavingOrGone(m.Name) {
+				continue
+			}
+			out = append(out, m.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (v *peerView) leavingOrGone(name string) bool {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	p := v.links[name]
+	return p != nil && (p.leaving || p.gone)
+}
+
+// setMemberState moves this host's membership entry to state to (a store
+// call; a failure is logged: peers then learn of the change from the
+// transport's Leaving and Gone events alone).
+func (pr *peers) setMemberState(to membership.State) {
+	h := pr.h
+	ctx, cancel := h.life.storeContext()
+	defer cancel()
+	if _, err := h.peers.members.SetState(ctx, h.name, h.lease.gen, to); err != nil {
+		h.log.Warn("membership state not updated", "state", to.String(), "err", err)
+	}
+}
+
+// creditOf returns this host's credit at peer name (kept with what it
+// keeps of the peer's messages: inbound).
+func (pr *peers) creditOf(name string) *peerCredit {
+	h := pr.h
+	return &h.peers.inboundFrom(name).credit
+}
+
+// sentFrame counts a message frame of n bytes sent to peer to.
+func (pr *peers) sentFrame(to string, n int) {
+	h := pr.h
+	c := h.peers.creditOf(to)
+	c.sentN.Add(1)
+	c.sentB.Add(budgetLen(n))
+}
+
+// push tells sender to pause or resume its outside sends to o's object.
+// Not under any lock of the owner.
+func (pr *peers) push(o *owner, sender string, pause bool) {
+	h := pr.h
+	obj := relocation.Object{Kind: o.ref.Kind, ID: o.ref.ID}
+	if sender == h.name || sender == "" {
+		if pause {
+			h.gaps.pressure.pause(obj, h.name)
+		} else {
+			h.gaps.pressure.resume(obj)
+		}
+		return
+	}
+	if h.peers.tr == nil {
+		return
+	}
+	// Advice: lost with a gone peer, whose pauses end there on that fact.
+	_ = h.peers.sendItem(sender, transport.Control, appendControl(nil, &pressureItem{obj: obj, paused: pause}))
+}
