@@ -11,6 +11,20 @@ import (
 	"github.com/berthrt/berth/transport"
 )
 
+// The admission part (admission): from a send to a queue.
+//
+// Owns: the path of a Tell, Ask or Publish from its call to an owner's
+// mailbox or to the transport: the host-wide job permit, the wait policy
+// (a send from outside waits for room; a handler's send is granted and
+// never blocks its turn), the stamp of a message's place in this host's
+// stream, and the deferred sends of handlers to a host that is leaving.
+// Lock: deferredSends.mu, a leaf; streamShard.mu (routes) only for the
+// stamp itself.
+// May call: the router, owners, requests, peers, gaps and the leaves.
+// Invariants: a send is stamped once (a retry keeps its stamp); a send
+// that is refused leaves no gap in its sender's stream; every refusal is
+// a typed error at the sender and counted.
+
 // sendRemote hands m, a message this host sends to t's object, to the
 // transport for host, stamping it first (once). Tell completes here: the
 // transport accepted it. With a non-nil ctx (a send from outside the

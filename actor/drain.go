@@ -13,6 +13,14 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
+// The drainer part (drainer): Drain and the stages of a graceful Stop.
+//
+// Owns: the drain state, the one Stop or Drain that runs, the drain
+// rounds. Lock: none (atomics; stopTurn is a one-slot channel).
+// May call: every part below it; the host's Close through lifecycle.
+// Invariants: the drain state only moves forward; a Stop that returns nil
+// dropped nothing it had accepted.
+
 // DrainState is where a host is in draining (Host.Drain).
 type DrainState int32
 

@@ -9,6 +9,17 @@ import (
 	"github.com/berthrt/berth/route"
 )
 
+// The gaps part (gapFacts): failure facts and what this host reports of
+// its gaps; skip notices waiting for a leaving host; the pressure this
+// host's senders wait on.
+//
+// Owns: the failure facts, the gauges and logs of gaps, the deferred
+// skip notices, the pressure set and its counters.
+// Lock: factsMu, skipMu and pressureSet.mu, all leaves.
+// May call: the leaves.
+// Invariants: a fact is recorded only from the membership (a host gone)
+// and kept for factKeep; facts are bounded (maxFacts).
+
 // overBound notes an arrival past the reorder bound at o: counted, and
 // (when the sender is told to pause) logged at most once per gapLogEvery.
 func (gp *gapFacts) overBound(o *owner, pushed string) {

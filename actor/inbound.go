@@ -11,6 +11,23 @@ import (
 	"github.com/berthrt/berth/transport"
 )
 
+// The inbound part (inbounds): what comes from other hosts.
+//
+// Owns: the transport's handler (hostHandler) and the dispatch of every
+// item it delivers: frames and replies, bounces, hints, relocation
+// records, control items, credit and pressure notices, link events.
+// Lock: none of its own but the per-peer leaves; the transport's delivery
+// goroutine takes only leaf locks and never calls the Location Store or
+// waits for a move: a message whose object is not here goes to the
+// peer's slow lane, a move's record to the move's own lane.
+// May call: the mover and remote moves, admission, the router, requests,
+// peers and the leaves.
+// Invariants: everything off a link is attributed to the authenticated
+// peer, not to a name it carries; a malformed item is dropped and
+// counted, never panics; a peer's messages are admitted in the order they
+// arrived (its permit source), those for objects elsewhere in order on
+// its slow lane.
+
 // bounced takes back a frame this host sent that its destination left
 // before receiving: it is routed again (replies and messages alike).
 func (iq *inbounds) bounced(buf payload.Buffer) {

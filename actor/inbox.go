@@ -7,6 +7,22 @@ import (
 	"github.com/berthrt/berth/route"
 )
 
+// The owner's receive side (owner.admit and the order snapshot of a
+// move), driving its route.Inbox.
+//
+// Owns: nothing of its own: it runs on the owner's fields guarded by
+// owner.seqMu (the Inbox: open, frozen or shut; the senders' order).
+// Lock: owner.seqMu, taken after ownerShard.mu and before mailbox.mu and
+// ownerTable.heldMu; nothing that can call back into admission (a permit
+// given back) runs under it.
+// May call: the owner's mailbox, gaps, peers (pushback), the leaves; what
+// a step sets free that does not run here (strays) goes back to its caller
+// (the router routes it again).
+// Invariants: per sender and object, messages run in the order they were
+// stamped; a message that arrives early waits (bounded) for the ones
+// before it; a gap closes only on a fact (a skip notice, a failure fact
+// past its wait).
+
 // Order per sending host (docs/architecture.md, "Order, routing and transports"; the rules are package route's).
 //
 // With a transport, every message a host sends to an object is stamped — its

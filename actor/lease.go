@@ -9,6 +9,14 @@ import (
 	"github.com/berthrt/berth/relocation"
 )
 
+// The lease part (leaseKeeper): this run's host lease.
+//
+// Owns: the lease's generation, its local-time copy and deadline.
+// Lock: none (the lease's own service renews it; the deadline is atomic).
+// May call: the Location Store, the membership, the host's Close through
+// lifecycle.
+// Invariants: past its lease a host starts no turn and closes itself.
+
 // leaseKeeper is this run's host lease: its generation, the local-time
 // lease the renewals earned, and the deadline past which no turn starts.
 //

@@ -6,6 +6,16 @@ import (
 	"github.com/berthrt/berth/payload"
 )
 
+// Permit sources (outbox): the sends of one source — an owner's
+// handlers, the rest of an outside Publish, the messages off one link —
+// waiting for job permits, in order.
+//
+// Owns: the source's queued sends. Lock: outbox.mu, a leaf; the sends run
+// after it.
+// May call: the permits and the admission callbacks it is given.
+// Invariants: at most one waiter per source in the permit queue; a
+// source's sends are admitted in the order they came.
+
 // outbox holds the sends of one source — an owner's handlers, the rest of
 // an external Publish, or the messages off one link — that wait for job
 // permits. It has at most one waiter in the permit queue at a time, so its

@@ -15,6 +15,20 @@ import (
 	"github.com/berthrt/berth/route"
 )
 
+// The owners part (ownerTable, owner, kindRuntime, channelRuntime): the
+// kinds' and channels' owners and their turns.
+//
+// Owns: the kinds (their owners in 32 shards each) and channels, the
+// actor system, spawning, the owners held for their gaps; each owner's
+// mailbox, state and turns.
+// Lock: ownerShard.mu (RW) → owner.seqMu → mailbox.mu; ownerShard.mu →
+// ownerTable.spawnMu; owner.seqMu → ownerTable.heldMu (LOCK_ORDER.md).
+// Never across a store call or a send.
+// May call: requests, peers, gaps and the leaves; lifecycle items other
+// parts post to an owner run in its turns without the owner knowing them.
+// Invariants: one owner per object per host; one turn per owner at a
+// time; an owner's state is touched only in its turns.
+
 // owner is the single place an object's (or a channel subscriber's)
 // messages run: a protoactor actor with a berth mailbox. Its fields other
 // than the mailbox and the atomics are touched only in its own turns.

@@ -15,6 +15,26 @@ import (
 	"github.com/berthrt/berth/transport"
 )
 
+// The peers part (peers): this host's side of the network — what it sends
+// to other hosts and what it knows of them.
+//
+// Owns: the transport and the membership (set once by Start), the peer
+// view (members from the membership watch, link states and loads from the
+// transport's events and the peers' load reports), the directory of
+// addresses, this host's load reports, the per-peer state it keeps
+// (inboundFrom: the permit source, slow lane, budget and credit of one
+// peer), and every item it sends: frames, records, hints, control items,
+// credit asks, pressure notices.
+// Lock: peerView.mu (RW) and the per-peer locks (peerBudget.mu,
+// peerCredit.mu, serial.mu) are leaves; nothing is sent under a lock of
+// another part.
+// May call: the transport, the membership, the leaves (serial, routes,
+// stats, services).
+// Invariants: a host without a transport sends nothing; an item the
+// transport refuses past its bound is counted and logged, never queued
+// here; the peer view changes only on a fact (the membership's events, the
+// transport's link events, a peer's own report).
+
 // malformedItem drops an item off a link that does not decode (counted as
 // a protocol rejection). A lost hint is advice; a lost record is recovered
 // by the relocation protocol; a lost control item ends its Relocate by the

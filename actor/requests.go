@@ -10,6 +10,15 @@ import (
 	"github.com/berthrt/berth/transport"
 )
 
+// The requests part (requestTable): Asks waiting for their reply, and
+// replies on their way back.
+//
+// Owns: the outstanding requests by operation id. Lock: the table's shard
+// mutexes, leaves.
+// May call: peers (a reply to another host) and the leaves.
+// Invariants: every request completes exactly once (reply, error,
+// deadline, cancellation or shutdown).
+
 // reply is a request's terminal result: an encoded reply frame or an error.
 type reply struct {
 	buf payload.Buffer

@@ -13,6 +13,21 @@ import (
 	"golang.org/x/sync/singleflight"
 )
 
+// The router part (router): where objects run, and the terminal paths of
+// messages that cannot run here.
+//
+// Owns: the look-ups (store calls, one flight per object: singleflight),
+// activation here, forwarding, bounces back to the origin, skip notices,
+// the stray and redispatched messages, ending unrun messages with their
+// error.
+// Lock: none across a store call or a send; look-ups that may call the
+// store run on look-up lanes (serial) or off the transport's goroutines.
+// May call: owners (and their receive side, owner.admit), gaps, requests,
+// peers and the leaves.
+// Invariants: a message is never dropped for routing reasons while every
+// host is up; one that cannot be delivered ends with a typed error at its
+// sender, is counted, and its gap is closed by a skip notice.
+
 // Routing between hosts (docs/architecture.md, "Relocation", "Order, routing and transports"; the rules are package route's).
 //
 // Where an object runs is decided by the Location Store. A host looks an
