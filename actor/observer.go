@@ -51,8 +51,10 @@ const (
 // Observer receives a host's events: the narrow hook through which metrics
 // see the core (package metrics implements it for Prometheus). Methods are
 // called on the message path, concurrently, and must be fast; with strings
-// and durations only, they cost no allocation. Kind is the object kind or
-// the channel name.
+// and durations only, they cost no allocation. Some run under the host's
+// locks (Activated while the new owner is installed in its shard): they
+// must not block, and must not call back into the host. Kind is the object
+// kind or the channel name.
 type Observer interface {
 	// Attach is called once, when the host starts, with the source of the
 	// host's gauges.
