@@ -36,11 +36,12 @@ var (
 // the store; each is run on the move's own serial lane, one at a time, in
 // the order they came, so the driver needs no lock and nothing that
 // delivers an input waits for a move's work: the link's delivery goroutine
-// only queues. The steps that must see the owner between turns run inside
-// the owner's lifecycle turns, in their place on the lane (serial.runHere):
-// the start (the store look-up, then the preflight), the seal and the
-// capture (the user's Capture) at the source, and the restore (the user's
-// Restore) at the target.
+// only queues. The machine's effects — records to send, actions — are
+// carried out in the order it lists them. The steps that must see the
+// owner between turns run inside the owner's lifecycle turns, in their
+// place on the lane (serial.runHere): the start (the store look-up, then
+// the preflight), the seal and the capture (the user's Capture), in one
+// turn, at the source, and the restore (the user's Restore) at the target.
 //
 // Every field below the lane is touched only by work on the lane.
 type moveDriver struct {
@@ -51,8 +52,8 @@ type moveDriver struct {
 	peer string
 
 	lane     serial       // the move's inputs, one at a time
-	opened   atomic.Int64 // openedAt, for the tick (read off the lane)
-	over     atomic.Bool  // target: opened or ended (the tick skips it)
+	forgetAt atomic.Int64 // target, once over: its machine's ForgetAt (read off the lane, by the tick)
+	over     atomic.Bool  // target: opened or ended (the tick skips it until forgetAt)
 	src      *relocation.Source
 	tgt      *relocation.Target
 	o        *owner
@@ -65,36 +66,28 @@ type moveDriver struct {
 	started  time.Time
 	snap     route.Snapshot // target: the order state of the move record
 
-	// Records to the peer and other work a step asks for (route hints,
-	// messages to route again) queue here and are carried out in order
-	// once the machine has taken the step's inputs (flush).
-	outq      []relocation.Record
-	after     []func()
-	storeOp   *relocation.StoreNewOwner // a store call to make on the store lane
-	storeBusy bool                      // a store call is under way
+	// Work a step asks for besides its effects (route hints, messages to
+	// route again, releases) queues here and runs in order once the
+	// machine has taken the step's inputs (flush).
+	after   []func()
+	storeOp *relocation.StoreNewOwner // a store call to make on the store lane
+	// A record of the step was not sent: the peer left the network, or
+	// the link to it was past its bound (flush acts on it). The step's
+	// later records are not sent either.
+	gone, refused bool
 
-	// Target, after the commit: the driver stays registered for
-	// FollowDuration, so that its machine answers a source that resends
-	// (its Committed was lost) and delivers relays that come late.
+	// Target, after the commit: the driver stays registered for its
+	// machine's follow window (FollowDuration), so that the machine
+	// answers a source that resends (its Committed was lost) and delivers
+	// relays that come late; the machine's Forget ends it.
 	abortErr error       // source: the capture's error, when it aborted the move
 	counted  atomic.Bool // target: counted in Host.incoming (addIncoming)
-	openedAt int64       // nanotime; 0 until opened
-	sealedAt int64       // nanotime of the seal (source); 0 until sealed
 
-	// The pause, measured without comparing clocks (Host.Pauses): the
-	// source times the seal to the Prepare's send and the preflight's round
-	// trip; the target times the Prepare's arrival to the opening and says
-	// so in its Committed. All nanotime of the host that reads them; under
-	// mu.
-	preflightAt   int64         // source: the Preflight went out
-	preflightRTT  int64         // source: the Preflight's round trip; 0 until answered
-	prepareSentAt int64         // source: the Prepare went out
-	cutoverSentAt int64         // source: the Cutover went out
-	cutoverRTT    int64         // source: the Cutover's round trip less the target's Turnaround; 0 if not known
-	targetPaused  time.Duration // source: Committed.Paused
-	prepareAt     int64         // target: the first Prepare arrived
-	cutoverAt     int64         // target: the first Cutover arrived
-	enc           []byte        // records are encoded here (flush)
+	// clock measures the pause without comparing clocks (Host.Pauses):
+	// fed the records sent and received, the seal and the opening, each
+	// at this host's nanotime.
+	clock relocation.PauseClock
+	enc   []byte // records are encoded here (send)
 	// storeLane runs the machine's store calls (one at a time: the
 	// machine asks for the next only after the result of the last).
 	storeLane serial
@@ -401,7 +394,8 @@ func (h *Host) onRecord(from string, obj relocation.Object, rec relocation.Recor
 				return
 			}
 			d = &moveDriver{h: h, lane: serial{wg: &h.svc.lanes}, storeLane: serial{wg: &h.svc.lanes}, id: r.Move, obj: r.Object, kr: kr, peer: from, started: time.Now(),
-				tgt: relocation.NewTarget(relocation.TargetConfig{Host: h.name, CutoverWait: h.cfg.CutoverWait, MaxRecord: h.cfg.MaxMoveRecord})}
+				tgt: relocation.NewTarget(relocation.TargetConfig{Host: h.name, CutoverWait: h.cfg.CutoverWait, MaxRecord: h.cfg.MaxMoveRecord,
+					FollowFor: h.cfg.FollowDuration})}
 			d.tgt.Step(relocation.Tick{Now: nanotime()}) // the machine's clock starts now
 			if !h.addIncoming(d) {
 				h.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move,
@@ -456,9 +450,9 @@ func (h *Host) sendRecords(to string, obj relocation.Object, scratch *[]byte, re
 }
 
 // moveJobs registers the moves' periodic job on the host's tick: every
-// move this host takes part in is ticked (a target's cutover wait, store
-// retries), and a target that opened is forgotten once FollowDuration has
-// passed since.
+// target move under way here is ticked (its cutover wait, store retries);
+// one that opened only once its machine's follow window may have ended
+// (ForgetAt), when the machine says Forget.
 func (h *Host) moveJobs(tick *schedule) {
 	tick.every("tick the moves", tickEvery, func(time.Time) bool {
 		h.tickMoves(nanotime())
@@ -471,16 +465,10 @@ func (h *Host) tickMoves(now int64) {
 		if d.tgt == nil {
 			continue
 		}
-		opened := d.opened.Load()
-		expired := opened != 0 && now-opened > int64(h.cfg.FollowDuration)
-		done := d.over.Load()
-		if expired {
-			h.removeMove(d)
-			continue
-		}
-		if done {
-			// Opened or ended: kept a while for late records, it has
-			// nothing to do on a tick (a drain leaves thousands).
+		if d.over.Load() && now < d.forgetAt.Load() {
+			// Opened (or ended): kept for its follow window, it has
+			// nothing to do on a tick before the window may end (a drain
+			// leaves thousands).
 			continue
 		}
 		// The cutover wait runs only while the source is cut off: a
@@ -497,17 +485,19 @@ func (d *moveDriver) step(in relocation.Input) {
 }
 
 // advance, on the lane, feeds one input to the machine and carries out
-// what it asks, feeding immediate results back; then it sends what the
-// machine sent and runs the work the step queued, in order. The store
-// call the machine asks for runs on the move's own store lane — never on
-// the move's lane, so records keep being taken while it waits, and never
-// behind other work (a peer's slow lane may hold look-ups) — and its
-// result comes back to the lane as the machine's next input.
+// its effects in order, feeding immediate results back; then it runs the
+// work the step queued, in order. The store call the machine asks for
+// runs on the move's own store lane — never on the move's lane, so
+// records keep being taken while it waits, and never behind other work (a
+// peer's slow lane may hold look-ups) — and its result comes back to the
+// lane as the machine's next input. The machine asks for the next call
+// only after that result (one store call at a time is its rule).
 func (d *moveDriver) advance(in relocation.Input) {
 	d.stepMachine(in)
 	op := d.storeOp
 	d.storeOp = nil
 	if d.tgt != nil && (d.tgt.Done() || d.ended) {
+		d.forgetAt.Store(d.tgt.ForgetAt()) // before over: the tick reads over first
 		d.over.Store(true)
 		d.notIncoming() // opened or ended: no more under way here
 	}
@@ -517,17 +507,17 @@ func (d *moveDriver) advance(in relocation.Input) {
 			ctx, cancel := d.h.life.storeContext()
 			row, err := d.h.store.NewOwner(ctx, op.Object, op.Expect, op.NewHost)
 			cancel()
-			d.lane.add(func() {
-				d.storeBusy = false
-				d.advance(relocation.StoreResult{Row: row, Err: err})
-			})
+			d.lane.add(func() { d.advance(relocation.StoreResult{Row: row, Err: err}) })
 		})
 	}
 }
 
+// stepMachine steps the machine with in, and with the inputs its actions
+// yield at once, each after the rest of the effects of the step that
+// yielded it.
 func (d *moveDriver) stepMachine(in relocation.Input) {
 	if r, ok := in.(relocation.Receive); ok {
-		d.timeLocked(r.Record)
+		d.clock.Received(r.Record, nanotime())
 	}
 	queue := []relocation.Input{in}
 	for len(queue) > 0 && !d.ended {
@@ -541,102 +531,46 @@ func (d *moveDriver) stepMachine(in relocation.Input) {
 		} else {
 			return
 		}
-		// A target acts before it replies, so that when its reply
-		// (Committed) arrives the object already runs here — the source's
-		// Relocate returns then. (The records go out in flush.)
-		for _, a := range out.Actions {
-			if next := d.apply(a); next != nil {
-				queue = append(queue, next)
-			}
-		}
-		for _, r := range out.Send {
-			if c, ok := r.(*relocation.Committed); ok {
-				if d.openedAt != 0 && d.prepareAt != 0 {
-					c.Paused = time.Duration(d.openedAt - d.prepareAt)
-				}
-				if d.cutoverAt != 0 {
-					c.Turnaround = time.Duration(max(nanotime()-d.cutoverAt, 1))
+		// In the machine's order: a target opens its queue before it
+		// sends Committed, so that when the Committed arrives the object
+		// already runs here (the source's Relocate returns then).
+		for _, e := range out.Effects {
+			switch e := e.(type) {
+			case relocation.Send:
+				d.send(e.Record)
+			case relocation.Action:
+				if next := d.apply(e); next != nil {
+					queue = append(queue, next)
 				}
 			}
 		}
-		d.outq = append(d.outq, out.Send...)
 	}
 }
 
-// timeLocked notes the times of the records that measure the pause: a
-// received one here, a sent one in flush.
-func (d *moveDriver) timeLocked(rec relocation.Record) {
-	switch r := rec.(type) {
-	case *relocation.Prepare:
-		if d.prepareAt == 0 {
-			d.prepareAt = nanotime()
-		}
-	case *relocation.PreflightReply:
-		if d.preflightRTT == 0 && d.preflightAt != 0 {
-			d.preflightRTT = max(nanotime()-d.preflightAt, 1)
-		}
-	case *relocation.Cutover:
-		if d.cutoverAt == 0 {
-			d.cutoverAt = nanotime()
-		}
-	case *relocation.Committed:
-		d.targetPaused = r.Paused
-		if d.cutoverSentAt != 0 && r.Turnaround > 0 {
-			if rtt := nanotime() - d.cutoverSentAt - int64(r.Turnaround); rtt > 0 {
-				d.cutoverRTT = rtt
-			}
-		}
+// send sends one record of the machine to the peer, with the pause
+// clock's figures (a target's Committed); after a record of the step was
+// not sent, the rest are not either (flush acts on it).
+func (d *moveDriver) send(r relocation.Record) {
+	if d.gone || d.refused {
+		return
 	}
+	r = d.clock.Sent(r, nanotime())
+	gone, refused := d.h.sendRecords(d.peer, d.obj, &d.enc, r)
+	d.gone, d.refused = gone, refused
 }
 
-// pauseLocked is the source's figure for the move's pause, from the seal
-// here to the opening at the target: the seal to the Prepare's send, plus
-// the Prepare's way over, plus the target's own figure from the Prepare's
-// arrival to the opening. The way over is half a round trip on the link,
-// as NTP takes it: the smaller of the move's two that can be timed (the
-// Preflight and its answer; the Cutover and the Committed, less the
-// target's Turnaround), since a round trip that waited for a busy
-// goroutine on either side overstates the link. Without the target's
-// figure it is the seal to the Committed's arrival (the Committed's way
-// back included: an upper bound).
-func (d *moveDriver) pauseLocked() time.Duration {
-	rtt := d.preflightRTT
-	if d.cutoverRTT != 0 && (rtt == 0 || d.cutoverRTT < rtt) {
-		rtt = d.cutoverRTT
-	}
-	if d.targetPaused > 0 && d.prepareSentAt != 0 && rtt != 0 {
-		return time.Duration(d.prepareSentAt-d.sealedAt+rtt/2) + d.targetPaused
-	}
-	return time.Duration(nanotime() - d.sealedAt)
-}
-
-// flush sends the queued records in order and runs the queued work, until
-// none is left (work may queue more).
+// flush runs the queued work, until none is left (work may queue more),
+// then acts on a record the step could not send.
 func (d *moveDriver) flush() {
-	gone, refused := false, false
-	for len(d.outq) > 0 || len(d.after) > 0 {
-		recs, after := d.outq, d.after
-		d.outq, d.after = nil, nil
-		for _, r := range recs {
-			switch r.(type) {
-			case *relocation.Preflight:
-				d.preflightAt = nanotime()
-			case *relocation.Prepare:
-				if d.prepareSentAt == 0 {
-					d.prepareSentAt = nanotime()
-				}
-			case *relocation.Cutover:
-				if d.cutoverSentAt == 0 {
-					d.cutoverSentAt = nanotime()
-				}
-			}
-		}
-		g, r := d.h.sendRecords(d.peer, d.obj, &d.enc, recs...)
-		gone, refused = gone || g, refused || r
+	for len(d.after) > 0 {
+		after := d.after
+		d.after = nil
 		for _, f := range after {
 			f()
 		}
 	}
+	gone, refused := d.gone, d.refused
+	d.gone, d.refused = false, false
 	switch {
 	case gone:
 		d.advance(d.peerDead())
@@ -650,8 +584,8 @@ func (d *moveDriver) flush() {
 	}
 }
 
-// later queues f to run once the machine has taken the step's inputs
-// (flush).
+// later queues f to run once the machine has taken the step's inputs and
+// the step's records went out (flush).
 func (d *moveDriver) later(f func()) { d.after = append(d.after, f) }
 
 // peerDead is the input for "the peer left the network": a source learns
@@ -670,7 +604,9 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 	h := d.h
 	switch a := a.(type) {
 	// Source actions.
-	case relocation.SealOwner:
+	case relocation.SealAndCapture:
+		// In a lifecycle turn of the owner (sealAndCapture): the lane goes
+		// on meanwhile; Captured or CaptureFailed comes from that turn.
 		e := mailbox.NewEnvelope()
 		e.Lane = mailbox.Lifecycle
 		e.Control = moveSeal{d}
@@ -686,18 +622,14 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 		o.seqMu.Unlock()
 		d.captured, d.held = nil, nil
 		d.later(func() { h.router.orderDone(o, after) })
-	case relocation.CaptureMove:
-		rec, err := d.capture()
-		if err != nil {
-			h.log.Error("relocation: capture failed; aborting", "object", d.obj.String(), "err", err)
-			d.abortErr = err
-			return relocation.OperatorAbort{Reason: "capture failed: " + err.Error()}
-		}
-		return relocation.Captured{Record: rec}
+	case relocation.InstallFollow:
+		// Before TakeHeld, which the machine asks for next: a sender that
+		// misses the owner once it left must find the route (the store
+		// still names this host until the target commits; the sender
+		// would otherwise activate the object here again).
+		h.routes.learn(d.obj, a.Target, d.row.OwnerGen+1, true)
 	case relocation.TakeHeld:
 		return relocation.HeldTaken{Frames: d.takeHeld()}
-	case relocation.InstallFollow:
-		// Installed with TakeHeld, before the mailbox closed.
 	case relocation.DropFollow:
 		h.routes.forget(d.obj, true)
 	// Target actions.
@@ -719,10 +651,7 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 	case relocation.DiscardTempQueue:
 		d.discardTemp(nil, a.Reason)
 	case relocation.StoreNewOwner:
-		if !d.storeBusy { // else the call under way answers
-			d.storeBusy = true
-			d.storeOp = &a
-		}
+		d.storeOp = &a
 	case relocation.OpenQueue:
 		d.open(a)
 	case relocation.DeliverLate:
@@ -737,6 +666,11 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 				}
 			}
 		})
+	case relocation.Forget:
+		// The follow window ended: records of the move that come later
+		// find none (a relay goes on to the object's owner).
+		d.ended = true
+		h.removeMove(d)
 	case relocation.Abandon:
 		d.discardTemp(append(append([][]byte(nil), a.Captured...), a.Relayed...), a.Reason)
 	case relocation.Finish:
@@ -774,9 +708,10 @@ func (d *moveDriver) startSource() {
 
 // sealAndCapture runs in a lifecycle turn of the owner, so no application
 // turn runs: the seal takes effect at this turn boundary, and the move
-// record is built now, and only now. The owner's receive order freezes
-// with the seal: what arrives from now on is held unchecked, and checked
-// where the object opens.
+// record is built now, and only now (the machine's SealAndCapture). The
+// owner's receive order freezes with the seal: what arrives from now on is
+// held unchecked, and checked where the object opens. A capture that fails
+// aborts the move (the machine reopens the owner).
 func (d *moveDriver) sealAndCapture() {
 	var relieved []string
 	o := d.o
@@ -789,11 +724,19 @@ func (d *moveDriver) sealAndCapture() {
 		o.mb.Seal()
 		relieved = o.relievedLocked(true) // the target pushes back again if it must
 		o.seqMu.Unlock()
-		d.sealedAt = nanotime()
+		now := nanotime()
+		d.clock.Sealed(now)
 		if f := d.h.moves.times; f != nil {
-			f(d.id, false, d.sealedAt)
+			f(d.id, false, now)
 		}
-		d.advance(relocation.Sealed{})
+		rec, err := d.capture()
+		if err != nil {
+			d.h.log.Error("relocation: capture failed; aborting", "object", d.obj.String(), "err", err)
+			d.abortErr = err
+			d.advance(relocation.CaptureFailed{Err: err})
+			return
+		}
+		d.advance(relocation.Captured{Record: rec})
 	})
 	for _, s := range relieved { // a send: off the move's lane
 		d.h.peers.push(o, s, false)
@@ -830,18 +773,15 @@ func (d *moveDriver) capture() (relocation.MoveRecord, error) {
 }
 
 // takeHeld makes the move final at the source: the object leaves this
-// host's owners for a forwarding route, then the mailbox closes and what
-// was held is taken for the relay. Past relay-ready the source never
-// reopens, so the held and captured items end here — and the messages
-// its order held, which the move record carries: their frames are copied
-// out for the relays (records outlive this host's buffers) and the items
-// released, returning their permits.
+// host's owners (for the forwarding route InstallFollow put in place just
+// before), then the mailbox closes and what was held is taken for the
+// relay. Past relay-ready the source never reopens, so the held and
+// captured items end here — and the messages its order held, which the
+// move record carries: their frames are copied out for the relays
+// (records outlive this host's buffers) and the items released, returning
+// their permits.
 func (d *moveDriver) takeHeld() [][]byte {
 	h, o := d.h, d.o
-	// The forwarding route first: a sender that misses the owner must find
-	// it (the store still names this host until the target commits; it
-	// would otherwise activate the object here again).
-	h.routes.learn(d.obj, d.peer, d.row.OwnerGen+1, true)
 	sh := d.kr.shard(d.obj.ID)
 	sh.mu.Lock()
 	if sh.m[d.obj.ID] == o {
@@ -873,8 +813,8 @@ func (d *moveDriver) takeHeld() [][]byte {
 // finish ends the move on this host.
 func (d *moveDriver) finish(f relocation.Finish) {
 	h := d.h
-	if d.openedAt != 0 {
-		return // the target owns the object; the driver stays (openedAt)
+	if d.tgt != nil && f.Outcome == relocation.Moved {
+		return // the target owns the object; the driver stays until Forget
 	}
 	d.ended = true
 	h.removeMove(d)
@@ -912,8 +852,10 @@ func (d *moveDriver) finish(f relocation.Finish) {
 		} else {
 			d.o.moving.Store(false)
 		}
-		if f.Outcome == relocation.Moved && d.sealedAt != 0 {
-			h.moves.pauses.add(d.pauseLocked())
+		if f.Outcome == relocation.Moved {
+			if p, ok := d.clock.Pause(nanotime()); ok {
+				h.moves.pauses.add(p)
+			}
 		}
 		d.done <- err
 		return
@@ -1025,10 +967,10 @@ func (d *moveDriver) open(a relocation.OpenQueue) {
 	after := o.openOrderLocked(captured, append(unchecked, o.mb.TakeHeld()...))
 	o.seqMu.Unlock()
 	d.snap = route.Snapshot{}
-	d.openedAt = nanotime()
-	d.opened.Store(d.openedAt)
+	opened := nanotime()
+	d.clock.Opened(opened)
 	if f := d.h.moves.times; f != nil {
-		f(d.id, true, d.openedAt)
+		f(d.id, true, opened)
 	}
 	h.stats.moved.Add(1)
 	obj, gen := d.obj, a.Owner.OwnerGen

@@ -433,25 +433,6 @@ func TestPauseRunsFromTheSealToTheOpeningWithoutTheWayBack(t *testing.T) {
 	}
 }
 
-// The Prepare's way over is half the shorter of the move's two timed round
-// trips: one that waited for a busy goroutine overstates the link.
-func TestPauseTakesTheShorterRoundTrip(t *testing.T) {
-	d := &moveDriver{sealedAt: 1_000, prepareSentAt: 3_000, targetPaused: 50 * time.Microsecond}
-	for _, c := range []struct {
-		preflight, cutover int64
-		want               time.Duration
-	}{
-		{preflight: 10_000_000, cutover: 40_000, want: 2*time.Microsecond + 20*time.Microsecond + 50*time.Microsecond},
-		{preflight: 40_000, cutover: 10_000_000, want: 2*time.Microsecond + 20*time.Microsecond + 50*time.Microsecond},
-		{preflight: 40_000, cutover: 0, want: 2*time.Microsecond + 20*time.Microsecond + 50*time.Microsecond}, // no Cutover timed
-	} {
-		d.preflightRTT, d.cutoverRTT = c.preflight, c.cutover
-		if got := d.pauseLocked(); got != c.want {
-			t.Errorf("round trips %d and %d ns: pause %v, want %v", c.preflight, c.cutover, got, c.want)
-		}
-	}
-}
-
 // A host whose lease ran out before it could renew it (a paused process;
 // a store out of reach for longer than the lease) must not take up its
 // objects again: another host may own them by now, and the store would

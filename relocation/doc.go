@@ -4,12 +4,28 @@
 //
 // Source and Target do no I/O, start no goroutine and read no clock:
 // protocol records, action results, store results and ticks go in (Step);
-// records to send and actions for the driver come out (Output). The actor
-// package drives them on the owner's lifecycle lane.
+// one ordered list of effects comes out (Output.Effects): records to send
+// (Send) and actions, in the order the driver must carry them out.
+// PauseClock, pure as well, works out a move's pause from the times a driver
+// gives it. The actor package drives each move on a serial lane of its
+// own: every input is stepped there, one at a time; the seal with the
+// capture (the kind's Capture) and the restore (its Restore) run inside
+// turns of the owner, in their place on the move's lane.
 //
 // # Invariants
 //
-//   - The move record is built only after the seal took effect.
+//   - A step's effects are carried out in their order: a machine acts
+//     before it tells its peer (a target opens its queue, then sends
+//     Committed; a source reopens, then sends Abort), and a Finish comes
+//     last. An input an action yields at once is stepped after the rest
+//     of the step's effects.
+//   - The move record is built only after the seal took effect, in the
+//     same turn of the owner (SealAndCapture); a capture that fails
+//     (CaptureFailed) aborts the move and the object runs on at the
+//     source.
+//   - The source installs its forwarding route to the target before the
+//     owner leaves (InstallFollow, then TakeHeld): a sender that misses
+//     the owner finds the route.
 //   - The target registers its temporary queue before anything else and
 //     runs nothing before it owns the object in the Location Store.
 //   - Before relay-ready is accepted the move can be aborted (target
@@ -19,7 +35,11 @@
 //     it, the source never reopens.
 //   - Only the target writes the owner (NewOwner CAS from the generations
 //     the source read); a conflict or a newer owner ends the move with
-//     nothing run at the target.
+//     nothing run at the target. One store call at a time: the target
+//     asks for the next only after the result of the last.
+//   - An opened target keeps the move for its follow window
+//     (TargetConfig.FollowFor, on its Tick clock from the opening), then
+//     says Forget; ForgetAt tells a driver when a tick can end it.
 //   - A missing cutover delays the commit by at most the cutover wait; a
 //     resent batch replaces a partial one wholesale; late results never
 //     revive a finished move.
@@ -35,4 +55,6 @@
 //     move before relay-ready (a stray Prepare would otherwise hold a
 //     temporary queue for its object for ever). Its cost is a failed move
 //     — the source aborts, the object stays — never a message.
+//   - No clock is compared between hosts: each side's PauseClock times
+//     with its own; the target's figures travel in its Committed.
 package relocation

@@ -8,8 +8,9 @@ import (
 )
 
 // Source and Target are pure state machines: the driver feeds each one's
-// records to the other and carries out their actions. Here the "driver" is
-// a loop that answers every action at once.
+// records to the other and carries out their effects, in order. Here the
+// "driver" is a loop that answers every action at once; an answer is
+// stepped after the rest of the effects, as a driver must.
 func Example() {
 	move := relocation.MoveID{1}
 	obj := relocation.Object{Kind: "cart", ID: "42"}
@@ -20,29 +21,36 @@ func Example() {
 	var toTarget, toSource []relocation.Record
 	var handle func(who string, out relocation.Output)
 	handle = func(who string, out relocation.Output) {
-		for _, a := range out.Actions {
-			switch a := a.(type) {
-			case relocation.SealOwner:
-				handle(who, src.Step(relocation.Sealed{}))
-			case relocation.CaptureMove:
-				handle(who, src.Step(relocation.Captured{Record: relocation.MoveRecord{
-					State: []byte(`{"items":3}`), Queue: [][]byte{[]byte("queued-1")}}}))
+		var answers []relocation.Input
+		for _, e := range out.Effects {
+			switch e := e.(type) {
+			case relocation.Send:
+				if who == "source" {
+					toTarget = append(toTarget, e.Record)
+				} else {
+					toSource = append(toSource, e.Record)
+				}
+			case relocation.SealAndCapture:
+				answers = append(answers, relocation.Captured{Record: relocation.MoveRecord{
+					State: []byte(`{"items":3}`), Queue: [][]byte{[]byte("queued-1")}}})
 			case relocation.RestoreObject:
-				handle(who, tgt.Step(relocation.Restored{}))
+				answers = append(answers, relocation.Restored{})
 			case relocation.TakeHeld:
-				handle(who, src.Step(relocation.HeldTaken{Frames: [][]byte{[]byte("held-1")}}))
+				answers = append(answers, relocation.HeldTaken{Frames: [][]byte{[]byte("held-1")}})
 			case relocation.StoreNewOwner:
-				handle(who, tgt.Step(relocation.StoreResult{Row: relocation.Row{Ownership: relocation.Ownership{Host: "B", OwnerGen: 2}}}))
+				answers = append(answers, relocation.StoreResult{Row: relocation.Row{Ownership: relocation.Ownership{Host: "B", OwnerGen: 2}}})
 			case relocation.OpenQueue:
-				fmt.Printf("%s opens: captured %q, relayed %q\n", who, a.Captured, a.Relayed)
+				fmt.Printf("%s opens: captured %q, relayed %q\n", who, e.Captured, e.Relayed)
 			case relocation.Finish:
-				fmt.Println(who, "finished:", a.Outcome)
+				fmt.Println(who, "finished:", e.Outcome)
 			}
 		}
-		if who == "source" {
-			toTarget = append(toTarget, out.Send...)
-		} else {
-			toSource = append(toSource, out.Send...)
+		for _, in := range answers {
+			if who == "source" {
+				handle(who, src.Step(in))
+			} else {
+				handle(who, tgt.Step(in))
+			}
 		}
 	}
 	handle("source", src.Step(relocation.Start{}))

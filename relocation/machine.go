@@ -29,11 +29,15 @@ type (
 type (
 	// Start begins the move with the preflight.
 	Start struct{}
-	// Sealed: the seal took effect at a turn boundary; no application turn
-	// will start.
-	Sealed struct{}
-	// Captured: the move record was built (after the seal, never before).
+	// Captured answers SealAndCapture: the owner is sealed (no application
+	// turn starts any more) and the move record was built in the same
+	// turn, after the seal, never before.
 	Captured struct{ Record MoveRecord }
+	// CaptureFailed answers SealAndCapture when the move record could not
+	// be built (the kind's Capture failed, or the record is too large): the
+	// move aborts and the object runs on here, as after an operator's
+	// abort.
+	CaptureFailed struct{ Err error }
 	// HeldTaken: the owner's mailbox closed and these frames were held
 	// since the seal, in order. Later arrivals go to Message Follow.
 	HeldTaken struct{ Frames [][]byte }
@@ -62,31 +66,48 @@ func (Receive) input()       {}
 func (Tick) input()          {}
 func (LinkUp) input()        {}
 func (Start) input()         {}
-func (Sealed) input()        {}
 func (Captured) input()      {}
+func (CaptureFailed) input() {}
 func (HeldTaken) input()     {}
 func (OperatorAbort) input() {}
 func (TargetDead) input()    {}
 func (Restored) input()      {}
 func (StoreResult) input()   {}
 
-// Action is something the driver must do for a machine.
-type Action interface{ action() }
+// Effect is one thing a step asks the driver to do: a record to send to
+// the peer (Send) or an Action. An Output's effects are in the order the
+// driver must carry them out.
+type Effect interface{ effect() }
+
+// Send: send Record to the peer, in its place among the effects.
+type Send struct{ Record Record }
+
+// Action is something the driver must do for a machine other than sending
+// a record. An action whose result the machine waits for (a capture, a
+// restore, a store call, the hold) is answered by an input: at once, or
+// later, from an owner's turn or a store call.
+type Action interface {
+	Effect
+	action()
+}
 
 // Source actions.
 type (
-	// SealOwner: seal the owner at the next turn boundary, then step Sealed.
-	SealOwner struct{}
-	// CaptureMove: build the move record (state through the kind's policy,
-	// the unexecuted queue in order, undecoded), then step Captured.
-	CaptureMove struct{}
+	// SealAndCapture: in one lifecycle turn of the owner (no application
+	// turn runs meanwhile), seal it at that turn boundary and build the
+	// move record (state through the kind's policy, the unexecuted queue
+	// in order, undecoded); then step Captured, or CaptureFailed.
+	SealAndCapture struct{}
 	// ReopenOwner: put the captured work back, then the hold, in their
 	// original order, and reopen the owner. The store is not touched.
 	ReopenOwner struct{}
 	// TakeHeld: close the owner's mailbox to new turns for good, take what
 	// was held, route later arrivals to Message Follow, then step HeldTaken.
 	TakeHeld struct{}
-	// InstallFollow: keep only a forwarding route to the target.
+	// InstallFollow: route the object's messages to the target (a
+	// forwarding route), before the owner leaves this host's owners: a
+	// sender that misses the owner finds the route, and does not activate
+	// the object here again.
 	InstallFollow struct{ Target string }
 	// DropFollow: the move was abandoned after relay-ready; remove the
 	// forwarding route so senders look the owner up in the store again.
@@ -119,6 +140,10 @@ type (
 	}
 	// DeliverLate: pre-boundary relays that arrived after the queue opened.
 	DeliverLate struct{ Frames [][]byte }
+	// Forget: the follow window after the opening (TargetConfig.FollowFor)
+	// has ended: the driver forgets the move. A record of it that comes
+	// later finds no move (a relay is sent on to the object's owner).
+	Forget struct{}
 	// Abandon: the store said the object belongs to someone else (conflict
 	// or newer owner) or could not be written in time; nothing of the move
 	// ran here. The captured work and the relays it got are handed back so
@@ -138,8 +163,7 @@ type Finish struct {
 // Log asks the driver to log a notable event (not an error of the driver).
 type Log struct{ Msg string }
 
-func (SealOwner) action()         {}
-func (CaptureMove) action()       {}
+func (SealAndCapture) action()    {}
 func (ReopenOwner) action()       {}
 func (TakeHeld) action()          {}
 func (InstallFollow) action()     {}
@@ -150,9 +174,27 @@ func (DiscardTempQueue) action()  {}
 func (StoreNewOwner) action()     {}
 func (OpenQueue) action()         {}
 func (DeliverLate) action()       {}
+func (Forget) action()            {}
 func (Abandon) action()           {}
 func (Finish) action()            {}
 func (Log) action()               {}
+
+func (Send) effect()              {}
+func (SealAndCapture) effect()    {}
+func (ReopenOwner) effect()       {}
+func (TakeHeld) effect()          {}
+func (InstallFollow) effect()     {}
+func (DropFollow) effect()        {}
+func (RegisterTempQueue) effect() {}
+func (RestoreObject) effect()     {}
+func (DiscardTempQueue) effect()  {}
+func (StoreNewOwner) effect()     {}
+func (OpenQueue) effect()         {}
+func (DeliverLate) effect()       {}
+func (Forget) effect()            {}
+func (Abandon) effect()           {}
+func (Finish) effect()            {}
+func (Log) effect()               {}
 
 // Outcome is how a move ended.
 type Outcome uint8
@@ -191,18 +233,29 @@ func (o Outcome) String() string {
 	return "none"
 }
 
-// Output is what one step produced: records to send to the peer, in
-// order, and actions for the driver, in order.
+// Output is what one step produced: the effects for the driver — records
+// to send and actions — in the one order it must carry them out. A
+// machine acts before it tells its peer (a target opens its queue before
+// it sends Committed; a source reopens before it sends Abort), and a
+// Finish comes last. The input an action is answered by at once (a
+// failed admission, say) is stepped after the rest of the effects.
 type Output struct {
-	Send    []Record
-	Actions []Action
+	Effects []Effect
 }
 
-func (o *Output) send(r ...Record) { o.Send = append(o.Send, r...) }
-func (o *Output) act(a ...Action)  { o.Actions = append(o.Actions, a...) }
-func (o *Output) log(msg string)   { o.Actions = append(o.Actions, Log{Msg: msg}) }
+func (o *Output) send(r ...Record) {
+	for _, rec := range r {
+		o.Effects = append(o.Effects, Send{Record: rec})
+	}
+}
+func (o *Output) act(a ...Action) {
+	for _, act := range a {
+		o.Effects = append(o.Effects, act)
+	}
+}
+func (o *Output) log(msg string) { o.Effects = append(o.Effects, Log{Msg: msg}) }
 func (o *Output) finish(oc Outcome, reason string) {
-	o.Actions = append(o.Actions, Finish{Outcome: oc, Reason: reason})
+	o.Effects = append(o.Effects, Finish{Outcome: oc, Reason: reason})
 }
 
 // Defaults for the target.
@@ -221,4 +274,8 @@ const (
 	// all along, sent nothing (no relay, no cutover) this long commits with
 	// what it has, as after CutoverWait with the source cut off.
 	DefaultReadyTimeout = 30 * time.Second
+	// DefaultFollowFor: how long a target that opened keeps the move (it
+	// answers a source that resends, it delivers late relays) before it
+	// forgets it.
+	DefaultFollowFor = 30 * time.Second
 )

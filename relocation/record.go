@@ -106,9 +106,10 @@ type Cutover struct {
 // own clock (zero: not measured): Paused from the arrival of the Prepare
 // to the opening of the object, Turnaround from the arrival of the Cutover
 // to the sending of this record. The machines leave them zero; the
-// target's driver sets them, and the source's driver works out the pause
-// from them and its own times (see actor.Host.Pauses), so that no clock is
-// compared between hosts.
+// target's PauseClock fills them in on a copy as it is sent
+// (PauseClock.Sent), and the source's works out the pause from them and
+// its own times (see actor.Host.Pauses), so that no clock is compared
+// between hosts.
 type Committed struct {
 	Move       MoveID
 	OwnerGen   uint64

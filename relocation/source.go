@@ -16,27 +16,30 @@ type srcPhase uint8
 const (
 	srcIdle srcPhase = iota
 	srcPreflight
-	srcSealing
-	srcCapturing
-	srcPrepared // waiting for relay-ready; abort still possible
-	srcRelaying // relay-ready accepted; waiting for the hold
-	srcCutover  // batch and cutover sent; waiting for the commit
+	srcCapturing // SealAndCapture asked for: the owner is (being) sealed
+	srcPrepared  // waiting for relay-ready; abort still possible
+	srcRelaying  // relay-ready accepted; waiting for the hold
+	srcCutover   // batch and cutover sent; waiting for the commit
 	srcDone
 )
 
-var srcPhaseNames = [...]string{"idle", "preflight", "sealing", "capturing", "prepared", "relaying", "cutover", "done"}
+var srcPhaseNames = [...]string{"idle", "preflight", "capturing", "prepared", "relaying", "cutover", "done"}
 
 // Source is the source side of one move, as a pure state machine: Step
-// takes an input and returns the records to send and the actions for the
-// driver. It does no I/O, starts no goroutine and reads no clock. Not safe
-// for concurrent use; the owner's lifecycle turns drive it.
+// takes an input and returns the effects for the driver — records to send
+// and actions — in the order it must carry them out. It does no I/O,
+// starts no goroutine and reads no clock. Not safe for concurrent use; the
+// driver steps it on the move's own serial lane.
 //
-// Order: Start → Preflight; PreflightReply → SealOwner; Sealed →
-// CaptureMove; Captured → Prepare and chunks; RelayReady (accepted: no
-// abort after this) → TakeHeld; HeldTaken → the relays, Cutover and
-// InstallFollow; Committed → Finish(Moved). Before relay-ready, Failed,
-// OperatorAbort or TargetDead → ReopenOwner and Finish(Aborted). LinkUp
-// resends what the phase needs; the target treats repeats idempotently.
+// Order: Start → Preflight; PreflightReply → SealAndCapture (the seal and
+// the move record in one turn of the owner); Captured → Prepare and
+// chunks; RelayReady (accepted: no abort after this) → InstallFollow, then
+// TakeHeld (the forwarding route is in place before the owner leaves);
+// HeldTaken → the relays and Cutover; Committed → Finish(Moved). Before
+// relay-ready, Failed, CaptureFailed, OperatorAbort or TargetDead →
+// ReopenOwner (then Abort to the target, if it has the Prepare) and
+// Finish(Aborted). LinkUp resends what the phase needs; the target treats
+// repeats idempotently.
 type Source struct {
 	cfg       SourceConfig
 	phase     srcPhase
@@ -77,11 +80,6 @@ func (s *Source) Step(in Input) Output {
 		}
 	case Receive:
 		s.receive(in.Record, &out)
-	case Sealed:
-		if s.phase == srcSealing {
-			s.phase = srcCapturing
-			out.act(CaptureMove{})
-		}
 	case Captured:
 		if s.phase == srcCapturing {
 			s.prepareRecord(in.Record)
@@ -99,11 +97,14 @@ func (s *Source) Step(in Input) Output {
 			s.cutover = &Cutover{Move: s.cfg.Move, Boundary: uint32(len(in.Frames)), Checksum: Checksum(sum)}
 			s.phase = srcCutover
 			s.sendBatch(&out)
-			out.act(InstallFollow{Target: s.cfg.Target})
 			if s.committed {
 				s.phase = srcDone
 				out.finish(Moved, "")
 			}
+		}
+	case CaptureFailed:
+		if s.phase == srcCapturing {
+			s.abort(&out, "capture failed: "+in.Err.Error(), false)
 		}
 	case OperatorAbort:
 		s.abort(&out, "operator: "+in.Reason, true)
@@ -149,13 +150,13 @@ func (s *Source) receive(r Record, out *Output) {
 			out.finish(NotStarted, "preflight: "+r.Reason)
 			return
 		}
-		s.phase = srcSealing
-		out.act(SealOwner{})
+		s.phase = srcCapturing
+		out.act(SealAndCapture{})
 	case *RelayReady:
 		if s.phase == srcPrepared {
 			s.phase = srcRelaying
 			s.accepted = true
-			out.act(TakeHeld{})
+			s.takeHeld(out)
 		}
 	case *Failed:
 		switch s.phase {
@@ -180,9 +181,16 @@ func (s *Source) receive(r Record, out *Output) {
 			// the target committed on its own): relay the hold, which the
 			// target delivers after what it opened, and finish.
 			s.phase, s.accepted, s.committed = srcRelaying, true, true
-			out.act(TakeHeld{})
+			s.takeHeld(out)
 		}
 	}
+}
+
+// takeHeld makes the move final here: the forwarding route to the target
+// first, so that a sender that misses the owner once it left finds the
+// route, then the hold.
+func (s *Source) takeHeld(out *Output) {
+	out.act(InstallFollow{Target: s.cfg.Target}, TakeHeld{})
 }
 
 // abort ends the move before relay-ready: the source reopens. After
@@ -192,12 +200,13 @@ func (s *Source) abort(out *Output, reason string, tellTarget bool) {
 	case srcIdle, srcPreflight:
 		s.phase = srcDone
 		out.finish(Aborted, reason)
-	case srcSealing, srcCapturing, srcPrepared:
+	case srcCapturing, srcPrepared:
+		// It acts before it tells its peer: reopened, then the Abort.
+		out.act(ReopenOwner{})
 		if tellTarget && s.phase == srcPrepared {
 			out.send(&Abort{Move: s.cfg.Move, Reason: reason})
 		}
 		s.phase = srcDone
-		out.act(ReopenOwner{})
 		out.finish(Aborted, reason)
 	case srcRelaying, srcCutover:
 		out.log("source: abort refused after relay-ready was accepted: " + reason)

@@ -2,6 +2,7 @@ package relocation
 
 import (
 	"errors"
+	"math"
 	"strconv"
 	"time"
 )
@@ -30,6 +31,13 @@ type TargetConfig struct {
 	// declaring more fails the move before anything is kept. Default
 	// DefaultMaxRecord; at most MaxMoveRecord.
 	MaxRecord int64
+	// FollowFor is the follow window: how long a target that opened keeps
+	// the move — it answers a source that resends (its Committed was
+	// lost) and delivers relays that come late — counted on the Tick
+	// clock from the opening (the time of the last Tick before it; of the
+	// first after it, if none came before). The first Tick at or past its
+	// end steps Forget. Default DefaultFollowFor.
+	FollowFor time.Duration
 }
 
 // DefaultMaxRecord is the default TargetConfig.MaxRecord: 1 GiB.
@@ -55,14 +63,18 @@ var tgtPhaseNames = [...]string{"idle", "assembling", "restoring", "ready", "com
 // Order: Prepare → RegisterTempQueue (first of all); the chunks → verify
 // length, chunk count and CRC-32C → RestoreObject; Restored → RelayReady;
 // the relays and a Cutover whose count and checksum match → StoreNewOwner
-// (the target alone writes the owner); its success → Committed to the
-// source and OpenQueue (captured work, relays, then the temporary queue).
-// A missing cutover: after CutoverWait the target commits anyway and logs
-// it. A mismatch or failed restore before relay-ready → Failed and
-// DiscardTempQueue; never a partial restore. A store conflict or newer
-// owner → Abandon: nothing of the move ran here. Relays resent from Seq 0
-// replace the partial batch wholesale. Results that arrive after the move
-// ended never revive it.
+// (the target alone writes the owner); its success → OpenQueue (captured
+// work, relays, then the temporary queue), then Committed to the source:
+// the object runs here before the source hears of it. A missing cutover:
+// after CutoverWait the target commits anyway and logs it. A mismatch or
+// failed restore before relay-ready → DiscardTempQueue, then Failed; never
+// a partial restore. A store conflict or newer owner → Abandon, then
+// Failed: nothing of the move ran here. Relays resent from Seq 0 replace
+// the partial batch wholesale. Results that arrive after the move ended
+// never revive it. One store call at a time: the next StoreNewOwner (a
+// retry, on a Tick) only after the StoreResult of the last. After the
+// opening, the first Tick at or past the end of the follow window
+// (FollowFor) → Forget.
 type Target struct {
 	cfg   TargetConfig
 	phase tgtPhase
@@ -88,12 +100,16 @@ type Target struct {
 	// heardAt is when the source was last heard from in relay-ready (the
 	// relay-ready itself, a relay); it waits for the first tick like
 	// readyAt.
-	heardAt  int64
-	relays   [][]byte
-	retry    bool // a transient store failure waits for the next tick
-	unsure   bool // a commit attempt failed transiently: it may have been written (its answer lost)
-	outcome  Outcome
-	ownerGen uint64 // the owner generation the commit wrote
+	heardAt int64
+	relays  [][]byte
+	// openAt is when the target opened, on the Tick clock (set by the next
+	// tick if not ticked yet, like readyAt); forgotten: Forget was stepped.
+	openAt    int64
+	forgotten bool
+	retry     bool // a transient store failure waits for the next tick
+	unsure    bool // a commit attempt failed transiently: it may have been written (its answer lost)
+	outcome   Outcome
+	ownerGen  uint64 // the owner generation the commit wrote
 }
 
 // NewTarget returns a target machine.
@@ -113,6 +129,9 @@ func NewTarget(cfg TargetConfig) *Target {
 	if cfg.MaxRecord <= 0 {
 		cfg.MaxRecord = DefaultMaxRecord
 	}
+	if cfg.FollowFor <= 0 {
+		cfg.FollowFor = DefaultFollowFor
+	}
 	cfg.MaxRecord = min(cfg.MaxRecord, MaxMoveRecord)
 	return &Target{cfg: cfg}
 }
@@ -123,6 +142,22 @@ func (t *Target) Phase() string { return tgtPhaseNames[t.phase] }
 // Done reports whether the move has ended for the target (opened, failed,
 // aborted or abandoned).
 func (t *Target) Done() bool { return t.phase == tgtOpen || t.phase == tgtDone }
+
+// ForgetAt returns the Tick time from which an opened target's follow
+// window may end: the first Tick at or past it steps Forget, and a driver
+// need not tick an opened target before it (a drain leaves thousands).
+// math.MaxInt64 when no Tick would forget the move (it did not open, or
+// it was forgotten); math.MinInt64 when it opened before its first Tick,
+// whose time starts the window.
+func (t *Target) ForgetAt() int64 {
+	switch {
+	case t.phase != tgtOpen || t.forgotten:
+		return math.MaxInt64
+	case t.waitTick:
+		return math.MinInt64
+	}
+	return t.openAt + int64(t.cfg.FollowFor)
+}
 
 // Step advances the machine.
 func (t *Target) Step(in Input) Output {
@@ -147,8 +182,15 @@ func (t *Target) Step(in Input) Output {
 		if t.waitTick {
 			// Times taken before the first tick start from it.
 			t.waitTick = false
-			t.readyAt, t.heardAt = in.Now, in.Now
+			t.readyAt, t.heardAt, t.openAt = in.Now, in.Now, in.Now
 			t.deadline = in.Now + int64(t.cfg.CommitDeadline)
+		}
+		if t.phase == tgtOpen {
+			if !t.forgotten && t.now >= t.openAt+int64(t.cfg.FollowFor) {
+				t.forgotten = true
+				out.act(Forget{})
+			}
+			return out
 		}
 		if t.phase == tgtReady && in.SourceReachable {
 			t.readyAt = in.Now // the wait starts again when the source is cut off
@@ -196,8 +238,12 @@ func (t *Target) Step(in Input) Output {
 			t.phase = tgtOpen
 			t.outcome = Moved
 			t.ownerGen = row.OwnerGen
-			out.send(&Committed{Move: t.prep.Move, OwnerGen: t.ownerGen})
+			t.openAt = t.now // the follow window starts (at the first tick, if none came yet)
+			t.waitTick = !t.ticked
+			// It acts before it replies: when the Committed arrives, the
+			// object already runs here.
 			out.act(OpenQueue{Captured: t.record.Queue, Relayed: t.relays, Owner: row.Ownership})
+			out.send(&Committed{Move: t.prep.Move, OwnerGen: t.ownerGen})
 			out.finish(Moved, "")
 		case isConflict(err):
 			t.abandon(&out, "store: "+err.Error())
@@ -428,8 +474,8 @@ func (t *Target) storeOp() StoreNewOwner {
 func (t *Target) fail(out *Output, reason string) {
 	t.phase = tgtDone
 	t.outcome = Aborted
-	out.send(&Failed{Move: t.prep.Move, Reason: reason})
 	out.act(DiscardTempQueue{Reason: reason})
+	out.send(&Failed{Move: t.prep.Move, Reason: reason})
 	out.finish(Aborted, reason)
 }
 
@@ -438,7 +484,7 @@ func (t *Target) fail(out *Output, reason string) {
 func (t *Target) abandon(out *Output, reason string) {
 	t.phase = tgtDone
 	t.outcome = Abandoned
-	out.send(&Failed{Move: t.prep.Move, Reason: "abandoned: " + reason})
 	out.act(Abandon{Reason: reason, Captured: t.record.Queue, Relayed: t.relays})
+	out.send(&Failed{Move: t.prep.Move, Reason: "abandoned: " + reason})
 	out.finish(Abandoned, reason)
 }

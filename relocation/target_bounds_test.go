@@ -18,8 +18,8 @@ func TestAPreparesDeclaredCountsAllocateNothingUntilTheBytesArrive(t *testing.T)
 	runtime.ReadMemStats(&before)
 	out := tgt.Step(Receive{Record: p})
 	runtime.ReadMemStats(&after)
-	if tgt.Phase() != "assembling" || len(out.Actions) == 0 {
-		t.Fatalf("after the Prepare: phase %s, actions %v; want assembling, the temporary queue registered", tgt.Phase(), out.Actions)
+	if tgt.Phase() != "assembling" || len(out.Effects) == 0 {
+		t.Fatalf("after the Prepare: phase %s, effects %v; want assembling, the temporary queue registered", tgt.Phase(), out.Effects)
 	}
 	if n := after.TotalAlloc - before.TotalAlloc; n > 64<<10 {
 		t.Fatalf("a Prepare declaring %d chunks of a %d-byte record allocated %d bytes; want no more than a few KiB", p.ChunkCount, p.TotalLen, n)

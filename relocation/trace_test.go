@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -79,13 +80,18 @@ func (w *world) exec(t *testing.T, cmd string) []string {
 		a = map[string]string{}
 	}
 	var lines []string
+	// The effects, in their one order: records sent and actions.
 	emit := func(who string, o Output, to *[]Record) {
-		for _, r := range o.Send {
-			lines = append(lines, who+"send "+fmtRecord(r))
-			*to = append(*to, r)
-		}
-		for _, act := range o.Actions {
-			lines = append(lines, who+fmtAction(act))
+		for _, e := range o.Effects {
+			switch e := e.(type) {
+			case Send:
+				lines = append(lines, who+"send "+fmtRecord(e.Record))
+				*to = append(*to, e.Record)
+			case Action:
+				lines = append(lines, who+fmtAction(e))
+			default:
+				t.Fatalf("an effect that is neither a Send nor an Action: %T", e)
+			}
 		}
 	}
 	src := func(in Input) { emit("", w.src.Step(in), &w.s2t) }
@@ -100,8 +106,8 @@ func (w *world) exec(t *testing.T, cmd string) []string {
 			}
 			w.src = NewSource(cfg)
 			src(Start{})
-		case "sealed":
-			src(Sealed{})
+		case "capture-failed":
+			src(CaptureFailed{Err: errors.New(a["err"])})
 		case "captured":
 			state := []byte(a["state"])
 			if n, err := strconv.Atoi(a["statebytes"]); err == nil {
@@ -123,7 +129,17 @@ func (w *world) exec(t *testing.T, cmd string) []string {
 		switch fields[1] {
 		case "config": // a fresh target machine, before any record
 			n, _ := strconv.ParseInt(a["max-record"], 10, 64)
-			w.tgt = NewTarget(TargetConfig{Host: "B", MaxRecord: n})
+			follow, _ := strconv.Atoi(a["follow-ms"])
+			w.tgt = NewTarget(TargetConfig{Host: "B", MaxRecord: n, FollowFor: time.Duration(follow) * time.Millisecond})
+		case "forget-at": // when the opened target's follow window may end
+			switch at := w.tgt.ForgetAt(); at {
+			case math.MaxInt64:
+				lines = append(lines, "forget-at never")
+			case math.MinInt64:
+				lines = append(lines, "forget-at the next tick")
+			default:
+				lines = append(lines, "forget-at "+time.Duration(at).String())
+			}
 		case "restored":
 			var err error
 			if e := a["err"]; e != "" {
@@ -278,10 +294,8 @@ func fmtRecord(r Record) string {
 
 func fmtAction(a Action) string {
 	switch a := a.(type) {
-	case SealOwner:
-		return "action seal"
-	case CaptureMove:
-		return "action capture"
+	case SealAndCapture:
+		return "action seal-and-capture"
 	case ReopenOwner:
 		return "action reopen"
 	case TakeHeld:
@@ -307,6 +321,8 @@ func fmtAction(a Action) string {
 		return "action open captured=" + fmtFrames(a.Captured) + " relayed=" + fmtFrames(a.Relayed)
 	case DeliverLate:
 		return "action deliver-late " + fmtFrames(a.Frames)
+	case Forget:
+		return "action forget"
 	case Abandon:
 		return fmt.Sprintf("action abandon reason=%q hand-on=%s%s", a.Reason, fmtFrames(a.Captured), fmtFrames(a.Relayed))
 	case Finish:
