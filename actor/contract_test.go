@@ -652,7 +652,7 @@ func TestRelocateFromAnotherHostIsAbortedWhenItsContextEnds(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || !errors.Is(err, payload.DeadlineExceeded) {
 		t.Fatalf("cancelled remote Relocate = %v, want context.Canceled", err)
 	}
-	waitFor(t, "the aborted move to end at a", func() bool { return len(a.allMoves()) == 0 })
+	waitFor(t, "the aborted move to end at a", func() bool { return len(a.moves.allMoves()) == 0 })
 	if loc, err := c.Locate(bg, ref); err != nil || loc.Host != "a" {
 		t.Fatalf("after the cancelled move Locate = %+v, %v; want it still on a", loc, err)
 	}

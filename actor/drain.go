@@ -251,7 +251,7 @@ func (dr *drainer) drainOne(ctx context.Context, kr *kindRuntime, o *owner, targ
 		if n := len(targets); n > 0 {
 			first := int(maphash.String(drainSeed, ref.ID) % uint64(n))
 			for i := 0; i < n && ctx.Err() == nil; i++ {
-				err := h.relocateLocal(ctx, kr, ref, targets[(first+i)%n])
+				err := h.moves.relocateLocal(ctx, kr, ref, targets[(first+i)%n])
 				if errors.Is(err, ErrMoveInProgress) {
 					h.drainer.awaitMove(ctx, kr, o) // the next round finds it again if it stayed
 					return

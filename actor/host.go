@@ -139,6 +139,7 @@ func NewHost(cfg Config) (*Host, error) {
 		drainer: drainer{stopTurn: make(chan struct{}, 1)},
 	}
 	h.life.close = h.Close
+	h.moves.h, h.moves.remote.h = h, h
 	h.peers.h, h.in.h, h.router.h, h.requests.h, h.owners.h, h.gaps.h, h.drainer.h, h.lease.h, h.admit.h = h, h, h, h, h, h, h, h, h
 	if h.obs.Observer == nil {
 		h.obs.Observer = noObserver{}
@@ -284,7 +285,7 @@ func (h *Host) startServices() {
 		h.router.orderJobs(tick)
 		h.admit.deferredJobs(tick)
 		h.peers.peerJobs(tick)
-		h.moveJobs(tick)
+		h.moves.moveJobs(tick)
 		h.svc.startSchedule(tick)
 	}
 }
@@ -679,11 +680,11 @@ func (h *Host) Close() error {
 			h.router.endUnrun(o, "", e, ErrShuttingDown, RejectShuttingDown)
 		}
 	}
-	for _, d := range h.allMoves() {
+	for _, d := range h.moves.allMoves() {
 		dropped += d.abandonOnClose()
 	}
 	h.drainer.rounds.Wait() // a cut-short drain's last round: its moves have ended
-	h.remoteClose()
+	h.moves.remote.remoteClose()
 	for _, o := range all {
 		if o.pid != nil {
 			h.owners.system.Root.Stop(o.pid)

@@ -42,7 +42,7 @@ func (iq *inbounds) bounced(buf payload.Buffer) {
 		buf.Release() // the asker left; nobody waits for this reply
 		return
 	}
-	h.redispatchBuffer(buf)
+	h.router.redispatchBuffer(buf)
 }
 
 // onFrame handles a message or reply frame from peer from.
@@ -236,8 +236,8 @@ func (iq *inbounds) peerGone(name string) {
 	h := iq.h
 	h.routes.forgetHost(name)
 	h.gaps.pressure.resumeBy(name)
-	h.moveEvent(name, relocation.TargetDead{})
-	h.remotePeerGone(name)
+	h.moves.moveEvent(name, relocation.TargetDead{})
+	h.moves.remote.remotePeerGone(name)
 }
 
 // hostHandler receives what h's transport delivers. Items wait until the
@@ -295,7 +295,7 @@ func (iq *inbounds) deliver(from string, it transport.Item) {
 			h.peers.malformedItem(from, err)
 			return
 		}
-		h.onRecord(from, obj, rec)
+		h.moves.onRecord(from, obj, rec)
 	case transport.Hint:
 		obj, hint, err := decodeHint(it.Data)
 		if err != nil {
@@ -323,7 +323,7 @@ func (iq *inbounds) deliver(from string, it transport.Item) {
 			h.in.onCreditAsk(from)
 			return
 		}
-		h.onControl(from, ctl)
+		h.moves.remote.onControl(from, ctl)
 	default:
 		h.peers.malformedItem(from, payload.NewError(payload.ProtocolError, "actor", "item of unknown kind "+it.Kind.String()))
 	}
@@ -360,7 +360,7 @@ func (iq *inbounds) linkEvent(e transport.Event) {
 		// from here (this may run inside Attach, before Start has the
 		// transport).
 		h.peers.view.link(e.Peer, func(p *peerLink) { p.down, p.gone, p.needLoad = false, false, true })
-		h.moveEvent(e.Peer, relocation.LinkUp{})
+		h.moves.moveEvent(e.Peer, relocation.LinkUp{})
 	case transport.Down:
 		h.peers.view.link(e.Peer, func(p *peerLink) { p.down = true })
 	case transport.Leaving:

@@ -356,7 +356,7 @@ func (o *owner) orderSnapshotLocked(now int64) []byte {
 func (o *owner) restoreOrderLocked(snap route.Snapshot, now int64) {
 	h := o.host
 	o.inbox.Order().Restore(snap, now, func(_ uint64, frame []byte) (*mailbox.Envelope, bool) {
-		e := h.envelopeOf(frame)
+		e := h.owners.envelopeOf(frame)
 		return e, e != nil
 	})
 	o.trail.Restore(snap.Trail, now)

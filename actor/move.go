@@ -103,6 +103,7 @@ type moveDriver struct {
 // Invariants: a target move is counted in incoming from its Prepare until
 // it opens or ends, at most maxIncomingPerPeer per source.
 type moveTable struct {
+	h        *Host
 	mu       sync.Mutex
 	m        map[relocation.MoveID]*moveDriver // guarded by mu
 	incoming map[string]int                    // moves to here not yet open or ended, by source; guarded by mu
@@ -174,7 +175,7 @@ func (h *Host) Relocate(ctx context.Context, ref Ref, target string) error {
 			if target == h.name {
 				return alreadyThere(ref, target)
 			}
-			err = h.relocateLocal(ctx, kr, ref, target)
+			err = h.moves.relocateLocal(ctx, kr, ref, target)
 		} else {
 			var loc Location
 			if loc, err = h.Locate(ctx, ref); err != nil {
@@ -186,7 +187,7 @@ func (h *Host) Relocate(ctx context.Context, ref Ref, target string) error {
 			case h.name:
 				err = ErrNotLocal // between an activation and its owner here, or mid-move
 			default:
-				err = h.relocateVia(ctx, loc.Host, ref, target)
+				err = h.moves.remote.relocateVia(ctx, loc.Host, ref, target)
 			}
 		}
 		if !errors.Is(err, ErrNotLocal) && err != errHostGone {
@@ -208,7 +209,8 @@ func alreadyThere(ref Ref, target string) error {
 
 // relocateLocal moves object ref, which has an owner here, to target (the
 // source side of Relocate); ErrNotLocal if its owner is not here.
-func (h *Host) relocateLocal(ctx context.Context, kr *kindRuntime, ref Ref, target string) error {
+func (mt *moveTable) relocateLocal(ctx context.Context, kr *kindRuntime, ref Ref, target string) error {
+	h := mt.h
 	if target == h.name {
 		return ErrNotLocal
 	}
@@ -224,13 +226,13 @@ func (h *Host) relocateLocal(ctx context.Context, kr *kindRuntime, ref Ref, targ
 	}
 	d := &moveDriver{h: h, lane: serial{wg: &h.svc.lanes}, storeLane: serial{wg: &h.svc.lanes}, id: payload.NewOpID(), obj: relocation.Object{Kind: ref.Kind, ID: ref.ID}, kr: kr,
 		peer: target, o: o, done: make(chan error, 1), started: time.Now()}
-	h.addMove(d)
+	h.moves.addMove(d)
 	e := mailbox.NewEnvelope()
 	e.Lane = mailbox.Lifecycle
 	e.Control = moveStart{d}
 	if err := o.mb.AdmitOverflow(e); err != nil {
 		e.Release()
-		h.removeMove(d)
+		h.moves.removeMove(d)
 		o.moving.Store(false)
 		return ErrNotLocal // the owner closed meanwhile
 	}
@@ -252,7 +254,7 @@ func (h *Host) relocateLocal(ctx context.Context, kr *kindRuntime, ref Ref, targ
 			d.advance(relocation.OperatorAbort{Reason: ctx.Err().Error()})
 		})
 		if notStarted {
-			h.removeMove(d)
+			h.moves.removeMove(d)
 			return ctxErr(ctx)
 		}
 		select {
@@ -266,7 +268,8 @@ func (h *Host) relocateLocal(ctx context.Context, kr *kindRuntime, ref Ref, targ
 	}
 }
 
-func (h *Host) addMove(d *moveDriver) {
+func (mt *moveTable) addMove(d *moveDriver) {
+	h := mt.h
 	h.moves.mu.Lock()
 	if h.moves.m == nil {
 		h.moves.m = map[relocation.MoveID]*moveDriver{}
@@ -275,7 +278,8 @@ func (h *Host) addMove(d *moveDriver) {
 	h.moves.mu.Unlock()
 }
 
-func (h *Host) removeMove(d *moveDriver) {
+func (mt *moveTable) removeMove(d *moveDriver) {
+	h := mt.h
 	h.moves.mu.Lock()
 	if h.moves.m[d.id] == d {
 		delete(h.moves.m, d.id)
@@ -291,7 +295,8 @@ const maxIncomingPerPeer = 4 * drainWorkers
 
 // addIncoming adds a target move d from its source, d.peer, unless that
 // source has maxIncomingPerPeer under way here.
-func (h *Host) addIncoming(d *moveDriver) bool {
+func (mt *moveTable) addIncoming(d *moveDriver) bool {
+	h := mt.h
 	h.moves.mu.Lock()
 	defer h.moves.mu.Unlock()
 	if h.moves.incoming[d.peer] >= maxIncomingPerPeer {
@@ -323,13 +328,15 @@ func (d *moveDriver) notIncoming() {
 	h.moves.mu.Unlock()
 }
 
-func (h *Host) move(id relocation.MoveID) *moveDriver {
+func (mt *moveTable) move(id relocation.MoveID) *moveDriver {
+	h := mt.h
 	h.moves.mu.Lock()
 	defer h.moves.mu.Unlock()
 	return h.moves.m[id]
 }
 
-func (h *Host) allMoves() []*moveDriver {
+func (mt *moveTable) allMoves() []*moveDriver {
+	h := mt.h
 	h.moves.mu.Lock()
 	defer h.moves.mu.Unlock()
 	out := make([]*moveDriver, 0, len(h.moves.m))
@@ -340,8 +347,9 @@ func (h *Host) allMoves() []*moveDriver {
 }
 
 // moveEvent steps every move with peer with in (link up, peer gone).
-func (h *Host) moveEvent(peer string, in relocation.Input) {
-	for _, d := range h.allMoves() {
+func (mt *moveTable) moveEvent(peer string, in relocation.Input) {
+	h := mt.h
+	for _, d := range h.moves.allMoves() {
 		if d.peer != peer {
 			continue
 		}
@@ -354,7 +362,8 @@ func (h *Host) moveEvent(peer string, in relocation.Input) {
 }
 
 // onRecord handles a relocation record off the link from host from.
-func (h *Host) onRecord(from string, obj relocation.Object, rec relocation.Record) {
+func (mt *moveTable) onRecord(from string, obj relocation.Object, rec relocation.Record) {
+	h := mt.h
 	switch r := rec.(type) {
 	case *relocation.Preflight:
 		reply := &relocation.PreflightReply{Move: r.Move, OK: true}
@@ -369,7 +378,7 @@ func (h *Host) onRecord(from string, obj relocation.Object, rec relocation.Recor
 		case h.cfg.AppVersion != r.AppVersion:
 			reply.OK, reply.Reason = false, "application version "+h.cfg.AppVersion+" here, "+r.AppVersion+" at the source"
 		}
-		h.sendRecords(from, r.Object, nil, reply)
+		h.peers.sendRecords(from, r.Object, nil, reply)
 		return
 	case *relocation.Prepare:
 		if r.Source != from || r.Owner.Host != from {
@@ -378,27 +387,27 @@ func (h *Host) onRecord(from string, obj relocation.Object, rec relocation.Recor
 			// (to its sender) and nothing is kept for it.
 			h.peers.malformedItem(from, payload.NewError(payload.ProtocolError, "actor",
 				"a Prepare from "+from+" naming "+r.Source+" as the source and "+r.Owner.Host+" as the owner"))
-			h.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move,
+			h.peers.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move,
 				Reason: "a move from " + from + " must name " + from + " as its source and owner"})
 			return
 		}
-		d := h.move(r.Move)
+		d := h.moves.move(r.Move)
 		if d != nil && d.peer != from {
-			h.recordOfAnotherPeer(from, d)
+			h.moves.recordOfAnotherPeer(from, d)
 			return
 		}
 		if d == nil {
 			kr := h.owners.kinds[r.Object.Kind]
 			if kr == nil || !h.life.acceptsInternal() {
-				h.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move, Reason: "host " + h.name + " cannot take " + r.Object.String()})
+				h.peers.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move, Reason: "host " + h.name + " cannot take " + r.Object.String()})
 				return
 			}
 			d = &moveDriver{h: h, lane: serial{wg: &h.svc.lanes}, storeLane: serial{wg: &h.svc.lanes}, id: r.Move, obj: r.Object, kr: kr, peer: from, started: time.Now(),
 				tgt: relocation.NewTarget(relocation.TargetConfig{Host: h.name, CutoverWait: h.cfg.CutoverWait, MaxRecord: h.cfg.MaxMoveRecord,
 					FollowFor: h.cfg.FollowDuration})}
 			d.tgt.Step(relocation.Tick{Now: nanotime()}) // the machine's clock starts now
-			if !h.addIncoming(d) {
-				h.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move,
+			if !h.moves.addIncoming(d) {
+				h.peers.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move,
 					Reason: "host " + h.name + " has " + strconv.Itoa(maxIncomingPerPeer) + " moves from " + from + " under way"})
 				return
 			}
@@ -406,9 +415,9 @@ func (h *Host) onRecord(from string, obj relocation.Object, rec relocation.Recor
 		d.step(relocation.Receive{Record: r})
 		return
 	}
-	if d := h.move(rec.MoveID()); d != nil {
+	if d := h.moves.move(rec.MoveID()); d != nil {
 		if d.peer != from {
-			h.recordOfAnotherPeer(from, d)
+			h.moves.recordOfAnotherPeer(from, d)
 			return
 		}
 		d.step(relocation.Receive{Record: rec})
@@ -417,14 +426,15 @@ func (h *Host) onRecord(from string, obj relocation.Object, rec relocation.Recor
 	if c, ok := rec.(*relocation.Relay); ok {
 		// A relay for a move that ended here (abandoned): hand the message
 		// on to wherever its object runs.
-		h.redispatchFrame(c.Frame)
+		h.router.redispatchFrame(c.Frame)
 	}
 }
 
 // recordOfAnotherPeer drops a relocation record from peer from for move
 // d, which runs with another peer: a move's records come from its peer
 // only (the link is authenticated).
-func (h *Host) recordOfAnotherPeer(from string, d *moveDriver) {
+func (mt *moveTable) recordOfAnotherPeer(from string, d *moveDriver) {
+	h := mt.h
 	h.peers.malformedItem(from, payload.NewError(payload.ProtocolError, "actor",
 		"a relocation record from "+from+" for a move with "+d.peer))
 }
@@ -434,7 +444,8 @@ func (h *Host) recordOfAnotherPeer(from string, d *moveDriver) {
 // new buffer); it reports whether that host has left the network (the
 // records went nowhere), or the link to it was past its bound (refused:
 // the records from the first refused one on were not sent).
-func (h *Host) sendRecords(to string, obj relocation.Object, scratch *[]byte, recs ...relocation.Record) (gone, refused bool) {
+func (pr *peers) sendRecords(to string, obj relocation.Object, scratch *[]byte, recs ...relocation.Record) (gone, refused bool) {
+	h := pr.h
 	if len(recs) == 0 || h.peers.tr == nil {
 		return false, false
 	}
@@ -453,15 +464,17 @@ func (h *Host) sendRecords(to string, obj relocation.Object, scratch *[]byte, re
 // target move under way here is ticked (its cutover wait, store retries);
 // one that opened only once its machine's follow window may have ended
 // (ForgetAt), when the machine says Forget.
-func (h *Host) moveJobs(tick *schedule) {
+func (mt *moveTable) moveJobs(tick *schedule) {
+	h := mt.h
 	tick.every("tick the moves", tickEvery, func(time.Time) bool {
-		h.tickMoves(nanotime())
+		h.moves.tickMoves(nanotime())
 		return false
 	})
 }
 
-func (h *Host) tickMoves(now int64) {
-	for _, d := range h.allMoves() {
+func (mt *moveTable) tickMoves(now int64) {
+	h := mt.h
+	for _, d := range h.moves.allMoves() {
 		if d.tgt == nil {
 			continue
 		}
@@ -555,7 +568,7 @@ func (d *moveDriver) send(r relocation.Record) {
 		return
 	}
 	r = d.clock.Sent(r, nanotime())
-	gone, refused := d.h.sendRecords(d.peer, d.obj, &d.enc, r)
+	gone, refused := d.h.peers.sendRecords(d.peer, d.obj, &d.enc, r)
 	d.gone, d.refused = gone, refused
 }
 
@@ -659,9 +672,9 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 		o, frames := d.o, a.Frames
 		d.later(func() {
 			for _, f := range frames {
-				if e := h.envelopeOf(f); e != nil {
+				if e := h.owners.envelopeOf(f); e != nil {
 					if _, _, err := h.router.admit(o, e, admitOverflow); err != nil {
-						h.redispatch(e)
+						h.router.redispatch(e)
 					}
 				}
 			}
@@ -670,7 +683,7 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 		// The follow window ended: records of the move that come later
 		// find none (a relay goes on to the object's owner).
 		d.ended = true
-		h.removeMove(d)
+		h.moves.removeMove(d)
 	case relocation.Abandon:
 		d.discardTemp(append(append([][]byte(nil), a.Captured...), a.Relayed...), a.Reason)
 	case relocation.Finish:
@@ -695,7 +708,7 @@ func (d *moveDriver) startSource() {
 		if err != nil || row.Host != d.h.name {
 			d.ended = true
 			d.o.moving.Store(false)
-			d.h.removeMove(d)
+			d.h.moves.removeMove(d)
 			d.done <- &payload.Error{Kind: payload.Unavailable, Op: "actor.Host.Relocate", Detail: "the store does not show this host as the owner", Err: err}
 			return
 		}
@@ -817,7 +830,7 @@ func (d *moveDriver) finish(f relocation.Finish) {
 		return // the target owns the object; the driver stays until Forget
 	}
 	d.ended = true
-	h.removeMove(d)
+	h.moves.removeMove(d)
 	if d.src != nil {
 		var err error
 		switch f.Outcome {
@@ -942,12 +955,12 @@ func (d *moveDriver) open(a relocation.OpenQueue) {
 	o.row = a.Owner
 	var captured, unchecked []*mailbox.Envelope
 	for _, f := range a.Captured {
-		if e := h.envelopeOf(f); e != nil {
+		if e := h.owners.envelopeOf(f); e != nil {
 			captured = append(captured, e)
 		}
 	}
 	for _, f := range a.Relayed {
-		if e := h.envelopeOf(f); e != nil {
+		if e := h.owners.envelopeOf(f); e != nil {
 			unchecked = append(unchecked, e)
 		}
 	}
@@ -1005,17 +1018,18 @@ func (d *moveDriver) discardTemp(extra [][]byte, reason string) {
 	h.log.Info("relocation: temporary queue discarded", "object", d.obj.String(), "reason", reason, "messages", len(held))
 	d.later(func() {
 		for _, e := range held {
-			h.redispatch(e)
+			h.router.redispatch(e)
 		}
 		for _, f := range extra {
-			h.redispatchFrame(f)
+			h.router.redispatchFrame(f)
 		}
 	})
 }
 
 // envelopeOf makes a queue item of a frame received in a move record or a
 // relay: the boundary copies it once.
-func (h *Host) envelopeOf(frame []byte) *mailbox.Envelope {
+func (ow *ownerTable) envelopeOf(frame []byte) *mailbox.Envelope {
+	h := ow.h
 	m, err := h.reg.Open(h.pool.Copy(frame))
 	if err != nil {
 		h.obs.Rejected("", RejectProtocol)
@@ -1029,30 +1043,36 @@ func (h *Host) envelopeOf(frame []byte) *mailbox.Envelope {
 
 // redispatch sends an item that will not run here to wherever its object
 // runs now.
-func (h *Host) redispatch(e *mailbox.Envelope) {
+func (rt *router) redispatch(e *mailbox.Envelope) {
+	h := rt.h
 	m := e.Msg
 	e.Msg = nil
 	e.Release()
 	if m != nil {
-		h.redispatchMessage(m)
+		h.router.redispatchMessage(m)
 	}
 }
 
-func (h *Host) redispatchFrame(f []byte) { h.redispatchBuffer(h.pool.Copy(f)) }
+func (rt *router) redispatchFrame(f []byte) {
+	h := rt.h
+	h.router.redispatchBuffer(h.pool.Copy(f))
+}
 
 // redispatchBuffer opens buf and sends the message to wherever its object
 // runs; a frame that does not open is released (counted).
-func (h *Host) redispatchBuffer(buf payload.Buffer) {
+func (rt *router) redispatchBuffer(buf payload.Buffer) {
+	h := rt.h
 	m, err := h.reg.Open(buf)
 	if err != nil {
 		h.obs.Rejected("", RejectProtocol)
 		buf.Release()
 		return
 	}
-	h.redispatchMessage(m)
+	h.router.redispatchMessage(m)
 }
 
-func (h *Host) redispatchMessage(m *payload.Message) {
+func (rt *router) redispatchMessage(m *payload.Message) {
+	h := rt.h
 	hv := m.Header()
 	kr := h.owners.kinds[string(hv.TargetName())]
 	if kr == nil {
@@ -1096,7 +1116,7 @@ func (d *moveDriver) abandonOnClose() (dropped int) {
 		}
 		d.ended = true
 		d.over.Store(true)
-		d.h.removeMove(d)
+		d.h.moves.removeMove(d)
 		unrun = append(d.captured, d.held...)
 		d.captured, d.held = nil, nil
 		if d.done != nil {

@@ -30,6 +30,7 @@ type (
 // remoteOps are the relocate requests this host waits on (asked) and runs
 // for other hosts (serving). Lock order: remoteOps.mu is a leaf.
 type remoteOps struct {
+	h         *Host
 	mu        sync.Mutex
 	asked     map[payload.OpID]remoteWaiter
 	serving   map[servedOp]context.CancelFunc
@@ -64,7 +65,8 @@ type remoteWaiter struct {
 
 // relocateVia asks host owner to move ref to target and waits for its
 // answer. errHostGone: the owner's host is not on the network.
-func (h *Host) relocateVia(ctx context.Context, owner string, ref Ref, target string) error {
+func (ro *remoteOps) relocateVia(ctx context.Context, owner string, ref Ref, target string) error {
+	h := ro.h
 	req := &relocateRequest{op: payload.NewOpID(), ref: ref, target: target}
 	if dl, ok := ctx.Deadline(); ok {
 		req.deadline = dl.UnixNano()
@@ -82,14 +84,14 @@ func (h *Host) relocateVia(ctx context.Context, owner string, ref Ref, target st
 	r.asked[req.op] = remoteWaiter{peer: owner, ch: ch}
 	r.mu.Unlock()
 	if err := h.peers.sendControl(owner, req); err != nil {
-		h.takeAsked(req.op)
+		h.moves.remote.takeAsked(req.op)
 		return errHostGone
 	}
 	select {
 	case err := <-ch:
 		return err
 	case <-ctx.Done():
-		if _, waiting := h.takeAsked(req.op); waiting {
+		if _, waiting := h.moves.remote.takeAsked(req.op); waiting {
 			_ = h.peers.sendControl(owner, &relocateCancel{op: req.op}) // the owner's host aborts the move if it can
 		} else if err := <-ch; err == nil {
 			// The answer came at the same moment: it wins if the move
@@ -102,13 +104,15 @@ func (h *Host) relocateVia(ctx context.Context, owner string, ref Ref, target st
 
 // takeAsked removes and returns the waiter of relocate request op; ok is
 // false if it is gone (answered or ended).
-func (h *Host) takeAsked(op payload.OpID) (w remoteWaiter, ok bool) {
-	return h.takeAskedOf("", op)
+func (ro *remoteOps) takeAsked(op payload.OpID) (w remoteWaiter, ok bool) {
+	h := ro.h
+	return h.moves.remote.takeAskedOf("", op)
 }
 
 // takeAskedOf is takeAsked for an answer from peer (unless ""): only the
 // host the request was sent to answers it.
-func (h *Host) takeAskedOf(peer string, op payload.OpID) (w remoteWaiter, ok bool) {
+func (ro *remoteOps) takeAskedOf(peer string, op payload.OpID) (w remoteWaiter, ok bool) {
+	h := ro.h
 	r := &h.moves.remote
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -140,7 +144,8 @@ func remoteDeadline(now time.Time, deadline int64) time.Time {
 // onControl handles a relocate request, answer or cancel off the link
 // from host from, on the link's goroutine: a request's move runs on a
 // goroutine of its own.
-func (h *Host) onControl(from string, ctl any) {
+func (ro *remoteOps) onControl(from string, ctl any) {
+	h := ro.h
 	r := &h.moves.remote
 	switch c := ctl.(type) {
 	case *relocateRequest:
@@ -149,7 +154,7 @@ func (h *Host) onControl(from string, ctl any) {
 		if r.closed {
 			r.mu.Unlock()
 			cancel()
-			h.answerRelocate(from, c.op, ErrShuttingDown)
+			h.moves.remote.answerRelocate(from, c.op, ErrShuttingDown)
 			return
 		}
 		key := servedOp{peer: from, op: c.op}
@@ -157,7 +162,7 @@ func (h *Host) onControl(from string, ctl any) {
 			r.mu.Unlock()
 			cancel()
 			if !dup { // a repeated request is answered once, when its move ends
-				h.answerRelocate(from, c.op, ErrTooManyRelocations)
+				h.moves.remote.answerRelocate(from, c.op, ErrTooManyRelocations)
 			}
 			return
 		}
@@ -170,7 +175,7 @@ func (h *Host) onControl(from string, ctl any) {
 		r.mu.Unlock()
 		go func() {
 			defer r.wg.Done()
-			err := h.relocateHere(ctx, c.ref, c.target)
+			err := h.moves.remote.relocateHere(ctx, c.ref, c.target)
 			r.mu.Lock()
 			delete(r.serving, key)
 			if r.servingBy[from]--; r.servingBy[from] == 0 {
@@ -178,7 +183,7 @@ func (h *Host) onControl(from string, ctl any) {
 			}
 			r.mu.Unlock()
 			cancel()
-			h.answerRelocate(from, c.op, err)
+			h.moves.remote.answerRelocate(from, c.op, err)
 		}()
 	case *relocateCancel:
 		r.mu.Lock()
@@ -188,7 +193,7 @@ func (h *Host) onControl(from string, ctl any) {
 			cancel()
 		}
 	case *relocateAnswer:
-		if w, ok := h.takeAskedOf(from, c.op); ok {
+		if w, ok := h.moves.remote.takeAskedOf(from, c.op); ok {
 			var err error
 			if c.err != nil {
 				err = c.err
@@ -200,7 +205,8 @@ func (h *Host) onControl(from string, ctl any) {
 
 // relocateHere is a relocate request from another host: the object's
 // owner is expected here.
-func (h *Host) relocateHere(ctx context.Context, ref Ref, target string) error {
+func (ro *remoteOps) relocateHere(ctx context.Context, ref Ref, target string) error {
+	h := ro.h
 	if !h.life.acceptsExternal() {
 		return ErrShuttingDown
 	}
@@ -214,12 +220,13 @@ func (h *Host) relocateHere(ctx context.Context, ref Ref, target string) error {
 		}
 		return ErrNotLocal
 	}
-	return h.relocateLocal(ctx, kr, ref, target)
+	return h.moves.relocateLocal(ctx, kr, ref, target)
 }
 
 // answerRelocate sends the result of a relocate request back to the host
 // that asked.
-func (h *Host) answerRelocate(to string, op payload.OpID, err error) {
+func (ro *remoteOps) answerRelocate(to string, op payload.OpID, err error) {
+	h := ro.h
 	a := &relocateAnswer{op: op}
 	if err != nil {
 		a.err = handlerError(err)
@@ -230,7 +237,8 @@ func (h *Host) answerRelocate(to string, op payload.OpID, err error) {
 // remoteClose ends the relocate requests of a closing host: moves run for
 // other hosts are aborted (and their answers sent), and Relocate calls
 // waiting on other hosts end with ShuttingDown. It waits for the moves.
-func (h *Host) remoteClose() {
+func (ro *remoteOps) remoteClose() {
+	h := ro.h
 	r := &h.moves.remote
 	r.mu.Lock()
 	r.closed = true
@@ -248,7 +256,8 @@ func (h *Host) remoteClose() {
 
 // remotePeerGone ends the relocate requests waiting on host peer, which
 // left the network without answering.
-func (h *Host) remotePeerGone(peer string) {
+func (ro *remoteOps) remotePeerGone(peer string) {
+	h := ro.h
 	r := &h.moves.remote
 	r.mu.Lock()
 	var gone []remoteWaiter

@@ -465,7 +465,7 @@ func (rt *router) onBounce(buf payload.Buffer) {
 	if kr := h.owners.kinds[string(hv2.TargetName())]; kr != nil {
 		h.routes.forget(relocation.Object{Kind: kr.spec.name, ID: string(hv2.TargetID())}, true)
 	}
-	h.redispatchMessage(m)
+	h.router.redispatchMessage(m)
 }
 
 // failMessage ends a message that cannot be delivered: a request gets err;
@@ -543,7 +543,7 @@ func (rt *router) orderJobs(tick *schedule) {
 // list of owners holding messages, and the strays, routed again.
 func (rt *router) orderDone(o *owner, a orderAfter) {
 	for _, e := range o.finishOrder(a) {
-		rt.h.redispatch(e)
+		rt.redispatch(e)
 	}
 }
 
@@ -552,7 +552,7 @@ func (rt *router) orderDone(o *owner, a orderAfter) {
 func (rt *router) admit(o *owner, e *mailbox.Envelope, how admitHow) (ran bool, room <-chan struct{}, err error) {
 	ran, room, stray, err := o.admit(e, how)
 	for _, s := range stray {
-		rt.h.redispatch(s)
+		rt.redispatch(s)
 	}
 	return ran, room, err
 }
@@ -608,7 +608,7 @@ func (rt *router) retrySkips() {
 	h.gaps.skipMu.Unlock()
 	for _, m := range ms {
 		_ = payload.SetForward(m.Frame(), 0, 0)
-		h.redispatchMessage(m)
+		h.router.redispatchMessage(m)
 	}
 }
 
@@ -620,7 +620,7 @@ func (rt *router) retrySkips() {
 func (rt *router) dropped(hv *payload.HeaderView) {
 	h := rt.h
 	if buf, ok := h.router.skipNotice(hv); ok {
-		h.redispatchBuffer(buf)
+		h.router.redispatchBuffer(buf)
 	}
 }
 

@@ -428,13 +428,13 @@ func TestAPrepareNamingAnotherSourceThanItsLinkIsRefused(t *testing.T) {
 	for i, tc := range []struct{ source, owner string }{{"y", "x"}, {"x", "y"}, {"b", "b"}} {
 		mv := prepare(byte(i), tc.source, tc.owner)
 		waitFor(t, "the Prepare naming source "+tc.source+" and owner "+tc.owner+" to be refused", func() bool { return failed(mv) })
-		if b.move(mv) != nil {
+		if b.moves.move(mv) != nil {
 			t.Fatalf("a move was kept for the Prepare naming source %s and owner %s", tc.source, tc.owner)
 		}
 	}
 	// The control: the same Prepare naming x is taken (kept, not refused).
 	mv := prepare(9, "x", "x")
-	waitFor(t, "the Prepare naming x to be taken", func() bool { return b.move(mv) != nil })
+	waitFor(t, "the Prepare naming x to be taken", func() bool { return b.moves.move(mv) != nil })
 	if failed(mv) {
 		t.Fatal("the Prepare naming x was refused")
 	}
@@ -543,15 +543,15 @@ func TestARelocationRecordFromAnotherPeerThanTheMovesIsDropped(t *testing.T) {
 	// x starts a move of obj to b (its record never comes: the move waits).
 	send(x, &relocation.Prepare{Move: move, Object: obj, Source: "x",
 		Owner: relocation.Ownership{Host: "x", LeaseGen: 1, ObjectGen: 1, OwnerGen: 1}, TotalLen: 8, ChunkCount: 1})
-	waitFor(t, "b to take the move", func() bool { return b.move(move) != nil })
+	waitFor(t, "b to take the move", func() bool { return b.moves.move(move) != nil })
 	send(y, &relocation.Abort{Move: move, Reason: "forged"})
 	waitFor(t, "y's record to be dropped", func() bool { return obs.snapshot()[RejectProtocol] == 1 })
-	if d := b.move(move); d == nil || d.peer != "x" {
+	if d := b.moves.move(move); d == nil || d.peer != "x" {
 		t.Fatalf("after another peer's Abort the move is %v; want it under way with x", d)
 	}
 	// The control: x's own Abort ends it.
 	send(x, &relocation.Abort{Move: move, Reason: "by its source"})
-	waitFor(t, "x's Abort to end the move", func() bool { return b.move(move) == nil })
+	waitFor(t, "x's Abort to end the move", func() bool { return b.moves.move(move) == nil })
 }
 
 // A forwarded message names the host that sent it first, and each origin
