@@ -885,8 +885,8 @@ func (d *moveDriver) registerTemp() {
 	h := d.h
 	sh := d.kr.shard(d.obj.ID)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	if sh.m[d.obj.ID] != nil {
+		sh.mu.Unlock()
 		d.conflict = true
 		return
 	}
@@ -898,7 +898,10 @@ func (d *moveDriver) registerTemp() {
 		sh.m = map[string]*owner{}
 	}
 	sh.m[d.obj.ID] = o
+	sh.mu.Unlock()
 	d.o = o
+	// The owner is found before any route from now on: the routes this
+	// host kept for the object are dropped after the shard's lock.
 	h.routes.forget(d.obj, true)
 }
 
