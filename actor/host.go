@@ -890,3 +890,16 @@ func (m minLevel) WithAttrs(a []slog.Attr) slog.Handler {
 	return minLevel{m.Handler.WithAttrs(a), m.min}
 }
 func (m minLevel) WithGroup(g string) slog.Handler { return minLevel{m.Handler.WithGroup(g), m.min} }
+
+// watchMembers keeps the view up to date from the membership watch until
+// the watch ends (the host closes).
+func (h *Host) watchMembers(ch <-chan membership.Event) {
+	for ev := range ch {
+		for _, name := range h.peers.view.apply(ev) {
+			if name != h.name {
+				h.gaps.failed(name, ev.Type.String())
+			}
+		}
+		h.peers.tellDirectory()
+	}
+}

@@ -3,9 +3,11 @@ package actor
 import (
 	"context"
 	"errors"
+	"sort"
 
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/transport"
 )
 
 // Location is where an object lives, as the Location Store records it.
@@ -56,4 +58,34 @@ func (h *Host) Locate(ctx context.Context, ref Ref) (Location, error) {
 		return Location{}, ErrNotActive
 	}
 	return Location{Host: row.Host, ObjectGeneration: row.ObjectGen, OwnerGeneration: row.OwnerGen}, nil
+}
+
+// Addr returns the address other hosts reach this one at — what it
+// publishes as its membership Address — when its transport has one (a
+// network transport, transport.Directory); else "".
+func (h *Host) Addr() string {
+	if d, ok := h.peers.tr.(transport.Directory); ok {
+		return d.Addr()
+	}
+	return ""
+}
+
+// Peers returns the names of the other hosts this host knows from its
+// membership, serving or draining, as the membership last reported them,
+// sorted; nil for a host without a transport. A host learns of a host
+// that joined after it a moment after that host's Start returned (the
+// membership's watch), so a program that starts several hosts and wants
+// each to place objects on all the others waits until their Peers list
+// them.
+func (h *Host) Peers() []string {
+	h.peers.view.mu.RLock()
+	defer h.peers.view.mu.RUnlock()
+	var out []string
+	for name := range h.peers.view.members {
+		if name != h.name {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
 }

@@ -35,6 +35,29 @@ import (
 // here; the peer view changes only on a fact (the membership's events, the
 // transport's link events, a peer's own report).
 
+// The host's side of the seam between hosts (docs/architecture.md, "Packages", "Order, routing and transports"). A host
+// reaches other hosts only through its transport (Config.Transport) —
+// items of bytes, in order per peer, and link events — and learns who
+// they are only from its membership (Config.Membership): their states,
+// kinds and message limits. Nothing here reads another host's memory.
+//
+// What arrives is handled on the transport's goroutines (hostHandler):
+// decoding, route-table updates and admission to local owners never wait
+// for a store call or a lock another host's traffic needs; a message whose
+// object is not here goes to the sending peer's slow lane (inbound.slow),
+// where a store look-up may wait without stalling the peer's link.
+//
+// What this host knows of its peers (peerView) comes from three sources:
+// the membership watch (members, their state and kinds), the transport's
+// events (a link down, a peer leaving, gone) and the peers' load reports
+// (control items a host sends when its number of objects changes).
+//
+// Lock order: peerView.mu is a leaf.
+
+// Sending. Send does not keep the bytes it is given, so a frame's pooled
+// buffer is released as soon as it is sent. A peer that is gone, unknown
+// or leaving (frames only) is errHostGone: the caller routes again.
+
 // malformedItem drops an item off a link that does not decode (counted as
 // a protocol rejection). A lost hint is advice; a lost record is recovered
 // by the relocation protocol; a lost control item ends its Relocate by the
@@ -662,3 +685,27 @@ func (pr *peers) push(o *owner, sender string, pause bool) {
 	// Advice: lost with a gone peer, whose pauses end there on that fact.
 	_ = h.peers.sendItem(sender, transport.Control, appendControl(nil, &pressureItem{obj: obj, paused: pause}))
 }
+
+// errLinkDown: this host's transport is closed.
+var errLinkDown = payload.NewError(payload.Unavailable, "actor", "the link to the host is down")
+
+// errHostGone: the host a route names is no longer on the network.
+var errHostGone = payload.NewError(payload.Unavailable, "actor", "the host is not on the network")
+
+func sendError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case transport.IsRetryable(err):
+		return errHostGone
+	}
+	return errLinkDown
+}
+
+// doneCtx is a context that is already done: WaitRoom with it only tells
+// whether there is room.
+var doneCtx = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()

@@ -8,6 +8,16 @@ import (
 	"github.com/berthrt/berth/payload"
 )
 
+// The remote moves part (remoteOps): Relocate asked across hosts — this
+// host asking the owner's host to move an object, and serving such asks.
+//
+// Owns: the asks waiting for an answer, the asks served here (bounded
+// per asking peer). Lock: remoteOps.mu, a leaf; answers are sent, moves
+// run and waiters are woken after it.
+// May call: the mover, peers and the leaves.
+// Invariants: every ask completes once (answer, error, the peer gone,
+// the caller's deadline); a peer can cancel only its own asks.
+
 // Relocate called on a host that does not own the object asks the owner's
 // host to move it: a relocateRequest on the link to that host, answered
 // by a relocateAnswer (a relocateCancel withdraws it when the caller's

@@ -714,3 +714,6 @@ func (rt *router) endUnrun(o *owner, kind string, e *mailbox.Envelope, err error
 	}
 	e.Release()
 }
+
+// lookupLanes is how many look-up lanes a host has (Host.lookupLane).
+const lookupLanes = 8

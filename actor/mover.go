@@ -15,6 +15,24 @@ import (
 	"github.com/berthrt/berth/route"
 )
 
+// The mover part (moveTable, moveDriver): the moves this host takes part
+// in, either side, each driven on its own serial lane.
+//
+// Owns: the move drivers by id, the count of incoming moves per source,
+// the pause log; each driver's machine (relocation.Source or Target), its
+// envelopes and its pause clock.
+// Lock: moveTable.mu, a leaf. A driver has no lock: its inputs (records
+// off the link, link events, the tick, store results, Relocate's abort,
+// the owner's lifecycle turns) run one at a time on its lane; the steps
+// that must see the owner between turns (start, seal and capture,
+// restore) run in the owner's lifecycle turns, in their place on the lane.
+// May call: the router, owners (and their receive side), routes, peers
+// and the leaves; the Location Store on the move's store lane only.
+// Invariants: the machine's effects run in the order it gave them; the
+// user's Capture and Restore never run on a transport's goroutine; a
+// target stays registered for its follow window (the machine's Forget)
+// to answer late records.
+
 // Errors of Relocate and Drain.
 var (
 	// ErrNotLocal: the host asked to move an object has no owner for it
@@ -129,83 +147,6 @@ type (
 func (m moveStart) run()   { m.d.startSource() }
 func (m moveSeal) run()    { m.d.sealAndCapture() }
 func (m moveRestore) run() { m.d.restoreInTurn(m.rec) }
-
-// Relocate moves the object's owner, with its queued messages and (per
-// the kind's policy) its state, to the host named target while messages
-// keep flowing: none is lost or run twice, per-sender order is kept, every
-// request completes once. It may be called on any host of the network:
-// when the object lives on another host, that host is asked to move it
-// (found through the Location Store, as Locate does), with the same result
-// and errors. It returns when the move ended: nil when the target owns the
-// object; an error when the move was refused (preflight), aborted before
-// the point of no return (the object then runs where it was, nothing
-// lost), or abandoned. If ctx ends before the target acknowledged the
-// move, the move is aborted; after that point it completes anyway and
-// Relocate returns ctx.Err().
-//
-// Errors: ErrNoNetwork; NotFound for an unknown kind or host;
-// InvalidOperation when the kind does not relocate or the object already
-// lives on target; ErrNotActive when the object is not active on any host
-// (it activates where its next message is sent, or by its kind's
-// Placement); ErrMoveInProgress; Rejected (preflight refused); Unavailable
-// (aborted, or the owner's host did not answer); ShuttingDown.
-func (h *Host) Relocate(ctx context.Context, ref Ref, target string) error {
-	const op = "actor.Host.Relocate"
-	if !h.life.acceptsExternal() {
-		return ErrShuttingDown
-	}
-	if h.peers.tr == nil {
-		return ErrNoNetwork
-	}
-	kr := h.owners.kinds[ref.Kind]
-	if kr == nil {
-		return payload.NewError(payload.NotFound, op, "no kind "+ref.Kind)
-	}
-	if target != h.name && !h.peers.knownHost(target) {
-		return payload.NewError(payload.NotFound, op, "no host named "+target+" on the network")
-	}
-	if kr.spec.policy == DisableRelocation {
-		return payload.NewError(payload.InvalidOperation, op, "kind "+ref.Kind+" does not relocate (DisableRelocation)")
-	}
-	// The owner may move or leave between the look-up and the request:
-	// look again a few times.
-	var err error
-	for try := 0; try < 4; try++ {
-		if o := kr.local(ref.ID); o != nil && !o.incoming.Load() {
-			if target == h.name {
-				return alreadyThere(ref, target)
-			}
-			err = h.moves.relocateLocal(ctx, kr, ref, target)
-		} else {
-			var loc Location
-			if loc, err = h.Locate(ctx, ref); err != nil {
-				return err
-			}
-			switch loc.Host {
-			case target:
-				return alreadyThere(ref, target)
-			case h.name:
-				err = ErrNotLocal // between an activation and its owner here, or mid-move
-			default:
-				err = h.moves.remote.relocateVia(ctx, loc.Host, ref, target)
-			}
-		}
-		if !errors.Is(err, ErrNotLocal) && err != errHostGone {
-			return err
-		}
-		if ctx.Err() != nil {
-			return ctxErr(ctx)
-		}
-	}
-	if err == errHostGone {
-		return &payload.Error{Kind: payload.Unavailable, Op: op, Detail: "the owner's host of " + ref.String() + " left before it could be asked", Err: err}
-	}
-	return err
-}
-
-func alreadyThere(ref Ref, target string) error {
-	return &payload.Error{Kind: payload.InvalidOperation, Op: "actor.Host.Relocate", Detail: ref.String() + " already lives on " + target, Err: ErrAlreadyThere}
-}
 
 // relocateLocal moves object ref, which has an owner here, to target (the
 // source side of Relocate); ErrNotLocal if its owner is not here.
@@ -1145,3 +1086,22 @@ func (d *moveDriver) abandonOnClose() (dropped int) {
 	}
 	return dropped
 }
+
+// pauseLog keeps the pauses of the moves this host was the source of
+// (moveDriver.pauseLocked: the seal here to the opening at the target).
+type pauseLog struct {
+	mu   sync.Mutex
+	done []time.Duration
+}
+
+func (p *pauseLog) add(d time.Duration) {
+	p.mu.Lock()
+	if len(p.done) == maxPauses {
+		p.done = append(p.done[:0], p.done[maxPauses/2:]...) // keep the newer half
+	}
+	p.done = append(p.done, d)
+	p.mu.Unlock()
+}
+
+// maxPauses bounds the pauses kept between two calls of Host.Pauses.
+const maxPauses = 1 << 16
