@@ -46,7 +46,7 @@
 // (Config.Membership), activate each object once across all of them and
 // route messages to wherever it runs. They reach each other only through
 // the transport — items of bytes, in order per pair of hosts, and link
-// events — and learn each other only from the membership (network.go): no
+// events — and learn each other only from the membership (peers.go): no
 // host reads another's memory, so the same code runs over any transport.
 // No Location Store call runs on a transport's delivery goroutine, under
 // an owner's or a move's lock, or on a goroutine that grants a job permit. Host.Relocate moves a live object — its queued messages,
@@ -64,7 +64,7 @@
 //     the host's goroutines together, whatever way each message took: each
 //     carries a sequence number, and the owner holds one that came ahead
 //     of its turn (encoded, without its job permit) until the older ones
-//     arrived (see order.go and package route).
+//     arrived (see inbox.go and package route).
 //   - A message held during a move is decoded only when it runs: at the
 //     target after the commit, or at the source after an abort.
 //   - Before relay-ready is accepted a move may abort and the object resumes

@@ -51,16 +51,16 @@ type Host struct {
 	owners   ownerTable // the kinds, the channels, the actor system (owner.go)
 	workers  workerPool // the dispatcher's workers (host.go)
 	svc      *services  // the background work and the lanes (services.go)
-	peers    peers      // the transport, the membership and what this host knows of its peers (network.go)
-	in       inbounds   // per sending peer: what this host keeps for its messages (network.go)
-	router   router     // look-ups of where objects run (network.go)
+	peers    peers      // the transport, the membership and what this host knows of its peers (peers.go)
+	in       inbounds   // per sending peer: what this host keeps for its messages (inbound.go)
+	router   router     // look-ups of where objects run (router.go)
 	store    relocation.Store
 	lease    leaseKeeper   // this run's lease (lease.go)
 	routes   routes        // where objects run, and this host's sending streams (routes.go)
-	moves    moveTable     // the moves this host takes part in (move.go)
-	admit    admission     // from a send to a queue, and the deferred sends (send.go)
+	moves    moveTable     // the moves this host takes part in (mover.go)
+	admit    admission     // from a send to a queue, and the deferred sends (admission.go)
 	drainer  drainer       // Drain and the leave stages (drain.go)
-	gaps     gapFacts      // failure facts and the gaps' gauge and log (order.go)
+	gaps     gapFacts      // failure facts and the gaps' gauge and log (gaps.go)
 	peerLogs peerLogs      // rate limits of the lines peers' input causes (peerlog.go)
 	metrics  metricsServer // the /metrics server, if Config.MetricsAddr is set
 }

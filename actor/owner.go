@@ -76,7 +76,7 @@ type owner struct {
 	left         atomic.Bool          // the move away passed relay-ready: no longer the owner
 	deactPending atomic.Bool          // a controlDeactivate is queued
 
-	// The receive order (order.go). Lock order: ownerShard.mu, then
+	// The receive order (inbox.go). Lock order: ownerShard.mu, then
 	// seqMu, then the mailbox's lock.
 	seqMu     sync.Mutex
 	inbox     route.Inbox[*mailbox.Envelope] // the receive side: open, frozen (sealed or incoming), shut; guarded by seqMu
@@ -172,7 +172,7 @@ func (o *owner) turn(e *mailbox.Envelope) {
 		case control:
 			o.control(c)
 		case lifecycleItem:
-			c.run() // a move's step in this turn (move.go)
+			c.run() // a move's step in this turn (mover.go)
 		}
 		return
 	}

@@ -356,7 +356,7 @@ func (v *peerView) setLoad(name string, n int64) {
 
 // apply applies one membership event to the view.
 // It returns the hosts whose leaving the event shows to be a failure —
-// failure facts (order.go): an expiry; a leave of a run that had not gone
+// failure facts (gaps.go): an expiry; a leave of a run that had not gone
 // Gone (it did not hand all its work on); a member missing from a Sync,
 // or replaced by a new run of its name (its leave or expiry was not
 // seen). A run that went Gone has handed its

@@ -12,7 +12,7 @@ import (
 // Byte encodings of the link items that are neither frames (package
 // payload) nor relocation records (relocation.AppendRecord): route hints
 // and the control items of Relocate across hosts (remotemove.go) and of
-// load reports (network.go), so that
+// load reports (peers.go), so that
 // a transport carries them as bytes. Each starts with a version byte;
 // strings are a uvarint length and the bytes, integers fixed-width
 // big-endian (package internal/wire). Decoding copies what it keeps and
