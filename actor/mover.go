@@ -433,9 +433,11 @@ func (mt *moveTable) tickMoves(now int64) {
 	}
 }
 
-// step queues one input for the move's lane; it never waits.
+// step runs one input on the move's lane: at once on the caller's
+// goroutine if the lane is idle (no hand-off), else queued behind the
+// lane's work. It never waits for other work.
 func (d *moveDriver) step(in relocation.Input) {
-	d.lane.add(func() { d.advance(in) })
+	d.lane.tryHere(func() { d.advance(in) })
 }
 
 // advance, on the lane, feeds one input to the machine and carries out
@@ -450,20 +452,28 @@ func (d *moveDriver) advance(in relocation.Input) {
 	d.stepMachine(in)
 	op := d.storeOp
 	d.storeOp = nil
-	if d.tgt != nil && (d.tgt.Done() || d.ended) {
-		d.forgetAt.Store(d.tgt.ForgetAt()) // before over: the tick reads over first
-		d.over.Store(true)
-		d.notIncoming() // opened or ended: no more under way here
-	}
+	d.noteOver()
 	d.flush()
 	if op != nil {
 		d.storeLane.add(func() {
 			ctx, cancel := d.h.life.storeContext()
 			row, err := d.h.store.NewOwner(ctx, op.Object, op.Expect, op.NewHost)
 			cancel()
-			d.lane.add(func() { d.advance(relocation.StoreResult{Row: row, Err: err}) })
+			d.lane.tryHere(func() { d.advance(relocation.StoreResult{Row: row, Err: err}) })
 		})
 	}
+}
+
+// noteOver notes, once, that a target move opened or ended: the tick
+// skips it until its follow window ends, and it no longer counts among
+// its source's moves under way here.
+func (d *moveDriver) noteOver() {
+	if d.tgt == nil || d.over.Load() || !(d.tgt.Done() || d.ended) {
+		return
+	}
+	d.forgetAt.Store(d.tgt.ForgetAt()) // before over: the tick reads over first
+	d.over.Store(true)
+	d.notIncoming()
 }
 
 // stepMachine steps the machine with in, and with the inputs its actions
@@ -508,6 +518,10 @@ func (d *moveDriver) send(r relocation.Record) {
 	if d.gone || d.refused {
 		return
 	}
+	// A target that opened or ended is no longer under way here before
+	// its source can hear of it: the source's next move to this host must
+	// not find it counted (maxIncomingPerPeer).
+	d.noteOver()
 	r = d.clock.Sent(r, nanotime())
 	gone, refused := d.h.peers.sendRecords(d.peer, d.obj, &d.enc, r)
 	d.gone, d.refused = gone, refused

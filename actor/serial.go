@@ -5,10 +5,12 @@ import "sync"
 // serial runs work one item at a time, in the order it was added: a
 // peer's slow lane, a look-up lane, a move's inputs, a move's store
 // calls. Work added with add runs on a goroutine of the serial's own,
-// started when work comes and ended when none is left; work run with
-// runHere runs on the caller's goroutine, in its place in the order — so
-// that a move's step that must run inside an owner's turn (capture,
-// restore) runs there, and no other work of the serial runs meanwhile.
+// started when work comes and ended when none is left; tryHere runs work
+// on the caller's goroutine when the serial is idle (no hand-off) and
+// queues it otherwise, never waiting; runHere runs work on the caller's
+// goroutine, in its place in the order, waiting for it — so that a move's
+// step that must run inside an owner's turn (capture, restore) runs
+// there, and no other work of the serial runs meanwhile.
 //
 // Owns: its queue and its goroutine. Lock: mu, a leaf, held only to queue
 // and take work, never while work runs.
@@ -56,16 +58,7 @@ func (s *serial) runHere(f func()) {
 	if !s.running {
 		s.running = true
 		s.mu.Unlock()
-		f()
-		s.mu.Lock()
-		if len(s.work) == 0 {
-			s.running = false
-			s.mu.Unlock()
-			return
-		}
-		s.wg.Add(1) // work came meanwhile: a goroutine takes it
-		s.mu.Unlock()
-		go s.run()
+		s.inline(f)
 		return
 	}
 	it := serialItem{turn: make(chan struct{}), done: make(chan struct{})}
@@ -74,6 +67,36 @@ func (s *serial) runHere(f func()) {
 	<-it.turn
 	defer close(it.done)
 	f()
+}
+
+// tryHere runs f on the calling goroutine if the serial is idle — no
+// hand-off to another goroutine — and queues it (add) otherwise; it never
+// waits for other work.
+func (s *serial) tryHere(f func()) {
+	s.mu.Lock()
+	if s.running {
+		s.work = append(s.work, serialItem{f: f})
+		s.mu.Unlock()
+		return
+	}
+	s.running = true
+	s.mu.Unlock()
+	s.inline(f)
+}
+
+// inline runs f on the calling goroutine, the serial claimed (running set
+// by the caller); work that came meanwhile goes to a goroutine.
+func (s *serial) inline(f func()) {
+	f()
+	s.mu.Lock()
+	if len(s.work) == 0 {
+		s.running = false
+		s.mu.Unlock()
+		return
+	}
+	s.wg.Add(1) // work came meanwhile: a goroutine takes it
+	s.mu.Unlock()
+	go s.run()
 }
 
 func (s *serial) run() {

@@ -157,6 +157,14 @@ func TestPostgresRestartedMidRunSubscriptionsContinue(t *testing.T) {
 			subscribe(t, b, &Subscription{Table: tb, Form: form, Workers: 3, Batch: 4, Lease: 2 * time.Second,
 				PollInterval: 20 * time.Millisecond, OnSettled: ta.onSettled}, h)
 			waitFor(t, "a tenth of the rows ran", func() bool { return ran.Load() >= jobs/10 })
+			// The listener listens before the restart: its first connection
+			// made after the restart would not be a reconnection (on a slow
+			// machine its first one can come late).
+			waitFor(t, "the listener to listen", func() bool {
+				var n int
+				err := pool.QueryRow(bg, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'").Scan(&n)
+				return err == nil && n > 0
+			})
 			if err := db.Server.Restart(); err != nil {
 				t.Fatal(err)
 			}
