@@ -44,7 +44,7 @@ func (ad *admission) sendRemote(ctx context.Context, host string, t target, m *p
 	if h.peers.backlogged(host) {
 		return ErrPeerBacklog // not stamped: no gap is left
 	}
-	h.admit.stamp(t, m)
+	ad.stamp(t, m)
 	return h.peers.sendMessage(host, m, transport.Frame)
 }
 
@@ -106,8 +106,7 @@ func (ad *admission) accepts(turn *Context) bool {
 // handler of this host it goes through the owner's outbox; from outside, it
 // waits for a permit, then for lane room.
 func (ad *admission) dispatch(ctx context.Context, turn *Context, t target, m *payload.Message) error {
-	h := ad.h
-	_, err := h.admit.dispatchRun(ctx, turn, t, m, false)
+	_, err := ad.dispatchRun(ctx, turn, t, m, false)
 	return err
 }
 
@@ -129,7 +128,7 @@ func (ad *admission) dispatchRun(ctx context.Context, turn *Context, t target, m
 	// Pushed back by the object's reorder buffer: wait before taking a
 	// permit, so that waiting senders hold none (the message the buffer
 	// waits for may need one).
-	if err := h.admit.waitPressure(ctx, t); err != nil {
+	if err := ad.waitPressure(ctx, t); err != nil {
 		m.Release()
 		h.obs.Rejected(t.name(), rejectReason(err))
 		return false, err
@@ -145,7 +144,7 @@ func (ad *admission) dispatchRun(ctx context.Context, turn *Context, t target, m
 	}
 	e := newEnvelope(m)
 	e.HoldPermit(h.jobs.permits)
-	return h.admit.admitWait(ctx, t, e, inline)
+	return ad.admitWait(ctx, t, e, inline)
 }
 
 // admitWait admits an item that holds its permit, waiting up to SendTimeout
@@ -171,7 +170,7 @@ func (ad *admission) admitWait(ctx context.Context, t target, e *mailbox.Envelop
 		}
 		if p.o == nil {
 			// External sends wait for room on the link (flow control).
-			err := h.admit.sendRemote(ctx, p.host, t, e.Msg)
+			err := ad.sendRemote(ctx, p.host, t, e.Msg)
 			switch {
 			case err == nil:
 				e.Msg = nil // sent
@@ -207,7 +206,7 @@ func (ad *admission) admitWait(ctx context.Context, t target, e *mailbox.Envelop
 			return false, err
 		}
 		o := p.o
-		h.admit.stamp(t, e.Msg)
+		ad.stamp(t, e.Msg)
 		size := e.Msg.Len()
 		if h.obs.timed {
 			e.Admitted = nanotime()
@@ -258,8 +257,7 @@ func (ad *admission) admitWait(ctx context.Context, t target, e *mailbox.Envelop
 // lane limits do not apply (the permit bounds it). A relayed message
 // whose object is not here (any more) is forwarded.
 func (ad *admission) admitGranted(t target, e *mailbox.Envelope, relayed bool) {
-	h := ad.h
-	h.admit.admitGrantedUntil(t, e, relayed, 0, true)
+	ad.admitGrantedUntil(t, e, relayed, 0, true)
 }
 
 // admitGrantedUntil is admitGranted for a send that may be deferred until
@@ -301,7 +299,7 @@ func (ad *admission) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bo
 				h.router.forward(t.kr, t.id, m, p)
 				return true
 			}
-			err := h.admit.sendRemote(nil, p.host, t, e.Msg)
+			err := ad.sendRemote(nil, p.host, t, e.Msg)
 			switch {
 			case err == nil:
 				e.Msg = nil
@@ -318,7 +316,7 @@ func (ad *admission) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bo
 				if until == 0 {
 					until = nanotime() + int64(h.cfg.SendTimeout)
 				}
-				if nanotime() < until && h.admit.deferSend(deferredSend{t: t, e: e, until: until}) {
+				if nanotime() < until && ad.deferSend(deferredSend{t: t, e: e, until: until}) {
 					return true
 				}
 				err = notHandedOn(p.host, err)
@@ -327,7 +325,7 @@ func (ad *admission) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bo
 			return true
 		}
 		if !relayed {
-			h.admit.stamp(t, e.Msg)
+			ad.stamp(t, e.Msg)
 		}
 		o := p.o
 		size := e.Msg.Len()
@@ -379,43 +377,40 @@ type deferredSend struct {
 
 // deferSend queues d for the tick; false if the host is closing.
 func (ad *admission) deferSend(d deferredSend) bool {
-	h := ad.h
-	h.admit.deferred.mu.Lock()
-	defer h.admit.deferred.mu.Unlock()
-	if h.admit.deferred.closed {
+	ad.deferred.mu.Lock()
+	defer ad.deferred.mu.Unlock()
+	if ad.deferred.closed {
 		return false
 	}
-	h.admit.deferred.list = append(h.admit.deferred.list, d)
+	ad.deferred.list = append(ad.deferred.list, d)
 	return true
 }
 
 // deferredJobs registers the deferred sends' periodic job on the host's
 // tick: handlers' sends that waited for a leaving host are tried again.
 func (ad *admission) deferredJobs(tick *schedule) {
-	h := ad.h
-	tick.every("retry deferred sends", tickEvery, func(time.Time) bool { h.admit.retryDeferred(); return false })
+	tick.every("retry deferred sends", tickEvery, func(time.Time) bool { ad.retryDeferred(); return false })
 }
 
 // retryDeferred routes the deferred sends again, in the order they were
 // deferred (on the tick).
 func (ad *admission) retryDeferred() {
-	h := ad.h
-	h.admit.deferred.mu.Lock()
-	ds := h.admit.deferred.list
-	h.admit.deferred.list = nil
-	h.admit.deferred.mu.Unlock()
+	ad.deferred.mu.Lock()
+	ds := ad.deferred.list
+	ad.deferred.list = nil
+	ad.deferred.mu.Unlock()
 	for _, d := range ds {
-		h.admit.admitGrantedUntil(d.t, d.e, false, d.until, true)
+		ad.admitGrantedUntil(d.t, d.e, false, d.until, true)
 	}
 }
 
 // closeDeferred ends the deferred sends of a closing host.
 func (ad *admission) closeDeferred() {
 	h := ad.h
-	h.admit.deferred.mu.Lock()
-	ds := h.admit.deferred.list
-	h.admit.deferred.list, h.admit.deferred.closed = nil, true
-	h.admit.deferred.mu.Unlock()
+	ad.deferred.mu.Lock()
+	ds := ad.deferred.list
+	ad.deferred.list, ad.deferred.closed = nil, true
+	ad.deferred.mu.Unlock()
 	for _, d := range ds {
 		h.router.endUnrun(nil, d.t.name(), d.e, ErrShuttingDown, RejectShuttingDown)
 	}

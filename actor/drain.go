@@ -140,16 +140,16 @@ func (dr *drainer) drain(ctx context.Context, op string) error {
 	if dr.current() <= Relocating {
 		// Objects whose state moves need somewhere to go: otherwise refuse,
 		// and keep serving, rather than drop their state.
-		if name := h.drainer.strandedKind(); name != "" {
+		if name := dr.strandedKind(); name != "" {
 			return &payload.Error{Kind: payload.Unavailable, Op: op,
 				Detail: "no other host serves kind " + name + ": its objects have nowhere to go (the host keeps serving)", Err: ErrNowhereToDrain}
 		}
-		if h.drainer.state.CompareAndSwap(int32(Serving), int32(Relocating)) {
-			h.drainer.draining.Store(true)
+		if dr.state.CompareAndSwap(int32(Serving), int32(Relocating)) {
+			dr.draining.Store(true)
 			h.peers.setMemberState(membership.Draining) // peers place no new objects here
 		}
 		for round := 0; round < 5; round++ {
-			n, err := h.drainer.drainRoundUntil(ctx, op)
+			n, err := dr.drainRoundUntil(ctx, op)
 			if err != nil {
 				return err
 			}
@@ -158,14 +158,14 @@ func (dr *drainer) drain(ctx context.Context, op string) error {
 			}
 		}
 		if ctx.Err() != nil {
-			return h.drainer.cutShort(ctx, op)
+			return dr.cutShort(ctx, op)
 		}
-		h.drainer.state.Store(int32(Relocated))
+		dr.state.Store(int32(Relocated))
 	}
-	h.drainer.state.Store(int32(Draining))
-	err := h.drainer.stop(ctx, op)
+	dr.state.Store(int32(Draining))
+	err := dr.stop(ctx, op)
 	if err == nil {
-		h.drainer.state.Store(int32(Stopped))
+		dr.state.Store(int32(Stopped))
 	}
 	return err
 }
@@ -179,25 +179,25 @@ func (dr *drainer) drain(ctx context.Context, op string) error {
 func (dr *drainer) drainRoundUntil(ctx context.Context, op string) (int, error) {
 	h := dr.h
 	if ctx.Err() != nil {
-		return 0, h.drainer.cutShort(ctx, op)
+		return 0, dr.cutShort(ctx, op)
 	}
 	h.life.mu.Lock() // no round starts once Close began (it waits for drainers)
 	if h.life.state.Load() == stateClosed {
 		h.life.mu.Unlock()
 		return 0, closedMidStop(op)
 	}
-	h.drainer.rounds.Add(1)
+	dr.rounds.Add(1)
 	h.life.mu.Unlock()
 	found := make(chan int, 1)
 	go func() {
-		defer h.drainer.rounds.Done()
-		found <- h.drainer.drainRound(ctx)
+		defer dr.rounds.Done()
+		found <- dr.drainRound(ctx)
 	}()
 	select {
 	case n := <-found:
 		return n, nil
 	case <-ctx.Done():
-		return 0, h.drainer.cutShort(ctx, op)
+		return 0, dr.cutShort(ctx, op)
 	case <-h.life.done:
 		return 0, closedMidStop(op)
 	}
@@ -230,7 +230,7 @@ func (dr *drainer) drainRound(ctx context.Context) int {
 			}
 			n++
 			g.Go(func() error {
-				h.drainer.drainOne(ctx, kr, o, targets)
+				dr.drainOne(ctx, kr, o, targets)
 				return nil
 			})
 		}
@@ -253,7 +253,7 @@ func (dr *drainer) drainOne(ctx context.Context, kr *kindRuntime, o *owner, targ
 			for i := 0; i < n && ctx.Err() == nil; i++ {
 				err := h.moves.relocateLocal(ctx, kr, ref, targets[(first+i)%n])
 				if errors.Is(err, ErrMoveInProgress) {
-					h.drainer.awaitMove(ctx, kr, o) // the next round finds it again if it stayed
+					dr.awaitMove(ctx, kr, o) // the next round finds it again if it stayed
 					return
 				}
 				if err == nil || errors.Is(err, ErrNotLocal) {

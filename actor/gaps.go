@@ -24,8 +24,8 @@ import (
 // (when the sender is told to pause) logged at most once per gapLogEvery.
 func (gp *gapFacts) overBound(o *owner, pushed string) {
 	h := gp.h
-	h.gaps.overHeld.Add(1)
-	if pushed != "" && h.gaps.boundLog.allow(nanotime()) {
+	gp.overHeld.Add(1)
+	if pushed != "" && gp.boundLog.allow(nanotime()) {
 		h.log.Warn("a sender is past the reorder bound of an object: it is told to pause until an older message arrives",
 			"object", o.ref.String(), "sender", pushed, "bound", h.cfg.ReorderBound)
 	}
@@ -36,17 +36,17 @@ func (gp *gapFacts) overBound(o *owner, pushed string) {
 // draining).
 func (gp *gapFacts) failed(host string, why string) {
 	h := gp.h
-	f := route.Fact{At: nanotime(), Window: h.gaps.factWindow(), Wait: int64(h.cfg.GapTimeout)}
-	h.gaps.factsMu.Lock()
-	h.gaps.facts = append(h.gaps.facts, f)
-	if len(h.gaps.facts) > maxFacts {
-		a, b := h.gaps.facts[0], h.gaps.facts[1]
-		h.gaps.facts[1] = route.Fact{At: a.At, Window: b.At + b.Window - a.At, Wait: max(a.Wait, b.Wait)}
-		h.gaps.facts = append(h.gaps.facts[:0], h.gaps.facts[1:]...)
+	f := route.Fact{At: nanotime(), Window: gp.factWindow(), Wait: int64(h.cfg.GapTimeout)}
+	gp.factsMu.Lock()
+	gp.facts = append(gp.facts, f)
+	if len(gp.facts) > maxFacts {
+		a, b := gp.facts[0], gp.facts[1]
+		gp.facts[1] = route.Fact{At: a.At, Window: b.At + b.Window - a.At, Wait: max(a.Wait, b.Wait)}
+		gp.facts = append(gp.facts[:0], gp.facts[1:]...)
 	}
-	h.gaps.factsMu.Unlock()
-	h.gaps.failures.Add(1)
-	h.gaps.pressure.resumeBy(host) // its pauses end on the fact
+	gp.factsMu.Unlock()
+	gp.failures.Add(1)
+	gp.pressure.resumeBy(host) // its pauses end on the fact
 	h.log.Info("a host failed: gaps open now, or opening soon, close after the gap timeout", "failed", host, "why", why)
 }
 
@@ -65,17 +65,16 @@ func (gp *gapFacts) factWindow() int64 {
 // currentFacts returns the failure facts that can still close a gap,
 // forgetting the others.
 func (gp *gapFacts) currentFacts(now int64) []route.Fact {
-	h := gp.h
-	h.gaps.factsMu.Lock()
-	defer h.gaps.factsMu.Unlock()
-	keep := h.gaps.facts[:0]
-	for _, f := range h.gaps.facts {
+	gp.factsMu.Lock()
+	defer gp.factsMu.Unlock()
+	keep := gp.facts[:0]
+	for _, f := range gp.facts {
 		if now <= f.At+f.Window+f.Wait+int64(factKeep) {
 			keep = append(keep, f)
 		}
 	}
-	clear(h.gaps.facts[len(keep):])
-	h.gaps.facts = keep
+	clear(gp.facts[len(keep):])
+	gp.facts = keep
 	if len(keep) == 0 {
 		return nil
 	}
@@ -97,23 +96,21 @@ func (r *rateLimit) allow(now int64) bool {
 // host is up, since nothing else would close its gap. It reports false if
 // the host is closing.
 func (gp *gapFacts) deferSkip(m *payload.Message) bool {
-	h := gp.h
-	h.gaps.skipMu.Lock()
-	defer h.gaps.skipMu.Unlock()
-	if h.gaps.skipClosed {
+	gp.skipMu.Lock()
+	defer gp.skipMu.Unlock()
+	if gp.skipClosed {
 		return false
 	}
-	h.gaps.skips = append(h.gaps.skips, m)
+	gp.skips = append(gp.skips, m)
 	return true
 }
 
 // closeSkips releases the deferred skip notices of a closing host.
 func (gp *gapFacts) closeSkips() {
-	h := gp.h
-	h.gaps.skipMu.Lock()
-	ms := h.gaps.skips
-	h.gaps.skips, h.gaps.skipClosed = nil, true
-	h.gaps.skipMu.Unlock()
+	gp.skipMu.Lock()
+	ms := gp.skips
+	gp.skips, gp.skipClosed = nil, true
+	gp.skipMu.Unlock()
 	for _, m := range ms {
 		m.Release()
 	}

@@ -450,17 +450,16 @@ func (h *Host) Stop(ctx context.Context) error {
 // stopTurnTake waits until no other Stop or Drain runs, or ctx ends; it
 // returns the function that ends this call's turn.
 func (dr *drainer) stopTurnTake(ctx context.Context, op string) (release func(), err error) {
-	h := dr.h
 	select {
-	case h.drainer.stopTurn <- struct{}{}:
+	case dr.stopTurn <- struct{}{}:
 	default:
 		select {
-		case h.drainer.stopTurn <- struct{}{}:
+		case dr.stopTurn <- struct{}{}:
 		case <-ctx.Done():
-			return nil, h.drainer.cutShort(ctx, op)
+			return nil, dr.cutShort(ctx, op)
 		}
 	}
-	return func() { <-h.drainer.stopTurn }, nil
+	return func() { <-dr.stopTurn }, nil
 }
 
 // cutShort is the error of a Stop or Drain whose context ended before the
@@ -501,12 +500,12 @@ func (dr *drainer) stop(ctx context.Context, op string) error {
 		return h.life.close() // never started (Close), or closed: returns once closed
 	}
 	if h.peers.tr != nil {
-		h.drainer.beginLeave()
+		dr.beginLeave()
 	}
 	// Deactivate every object once nothing is queued; hooks may send to
 	// objects that activate meanwhile, so repeat until no object is left.
 	for {
-		if err := h.drainer.quiesce(ctx, op); err != nil {
+		if err := dr.quiesce(ctx, op); err != nil {
 			return err
 		}
 		if h.owners.deactivateAll() == 0 {
@@ -514,7 +513,7 @@ func (dr *drainer) stop(ctx context.Context, op string) error {
 		}
 	}
 	if h.peers.tr != nil {
-		if err := h.drainer.waitHandedOn(ctx, op); err != nil {
+		if err := dr.waitHandedOn(ctx, op); err != nil {
 			return err
 		}
 		// Everything was handed on: peers take this host's leave as no
@@ -531,8 +530,8 @@ func (dr *drainer) stop(ctx context.Context, op string) error {
 // context ended) does nothing.
 func (dr *drainer) beginLeave() {
 	h := dr.h
-	h.drainer.draining.Store(true)
-	if h.drainer.leaving.Swap(true) {
+	dr.draining.Store(true)
+	if dr.leaving.Swap(true) {
 		return
 	}
 	h.peers.setMemberState(membership.Draining)
@@ -555,7 +554,7 @@ func (dr *drainer) quiesce(ctx context.Context, op string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return h.drainer.cutShort(ctx, op)
+			return dr.cutShort(ctx, op)
 		case <-h.life.done:
 			return closedMidStop(op)
 		case <-tick.C:
@@ -580,7 +579,7 @@ func (dr *drainer) waitHandedOn(ctx context.Context, op string) error {
 		}
 		select {
 		case <-ctx.Done():
-			return h.drainer.cutShort(ctx, op)
+			return dr.cutShort(ctx, op)
 		case <-h.life.done:
 			return closedMidStop(op)
 		case <-tick.C:

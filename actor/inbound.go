@@ -53,7 +53,7 @@ func (iq *inbounds) onFrame(ib *inbound, from string, buf payload.Buffer) {
 	// unknown content type.
 	m, err := h.reg.Open(buf)
 	if err != nil {
-		h.in.onUnopened(from, buf, err)
+		iq.onUnopened(from, buf, err)
 		return
 	}
 	hv := m.Header()
@@ -86,7 +86,7 @@ func (iq *inbounds) onFrame(ib *inbound, from string, buf payload.Buffer) {
 	// What this host keeps of the peer's messages is bounded
 	// (peerbudget.go): past the bound the message is refused, and a
 	// stamped one's skip notice goes its way instead.
-	m, skip := h.in.takeFromPeer(ib, kr, m)
+	m, skip := iq.takeFromPeer(ib, kr, m)
 	if m == nil {
 		return
 	}
@@ -112,8 +112,8 @@ func (iq *inbounds) onFrame(ib *inbound, from string, buf payload.Buffer) {
 		ib.slow.add(func() {
 			switch {
 			case unknown != "" && !h.peers.knownHost(unknown):
-				h.in.unknownOrigin(from, m)
-			case h.in.routeIn(ib, kr, id, m, n, skip):
+				iq.unknownOrigin(from, m)
+			case iq.routeIn(ib, kr, id, m, n, skip):
 				return // it waits for a permit, in the budget
 			}
 			ib.budget.release(n, skip)
@@ -122,7 +122,7 @@ func (iq *inbounds) onFrame(ib *inbound, from string, buf payload.Buffer) {
 	}
 	// The object is here: admit it (the permit source keeps the order of
 	// the messages off this link; admission finds the owner again).
-	h.in.admitIn(ib, kr, id, m, n, skip)
+	iq.admitIn(ib, kr, id, m, n, skip)
 }
 
 // unknownOrigin drops message m from peer from, forwarded in the name of
@@ -191,7 +191,7 @@ func (iq *inbounds) routeIn(ib *inbound, kr *kindRuntime, id string, m *payload.
 		// Admit here — or, if earlier messages off this link still wait
 		// for permits, queue behind them even to be forwarded, so that
 		// none overtakes another.
-		h.in.admitIn(ib, kr, id, m, n, skip)
+		iq.admitIn(ib, kr, id, m, n, skip)
 		return true
 	}
 	// A forward goes onto the link to the object's host: wait (on this
@@ -199,7 +199,7 @@ func (iq *inbounds) routeIn(ib *inbound, kr *kindRuntime, id string, m *payload.
 	// room there, so that what the peer sends through this host is
 	// bounded by that link's flow control and the peer's budget — at most
 	// SendTimeout, then it goes all the same (nothing is dropped for it).
-	h.in.waitLinkRoom(p.host)
+	iq.waitLinkRoom(p.host)
 	h.router.forward(kr, id, m, p)
 	return false
 }
@@ -277,14 +277,14 @@ func (iq *inbounds) deliver(from string, it transport.Item) {
 	case transport.Frame:
 		ib := h.peers.inboundFrom(from)
 		taken := ib.budget.takenN.Load()
-		h.in.onFrame(ib, from, h.in.keep(it))
+		iq.onFrame(ib, from, iq.keep(it))
 		if ib.budget.takenN.Load() == taken { // not kept: settled at once (credit, peerbudget.go)
 			ib.budget.unkept(budgetLen(len(it.Data)))
 		}
 	case transport.Reply:
-		h.in.onFrame(h.peers.inboundFrom(from), from, h.in.keep(it))
+		iq.onFrame(h.peers.inboundFrom(from), from, iq.keep(it))
 	case transport.Bounce:
-		h.in.onBounceFrom(from, h.in.keep(it))
+		iq.onBounceFrom(from, iq.keep(it))
 	case transport.Record:
 		decode := relocation.DecodeRecord // copies what it keeps: the bytes are lent
 		if it.Owned {
@@ -314,13 +314,13 @@ func (iq *inbounds) deliver(from string, it transport.Item) {
 			h.peers.view.setLoad(from, c.load)
 			return
 		case *pressureItem:
-			h.in.onPressure(from, c)
+			iq.onPressure(from, c)
 			return
 		case *creditReport:
-			h.in.onCredit(from, c)
+			iq.onCredit(from, c)
 			return
 		case *creditAsk:
-			h.in.onCreditAsk(from)
+			iq.onCreditAsk(from)
 			return
 		}
 		h.moves.remote.onControl(from, ctl)
@@ -344,10 +344,9 @@ func (iq *inbounds) keep(it transport.Item) payload.Buffer {
 // receiving it: a message is routed again, a reply dropped (the asker
 // left).
 func (iq *inbounds) returned(_ string, it transport.Item) {
-	h := iq.h
 	switch it.Kind {
 	case transport.Frame, transport.Bounce:
-		h.in.bounced(h.in.keep(it))
+		iq.bounced(iq.keep(it))
 	}
 }
 
@@ -374,7 +373,7 @@ func (iq *inbounds) linkEvent(e transport.Event) {
 		ib := h.peers.inboundFrom(e.Peer)
 		ib.credit.reset()
 		ib.budget.restart()
-		h.in.peerGone(e.Peer)
+		iq.peerGone(e.Peer)
 	}
 }
 
@@ -396,9 +395,8 @@ type inbound struct {
 // inboundPending returns how many messages from peers wait for permits
 // (one per peer that has any) or for their look-up on a slow lane.
 func (iq *inbounds) inboundPending() int {
-	h := iq.h
 	n := 0
-	h.in.m.Range(func(_, v any) bool {
+	iq.m.Range(func(_, v any) bool {
 		ib := v.(*inbound)
 		if !ib.in.idle() {
 			n++
@@ -414,7 +412,7 @@ func (iq *inbounds) inboundPending() int {
 func (iq *inbounds) pending() int {
 	h := iq.h
 	in, out := h.peers.tr.Pending()
-	return in + out + h.in.inboundPending()
+	return in + out + iq.inboundPending()
 }
 
 // pendingIn returns how many items wait on, or are being handled off, the
@@ -422,7 +420,7 @@ func (iq *inbounds) pending() int {
 func (iq *inbounds) pendingIn() int {
 	h := iq.h
 	in, _ := h.peers.tr.Pending()
-	return in + h.in.inboundPending()
+	return in + iq.inboundPending()
 }
 
 // inbounds is what this host keeps per sending peer (inbound).
@@ -448,7 +446,7 @@ func (iq *inbounds) takeFromPeer(ib *inbound, kr *kindRuntime, m *payload.Messag
 	if ib.budget.take(budgetBytes(m), false) {
 		return m, false
 	}
-	s := h.in.refuseFromPeer(ib, m)
+	s := iq.refuseFromPeer(ib, m)
 	if s == nil {
 		return nil, false
 	}

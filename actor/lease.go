@@ -47,16 +47,16 @@ func (lk *leaseKeeper) renewLease() error {
 	ctx, cancel := h.life.storeContext()
 	defer cancel()
 	sent := time.Now()
-	if _, err := h.store.RenewLease(ctx, h.name, h.lease.gen); err != nil {
+	if _, err := h.store.RenewLease(ctx, h.name, lk.gen); err != nil {
 		return &payload.Error{Kind: payload.Unavailable, Op: "actor.Host", Detail: "cannot renew the host lease", Err: err}
 	}
 	if h.peers.members != nil && h.life.state.Load() != stateCreated {
-		if _, err := h.peers.members.Renew(ctx, h.name, h.lease.gen); err != nil {
+		if _, err := h.peers.members.Renew(ctx, h.name, lk.gen); err != nil {
 			h.log.Error("membership lease renewal failed", "err", err)
 		}
 	}
-	h.lease.local = h.lease.local.Renewed(sent, membership.Lease{Name: h.name, Gen: h.lease.gen, TTL: relocation.LeaseTTL})
-	h.lease.deadline.Store(h.lease.local.Deadline().UnixNano())
+	lk.local = lk.local.Renewed(sent, membership.Lease{Name: h.name, Gen: lk.gen, TTL: relocation.LeaseTTL})
+	lk.deadline.Store(lk.local.Deadline().UnixNano())
 	return nil
 }
 
@@ -70,15 +70,15 @@ func (lk *leaseKeeper) renewLease() error {
 // run, with a new lease generation.
 func (lk *leaseKeeper) leaseTick(now time.Time) (lost bool) {
 	h := lk.h
-	if !h.lease.local.Valid(now) {
-		h.log.Error("the host's lease ran out before it was renewed; closing the host", "deadline", h.lease.local.Deadline())
-		h.lease.deadline.Store(1) // no turn starts from now on
+	if !lk.local.Valid(now) {
+		h.log.Error("the host's lease ran out before it was renewed; closing the host", "deadline", lk.local.Deadline())
+		lk.deadline.Store(1) // no turn starts from now on
 		err := ErrLeaseLost
 		h.life.lostErr.Store(&err)
 		go h.life.close() // not here: Close waits for this goroutine
 		return true
 	}
-	if err := h.lease.renewLease(); err != nil {
+	if err := lk.renewLease(); err != nil {
 		h.log.Error("lease renewal failed", "err", err)
 	}
 	return false

@@ -167,13 +167,13 @@ func (mt *moveTable) relocateLocal(ctx context.Context, kr *kindRuntime, ref Ref
 	}
 	d := &moveDriver{h: h, lane: serial{wg: &h.svc.lanes}, storeLane: serial{wg: &h.svc.lanes}, id: payload.NewOpID(), obj: relocation.Object{Kind: ref.Kind, ID: ref.ID}, kr: kr,
 		peer: target, o: o, done: make(chan error, 1), started: time.Now()}
-	h.moves.addMove(d)
+	mt.addMove(d)
 	e := mailbox.NewEnvelope()
 	e.Lane = mailbox.Lifecycle
 	e.Control = moveStart{d}
 	if err := o.mb.AdmitOverflow(e); err != nil {
 		e.Release()
-		h.moves.removeMove(d)
+		mt.removeMove(d)
 		o.moving.Store(false)
 		return ErrNotLocal // the owner closed meanwhile
 	}
@@ -195,7 +195,7 @@ func (mt *moveTable) relocateLocal(ctx context.Context, kr *kindRuntime, ref Ref
 			d.advance(relocation.OperatorAbort{Reason: ctx.Err().Error()})
 		})
 		if notStarted {
-			h.moves.removeMove(d)
+			mt.removeMove(d)
 			return ctxErr(ctx)
 		}
 		select {
@@ -210,22 +210,20 @@ func (mt *moveTable) relocateLocal(ctx context.Context, kr *kindRuntime, ref Ref
 }
 
 func (mt *moveTable) addMove(d *moveDriver) {
-	h := mt.h
-	h.moves.mu.Lock()
-	if h.moves.m == nil {
-		h.moves.m = map[relocation.MoveID]*moveDriver{}
+	mt.mu.Lock()
+	if mt.m == nil {
+		mt.m = map[relocation.MoveID]*moveDriver{}
 	}
-	h.moves.m[d.id] = d
-	h.moves.mu.Unlock()
+	mt.m[d.id] = d
+	mt.mu.Unlock()
 }
 
 func (mt *moveTable) removeMove(d *moveDriver) {
-	h := mt.h
-	h.moves.mu.Lock()
-	if h.moves.m[d.id] == d {
-		delete(h.moves.m, d.id)
+	mt.mu.Lock()
+	if mt.m[d.id] == d {
+		delete(mt.m, d.id)
 	}
-	h.moves.mu.Unlock()
+	mt.mu.Unlock()
 	d.notIncoming()
 }
 
@@ -237,20 +235,19 @@ const maxIncomingPerPeer = 4 * drainWorkers
 // addIncoming adds a target move d from its source, d.peer, unless that
 // source has maxIncomingPerPeer under way here.
 func (mt *moveTable) addIncoming(d *moveDriver) bool {
-	h := mt.h
-	h.moves.mu.Lock()
-	defer h.moves.mu.Unlock()
-	if h.moves.incoming[d.peer] >= maxIncomingPerPeer {
+	mt.mu.Lock()
+	defer mt.mu.Unlock()
+	if mt.incoming[d.peer] >= maxIncomingPerPeer {
 		return false
 	}
-	if h.moves.m == nil {
-		h.moves.m = map[relocation.MoveID]*moveDriver{}
+	if mt.m == nil {
+		mt.m = map[relocation.MoveID]*moveDriver{}
 	}
-	if h.moves.incoming == nil {
-		h.moves.incoming = map[string]int{}
+	if mt.incoming == nil {
+		mt.incoming = map[string]int{}
 	}
-	h.moves.m[d.id] = d
-	h.moves.incoming[d.peer]++
+	mt.m[d.id] = d
+	mt.incoming[d.peer]++
 	d.counted.Store(true)
 	return true
 }
@@ -270,18 +267,16 @@ func (d *moveDriver) notIncoming() {
 }
 
 func (mt *moveTable) move(id relocation.MoveID) *moveDriver {
-	h := mt.h
-	h.moves.mu.Lock()
-	defer h.moves.mu.Unlock()
-	return h.moves.m[id]
+	mt.mu.Lock()
+	defer mt.mu.Unlock()
+	return mt.m[id]
 }
 
 func (mt *moveTable) allMoves() []*moveDriver {
-	h := mt.h
-	h.moves.mu.Lock()
-	defer h.moves.mu.Unlock()
-	out := make([]*moveDriver, 0, len(h.moves.m))
-	for _, d := range h.moves.m {
+	mt.mu.Lock()
+	defer mt.mu.Unlock()
+	out := make([]*moveDriver, 0, len(mt.m))
+	for _, d := range mt.m {
 		out = append(out, d)
 	}
 	return out
@@ -289,8 +284,7 @@ func (mt *moveTable) allMoves() []*moveDriver {
 
 // moveEvent steps every move with peer with in (link up, peer gone).
 func (mt *moveTable) moveEvent(peer string, in relocation.Input) {
-	h := mt.h
-	for _, d := range h.moves.allMoves() {
+	for _, d := range mt.allMoves() {
 		if d.peer != peer {
 			continue
 		}
@@ -332,9 +326,9 @@ func (mt *moveTable) onRecord(from string, obj relocation.Object, rec relocation
 				Reason: "a move from " + from + " must name " + from + " as its source and owner"})
 			return
 		}
-		d := h.moves.move(r.Move)
+		d := mt.move(r.Move)
 		if d != nil && d.peer != from {
-			h.moves.recordOfAnotherPeer(from, d)
+			mt.recordOfAnotherPeer(from, d)
 			return
 		}
 		if d == nil {
@@ -347,7 +341,7 @@ func (mt *moveTable) onRecord(from string, obj relocation.Object, rec relocation
 				tgt: relocation.NewTarget(relocation.TargetConfig{Host: h.name, CutoverWait: h.cfg.CutoverWait, MaxRecord: h.cfg.MaxMoveRecord,
 					FollowFor: h.cfg.FollowDuration})}
 			d.tgt.Step(relocation.Tick{Now: nanotime()}) // the machine's clock starts now
-			if !h.moves.addIncoming(d) {
+			if !mt.addIncoming(d) {
 				h.peers.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move,
 					Reason: "host " + h.name + " has " + strconv.Itoa(maxIncomingPerPeer) + " moves from " + from + " under way"})
 				return
@@ -356,9 +350,9 @@ func (mt *moveTable) onRecord(from string, obj relocation.Object, rec relocation
 		d.step(relocation.Receive{Record: r})
 		return
 	}
-	if d := h.moves.move(rec.MoveID()); d != nil {
+	if d := mt.move(rec.MoveID()); d != nil {
 		if d.peer != from {
-			h.moves.recordOfAnotherPeer(from, d)
+			mt.recordOfAnotherPeer(from, d)
 			return
 		}
 		d.step(relocation.Receive{Record: rec})
@@ -386,15 +380,14 @@ func (mt *moveTable) recordOfAnotherPeer(from string, d *moveDriver) {
 // records went nowhere), or the link to it was past its bound (refused:
 // the records from the first refused one on were not sent).
 func (pr *peers) sendRecords(to string, obj relocation.Object, scratch *[]byte, recs ...relocation.Record) (gone, refused bool) {
-	h := pr.h
-	if len(recs) == 0 || h.peers.tr == nil {
+	if len(recs) == 0 || pr.tr == nil {
 		return false, false
 	}
 	if scratch == nil {
 		scratch = new([]byte)
 	}
 	for _, r := range recs {
-		if err := h.peers.sendRecord(to, obj, r, scratch); err != nil {
+		if err := pr.sendRecord(to, obj, r, scratch); err != nil {
 			return errors.Is(err, errHostGone), errors.Is(err, ErrPeerBacklog)
 		}
 	}
@@ -406,16 +399,15 @@ func (pr *peers) sendRecords(to string, obj relocation.Object, scratch *[]byte, 
 // one that opened only once its machine's follow window may have ended
 // (ForgetAt), when the machine says Forget.
 func (mt *moveTable) moveJobs(tick *schedule) {
-	h := mt.h
 	tick.every("tick the moves", tickEvery, func(time.Time) bool {
-		h.moves.tickMoves(nanotime())
+		mt.tickMoves(nanotime())
 		return false
 	})
 }
 
 func (mt *moveTable) tickMoves(now int64) {
 	h := mt.h
-	for _, d := range h.moves.allMoves() {
+	for _, d := range mt.allMoves() {
 		if d.tgt == nil {
 			continue
 		}
@@ -1002,18 +994,17 @@ func (ow *ownerTable) envelopeOf(frame []byte) *mailbox.Envelope {
 // redispatch sends an item that will not run here to wherever its object
 // runs now.
 func (rt *router) redispatch(e *mailbox.Envelope) {
-	h := rt.h
 	m := e.Msg
 	e.Msg = nil
 	e.Release()
 	if m != nil {
-		h.router.redispatchMessage(m)
+		rt.redispatchMessage(m)
 	}
 }
 
 func (rt *router) redispatchFrame(f []byte) {
 	h := rt.h
-	h.router.redispatchBuffer(h.pool.Copy(f))
+	rt.redispatchBuffer(h.pool.Copy(f))
 }
 
 // redispatchBuffer opens buf and sends the message to wherever its object
@@ -1026,7 +1017,7 @@ func (rt *router) redispatchBuffer(buf payload.Buffer) {
 		buf.Release()
 		return
 	}
-	h.router.redispatchMessage(m)
+	rt.redispatchMessage(m)
 }
 
 func (rt *router) redispatchMessage(m *payload.Message) {
@@ -1034,20 +1025,20 @@ func (rt *router) redispatchMessage(m *payload.Message) {
 	hv := m.Header()
 	kr := h.owners.kinds[string(hv.TargetName())]
 	if kr == nil {
-		h.router.failMessage(m, payload.NewError(payload.NotFound, "actor", "no kind "+string(hv.TargetName())))
+		rt.failMessage(m, payload.NewError(payload.NotFound, "actor", "no kind "+string(hv.TargetName())))
 		return
 	}
 	id := string(hv.TargetID())
 	p, err := kr.host.router.locate(kr, id, fromLink)
 	if err != nil {
-		h.router.failMessage(m, err)
+		rt.failMessage(m, err)
 		return
 	}
 	if p.o != nil {
-		h.router.admitHere(p.o, m)
+		rt.admitHere(p.o, m)
 		return
 	}
-	h.router.forward(kr, id, m, p)
+	rt.forward(kr, id, m, p)
 }
 
 func frames(items []*mailbox.Envelope) [][]byte {

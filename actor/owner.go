@@ -110,12 +110,12 @@ func (ow *ownerTable) newOwner(s *spec, kr *kindRuntime, ref Ref) *owner {
 	o.mb.Owner = o
 	o.mb.OnStop = o.stopped
 	o.lastActive.Store(nanotime())
-	h.owners.actors.Add(1)
-	h.owners.spawnMu.Lock()
-	h.owners.spawning = o.mb
-	o.pid = h.owners.system.Root.Spawn(h.owners.props)
-	h.owners.spawning = nil
-	h.owners.spawnMu.Unlock()
+	ow.actors.Add(1)
+	ow.spawnMu.Lock()
+	ow.spawning = o.mb
+	o.pid = ow.system.Root.Spawn(ow.props)
+	ow.spawning = nil
+	ow.spawnMu.Unlock()
 	h.stats.owners.Add(1)
 	h.obs.Activated(s.name)
 	return o
@@ -475,8 +475,7 @@ func durationNs(ns int64) time.Duration {
 
 // hasMovable reports whether the host has objects of a kind that relocates.
 func (ow *ownerTable) hasMovable() bool {
-	h := ow.h
-	for _, kr := range h.owners.kinds {
+	for _, kr := range ow.kinds {
 		if kr.spec.policy != DisableRelocation && len(kr.all()) > 0 {
 			return true
 		}
@@ -487,9 +486,8 @@ func (ow *ownerTable) hasMovable() bool {
 // deactivateAll asks every object to run its deactivate hook in a last
 // turn, and returns how many it asked.
 func (ow *ownerTable) deactivateAll() int {
-	h := ow.h
 	n := 0
-	for _, kr := range h.owners.kinds {
+	for _, kr := range ow.kinds {
 		for _, o := range kr.all() {
 			o.requestDeactivate()
 			n++
@@ -503,7 +501,7 @@ func (ow *ownerTable) deactivateAll() int {
 func (ow *ownerTable) passivateIdle(time.Time) (done bool) {
 	h := ow.h
 	limit := nanotime() - int64(h.cfg.IdleTimeout)
-	for _, kr := range h.owners.kinds {
+	for _, kr := range ow.kinds {
 		for _, o := range kr.all() {
 			if o.lastActive.Load() < limit && o.mb.Idle() {
 				o.postControl(controlPassivate)
@@ -519,7 +517,7 @@ func (ow *ownerTable) forgetIdleSenders() {
 	h := ow.h
 	now := nanotime()
 	idle := 2 * int64(streamIdleFor(h.cfg.FollowDuration))
-	for _, kr := range h.owners.kinds {
+	for _, kr := range ow.kinds {
 		for _, o := range kr.all() {
 			o.seqMu.Lock()
 			if ord := o.inbox.Order(); ord.Senders() > 0 {
@@ -533,7 +531,7 @@ func (ow *ownerTable) forgetIdleSenders() {
 // handlerFor finds the kind and its handler for a message type.
 func (ow *ownerTable) handlerFor(kind, typ string) (*kindRuntime, *handler, error) {
 	h := ow.h
-	kr := h.owners.kinds[kind]
+	kr := ow.kinds[kind]
 	if kr == nil {
 		h.obs.Rejected(kind, RejectNotFound)
 		return nil, nil, payload.NewError(payload.NotFound, "actor", "no kind "+kind+" on host "+h.name)

@@ -71,8 +71,7 @@ func (pr *peers) malformedItem(from string, err error) {
 // sendHint tells host to that obj runs on host at with owner generation
 // gen.
 func (pr *peers) sendHint(to string, obj relocation.Object, at string, gen uint64) {
-	h := pr.h
-	_ = h.peers.sendItem(to, transport.Hint, appendHint(nil, obj, routeHint{host: at, gen: gen})) // advice: lost with a gone peer
+	_ = pr.sendItem(to, transport.Hint, appendHint(nil, obj, routeHint{host: at, gen: gen})) // advice: lost with a gone peer
 }
 
 // inboundFrom returns the inbound state of peer from, made on first use
@@ -92,7 +91,7 @@ func (pr *peers) inboundFrom(from string) *inbound {
 		ib.credit.winB.Store(h.cfg.PeerInbound.Bytes / 2)
 		ib.budget.send = func(r *creditReport) {
 			// Advice: lost with a gone peer, which counts afresh on that fact.
-			_ = h.peers.sendItem(from, transport.Control, appendControl(nil, r))
+			_ = pr.sendItem(from, transport.Control, appendControl(nil, r))
 		}
 		ib.slow.wg = &h.svc.lanes
 		v, _ = h.in.m.LoadOrStore(from, ib)
@@ -104,17 +103,15 @@ func (pr *peers) inboundFrom(from string) *inbound {
 
 // sendItem sends data as an item of kind k to host to.
 func (pr *peers) sendItem(to string, k transport.Kind, data []byte) error {
-	h := pr.h
-	return h.peers.sendResult(to, k, h.peers.tr.Send(to, transport.Item{Kind: k, Data: data}))
+	return pr.sendResult(to, k, pr.tr.Send(to, transport.Item{Kind: k, Data: data}))
 }
 
 // sendResult is sendError for an item of kind k sent to host to; a refusal
 // because the link is past its bound (the host does not take what this
 // host sends it) is ErrPeerBacklog, counted and logged (rate-limited).
 func (pr *peers) sendResult(to string, k transport.Kind, err error) error {
-	h := pr.h
 	if err != nil && errors.Is(err, transport.ErrBacklog) {
-		h.peers.linkBacklog(to, k)
+		pr.linkBacklog(to, k)
 		return ErrPeerBacklog
 	}
 	return sendError(err)
@@ -132,24 +129,22 @@ func (pr *peers) linkBacklog(to string, k transport.Kind) {
 // backlogged reports whether the link to host to is past its bound (a
 // frame must not be stamped for it); counted and logged when it is.
 func (pr *peers) backlogged(to string) bool {
-	h := pr.h
-	if h.peers.backlog == nil || !h.peers.backlog.Backlogged(to) {
+	if pr.backlog == nil || !pr.backlog.Backlogged(to) {
 		return false
 	}
-	h.peers.linkBacklog(to, transport.Frame)
+	pr.linkBacklog(to, transport.Frame)
 	return true
 }
 
 // sendMessage sends m's frame to host to (as a Bounce: back to its
 // origin); on success m is released, on failure it stays the caller's.
 func (pr *peers) sendMessage(to string, m *payload.Message, k transport.Kind) error {
-	h := pr.h
 	f := m.Frame()
-	if err := h.peers.sendItem(to, k, f); err != nil {
+	if err := pr.sendItem(to, k, f); err != nil {
 		return err
 	}
 	if k == transport.Frame {
-		h.peers.sentFrame(to, len(f))
+		pr.sentFrame(to, len(f))
 	}
 	m.Release()
 	return nil
@@ -161,26 +156,23 @@ func (pr *peers) sendMessage(to string, m *payload.Message, k transport.Kind) er
 // no copy on the way); others into *buf, whose array is kept for the next
 // record.
 func (pr *peers) sendRecord(to string, obj relocation.Object, rec relocation.Record, buf *[]byte) error {
-	h := pr.h
 	if c, ok := rec.(*relocation.Chunk); ok && len(c.Data) > 1024 {
 		b := relocation.AppendRecord(make([]byte, 0, len(c.Data)+128+len(obj.Kind)+len(obj.ID)), obj, rec)
-		return h.peers.sendResult(to, transport.Record, h.peers.tr.Send(to, transport.Item{Kind: transport.Record, Data: b, Owned: true}))
+		return pr.sendResult(to, transport.Record, pr.tr.Send(to, transport.Item{Kind: transport.Record, Data: b, Owned: true}))
 	}
 	*buf = relocation.AppendRecord((*buf)[:0], obj, rec)
-	return h.peers.sendItem(to, transport.Record, *buf)
+	return pr.sendItem(to, transport.Record, *buf)
 }
 
 // sendControl sends a relocate request, answer or cancel, or a load
 // report.
 func (pr *peers) sendControl(to string, ctl any) error {
-	h := pr.h
-	return h.peers.sendItem(to, transport.Control, appendControl(nil, ctl))
+	return pr.sendItem(to, transport.Control, appendControl(nil, ctl))
 }
 
 // sendLoad tells peer to how many objects this host has.
 func (pr *peers) sendLoad(to string, n int64) {
-	h := pr.h
-	_ = h.peers.sendControl(to, &loadReport{load: n})
+	_ = pr.sendControl(to, &loadReport{load: n})
 }
 
 // peerJobs registers the peer view's periodic job on the host's tick:
@@ -188,14 +180,13 @@ func (pr *peers) sendLoad(to string, n int64) {
 // once a second (a peer that missed a report learns it then), and a peer
 // whose link came up learns it (and its window) at once.
 func (pr *peers) peerJobs(tick *schedule) {
-	h := pr.h
 	var lastAll time.Time
 	tick.every("report the load", tickEvery, func(now time.Time) bool {
 		all := now.Sub(lastAll) >= time.Second
 		if all {
 			lastAll = now
 		}
-		h.peers.reportLoad(all)
+		pr.reportLoad(all)
 		return false
 	})
 }
@@ -208,15 +199,15 @@ func (pr *peers) peerJobs(tick *schedule) {
 func (pr *peers) reportLoad(all bool) {
 	h := pr.h
 	n := h.stats.owners.Load()
-	changed := n != h.peers.loadSent || all
-	h.peers.loadSent = n
+	changed := n != pr.loadSent || all
+	pr.loadSent = n
 	var to []string
 	if changed {
-		to = h.peers.tr.Peers()
+		to = pr.tr.Peers()
 	}
 	var up []string
-	h.peers.view.mu.Lock()
-	for name, p := range h.peers.view.links {
+	pr.view.mu.Lock()
+	for name, p := range pr.view.links {
 		if p.needLoad {
 			p.needLoad = false
 			up = append(up, name)
@@ -225,14 +216,14 @@ func (pr *peers) reportLoad(all bool) {
 			}
 		}
 	}
-	h.peers.view.mu.Unlock()
+	pr.view.mu.Unlock()
 	for _, p := range to {
-		h.peers.sendLoad(p, n)
+		pr.sendLoad(p, n)
 	}
 	for _, p := range up {
 		// A peer that came up learns this host's window for its
 		// messages (peerbudget.go).
-		h.peers.inboundFrom(p).budget.report(true)
+		pr.inboundFrom(p).budget.report(true)
 	}
 }
 
@@ -243,8 +234,8 @@ func (pr *peers) reportLoad(all bool) {
 // (ErrShuttingDown).
 func (pr *peers) waitRoom(ctx context.Context, host string, n int) error {
 	h := pr.h
-	c := h.peers.creditOf(host)
-	if c.open(int64(n)) && h.peers.tr.WaitRoom(doneCtx, host) == nil {
+	c := pr.creditOf(host)
+	if c.open(int64(n)) && pr.tr.WaitRoom(doneCtx, host) == nil {
 		return nil
 	}
 	wctx, cancel := context.WithTimeout(ctx, h.cfg.SendTimeout)
@@ -262,7 +253,7 @@ func (pr *peers) waitRoom(ctx context.Context, host string, n int) error {
 				break
 			}
 			if c.ask() {
-				_ = h.peers.sendControl(host, &creditAsk{}) // a gone peer: its credit is reset
+				_ = pr.sendControl(host, &creditAsk{}) // a gone peer: its credit is reset
 			}
 			select {
 			case <-ch:
@@ -270,7 +261,7 @@ func (pr *peers) waitRoom(ctx context.Context, host string, n int) error {
 			}
 		}
 	}
-	if wctx.Err() == nil && h.peers.tr.WaitRoom(wctx, host) == nil {
+	if wctx.Err() == nil && pr.tr.WaitRoom(wctx, host) == nil {
 		return nil
 	}
 	switch {
@@ -480,7 +471,7 @@ type candidate struct {
 // sorted by name; self (with its own live load) only if takeSelf.
 func (pr *peers) candidates(kind string, takeSelf bool) []candidate {
 	h := pr.h
-	v := &h.peers.view
+	v := &pr.view
 	v.mu.RLock()
 	out := make([]candidate, 0, len(v.members))
 	for name, m := range v.members {
@@ -519,10 +510,9 @@ func (v *peerView) placed(name string) {
 // (ties: the lowest name), for a draining host to send new activations to
 // ("" if none).
 func (pr *peers) pickHost(kind string) string {
-	h := pr.h
 	best := ""
 	var bestLoad int64
-	for _, c := range h.peers.candidates(kind, false) {
+	for _, c := range pr.candidates(kind, false) {
 		if best == "" || c.load < bestLoad {
 			best, bestLoad = c.name, c.load
 		}
@@ -538,14 +528,14 @@ func (pr *peers) pickHost(kind string) string {
 // time; h.peers.dir is what the transport was told.
 func (pr *peers) tellDirectory() {
 	h := pr.h
-	d, ok := h.peers.tr.(transport.Directory)
+	d, ok := pr.tr.(transport.Directory)
 	if !ok {
 		return
 	}
-	rd, _ := h.peers.tr.(transport.RunDirectory)
-	now := h.peers.view.addresses(h.name)
+	rd, _ := pr.tr.(transport.RunDirectory)
+	now := pr.view.addresses(h.name)
 	for name, at := range now {
-		if h.peers.dir[name] == at {
+		if pr.dir[name] == at {
 			continue
 		}
 		var err error
@@ -559,12 +549,12 @@ func (pr *peers) tellDirectory() {
 			delete(now, name) // told again with the next event
 		}
 	}
-	for name := range h.peers.dir {
+	for name := range pr.dir {
 		if _, ok := now[name]; !ok {
 			d.RemovePeer(name)
 		}
 	}
-	h.peers.dir = now
+	pr.dir = now
 }
 
 // peerAt is where a member is, and its run (its lease generation).
@@ -594,12 +584,12 @@ func (v *peerView) addresses(self string) map[string]peerAt {
 // afresh if this host's view does not (a host that has just joined).
 func (pr *peers) knownHost(name string) bool {
 	h := pr.h
-	if _, ok := h.peers.view.member(name); ok {
+	if _, ok := pr.view.member(name); ok {
 		return true
 	}
 	ctx, cancel := h.life.storeContext()
 	defer cancel()
-	list, err := h.peers.members.Members(ctx)
+	list, err := pr.members.Members(ctx)
 	return err == nil && slices.ContainsFunc(list, func(m membership.Member) bool { return m.Name == name })
 }
 
@@ -610,11 +600,11 @@ func (pr *peers) otherHostsWithKind(kind string) []string {
 	h := pr.h
 	ctx, cancel := h.life.storeContext()
 	defer cancel()
-	list, err := h.peers.members.Members(ctx)
+	list, err := pr.members.Members(ctx)
 	if err != nil {
 		h.log.Warn("membership not reachable; using the last view", "err", err)
 		var out []string
-		for _, c := range h.peers.candidates(kind, false) {
+		for _, c := range pr.candidates(kind, false) {
 			out = append(out, c.name)
 		}
 		return out
@@ -622,7 +612,7 @@ func (pr *peers) otherHostsWithKind(kind string) []string {
 	var out []string
 	for _, m := range list {
 		if m.Name != h.name && m.State == membership.Serving && slices.Contains(m.Kinds, kind) {
-			if h.peers.view.leavingOrGone(m.Name) {
+			if pr.view.leavingOrGone(m.Name) {
 				continue
 			}
 			out = append(out, m.Name)
@@ -646,7 +636,7 @@ func (pr *peers) setMemberState(to membership.State) {
 	h := pr.h
 	ctx, cancel := h.life.storeContext()
 	defer cancel()
-	if _, err := h.peers.members.SetState(ctx, h.name, h.lease.gen, to); err != nil {
+	if _, err := pr.members.SetState(ctx, h.name, h.lease.gen, to); err != nil {
 		h.log.Warn("membership state not updated", "state", to.String(), "err", err)
 	}
 }
@@ -654,14 +644,12 @@ func (pr *peers) setMemberState(to membership.State) {
 // creditOf returns this host's credit at peer name (kept with what it
 // keeps of the peer's messages: inbound).
 func (pr *peers) creditOf(name string) *peerCredit {
-	h := pr.h
-	return &h.peers.inboundFrom(name).credit
+	return &pr.inboundFrom(name).credit
 }
 
 // sentFrame counts a message frame of n bytes sent to peer to.
 func (pr *peers) sentFrame(to string, n int) {
-	h := pr.h
-	c := h.peers.creditOf(to)
+	c := pr.creditOf(to)
 	c.sentN.Add(1)
 	c.sentB.Add(budgetLen(n))
 }
@@ -679,11 +667,11 @@ func (pr *peers) push(o *owner, sender string, pause bool) {
 		}
 		return
 	}
-	if h.peers.tr == nil {
+	if pr.tr == nil {
 		return
 	}
 	// Advice: lost with a gone peer, whose pauses end there on that fact.
-	_ = h.peers.sendItem(sender, transport.Control, appendControl(nil, &pressureItem{obj: obj, paused: pause}))
+	_ = pr.sendItem(sender, transport.Control, appendControl(nil, &pressureItem{obj: obj, paused: pause}))
 }
 
 // errLinkDown: this host's transport is closed.

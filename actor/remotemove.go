@@ -94,14 +94,14 @@ func (ro *remoteOps) relocateVia(ctx context.Context, owner string, ref Ref, tar
 	r.asked[req.op] = remoteWaiter{peer: owner, ch: ch}
 	r.mu.Unlock()
 	if err := h.peers.sendControl(owner, req); err != nil {
-		h.moves.remote.takeAsked(req.op)
+		ro.takeAsked(req.op)
 		return errHostGone
 	}
 	select {
 	case err := <-ch:
 		return err
 	case <-ctx.Done():
-		if _, waiting := h.moves.remote.takeAsked(req.op); waiting {
+		if _, waiting := ro.takeAsked(req.op); waiting {
 			_ = h.peers.sendControl(owner, &relocateCancel{op: req.op}) // the owner's host aborts the move if it can
 		} else if err := <-ch; err == nil {
 			// The answer came at the same moment: it wins if the move
@@ -115,8 +115,7 @@ func (ro *remoteOps) relocateVia(ctx context.Context, owner string, ref Ref, tar
 // takeAsked removes and returns the waiter of relocate request op; ok is
 // false if it is gone (answered or ended).
 func (ro *remoteOps) takeAsked(op payload.OpID) (w remoteWaiter, ok bool) {
-	h := ro.h
-	return h.moves.remote.takeAskedOf("", op)
+	return ro.takeAskedOf("", op)
 }
 
 // takeAskedOf is takeAsked for an answer from peer (unless ""): only the
@@ -164,7 +163,7 @@ func (ro *remoteOps) onControl(from string, ctl any) {
 		if r.closed {
 			r.mu.Unlock()
 			cancel()
-			h.moves.remote.answerRelocate(from, c.op, ErrShuttingDown)
+			ro.answerRelocate(from, c.op, ErrShuttingDown)
 			return
 		}
 		key := servedOp{peer: from, op: c.op}
@@ -172,7 +171,7 @@ func (ro *remoteOps) onControl(from string, ctl any) {
 			r.mu.Unlock()
 			cancel()
 			if !dup { // a repeated request is answered once, when its move ends
-				h.moves.remote.answerRelocate(from, c.op, ErrTooManyRelocations)
+				ro.answerRelocate(from, c.op, ErrTooManyRelocations)
 			}
 			return
 		}
@@ -185,7 +184,7 @@ func (ro *remoteOps) onControl(from string, ctl any) {
 		r.mu.Unlock()
 		go func() {
 			defer r.wg.Done()
-			err := h.moves.remote.relocateHere(ctx, c.ref, c.target)
+			err := ro.relocateHere(ctx, c.ref, c.target)
 			r.mu.Lock()
 			delete(r.serving, key)
 			if r.servingBy[from]--; r.servingBy[from] == 0 {
@@ -193,7 +192,7 @@ func (ro *remoteOps) onControl(from string, ctl any) {
 			}
 			r.mu.Unlock()
 			cancel()
-			h.moves.remote.answerRelocate(from, c.op, err)
+			ro.answerRelocate(from, c.op, err)
 		}()
 	case *relocateCancel:
 		r.mu.Lock()
@@ -203,7 +202,7 @@ func (ro *remoteOps) onControl(from string, ctl any) {
 			cancel()
 		}
 	case *relocateAnswer:
-		if w, ok := h.moves.remote.takeAskedOf(from, c.op); ok {
+		if w, ok := ro.takeAskedOf(from, c.op); ok {
 			var err error
 			if c.err != nil {
 				err = c.err

@@ -94,10 +94,10 @@ func (rq *requestTable) onReply(op payload.OpID, flags uint8, buf payload.Buffer
 	if flags&flagError != 0 {
 		rerr := decodeWireError(h, buf)
 		buf.Release()
-		h.requests.complete(op, reply{err: rerr})
+		rq.complete(op, reply{err: rerr})
 		return
 	}
-	h.requests.complete(op, reply{buf: buf})
+	rq.complete(op, reply{buf: buf})
 }
 
 // await waits for the request's terminal. If the waiter gives up but finds
@@ -126,7 +126,7 @@ func (rq *requestTable) await(ctx context.Context, op payload.OpID, p *pending, 
 		err = ErrShuttingDown
 	}
 	p.timer.Stop()
-	if h.requests.take(op) == nil {
+	if rq.take(op) == nil {
 		r := <-p.ch
 		pendings.Put(p)
 		return r, nil
@@ -139,7 +139,7 @@ func (rq *requestTable) await(ctx context.Context, op payload.OpID, p *pending, 
 func (rq *requestTable) routeReply(route []byte, op payload.OpID, r reply) {
 	h := rq.h
 	if string(route) == h.name {
-		h.requests.complete(op, r)
+		rq.complete(op, r)
 		return
 	}
 	if h.peers.tr == nil {

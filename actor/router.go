@@ -162,7 +162,7 @@ func (rt *router) resolve(kr *kindRuntime, id string, mode lookupMode) (place, e
 	defer cancel()
 	row, err := h.store.Get(ctx, obj)
 	switch {
-	case err == nil && row.State != relocation.Preserved && row.Host != h.name && h.router.peerLive(row.Host, row.LeaseGen):
+	case err == nil && row.State != relocation.Preserved && row.Host != h.name && rt.peerLive(row.Host, row.LeaseGen):
 		h.routes.learn(obj, row.Host, row.OwnerGen, false)
 		return place{host: row.Host, gen: row.OwnerGen, stored: true}, nil
 	case err != nil && !errors.Is(err, relocation.ErrNoRow):
@@ -174,7 +174,7 @@ func (rt *router) resolve(kr *kindRuntime, id string, mode lookupMode) (place, e
 	takeover := err == nil && row.State != relocation.Preserved
 	if h.cfg.Gateway {
 		// Never here: the kind's placement among the hosts that serve it.
-		other := h.router.placeNew(kr.spec, id)
+		other := rt.placeNew(kr.spec, id)
 		if other == "" || other == h.name {
 			return place{}, payload.NewError(payload.Unavailable, "actor", "no host serves kind "+kr.spec.name+" (this host is a gateway)")
 		}
@@ -188,7 +188,7 @@ func (rt *router) resolve(kr *kindRuntime, id string, mode lookupMode) (place, e
 	} else if mode != fromLink {
 		// A send from this host activates the object where the kind's
 		// placement says; that host activates it (fromLink).
-		if other := h.router.placeNew(kr.spec, id); other != "" && other != h.name {
+		if other := rt.placeNew(kr.spec, id); other != "" && other != h.name {
 			// Later sends from here go the same way (a cached route) until
 			// the store names the owner: a second look-up before the
 			// activation is committed would place it again, maybe
@@ -200,7 +200,7 @@ func (rt *router) resolve(kr *kindRuntime, id string, mode lookupMode) (place, e
 	// The activation itself is one flight per object on this host, whatever
 	// the look-ups' modes: two of them (a local send and a message off a
 	// link) must not both reserve and commit.
-	v, err, _ := h.router.lookups.Do(kr.spec.name+"\x00"+id+"\x00activate", func() (any, error) { return rt.activate(kr, id, takeover) })
+	v, err, _ := rt.lookups.Do(kr.spec.name+"\x00"+id+"\x00activate", func() (any, error) { return rt.activate(kr, id, takeover) })
 	if err != nil {
 		return place{}, err
 	}
@@ -274,7 +274,7 @@ func (rt *router) forward(kr *kindRuntime, id string, m *payload.Message, p plac
 		if d.Action == route.Resolve {
 			if !p.stored {
 				var ok bool
-				if p, ok = h.router.lookupAgain(kr, id, m); !ok {
+				if p, ok = rt.lookupAgain(kr, id, m); !ok {
 					return
 				}
 			}
@@ -284,14 +284,14 @@ func (rt *router) forward(kr *kindRuntime, id string, m *payload.Message, p plac
 		}
 		switch {
 		case d.Action == route.Fail:
-			h.router.failMessage(m, payload.NewError(payload.Unavailable, "actor", obj.String()+" moved too often to be reached"))
+			rt.failMessage(m, payload.NewError(payload.Unavailable, "actor", obj.String()+" moved too often to be reached"))
 			return
 		case d.Action == route.ToOrigin, d.Host == h.name:
-			h.router.backOrFailBounded(m, hop, payload.NewError(payload.Unavailable, "actor", "no route to "+obj.String()))
+			rt.backOrFailBounded(m, hop, payload.NewError(payload.Unavailable, "actor", "no route to "+obj.String()))
 			return
 		}
 		origin := string(hv.Origin()) // m is gone once sent
-		err := h.router.sendHop(m, d.Host, hop.Hops+1, d.Gen)
+		err := rt.sendHop(m, d.Host, hop.Hops+1, d.Gen)
 		if err == nil {
 			h.stats.forwarded.Add(1)
 			if origin != "" && origin != h.name && origin != d.Host {
@@ -304,7 +304,7 @@ func (rt *router) forward(kr *kindRuntime, id string, m *payload.Message, p plac
 			// look-up helps. A skip notice waits for room (its gap has
 			// no other fact to close it while every host is up).
 			if hv.Flags()&flagSkip == 0 || !h.gaps.deferSkip(m) {
-				h.router.failMessage(m, err)
+				rt.failMessage(m, err)
 			}
 			return
 		}
@@ -315,11 +315,11 @@ func (rt *router) forward(kr *kindRuntime, id string, m *payload.Message, p plac
 			return
 		}
 		if try == 3 {
-			h.router.backOrFailBounded(m, hop, payload.NewError(payload.Unavailable, "actor", "host "+d.Host+" is not reachable"))
+			rt.backOrFailBounded(m, hop, payload.NewError(payload.Unavailable, "actor", "host "+d.Host+" is not reachable"))
 			return
 		}
 		var ok bool
-		if p, ok = h.router.lookupAgain(kr, id, m); !ok {
+		if p, ok = rt.lookupAgain(kr, id, m); !ok {
 			return
 		}
 	}
@@ -335,10 +335,10 @@ func (rt *router) lookupAgain(kr *kindRuntime, id string, m *payload.Message) (p
 	p, err := rt.lookup(kr, id, fromLink)
 	switch {
 	case err != nil:
-		h.router.backOrFail(m, err)
+		rt.backOrFail(m, err)
 		return p, false
 	case p.o != nil:
-		h.router.admitHere(p.o, m)
+		rt.admitHere(p.o, m)
 		return p, false
 	}
 	return p, true
@@ -347,9 +347,8 @@ func (rt *router) lookupAgain(kr *kindRuntime, id string, m *payload.Message) (p
 // backOrFail sends m back to its origin (sendBack), or ends it with err if
 // this host is closing.
 func (rt *router) backOrFail(m *payload.Message, err error) {
-	h := rt.h
-	if !h.router.sendBack(m) {
-		h.router.failMessage(m, err)
+	if !rt.sendBack(m) {
+		rt.failMessage(m, err)
 	}
 }
 
@@ -358,12 +357,11 @@ func (rt *router) backOrFail(m *payload.Message, err error) {
 // (a message of this host comes back here at once, so without the bound a
 // route that stays broken would loop).
 func (rt *router) backOrFailBounded(m *payload.Message, hop route.Hop, err error) {
-	h := rt.h
 	if hop.Bounces >= route.MaxBounces {
-		h.router.failMessage(m, err)
+		rt.failMessage(m, err)
 		return
 	}
-	h.router.backOrFail(m, err)
+	rt.backOrFail(m, err)
 }
 
 // sendHop sends m on to host as one more hop, towards owner generation
@@ -386,7 +384,7 @@ func (rt *router) admitHere(o *owner, m *payload.Message) {
 	h := rt.h
 	e := newEnvelope(m)
 	for try := 0; ; try++ {
-		_, _, err := h.router.admit(o, e, admitOverflow)
+		_, _, err := rt.admit(o, e, admitOverflow)
 		if err == nil {
 			return
 		}
@@ -405,9 +403,9 @@ func (rt *router) admitHere(o *owner, m *payload.Message) {
 		e.Msg = nil
 		e.Release()
 		if err != nil {
-			h.router.failMessage(m, err)
+			rt.failMessage(m, err)
 		} else {
-			h.router.forward(kr, string(hv.TargetID()), m, p)
+			rt.forward(kr, string(hv.TargetID()), m, p)
 		}
 		return
 	}
@@ -428,7 +426,7 @@ func (rt *router) sendBack(m *payload.Message) bool {
 			return true
 		}
 	}
-	h.router.onBounce(m.TakeBuffer())
+	rt.onBounce(m.TakeBuffer())
 	return true
 }
 
@@ -453,28 +451,27 @@ func (rt *router) onBounce(buf payload.Buffer) {
 	_ = payload.SetForward(b, 0, 0)
 	m, err := h.reg.Open(buf)
 	if err != nil {
-		h.router.dropped(&hv)
+		rt.dropped(&hv)
 		buf.Release()
 		return
 	}
 	hv2 := m.Header()
 	if dl := hv2.DeadlineUnixNano(); dl != 0 && wallNano() > dl {
-		h.router.failMessage(m, ErrRequestTimeout)
+		rt.failMessage(m, ErrRequestTimeout)
 		return
 	}
 	if kr := h.owners.kinds[string(hv2.TargetName())]; kr != nil {
 		h.routes.forget(relocation.Object{Kind: kr.spec.name, ID: string(hv2.TargetID())}, true)
 	}
-	h.router.redispatchMessage(m)
+	rt.redispatchMessage(m)
 }
 
 // failMessage ends a message that cannot be delivered: a request gets err;
 // a skip notice follows a stamped message.
 func (rt *router) failMessage(m *payload.Message, err error) {
-	h := rt.h
 	hv := m.Header()
-	h.router.dropped(hv)
-	h.router.failFrame(hv.ReplyTo(), hv.Op(), err)
+	rt.dropped(hv)
+	rt.failFrame(hv.ReplyTo(), hv.Op(), err)
 	m.Release()
 }
 
@@ -509,8 +506,7 @@ type router struct {
 // lookupLane returns the lane on which admissions to t's object that may
 // call the Location Store run, off the goroutine that granted the permit.
 func (rt *router) lookupLane(t target) *serial {
-	h := rt.h
-	return &h.router.lanes[objHash(t.obj())%lookupLanes]
+	return &rt.lanes[objHash(t.obj())%lookupLanes]
 }
 
 // hint applies a route hint: obj runs on host with owner generation gen.
@@ -533,8 +529,8 @@ func (rt *router) hint(obj relocation.Object, host string, gen uint64) {
 func (rt *router) orderJobs(tick *schedule) {
 	h := rt.h
 	tick.every("advance the coarse clock", tickEvery, func(time.Time) bool { h.routes.clk.Store(nanotime()); return false })
-	tick.every("close the gaps past their deadline", tickEvery, func(time.Time) bool { h.router.closeGaps(); return false })
-	tick.every("send the skip notices that waited", tickEvery, func(time.Time) bool { h.router.retrySkips(); return false })
+	tick.every("close the gaps past their deadline", tickEvery, func(time.Time) bool { rt.closeGaps(); return false })
+	tick.every("send the skip notices that waited", tickEvery, func(time.Time) bool { rt.retrySkips(); return false })
 	tick.every("prune idle routes", time.Second, func(time.Time) bool { h.routes.prune(nanotime()); return false })
 	tick.every("forget idle senders", 10*time.Second, func(time.Time) bool { h.owners.forgetIdleSenders(); return false })
 }
@@ -579,7 +575,7 @@ func (rt *router) closeGaps() {
 			var a orderAfter
 			o.readyLocked(&a, nil)
 			o.seqMu.Unlock()
-			h.router.orderDone(o, a)
+			rt.orderDone(o, a)
 			o.seqMu.Lock()
 		}
 		if g, ok := o.inbox.Order().OldestGap(now); ok && g.Waited > oldest.Waited {
@@ -608,7 +604,7 @@ func (rt *router) retrySkips() {
 	h.gaps.skipMu.Unlock()
 	for _, m := range ms {
 		_ = payload.SetForward(m.Frame(), 0, 0)
-		h.router.redispatchMessage(m)
+		rt.redispatchMessage(m)
 	}
 }
 
@@ -618,9 +614,8 @@ func (rt *router) retrySkips() {
 // owner does not wait for it. Best effort: a skip that cannot be placed
 // ends, and the gap closes after GapTimeout.
 func (rt *router) dropped(hv *payload.HeaderView) {
-	h := rt.h
-	if buf, ok := h.router.skipNotice(hv); ok {
-		h.router.redispatchBuffer(buf)
+	if buf, ok := rt.skipNotice(hv); ok {
+		rt.redispatchBuffer(buf)
 	}
 }
 
@@ -691,7 +686,7 @@ func (rt *router) reject(kind string, e *mailbox.Envelope, reason string) {
 	h := rt.h
 	h.obs.Rejected(kind, reason)
 	if e.Msg != nil {
-		h.router.dropped(e.Msg.Header())
+		rt.dropped(e.Msg.Header())
 	}
 	e.Release()
 }
@@ -707,7 +702,7 @@ func (rt *router) endUnrun(o *owner, kind string, e *mailbox.Envelope, err error
 	h.obs.Rejected(kind, reason)
 	if e.Msg != nil {
 		hv := e.Msg.Header()
-		h.router.dropped(hv)
+		rt.dropped(hv)
 		if route := hv.ReplyTo(); len(route) > 0 {
 			h.requests.routeReply(route, hv.Op(), reply{err: err})
 		}
