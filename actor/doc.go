@@ -49,7 +49,10 @@
 // events — and learn each other only from the membership (peers.go): no
 // host reads another's memory, so the same code runs over any transport.
 // No Location Store call runs on a transport's delivery goroutine, under
-// an owner's or a move's lock, or on a goroutine that grants a job permit. Host.Relocate moves a live object — its queued messages,
+// an owner's lock, in a move's step (a move's store calls have a lane of
+// their own), or on a goroutine that grants a job permit.
+//
+// Host.Relocate moves a live object — its queued messages,
 // undecoded, and its state per the kind's policy (DisableRelocation by
 // default, RecreateOnRelocation, PreserveState) — to another host while
 // messages keep flowing; Host.Drain moves every object off a host and stops

@@ -24,14 +24,15 @@ import (
 // Lock: moveTable.mu, a leaf. A driver has no lock: its inputs (records
 // off the link, link events, the tick, store results, Relocate's abort,
 // the owner's lifecycle turns) run one at a time on its lane; the steps
-// that must see the owner between turns (start, seal and capture,
-// restore) run in the owner's lifecycle turns, in their place on the lane.
+// that must see the owner between turns (start, seal and capture) run in
+// the owner's lifecycle turns, in their place on the lane.
 // May call: the router, owners (and their receive side), routes, peers
 // and the leaves; the Location Store on the move's store lane only.
 // Invariants: the machine's effects run in the order it gave them; the
-// user's Capture and Restore never run on a transport's goroutine; a
-// target stays registered for its follow window (the machine's Forget)
-// to answer late records.
+// user's Capture runs in the owner's turn, never on a transport's
+// goroutine, and neither Capture nor Restore runs under a lock; a target
+// stays registered for its follow window (the machine's Forget) to answer
+// late records.
 
 // Errors of Relocate and Drain.
 var (
@@ -53,13 +54,15 @@ var (
 // come from Relocate, the owner's lifecycle turns, the link, the tick and
 // the store; each is run on the move's own serial lane, one at a time, in
 // the order they came, so the driver needs no lock and nothing that
-// delivers an input waits for a move's work: the link's delivery goroutine
-// only queues. The machine's effects — records to send, actions — are
+// delivers an input waits for another's move work: an input runs at once
+// on the caller's goroutine when the lane is idle, and is queued
+// otherwise. The machine's effects — records to send, actions — are
 // carried out in the order it lists them. The steps that must see the
 // owner between turns run inside the owner's lifecycle turns, in their
 // place on the lane (serial.runHere): the start (the store look-up, then
-// the preflight), the seal and the capture (the user's Capture), in one
-// turn, at the source, and the restore (the user's Restore) at the target.
+// the preflight) and the seal with the capture (the user's Capture), in
+// one turn, at the source. The restore (the user's Restore) runs on the
+// lane: the incoming owner is sealed and runs nothing yet.
 //
 // Every field below the lane is touched only by work on the lane.
 type moveDriver struct {
@@ -136,17 +139,12 @@ type moveTable struct {
 // Lifecycle items the move puts on the owner's mailbox: each runs in a
 // turn of the owner (owner.turn calls run).
 type (
-	moveStart   struct{ d *moveDriver } // begin the source machine
-	moveSeal    struct{ d *moveDriver } // seal and capture at a turn boundary
-	moveRestore struct {                // rebuild the state at the target
-		d   *moveDriver
-		rec relocation.MoveRecord
-	}
+	moveStart struct{ d *moveDriver } // begin the source machine
+	moveSeal  struct{ d *moveDriver } // seal and capture at a turn boundary
 )
 
-func (m moveStart) run()   { m.d.startSource() }
-func (m moveSeal) run()    { m.d.sealAndCapture() }
-func (m moveRestore) run() { m.d.restoreInTurn(m.rec) }
+func (m moveStart) run() { m.d.startSource() }
+func (m moveSeal) run()  { m.d.sealAndCapture() }
 
 // relocateLocal moves object ref, which has an owner here, to target (the
 // source side of Relocate); ErrNotLocal if its owner is not here.
@@ -596,18 +594,12 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 	case relocation.RegisterTempQueue:
 		d.registerTemp()
 	case relocation.RestoreObject:
-		// In a turn of the incoming owner, as the user's code runs: the
-		// lane goes on meanwhile; Restored comes from that turn.
-		if d.conflict || d.o == nil {
-			return relocation.Restored{Err: errors.New("host " + h.name + " already hosts " + d.obj.String())}
-		}
-		e := mailbox.NewEnvelope()
-		e.Lane = mailbox.Lifecycle
-		e.Control = moveRestore{d, a.Record}
-		if err := d.o.mb.AdmitOverflow(e); err != nil {
-			e.Release()
-			return relocation.Restored{Err: errors.New("the incoming owner closed")}
-		}
+		// On the move's lane, under no lock; the incoming owner runs
+		// nothing yet (sealed), so the state is its alone. (In a turn of
+		// the owner it would cost the move a hand-off to a dispatcher
+		// goroutine, which a starved host pays in scheduler quanta while
+		// the object's messages pile up at its source.)
+		return relocation.Restored{Err: d.restore(a.Record)}
 	case relocation.DiscardTempQueue:
 		d.discardTemp(nil, a.Reason)
 	case relocation.StoreNewOwner:
@@ -850,19 +842,6 @@ func (d *moveDriver) registerTemp() {
 	// The owner is found before any route from now on: the routes this
 	// host kept for the object are dropped after the shard's lock.
 	h.routes.forget(d.obj, true)
-}
-
-// restoreInTurn runs in a lifecycle turn of the incoming owner: it
-// rebuilds the state (the user's Restore) in its place on the move's lane
-// and tells the machine. A move that ended meanwhile (aborted, discarded)
-// restores nothing.
-func (d *moveDriver) restoreInTurn(rec relocation.MoveRecord) {
-	d.lane.runHere(func() {
-		if d.ended || d.over.Load() || d.tgt == nil || d.tgt.Done() {
-			return
-		}
-		d.advance(relocation.Restored{Err: d.restore(rec)})
-	})
 }
 
 // restore rebuilds the state through the kind's policy; nothing runs yet.

@@ -9,8 +9,9 @@
 // PauseClock, pure as well, works out a move's pause from the times a driver
 // gives it. The actor package drives each move on a serial lane of its
 // own: every input is stepped there, one at a time; the seal with the
-// capture (the kind's Capture) and the restore (its Restore) run inside
-// turns of the owner, in their place on the move's lane.
+// capture (the kind's Capture) runs inside a turn of the owner, in its
+// place on the move's lane, and the restore (its Restore) on the lane,
+// while the incoming owner runs nothing.
 //
 // # Invariants
 //
