@@ -513,6 +513,6 @@ func (iq *inbounds) onPressure(from string, p *pressureItem) {
 	if p.paused {
 		h.gaps.pressure.pause(p.obj, from)
 	} else {
-		h.gaps.pressure.resume(p.obj)
+		h.gaps.pressure.resume(p.obj, from)
 	}
 }

@@ -165,7 +165,7 @@ func (o *owner) admit(e *mailbox.Envelope, how admitHow) (ran bool, room <-chan 
 		if over {
 			a.over = true
 			if o.pushBackLocked(origin) {
-				a.pushTo = string(origin)
+				a.pushTo, a.push = string(origin), true
 			}
 		}
 	case route.StepSkipped:
@@ -215,9 +215,9 @@ type orderAfter struct {
 	stray   []*mailbox.Envelope
 	permits []*mailbox.Permits
 	counts  route.Counts
-	over    bool     // the sender is past the reorder bound
-	pushTo  string   // the sender to tell to pause (pressure.go)
-	resume  []string // the senders to tell to resume
+	over    bool   // the sender is past the reorder bound
+	pushTo  string // a sender told to pause, for the log (pressure.go)
+	push    bool   // pauses or resumes queued: send them (owner.sendPushes)
 }
 
 // readyLocked takes the held messages whose turn came, in order: skip
@@ -241,7 +241,9 @@ func (o *owner) readyLocked(a *orderAfter, into *[]*mailbox.Envelope) {
 	}
 	a.counts.Add(o.inbox.Order().TakeCounts())
 	o.noteHeldLocked()
-	a.resume = append(a.resume, o.relievedLocked(false)...)
+	if o.relievedLocked(false) {
+		a.push = true
+	}
 }
 
 // finishOrder finishes an order step outside the owner's lock: permits
@@ -255,11 +257,8 @@ func (o *owner) finishOrder(a orderAfter) (stray []*mailbox.Envelope) {
 	if a.over {
 		h.gaps.overBound(o, a.pushTo)
 	}
-	if a.pushTo != "" {
-		h.peers.push(o, a.pushTo, true)
-	}
-	for _, s := range a.resume {
-		h.peers.push(o, s, false)
+	if a.push {
+		o.sendPushes()
 	}
 	if a.counts.GapsClosed > 0 {
 		h.stats.gapsClosed.Add(int64(a.counts.GapsClosed))
@@ -319,8 +318,11 @@ func (o *owner) openOrderLocked(items, unchecked []*mailbox.Envelope) orderAfter
 			}
 			if over {
 				a.over = true
-				if o.pushBackLocked(hv.Origin()) && a.pushTo == "" {
-					a.pushTo = string(hv.Origin())
+				if o.pushBackLocked(hv.Origin()) {
+					a.push = true
+					if a.pushTo == "" {
+						a.pushTo = string(hv.Origin())
+					}
 				}
 			}
 			continue

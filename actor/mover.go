@@ -665,7 +665,7 @@ func (d *moveDriver) startSource() {
 // held unchecked, and checked where the object opens. A capture that fails
 // aborts the move (the machine reopens the owner).
 func (d *moveDriver) sealAndCapture() {
-	var relieved []string
+	var relieved bool
 	o := d.o
 	d.lane.runHere(func() {
 		if d.src == nil || d.ended {
@@ -690,8 +690,8 @@ func (d *moveDriver) sealAndCapture() {
 		}
 		d.advance(relocation.Captured{Record: rec})
 	})
-	for _, s := range relieved { // a send: off the move's lane
-		d.h.peers.push(o, s, false)
+	if relieved { // a send: off the move's lane
+		o.sendPushes()
 	}
 }
 

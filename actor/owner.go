@@ -83,6 +83,10 @@ type owner struct {
 	trail     route.Trail                    // hosts the object left recently; guarded by seqMu
 	heldCount int                            // messages held out of order, as last noted (noteHeldLocked); guarded by seqMu
 	pushed    map[string]struct{}            // senders told to pause (pressure.go); guarded by seqMu
+	pushQ     []pushAdvice                   // pauses and resumes decided, not yet sent, in order; guarded by seqMu
+	pushing   bool                           // a goroutine is sending pushQ (sendPushes); guarded by seqMu
+
+	yieldBeforePush func() // tests: widens sendPushes' window between the lock and the sends; guarded by seqMu
 
 	lastActive atomic.Int64  // nanotime of the last accepted message or turn's end (with IdleTimeout)
 	gone       chan struct{} // closed when the deactivation finished
@@ -350,8 +354,8 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 	for _, e := range handedOn { // a released permit may admit a send: after the locks
 		e.Release()
 	}
-	for _, s := range relieved {
-		h.peers.push(o, s, false)
+	if relieved {
+		o.sendPushes()
 	}
 
 	if o.ready && kr.spec.deactivate != nil {
@@ -401,8 +405,8 @@ func (o *owner) closeBox() (queued, held []*mailbox.Envelope) {
 	o.noteHeldLocked()
 	relieved := o.relievedLocked(true)
 	o.seqMu.Unlock()
-	for _, s := range relieved {
-		o.host.peers.push(o, s, false)
+	if relieved {
+		o.sendPushes()
 	}
 	return queued, held
 }

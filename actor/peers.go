@@ -663,7 +663,7 @@ func (pr *peers) push(o *owner, sender string, pause bool) {
 		if pause {
 			h.gaps.pressure.pause(obj, h.name)
 		} else {
-			h.gaps.pressure.resume(obj)
+			h.gaps.pressure.resume(obj, h.name)
 		}
 		return
 	}

@@ -20,15 +20,24 @@ import (
 // half the bound, or the owner's inbox freezes (a move: the target pushes
 // again if it must) or shuts, it tells the sender to resume.
 //
+// Each pause and resume is decided under seqMu and queued there
+// (owner.pushQ); one goroutine at a time sends the queue, in the order
+// the advice was decided (owner.sendPushes). Sent as each decider left the
+// lock, a resume could overtake the pause it ends, and the sender would
+// wait for a resume that had already come: its outside sends to the object
+// refused with ErrPushedBack for as long as both hosts are up.
+//
 // The sender's side (pressureSet): a send from outside the handlers to an
 // object paused here waits for the resume before it takes its job permit
 // (so waiting senders hold none) and before it is stamped — at most
 // SendTimeout, then it fails with DeadlineExceeded (ErrPushedBack) and
 // nothing was stamped, so no gap is left. Sends from
 // handlers, forwards, relays and retries of stamped messages never wait:
-// one of them may be the very message the gap waits for. A pause ends
-// also when the host that asked for it fails or leaves (a fact), or the
-// host closes.
+// one of them may be the very message the gap waits for. An object is
+// paused while any host that asked for a pause has not resumed it (the
+// object may have moved, and two owners' advice travels on two links); a
+// host's pauses end also when it fails or leaves (a fact), and all end
+// when this host closes.
 
 // pressureSet is the objects this host's outside senders must wait for.
 // Lock order: mu is a leaf.
@@ -39,8 +48,8 @@ type pressureSet struct {
 }
 
 type paused struct {
-	by      string        // the host that asked for the pause
-	resumed chan struct{} // closed on resume
+	by      map[string]struct{} // the hosts whose pause is on
+	resumed chan struct{}       // closed when the last of them resumes
 }
 
 // pause records that by asked this host's senders to obj to wait.
@@ -48,25 +57,28 @@ func (p *pressureSet) pause(obj relocation.Object, by string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if cur := p.m[obj]; cur != nil {
-		cur.by = by
+		cur.by[by] = struct{}{}
 		return
 	}
 	if p.m == nil {
 		p.m = map[relocation.Object]*paused{}
 	}
-	p.m[obj] = &paused{by: by, resumed: make(chan struct{})}
+	p.m[obj] = &paused{by: map[string]struct{}{by: {}}, resumed: make(chan struct{})}
 	p.n.Store(int32(len(p.m)))
 }
 
-// resume ends the pause of obj (any host may end it: the object may have
-// moved since the pause).
-func (p *pressureSet) resume(obj relocation.Object) {
+// resume ends by's pause of obj; the senders go on when no other host's
+// pause of obj is on.
+func (p *pressureSet) resume(obj relocation.Object, by string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if cur := p.m[obj]; cur != nil {
-		close(cur.resumed)
-		delete(p.m, obj)
-		p.n.Store(int32(len(p.m)))
+		delete(cur.by, by)
+		if len(cur.by) == 0 {
+			close(cur.resumed)
+			delete(p.m, obj)
+			p.n.Store(int32(len(p.m)))
+		}
 	}
 }
 
@@ -76,7 +88,8 @@ func (p *pressureSet) resumeBy(host string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for obj, cur := range p.m {
-		if host == "" || cur.by == host {
+		delete(cur.by, host)
+		if host == "" || len(cur.by) == 0 {
 			close(cur.resumed)
 			delete(p.m, obj)
 		}
@@ -107,9 +120,16 @@ type pressureItem struct {
 	paused bool
 }
 
+// pushAdvice is a pause or a resume an owner decided for a sender, not
+// yet sent.
+type pushAdvice struct {
+	sender string
+	pause  bool
+}
+
 // pushBackLocked notes, with o.seqMu held, that sender is past o's
-// reorder bound; it reports whether the sender must be told (it was not
-// already).
+// reorder bound; when the sender was not told already, it queues the
+// pause and reports true: the caller calls sendPushes after the lock.
 func (o *owner) pushBackLocked(sender []byte) bool {
 	if o.pushed == nil {
 		o.pushed = map[string]struct{}{}
@@ -118,23 +138,53 @@ func (o *owner) pushBackLocked(sender []byte) bool {
 		return false
 	}
 	o.pushed[string(sender)] = struct{}{}
+	o.pushQ = append(o.pushQ, pushAdvice{sender: string(sender), pause: true})
 	return true
 }
 
-// relievedLocked returns, with o.seqMu held, the pushed senders that may
-// resume: their held messages are back to half the bound, or (all) the
-// inbox is not open any more.
-func (o *owner) relievedLocked(all bool) []string {
+// relievedLocked queues, with o.seqMu held, a resume for each pushed
+// sender that may go on: its held messages are back to half the bound, or
+// (all) the inbox is not open any more. It reports whether it queued one:
+// the caller calls sendPushes after the lock.
+func (o *owner) relievedLocked(all bool) bool {
 	if len(o.pushed) == 0 {
-		return nil
+		return false
 	}
-	var out []string
+	queued := false
 	ord := o.inbox.Order()
 	for s := range o.pushed {
 		if all || o.inbox.State() != route.Open || ord.HeldOf([]byte(s)) <= o.host.cfg.ReorderBound/2 {
-			out = append(out, s)
+			o.pushQ = append(o.pushQ, pushAdvice{sender: s})
 			delete(o.pushed, s)
+			queued = true
 		}
 	}
-	return out
+	return queued
+}
+
+// sendPushes sends o's queued advice in the order it was decided: one
+// goroutine at a time sends, and takes what others queue meanwhile. Not
+// under seqMu (it takes it between batches).
+func (o *owner) sendPushes() {
+	o.seqMu.Lock()
+	if o.pushing { // the sender of the queue takes what we queued
+		o.seqMu.Unlock()
+		return
+	}
+	o.pushing = true
+	for len(o.pushQ) > 0 {
+		q := o.pushQ
+		o.pushQ = nil
+		yield := o.yieldBeforePush
+		o.seqMu.Unlock()
+		if yield != nil {
+			yield()
+		}
+		for _, p := range q {
+			o.host.peers.push(o, p.sender, p.pause)
+		}
+		o.seqMu.Lock()
+	}
+	o.pushing = false
+	o.seqMu.Unlock()
 }

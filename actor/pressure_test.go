@@ -3,9 +3,14 @@ package actor
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/berthrt/berth/relocation"
 )
 
 // Past an object's reorder bound its host pushes back on the sender:
@@ -111,5 +116,105 @@ func TestAPushedBackSendFailsWithErrPushedBackAndSendingAgainIsSafe(t *testing.T
 		if v != i {
 			t.Fatalf("ran %d at position %d (of %v); want every message once, in order", v, i, got)
 		}
+	}
+}
+
+// An owner's pauses and resumes reach the sender in the order the owner
+// decided them: a resume never overtakes the pause it ends. Eight
+// goroutines decide, at random, that the sender is past the bound or
+// relieved, and yield before sending; when they are done, the sender is
+// paused exactly when the owner counts it as pushed. Sent as each decider
+// left the lock, a resume could arrive first and leave the sender paused
+// for good while the owner had let it go.
+func TestAnOwnersPausesAndResumesReachTheSenderInTheOrderTheyWereDecided(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	n := NewNetwork(nil)
+	b := startSeqHosts(t, n, Config{}, "b")["b"]
+	ref := Ref{"seq", "o"}
+	if err := Tell(bg, b, ref, SeqMsg{Seq: 0}); err != nil {
+		t.Fatal(err)
+	}
+	o := b.owners.kinds["seq"].local("o")
+	if o == nil {
+		t.Fatal("the object is not active on b")
+	}
+	obj := relocation.Object{Kind: ref.Kind, ID: ref.ID}
+	o.seqMu.Lock()
+	o.yieldBeforePush = runtime.Gosched
+	o.seqMu.Unlock()
+	for round := range 200 {
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(seed, uint64(round*8+g)))
+				for range 20 {
+					o.seqMu.Lock()
+					var queued bool
+					if rng.IntN(2) == 0 {
+						queued = o.pushBackLocked([]byte(b.name))
+					} else {
+						queued = o.relievedLocked(true)
+					}
+					o.seqMu.Unlock()
+					runtime.Gosched()
+					if queued {
+						o.sendPushes()
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		o.seqMu.Lock()
+		_, pushed := o.pushed[b.name]
+		o.seqMu.Unlock()
+		if paused := b.gaps.pressure.wait(obj) != nil; paused != pushed {
+			t.Fatalf("round %d: the sender is paused: %v, the owner counts it as pushed: %v", round, paused, pushed)
+		}
+	}
+}
+
+// An object is paused for this host's senders while any host that asked
+// for a pause has not resumed it; a host's failure ends its pauses, and
+// this host's close ends all.
+func TestAPauseHoldsUntilEveryHostThatAskedForItResumes(t *testing.T) {
+	var p pressureSet
+	obj, other := relocation.Object{Kind: "k", ID: "1"}, relocation.Object{Kind: "k", ID: "2"}
+	p.pause(obj, "a")
+	p.pause(obj, "b")
+	p.pause(other, "b")
+	ch := p.wait(obj)
+	p.resume(obj, "a")
+	if p.wait(obj) == nil || closed(ch) {
+		t.Fatal("resumed by a while b's pause is on")
+	}
+	p.resume(obj, "c") // never paused it
+	if p.wait(obj) == nil {
+		t.Fatal("resumed by a host that never paused it")
+	}
+	p.resume(obj, "b")
+	if p.wait(obj) != nil || !closed(ch) {
+		t.Fatal("still paused after both hosts resumed")
+	}
+	p.pause(obj, "a")
+	p.resumeBy("b") // b failed: its pause of other ends, a's of obj stays
+	if p.wait(other) != nil || p.wait(obj) == nil || p.len() != 1 {
+		t.Fatalf("after b failed: other paused %v, obj paused %v, %d paused", p.wait(other) != nil, p.wait(obj) != nil, p.len())
+	}
+	p.pause(other, "c")
+	p.resumeBy("") // this host closes
+	if p.len() != 0 || p.wait(obj) != nil || p.wait(other) != nil {
+		t.Fatalf("after the close: %d paused", p.len())
+	}
+}
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }

@@ -473,7 +473,10 @@ func TestABurstDuringSlowMovesIsNotReorderedWhileEveryHostIsUp(t *testing.T) {
 	}
 	cancel()
 	if err != nil {
-		t.Fatalf("reading the object: %v", err)
+		for _, h := range hosts {
+			t.Logf("%s: %+v", h.Name(), h.Stats())
+		}
+		t.Fatalf("reading the object after %d tells (%d refused unsent and sent again): %v", sent.Load(), pushedBack.Load(), err)
 	}
 	slices.Sort(took)
 	t.Logf("%d tells in %v from handover %d + %v (%d moves ended meanwhile); %d moves in %v, each %v to %v, median %v; at most %d held out of order (sampled); %d sends refused unsent (pushed back, or no room within SendTimeout) and sent again; state: %v; links: %v",
