@@ -3,6 +3,7 @@ package actor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
@@ -244,14 +245,33 @@ var drainSeed = maphash.MakeSeed()
 // drainOne moves one object away, trying targets (the other hosts with
 // its kind) in turn; if none takes it, it deactivates the object — unless
 // ctx ended: then the object stays, and serves, for a later drain.
+//
+// The first target is chosen by the object's id, among the targets this
+// host's links reach; those whose link is broken (or that are leaving)
+// come last. A move whose target's link breaks before the target
+// declared relay-ready is aborted — the object stays here, and the next
+// target is tried — rather than waiting for the link to come back or for
+// the membership to report the target gone: a drain has somewhere else to
+// go. (A move past relay-ready goes on; the object is no longer here.)
 func (dr *drainer) drainOne(ctx context.Context, kr *kindRuntime, o *owner, targets []string) {
 	h := dr.h
 	ref := o.ref
 	if kr.spec.policy != DisableRelocation {
 		if n := len(targets); n > 0 {
 			first := int(maphash.String(drainSeed, ref.ID) % uint64(n))
+			order := make([]string, 0, n)
+			var later []string
+			for i := range n {
+				t := targets[(first+i)%n]
+				if h.peers.view.unreachable(t) {
+					later = append(later, t)
+				} else {
+					order = append(order, t)
+				}
+			}
+			order = append(order, later...)
 			for i := 0; i < n && ctx.Err() == nil; i++ {
-				err := h.moves.relocateLocal(ctx, kr, ref, targets[(first+i)%n])
+				err := dr.moveTo(ctx, kr, ref, order[i])
 				if errors.Is(err, ErrMoveInProgress) {
 					dr.awaitMove(ctx, kr, o) // the next round finds it again if it stayed
 					return
@@ -270,6 +290,33 @@ func (dr *drainer) drainOne(ctx context.Context, kr *kindRuntime, o *owner, targ
 		return
 	}
 	o.requestDeactivate()
+}
+
+// errTargetLinkDown ends a drain's move whose target's link broke.
+var errTargetLinkDown = errors.New("the link to the target broke")
+
+// moveTo moves ref to target for a drain (relocateLocal): the move is
+// aborted, if it has not passed relay-ready, when the link to target
+// breaks or target is leaving (peerView.whenDown).
+func (dr *drainer) moveTo(ctx context.Context, kr *kindRuntime, ref Ref, target string) error {
+	h := dr.h
+	mctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	down := h.peers.view.whenDown(target)
+	watch := make(chan struct{})
+	defer close(watch)
+	go func() {
+		select {
+		case <-down:
+			cancel(errTargetLinkDown)
+		case <-watch:
+		}
+	}()
+	err := h.moves.relocateLocal(mctx, kr, ref, target)
+	if err != nil && ctx.Err() == nil && context.Cause(mctx) == errTargetLinkDown {
+		return fmt.Errorf("%w (%w)", err, errTargetLinkDown)
+	}
+	return err
 }
 
 // awaitMove waits until a move of o that another caller began — a

@@ -361,14 +361,14 @@ func (iq *inbounds) linkEvent(e transport.Event) {
 		h.peers.view.link(e.Peer, func(p *peerLink) { p.down, p.gone, p.needLoad = false, false, true })
 		h.moves.moveEvent(e.Peer, relocation.LinkUp{})
 	case transport.Down:
-		h.peers.view.link(e.Peer, func(p *peerLink) { p.down = true })
+		h.peers.view.link(e.Peer, func(p *peerLink) { p.down = true; p.broke() })
 	case transport.Leaving:
 		// The peer is about to leave: route to it no more by the caches
 		// (ask the store again); what is on its way there is still taken.
-		h.peers.view.link(e.Peer, func(p *peerLink) { p.leaving = true })
+		h.peers.view.link(e.Peer, func(p *peerLink) { p.leaving = true; p.broke() })
 		h.routes.forgetHost(e.Peer)
 	case transport.Gone:
-		h.peers.view.link(e.Peer, func(p *peerLink) { *p = peerLink{gone: true} })
+		h.peers.view.link(e.Peer, func(p *peerLink) { p.broke(); *p = peerLink{gone: true} })
 		// A new run of the peer counts its credit here from zero.
 		ib := h.peers.inboundFrom(e.Peer)
 		ib.credit.reset()

@@ -683,3 +683,95 @@ func TestCaptureRunsInTheOwnersTurn(t *testing.T) {
 		}
 	}
 }
+
+// drainPastABrokenLink drains a, whose link to b breaks (before the drain
+// with breakFirst, else at a's first move record to b), while b stays a
+// serving member: every object moves to c, with its state, while the link
+// is still broken — the moves wait neither for the link to come back nor
+// for b to be reported gone. (Then the link heals, and the drain ends: to
+// stop, a waits for what it queued on the link, as it must for a member.)
+func drainPastABrokenLink(t *testing.T, breakFirst bool) {
+	n, hs := startNetwork(t, "a", "b", "c")
+	a, c := hs[0], hs[2]
+	waitViews(t, hs...)
+	const objects = 40
+	for i := range objects {
+		if err := Tell(bg, a, Ref{"counter", itoa(i)}, Inc{By: i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "activations", func() bool { return a.Stats().OwnersActive == objects })
+	var broke atomic.Bool
+	if breakFirst {
+		n.Break("a", "b")
+		broke.Store(true)
+		waitFor(t, "a to hear that its link to b broke", func() bool { return a.peers.view.unreachable("b") })
+	} else {
+		n.SetRecordHook(func(from, to string, rec relocation.Record) bool {
+			if from != "a" || to != "b" {
+				return true
+			}
+			if broke.CompareAndSwap(false, true) {
+				go n.Break("a", "b") // not here: the hook runs inside a send
+			}
+			return false // lost, as on the broken link
+		})
+	}
+	drained := make(chan error, 1)
+	go func() { drained <- a.Drain(bg) }()
+	onC := func(i int) bool {
+		row, err := n.Store().Get(bg, relocation.Object{Kind: "counter", ID: itoa(i)})
+		return err == nil && row.Host == "c"
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for left := objects; left > 0; time.Sleep(time.Millisecond) {
+		left = 0
+		for i := range objects {
+			if !onC(i) {
+				left++
+			}
+		}
+		if left > 0 && time.Now().After(deadline) {
+			var lines []string
+			for i := range objects {
+				row, err := n.Store().Get(bg, relocation.Object{Kind: "counter", ID: itoa(i)})
+				if err != nil || row.Host != "c" {
+					lines = append(lines, fmt.Sprintf("%d: %+v %v", i, row, err))
+				}
+			}
+			a.moves.mu.Lock()
+			for _, d := range a.moves.m {
+				lines = append(lines, fmt.Sprintf("move %v to %s: src %v ended %v", d.obj, d.peer, d.src != nil, d.ended))
+			}
+			a.moves.mu.Unlock()
+			t.Fatalf("%d objects not on c after 10 s (a %v, %+v): %s", left, a.DrainState(), a.Stats(), strings.Join(lines, "; "))
+		}
+	}
+	if !broke.Load() || !n.Broken("a", "b") {
+		t.Fatal("the link to b was not broken while the objects moved: the test proves nothing")
+	}
+	if !slices.Contains(n.Members(), "b") {
+		t.Fatal("b left the membership: the moves may have waited for that")
+	}
+	n.Heal("a", "b")
+	if err := <-drained; err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	for i := range objects {
+		if got, err := Ask[Get, int](bg, c, Ref{"counter", itoa(i)}, Get{}); err != nil || got != i {
+			t.Fatalf("object %d on c: %d, %v; want %d (its state moved)", i, got, err, i)
+		}
+	}
+}
+
+// A drain moves nothing toward a host its link cannot reach: it goes to
+// the hosts it reaches.
+func TestADrainMovesObjectsOnlyToHostsItsLinksReach(t *testing.T) {
+	drainPastABrokenLink(t, true)
+}
+
+// A drain's move whose target's link breaks before relay-ready is aborted
+// (the object stays, and serves) and the object moves to another host.
+func TestADrainsMoveWhoseTargetsLinkBreaksGoesToAnotherHost(t *testing.T) {
+	drainPastABrokenLink(t, false)
+}

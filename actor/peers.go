@@ -324,7 +324,53 @@ type peerLink struct {
 	load     int64 // its objects, as it last reported
 	placed   int64 // objects this host sent it to activate since that report
 	needLoad bool  // it came up: tell it this host's load
+	// downed is closed when the link next breaks (or the peer leaves or
+	// goes); nil until someone waits for that (whenDown).
+	downed chan struct{}
 }
+
+// broke notes that the link to the peer broke or the peer went: its
+// waiters (whenDown) hear it.
+func (p *peerLink) broke() {
+	if p.downed != nil {
+		close(p.downed)
+		p.downed = nil
+	}
+}
+
+// unreachable reports whether the link to peer name is broken, or the
+// peer is leaving or gone.
+func (v *peerView) unreachable(name string) bool {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	p := v.links[name]
+	return p != nil && (p.down || p.leaving || p.gone)
+}
+
+// whenDown returns a channel closed once the link to peer name is broken
+// or the peer is leaving or gone: at once if it is now.
+func (v *peerView) whenDown(name string) <-chan struct{} {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	p := v.links[name]
+	if p != nil && (p.down || p.leaving || p.gone) {
+		return closedChan
+	}
+	if p == nil {
+		if v.links == nil {
+			v.links = map[string]*peerLink{}
+		}
+		p = &peerLink{}
+		v.links[name] = p
+	}
+	if p.downed == nil {
+		p.downed = make(chan struct{})
+	}
+	return p.downed
+}
+
+// closedChan is a closed channel.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // link changes the state of peer name with f.
 func (v *peerView) link(name string, f func(*peerLink)) {
