@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -249,10 +250,12 @@ var drainSeed = maphash.MakeSeed()
 // The first target is chosen by the object's id, among the targets this
 // host's links reach; those whose link is broken (or that are leaving)
 // come last. A move whose target's link breaks before the target
-// declared relay-ready is aborted — the object stays here, and the next
-// target is tried — rather than waiting for the link to come back or for
-// the membership to report the target gone: a drain has somewhere else to
-// go. (A move past relay-ready goes on; the object is no longer here.)
+// declared relay-ready is aborted when another target's link works — the
+// object stays here, and that target is tried next — rather than waiting
+// for the link to come back or for the membership to report the target
+// gone. With no other target reachable, the move waits, as any move does:
+// a slow or cut-off host is not a dead one, and the object keeps its
+// state. (A move past relay-ready goes on; the object is no longer here.)
 func (dr *drainer) drainOne(ctx context.Context, kr *kindRuntime, o *owner, targets []string) {
 	h := dr.h
 	ref := o.ref
@@ -271,7 +274,7 @@ func (dr *drainer) drainOne(ctx context.Context, kr *kindRuntime, o *owner, targ
 			}
 			order = append(order, later...)
 			for i := 0; i < n && ctx.Err() == nil; i++ {
-				err := dr.moveTo(ctx, kr, ref, order[i])
+				err := dr.moveTo(ctx, kr, ref, order[i], order[i+1:])
 				if errors.Is(err, ErrMoveInProgress) {
 					dr.awaitMove(ctx, kr, o) // the next round finds it again if it stayed
 					return
@@ -297,8 +300,9 @@ var errTargetLinkDown = errors.New("the link to the target broke")
 
 // moveTo moves ref to target for a drain (relocateLocal): the move is
 // aborted, if it has not passed relay-ready, when the link to target
-// breaks or target is leaving (peerView.whenDown).
-func (dr *drainer) moveTo(ctx context.Context, kr *kindRuntime, ref Ref, target string) error {
+// breaks or target is leaving (peerView.whenDown) while the link to one of
+// next (the targets to try after it) works.
+func (dr *drainer) moveTo(ctx context.Context, kr *kindRuntime, ref Ref, target string, next []string) error {
 	h := dr.h
 	mctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -308,7 +312,9 @@ func (dr *drainer) moveTo(ctx context.Context, kr *kindRuntime, ref Ref, target 
 	go func() {
 		select {
 		case <-down:
-			cancel(errTargetLinkDown)
+			if slices.ContainsFunc(next, func(t string) bool { return !h.peers.view.unreachable(t) }) {
+				cancel(errTargetLinkDown)
+			}
 		case <-watch:
 		}
 	}()

@@ -178,3 +178,18 @@ func ExampleHost_Done() {
 	fmt.Println("stopped:", host.Err())
 	// Output: stopped: <nil>
 }
+
+// A readiness probe asks Ready: nil while the host serves, an error that
+// says why once it is draining, stopping or closed (or before it starts).
+func ExampleHost_Ready() {
+	host, _ := actor.NewHost(actor.Config{})
+	fmt.Println("before Start:", host.Ready())
+	host.Start()
+	fmt.Println("serving:", host.Ready())
+	host.Stop(context.Background())
+	fmt.Println("stopped:", host.Ready())
+	// Output:
+	// before Start: actor.Host.Ready: unavailable: not started
+	// serving: <nil>
+	// stopped: actor.Host.Ready: shutting down: closed
+}

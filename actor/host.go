@@ -392,6 +392,35 @@ func (h *Host) Err() error {
 	return nil
 }
 
+// Ready reports whether the host serves: it started (and, on a network,
+// joined the membership), its lease is live, and it is neither draining
+// nor stopping nor closed. It returns nil then, and otherwise an error
+// saying why — of kind Unavailable (not started yet, or its lease is not
+// live) or ShuttingDown (draining, stopping or closed). It is what a
+// readiness probe asks: a host that is not ready should be sent no new
+// work (it may still finish what it has).
+func (h *Host) Ready() error {
+	const op = "actor.Host.Ready"
+	switch h.life.state.Load() {
+	case stateCreated:
+		return payload.NewError(payload.Unavailable, op, "not started")
+	case stateStopping:
+		return payload.NewError(payload.ShuttingDown, op, "stopping")
+	case stateClosed:
+		if err := h.Err(); err != nil {
+			return &payload.Error{Kind: payload.ShuttingDown, Op: op, Detail: "closed", Err: err}
+		}
+		return payload.NewError(payload.ShuttingDown, op, "closed")
+	}
+	if s := h.DrainState(); s != Serving {
+		return payload.NewError(payload.ShuttingDown, op, "draining ("+s.String()+")")
+	}
+	if h.lease.deadline.Load() <= time.Now().UnixNano() {
+		return payload.NewError(payload.Unavailable, op, "the host's lease is not live (it was not renewed in time)")
+	}
+	return nil
+}
+
 // Stop stops the host gracefully: it takes no new messages from outside
 // (sends fail with ShuttingDown), lets queued messages and the messages
 // their handlers send run, runs every object's deactivate hook in a last

@@ -775,3 +775,37 @@ func TestADrainMovesObjectsOnlyToHostsItsLinksReach(t *testing.T) {
 func TestADrainsMoveWhoseTargetsLinkBreaksGoesToAnotherHost(t *testing.T) {
 	drainPastABrokenLink(t, false)
 }
+
+// With no other host its links reach, a drain's move to a host whose link
+// broke waits — a cut-off host is not a dead one — and the object keeps
+// its state: when the link heals, it moves there.
+func TestADrainWithNowhereElseToGoWaitsForABrokenLinkAndKeepsTheState(t *testing.T) {
+	n, hs := startNetwork(t, "a", "b")
+	a, b := hs[0], hs[1]
+	waitViews(t, hs...)
+	ref := Ref{"counter", "x"}
+	if err := Tell(bg, a, ref, Inc{By: 7}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the activation", func() bool { return a.Stats().OwnersActive == 1 })
+	n.Break("a", "b")
+	waitFor(t, "a to hear that its link to b broke", func() bool { return a.peers.view.unreachable("b") })
+	drained := make(chan error, 1)
+	go func() { drained <- a.Drain(bg) }()
+	waitFor(t, "the move to b", func() bool {
+		a.moves.mu.Lock()
+		defer a.moves.mu.Unlock()
+		return len(a.moves.m) == 1
+	})
+	time.Sleep(100 * time.Millisecond) // time for a wrong abort to show
+	if got := a.Stats().OwnersActive; got != 1 {
+		t.Fatalf("a has %d objects while its only move waits for b; want the object still here", got)
+	}
+	n.Heal("a", "b")
+	if err := <-drained; err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Ask[Get, int](bg, b, ref, Get{}); err != nil || got != 7 {
+		t.Fatalf("the object on b: %d, %v; want 7 (its state moved, not dropped)", got, err)
+	}
+}

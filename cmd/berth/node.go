@@ -3,7 +3,7 @@ package main
 // berth node: one host per process.
 //
 //	go run ./cmd/berth node -name n1 -db postgres://... [-listen 127.0.0.1:0] [-advertise host:port]
-//		[-tls-cert n1.pem -tls-key n1-key.pem -tls-ca ca.pem | -insecure] [-metrics :9090]
+//		[-tls-cert n1.pem -tls-key n1-key.pem -tls-ca ca.pem | -insecure] [-http :9090]
 //
 // The node joins the cluster whose Location Store and membership live in
 // the Postgres database -db (package pgstore; without -db, the URL in
@@ -21,6 +21,13 @@ package main
 // localhost; it logs that it does). An empty or unspecified listen host
 // (":7000", "0.0.0.0:7000") is not loopback.
 //
+// With -http it serves, on that address, /metrics (Prometheus), /healthz
+// (200 while the process runs) and /readyz (200 while the node serves:
+// joined, its lease live, not draining or stopping; 503 with the reason
+// otherwise), and prints the address first on standard output:
+//
+//	http <address>
+//
 // When it is serving it prints one line on standard output:
 //
 //	ready <name> <address>
@@ -30,15 +37,29 @@ package main
 //
 //	stats moves=<n> pauses-us=<p1>,<p2>,...
 //
-// On SIGTERM or SIGINT it stops gracefully: its objects move to the other
-// nodes (Host.Stop drains), it leaves, and it exits 0. If that stop has not
-// finished within -stop-timeout (the grace period), the node closes the
-// host (Host.Close), logs how many accepted messages that dropped unrun
-// (actor.Stats.DroppedOnClose), and exits 1. A node whose lease
-// ran out before it could renew it (its process was paused, or the
-// database was out of reach for longer than the lease) closes itself and
-// exits 3: its objects may run elsewhere by now; start it again. It logs
-// with log/slog, as text, on standard error.
+// A name whose previous run still holds it in the membership (that run
+// crashed, and its lease has not run out yet) is waited for: the node
+// logs it and tries again until the lease runs out, for at most
+// -name-wait (default: a lease's length and 5 s); a name still held then
+// belongs to a live node, which the new one leaves alone, exiting 1.
+//
+// On SIGTERM or SIGINT the node stops being ready at once (/readyz
+// answers 503), then stops gracefully: its objects move to the other
+// nodes (Host.Stop drains), it leaves, and it exits 0. If that stop has
+// not finished within -stop-timeout (the grace period), or a second
+// SIGTERM or SIGINT arrives, the node closes the host (Host.Close; it
+// waits for that at most 5 s more, or until a third signal), logs how
+// many accepted messages that dropped unrun
+// (actor.Stats.DroppedOnClose), and exits 1. A node whose lease ran out
+// before it could renew it (its process was paused, or the database was
+// out of reach for longer than the lease) closes itself and exits 3: its
+// objects may run elsewhere by now; start it again. It logs with
+// log/slog, as text, on standard error.
+//
+// Exit codes: 0 stopped gracefully; 1 could not start (a name held by a
+// live node, a database out of reach, bad files), or closed without
+// finishing its stop (grace period or second signal); 2 usage; 3 its
+// lease ran out.
 
 import (
 	"context"
@@ -48,9 +69,11 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -59,8 +82,10 @@ import (
 
 	"github.com/berthrt/berth/actor"
 	"github.com/berthrt/berth/examples/counter"
+	"github.com/berthrt/berth/membership"
 	"github.com/berthrt/berth/metrics"
 	"github.com/berthrt/berth/pgstore"
+	"github.com/berthrt/berth/relocation"
 	"github.com/berthrt/berth/transport/tcp"
 )
 
@@ -73,9 +98,9 @@ const (
 )
 
 type nodeConfig struct {
-	name, listen, advertise, db, metricsAddr string
-	stopTimeout                              time.Duration
-	tls                                      *tcp.TLS // nil: insecure
+	name, listen, advertise, db, httpAddr string
+	stopTimeout, nameWait                 time.Duration
+	tls                                   *tcp.TLS // nil: insecure
 }
 
 // nodeSecurity is how a node's transport treats its connections.
@@ -147,8 +172,10 @@ func nodeMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.listen, "listen", tcp.DefaultListen, "host:port the node listens on for its peers' TCP connections (port 0: a free port)")
 	fs.StringVar(&cfg.advertise, "advertise", "", "the address peers dial to reach this node (default: the address it listens on)")
 	fs.StringVar(&cfg.db, "db", "", "Postgres URL of the cluster's Location Store and membership (default $BERTH_DB, else pgx's PG* variables and .pgpass; a password is better kept out of it: it shows in ps)")
-	fs.StringVar(&cfg.metricsAddr, "metrics", "", "serve Prometheus metrics on this address (e.g. :9090)")
-	fs.DurationVar(&cfg.stopTimeout, "stop-timeout", time.Minute, "how long a graceful stop (drain) may take on SIGTERM; past it the node closes the host, dropping what it still holds")
+	fs.StringVar(&cfg.httpAddr, "http", "", "serve /metrics, /healthz and /readyz on this address (e.g. :9090)")
+	fs.StringVar(&cfg.httpAddr, "metrics", "", "the same as -http")
+	fs.DurationVar(&cfg.stopTimeout, "stop-timeout", time.Minute, "how long a graceful stop (drain) may take on SIGTERM; past it, or on a second SIGTERM, the node closes the host, dropping what it still holds")
+	fs.DurationVar(&cfg.nameWait, "name-wait", relocation.LeaseTTL+5*time.Second, "how long to wait for a previous run's lease on the name to run out (it crashed) before giving up")
 	certFile := fs.String("tls-cert", "", "PEM `file` of the node's certificate, which names it (-name among its DNS names); with -tls-key and -tls-ca")
 	keyFile := fs.String("tls-key", "", "PEM `file` of the certificate's private key")
 	caFile := fs.String("tls-ca", "", "PEM `file` of the CA certificates the peers' certificates must chain to")
@@ -209,49 +236,57 @@ func runNode(ctx context.Context, cfg nodeConfig, log *slog.Logger, stdout io.Wr
 	}
 	defer members.Close()
 	var obs actor.Observer
-	if cfg.metricsAddr != "" {
-		obs = metrics.New(prometheus.NewRegistry())
+	var current atomic.Pointer[actor.Host] // the host, once it started
+	var stopping atomic.Bool               // a signal arrived: not ready from then on
+	if cfg.httpAddr != "" {
+		m := metrics.New(prometheus.NewRegistry())
+		obs = m
+		bound, stop, err := serveNodeHTTP(cfg.httpAddr, m, func() error {
+			if stopping.Load() {
+				return errors.New("stopping")
+			}
+			h := current.Load()
+			if h == nil {
+				return errors.New("starting")
+			}
+			return h.Ready()
+		})
+		if err != nil {
+			log.Error("cannot serve HTTP", "address", cfg.httpAddr, "err", err)
+			return nodeExitFailed
+		}
+		defer stop()
+		log.Info("serving /metrics, /healthz and /readyz", "http", bound)
+		fmt.Fprintf(stdout, "http %s\n", bound)
 	}
-	host, err := actor.NewHost(actor.Config{
-		Name:        cfg.name,
-		Transport:   tcp.New(tcp.Options{Listen: cfg.listen, Advertise: cfg.advertise, TLS: cfg.tls, Insecure: cfg.tls == nil, Logger: log}),
-		Store:       store,
-		Membership:  members,
-		Logger:      log,
-		Observer:    obs,
-		MetricsAddr: cfg.metricsAddr,
-	})
-	if err != nil {
-		log.Error("bad configuration", "err", err)
-		return nodeExitFailed
+	host, code := startNodeHost(ctx, cfg, log, store, members, obs, sig)
+	if host == nil {
+		return code
 	}
-	if err := host.Register(counter.Kind()); err != nil {
-		log.Error("cannot register the counter kind", "err", err)
-		return nodeExitFailed
-	}
-	if err := host.Start(); err != nil {
-		log.Error("cannot start", "err", err)
-		return nodeExitFailed
-	}
+	current.Store(host)
 	addr := host.Addr()
-	log.Info("serving", "address", addr, "metrics", host.MetricsAddr())
+	log.Info("serving", "address", addr)
 	fmt.Fprintf(stdout, "ready %s %s\n", cfg.name, addr)
 	select {
 	case s := <-sig:
+		stopping.Store(true) // /readyz answers 503 from now on
 		log.Info("stopping: moving the objects to the other nodes", "signal", s.String())
 		sctx, cancel := context.WithTimeout(ctx, cfg.stopTimeout)
 		defer cancel()
+		go func() {
+			select {
+			case s := <-sig:
+				log.Warn("second signal: closing without finishing the graceful stop", "signal", s.String())
+				cancel()
+			case <-sctx.Done():
+			}
+		}()
 		if err := host.Stop(sctx); err != nil {
 			// Stop leaves the host running when its grace period ends:
 			// closing it is the node's decision, and it drops what the
 			// host still held.
 			log.Error("graceful stop did not finish; closing the host", "err", err, "stop-timeout", cfg.stopTimeout)
-			_ = host.Close()
-			if n := host.Stats().DroppedOnClose; n > 0 {
-				log.Error("closed: accepted messages were dropped unrun", "dropped", n)
-			} else {
-				log.Info("closed: no accepted message was dropped", "dropped", n)
-			}
+			closeNodeHost(host, log, sig)
 			return nodeExitFailed
 		}
 		log.Info("stopped")
@@ -265,6 +300,124 @@ func runNode(ctx context.Context, cfg nodeConfig, log *slog.Logger, stdout io.Wr
 		log.Error("the host closed", "err", host.Err())
 		return nodeExitFailed
 	}
+}
+
+// closeBound bounds how long a node whose graceful stop did not finish
+// waits for Host.Close: its transport's graceful close may wait for a
+// peer that takes nothing (tcp.Options.CloseTimeout), and a handler that
+// ignores its Context holds Close up.
+const closeBound = 5 * time.Second
+
+// closeNodeHost closes host, waiting at most closeBound (or until another
+// signal), and logs how many accepted messages that dropped unrun.
+func closeNodeHost(host *actor.Host, log *slog.Logger, sig <-chan os.Signal) {
+	closed := make(chan struct{})
+	go func() {
+		_ = host.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(closeBound):
+		log.Error("closing the host did not finish; exiting all the same", "waited", closeBound)
+	case s := <-sig:
+		log.Error("another signal while closing the host; exiting", "signal", s.String())
+	}
+	if n := host.Stats().DroppedOnClose; n > 0 {
+		log.Error("closed: accepted messages were dropped unrun", "dropped", n)
+	} else {
+		log.Info("closed: no accepted message was dropped", "dropped", n)
+	}
+}
+
+// nameRetry is how often a node whose name a previous run still holds
+// asks the membership again.
+const nameRetry = 250 * time.Millisecond
+
+// startNodeHost makes and starts the node's host. While the membership
+// says a previous run holds the name (membership.ErrNameTaken: it
+// crashed, and its lease has not run out), it tries again, for at most
+// cfg.nameWait; a name held past that belongs to a live node, left alone.
+// A signal meanwhile ends the wait. It returns the started host, or nil
+// and the exit code.
+func startNodeHost(ctx context.Context, cfg nodeConfig, log *slog.Logger, store *pgstore.Store, members *pgstore.Membership,
+	obs actor.Observer, sig <-chan os.Signal) (*actor.Host, int) {
+	waitUntil := time.Now().Add(cfg.nameWait)
+	for attempt := 1; ; attempt++ {
+		host, err := actor.NewHost(actor.Config{
+			Name:       cfg.name,
+			Transport:  tcp.New(tcp.Options{Listen: cfg.listen, Advertise: cfg.advertise, TLS: cfg.tls, Insecure: cfg.tls == nil, Logger: log}),
+			Store:      store,
+			Membership: members,
+			Logger:     log,
+			Observer:   obs,
+		})
+		if err != nil {
+			log.Error("bad configuration", "err", err)
+			return nil, nodeExitFailed
+		}
+		if err := host.Register(counter.Kind()); err != nil {
+			log.Error("cannot register the counter kind", "err", err)
+			return nil, nodeExitFailed
+		}
+		err = host.Start()
+		if err == nil {
+			if attempt > 1 {
+				log.Info("the previous run's lease ran out; the name is this node's now", "waited", time.Since(waitUntil.Add(-cfg.nameWait)).Round(time.Millisecond))
+			}
+			return host, nodeExitOK
+		}
+		_ = host.Close()
+		if !errors.Is(err, membership.ErrNameTaken) {
+			log.Error("cannot start", "err", err)
+			return nil, nodeExitFailed
+		}
+		if time.Now().After(waitUntil) {
+			log.Error("the name is held by a live node, which this one leaves alone; exiting", "name", cfg.name, "waited", cfg.nameWait, "err", err)
+			return nil, nodeExitFailed
+		}
+		if attempt == 1 {
+			log.Warn("the name is held by a previous run that did not leave (it crashed?): waiting for its lease to run out",
+				"name", cfg.name, "name-wait", cfg.nameWait)
+		}
+		select {
+		case <-time.After(nameRetry):
+		case s := <-sig:
+			log.Info("signal while waiting for the name; exiting", "signal", s.String())
+			return nil, nodeExitOK
+		case <-ctx.Done():
+			return nil, nodeExitFailed
+		}
+	}
+}
+
+// serveNodeHTTP serves /metrics (m), /healthz (200 while the process
+// runs) and /readyz (200, or 503 and ready's error) on addr; it returns the
+// bound address and a function that ends the server.
+func serveNodeHTTP(addr string, m http.Handler, ready func() error) (bound string, stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := ready(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln) // http.ErrServerClosed after stop
+	}()
+	return ln.Addr().String(), func() { _ = srv.Close(); <-done }, nil
 }
 
 // pgEnv are the libpq variables pgx reads a connection from when the URL

@@ -81,6 +81,7 @@ func (r *procsReport) failed() bool { return r.lost+r.duplicated+r.outOfOrder > 
 // node is one berth node process.
 type node struct {
 	name, addr string
+	http       string // its -http address, if it serves one
 	cmd        *exec.Cmd
 	log        *strings.Builder // its standard error
 	logMu      *sync.Mutex
@@ -131,12 +132,14 @@ func (d *demoCA) hostTLS(name string) (*tcp.TLS, error) {
 }
 
 // startNode starts a berth node process named name on loopback, on
-// database db, with the TLS files of ca, and waits until it is serving.
-func startNode(ctx context.Context, binary, name, db string, ca *demoCA) (*node, error) {
+// database db, with the TLS files of ca and the flags extra, and waits
+// until it is serving.
+func startNode(ctx context.Context, binary, name, db string, ca *demoCA, extra ...string) (*node, error) {
 	n := &node{name: name, log: &strings.Builder{}, logMu: &sync.Mutex{}, done: make(chan struct{})}
 	// The database URL goes in the environment, not on the command line:
 	// any local user can read a process's arguments.
-	n.cmd = exec.Command(binary, append([]string{"node", "-name", name, "-listen", "127.0.0.1:0"}, ca.nodeFlags(name)...)...)
+	args := append([]string{"node", "-name", name, "-listen", "127.0.0.1:0"}, ca.nodeFlags(name)...)
+	n.cmd = exec.Command(binary, append(args, extra...)...)
 	n.cmd.Env = append(os.Environ(), "BERTH_DB="+db)
 	n.cmd.Stderr = lockedWriter{n.logMu, n.log}
 	out, err := n.cmd.StdoutPipe()
@@ -151,7 +154,9 @@ func startNode(ctx context.Context, binary, name, db string, ca *demoCA) (*node,
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			line := sc.Text()
-			if f := strings.Fields(line); len(f) == 3 && f[0] == "ready" {
+			if f := strings.Fields(line); len(f) == 2 && f[0] == "http" {
+				n.http = f[1] // before ready: read after it
+			} else if len(f) == 3 && f[0] == "ready" {
 				ready <- f[2]
 			} else if strings.HasPrefix(line, "stats ") {
 				n.statsMu.Lock()
@@ -167,10 +172,10 @@ func startNode(ctx context.Context, binary, name, db string, ca *demoCA) (*node,
 		return n, nil
 	case <-n.done:
 		return nil, fmt.Errorf("node %s exited before it was ready: %s", name, n.stderr())
-	case <-time.After(30 * time.Second):
+	case <-time.After(60 * time.Second):
 		_ = n.cmd.Process.Kill()
 		<-n.done
-		return nil, fmt.Errorf("node %s not ready after 30 s: %s", name, n.stderr())
+		return nil, fmt.Errorf("node %s not ready after 60 s: %s", name, n.stderr())
 	case <-ctx.Done():
 		_ = n.cmd.Process.Kill()
 		<-n.done

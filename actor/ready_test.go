@@ -1,0 +1,57 @@
+package actor
+
+import (
+	"errors"
+	"testing"
+)
+
+// A host is ready only while it serves: not before Start, not while it
+// drains or stops, not once closed, and not while its lease is not live.
+func TestAHostIsReadyOnlyWhileItServesWithALiveLease(t *testing.T) {
+	n := NewNetwork(nil)
+	g := newGates()
+	var hs []*Host
+	for _, name := range []string{"a", "b"} {
+		hs = append(hs, startHost(t, n.With(Config{Name: name, Logger: quietLogger()}), movableKind(g)))
+	}
+	a := hs[0]
+	waitViews(t, hs...)
+	if err := a.Ready(); err != nil {
+		t.Fatalf("a serving: Ready = %v, want nil", err)
+	}
+	// The lease: past its deadline no turn starts, and the host is not ready.
+	saved := a.lease.deadline.Load()
+	a.lease.deadline.Store(1)
+	if err := a.Ready(); !errors.Is(err, Unavailable) {
+		t.Fatalf("a with its lease past its deadline: Ready = %v, want Unavailable", err)
+	}
+	a.lease.deadline.CompareAndSwap(1, saved)
+	// Draining: not ready from the moment the drain begins (its move
+	// waits for the object's turn, which a handler holds).
+	ref := Ref{"counter", "x"}
+	if err := Tell(bg, a, ref, Block{Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	g.waitStarted(t, "k")
+	drained := make(chan error, 1)
+	go func() { drained <- a.Drain(bg) }()
+	waitFor(t, "the drain to begin", func() bool { return a.DrainState() != Serving })
+	if err := a.Ready(); !errors.Is(err, ShuttingDown) {
+		t.Fatalf("a draining: Ready = %v, want ShuttingDown", err)
+	}
+	g.release("k")
+	if err := <-drained; err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Ready(); !errors.Is(err, ShuttingDown) {
+		t.Fatalf("a stopped: Ready = %v, want ShuttingDown", err)
+	}
+	h, err := NewHost(Config{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := h.Ready(); !errors.Is(err, Unavailable) {
+		t.Fatalf("a host not started: Ready = %v, want Unavailable", err)
+	}
+}

@@ -1,0 +1,236 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/examples/counter"
+	"github.com/berthrt/berth/internal/pgtest"
+	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/transport/tcp"
+)
+
+// get returns the status and body of GET url.
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// A node started again right after its previous run crashed finds the
+// name held by that run's lease: it waits, logged, until the lease runs
+// out, and then serves (it used to exit 1).
+func TestANodeRestartedRightAfterACrashWaitsForItsOldLeaseThenServes(t *testing.T) {
+	db := pgtest.New(t)
+	bin := buildBerth(t)
+	ca := testCA(t, "node-1")
+	ctx := context.Background()
+	n1, err := startNode(ctx, bin, "node-1", db.URL, ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := n1.signal(syscall.SIGKILL, 10*time.Second); !strings.Contains(st, "killed") {
+		t.Fatalf("node-1 after SIGKILL: %s", st)
+	}
+	crashed := time.Now()
+	again, err := startNode(ctx, bin, "node-1", db.URL, ca)
+	if err != nil {
+		t.Fatalf("node-1 started again after its crash: %v", err)
+	}
+	defer func() { again.signal(syscall.SIGKILL, 10*time.Second) }()
+	t.Logf("serving again %v after the crash", time.Since(crashed).Round(time.Millisecond))
+	if log := again.stderr(); !strings.Contains(log, "waiting for its lease to run out") || !strings.Contains(log, "the name is this node's now") {
+		t.Fatalf("the restarted node did not log its wait for the old lease:\n%s", log)
+	}
+}
+
+// stoppedPeerSetup starts node-1 (serving HTTP, with extra flags) and
+// node-2 and puts objects on node-1, then stops node-2's process
+// (SIGSTOP): a drain of node-1 toward node-2 waits for it — a slow peer is
+// not a dead one. It returns node-1 and a function that lets node-2 go on.
+func stoppedPeerSetup(t *testing.T, extra ...string) (n1 *node, cont func()) {
+	db := pgtest.New(t)
+	bin := buildBerth(t)
+	ca := testCA(t, "node-1", "node-2")
+	ctx := context.Background()
+	n1, err := startNode(ctx, bin, "node-1", db.URL, ca, append([]string{"-http", "127.0.0.1:0"}, extra...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n1.signal(syscall.SIGKILL, 10*time.Second) })
+	n2, err := startNode(ctx, bin, "node-2", db.URL, ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n2.cmd.Process.Signal(syscall.SIGCONT); n2.signal(syscall.SIGKILL, 10*time.Second) })
+	client, store, closeClient, err := startGateway(ctx, db.URL, "client", tcp.Options{TLS: testHostTLS(t, ca, "client")}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeClient)
+	onN1 := 0
+	for i := 0; i < 40 && onN1 < 5; i++ {
+		ref := actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)}
+		if err := actor.Tell(ctx, client, ref, counter.Add{Sender: "s", Seq: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := actor.Ask[counter.Read, counter.Counter](ctx, client, ref, counter.Read{}); err != nil {
+			t.Fatal(err)
+		}
+		if row, err := store.Get(ctx, relocation.Object{Kind: counter.Name, ID: ref.ID}); err == nil && row.Host == "node-1" {
+			onN1++
+		}
+	}
+	if onN1 == 0 {
+		t.Fatal("no object on node-1")
+	}
+	if code, body := get(t, "http://"+n1.http+"/readyz"); code != http.StatusOK {
+		t.Fatalf("node-1 serving: /readyz %d %q, want 200", code, body)
+	}
+	if err := n2.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	return n1, func() { _ = n2.cmd.Process.Signal(syscall.SIGCONT) }
+}
+
+// waitNotReady waits until n's /readyz answers 503 (its body saying why),
+// while /healthz still answers 200.
+func waitNotReady(t *testing.T, n *node) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		code, body := get(t, "http://"+n.http+"/readyz")
+		if code == http.StatusServiceUnavailable && strings.Contains(body, "not ready") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz still %d %q 30 s after SIGTERM", code, body)
+		}
+	}
+	if code, body := get(t, "http://"+n.http+"/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz while stopping: %d %q, want 200", code, body)
+	}
+}
+
+// SIGTERM makes a node not ready at once, while its drain waits for a
+// slow peer; a second SIGTERM closes it without finishing the stop: it
+// logs what that dropped and exits 1.
+func TestSIGTERMEndsReadinessAtOnceAndASecondSIGTERMClosesTheNode(t *testing.T) {
+	n1, cont := stoppedPeerSetup(t)
+	defer cont()
+	_ = n1.cmd.Process.Signal(syscall.SIGTERM)
+	waitNotReady(t, n1)
+	select {
+	case <-n1.done:
+		t.Fatalf("node-1 exited (%s) before the second SIGTERM, with its peer stopped:\n%s", n1.cmd.ProcessState, n1.stderr())
+	default:
+	}
+	second := time.Now()
+	st := n1.signal(syscall.SIGTERM, 30*time.Second)
+	t.Logf("node-1 %s %v after the second SIGTERM", st, time.Since(second).Round(time.Millisecond))
+	if code := n1.cmd.ProcessState.ExitCode(); code != nodeExitFailed {
+		t.Fatalf("node-1 exited %d (%s), want %d:\n%s", code, st, nodeExitFailed, n1.stderr())
+	}
+	if log := n1.stderr(); !strings.Contains(log, "second signal") || !strings.Contains(log, "dropped=") {
+		t.Fatalf("node-1 did not log the second signal and what closing dropped:\n%s", log)
+	}
+}
+
+// A graceful stop that has not finished within -stop-timeout ends with
+// the host closed and exit 1.
+func TestAStopPastItsGracePeriodClosesTheNode(t *testing.T) {
+	const grace = 2 * time.Second
+	n1, cont := stoppedPeerSetup(t, "-stop-timeout", grace.String())
+	defer cont()
+	term := time.Now()
+	st := n1.signal(syscall.SIGTERM, 60*time.Second)
+	took := time.Since(term)
+	t.Logf("node-1 %s %v after SIGTERM with -stop-timeout %v", st, took.Round(time.Millisecond), grace)
+	if code := n1.cmd.ProcessState.ExitCode(); code != nodeExitFailed {
+		t.Fatalf("node-1 exited %d (%s), want %d:\n%s", code, st, nodeExitFailed, n1.stderr())
+	}
+	if log := n1.stderr(); !strings.Contains(log, "graceful stop did not finish") {
+		t.Fatalf("node-1 did not log the end of its grace period:\n%s", log)
+	}
+	// The grace period, then at most closeBound for the close: the slack
+	// is for a slow machine.
+	if limit := grace + closeBound + 10*time.Second; took > limit {
+		t.Fatalf("node-1 exited %v after SIGTERM with -stop-timeout %v; want at most %v\n%s", took, grace, limit, n1.stderr())
+	}
+}
+
+// A node told to stop right after a peer was killed drains to the peers
+// that live: it exits 0, every object keeps its state, and it did not
+// wait for the membership to report the killed peer gone (its lease has
+// not run out when the node has exited).
+func TestANodeStoppedRightAfterAPeerWasKilledDrainsToTheLivePeers(t *testing.T) {
+	db := pgtest.New(t)
+	bin := buildBerth(t)
+	ca := testCA(t, "node-1", "node-2", "node-3")
+	ctx := context.Background()
+	var ns []*node
+	for _, name := range []string{"node-1", "node-2", "node-3"} {
+		n, err := startNode(ctx, bin, name, db.URL, ca)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns = append(ns, n)
+		defer n.signal(syscall.SIGKILL, 10*time.Second)
+	}
+	client, store, closeClient, err := startGateway(ctx, db.URL, "client", tcp.Options{TLS: testHostTLS(t, ca, "client")}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeClient()
+	const objects = 30
+	ref := func(i int) actor.Ref { return actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)} }
+	onN2 := 0
+	for i := range objects {
+		if err := actor.Tell(ctx, client, ref(i), counter.Add{Sender: "s", Seq: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := actor.Ask[counter.Read, counter.Counter](ctx, client, ref(i), counter.Read{}); err != nil {
+			t.Fatal(err)
+		}
+		if row, err := store.Get(ctx, relocation.Object{Kind: counter.Name, ID: ref(i).ID}); err == nil && row.Host == "node-2" {
+			onN2++
+		}
+	}
+	if onN2 < 2 {
+		t.Fatalf("%d objects on node-2; want some to drain", onN2)
+	}
+	ns[0].signal(syscall.SIGKILL, 10*time.Second)
+	term := time.Now()
+	st := ns[1].signal(syscall.SIGTERM, time.Minute)
+	t.Logf("node-2 (%d objects) %s %v after SIGTERM, node-1 killed just before", onN2, st, time.Since(term).Round(time.Millisecond))
+	if code := ns[1].cmd.ProcessState.ExitCode(); code != nodeExitOK {
+		t.Fatalf("node-2 exited %d (%s), want 0:\n%s", code, st, ns[1].stderr())
+	}
+	if !slices.Contains(client.Peers(), "node-1") {
+		t.Fatalf("the killed node-1 is no longer a member (%v): its lease ran out, so the test does not show that the drain did not wait for that", client.Peers())
+	}
+	for i := range objects {
+		row, err := store.Get(ctx, relocation.Object{Kind: counter.Name, ID: ref(i).ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if row.Host == "node-3" || row.Host == "node-2" {
+			c, err := actor.Ask[counter.Read, counter.Counter](ctx, client, ref(i), counter.Read{})
+			if err != nil || c.Count["s"] != 1 {
+				t.Fatalf("object %d (row on %s): %+v, %v; want its one message counted (state kept)", i, row.Host, c, err)
+			}
+		}
+	}
+}
