@@ -52,8 +52,16 @@ func TestANodeRestartedRightAfterACrashWaitsForItsOldLeaseThenServes(t *testing.
 	}
 	defer func() { again.signal(syscall.SIGKILL, 10*time.Second) }()
 	t.Logf("serving again %v after the crash", time.Since(crashed).Round(time.Millisecond))
-	if log := again.stderr(); !strings.Contains(log, "waiting for its lease to run out") || !strings.Contains(log, "the name is this node's now") {
-		t.Fatalf("the restarted node did not log its wait for the old lease:\n%s", log)
+	// Its standard error is copied by another goroutine: the lines may
+	// come a moment after "ready".
+	logged := func() bool {
+		log := again.stderr()
+		return strings.Contains(log, "waiting for its lease to run out") && strings.Contains(log, "the name is this node's now")
+	}
+	for deadline := time.Now().Add(10 * time.Second); !logged(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the restarted node did not log its wait for the old lease:\n%s", again.stderr())
+		}
 	}
 }
 

@@ -254,8 +254,9 @@ func TestANodePausedPastItsLeaseExitsAndItsObjectsGoOnElsewhere(t *testing.T) {
 	}
 }
 
-// A second berth node process started with a live node's name exits 1 on
-// the membership's refusal and leaves the live node's lease alone: the
+// A second berth node process started with a live node's name is refused
+// by the membership until -name-wait has passed, exits 1, and leaves the
+// live node's lease alone: the
 // live node keeps its lease generation (a second run's newer one used to
 // replace it, and the live node exited 3 some 13 s later, its objects'
 // state gone) and keeps serving.
@@ -282,13 +283,15 @@ func TestASecondNodeOfALiveNodesNameLeavesItAlone(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("node-1's lease: %v, %v", ok, err)
 	}
-	dup, err := startNode(ctx, bin, "node-1", db.URL, ca)
+	// It asks for the name again and again for -name-wait (the name might
+	// be held by a crashed run's lease), refused each time.
+	dup, err := startNode(ctx, bin, "node-1", db.URL, ca, "-name-wait", "3s")
 	if err == nil {
 		_ = dup.cmd.Process.Kill()
 		<-dup.done
 		t.Fatal("a second node of a live node's name started")
 	}
-	if !strings.Contains(err.Error(), "name held by a live member") {
+	if !strings.Contains(err.Error(), "name held by a live member") || !strings.Contains(err.Error(), "leaves alone") {
 		t.Fatalf("the second node: %v; want the membership's refusal", err)
 	}
 	after, ok, err := store.Lease(ctx, "node-1")
