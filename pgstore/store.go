@@ -380,3 +380,26 @@ FROM pgstore_leases WHERE host = $3`, frozen, off, host).Scan(&l.Host, &g, &l.De
 	l.Remaining = time.Duration(remainingUS) * time.Microsecond
 	return l, true, nil
 }
+
+// CountObjects implements relocation.Counter with one statement that reads
+// every row of the Location Store (bounded by the pool's statement
+// timeout, if any): for operators, not for a hot path.
+func (s *Store) CountObjects(ctx context.Context) ([]relocation.ObjectCount, error) {
+	const op = "pgstore.Store.CountObjects"
+	rows, err := s.pool.Query(ctx, `SELECT host, kind, count(*) FROM pgstore_locations
+		WHERE state <> 3 AND host <> '' GROUP BY host, kind ORDER BY host, kind`)
+	if err != nil {
+		return nil, wrapErr(ctx, op, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (relocation.ObjectCount, error) {
+		var c relocation.ObjectCount
+		var n int64
+		err := r.Scan(&c.Host, &c.Kind, &n)
+		c.Objects = int(n)
+		return c, err
+	})
+	if err != nil {
+		return nil, wrapErr(ctx, op, err)
+	}
+	return out, nil
+}
