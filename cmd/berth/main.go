@@ -5,6 +5,7 @@
 //	go run ./cmd/berth node -name n1 -db URL   one host per process (see node.go)
 //	go run ./cmd/berth pgdemo [flags]          Postgres inbox tables through objects
 //	go run ./cmd/berth certs -dir DIR n1 n2    a development CA and node certificates (see certs.go)
+//	go run ./cmd/berth admin -addr A members   a node's admin API from the command line (see admin.go)
 //
 // The demo starts several in-process hosts sharing an in-memory Location Store,
 // activates thousands of counter objects across them, drives steady load
@@ -50,8 +51,11 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "certs" {
 		os.Exit(certsMain(os.Args[2:], os.Stdout, os.Stderr))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "admin" {
+		os.Exit(adminMain(context.Background(), os.Args[2:], os.Getenv, os.Stdout, os.Stderr))
+	}
 	if len(os.Args) < 2 || os.Args[1] != "demo" {
-		fmt.Fprintln(os.Stderr, "usage: berth demo|node|pgdemo|certs [flags]   (berth demo -h, berth node -h, berth pgdemo -h, berth certs -h for the flags)")
+		fmt.Fprintln(os.Stderr, "usage: berth demo|node|pgdemo|certs|admin [flags]   (berth demo -h, berth node -h, berth pgdemo -h, berth certs -h, berth admin -h for the flags)")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("demo", flag.ExitOnError)

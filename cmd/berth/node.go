@@ -56,6 +56,13 @@ package main
 // objects may run elsewhere by now; start it again. It logs with
 // log/slog, as text, on standard error.
 //
+// With -admin it serves the admin API (package actor/admin; berth admin
+// speaks it) on that address, printing "admin <address>" first: HTTPS
+// with the node's certificate, or plain HTTP on loopback or with
+// -insecure; every request needs the credential of -admin-token-file (or
+// $BERTH_ADMIN_TOKEN), and move and drain need -admin-write. A drain
+// through it ends with exit 0, as a SIGTERM's does.
+//
 // Exit codes: 0 stopped gracefully; 1 could not start (a name held by a
 // live node, a database out of reach, bad files), or closed without
 // finishing its stop (grace period or second signal); 2 usage; 3 its
@@ -63,6 +70,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -81,6 +89,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/actor/admin"
 	"github.com/berthrt/berth/examples/counter"
 	"github.com/berthrt/berth/membership"
 	"github.com/berthrt/berth/metrics"
@@ -101,6 +110,14 @@ type nodeConfig struct {
 	name, listen, advertise, db, httpAddr string
 	stopTimeout, nameWait                 time.Duration
 	tls                                   *tcp.TLS // nil: insecure
+	admin                                 nodeAdmin
+}
+
+// nodeAdmin is how a node serves the admin API (package actor/admin).
+type nodeAdmin struct {
+	addr   string // "": not served
+	token  string // the admin credential
+	writes bool   // move and drain allowed
 }
 
 // nodeSecurity is how a node's transport treats its connections.
@@ -180,6 +197,9 @@ func nodeMain(args []string, stdout, stderr io.Writer) int {
 	keyFile := fs.String("tls-key", "", "PEM `file` of the certificate's private key")
 	caFile := fs.String("tls-ca", "", "PEM `file` of the CA certificates the peers' certificates must chain to")
 	insecure := fs.Bool("insecure", false, "run without TLS: plaintext, and a peer is whoever it says it is; needed without the -tls-* flags unless -listen is a loopback address")
+	fs.StringVar(&cfg.admin.addr, "admin", "", "serve the admin API (berth admin) on this address: HTTPS with the node's certificate, or plain HTTP on loopback or with -insecure")
+	tokenFile := fs.String("admin-token-file", "", "`file` holding the admin credential (at least 16 bytes; default $BERTH_ADMIN_TOKEN)")
+	fs.BoolVar(&cfg.admin.writes, "admin-write", false, "allow the admin API's routes that change the cluster (move, drain)")
 	if err := fs.Parse(args); err != nil {
 		return nodeExitUsage
 	}
@@ -194,6 +214,18 @@ func nodeMain(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return nodeExitUsage
+	}
+	if cfg.admin.addr != "" {
+		tok, err := adminToken(*tokenFile, os.Getenv)
+		if err != nil {
+			fmt.Fprintln(stderr, "berth node:", err)
+			return nodeExitUsage
+		}
+		cfg.admin.token = tok
+		if security != securityTLS && !*insecure && !isLoopbackListen(cfg.admin.addr) {
+			fmt.Fprintf(stderr, "berth node: -admin %q is not a loopback address and the node has no TLS: give the -tls-* flags, or -insecure\n", cfg.admin.addr)
+			return nodeExitUsage
+		}
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("node", cfg.name)
 	switch security {
@@ -264,6 +296,17 @@ func runNode(ctx context.Context, cfg nodeConfig, log *slog.Logger, stdout io.Wr
 		return code
 	}
 	current.Store(host)
+	if cfg.admin.addr != "" {
+		bound, stop, err := serveNodeAdmin(cfg, host, store, members)
+		if err != nil {
+			log.Error("cannot serve the admin API", "address", cfg.admin.addr, "err", err)
+			_ = host.Close()
+			return nodeExitFailed
+		}
+		defer stop()
+		log.Info("serving the admin API", "admin", bound, "writes", cfg.admin.writes, "tls", cfg.tls != nil)
+		fmt.Fprintf(stdout, "admin %s\n", bound)
+	}
 	addr := host.Addr()
 	log.Info("serving", "address", addr)
 	fmt.Fprintf(stdout, "ready %s %s\n", cfg.name, addr)
@@ -293,6 +336,11 @@ func runNode(ctx context.Context, cfg nodeConfig, log *slog.Logger, stdout io.Wr
 		fmt.Fprintln(stdout, nodeStats(host))
 		return nodeExitOK
 	case <-host.Done():
+		if host.Err() == nil && host.DrainState() == actor.Stopped {
+			log.Info("drained (through the admin API) and stopped")
+			fmt.Fprintln(stdout, nodeStats(host))
+			return nodeExitOK
+		}
 		if errors.Is(host.Err(), actor.ErrLeaseLost) {
 			log.Error("the node's lease ran out; exiting so that it can be started again", "err", host.Err())
 			return nodeExitLeaseLost
@@ -389,6 +437,46 @@ func startNodeHost(ctx context.Context, cfg nodeConfig, log *slog.Logger, store 
 			return nil, nodeExitFailed
 		}
 	}
+}
+
+// serveNodeAdmin serves the admin API (actor/admin) of host on
+// cfg.admin.addr: over TLS with the node's certificate when it has one.
+func serveNodeAdmin(cfg nodeConfig, host *actor.Host, store *pgstore.Store, members *pgstore.Membership) (bound string, stop func(), err error) {
+	h, err := admin.New(admin.Options{Host: host, Membership: members, Store: store, Token: cfg.admin.token, AllowWrites: cfg.admin.writes})
+	if err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.admin.addr)
+	if err != nil {
+		return "", nil, err
+	}
+	if cfg.tls != nil {
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cfg.tls.Certificate}, MinVersion: tls.VersionTLS13})
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	return ln.Addr().String(), func() { _ = srv.Close(); <-done }, nil
+}
+
+// adminToken reads the admin credential from file (trailing white space
+// trimmed), else $BERTH_ADMIN_TOKEN; it must have at least 16 bytes.
+func adminToken(file string, getenv func(string) string) (string, error) {
+	tok := getenv("BERTH_ADMIN_TOKEN")
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("the admin token: %w", err)
+		}
+		tok = strings.TrimSpace(string(b))
+	}
+	if len(tok) < 16 {
+		return "", errors.New("the admin API needs a credential of at least 16 bytes: -admin-token-file, or $BERTH_ADMIN_TOKEN")
+	}
+	return tok, nil
 }
 
 // serveNodeHTTP serves /metrics (m), /healthz (200 while the process

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -84,6 +85,28 @@ func TestNodeRefusesInsecureOrContradictoryTransportFlags(t *testing.T) {
 		}
 		if stdout.Len() > 0 {
 			t.Errorf("berth node %v: stdout %q", c.args, stdout.String())
+		}
+	}
+}
+
+// berth node exits 2, before it opens anything, when its admin API would
+// have no credential of 16 bytes, or would be plaintext off loopback.
+func TestNodeRefusesAnAdminAPIWithoutACredentialOrPlaintextOffLoopback(t *testing.T) {
+	base := []string{"-name", "n1", "-db", "postgres://127.0.0.1:1/none", "-listen", "127.0.0.1:0"}
+	for _, c := range []struct {
+		token string
+		args  []string
+		want  string
+	}{
+		{"", []string{"-admin", "127.0.0.1:0"}, "at least 16 bytes"},
+		{"short", []string{"-admin", "127.0.0.1:0"}, "at least 16 bytes"},
+		{"a-token-of-enough-bytes", []string{"-admin", "0.0.0.0:0"}, "not a loopback address"},
+		{"a-token-of-enough-bytes", []string{"-admin", "127.0.0.1:0", "-admin-token-file", filepath.Join(t.TempDir(), "none")}, "the admin token"},
+	} {
+		t.Setenv("BERTH_ADMIN_TOKEN", c.token)
+		var stdout, stderr bytes.Buffer
+		if code := nodeMain(append(append([]string{}, base...), c.args...), &stdout, &stderr); code != nodeExitUsage || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("berth node %v with token %q: exit %d, stderr %q; want %d saying %q", c.args, c.token, code, stderr.String(), nodeExitUsage, c.want)
 		}
 	}
 }

@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -239,6 +242,129 @@ func TestANodeStoppedRightAfterAPeerWasKilledDrainsToTheLivePeers(t *testing.T) 
 			if err != nil || c.Count["s"] != 1 {
 				t.Fatalf("object %d (row on %s): %+v, %v; want its one message counted (state kept)", i, row.Host, c, err)
 			}
+		}
+	}
+}
+
+// admin runs berth admin against n's admin API (HTTPS, checked against
+// ca and the node's name) with the credential cred; it returns the exit
+// code, standard output and standard error.
+func adminRun(t *testing.T, n *node, ca *demoCA, cred string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut strings.Builder
+	env := func(k string) string {
+		if k == "BERTH_ADMIN_TOKEN" {
+			return cred
+		}
+		return ""
+	}
+	flags := []string{"-addr", n.admin, "-ca", filepath.Join(ca.dir, "ca.pem"), "-node", n.name}
+	code := adminMain(context.Background(), append(flags, args...), env, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// berth admin, against two node processes that serve the admin API over
+// TLS: it lists the members and the objects per host, locates an object,
+// moves it, and drains a node (which then exits 0); without the
+// credential, or to a node that does not allow writes, it is refused.
+func TestBerthAdminSeesAndSteersAClusterOfNodes(t *testing.T) {
+	const cred = "the-admin-credential-of-the-test"
+	t.Setenv("BERTH_ADMIN_TOKEN", cred) // the nodes inherit it
+	db := pgtest.New(t)
+	bin := buildBerth(t)
+	ca := testCA(t, "node-1", "node-2")
+	ctx := context.Background()
+	n1, err := startNode(ctx, bin, "node-1", db.URL, ca, "-admin", "127.0.0.1:0", "-admin-write")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n1.signal(syscall.SIGKILL, 10*time.Second)
+	n2, err := startNode(ctx, bin, "node-2", db.URL, ca, "-admin", "127.0.0.1:0") // no writes
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n2.signal(syscall.SIGKILL, 10*time.Second)
+	client, store, closeClient, err := startGateway(ctx, db.URL, "client", tcp.Options{TLS: testHostTLS(t, ca, "client")}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeClient()
+	const objects = 20
+	onN1 := map[string]bool{}
+	for i := range objects {
+		ref := actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)}
+		if err := actor.Tell(ctx, client, ref, counter.Add{Sender: "s", Seq: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := actor.Ask[counter.Read, counter.Counter](ctx, client, ref, counter.Read{}); err != nil {
+			t.Fatal(err)
+		}
+		if row, _ := store.Get(ctx, relocation.Object{Kind: counter.Name, ID: ref.ID}); row.Host == "node-1" {
+			onN1[ref.ID] = true
+		}
+	}
+	if len(onN1) == 0 || len(onN1) == objects {
+		t.Fatalf("%d of %d objects on node-1; want some on each node", len(onN1), objects)
+	}
+
+	code, out, errOut := adminRun(t, n1, ca, cred, "members")
+	if code != 0 || !strings.Contains(out, "node-1") || !strings.Contains(out, "node-2") || !strings.Contains(out, "serving") {
+		t.Fatalf("members: %d %q %q", code, out, errOut)
+	}
+	code, out, errOut = adminRun(t, n1, ca, cred, "objects")
+	if code != 0 || !regexp.MustCompile(fmt.Sprintf(`(?m)^total\s+%d$`, objects)).MatchString(out) ||
+		!regexp.MustCompile(fmt.Sprintf(`(?m)^node-1\s+%s\s+%d$`, counter.Name, len(onN1))).MatchString(out) {
+		t.Fatalf("objects: %d %q %q", code, out, errOut)
+	}
+	code, out, errOut = adminRun(t, n1, ca, cred, "top", "-n", "1")
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("total=%d", objects)) || !strings.Contains(out, fmt.Sprintf("node-1=%d", len(onN1))) {
+		t.Fatalf("top: %d %q %q", code, out, errOut)
+	}
+	var id string
+	for i := range objects {
+		if !onN1[strconv.Itoa(i)] {
+			id = strconv.Itoa(i) // on node-2
+			break
+		}
+	}
+	code, out, errOut = adminRun(t, n1, ca, cred, "locate", counter.Name+"/"+id)
+	if code != 0 || !strings.Contains(out, " on node-2 ") {
+		t.Fatalf("locate %s: %d %q %q", id, code, out, errOut)
+	}
+	// Refused: no credential; writes on node-2, which does not allow them.
+	if code, _, errOut = adminRun(t, n1, ca, "not-the-admin-credential", "members"); code != nodeExitFailed || !strings.Contains(errOut, "401") {
+		t.Fatalf("members with a wrong credential: %d %q", code, errOut)
+	}
+	if code, _, errOut = adminRun(t, n2, ca, cred, "move", counter.Name+"/"+id, "node-1"); code != nodeExitFailed || !strings.Contains(errOut, "403") {
+		t.Fatalf("move through node-2 (no -admin-write): %d %q", code, errOut)
+	}
+	// Moves from any node: node-1 moves node-2's object to itself.
+	if code, out, errOut = adminRun(t, n1, ca, cred, "move", counter.Name+"/"+id, "node-1"); code != 0 || !strings.Contains(out, "moved") {
+		t.Fatalf("move: %d %q %q", code, out, errOut)
+	}
+	if row, err := store.Get(ctx, relocation.Object{Kind: counter.Name, ID: id}); err != nil || row.Host != "node-1" {
+		t.Fatalf("object %s after the move: %+v, %v; want it on node-1", id, row, err)
+	}
+	// drain checks the name first.
+	if code, _, errOut = adminRun(t, n1, ca, cred, "drain", "node-2"); code != nodeExitFailed || !strings.Contains(errOut, "not node-2") {
+		t.Fatalf("drain node-2 at node-1's address: %d %q", code, errOut)
+	}
+	if code, out, errOut = adminRun(t, n1, ca, cred, "drain", "node-1"); code != 0 || !strings.Contains(out, "drained node-1") {
+		t.Fatalf("drain: %d %q %q", code, out, errOut)
+	}
+	select {
+	case <-n1.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("node-1 still runs 30 s after its drain:\n%s", n1.stderr())
+	}
+	if c := n1.cmd.ProcessState.ExitCode(); c != nodeExitOK {
+		t.Fatalf("node-1 exited %d after its drain, want 0:\n%s", c, n1.stderr())
+	}
+	for i := range objects {
+		ref := actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)}
+		c, err := actor.Ask[counter.Read, counter.Counter](ctx, client, ref, counter.Read{})
+		if err != nil || c.Count["s"] != 1 {
+			t.Fatalf("object %d after node-1's drain: %+v, %v; want its state (s once)", i, c, err)
 		}
 	}
 }

@@ -82,6 +82,7 @@ func (r *procsReport) failed() bool { return r.lost+r.duplicated+r.outOfOrder > 
 type node struct {
 	name, addr string
 	http       string // its -http address, if it serves one
+	admin      string // its -admin address, if it serves one
 	cmd        *exec.Cmd
 	log        *strings.Builder // its standard error
 	logMu      *sync.Mutex
@@ -156,6 +157,8 @@ func startNode(ctx context.Context, binary, name, db string, ca *demoCA, extra .
 			line := sc.Text()
 			if f := strings.Fields(line); len(f) == 2 && f[0] == "http" {
 				n.http = f[1] // before ready: read after it
+			} else if len(f) == 2 && f[0] == "admin" {
+				n.admin = f[1] // before ready: read after it
 			} else if len(f) == 3 && f[0] == "ready" {
 				ready <- f[2]
 			} else if strings.HasPrefix(line, "stats ") {

@@ -1,0 +1,289 @@
+// Package admin is an operator's HTTP/JSON API over one host of a berth
+// cluster: the members, where objects live and how many each host has,
+// the host's counters, and — when allowed — moving an object and draining
+// the host. berth node serves it (-admin); a program that embeds a host
+// can mount New's handler on a server of its own. berth admin is its
+// command-line client.
+//
+// Routes (all under /admin/v1/, JSON answers):
+//
+//	GET  members               the membership: name, state, address, kinds, lease generation
+//	GET  objects               objects per host and kind, from the Location Store (relocation.Counter)
+//	GET  locate/{kind}/{id}    where an object lives (actor.Host.Locate)
+//	GET  stats                 this host's counters (actor.Host.Stats) and drain state
+//	POST move/{kind}/{id}?to=  move an object to a host (actor.Host.Relocate): Options.AllowWrites
+//	POST drain                 drain this host (actor.Host.Drain), then it stops: Options.AllowWrites
+//
+// Invariants: every request carries the admin credential (Authorization:
+// Bearer <Options.Token>), compared in constant time, or is refused 401
+// before anything is read; a route that changes the cluster answers 403
+// unless Options.AllowWrites; a request body is never read (the routes take
+// none), and an answer is bounded by what it lists. Errors are JSON
+// {"error": ..., "kind": ...} with the payload kind's name, and a status
+// from the kind (NotFound 404, InvalidOperation 400, Unavailable 503,
+// DeadlineExceeded 504, ShuttingDown 503, others 500).
+//
+// The API is no way in for peers: serve it on an address operators reach,
+// over TLS (berth node uses its own certificate), and keep the token as a
+// secret apart from the hosts' certificates.
+package admin
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/membership"
+	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/relocation"
+)
+
+// Options configure the API.
+type Options struct {
+	// Host is the host the API speaks for (required).
+	Host *actor.Host
+	// Membership lists the members (nil: members answers 501).
+	Membership membership.Membership
+	// Store counts the objects when it is a relocation.Counter (else
+	// objects answers 501).
+	Store relocation.Store
+	// Token is the admin credential every request must carry (required,
+	// at least 16 bytes).
+	Token string
+	// AllowWrites turns on the routes that change the cluster (move,
+	// drain).
+	AllowWrites bool
+	// Timeout bounds each read route's calls (default 10 s); move and
+	// drain are bounded by the request's own context.
+	Timeout time.Duration
+}
+
+// ErrBadOptions: New's Options lack the host, or a token of at least 16
+// bytes.
+var ErrBadOptions = payload.NewError(payload.InvalidOperation, "admin.New", "Options need a Host and a Token of at least 16 bytes")
+
+// New returns the API's handler. It serves only /admin/v1/ paths.
+func New(o Options) (http.Handler, error) {
+	if o.Host == nil || len(o.Token) < 16 {
+		return nil, ErrBadOptions
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Second
+	}
+	a := &api{o: o, token: []byte("Bearer " + o.Token)}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /admin/v1/members", a.members)
+	mux.HandleFunc("GET /admin/v1/objects", a.objects)
+	mux.HandleFunc("GET /admin/v1/locate/{kind}/{id}", a.locate)
+	mux.HandleFunc("GET /admin/v1/stats", a.stats)
+	mux.HandleFunc("POST /admin/v1/move/{kind}/{id}", a.write(a.move))
+	mux.HandleFunc("POST /admin/v1/drain", a.write(a.drain))
+	return a.auth(mux), nil
+}
+
+type api struct {
+	o     Options
+	token []byte
+}
+
+// Member is a member as the members route lists it.
+type Member struct {
+	Name     string   `json:"name"`
+	State    string   `json:"state"`
+	Address  string   `json:"address"`
+	Kinds    []string `json:"kinds"`
+	LeaseGen uint64   `json:"lease_gen"`
+}
+
+// Members is the members route's answer.
+type Members struct {
+	Self    string   `json:"self"`
+	Members []Member `json:"members"`
+}
+
+// Objects is the objects route's answer.
+type Objects struct {
+	Counts []relocation.ObjectCount `json:"counts"`
+	Total  int                      `json:"total"`
+}
+
+// Location is the locate route's answer.
+type Location struct {
+	Kind      string `json:"kind"`
+	ID        string `json:"id"`
+	Host      string `json:"host"`
+	ObjectGen uint64 `json:"object_gen"`
+	OwnerGen  uint64 `json:"owner_gen"`
+	Asked     string `json:"asked"` // the host whose API answered
+}
+
+// Stats is the stats route's answer.
+type Stats struct {
+	Host       string      `json:"host"`
+	Ready      string      `json:"ready"` // "ok", or why not
+	DrainState string      `json:"drain_state"`
+	Stats      actor.Stats `json:"stats"`
+}
+
+// Done is the answer of move and drain.
+type Done struct {
+	Done string `json:"done"`
+}
+
+// Error is an error answer.
+type Error struct {
+	Error string `json:"error"`
+	Kind  string `json:"kind"`
+}
+
+func (a *api) auth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), a.token) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="berth admin"`)
+			writeJSON(w, http.StatusUnauthorized, Error{Error: "the admin credential is missing or wrong", Kind: "unauthorized"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (a *api) write(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !a.o.AllowWrites {
+			writeJSON(w, http.StatusForbidden, Error{Error: "routes that change the cluster are off (berth node -admin-write)", Kind: "forbidden"})
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (a *api) ctx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), a.o.Timeout)
+}
+
+func (a *api) members(w http.ResponseWriter, r *http.Request) {
+	if a.o.Membership == nil {
+		writeErr(w, payload.NewError(payload.NotConfigured, "admin", "no membership"))
+		return
+	}
+	ctx, cancel := a.ctx(r)
+	defer cancel()
+	list, err := a.o.Membership.Members(ctx)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	out := Members{Self: a.o.Host.Name(), Members: make([]Member, 0, len(list))}
+	for _, m := range list {
+		out.Members = append(out.Members, Member{Name: m.Name, State: m.State.String(), Address: m.Address, Kinds: m.Kinds, LeaseGen: m.LeaseGen})
+	}
+	sort.Slice(out.Members, func(i, j int) bool { return out.Members[i].Name < out.Members[j].Name })
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *api) objects(w http.ResponseWriter, r *http.Request) {
+	c, ok := a.o.Store.(relocation.Counter)
+	if !ok {
+		writeErr(w, payload.NewError(payload.NotConfigured, "admin", "the Location Store does not count its objects (relocation.Counter)"))
+		return
+	}
+	ctx, cancel := a.ctx(r)
+	defer cancel()
+	counts, err := c.CountObjects(ctx)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	out := Objects{Counts: counts}
+	if out.Counts == nil {
+		out.Counts = []relocation.ObjectCount{}
+	}
+	for _, n := range counts {
+		out.Total += n.Objects
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *api) locate(w http.ResponseWriter, r *http.Request) {
+	ref := actor.Ref{Kind: r.PathValue("kind"), ID: r.PathValue("id")}
+	ctx, cancel := a.ctx(r)
+	defer cancel()
+	loc, err := a.o.Host.Locate(ctx, ref)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, Location{Kind: ref.Kind, ID: ref.ID, Host: loc.Host, ObjectGen: loc.ObjectGeneration,
+		OwnerGen: loc.OwnerGeneration, Asked: a.o.Host.Name()})
+}
+
+func (a *api) stats(w http.ResponseWriter, _ *http.Request) {
+	h := a.o.Host
+	ready := "ok"
+	if err := h.Ready(); err != nil {
+		ready = err.Error()
+	}
+	writeJSON(w, http.StatusOK, Stats{Host: h.Name(), Ready: ready, DrainState: h.DrainState().String(), Stats: h.Stats()})
+}
+
+func (a *api) move(w http.ResponseWriter, r *http.Request) {
+	ref := actor.Ref{Kind: r.PathValue("kind"), ID: r.PathValue("id")}
+	to := r.URL.Query().Get("to")
+	if to == "" {
+		writeErr(w, payload.NewError(payload.InvalidOperation, "admin", "move needs ?to=<host>"))
+		return
+	}
+	if err := a.o.Host.Relocate(r.Context(), ref, to); err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, Done{Done: "moved " + ref.String() + " to " + to})
+}
+
+func (a *api) drain(w http.ResponseWriter, r *http.Request) {
+	if err := a.o.Host.Drain(r.Context()); err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, Done{Done: "drained " + a.o.Host.Name()})
+}
+
+// status is the HTTP status of err, from its payload kind, and the kind's
+// name.
+func status(err error) (int, string) {
+	k := payload.KindOf(err)
+	switch {
+	case k == 0 && errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout, payload.DeadlineExceeded.String()
+	case k == 0:
+		return http.StatusInternalServerError, "internal"
+	case k == payload.NotFound:
+		return http.StatusNotFound, k.String()
+	case k == payload.InvalidOperation:
+		return http.StatusBadRequest, k.String()
+	case k == payload.Unavailable, k == payload.ShuttingDown:
+		return http.StatusServiceUnavailable, k.String()
+	case k == payload.DeadlineExceeded:
+		return http.StatusGatewayTimeout, k.String()
+	case k == payload.NotConfigured:
+		return http.StatusNotImplemented, k.String()
+	}
+	return http.StatusInternalServerError, k.String()
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	code, kind := status(err)
+	writeJSON(w, code, Error{Error: err.Error(), Kind: kind})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

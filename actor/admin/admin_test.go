@@ -1,0 +1,258 @@
+package admin_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/actor/admin"
+	"github.com/berthrt/berth/examples/counter"
+	"github.com/berthrt/berth/internal/localnet"
+	"github.com/berthrt/berth/internal/testutil"
+	"github.com/berthrt/berth/relocation"
+)
+
+const token = "a-token-of-enough-bytes"
+
+var bg = context.Background()
+
+// cluster starts hosts a and b on one in-process network with the
+// counter kind, and serves a's admin API (writes as allowed) on a test
+// server.
+func cluster(t *testing.T, allowWrites bool) (a, b *actor.Host, net *localnet.Net, srv *httptest.Server) {
+	t.Helper()
+	net = localnet.New(localnet.Options{})
+	var hs []*actor.Host
+	for _, name := range []string{"a", "b"} {
+		h, err := actor.NewHost(actor.Config{Name: name, Transport: net.Transport, Store: net.Store, Membership: net.Membership,
+			Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Register(counter.Kind()); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { h.Close() })
+		hs = append(hs, h)
+	}
+	testutil.WaitFor(t, "the hosts to know each other", func() bool { return len(hs[0].Peers()) == 1 && len(hs[1].Peers()) == 1 })
+	handler, err := admin.New(admin.Options{Host: hs[0], Membership: net.Membership, Store: net.Store, Token: token, AllowWrites: allowWrites})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv = httptest.NewServer(handler)
+	t.Cleanup(srv.Close)
+	return hs[0], hs[1], net, srv
+}
+
+// call makes a request with the credential (cred "" sends none) and
+// decodes a JSON answer into out (if not nil); it returns the status.
+func call(t *testing.T, srv *httptest.Server, method, path, cred string, out any) int {
+	t.Helper()
+	req, err := http.NewRequest(method, srv.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cred != "" {
+		req.Header.Set("Authorization", "Bearer "+cred)
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if out != nil {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			t.Fatalf("%s %s: %d, the answer is no JSON: %v", method, path, resp.StatusCode, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+// Every route refuses a request without the admin credential, or with a
+// wrong one, before it does anything.
+func TestEveryRouteNeedsTheAdminCredential(t *testing.T) {
+	a, _, _, srv := cluster(t, true)
+	for _, r := range []struct{ method, path string }{
+		{"GET", "/admin/v1/members"}, {"GET", "/admin/v1/objects"}, {"GET", "/admin/v1/locate/counter/1"},
+		{"GET", "/admin/v1/stats"}, {"POST", "/admin/v1/move/counter/1?to=b"}, {"POST", "/admin/v1/drain"},
+	} {
+		for _, cred := range []string{"", "wrong-token-of-enough-bytes", token + "x"} {
+			var e admin.Error
+			if code := call(t, srv, r.method, r.path, cred, &e); code != http.StatusUnauthorized || e.Kind != "unauthorized" {
+				t.Errorf("%s %s with credential %q: %d %+v, want 401", r.method, r.path, cred, code, e)
+			}
+		}
+	}
+	if a.DrainState() != actor.Serving {
+		t.Fatalf("a refused drain ran: a is %v", a.DrainState())
+	}
+	if code := call(t, srv, "GET", "/admin/v1/stats", token, nil); code != http.StatusOK {
+		t.Fatalf("stats with the credential: %d", code)
+	}
+}
+
+// Routes that change the cluster answer 403 unless writes are allowed,
+// and change nothing.
+func TestRoutesThatChangeTheClusterAreOffUnlessAllowed(t *testing.T) {
+	a, _, net, srv := cluster(t, false)
+	ref := actor.Ref{Kind: counter.Name, ID: "x"}
+	if _, err := actor.Ask[counter.Read, counter.Counter](bg, a, ref, counter.Read{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/admin/v1/move/counter/x?to=b", "/admin/v1/drain"} {
+		var e admin.Error
+		if code := call(t, srv, "POST", path, token, &e); code != http.StatusForbidden || e.Kind != "forbidden" {
+			t.Errorf("POST %s: %d %+v, want 403", path, code, e)
+		}
+	}
+	if row, err := net.Store.Get(bg, relocation.Object{Kind: ref.Kind, ID: ref.ID}); err != nil || row.Host != "a" {
+		t.Fatalf("the object after a refused move: %+v, %v; want it on a", row, err)
+	}
+	if a.DrainState() != actor.Serving {
+		t.Fatalf("after a refused drain a is %v", a.DrainState())
+	}
+}
+
+// The read routes describe the cluster: its members, the objects on each
+// host by kind, where one object lives, and this host's counters.
+func TestTheReadRoutesDescribeTheCluster(t *testing.T) {
+	a, b, _, srv := cluster(t, false)
+	onA, onB := 0, 0
+	for i := range 20 {
+		ref := actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)}
+		via := a
+		if i%2 == 1 {
+			via = b
+		}
+		if _, err := actor.Ask[counter.Read, counter.Counter](bg, via, ref, counter.Read{}); err != nil {
+			t.Fatal(err)
+		}
+		loc, err := a.Locate(bg, ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if loc.Host == "a" {
+			onA++
+		} else {
+			onB++
+		}
+	}
+	var ms admin.Members
+	if code := call(t, srv, "GET", "/admin/v1/members", token, &ms); code != http.StatusOK || ms.Self != "a" || len(ms.Members) != 2 ||
+		ms.Members[0].Name != "a" || ms.Members[1].Name != "b" || ms.Members[0].State != "serving" || ms.Members[0].LeaseGen == 0 {
+		t.Fatalf("members: %d %+v", code, ms)
+	}
+	var objs admin.Objects
+	if code := call(t, srv, "GET", "/admin/v1/objects", token, &objs); code != http.StatusOK || objs.Total != 20 {
+		t.Fatalf("objects: %d %+v, want 20 in all", code, objs)
+	}
+	want := map[string]int{"a": onA, "b": onB}
+	for _, c := range objs.Counts {
+		if c.Kind != counter.Name || c.Objects != want[c.Host] {
+			t.Fatalf("objects: %+v; want a %d and b %d of kind %s", objs.Counts, onA, onB, counter.Name)
+		}
+	}
+	var loc admin.Location
+	if code := call(t, srv, "GET", "/admin/v1/locate/counter/1", token, &loc); code != http.StatusOK || loc.Kind != counter.Name || loc.ID != "1" || loc.Host == "" || loc.Asked != "a" {
+		t.Fatalf("locate: %d %+v", code, loc)
+	}
+	var st admin.Stats
+	if code := call(t, srv, "GET", "/admin/v1/stats", token, &st); code != http.StatusOK || st.Host != "a" || st.Ready != "ok" ||
+		st.DrainState != "serving" || st.Stats.OwnersActive != onA {
+		t.Fatalf("stats: %d %+v; want a ready, serving, %d objects", code, st, onA)
+	}
+}
+
+// Errors carry their payload kind and the status it maps to.
+func TestErrorsCarryTheirKindAndAStatusFromIt(t *testing.T) {
+	_, _, _, srv := cluster(t, true)
+	for _, c := range []struct {
+		method, path string
+		code         int
+		kind         string
+	}{
+		{"GET", "/admin/v1/locate/nokind/1", http.StatusNotFound, "not found"},
+		{"GET", "/admin/v1/locate/counter/never", http.StatusNotFound, "not found"},
+		{"POST", "/admin/v1/move/counter/1", http.StatusBadRequest, "invalid operation"},
+		{"POST", "/admin/v1/move/counter/never?to=b", http.StatusNotFound, ""},
+	} {
+		var e admin.Error
+		code := call(t, srv, c.method, c.path, token, &e)
+		if code != c.code || e.Error == "" || (c.kind != "" && e.Kind != c.kind) {
+			t.Errorf("%s %s: %d %+v; want %d %q", c.method, c.path, code, e, c.code, c.kind)
+		}
+	}
+}
+
+// With writes allowed, move relocates an object and drain drains the host
+// the API speaks for: its objects go to the others, and it stops.
+func TestMoveRelocatesAnObjectAndDrainDrainsTheHost(t *testing.T) {
+	a, b, net, srv := cluster(t, true)
+	ref := actor.Ref{Kind: counter.Name, ID: "x"}
+	if err := actor.Tell(bg, a, ref, counter.Add{Sender: "s", Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := actor.Ask[counter.Read, counter.Counter](bg, a, ref, counter.Read{}); err != nil {
+		t.Fatal(err)
+	}
+	from, _ := a.Locate(bg, ref)
+	to := "b"
+	if from.Host == "b" {
+		to = "a"
+	}
+	var d admin.Done
+	if code := call(t, srv, "POST", "/admin/v1/move/counter/x?to="+to, token, &d); code != http.StatusOK || !strings.Contains(d.Done, "moved") {
+		t.Fatalf("move: %d %+v", code, d)
+	}
+	if row, err := net.Store.Get(bg, relocation.Object{Kind: ref.Kind, ID: ref.ID}); err != nil || row.Host != to {
+		t.Fatalf("after the move: %+v, %v; want it on %s", row, err, to)
+	}
+	if c, err := actor.Ask[counter.Read, counter.Counter](bg, b, ref, counter.Read{}); err != nil || c.Count["s"] != 1 {
+		t.Fatalf("the moved object: %+v, %v; want its state", c, err)
+	}
+	for i := range 10 {
+		if err := actor.Tell(bg, a, actor.Ref{Kind: counter.Name, ID: "d" + strconv.Itoa(i)}, counter.Add{Sender: "s", Seq: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code := call(t, srv, "POST", "/admin/v1/drain", token, &d); code != http.StatusOK || !strings.Contains(d.Done, "drained a") {
+		t.Fatalf("drain: %d %+v", code, d)
+	}
+	select {
+	case <-a.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("a still runs 30 s after its drain returned")
+	}
+	for i := range 10 {
+		c, err := actor.Ask[counter.Read, counter.Counter](bg, b, actor.Ref{Kind: counter.Name, ID: "d" + strconv.Itoa(i)}, counter.Read{})
+		if err != nil || c.Count["s"] != 1 {
+			t.Fatalf("object d%d after the drain: %+v, %v; want its state on b", i, c, err)
+		}
+	}
+}
+
+// New refuses Options without a host or with a short token.
+func TestNewNeedsAHostAndATokenOfSixteenBytes(t *testing.T) {
+	h, err := actor.NewHost(actor.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for _, o := range []admin.Options{{Token: token}, {Host: h, Token: "short"}} {
+		if _, err := admin.New(o); !errors.Is(err, admin.ErrBadOptions) || !errors.Is(err, actor.InvalidOperation) {
+			t.Errorf("New(%+v) = %v, want ErrBadOptions (InvalidOperation)", o, err)
+		}
+	}
+}

@@ -1,0 +1,285 @@
+package main
+
+// berth admin: a node's admin API (package actor/admin) from the command
+// line.
+//
+//	berth admin -addr HOST:PORT [-ca ca.pem -node NAME] COMMAND
+//
+// The credential comes from -token-file, else $BERTH_ADMIN_TOKEN; the
+// address from -addr, else $BERTH_ADMIN_ADDR. With -ca the connection is
+// HTTPS and the node's certificate must chain to that CA and name the node
+// -node (berth node serves its admin API with its own certificate);
+// without it, plain HTTP. Commands:
+//
+//	members              the cluster's members
+//	objects              objects per host and kind
+//	top [-n N] [-every D] objects per host, again every D (N times; 0: until interrupted)
+//	stats                the node's counters
+//	locate KIND/ID       where an object lives
+//	move KIND/ID NODE    move an object to NODE (the node needs -admin-write)
+//	drain NODE           drain the node at -addr, which must be NODE (-admin-write)
+//
+// It prints what the API answers, one line per item; an error answer is
+// printed on standard error, with exit code 1 (2 for usage).
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/berthrt/berth/actor/admin"
+)
+
+// adminClient speaks a node's admin API.
+type adminClient struct {
+	base  string // https://host:port or http://host:port
+	token string
+	http  *http.Client
+}
+
+// adminError is an error answer of the API.
+type adminError struct {
+	status int
+	answer admin.Error
+}
+
+func (e *adminError) Error() string {
+	return fmt.Sprintf("%d %s: %s", e.status, e.answer.Kind, e.answer.Error)
+}
+
+// do sends method path and decodes the JSON answer into out.
+func (c *adminClient) do(ctx context.Context, method, path string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body := io.LimitReader(resp.Body, 16<<20) // an answer lists what it lists; this bounds a wrong server
+	if resp.StatusCode != http.StatusOK {
+		e := &adminError{status: resp.StatusCode}
+		if json.NewDecoder(body).Decode(&e.answer) != nil || e.answer.Error == "" {
+			e.answer = admin.Error{Error: resp.Status, Kind: "http"}
+		}
+		return e
+	}
+	return json.NewDecoder(body).Decode(out)
+}
+
+func adminMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("admin", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", getenv("BERTH_ADMIN_ADDR"), "host:port of the node's admin API (default $BERTH_ADMIN_ADDR)")
+	tokenFile := fs.String("token-file", "", "`file` holding the admin credential (default $BERTH_ADMIN_TOKEN)")
+	caFile := fs.String("ca", "", "PEM `file` of the CA the node's certificate chains to: HTTPS (without it, plain HTTP)")
+	nodeName := fs.String("node", "", "the name the node's certificate must carry (with -ca; default the host of -addr)")
+	timeout := fs.Duration("timeout", 30*time.Second, "how long one request may take (move and drain may take long)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: berth admin [flags] members|objects|top|stats|locate KIND/ID|move KIND/ID NODE|drain NODE")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nodeExitUsage
+	}
+	if *addr == "" || fs.NArg() == 0 {
+		fs.Usage()
+		return nodeExitUsage
+	}
+	token, err := adminToken(*tokenFile, getenv)
+	if err != nil {
+		fmt.Fprintln(stderr, "berth admin:", err)
+		return nodeExitUsage
+	}
+	c := &adminClient{base: "http://" + *addr, token: token, http: &http.Client{Timeout: *timeout}}
+	if *caFile != "" {
+		pem, err := os.ReadFile(*caFile)
+		if err != nil {
+			fmt.Fprintln(stderr, "berth admin:", err)
+			return nodeExitUsage
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			fmt.Fprintln(stderr, "berth admin: no certificate in", *caFile)
+			return nodeExitUsage
+		}
+		c.base = "https://" + *addr
+		c.http.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: *nodeName, MinVersion: tls.VersionTLS13}}
+	}
+	if err := runAdmin(ctx, c, fs.Args(), stdout); err != nil {
+		var usage usageError
+		if errors.As(err, &usage) {
+			fmt.Fprintln(stderr, "berth admin:", err)
+			fs.Usage()
+			return nodeExitUsage
+		}
+		fmt.Fprintln(stderr, "berth admin:", err)
+		return nodeExitFailed
+	}
+	return nodeExitOK
+}
+
+// usageError is a command line runAdmin cannot run.
+type usageError string
+
+func (e usageError) Error() string { return string(e) }
+
+// splitRef reads KIND/ID.
+func splitRef(s string) (kind, id string, err error) {
+	kind, id, ok := strings.Cut(s, "/")
+	if !ok || kind == "" || id == "" {
+		return "", "", usageError("want KIND/ID, not " + quoted(s))
+	}
+	return kind, id, nil
+}
+
+func quoted(s string) string { return fmt.Sprintf("%q", s) }
+
+// runAdmin runs one command.
+func runAdmin(ctx context.Context, c *adminClient, args []string, w io.Writer) error {
+	cmd, rest := args[0], args[1:]
+	need := func(n int, form string) error {
+		if len(rest) != n {
+			return usageError(cmd + " takes " + form)
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	defer tw.Flush()
+	switch cmd {
+	case "members":
+		if err := need(0, "no argument"); err != nil {
+			return err
+		}
+		var ms admin.Members
+		if err := c.do(ctx, "GET", "/admin/v1/members", &ms); err != nil {
+			return err
+		}
+		fmt.Fprintln(tw, "NAME\tSTATE\tADDRESS\tKINDS\t")
+		for _, m := range ms.Members {
+			self := ""
+			if m.Name == ms.Self {
+				self = "(asked)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.Name, m.State, m.Address, strings.Join(m.Kinds, ","), self)
+		}
+	case "objects":
+		if err := need(0, "no argument"); err != nil {
+			return err
+		}
+		var objs admin.Objects
+		if err := c.do(ctx, "GET", "/admin/v1/objects", &objs); err != nil {
+			return err
+		}
+		fmt.Fprintln(tw, "HOST\tKIND\tOBJECTS")
+		for _, n := range objs.Counts {
+			fmt.Fprintf(tw, "%s\t%s\t%d\n", n.Host, n.Kind, n.Objects)
+		}
+		fmt.Fprintf(tw, "total\t\t%d\n", objs.Total)
+	case "top":
+		fs := flag.NewFlagSet("top", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		n := fs.Int("n", 0, "")
+		every := fs.Duration("every", time.Second, "")
+		if err := fs.Parse(rest); err != nil || fs.NArg() > 0 || *every <= 0 {
+			return usageError("top takes [-n N] [-every D]")
+		}
+		for i := 0; *n == 0 || i < *n; i++ {
+			if i > 0 {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(*every):
+				}
+			}
+			var objs admin.Objects
+			if err := c.do(ctx, "GET", "/admin/v1/objects", &objs); err != nil {
+				return err
+			}
+			per := map[string]int{}
+			for _, o := range objs.Counts {
+				per[o.Host] += o.Objects
+			}
+			hosts := make([]string, 0, len(per))
+			for h := range per {
+				hosts = append(hosts, h)
+			}
+			sort.Strings(hosts)
+			var b strings.Builder
+			fmt.Fprintf(&b, "%s total=%d", time.Now().Format("15:04:05"), objs.Total)
+			for _, h := range hosts {
+				fmt.Fprintf(&b, " %s=%d", h, per[h])
+			}
+			fmt.Fprintln(w, b.String())
+		}
+	case "stats":
+		if err := need(0, "no argument"); err != nil {
+			return err
+		}
+		var st admin.Stats
+		if err := c.do(ctx, "GET", "/admin/v1/stats", &st); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "host %s ready=%q drain=%s\n%+v\n", st.Host, st.Ready, st.DrainState, st.Stats)
+	case "locate":
+		if err := need(1, "KIND/ID"); err != nil {
+			return err
+		}
+		kind, id, err := splitRef(rest[0])
+		if err != nil {
+			return err
+		}
+		var loc admin.Location
+		if err := c.do(ctx, "GET", "/admin/v1/locate/"+url.PathEscape(kind)+"/"+url.PathEscape(id), &loc); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "%s/%s on %s (object gen %d, owner gen %d)\n", loc.Kind, loc.ID, loc.Host, loc.ObjectGen, loc.OwnerGen)
+	case "move":
+		if err := need(2, "KIND/ID NODE"); err != nil {
+			return err
+		}
+		kind, id, err := splitRef(rest[0])
+		if err != nil {
+			return err
+		}
+		var d admin.Done
+		if err := c.do(ctx, "POST", "/admin/v1/move/"+url.PathEscape(kind)+"/"+url.PathEscape(id)+"?to="+url.QueryEscape(rest[1]), &d); err != nil {
+			return err
+		}
+		fmt.Fprintln(w, d.Done)
+	case "drain":
+		if err := need(1, "NODE (the node at -addr)"); err != nil {
+			return err
+		}
+		var st admin.Stats
+		if err := c.do(ctx, "GET", "/admin/v1/stats", &st); err != nil {
+			return err
+		}
+		if st.Host != rest[0] {
+			return fmt.Errorf("the node at this address is %s, not %s: nothing drained", st.Host, rest[0])
+		}
+		var d admin.Done
+		if err := c.do(ctx, "POST", "/admin/v1/drain", &d); err != nil {
+			return err
+		}
+		fmt.Fprintln(w, d.Done)
+	default:
+		return usageError("no command " + quoted(cmd))
+	}
+	return nil
+}
