@@ -459,7 +459,16 @@ func serveNodeAdmin(cfg nodeConfig, host *actor.Host, store *pgstore.Store, memb
 		defer close(done)
 		_ = srv.Serve(ln)
 	}()
-	return ln.Addr().String(), func() { _ = srv.Close(); <-done }, nil
+	return ln.Addr().String(), func() {
+		// Answers under way get out (the drain's among them: the node
+		// exits as soon as the drain has stopped the host), for a while.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if srv.Shutdown(ctx) != nil {
+			_ = srv.Close()
+		}
+		<-done
+	}, nil
 }
 
 // adminToken reads the admin credential from file (trailing white space
