@@ -74,8 +74,12 @@ func (c *adminClient) do(ctx context.Context, method, path string, out any) erro
 	body := io.LimitReader(resp.Body, 16<<20) // an answer lists what it lists; this bounds a wrong server
 	if resp.StatusCode != http.StatusOK {
 		e := &adminError{status: resp.StatusCode}
-		if json.NewDecoder(body).Decode(&e.answer) != nil || e.answer.Error == "" {
+		raw, _ := io.ReadAll(body)
+		if json.Unmarshal(raw, &e.answer) != nil || e.answer.Error == "" {
 			e.answer = admin.Error{Error: resp.Status, Kind: "http"}
+			if strings.Contains(string(raw), "HTTPS") {
+				e.answer.Error += ": the node serves HTTPS; give -ca (and -node)"
+			}
 		}
 		return e
 	}

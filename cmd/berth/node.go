@@ -297,7 +297,7 @@ func runNode(ctx context.Context, cfg nodeConfig, log *slog.Logger, stdout io.Wr
 	}
 	current.Store(host)
 	if cfg.admin.addr != "" {
-		bound, stop, err := serveNodeAdmin(cfg, host, store, members)
+		bound, stop, err := serveNodeAdmin(cfg, log, host, store, members)
 		if err != nil {
 			log.Error("cannot serve the admin API", "address", cfg.admin.addr, "err", err)
 			_ = host.Close()
@@ -441,7 +441,7 @@ func startNodeHost(ctx context.Context, cfg nodeConfig, log *slog.Logger, store 
 
 // serveNodeAdmin serves the admin API (actor/admin) of host on
 // cfg.admin.addr: over TLS with the node's certificate when it has one.
-func serveNodeAdmin(cfg nodeConfig, host *actor.Host, store *pgstore.Store, members *pgstore.Membership) (bound string, stop func(), err error) {
+func serveNodeAdmin(cfg nodeConfig, log *slog.Logger, host *actor.Host, store *pgstore.Store, members *pgstore.Membership) (bound string, stop func(), err error) {
 	h, err := admin.New(admin.Options{Host: host, Membership: members, Store: store, Token: cfg.admin.token, AllowWrites: cfg.admin.writes})
 	if err != nil {
 		return "", nil, err
@@ -453,7 +453,7 @@ func serveNodeAdmin(cfg nodeConfig, host *actor.Host, store *pgstore.Store, memb
 	if cfg.tls != nil {
 		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cfg.tls.Certificate}, MinVersion: tls.VersionTLS13})
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
