@@ -72,8 +72,15 @@ type procsReport struct {
 	relocations                   int // moves reported by the nodes that stopped gracefully
 	rebalanced                    int // moves the movers asked for that completed
 	pauses                        []time.Duration
-	elapsed                       time.Duration
-	nodeLogs                      map[string]*strings.Builder
+	// Failover: for each object the killed node held, the time from the
+	// SIGKILL to its first answer from another node (sorted), how many
+	// gave none within failoverLimit, and when the client's membership
+	// reported the node gone.
+	failover       []time.Duration
+	failoverMissed int
+	detected       time.Duration
+	elapsed        time.Duration
+	nodeLogs       map[string]*strings.Builder
 }
 
 func (r *procsReport) failed() bool { return r.lost+r.duplicated+r.outOfOrder > 0 || r.accepted == 0 }
@@ -412,6 +419,7 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 		}
 	}
 	killing.Store(true)
+	killedAt := time.Now()
 	rep.killExit = killed.signal(syscall.SIGKILL, 10*time.Second)
 	// Objects it was taking over while it died are held too: read again.
 	for i := 0; i < cfg.objects; i++ {
@@ -421,6 +429,7 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 		}
 	}
 	rep.killedObjects = len(held)
+	probesDone := probeFailover(ctx, client, killed.name, held, ref, killedAt, &rep)
 	phase.Store("after the kill")
 	sleepUntil(start.Add(cfg.duration))
 	close(moverStop)
@@ -430,6 +439,7 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 	}
 	rep.killedObjects = len(held)
 	rep.rebalanced = int(moved.Load())
+	<-probesDone
 	close(stop)
 	wg.Wait()
 	<-progressDone
@@ -510,7 +520,68 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 		fmt.Fprintf(w, "  pause (seal → open) p50 %v  p99 %v  max %v\n",
 			rep.pauses[n/2].Round(time.Microsecond), rep.pauses[n*99/100].Round(time.Microsecond), rep.pauses[n-1].Round(time.Microsecond))
 	}
+	if n := len(rep.failover); n > 0 {
+		fmt.Fprintf(w, "  failover of %s's objects (SIGKILL → first answer elsewhere, %d objects): p50 %v  p99 %v  max %v; %d gave none within %v; the membership reported %s gone after %v\n",
+			killed.name, n, rep.failover[n/2].Round(time.Millisecond), rep.failover[n*99/100].Round(time.Millisecond), rep.failover[n-1].Round(time.Millisecond),
+			rep.failoverMissed, failoverLimit, killed.name, rep.detected.Round(time.Millisecond))
+	}
 	return rep, nil
+}
+
+// failoverLimit bounds how long a failover probe asks one object.
+const failoverLimit = 2 * time.Minute
+
+// probeFailover asks each object of held (the SIGKILLed node's), 64 at a
+// time, again and again (each Ask bounded by 500 ms), until it answers
+// from another node, and records in rep the time from killedAt to that
+// answer; and when the client's membership reported the node gone. The
+// channel closes when every probe has ended.
+func probeFailover(ctx context.Context, client *actor.Host, killed string, held map[int]bool, ref func(int) actor.Ref, killedAt time.Time, rep *procsReport) <-chan struct{} {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	wg.Add(1)
+	go func() { // detection: the membership's word
+		defer wg.Done()
+		for time.Since(killedAt) < failoverLimit && slices.Contains(client.Peers(), killed) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		mu.Lock()
+		rep.detected = time.Since(killedAt)
+		mu.Unlock()
+	}()
+	for i := range held {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			for {
+				actx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+				_, err := actor.Ask[counter.Read, counter.Counter](actx, client, ref(i), counter.Read{})
+				cancel()
+				took := time.Since(killedAt)
+				if err == nil || took > failoverLimit {
+					mu.Lock()
+					if err == nil {
+						rep.failover = append(rep.failover, took)
+					} else {
+						rep.failoverMissed++
+					}
+					mu.Unlock()
+					return
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		slices.Sort(rep.failover)
+		close(done)
+	}()
+	return done
 }
 
 // startGateway joins a gateway host called name to the cluster on

@@ -89,6 +89,10 @@ func TestDemoAcrossProcesses(t *testing.T) {
 	if !strings.Contains(rep.killExit, "killed") {
 		t.Errorf("the SIGKILLed node ended %q", rep.killExit)
 	}
+	if len(rep.failover) == 0 || rep.failoverMissed != 0 || rep.detected == 0 {
+		t.Errorf("failover: %d objects answered elsewhere, %d did not within %v, detected after %v; want every object of the killed node to answer",
+			len(rep.failover), rep.failoverMissed, failoverLimit, rep.detected)
+	}
 	if rep.killedHandled > rep.killedAccepted {
 		t.Errorf("the killed node's objects handled %d messages, more than the %d accepted", rep.killedHandled, rep.killedAccepted)
 	}
