@@ -809,3 +809,33 @@ func TestADrainWithNowhereElseToGoWaitsForABrokenLinkAndKeepsTheState(t *testing
 		t.Fatalf("the object on b: %d, %v; want 7 (its state moved, not dropped)", got, err)
 	}
 }
+
+// RecentPauses shows the pauses of the last moves without taking them:
+// Pauses still hands the same ones over, once.
+func TestRecentPausesShowsThePausesWithoutTakingThem(t *testing.T) {
+	_, hs := startNetwork(t, "a", "b")
+	a := hs[0]
+	waitViews(t, hs...)
+	for i := range 3 {
+		ref := Ref{"counter", itoa(i)}
+		if err := Tell(bg, a, ref, Inc{By: 1}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the activation", func() bool { return a.Stats().OwnersActive == 1 })
+		if err := a.Relocate(bg, ref, "b"); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the move's pause", func() bool { return len(a.RecentPauses()) == i+1 })
+		waitFor(t, "the object to leave a", func() bool { return a.Stats().OwnersActive == 0 })
+	}
+	recent := a.RecentPauses()
+	if !slices.Equal(recent, a.RecentPauses()) || len(recent) != 3 {
+		t.Fatalf("RecentPauses = %v then %v; want the same 3", recent, a.RecentPauses())
+	}
+	if taken := a.Pauses(); !slices.Equal(taken, recent) {
+		t.Fatalf("Pauses = %v after RecentPauses %v; want the same", taken, recent)
+	}
+	if again := a.Pauses(); len(again) != 0 || len(a.RecentPauses()) != 3 {
+		t.Fatalf("Pauses again = %v, RecentPauses %v; want none taken twice, the recent ones kept", again, a.RecentPauses())
+	}
+}

@@ -1074,9 +1074,14 @@ func (d *moveDriver) abandonOnClose() (dropped int) {
 // pauseLog keeps the pauses of the moves this host was the source of
 // (moveDriver.pauseLocked: the seal here to the opening at the target).
 type pauseLog struct {
-	mu   sync.Mutex
-	done []time.Duration
+	mu     sync.Mutex
+	done   []time.Duration             // not taken by Pauses yet
+	recent [recentPauses]time.Duration // a ring of the last ones (RecentPauses)
+	n      int                         // pauses added, ever
 }
+
+// recentPauses is how many pauses RecentPauses keeps.
+const recentPauses = 1024
 
 func (p *pauseLog) add(d time.Duration) {
 	p.mu.Lock()
@@ -1084,6 +1089,8 @@ func (p *pauseLog) add(d time.Duration) {
 		p.done = append(p.done[:0], p.done[maxPauses/2:]...) // keep the newer half
 	}
 	p.done = append(p.done, d)
+	p.recent[p.n%recentPauses] = d
+	p.n++
 	p.mu.Unlock()
 }
 

@@ -96,9 +96,29 @@ func alreadyThere(ref Ref, target string) error {
 // opening, which the target reports in its Committed record. (Should the target not report it, the pause is taken
 // up to the Committed's arrival here: an upper bound.)
 func (h *Host) Pauses() []time.Duration {
-	h.moves.pauses.mu.Lock()
-	defer h.moves.pauses.mu.Unlock()
-	out := h.moves.pauses.done
-	h.moves.pauses.done = nil
+	return h.moves.pauses.take()
+}
+
+// RecentPauses returns the pauses of the last moves (at most 1,024) this
+// host was the source of, oldest first, as Pauses works them out, without
+// taking them: Pauses still returns them. For dashboards.
+func (h *Host) RecentPauses() []time.Duration {
+	p := &h.moves.pauses
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := min(p.n, recentPauses)
+	out := make([]time.Duration, 0, n)
+	for i := p.n - n; i < p.n; i++ {
+		out = append(out, p.recent[i%recentPauses])
+	}
+	return out
+}
+
+// take returns the pauses not taken yet, and forgets them.
+func (p *pauseLog) take() []time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := p.done
+	p.done = nil
 	return out
 }
