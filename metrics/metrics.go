@@ -9,6 +9,7 @@ package metrics
 import (
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,6 +53,7 @@ type Metrics struct {
 	deactivated    cache[string, prometheus.Counter]
 	hosts          *hostCollector
 	handler        http.Handler
+	turns          atomic.Int64 // Handled calls, all kinds (Turns)
 }
 
 var (
@@ -213,9 +215,15 @@ func (m *Metrics) Rejected(kind string, reason string) {
 func (m *Metrics) Handled(kind string, queueWait, run time.Duration, outcome actor.Outcome) {
 	s := m.handled.get(labelPair{kind, outcome.String()})
 	s.turns.Inc()
+	m.turns.Add(1)
 	s.wait.Observe(queueWait.Seconds())
 	s.run.Observe(run.Seconds())
 }
+
+// Turns returns how many turns Handled has counted, all kinds and
+// outcomes together: a count that only grows, for a rate (the admin
+// dashboard's messages a second).
+func (m *Metrics) Turns() int64 { return m.turns.Load() }
 
 // Activated counts an owner of kind that came.
 func (m *Metrics) Activated(kind string) { m.activated.get(kind).Inc() }

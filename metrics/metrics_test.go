@@ -148,6 +148,9 @@ func TestEventCounters(t *testing.T) {
 	m.Activated("counter")
 	m.Activated("counter")
 	m.Deactivated("counter")
+	if got := m.Turns(); got != 4 {
+		t.Fatalf("Turns = %d after 4 Handled, want 4", got)
+	}
 
 	compare(t, reg, `
 # HELP berth_messages_admitted_total Messages that entered an owner's lane.

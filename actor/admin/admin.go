@@ -106,10 +106,35 @@ type Members struct {
 	Members []Member `json:"members"`
 }
 
+// ObjectCount is how many objects of one kind one host owns.
+type ObjectCount struct {
+	Host    string `json:"host"`
+	Kind    string `json:"kind"`
+	Objects int    `json:"objects"`
+}
+
 // Objects is the objects route's answer.
 type Objects struct {
-	Counts []relocation.ObjectCount `json:"counts"`
-	Total  int                      `json:"total"`
+	Counts []ObjectCount `json:"counts"`
+	Total  int           `json:"total"`
+}
+
+// countObjects reads the counts from store, if it is a relocation.Counter.
+func countObjects(ctx context.Context, store relocation.Store) ([]ObjectCount, int, error) {
+	c, ok := store.(relocation.Counter)
+	if !ok {
+		return nil, 0, payload.NewError(payload.NotConfigured, "admin", "the Location Store does not count its objects (relocation.Counter)")
+	}
+	counts, err := c.CountObjects(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	out, total := make([]ObjectCount, 0, len(counts)), 0
+	for _, n := range counts {
+		out = append(out, ObjectCount{Host: n.Host, Kind: n.Kind, Objects: n.Objects})
+		total += n.Objects
+	}
+	return out, total, nil
 }
 
 // Location is the locate route's answer.
@@ -187,26 +212,14 @@ func (a *api) members(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) objects(w http.ResponseWriter, r *http.Request) {
-	c, ok := a.o.Store.(relocation.Counter)
-	if !ok {
-		writeErr(w, payload.NewError(payload.NotConfigured, "admin", "the Location Store does not count its objects (relocation.Counter)"))
-		return
-	}
 	ctx, cancel := a.ctx(r)
 	defer cancel()
-	counts, err := c.CountObjects(ctx)
+	counts, total, err := countObjects(ctx, a.o.Store)
 	if err != nil {
 		writeErr(w, err)
 		return
 	}
-	out := Objects{Counts: counts}
-	if out.Counts == nil {
-		out.Counts = []relocation.ObjectCount{}
-	}
-	for _, n := range counts {
-		out.Total += n.Objects
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, Objects{Counts: counts, Total: total})
 }
 
 func (a *api) locate(w http.ResponseWriter, r *http.Request) {

@@ -33,7 +33,7 @@ func cluster(t *testing.T, allowWrites bool) (a, b *actor.Host, net *localnet.Ne
 	var hs []*actor.Host
 	for _, name := range []string{"a", "b"} {
 		h, err := actor.NewHost(actor.Config{Name: name, Transport: net.Transport, Store: net.Store, Membership: net.Membership,
-			Logger: slog.New(slog.DiscardHandler)})
+			Logger: quiet()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -245,7 +245,7 @@ func TestMoveRelocatesAnObjectAndDrainDrainsTheHost(t *testing.T) {
 
 // New refuses Options without a host or with a short token.
 func TestNewNeedsAHostAndATokenOfSixteenBytes(t *testing.T) {
-	h, err := actor.NewHost(actor.Config{Logger: slog.New(slog.DiscardHandler)})
+	h, err := actor.NewHost(actor.Config{Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,3 +256,5 @@ func TestNewNeedsAHostAndATokenOfSixteenBytes(t *testing.T) {
 		}
 	}
 }
+
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -22,9 +22,10 @@ package main
 // (":7000", "0.0.0.0:7000") is not loopback.
 //
 // With -http it serves, on that address, /metrics (Prometheus), /healthz
-// (200 while the process runs) and /readyz (200 while the node serves:
+// (200 while the process runs), /readyz (200 while the node serves:
 // joined, its lease live, not draining or stopping; 503 with the reason
-// otherwise), and prints the address first on standard output:
+// otherwise) and /dashboard/ (a live page of the cluster; package
+// actor/admin), and prints the address first on standard output:
 //
 //	http <address>
 //
@@ -270,10 +271,12 @@ func runNode(ctx context.Context, cfg nodeConfig, log *slog.Logger, stdout io.Wr
 	var obs actor.Observer
 	var current atomic.Pointer[actor.Host] // the host, once it started
 	var stopping atomic.Bool               // a signal arrived: not ready from then on
+	var dashboard atomic.Pointer[http.Handler]
+	var m *metrics.Metrics
 	if cfg.httpAddr != "" {
-		m := metrics.New(prometheus.NewRegistry())
+		m = metrics.New(prometheus.NewRegistry())
 		obs = m
-		bound, stop, err := serveNodeHTTP(cfg.httpAddr, m, func() error {
+		bound, stop, err := serveNodeHTTP(cfg.httpAddr, m, &dashboard, func() error {
 			if stopping.Load() {
 				return errors.New("stopping")
 			}
@@ -288,7 +291,7 @@ func runNode(ctx context.Context, cfg nodeConfig, log *slog.Logger, stdout io.Wr
 			return nodeExitFailed
 		}
 		defer stop()
-		log.Info("serving /metrics, /healthz and /readyz", "http", bound)
+		log.Info("serving /metrics, /healthz, /readyz and /dashboard/", "http", bound)
 		fmt.Fprintf(stdout, "http %s\n", bound)
 	}
 	host, code := startNodeHost(ctx, cfg, log, store, members, obs, sig)
@@ -296,6 +299,16 @@ func runNode(ctx context.Context, cfg nodeConfig, log *slog.Logger, stdout io.Wr
 		return code
 	}
 	current.Store(host)
+	if m != nil {
+		d, err := admin.Dashboard(admin.DashboardOptions{Host: host, Membership: members, Store: store, Messages: m.Turns})
+		if err != nil {
+			log.Error("cannot make the dashboard", "err", err)
+			_ = host.Close()
+			return nodeExitFailed
+		}
+		d = http.StripPrefix("/dashboard", d)
+		dashboard.Store(&d)
+	}
 	if cfg.admin.addr != "" {
 		bound, stop, err := serveNodeAdmin(cfg, log, host, store, members)
 		if err != nil {
@@ -489,9 +502,10 @@ func adminToken(file string, getenv func(string) string) (string, error) {
 }
 
 // serveNodeHTTP serves /metrics (m), /healthz (200 while the process
-// runs) and /readyz (200, or 503 and ready's error) on addr; it returns the
-// bound address and a function that ends the server.
-func serveNodeHTTP(addr string, m http.Handler, ready func() error) (bound string, stop func(), err error) {
+// runs), /readyz (200, or 503 and ready's error) and /dashboard/ (the
+// handler dashboard holds, once the host has started) on addr; it returns
+// the bound address and a function that ends the server.
+func serveNodeHTTP(addr string, m http.Handler, dashboard *atomic.Pointer[http.Handler], ready func() error) (bound string, stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", nil, err
@@ -500,6 +514,14 @@ func serveNodeHTTP(addr string, m http.Handler, ready func() error) (bound strin
 	mux.Handle("GET /metrics", m)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /dashboard/", func(w http.ResponseWriter, r *http.Request) {
+		d := dashboard.Load()
+		if d == nil {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		(*d).ServeHTTP(w, r)
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if err := ready(); err != nil {

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/actor/admin"
 	"github.com/berthrt/berth/examples/counter"
 	"github.com/berthrt/berth/internal/pgtest"
 	"github.com/berthrt/berth/relocation"
@@ -111,6 +114,10 @@ func stoppedPeerSetup(t *testing.T, extra ...string) (n1 *node, cont func()) {
 	if code, body := get(t, "http://"+n1.http+"/readyz"); code != http.StatusOK {
 		t.Fatalf("node-1 serving: /readyz %d %q, want 200", code, body)
 	}
+	if code, body := get(t, "http://"+n1.http+"/dashboard/"); code != http.StatusOK || !strings.Contains(body, "<title>berth</title>") {
+		t.Fatalf("node-1's /dashboard/: %d %.200q", code, body)
+	}
+	checkDashboardStream(t, "http://"+n1.http+"/dashboard/events", "node-1", 3) // the nodes and the client
 	if err := n2.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -367,4 +374,30 @@ func TestBerthAdminSeesAndSteersAClusterOfNodes(t *testing.T) {
 			t.Fatalf("object %d after node-1's drain: %+v, %v; want its state (s once)", i, c, err)
 		}
 	}
+}
+
+// checkDashboardStream reads the first snapshot of a node's dashboard
+// stream: it names the node and lists members members.
+func checkDashboardStream(t *testing.T, url, node string, members int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			var s admin.Snapshot
+			if err := json.Unmarshal([]byte(data), &s); err != nil || s.Host != node || len(s.Members) != members || s.Total == 0 {
+				t.Fatalf("the dashboard's first snapshot: %+v, %v; want %s with %d members and objects", s, err, node, members)
+			}
+			return
+		}
+	}
+	t.Fatalf("the dashboard's stream ended: %v", sc.Err())
 }
