@@ -222,7 +222,11 @@ type Transport interface {
 	// reach now.
 	Peers() []string
 	// Pending returns how many items wait on this host's links: queued to
-	// or from it, or being delivered.
+	// or from it, or being delivered. A transport may leave advice (Hint
+	// and Control items) out of out — a peer that died with advice still
+	// unacknowledged would otherwise hold up a stopping host, which waits
+	// for out to reach 0, until the membership reports the peer gone;
+	// messages and moves (Frame, Bounce, Reply, Record) always count.
 	Pending() (in, out int)
 	// Leave starts a graceful leave: peers get a Leaving event and refuse
 	// to send frames here from now on; everything already queued here is

@@ -237,7 +237,7 @@ func TestANodeStoppedRightAfterAPeerWasKilledDrainsToTheLivePeers(t *testing.T) 
 		t.Fatalf("node-2 exited %d (%s), want 0:\n%s", code, st, ns[1].stderr())
 	}
 	if !slices.Contains(client.Peers(), "node-1") {
-		t.Fatalf("the killed node-1 is no longer a member (%v): its lease ran out, so the test does not show that the drain did not wait for that", client.Peers())
+		t.Fatalf("the killed node-1 is no longer a member (%v): its lease ran out, so the test does not show that the drain did not wait for that\n%s", client.Peers(), ns[1].stderr())
 	}
 	for i := range objects {
 		row, err := store.Get(ctx, relocation.Object{Kind: counter.Name, ID: ref(i).ID})

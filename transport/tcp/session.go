@@ -179,6 +179,7 @@ type session struct {
 	// Outbound.
 	nextSeq    uint64    // the next item's number
 	out        []outItem // not taken by the peer, in order, from outHead
+	outAdvice  int       // items of out[outHead:] that are advice (Hint, Control): pendingMessages leaves them out
 	outHead    int
 	outBytes   int
 	acked      uint64 // the peer received through
@@ -210,6 +211,17 @@ func (s *session) caughtUp() bool { return s.acked+1 >= s.sent }
 
 // pendingOut returns how many items the peer has not taken (the bye not
 // counted).
+// isAdvice reports whether it is advice — a hint or a control item — that
+// a host need not wait for when it stops: it carries no message and no
+// part of a move.
+func isAdvice(it outItem) bool {
+	return it.op == opItem && (it.kind == transport.Hint || it.kind == transport.Control)
+}
+
+// pendingMessages is pendingOut without the advice: the items a stopping
+// host waits for (Transport.Pending).
+func (s *session) pendingMessages() int { return s.pendingOut() - s.outAdvice }
+
 func (s *session) pendingOut() int {
 	n := len(s.out) - s.outHead
 	if s.byeSeq != 0 && n > 0 && s.out[len(s.out)-1].op == opBye {
@@ -295,6 +307,9 @@ func (s *session) push(it outItem, o *output) {
 	s.nextSeq++
 	s.out = append(s.out, it)
 	s.outBytes += len(it.data)
+	if isAdvice(it) {
+		s.outAdvice++
+	}
 	s.updateBlocked()
 	if s.state == stUp {
 		s.emit(&s.out[len(s.out)-1], o)
@@ -334,7 +349,7 @@ func (s *session) dropOut(lost bool) {
 		s.stats.lost += uint64(s.pendingOut())
 	}
 	clear(s.out)
-	s.out, s.outHead, s.outBytes = s.out[:0], 0, 0
+	s.out, s.outHead, s.outBytes, s.outAdvice = s.out[:0], 0, 0, 0
 	s.updateBlocked()
 }
 
@@ -487,6 +502,9 @@ func (s *session) acks(e *Envelope, o *output) {
 		s.peerTaken = t
 		for s.outHead < len(s.out) && s.out[s.outHead].seq <= t {
 			s.outBytes -= len(s.out[s.outHead].data)
+			if isAdvice(s.out[s.outHead]) {
+				s.outAdvice--
+			}
 			s.out[s.outHead] = outItem{}
 			s.outHead++
 		}
@@ -575,14 +593,15 @@ func (s *session) close(graceful bool, epoch uint32, seq uint64, o *output) {
 }
 
 // closed reports whether this host's close is done with the peer: the peer
-// received the bye (or answered the crash), or is gone, or was never
-// reached and nothing but the bye waits for it.
+// received the bye (or answered the crash), or is gone, or is not reached
+// and nothing but the bye and advice waits for it (a peer that died with
+// advice unacknowledged holds no graceful close up).
 func (s *session) closed() bool {
 	switch {
 	case s.state == stGone:
 		return true
 	case s.byeSeq != 0:
-		return s.acked >= s.byeSeq || (s.state != stUp && s.pendingOut() == 0)
+		return s.acked >= s.byeSeq || (s.state != stUp && s.pendingMessages() == 0)
 	default:
 		return s.crashAcked || s.state != stUp
 	}

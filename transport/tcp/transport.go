@@ -694,13 +694,15 @@ func (t *Transport) Peers() []string {
 }
 
 // Pending returns how many items wait: in, received from peers and not yet
-// handed to the handler (or being handed); out, sent to peers and not yet
-// taken by their handlers.
+// handed to the handler (or being handed); out, messages and moves sent to
+// peers and not yet taken by their handlers — advice (Hint, Control) is
+// left out, so that a peer that died with some unacknowledged does not
+// hold up a stopping host until the membership reports it gone.
 func (t *Transport) Pending() (in, out int) {
 	for _, p := range t.peerList() {
 		in += p.q.pending()
 		p.mu.Lock()
-		out += p.s.pendingOut()
+		out += p.s.pendingMessages()
 		p.mu.Unlock()
 	}
 	return in, out
