@@ -24,16 +24,18 @@ const token = "a-token-of-enough-bytes"
 
 var bg = context.Background()
 
-// cluster starts hosts a and b on one in-process network with the
-// counter kind, and serves a's admin API (writes as allowed) on a test
-// server.
-func cluster(t *testing.T, allowWrites bool) (a, b *actor.Host, net *localnet.Net, srv *httptest.Server) {
+// startHosts starts one host per name on net with the counter kind (the
+// first with observer obs, if not nil), and waits until each knows the
+// others.
+func startHosts(t *testing.T, net *localnet.Net, obs actor.Observer, names ...string) []*actor.Host {
 	t.Helper()
-	net = localnet.New(localnet.Options{})
 	var hs []*actor.Host
-	for _, name := range []string{"a", "b"} {
-		h, err := actor.NewHost(actor.Config{Name: name, Transport: net.Transport, Store: net.Store, Membership: net.Membership,
-			Logger: quiet()})
+	for i, name := range names {
+		cfg := actor.Config{Name: name, Transport: net.Transport, Store: net.Store, Membership: net.Membership, Logger: quiet()}
+		if i == 0 && obs != nil {
+			cfg.Observer = obs
+		}
+		h, err := actor.NewHost(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,7 +48,24 @@ func cluster(t *testing.T, allowWrites bool) (a, b *actor.Host, net *localnet.Ne
 		t.Cleanup(func() { h.Close() })
 		hs = append(hs, h)
 	}
-	testutil.WaitFor(t, "the hosts to know each other", func() bool { return len(hs[0].Peers()) == 1 && len(hs[1].Peers()) == 1 })
+	testutil.WaitFor(t, "the hosts to know each other", func() bool {
+		for _, h := range hs {
+			if len(h.Peers()) != len(hs)-1 {
+				return false
+			}
+		}
+		return true
+	})
+	return hs
+}
+
+// cluster starts hosts a and b on one in-process network with the
+// counter kind, and serves a's admin API (writes as allowed) on a test
+// server.
+func cluster(t *testing.T, allowWrites bool) (a, b *actor.Host, net *localnet.Net, srv *httptest.Server) {
+	t.Helper()
+	net = localnet.New(localnet.Options{})
+	hs := startHosts(t, net, nil, "a", "b")
 	handler, err := admin.New(admin.Options{Host: hs[0], Membership: net.Membership, Store: net.Store, Token: token, AllowWrites: allowWrites})
 	if err != nil {
 		t.Fatal(err)

@@ -33,28 +33,8 @@ import (
 func threeHosts(t *testing.T) (hs []*actor.Host, net *localnet.Net, srv *httptest.Server) {
 	t.Helper()
 	net = localnet.New(localnet.Options{})
-	m := metrics.New(prometheus.NewRegistry())
-	for _, name := range []string{"a", "b", "c"} {
-		var obs actor.Observer
-		if name == "a" {
-			obs = m // a's turns, for the page's rate
-		}
-		h, err := actor.NewHost(actor.Config{Name: name, Transport: net.Transport, Store: net.Store, Membership: net.Membership, Logger: quiet(), Observer: obs})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := h.Register(counter.Kind()); err != nil {
-			t.Fatal(err)
-		}
-		if err := h.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { h.Close() })
-		hs = append(hs, h)
-	}
-	testutil.WaitFor(t, "the hosts to know each other", func() bool {
-		return len(hs[0].Peers()) == 2 && len(hs[1].Peers()) == 2 && len(hs[2].Peers()) == 2
-	})
+	m := metrics.New(prometheus.NewRegistry()) // a's turns, for the page's rate
+	hs = startHosts(t, net, m, "a", "b", "c")
 	for i := range 30 {
 		if _, err := actor.Ask[counter.Read, counter.Counter](bg, hs[i%3], actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)}, counter.Read{}); err != nil {
 			t.Fatal(err)
