@@ -807,6 +807,7 @@ func (h *Host) Stats() Stats {
 		DroppedOnClose:    h.stats.closeDropped.Load(),
 		Bounced:           h.stats.bouncedMsgs.Load(),
 		Relocations:       h.stats.moved.Load(),
+		MovesUnderWay:     int(h.moves.underWay.Load()),
 		Captured:          h.stats.captured.Load(),
 		Relayed:           h.stats.relayed.Load(),
 		Forwarded:         h.stats.forwarded.Load(),

@@ -127,6 +127,7 @@ type moveTable struct {
 	h        *Host
 	mu       sync.Mutex
 	m        map[relocation.MoveID]*moveDriver // guarded by mu
+	underWay atomic.Int64                      // sources in m, and targets not yet open or ended: Stats.MovesUnderWay (changed under mu)
 	incoming map[string]int                    // moves to here not yet open or ended, by source; guarded by mu
 	remote   remoteOps                         // Relocate across hosts (remotemove.go)
 	pauses   pauseLog                          // moves from here: their pauses (Host.Pauses)
@@ -213,6 +214,7 @@ func (mt *moveTable) addMove(d *moveDriver) {
 		mt.m = map[relocation.MoveID]*moveDriver{}
 	}
 	mt.m[d.id] = d
+	mt.underWay.Add(1) // a source: until removed
 	mt.mu.Unlock()
 }
 
@@ -220,6 +222,9 @@ func (mt *moveTable) removeMove(d *moveDriver) {
 	mt.mu.Lock()
 	if mt.m[d.id] == d {
 		delete(mt.m, d.id)
+		if d.tgt == nil { // a source (targets leave the count in notIncoming)
+			mt.underWay.Add(-1)
+		}
 	}
 	mt.mu.Unlock()
 	d.notIncoming()
@@ -245,6 +250,7 @@ func (mt *moveTable) addIncoming(d *moveDriver) bool {
 		mt.incoming = map[string]int{}
 	}
 	mt.m[d.id] = d
+	mt.underWay.Add(1) // a target: until it opens or ends (notIncoming)
 	mt.incoming[d.peer]++
 	d.counted.Store(true)
 	return true
@@ -258,6 +264,7 @@ func (d *moveDriver) notIncoming() {
 	}
 	h := d.h
 	h.moves.mu.Lock()
+	h.moves.underWay.Add(-1)
 	if h.moves.incoming[d.peer]--; h.moves.incoming[d.peer] <= 0 {
 		delete(h.moves.incoming, d.peer)
 	}

@@ -102,6 +102,7 @@ type Stats struct {
 	Dropped           int64         // stamped messages this host could not deliver (their senders got an error; a skip notice followed)
 	Bounced           int64         // messages sent back to their origin to be routed again
 	Relocations       int64         // moves completed with this host as source or target
+	MovesUnderWay     int           // moves this host takes part in now, as source or target
 	Captured          int64         // queued messages moved in move records (this host the source)
 	Relayed           int64         // messages relayed after relay-ready (this host the source)
 	Forwarded         int64         // messages handed on by Message Follow or a route (hops taken here)

@@ -55,3 +55,27 @@ func TestAHostIsReadyOnlyWhileItServesWithALiveLease(t *testing.T) {
 		t.Fatalf("a host not started: Ready = %v, want Unavailable", err)
 	}
 }
+
+// Stats.MovesUnderWay counts the moves a host takes part in now: one
+// while a move waits for its object's turn, none once it is done, at
+// either end.
+func TestStatsCountTheMovesUnderWay(t *testing.T) {
+	n := NewNetwork(nil)
+	g := newGates()
+	a := startHost(t, n.With(Config{Name: "a", Logger: quietLogger()}), movableKind(g))
+	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger()}), movableKind(g))
+	waitViews(t, a, b)
+	ref := Ref{"counter", "x"}
+	if err := Tell(bg, a, ref, Block{Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	g.waitStarted(t, "k")
+	moved := make(chan error, 1)
+	go func() { moved <- a.Relocate(bg, ref, "b") }()
+	waitFor(t, "the move to be under way", func() bool { return a.Stats().MovesUnderWay == 1 })
+	g.release("k")
+	if err := <-moved; err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "no move under way", func() bool { return a.Stats().MovesUnderWay == 0 && b.Stats().MovesUnderWay == 0 })
+}

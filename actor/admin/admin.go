@@ -10,7 +10,7 @@
 //	GET  members               the membership: name, state, address, kinds, lease generation
 //	GET  objects               objects per host and kind, from the Location Store (relocation.Counter)
 //	GET  locate/{kind}/{id}    where an object lives (actor.Host.Locate)
-//	GET  stats                 this host's counters (actor.Host.Stats) and drain state
+//	GET  stats                 this host's counters (actor.Host.Stats: moves under way among them), drain state, recent move pauses
 //	POST move/{kind}/{id}?to=  move an object to a host (actor.Host.Relocate): Options.AllowWrites
 //	POST drain                 drain this host (actor.Host.Drain), then it stops: Options.AllowWrites
 //
@@ -149,10 +149,11 @@ type Location struct {
 
 // Stats is the stats route's answer.
 type Stats struct {
-	Host       string      `json:"host"`
-	Ready      string      `json:"ready"` // "ok", or why not
-	DrainState string      `json:"drain_state"`
-	Stats      actor.Stats `json:"stats"`
+	Host       string       `json:"host"`
+	Ready      string       `json:"ready"` // "ok", or why not
+	DrainState string       `json:"drain_state"`
+	Stats      actor.Stats  `json:"stats"`  // MovesUnderWay and Relocations among them
+	Pauses     PauseSummary `json:"pauses"` // of the last moves from this host (actor.Host.RecentPauses)
 }
 
 // Done is the answer of move and drain.
@@ -241,7 +242,8 @@ func (a *api) stats(w http.ResponseWriter, _ *http.Request) {
 	if err := h.Ready(); err != nil {
 		ready = err.Error()
 	}
-	writeJSON(w, http.StatusOK, Stats{Host: h.Name(), Ready: ready, DrainState: h.DrainState().String(), Stats: h.Stats()})
+	writeJSON(w, http.StatusOK, Stats{Host: h.Name(), Ready: ready, DrainState: h.DrainState().String(), Stats: h.Stats(),
+		Pauses: summarize(h.RecentPauses())})
 }
 
 func (a *api) move(w http.ResponseWriter, r *http.Request) {

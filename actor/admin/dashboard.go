@@ -44,6 +44,7 @@ type Snapshot struct {
 	Total     int           `json:"total"`
 	Here      int           `json:"here"`        // objects with an owner on this host
 	Moves     int64         `json:"moves"`       // moves this host took part in, ever
+	UnderWay  int           `json:"under_way"`   // moves this host takes part in now
 	MovesRate float64       `json:"moves_per_s"` // since the last snapshot
 	MsgRate   float64       `json:"messages_per_s"`
 	Pauses    PauseSummary  `json:"pauses"`
@@ -133,7 +134,7 @@ func streamSnapshots(w http.ResponseWriter, r *http.Request, o DashboardOptions)
 func snapshot(ctx context.Context, o DashboardOptions) Snapshot {
 	h := o.Host
 	st := h.Stats()
-	s := Snapshot{Host: h.Name(), Time: time.Now(), Here: st.OwnersActive, Moves: st.Relocations, Members: []Member{}, Objects: []ObjectCount{}}
+	s := Snapshot{Host: h.Name(), Time: time.Now(), Here: st.OwnersActive, Moves: st.Relocations, UnderWay: st.MovesUnderWay, Members: []Member{}, Objects: []ObjectCount{}}
 	ctx, cancel := context.WithTimeout(ctx, o.Every)
 	defer cancel()
 	if o.Membership != nil {

@@ -142,7 +142,7 @@ func TestTheDashboardStreamsSnapshotsWhileWatched(t *testing.T) {
 				count = o.Objects
 			}
 		}
-		if count == before+1 && s.Moves >= 1 && s.Pauses.Count >= 1 && s.MsgRate > 0 {
+		if count == before+1 && s.Moves >= 1 && s.UnderWay == 0 && s.Pauses.Count >= 1 && s.MsgRate > 0 {
 			break
 		}
 		if time.Now().After(deadline) {

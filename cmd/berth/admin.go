@@ -239,7 +239,8 @@ func runAdmin(ctx context.Context, c *adminClient, args []string, w io.Writer) e
 		if err := c.do(ctx, "GET", "/admin/v1/stats", &st); err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "host %s ready=%q drain=%s\n%+v\n", st.Host, st.Ready, st.DrainState, st.Stats)
+		fmt.Fprintf(w, "host %s ready=%q drain=%s moves: %d under way, %d done; pauses of the last %d: p50 %dµs p99 %dµs max %dµs\n%+v\n",
+			st.Host, st.Ready, st.DrainState, st.Stats.MovesUnderWay, st.Stats.Relocations, st.Pauses.Count, st.Pauses.P50, st.Pauses.P99, st.Pauses.Max, st.Stats)
 	case "locate":
 		if err := need(1, "KIND/ID"); err != nil {
 			return err
