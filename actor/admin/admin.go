@@ -12,7 +12,8 @@
 //	GET  locate/{kind}/{id}    where an object lives (actor.Host.Locate)
 //	GET  stats                 this host's counters (actor.Host.Stats: moves under way among them), drain state, recent move pauses
 //	POST move/{kind}/{id}?to=  move an object to a host (actor.Host.Relocate): Options.AllowWrites
-//	POST drain                 drain this host (actor.Host.Drain), then it stops: Options.AllowWrites
+//	POST drain                 drain this host (actor.Host.Drain), then it stops: Options.AllowWrites;
+//	                           the drain goes on if the asker leaves; the answer comes when it ends
 //
 // Invariants: every request carries the admin credential (Authorization:
 // Bearer <Options.Token>), compared in constant time, or is refused 401
@@ -58,8 +59,8 @@ type Options struct {
 	// AllowWrites turns on the routes that change the cluster (move,
 	// drain).
 	AllowWrites bool
-	// Timeout bounds each read route's calls (default 10 s); move and
-	// drain are bounded by the request's own context.
+	// Timeout bounds each read route's calls (default 10 s); move is
+	// bounded by the request's own context, and drain runs to its end.
 	Timeout time.Duration
 }
 
@@ -261,7 +262,10 @@ func (a *api) move(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) drain(w http.ResponseWriter, r *http.Request) {
-	if err := a.o.Host.Drain(r.Context()); err != nil {
+	// A drain asked for goes on to its end even if the asker leaves (a
+	// client's timeout would otherwise cut it short, and leave the host
+	// relocating, serving, for a later drain).
+	if err := a.o.Host.Drain(context.WithoutCancel(r.Context())); err != nil {
 		writeErr(w, err)
 		return
 	}

@@ -277,3 +277,35 @@ func TestNewNeedsAHostAndATokenOfSixteenBytes(t *testing.T) {
 }
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// A drain asked for goes on to its end when the asker leaves before it is
+// done: the host does not stay relocating.
+func TestADrainGoesOnWhenItsAskerLeaves(t *testing.T) {
+	a, _, net, srv := cluster(t, true)
+	if _, err := actor.Ask[counter.Read, counter.Counter](bg, a, actor.Ref{Kind: counter.Name, ID: "x"}, counter.Read{}); err != nil {
+		t.Fatal(err)
+	}
+	net.Break("a", "b") // the drain's move waits for the link
+	ctx, cancel := context.WithCancel(bg)
+	req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/admin/v1/drain", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	asked := make(chan error, 1)
+	go func() {
+		resp, err := srv.Client().Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		asked <- err
+	}()
+	testutil.WaitFor(t, "the drain to begin", func() bool { return a.DrainState() != actor.Serving })
+	cancel() // the asker leaves
+	if err := <-asked; err == nil {
+		t.Fatal("the request ended with an answer before the drain could")
+	}
+	net.Heal("a", "b")
+	select {
+	case <-a.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("a is %v 30 s after its asker left; want the drain finished and a stopped", a.DrainState())
+	}
+}

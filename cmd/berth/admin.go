@@ -17,7 +17,8 @@ package main
 //	stats                the node's counters
 //	locate KIND/ID       where an object lives
 //	move KIND/ID NODE    move an object to NODE (the node needs -admin-write)
-//	drain NODE           drain the node at -addr, which must be NODE (-admin-write)
+//	drain NODE           drain the node at -addr, which must be NODE (-admin-write);
+//	                     it goes on if this command ends first (-timeout)
 //
 // It prints what the API answers, one line per item; an error answer is
 // printed on standard error, with exit code 1 (2 for usage).
@@ -280,6 +281,10 @@ func runAdmin(ctx context.Context, c *adminClient, args []string, w io.Writer) e
 		}
 		var d admin.Done
 		if err := c.do(ctx, "POST", "/admin/v1/drain", &d); err != nil {
+			var ae *adminError
+			if !errors.As(err, &ae) { // no answer: the node drains on all the same
+				return fmt.Errorf("%w (the drain goes on at %s: see berth admin stats, or wait for it to exit)", err, st.Host)
+			}
 			return err
 		}
 		fmt.Fprintln(w, d.Done)

@@ -20,9 +20,45 @@ import (
 	"github.com/berthrt/berth/actor/admin"
 	"github.com/berthrt/berth/examples/counter"
 	"github.com/berthrt/berth/internal/pgtest"
+	"github.com/berthrt/berth/pgstore"
 	"github.com/berthrt/berth/relocation"
 	"github.com/berthrt/berth/transport/tcp"
 )
+
+// placeObjects sends counter objects 0…n-1 one Add from sender "s"
+// through client, asks each (so it has run), and returns the host the
+// Location Store names for each.
+func placeObjects(t *testing.T, client *actor.Host, store *pgstore.Store, n int) []string {
+	t.Helper()
+	ctx := context.Background()
+	hosts := make([]string, n)
+	for i := range n {
+		ref := actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)}
+		if err := actor.Tell(ctx, client, ref, counter.Add{Sender: "s", Seq: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := actor.Ask[counter.Read, counter.Counter](ctx, client, ref, counter.Read{}); err != nil {
+			t.Fatal(err)
+		}
+		row, err := store.Get(ctx, relocation.Object{Kind: counter.Name, ID: ref.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hosts[i] = row.Host
+	}
+	return hosts
+}
+
+// countOf returns how many of hosts are host.
+func countOf(hosts []string, host string) int {
+	n := 0
+	for _, h := range hosts {
+		if h == host {
+			n++
+		}
+	}
+	return n
+}
 
 // get returns the status and body of GET url.
 func get(t *testing.T, url string) (int, string) {
@@ -95,21 +131,8 @@ func stoppedPeerSetup(t *testing.T, extra ...string) (n1 *node, cont func()) {
 		t.Fatal(err)
 	}
 	t.Cleanup(closeClient)
-	onN1 := 0
-	for i := 0; i < 40 && onN1 < 5; i++ {
-		ref := actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)}
-		if err := actor.Tell(ctx, client, ref, counter.Add{Sender: "s", Seq: 1}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := actor.Ask[counter.Read, counter.Counter](ctx, client, ref, counter.Read{}); err != nil {
-			t.Fatal(err)
-		}
-		if row, err := store.Get(ctx, relocation.Object{Kind: counter.Name, ID: ref.ID}); err == nil && row.Host == "node-1" {
-			onN1++
-		}
-	}
-	if onN1 == 0 {
-		t.Fatal("no object on node-1")
+	if hosts := placeObjects(t, client, store, 40); !slices.Contains(hosts, "node-1") {
+		t.Fatalf("no object on node-1: %v", hosts)
 	}
 	if code, body := get(t, "http://"+n1.http+"/readyz"); code != http.StatusOK {
 		t.Fatalf("node-1 serving: /readyz %d %q, want 200", code, body)
@@ -214,18 +237,7 @@ func TestANodeStoppedRightAfterAPeerWasKilledDrainsToTheLivePeers(t *testing.T) 
 	defer closeClient()
 	const objects = 30
 	ref := func(i int) actor.Ref { return actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)} }
-	onN2 := 0
-	for i := range objects {
-		if err := actor.Tell(ctx, client, ref(i), counter.Add{Sender: "s", Seq: 1}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := actor.Ask[counter.Read, counter.Counter](ctx, client, ref(i), counter.Read{}); err != nil {
-			t.Fatal(err)
-		}
-		if row, err := store.Get(ctx, relocation.Object{Kind: counter.Name, ID: ref(i).ID}); err == nil && row.Host == "node-2" {
-			onN2++
-		}
-	}
+	onN2 := countOf(placeObjects(t, client, store, objects), "node-2")
 	if onN2 < 2 {
 		t.Fatalf("%d objects on node-2; want some to drain", onN2)
 	}
@@ -298,16 +310,9 @@ func TestBerthAdminSeesAndSteersAClusterOfNodes(t *testing.T) {
 	defer closeClient()
 	const objects = 20
 	onN1 := map[string]bool{}
-	for i := range objects {
-		ref := actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)}
-		if err := actor.Tell(ctx, client, ref, counter.Add{Sender: "s", Seq: 1}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := actor.Ask[counter.Read, counter.Counter](ctx, client, ref, counter.Read{}); err != nil {
-			t.Fatal(err)
-		}
-		if row, _ := store.Get(ctx, relocation.Object{Kind: counter.Name, ID: ref.ID}); row.Host == "node-1" {
-			onN1[ref.ID] = true
+	for i, h := range placeObjects(t, client, store, objects) {
+		if h == "node-1" {
+			onN1[strconv.Itoa(i)] = true
 		}
 	}
 	if len(onN1) == 0 || len(onN1) == objects {
