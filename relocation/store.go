@@ -127,7 +127,8 @@ type Store interface {
 	// Preserve ends the owner's ownership, keeping the generations, and
 	// stores order (the object's receive-order state; nil clears it).
 	Preserve(ctx context.Context, obj Object, expect Ownership, order []byte) (Row, error)
-	// Delete removes the row if it still has the expected ownership.
+	// Delete removes the row if it still has the expected ownership, and
+	// the object's state row if the store is a StateStore too.
 	Delete(ctx context.Context, obj Object, expect Ownership) error
 	// RenewLease starts or extends host's lease for LeaseTTL. gen is the
 	// host's generation for this process run; a new, higher gen replaces
@@ -146,6 +147,9 @@ type MemoryStore struct {
 	rows   map[Object]Row
 	leases map[string]Lease
 	now    func() time.Time
+
+	states     map[Object]StoredState          // StateStore (state.go)
+	writeFault func(writes []StateWrite) error // FailStateWrites
 }
 
 // NewMemoryStore returns an empty store; now is its clock (nil: time.Now).
@@ -153,7 +157,7 @@ func NewMemoryStore(now func() time.Time) *MemoryStore {
 	if now == nil {
 		now = time.Now
 	}
-	return &MemoryStore{rows: map[Object]Row{}, leases: map[string]Lease{}, now: now}
+	return &MemoryStore{rows: map[Object]Row{}, leases: map[string]Lease{}, now: now, states: map[Object]StoredState{}}
 }
 
 func (s *MemoryStore) liveLocked(host string) (Lease, bool) {
@@ -293,6 +297,7 @@ func (s *MemoryStore) Delete(ctx context.Context, obj Object, expect Ownership) 
 		return err
 	}
 	delete(s.rows, obj)
+	delete(s.states, obj)
 	return nil
 }
 
