@@ -122,7 +122,7 @@ func (ad *admission) dispatchRun(ctx context.Context, turn *Context, t target, m
 		return false, mailbox.ErrTooLarge
 	}
 	if turn != nil && turn.host == h {
-		turn.owner.out.sendOne(t, m)
+		turn.owner.send(t, m)
 		return false, nil
 	}
 	// Pushed back by the object's reorder buffer: wait before taking a

@@ -163,6 +163,12 @@ type Config struct {
 	// refusal is counted (Stats.PeerRefused). One message always fits,
 	// whatever its size. Defaults 32,768 messages / 64 MiB.
 	PeerInbound mailbox.Limits
+	// StateStore keeps the durable state of persistent kinds
+	// (Kind.PersistState). Default: Store, if it is a
+	// relocation.StateStore (relocation.MemoryStore and pgstore.Store
+	// are), the private in-memory store of a host without a Transport.
+	// It must live beside Store: its writes are fenced by Store's rows.
+	StateStore relocation.StateStore
 	// StoreTimeout bounds each Location Store call; default 5 s.
 	StoreTimeout time.Duration
 	// Gateway makes the host a client of the cluster: it sends to objects

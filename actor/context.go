@@ -56,6 +56,17 @@ func (c *Context) Self() Ref { return c.owner.ref }
 // Host returns the host the owner runs on.
 func (c *Context) Host() *Host { return c.host }
 
+// StateUnchanged tells the host that the running turn did not change the
+// object's state: for a persistent kind (Kind.PersistState) no write
+// follows the turn (its outputs still wait for the writes before it).
+// Without it every turn whose handler ran is written. It does nothing for
+// other kinds.
+func (c *Context) StateUnchanged() {
+	if c.owner != nil && c.owner.gate != nil && c.env != nil {
+		c.owner.gate.unchanged = true
+	}
+}
+
 // MessageDeadline returns the running message's absolute deadline, if its
 // sender set one (every Ask does).
 func (c *Context) MessageDeadline() (time.Time, bool) {

@@ -203,7 +203,7 @@ func ackReply(c *Context) error {
 	if err != nil {
 		return err
 	}
-	h.requests.routeReply(route, hv.Op(), reply{buf: buf})
+	c.owner.reply(route, hv.Op(), reply{buf: buf})
 	return nil
 }
 

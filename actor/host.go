@@ -216,12 +216,23 @@ func (h *Host) Start() error {
 		}
 		h.owners.kinds[s.name] = &kindRuntime{spec: s, host: h}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
 	h.store = h.cfg.Store
 	if h.store == nil {
 		h.store = relocation.NewMemoryStore(nil)
+	}
+	ss := h.cfg.StateStore
+	if ss == nil {
+		ss, _ = h.store.(relocation.StateStore)
+	}
+	h.owners.persist.init(h, ss)
+	for _, kr := range h.owners.kinds {
+		if kr.spec.persist && ss == nil {
+			errs = append(errs, payload.NewError(payload.InvalidOperation, "actor.Host.Start",
+				"kind "+kr.spec.name+" persists its state, and the host has no state store (Config.StateStore, or a Store that is a relocation.StateStore)"))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	h.lease.gen = uint64(time.Now().UnixNano())
 	h.lease.local = membership.LocalLease{Margin: membership.DefaultMargin}
@@ -719,6 +730,7 @@ func (h *Host) Close() error {
 		}
 	}
 	h.owners.actors.Wait()
+	h.owners.persist.running.Wait() // the last flush: its outputs released or ended
 	close(h.workers.stop)
 	h.workers.running.Wait()
 	// Turns run inline by callers (Config.InlineAsk) are not drains; wait
@@ -811,6 +823,12 @@ func (h *Host) Stats() Stats {
 		Captured:          h.stats.captured.Load(),
 		Relayed:           h.stats.relayed.Load(),
 		Forwarded:         h.stats.forwarded.Load(),
+		StateWrites:       h.owners.persist.writes.Load(),
+		StateFlushes:      h.owners.persist.flushes.Load(),
+		StateFenced:       h.owners.persist.fencedN.Load(),
+		StateWriteErrors:  h.owners.persist.failures.Load(),
+		OutputsHeld:       int(h.owners.persist.held.Load()),
+		OutputsDropped:    h.stats.droppedOutputs.Load(),
 		Payload:           h.pool.Stats(),
 	}
 }

@@ -46,6 +46,7 @@ type spec struct {
 	placement Placement
 	capture   func(state any) ([]byte, error)                       // PreserveState
 	restore   func(c *Context, id string, data []byte) (any, error) // PreserveState
+	persist   bool                                                  // PersistState: the state is durable
 }
 
 // RelocationPolicy says what a kind's objects do when their owner moves to
@@ -143,7 +144,7 @@ func (k *Kind[S]) specs() []*spec { return []*spec{k.s} }
 // RecreateOnRelocation lets the kind's objects move: their queued messages
 // go to the new owner, whose factory rebuilds the state.
 func (k *Kind[S]) RecreateOnRelocation() {
-	k.s.policy, k.s.capture, k.s.restore = RecreateOnRelocation, nil, nil
+	k.s.policy, k.s.capture, k.s.restore, k.s.persist = RecreateOnRelocation, nil, nil, false
 }
 
 // PreserveState lets the kind's objects move with their state: capture
@@ -172,6 +173,50 @@ func (k *Kind[S]) PreserveStateJSON() {
 		return st, payload.JSON.Decode(data, st)
 	})
 }
+
+// PersistState makes the kind's objects durable: their state survives
+// the crash of their host. It implies PreserveState with the same
+// adapters (objects move with their state). The host needs a state store
+// (Config.StateStore, or a Store that is a relocation.StateStore).
+//
+//   - An object's activation restores its last durable state (restore);
+//     the factory runs only for an object that never had one. A takeover
+//     after a crash restores it too.
+//   - After every turn whose handler ran, unless it called
+//     Context.StateUnchanged, the state is captured (capture) and written;
+//     the writes of many objects go to the store together, one flush as
+//     soon as the previous one returns.
+//   - Output gate: a turn's outputs — an Ask's reply, the messages its
+//     handler sent — leave only once that turn's write (and every earlier
+//     one) is durable. Later turns run meanwhile; their outputs queue
+//     behind, in order. An Ask from a handler first makes the state as it
+//     is durable and lets the outputs before it go (one flush).
+//   - A write is fenced by the object's ownership: a former owner (a
+//     paused or partitioned host whose object was taken over) never
+//     writes. A fenced write ends the activation; what it held fails
+//     (kind Unavailable), never released as if it had committed.
+//   - A store that fails: outputs wait, the writes are retried, turns go
+//     on in order; askers see their own deadlines.
+//   - Passivation and Stop write a final state (after the deactivate
+//     hook); a move writes what is pending before it captures the state.
+//
+// So an acknowledged update (an Ask answered, a message sent by a later
+// turn) is never lost, whatever crashes. Sends made outside the turn (a
+// goroutine the handler started, the deactivate hook) are not gated.
+func (k *Kind[S]) PersistState(capture func(state *S) ([]byte, error), restore func(ctx *Context, id string, data []byte) (*S, error)) {
+	k.PreserveState(capture, restore)
+	k.s.persist = true
+}
+
+// PersistStateJSON is PersistState with the state encoded as JSON (its
+// exported fields, by encoding/json rules).
+func (k *Kind[S]) PersistStateJSON() {
+	k.PreserveStateJSON()
+	k.s.persist = true
+}
+
+// Persistent reports whether the kind's state is durable (PersistState).
+func (k *Kind[S]) Persistent() bool { return k.s.persist }
 
 // Relocation returns the kind's relocation policy.
 func (k *Kind[S]) Relocation() RelocationPolicy { return k.s.policy }

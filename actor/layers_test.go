@@ -33,6 +33,8 @@ var partRank = map[string]int{
 	"requestTable": 2,
 	// The owners: the kinds' shards, each owner's turns and receive side.
 	"ownerTable": 3, "owner": 3, "kindRuntime": 3, "channelRuntime": 3,
+	// The owners' durable state: writes, flushes, output gates.
+	"persister": 3, "stateGate": 3,
 	// Failure facts, skip notices waiting for a leaving host.
 	"gapFacts": 2,
 	// Where objects run: look-ups, forwarding, bounces, the terminal paths.

@@ -674,6 +674,13 @@ func (d *moveDriver) startSource() {
 func (d *moveDriver) sealAndCapture() {
 	var relieved bool
 	o := d.o
+	var flushErr error
+	if o.gate != nil {
+		// A persistent object's writes are durable, and its outputs gone,
+		// before its state leaves: once the target owns it, no write of
+		// this host lands.
+		flushErr = o.gate.flushAll()
+	}
 	d.lane.runHere(func() {
 		if d.src == nil || d.ended {
 			return
@@ -688,7 +695,10 @@ func (d *moveDriver) sealAndCapture() {
 		if f := d.h.moves.times; f != nil {
 			f(d.id, false, now)
 		}
-		rec, err := d.capture()
+		rec, err := relocation.MoveRecord{}, flushErr
+		if err == nil {
+			rec, err = d.capture()
+		}
 		if err != nil {
 			d.h.log.Error("relocation: capture failed; aborting", "object", d.obj.String(), "err", err)
 			d.abortErr = err

@@ -106,6 +106,12 @@ type Stats struct {
 	Captured          int64         // queued messages moved in move records (this host the source)
 	Relayed           int64         // messages relayed after relay-ready (this host the source)
 	Forwarded         int64         // messages handed on by Message Follow or a route (hops taken here)
+	StateWrites       int64         // persistent objects' state writes that landed (Kind.PersistState)
+	StateFlushes      int64         // state store calls made: each flush writes every state queued
+	StateFenced       int64         // state writes fenced: a newer owner had the object; the activation ended
+	StateWriteErrors  int64         // state store calls that failed (their writes are retried; outputs wait)
+	OutputsHeld       int           // outputs of persistent objects waiting for their turn's write now
+	OutputsDropped    int64         // outputs and queued messages of persistent objects ended as failures (fenced, capture failed)
 	Payload           payload.Stats // copy accounting of the host's payload pool
 }
 

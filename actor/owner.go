@@ -56,6 +56,7 @@ type ownerTable struct {
 	heldMu   sync.Mutex       // guards held
 	held     map[*owner]struct{}
 	seed     maphash.Seed // spreads objects over a kind's shards
+	persist  persister    // persistent kinds' writes and output gates (persist.go)
 }
 
 type owner struct {
@@ -91,6 +92,7 @@ type owner struct {
 	lastActive atomic.Int64  // nanotime of the last accepted message or turn's end (with IdleTimeout)
 	gone       chan struct{} // closed when the deactivation finished
 	out        outbox        // sends from this owner's handlers awaiting permits
+	gate       *stateGate    // a persistent kind's writes and output gate (persist.go); nil otherwise
 	kr         *kindRuntime  // nil for channel subscribers
 	stopOnce   sync.Once
 }
@@ -101,6 +103,7 @@ type control uint8
 const (
 	controlPassivate  control = iota + 1 // deactivate if still idle and empty
 	controlDeactivate                    // host stopping: deactivate now
+	controlFenced                        // a state write was fenced: end the activation (persist.go)
 )
 
 // newOwner makes an owner and spawns its actor. Callers serialize per object.
@@ -114,6 +117,7 @@ func (ow *ownerTable) newOwner(s *spec, kr *kindRuntime, ref Ref) *owner {
 	o.mb.Owner = o
 	o.mb.OnStop = o.stopped
 	o.lastActive.Store(nanotime())
+	o.gate = ow.persist.gateFor(o)
 	ow.actors.Add(1)
 	ow.spawnMu.Lock()
 	ow.spawning = o.mb
@@ -170,7 +174,6 @@ func (ownerActor) Receive(c pa.Context) {
 // turn runs one item. The mailbox releases the item afterwards, whatever
 // happens here.
 func (o *owner) turn(e *mailbox.Envelope) {
-	h := o.host
 	if e.Msg == nil {
 		switch c := e.Control.(type) {
 		case control:
@@ -180,6 +183,15 @@ func (o *owner) turn(e *mailbox.Envelope) {
 		}
 		return
 	}
+	o.turnMsg(e)
+	if o.gate != nil {
+		o.gate.endTurn() // the turn's write and outputs (persist.go)
+	}
+}
+
+// turnMsg runs one application message.
+func (o *owner) turnMsg(e *mailbox.Envelope) {
+	h := o.host
 	if dl := h.lease.deadline.Load(); dl != 0 && wallNano() > dl {
 		// Past its lease another host may own the object: start no turn.
 		h.obs.Rejected(o.spec.name, RejectShuttingDown)
@@ -231,13 +243,22 @@ func (o *owner) run(hd *handler, e *mailbox.Envelope) (outcome Outcome) {
 			<-o.prev.gone // the previous activation's deactivate hook finishes first
 			o.prev = nil
 		}
-		st, err := o.spec.factory(&o.ctx, o.ref.ID)
+		var st any
+		var err error
+		if o.gate != nil {
+			st, err = o.gate.load(&o.ctx) // the last durable state, or the factory's
+		} else {
+			st, err = o.spec.factory(&o.ctx, o.ref.ID)
+		}
 		if err != nil {
 			o.host.obs.Rejected(o.spec.name, RejectActivation)
 			o.fail(e, &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: o.ref.String() + ": activation failed", Err: err})
 			return OutcomeError
 		}
 		o.state, o.ready = st, true
+	}
+	if o.gate != nil {
+		o.gate.ran = true
 	}
 	if err := hd.run(&o.ctx, o.state, e); err != nil {
 		if e.HasPermit() && payload.KindOf(err) == payload.ProtocolError {
@@ -255,7 +276,7 @@ func (o *owner) fail(e *mailbox.Envelope, err error) {
 	hv := e.Msg.Header()
 	if route := hv.ReplyTo(); len(route) > 0 {
 		// The same error for the asker wherever it is (HandlerError).
-		o.host.requests.routeReply(route, hv.Op(), reply{err: handlerError(err)})
+		o.reply(route, hv.Op(), reply{err: handlerError(err)})
 		return
 	}
 	o.host.log.Debug("one-way message failed", "owner", o.ref.String(), "type", string(hv.Type()), "err", err)
@@ -274,7 +295,40 @@ func (o *owner) control(c control) {
 		if o.kr != nil {
 			o.kr.deactivate(o, true)
 		}
+	case controlFenced:
+		if o.kr != nil {
+			o.kr.endFenced(o)
+		}
 	}
+}
+
+// reply sends a reply the running turn made; a persistent owner's waits
+// in its output gate for the turn's write.
+func (o *owner) reply(route []byte, op payload.OpID, r reply) {
+	if g := o.gate; g != nil && !g.passes() {
+		g.hold(heldOutput{route: append([]byte(nil), route...), op: op, r: r})
+		return
+	}
+	o.host.requests.routeReply(route, op, r)
+}
+
+// send sends m to t from the running turn, through the owner's outbox; a
+// persistent owner's waits in its output gate first.
+func (o *owner) send(t target, m *payload.Message) {
+	if g := o.gate; g != nil && !g.passes() {
+		g.hold(heldOutput{t: t, m: m})
+		return
+	}
+	o.out.sendOne(t, m)
+}
+
+// sendFanout queues a fan-out of the running turn (Publish), like send.
+func (o *owner) sendFanout(ps *pendingSend) {
+	if g := o.gate; g != nil && !g.passes() {
+		g.hold(heldOutput{ps: ps})
+		return
+	}
+	o.out.enqueue(ps)
 }
 
 // kindRuntime is a kind on a host: its owners, sharded by object id.
@@ -367,6 +421,14 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 			}()
 			kr.spec.deactivate(context.WithoutCancel(&o.ctx), o.ref.ID, o.state)
 		}()
+	}
+	if o.gate != nil {
+		// The last state (the hook may have changed it) is durable before
+		// the row is preserved: after that no write of this activation
+		// lands.
+		if err := o.gate.final(); err != nil {
+			h.log.Warn("final state of a persistent object not written", "object", o.ref.String(), "err", err)
+		}
 	}
 	o.state = nil
 	obj := relocation.Object{Kind: o.ref.Kind, ID: o.ref.ID}

@@ -19,4 +19,5 @@ type peerLogs struct {
 	backlog       ratelog.Limiter // messages refused past a peer's budget (Config.PeerInbound)
 	link          ratelog.Limiter // items not sent: their link was past its bound
 	replyLost     ratelog.Limiter // replies to a host that is not reachable
+	stateStore    ratelog.Limiter // state writes that failed and are retried (persist.go)
 }

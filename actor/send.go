@@ -119,7 +119,7 @@ func Publish[M any](ctx context.Context, h *Host, channel string, msg M) error {
 		return err
 	}
 	if turn != nil && turn.host == h {
-		turn.owner.out.enqueue(&pendingSend{m: m, targets: ts, fanout: true})
+		turn.owner.sendFanout(&pendingSend{m: m, targets: ts, fanout: true})
 		return nil
 	}
 	// The first child waits for its permit like any ingress; the others
@@ -206,9 +206,23 @@ func ask[M, R any](ctx context.Context, h *Host, turn *Context, t target, pt pay
 	if err != nil {
 		return zero, err
 	}
+	var g *stateGate
+	if turn != nil && turn.host == h && turn.owner.gate != nil {
+		// A persistent owner's state and earlier outputs become durable
+		// and go first: what this asks may depend on them.
+		g = turn.owner.gate
+		if err := g.sync(deadline); err != nil {
+			m.Release()
+			return zero, err
+		}
+		g.direct++
+	}
 	p := pendings.Get().(*pending)
 	h.requests.add(op, p)
 	ran, err := h.admit.dispatchRun(ctx, turn, t, m, h.cfg.InlineAsk && turn == nil)
+	if g != nil {
+		g.direct--
+	}
 	if err != nil {
 		h.requests.take(op)
 		pendings.Put(p)
@@ -278,7 +292,7 @@ func replyWith[R any](c *Context, r R) error {
 	if err != nil {
 		return err
 	}
-	h.requests.routeReply(route, hv.Op(), reply{buf: buf})
+	c.owner.reply(route, hv.Op(), reply{buf: buf})
 	return nil
 }
 

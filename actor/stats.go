@@ -10,17 +10,18 @@ import "sync/atomic"
 // Invariants: counters only grow; the gauges (inflight, owners, running,
 // heldOut) return to zero when the host is idle.
 type hostStats struct {
-	inflight     atomic.Int32 // requests waiting for their reply (Stats.RequestsInFlight)
-	owners       atomic.Int64 // live owners, objects and subscribers (Stats.OwnersActive)
-	running      atomic.Int64 // turns running now
-	heldOut      atomic.Int64 // messages held out of order (Stats.HeldOutOfOrder)
-	moved        atomic.Int64 // relocations completed here, either side (Stats.Relocations)
-	captured     atomic.Int64 // messages in move records sent from here (Stats.Captured)
-	relayed      atomic.Int64 // messages relayed from here (Stats.Relayed)
-	forwarded    atomic.Int64 // messages forwarded from here (Stats.Forwarded)
-	gapsClosed   atomic.Int64 // sequence numbers given up on after a host failure (Stats.GapsClosed)
-	late         atomic.Int64 // messages run after a gap before them was given up on (Stats.Late)
-	droppedMsgs  atomic.Int64 // stamped messages not delivered; a skip notice followed (Stats.Dropped)
-	bouncedMsgs  atomic.Int64 // messages sent back to their origin to be routed again (Stats.Bounced)
-	closeDropped atomic.Int64 // accepted messages Close ended unrun (Stats.DroppedOnClose)
+	inflight       atomic.Int32 // requests waiting for their reply (Stats.RequestsInFlight)
+	owners         atomic.Int64 // live owners, objects and subscribers (Stats.OwnersActive)
+	running        atomic.Int64 // turns running now
+	heldOut        atomic.Int64 // messages held out of order (Stats.HeldOutOfOrder)
+	moved          atomic.Int64 // relocations completed here, either side (Stats.Relocations)
+	captured       atomic.Int64 // messages in move records sent from here (Stats.Captured)
+	relayed        atomic.Int64 // messages relayed from here (Stats.Relayed)
+	forwarded      atomic.Int64 // messages forwarded from here (Stats.Forwarded)
+	gapsClosed     atomic.Int64 // sequence numbers given up on after a host failure (Stats.GapsClosed)
+	late           atomic.Int64 // messages run after a gap before them was given up on (Stats.Late)
+	droppedMsgs    atomic.Int64 // stamped messages not delivered; a skip notice followed (Stats.Dropped)
+	bouncedMsgs    atomic.Int64 // messages sent back to their origin to be routed again (Stats.Bounced)
+	closeDropped   atomic.Int64 // accepted messages Close ended unrun (Stats.DroppedOnClose)
+	droppedOutputs atomic.Int64 // outputs of persistent owners ended as failures (Stats.OutputsDropped)
 }

@@ -1,8 +1,9 @@
-// Package pgstore is the Location Store (relocation.Store, docs/architecture.md, "Relocation") and
-// the membership (membership.Membership) on Postgres, through a
-// pgxpool.Pool the caller owns. Store and Membership pass the same
-// conformance suites as the in-memory implementations
-// (relocation/storetest, membership/membershiptest).
+// Package pgstore is the Location Store (relocation.Store, docs/architecture.md, "Relocation"),
+// the objects' state store beside it (relocation.StateStore) and the
+// membership (membership.Membership) on Postgres, through a pgxpool.Pool
+// the caller owns. Store and Membership pass the same conformance suites
+// as the in-memory implementations (relocation/storetest,
+// membership/membershiptest).
 //
 // # Schema
 //
@@ -32,6 +33,18 @@
 //     are told apart without a second read. A conditional write is judged
 //     on the ownership first: a stale expectation is a conflict whatever
 //     the lease. Reserve checks the host's lease first.
+//   - Object state lives in pgstore_object_state, one row per object
+//     (kind, id, the writer's owner generation, the bytes, the time of the
+//     write). WriteStates writes a whole batch in one statement: the
+//     batch goes as arrays, and the statement locks FOR SHARE the location
+//     rows that are Active and name each writer (host, lease generation,
+//     owner generation), writes the states of those writes only, and
+//     returns the others as fenced. A location write waits for that lock,
+//     or, if it came first, the lock re-reads the changed row and drops
+//     the write (READ COMMITTED re-checks a locked row's latest version):
+//     the fence and the write are one atomic step. The state row's foreign
+//     key deletes it with the location row (Delete); no ownership change
+//     touches it.
 //   - The writer's lease: Reserve's host, NewOwner's new host, and for
 //     Commit, Preserve and Delete the expected owner (host and lease
 //     generation), except on a Preserved row, which has no owner.

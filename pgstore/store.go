@@ -315,7 +315,10 @@ func (s *Store) Preserve(ctx context.Context, obj relocation.Object, expect relo
 }
 
 // Delete implements relocation.Store: the owner's lease (host and
-// generation) must be live, unless the row is Preserved. One statement.
+// generation) must be live, unless the row is Preserved. One statement,
+// which also deletes the object's state (relocation.StateStore): the
+// state row's foreign key cascades the location row's deletion, within
+// the statement.
 func (s *Store) Delete(ctx context.Context, obj relocation.Object, expect relocation.Ownership) error {
 	_, err := s.cas(ctx, "pgstore.Store.Delete", deleteSQL, obj, expect, anyState)
 	return err
