@@ -872,6 +872,12 @@ func (d *moveDriver) restore(rec relocation.MoveRecord) error {
 		return err
 	}
 	d.snap = snap
+	if d.kr.spec.persist && len(rec.State) == 0 {
+		// The source had not made the state yet (its activation ran no
+		// turn): the store holds the object's last durable state, which
+		// the first turn here loads.
+		return nil
+	}
 	var st any
 	func() {
 		defer func() {

@@ -155,7 +155,12 @@ func (in *Inbox[T]) Shut() []T {
 
 // TakenOver records that the object was taken over at now from an owner
 // that crashed: its gaps open now or opening within window close after
-// wait — the messages they miss died with that owner.
+// wait — the messages they miss died with that owner. So does, whenever
+// it opens, the gap before a sender's first message here (none of its
+// stream was released by this activation): its older messages were
+// addressed to the crashed owner — a sender whose last messages went
+// there and who sends again only after the window would otherwise wait
+// for them for ever.
 func (in *Inbox[T]) TakenOver(now, window, wait int64) {
 	in.takeover = Fact{At: now, Window: window, Wait: wait}
 }
@@ -172,9 +177,9 @@ func (in *Inbox[T]) CloseGaps(now int64, facts []Fact) int {
 	if f := in.takeover; f != (Fact{}) {
 		if open, ok := in.order.oldestOpen(); ok && open <= f.At+f.Window {
 			facts = append(facts[:len(facts):len(facts)], f)
-		} else if now > f.At+f.Window {
-			in.takeover = Fact{} // no gap it covers is open, and none can open
 		}
+		n := in.order.CloseGaps(now, facts...)
+		return n + in.order.closeFirstGaps(now, f.Wait)
 	}
 	return in.order.CloseGaps(now, facts...)
 }

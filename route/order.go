@@ -362,6 +362,21 @@ func (o *Order[T]) CloseGaps(now int64, facts ...Fact) int {
 	return n
 }
 
+// closeFirstGaps gives up the gaps before senders' first messages — those
+// of senders none of whose messages (in their current epoch) was
+// released yet — that have waited wait. It returns how many senders it
+// released.
+func (o *Order[T]) closeFirstGaps(now, wait int64) int {
+	n := 0
+	for _, s := range o.senders {
+		if len(s.held) > 0 && s.next == 1 && now >= s.waitingSince()+wait {
+			o.giveUp(s, len(s.held))
+			n++
+		}
+	}
+	return n
+}
+
 // Gap is one sender's gap: the sender, how long its oldest held message
 // has waited, how many messages wait behind it, and the first missing
 // sequence number.

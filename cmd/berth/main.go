@@ -34,6 +34,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/examples/account"
 	"github.com/berthrt/berth/examples/counter"
 	"github.com/berthrt/berth/membership"
 	"github.com/berthrt/berth/metrics"
@@ -68,6 +69,8 @@ func main() {
 	fs.IntVar(&cfg.rate, "rate", 50000, "messages per second, all senders together (0: as fast as they can)")
 	fs.StringVar(&cfg.metricsAddr, "metrics", "", "serve Prometheus metrics on this address (e.g. :9090)")
 	fs.BoolVar(&cfg.quiet, "quiet", false, "no progress line")
+	fs.IntVar(&cfg.accounts, "accounts", 1000, "persistent accounts in the durable-state phase (0: skip it)")
+	fs.DurationVar(&cfg.crashFor, "crash-for", 3*time.Second, "how long the durable-state phase's deposits run (a host crashes a third of the way in)")
 	procs := fs.Int("procs", 0, "run the hosts as this many `berth node` processes on loopback, with a Postgres Location Store (0: hosts in this process, in memory)")
 	db := fs.String("db", "", "with -procs: the Postgres URL (default: start a throwaway server)")
 	_ = fs.Parse(os.Args[2:])
@@ -94,7 +97,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
-	if rep.lost+rep.duplicated+rep.outOfOrder > 0 {
+	if rep.lost+rep.duplicated+rep.outOfOrder > 0 || rep.durable.failed() {
 		os.Exit(1)
 	}
 }
@@ -178,6 +181,8 @@ type demoConfig struct {
 	duration                           time.Duration
 	metricsAddr                        string
 	quiet                              bool
+	accounts                           int           // persistent accounts in the crash phase (0: none)
+	crashFor                           time.Duration // how long the crash phase's deposits run
 }
 
 type report struct {
@@ -186,6 +191,7 @@ type report struct {
 	relocations                                     int
 	pauses                                          []time.Duration
 	elapsed                                         time.Duration
+	durable                                         durableReport
 }
 
 func run(ctx context.Context, cfg demoConfig, w io.Writer) (report, error) {
@@ -216,7 +222,7 @@ func run(ctx context.Context, cfg demoConfig, w io.Writer) (report, error) {
 		if err != nil {
 			return rep, err
 		}
-		h.Register(counter.Kind())
+		h.Register(counter.Kind(), account.Kind())
 		if err := h.Start(); err != nil {
 			return rep, err
 		}
@@ -393,6 +399,13 @@ func run(ctx context.Context, cfg demoConfig, w io.Writer) (report, error) {
 	if n := len(rep.pauses); n > 0 {
 		fmt.Fprintf(w, "  pause (seal → open) p50 %v  p99 %v  max %v\n",
 			rep.pauses[n/2].Round(time.Microsecond), rep.pauses[n*99/100].Round(time.Microsecond), rep.pauses[n-1].Round(time.Microsecond))
+	}
+	if cfg.accounts > 0 {
+		d, err := crashPhase(ctx, cfg, tnet, store, members, staying, w)
+		rep.durable = d
+		if err != nil {
+			return rep, fmt.Errorf("durable-state phase: %w", err)
+		}
 	}
 	return rep, nil
 }

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/examples/account"
+	"github.com/berthrt/berth/membership"
+	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/transport/inproc"
+)
+
+// durableReport is what the demo's crash phase found.
+type durableReport struct {
+	accounts     int
+	onVictim     int   // accounts the crashed host owned when it crashed
+	recovered    int   // of those, running on another host afterwards
+	acknowledged int64 // deposits answered
+	retries      int64 // deposits sent again after an error
+	lost         int   // answered deposits missing from the recovered state
+	twice        int   // deposits applied more than once
+	holes        int   // deposits applied past a lost one
+	firstAfter   time.Duration
+}
+
+func (r durableReport) failed() bool { return r.lost+r.twice+r.holes > 0 || r.recovered != r.onVictim }
+
+// crashPhase runs the durable half of the demo: persistent accounts on the
+// staying hosts and a new one, deposits in closed loops (each sent again,
+// with its number, until answered), and the new host crashing mid-run. It
+// then reads every account and checks that every answered deposit is in
+// it, once.
+func crashPhase(ctx context.Context, cfg demoConfig, tnet *inproc.Network, store *relocation.MemoryStore,
+	members *membership.Memory, staying []*actor.Host, w io.Writer) (durableReport, error) {
+	var rep durableReport
+	rep.accounts = cfg.accounts
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	victim, err := actor.NewHost(actor.Config{Name: "host-crash", Transport: tnet, Store: store, Membership: members, Logger: quiet})
+	if err != nil {
+		return rep, err
+	}
+	if err := victim.Register(account.Kind()); err != nil {
+		return rep, err
+	}
+	if err := victim.Start(); err != nil {
+		return rep, err
+	}
+	defer victim.Close()
+	hosts := append(append([]*actor.Host(nil), staying...), victim)
+	ref := func(i int) actor.Ref { return actor.Ref{Kind: account.Name, ID: strconv.Itoa(i)} }
+	fmt.Fprintf(w, "\nberth demo, durable state: %d persistent accounts on %d hosts; %s crashes mid-run\n", cfg.accounts, len(hosts), victim.Name())
+	for i := 0; i < cfg.accounts; i++ { // activate the accounts across the hosts
+		if _, err := actor.Ask[account.Read, account.Account](ctx, hosts[i%len(hosts)], ref(i), account.Read{}); err != nil {
+			return rep, err
+		}
+	}
+
+	type sender struct {
+		name  string
+		acked []int // per account: the highest deposit number answered
+	}
+	var senders []*sender
+	for _, h := range staying {
+		for s := 0; s < cfg.senders; s++ {
+			senders = append(senders, &sender{name: h.Name() + "/" + strconv.Itoa(s), acked: make([]int, cfg.accounts)})
+		}
+	}
+	stop := make(chan struct{})
+	var acked, retries atomic.Int64
+	var crashedAt atomic.Int64 // UnixNano of the crash
+	var firstAfter atomic.Int64
+	var wg sync.WaitGroup
+	for si, s := range senders {
+		h := staying[si%len(staying)]
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(si), 7))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				i := rng.IntN(cfg.accounts)
+				d := account.Deposit{Sender: s.name, Seq: s.acked[i] + 1, Amount: 1}
+				for {
+					actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+					_, err := actor.Ask[account.Deposit, int64](actx, h, ref(i), d)
+					cancel()
+					if err == nil {
+						s.acked[i] = d.Seq
+						acked.Add(1)
+						if c := crashedAt.Load(); c != 0 && firstAfter.Load() == 0 {
+							firstAfter.CompareAndSwap(0, time.Now().UnixNano()-c)
+						}
+						break
+					}
+					retries.Add(1)
+					select {
+					case <-stop:
+						return // unanswered: it may or may not have applied
+					case <-time.After(time.Millisecond):
+					}
+				}
+			}
+		})
+	}
+	third := cfg.crashFor / 3
+	time.Sleep(third)
+	for i := 0; i < cfg.accounts; i++ {
+		if row, err := store.Get(ctx, relocation.Object{Kind: account.Name, ID: strconv.Itoa(i)}); err == nil && row.Host == victim.Name() {
+			rep.onVictim++
+		}
+	}
+	before := acked.Load()
+	crashedAt.Store(time.Now().UnixNano())
+	tnet.Kill(victim.Name()) // the process dies: its links first
+	store.Expire(victim.Name())
+	members.Expire(victim.Name())
+	go victim.Close()
+	time.Sleep(cfg.crashFor - third)
+	close(stop)
+	wg.Wait()
+	rep.acknowledged, rep.retries = acked.Load(), retries.Load()
+	rep.firstAfter = time.Duration(firstAfter.Load())
+
+	for i := 0; i < cfg.accounts; i++ {
+		a, err := actor.Ask[account.Read, account.Account](ctx, staying[0], ref(i), account.Read{})
+		if err != nil {
+			return rep, fmt.Errorf("reading account %d: %w", i, err)
+		}
+		total := 0
+		for _, s := range senders {
+			last := a.Last[s.name]
+			if last < s.acked[i] {
+				rep.lost += s.acked[i] - last
+			}
+			total += last
+		}
+		rep.twice += max(0, a.Applied-total)
+		rep.holes += a.Holes
+	}
+	// The accounts the crashed host owned now run elsewhere.
+	rep.recovered = rep.onVictim
+	for i := 0; i < cfg.accounts; i++ {
+		if row, err := store.Get(ctx, relocation.Object{Kind: account.Name, ID: strconv.Itoa(i)}); err != nil || row.Host == victim.Name() {
+			rep.recovered--
+		}
+	}
+	after := rep.acknowledged - before
+	fmt.Fprintf(w, "  deposits answered   %d: %.0f/s before the crash, %.0f/s after, %d sent again after an error\n", rep.acknowledged,
+		float64(before)/third.Seconds(), float64(after)/(cfg.crashFor-third).Seconds(), rep.retries)
+	fmt.Fprintf(w, "  crashed host        %s owned %d accounts; %d now run on the other hosts with their durable state\n", victim.Name(), rep.onVictim, rep.recovered)
+	fmt.Fprintf(w, "  answered deposits lost %d, applied twice %d, holes %d\n", rep.lost, rep.twice, rep.holes)
+	if rep.firstAfter > 0 {
+		fmt.Fprintf(w, "  first deposit answered %v after the crash\n", rep.firstAfter.Round(time.Millisecond))
+	}
+	fmt.Fprintf(w, "  (after a crash each sending host's first message to each taken-over account waits TakeoverGapTimeout\n"+
+		"   for the messages that died with the crashed host: closed-loop senders slow down until they have touched them all)\n")
+	return rep, nil
+}
