@@ -97,6 +97,14 @@
 // routing to it at once, and finishes in bounded time under load: their
 // new messages wait in their senders until the object is handed on.
 //
+// Durable state (Kind.PersistState, docs/architecture.md, "Durable
+// state"): a persistent object's state is loaded on activation and
+// written after each turn, many objects in one store call; a turn's
+// outputs (replies, the messages its handler sends) leave only once its
+// write is durable, so an acknowledged update is never lost, whatever
+// crashes; writes are fenced by the owner generation, so a former owner
+// never overwrites a newer one's state.
+//
 // Not covered: messages on their way to or queued at a host that crashes
 // are lost; a sender's messages behind such a loss wait GapTimeout, then
 // run (Stats.GapsClosed) — TakeoverGapTimeout (250 ms) where the object

@@ -1,6 +1,8 @@
 // Package relocation is berth's live move protocol as pure state machines,
 // the move record, the Location Store interface and its in-memory
-// implementation (docs/architecture.md, "Relocation").
+// implementation (docs/architecture.md, "Relocation"), and the state store
+// of persistent objects, fenced by the Location Store's rows (StateStore,
+// docs/architecture.md, "Durable state").
 //
 // Source and Target do no I/O, start no goroutine and read no clock:
 // protocol records, action results, store results and ticks go in (Step);
