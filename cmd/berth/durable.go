@@ -63,55 +63,15 @@ func crashPhase(ctx context.Context, cfg demoConfig, tnet *inproc.Network, store
 		}
 	}
 
-	type sender struct {
-		name  string
-		acked []int // per account: the highest deposit number answered
-	}
-	var senders []*sender
+	var senders []string
+	var via []*actor.Host
 	for _, h := range staying {
-		for s := 0; s < cfg.senders; s++ {
-			senders = append(senders, &sender{name: h.Name() + "/" + strconv.Itoa(s), acked: make([]int, cfg.accounts)})
+		for k := 0; k < cfg.senders; k++ {
+			senders = append(senders, h.Name()+"/"+strconv.Itoa(k))
+			via = append(via, h)
 		}
 	}
-	stop := make(chan struct{})
-	var acked, retries atomic.Int64
-	var crashedAt atomic.Int64 // UnixNano of the crash
-	var firstAfter atomic.Int64
-	var wg sync.WaitGroup
-	for si, s := range senders {
-		h := staying[si%len(staying)]
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(si), 7))
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				i := rng.IntN(cfg.accounts)
-				d := account.Deposit{Sender: s.name, Seq: s.acked[i] + 1, Amount: 1}
-				for {
-					actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-					_, err := actor.Ask[account.Deposit, int64](actx, h, ref(i), d)
-					cancel()
-					if err == nil {
-						s.acked[i] = d.Seq
-						acked.Add(1)
-						if c := crashedAt.Load(); c != 0 && firstAfter.Load() == 0 {
-							firstAfter.CompareAndSwap(0, time.Now().UnixNano()-c)
-						}
-						break
-					}
-					retries.Add(1)
-					select {
-					case <-stop:
-						return // unanswered: it may or may not have applied
-					case <-time.After(time.Millisecond):
-					}
-				}
-			}
-		})
-	}
+	load := startDeposits(ctx, cfg.accounts, senders, func(s int) *actor.Host { return via[s] })
 	third := cfg.crashFor / 3
 	time.Sleep(third)
 	for i := 0; i < cfg.accounts; i++ {
@@ -119,33 +79,22 @@ func crashPhase(ctx context.Context, cfg demoConfig, tnet *inproc.Network, store
 			rep.onVictim++
 		}
 	}
-	before := acked.Load()
-	crashedAt.Store(time.Now().UnixNano())
+	before := load.acked.Load()
+	load.crashedAt.Store(time.Now().UnixNano())
 	tnet.Kill(victim.Name()) // the process dies: its links first
 	store.Expire(victim.Name())
 	members.Expire(victim.Name())
 	go victim.Close()
 	time.Sleep(cfg.crashFor - third)
-	close(stop)
-	wg.Wait()
-	rep.acknowledged, rep.retries = acked.Load(), retries.Load()
-	rep.firstAfter = time.Duration(firstAfter.Load())
-
-	for i := 0; i < cfg.accounts; i++ {
-		a, err := actor.Ask[account.Read, account.Account](ctx, staying[0], ref(i), account.Read{})
-		if err != nil {
-			return rep, fmt.Errorf("reading account %d: %w", i, err)
-		}
-		total := 0
-		for _, s := range senders {
-			last := a.Last[s.name]
-			if last < s.acked[i] {
-				rep.lost += s.acked[i] - last
-			}
-			total += last
-		}
-		rep.twice += max(0, a.Applied-total)
-		rep.holes += a.Holes
+	load.stop()
+	rep.acknowledged, rep.retries = load.acked.Load(), load.retries.Load()
+	rep.firstAfter = time.Duration(load.firstAfter.Load())
+	var err2 error
+	rep.lost, rep.twice, rep.holes, err2 = load.check(cfg.accounts, func(i int) (account.Account, error) {
+		return actor.Ask[account.Read, account.Account](ctx, staying[0], ref(i), account.Read{})
+	})
+	if err2 != nil {
+		return rep, err2
 	}
 	// The accounts the crashed host owned now run elsewhere.
 	rep.recovered = rep.onVictim
@@ -165,4 +114,95 @@ func crashPhase(ctx context.Context, cfg demoConfig, tnet *inproc.Network, store
 	fmt.Fprintf(w, "  (after a crash each sending host's first message to each taken-over account waits TakeoverGapTimeout\n"+
 		"   for the messages that died with the crashed host: closed-loop senders slow down until they have touched them all)\n")
 	return rep, nil
+}
+
+// depositLoad is closed-loop deposit senders: each picks an account at
+// random and sends its next deposit, again and again (with its number)
+// until it is answered, and notes the highest deposit answered per
+// account.
+type depositLoad struct {
+	senders    []*depositor
+	acked      atomic.Int64 // deposits answered
+	retries    atomic.Int64 // deposits sent again after an error
+	crashedAt  atomic.Int64 // UnixNano of a crash, if one is noted
+	firstAfter atomic.Int64 // nanoseconds from the crash to the next answer
+	done       chan struct{}
+	wg         sync.WaitGroup
+}
+
+type depositor struct {
+	name  string
+	acked []int // per account: the highest deposit number answered
+}
+
+// startDeposits starts one sender per name, sending through host(sender).
+func startDeposits(ctx context.Context, accounts int, names []string, host func(sender int) *actor.Host) *depositLoad {
+	l := &depositLoad{done: make(chan struct{})}
+	ref := func(i int) actor.Ref { return actor.Ref{Kind: account.Name, ID: strconv.Itoa(i)} }
+	for si, name := range names {
+		s := &depositor{name: name, acked: make([]int, accounts)}
+		l.senders = append(l.senders, s)
+		h := host(si)
+		l.wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(si), 7))
+			for {
+				select {
+				case <-l.done:
+					return
+				default:
+				}
+				i := rng.IntN(accounts)
+				d := account.Deposit{Sender: s.name, Seq: s.acked[i] + 1, Amount: 1}
+				for {
+					actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+					_, err := actor.Ask[account.Deposit, int64](actx, h, ref(i), d)
+					cancel()
+					if err == nil {
+						s.acked[i] = d.Seq
+						l.acked.Add(1)
+						if c := l.crashedAt.Load(); c != 0 && l.firstAfter.Load() == 0 {
+							l.firstAfter.CompareAndSwap(0, time.Now().UnixNano()-c)
+						}
+						break
+					}
+					l.retries.Add(1)
+					select {
+					case <-l.done:
+						return // unanswered: it may or may not have applied
+					case <-time.After(time.Millisecond):
+					}
+				}
+			}
+		})
+	}
+	return l
+}
+
+// stop ends the senders and waits for them.
+func (l *depositLoad) stop() {
+	close(l.done)
+	l.wg.Wait()
+}
+
+// check reads every account and counts answered deposits missing from it,
+// deposits applied more than once, and deposits applied past a missing
+// one.
+func (l *depositLoad) check(accounts int, read func(i int) (account.Account, error)) (lost, twice, holes int, err error) {
+	for i := 0; i < accounts; i++ {
+		a, err := read(i)
+		if err != nil {
+			return lost, twice, holes, fmt.Errorf("reading account %d: %w", i, err)
+		}
+		total := 0
+		for _, s := range l.senders {
+			last := a.Last[s.name]
+			if last < s.acked[i] {
+				lost += s.acked[i] - last
+			}
+			total += last
+		}
+		twice += max(0, a.Applied-total)
+		holes += a.Holes
+	}
+	return lost, twice, holes, nil
 }

@@ -75,7 +75,8 @@ func main() {
 	db := fs.String("db", "", "with -procs: the Postgres URL (default: start a throwaway server)")
 	_ = fs.Parse(os.Args[2:])
 	if *procs > 0 {
-		pc := procsConfig{procs: *procs, objects: cfg.objects, senders: cfg.senders, rate: cfg.rate, duration: cfg.duration, db: *db, quiet: cfg.quiet}
+		pc := procsConfig{procs: *procs, objects: cfg.objects, senders: cfg.senders, rate: cfg.rate, duration: cfg.duration, db: *db, quiet: cfg.quiet,
+			accounts: min(cfg.accounts, 500)}
 		if !flagSet(fs, "duration") {
 			pc.duration = 40 * time.Second // room for the killed node's lease to run out
 		}

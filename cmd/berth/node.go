@@ -91,6 +91,7 @@ import (
 
 	"github.com/berthrt/berth/actor"
 	"github.com/berthrt/berth/actor/admin"
+	"github.com/berthrt/berth/examples/account"
 	"github.com/berthrt/berth/examples/counter"
 	"github.com/berthrt/berth/membership"
 	"github.com/berthrt/berth/metrics"
@@ -417,8 +418,8 @@ func startNodeHost(ctx context.Context, cfg nodeConfig, log *slog.Logger, store 
 			log.Error("bad configuration", "err", err)
 			return nil, nodeExitFailed
 		}
-		if err := host.Register(counter.Kind()); err != nil {
-			log.Error("cannot register the counter kind", "err", err)
+		if err := host.Register(counter.Kind(), account.Kind()); err != nil {
+			log.Error("cannot register the counter and account kinds", "err", err)
 			return nil, nodeExitFailed
 		}
 		err = host.Start()

@@ -41,6 +41,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/examples/account"
 	"github.com/berthrt/berth/examples/counter"
 	"github.com/berthrt/berth/internal/devca"
 	"github.com/berthrt/berth/internal/pgtest"
@@ -57,6 +58,7 @@ type procsConfig struct {
 	db                      string // Postgres URL; "": a throwaway server
 	binary                  string // the berth binary the nodes run; "": this executable
 	quiet                   bool
+	accounts                int // persistent accounts, deposits to them in closed loops (0: none)
 }
 
 type procsReport struct {
@@ -79,11 +81,19 @@ type procsReport struct {
 	failover       []time.Duration
 	failoverMissed int
 	detected       time.Duration
-	elapsed        time.Duration
-	nodeLogs       map[string]*strings.Builder
+	// Persistent accounts: deposits answered, and those missing from the
+	// accounts at the end, applied twice or past a missing one; the
+	// accounts the killed node held.
+	depositsAcked                      int64
+	depositsLost, depositsTwice, holes int
+	accountsOnKilled                   int
+	elapsed                            time.Duration
+	nodeLogs                           map[string]*strings.Builder
 }
 
-func (r *procsReport) failed() bool { return r.lost+r.duplicated+r.outOfOrder > 0 || r.accepted == 0 }
+func (r *procsReport) failed() bool {
+	return r.lost+r.duplicated+r.outOfOrder+r.depositsLost+r.depositsTwice+r.holes > 0 || r.accepted == 0
+}
 
 // node is one berth node process.
 type node struct {
@@ -313,6 +323,22 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 		}
 	}
 
+	for i := 0; i < cfg.accounts; i++ { // activate the accounts (placed by the cluster)
+		if _, err := actor.Ask[account.Read, account.Account](ctx, client, accountRef(i), account.Read{}); err != nil {
+			return rep, fmt.Errorf("activating account %d: %w", i, err)
+		}
+	}
+	var deposits *depositLoad
+	if cfg.accounts > 0 {
+		deposits = startDeposits(ctx, cfg.accounts, []string{"client/d0", "client/d1", "client/d2", "client/d3"},
+			func(int) *actor.Host { return client })
+		defer func() {
+			if deposits != nil {
+				deposits.stop()
+			}
+		}()
+	}
+
 	type sender struct {
 		name string
 		sent []int // per object: the last sequence number accepted
@@ -429,6 +455,11 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 		}
 	}
 	rep.killedObjects = len(held)
+	for i := 0; i < cfg.accounts; i++ {
+		if row, err := store.Get(ctx, relocation.Object{Kind: account.Name, ID: strconv.Itoa(i)}); err == nil && row.Host == killed.name {
+			rep.accountsOnKilled++
+		}
+	}
 	probesDone := probeFailover(ctx, client, killed.name, held, ref, killedAt, &rep)
 	phase.Store("after the kill")
 	sleepUntil(start.Add(cfg.duration))
@@ -486,6 +517,26 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 		}
 	}
 
+	if deposits != nil {
+		deposits.stop()
+		rep.depositsAcked = deposits.acked.Load()
+		rep.depositsLost, rep.depositsTwice, rep.holes, err = deposits.check(cfg.accounts, func(i int) (account.Account, error) {
+			var a account.Account
+			var err error
+			for try := 0; try < 50; try++ {
+				if a, err = actor.Ask[account.Read, account.Account](ctx, client, accountRef(i), account.Read{}); err == nil {
+					break
+				}
+				time.Sleep(200 * time.Millisecond) // an account of the killed node waits for its lease to run out
+			}
+			return a, err
+		})
+		deposits = nil
+		if err != nil {
+			return rep, err
+		}
+	}
+
 	// Stop the remaining nodes gracefully; each reports its moves and
 	// pauses as it stops (the drained node reported when it stopped).
 	for _, n := range nodes {
@@ -519,6 +570,10 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 	if n := len(rep.pauses); n > 0 {
 		fmt.Fprintf(w, "  pause (seal → open) p50 %v  p99 %v  max %v\n",
 			rep.pauses[n/2].Round(time.Microsecond), rep.pauses[n*99/100].Round(time.Microsecond), rep.pauses[n-1].Round(time.Microsecond))
+	}
+	if cfg.accounts > 0 {
+		fmt.Fprintf(w, "  persistent accounts %d (%d on %s when it was killed): deposits answered %d; lost %d, applied twice %d, holes %d\n",
+			cfg.accounts, rep.accountsOnKilled, killed.name, rep.depositsAcked, rep.depositsLost, rep.depositsTwice, rep.holes)
 	}
 	if n := len(rep.failover); n > 0 {
 		fmt.Fprintf(w, "  failover of %s's objects (SIGKILL → first answer elsewhere, %d objects): p50 %v  p99 %v  max %v; %d gave none within %v; the membership reported %s gone after %v\n",
@@ -619,7 +674,7 @@ func startGateway(ctx context.Context, db, name string, opts tcp.Options, nodes 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if err := client.Register(counter.Kind()); err != nil { // its message types; it hosts no counter
+	if err := client.Register(counter.Kind(), account.Kind()); err != nil { // its message types; it hosts no object
 		return nil, nil, nil, err
 	}
 	if err := client.Start(); err != nil {
@@ -664,3 +719,6 @@ func nodeStats(h *actor.Host) string {
 	}
 	return "stats moves=" + strconv.Itoa(len(p)) + " pauses-us=" + strings.Join(us, ",")
 }
+
+// accountRef names persistent account i.
+func accountRef(i int) actor.Ref { return actor.Ref{Kind: account.Name, ID: strconv.Itoa(i)} }

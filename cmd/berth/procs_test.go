@@ -68,7 +68,7 @@ func TestDemoAcrossProcesses(t *testing.T) {
 	bin := buildBerth(t)
 	var out bytes.Buffer
 	rep, err := runProcs(context.Background(), procsConfig{procs: 3, objects: 200, senders: 2, rate: 2000,
-		duration: 30 * time.Second, db: db.URL, binary: bin, quiet: true}, &out)
+		duration: 30 * time.Second, db: db.URL, binary: bin, quiet: true, accounts: 100}, &out)
 	t.Log("\n" + out.String())
 	if err != nil {
 		for name, l := range rep.nodeLogs {
@@ -82,6 +82,10 @@ func TestDemoAcrossProcesses(t *testing.T) {
 	if rep.lost != 0 || rep.duplicated != 0 || rep.outOfOrder != 0 {
 		t.Fatalf("objects the killed node did not hold: %d lost, %d duplicated, %d out of order %v",
 			rep.lost, rep.duplicated, rep.outOfOrder, rep.breaks)
+	}
+	if rep.depositsAcked == 0 || rep.depositsLost != 0 || rep.depositsTwice != 0 || rep.holes != 0 {
+		t.Fatalf("persistent accounts (%d on the killed node): %d deposits answered, %d lost, %d applied twice, %d holes",
+			rep.accountsOnKilled, rep.depositsAcked, rep.depositsLost, rep.depositsTwice, rep.holes)
 	}
 	if !strings.Contains(rep.drainExit, "exit status 0") {
 		t.Errorf("the SIGTERMed node ended %q, want exit status 0", rep.drainExit)
