@@ -52,6 +52,12 @@
 //	berth_relocation_captured_messages_total{host} queued messages moved in move records from the host
 //	berth_relocation_relayed_messages_total{host}  messages relayed from the host after relay-ready
 //	berth_forwarded_messages_total{host}           messages handed on to where their object runs
+//	berth_state_writes_total{host}                 persistent objects' state writes that landed
+//	berth_state_flushes_total{host}                state store calls (each writes every state queued)
+//	berth_state_fenced_total{host}                 state writes fenced: the object had a newer owner
+//	berth_state_write_errors_total{host}           state store calls that failed and were retried
+//	berth_outputs_held{host}                       persistent objects' outputs waiting for their write
+//	berth_outputs_dropped_total{host}              such outputs ended as failures (fenced, capture failed)
 //
 // A pgbridge.Broker's series (berth_pgbridge_…: claimed and settled rows,
 // claim-to-settle latency, decode failures, lost leases, rollbacks, notify

@@ -42,6 +42,12 @@ type hostCollector struct {
 	captured         *prometheus.Desc
 	relayed          *prometheus.Desc
 	forwarded        *prometheus.Desc
+	stateWrites      *prometheus.Desc
+	stateFlushes     *prometheus.Desc
+	stateFenced      *prometheus.Desc
+	stateErrors      *prometheus.Desc
+	outputsHeld      *prometheus.Desc
+	outputsDropped   *prometheus.Desc
 }
 
 func newHostCollector() *hostCollector {
@@ -103,6 +109,18 @@ func newHostCollector() *hostCollector {
 			"Messages relayed from the host after relay-ready."),
 		forwarded: desc("forwarded_messages_total",
 			"Messages the host handed on to where their object runs (Message Follow or a route)."),
+		stateWrites: desc("state_writes_total",
+			"State writes of persistent objects that landed."),
+		stateFlushes: desc("state_flushes_total",
+			"State store calls made (each flush writes every state queued)."),
+		stateFenced: desc("state_fenced_total",
+			"State writes fenced because the object had a newer owner (the activation ended)."),
+		stateErrors: desc("state_write_errors_total",
+			"State store calls that failed and were retried (outputs waited)."),
+		outputsHeld: desc("outputs_held",
+			"Outputs of persistent objects waiting for their turn's state write."),
+		outputsDropped: desc("outputs_dropped_total",
+			"Outputs and queued messages of persistent objects ended as failures (fenced, capture failed)."),
 	}
 }
 
@@ -119,6 +137,7 @@ func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.ownersActive, c.laneDepth, c.permitsInUse, c.permitWaiters, c.permitsMax,
 		c.requestsInFlight, c.decodes, c.fullCopies, c.fullCopyBytes, c.views,
 		c.heldOutOfOrder, c.gapsClosed, c.late, c.oldestGap, c.overBound, c.pressureWaits, c.peerWaits, c.peerRefused, c.linkRefused, c.dropped, c.droppedOnClose, c.bounced, c.relocations, c.captured, c.relayed, c.forwarded,
+		c.stateWrites, c.stateFlushes, c.stateFenced, c.stateErrors, c.outputsHeld, c.outputsDropped,
 	} {
 		ch <- d
 	}
@@ -175,5 +194,11 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.captured, uint64(st.Captured))
 		counter(c.relayed, uint64(st.Relayed))
 		counter(c.forwarded, uint64(st.Forwarded))
+		counter(c.stateWrites, uint64(st.StateWrites))
+		counter(c.stateFlushes, uint64(st.StateFlushes))
+		counter(c.stateFenced, uint64(st.StateFenced))
+		counter(c.stateErrors, uint64(st.StateWriteErrors))
+		gauge(c.outputsHeld, float64(st.OutputsHeld))
+		counter(c.outputsDropped, uint64(st.OutputsDropped))
 	}
 }

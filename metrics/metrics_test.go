@@ -74,6 +74,12 @@ var hostSeries = []string{
 	"berth_relocation_captured_messages_total",
 	"berth_relocation_relayed_messages_total",
 	"berth_forwarded_messages_total",
+	"berth_state_writes_total",
+	"berth_state_flushes_total",
+	"berth_state_fenced_total",
+	"berth_state_write_errors_total",
+	"berth_outputs_held",
+	"berth_outputs_dropped_total",
 }
 
 // eventSeries are the names of the series the Observer methods update.
@@ -261,6 +267,12 @@ func TestHostGauges(t *testing.T) {
 		Captured:          14,
 		Relayed:           15,
 		Forwarded:         16,
+		StateWrites:       30,
+		StateFlushes:      31,
+		StateFenced:       32,
+		StateWriteErrors:  33,
+		OutputsHeld:       34,
+		OutputsDropped:    35,
 		Payload:           payload.Stats{Decodes: 40, FullCopies: 6, FullCopyBytes: 600, Views: 70, Allocated: 1, Buffers: 2},
 	})
 	m.Attach(a)
@@ -345,6 +357,24 @@ berth_relocation_relayed_messages_total{host="a"} 15
 # HELP berth_forwarded_messages_total Messages the host handed on to where their object runs (Message Follow or a route).
 # TYPE berth_forwarded_messages_total counter
 berth_forwarded_messages_total{host="a"} 16
+# HELP berth_state_writes_total State writes of persistent objects that landed.
+# TYPE berth_state_writes_total counter
+berth_state_writes_total{host="a"} 30
+# HELP berth_state_flushes_total State store calls made (each flush writes every state queued).
+# TYPE berth_state_flushes_total counter
+berth_state_flushes_total{host="a"} 31
+# HELP berth_state_fenced_total State writes fenced because the object had a newer owner (the activation ended).
+# TYPE berth_state_fenced_total counter
+berth_state_fenced_total{host="a"} 32
+# HELP berth_state_write_errors_total State store calls that failed and were retried (outputs waited).
+# TYPE berth_state_write_errors_total counter
+berth_state_write_errors_total{host="a"} 33
+# HELP berth_outputs_held Outputs of persistent objects waiting for their turn's state write.
+# TYPE berth_outputs_held gauge
+berth_outputs_held{host="a"} 34
+# HELP berth_outputs_dropped_total Outputs and queued messages of persistent objects ended as failures (fenced, capture failed).
+# TYPE berth_outputs_dropped_total counter
+berth_outputs_dropped_total{host="a"} 35
 `, hostSeries...)
 
 	// The values are read at scrape time, not at Attach.
