@@ -16,6 +16,9 @@ package tests
 //	         BERTH_CHILD_KILL_AT="send Prepare" (or "recv Cutover",
 //	         ...) SIGKILLs the process when it is about to send, or has just
 //	         received, that relocation record.
+//	         It hosts the persistent pjournal kind too, its states in
+//	         pgstore; the command pausewrite SIGSTOPs it inside its next
+//	         state write (pausingStates).
 //	         BERTH_CHILD_CPUPROFILE=<file> (any role) writes a CPU profile
 //	         of the child, to profile a benchmark's other side ("%n" in
 //	         it: the role and name); BERTH_CHILD_TRACE=<file> an execution
@@ -34,11 +37,13 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"os/signal"
 	"runtime/pprof"
 	"runtime/trace"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -276,7 +281,8 @@ func childNode() int {
 		peerInbound = mailbox.Limits{Items: n, Bytes: 64 << 20}
 	}
 	h, err := actor.NewHost(actor.Config{Name: name, Transport: att, Store: store, Membership: members,
-		Logger: log, Gateway: os.Getenv("BERTH_CHILD_GATEWAY") == "1", GapTimeout: gapTimeout, PeerInbound: peerInbound})
+		Logger: log, Gateway: os.Getenv("BERTH_CHILD_GATEWAY") == "1", GapTimeout: gapTimeout, PeerInbound: peerInbound,
+		StateStore: &pausingStates{StateStore: store, rows: store}})
 	if err != nil {
 		log.Error("new host", "err", err)
 		return 1
@@ -284,6 +290,7 @@ func childNode() int {
 	h.Register(seqlogKind())
 	h.Register(tallyKind())
 	h.Register(benchKind())
+	h.Register(pjournalKind())
 	if err := h.Start(); err != nil {
 		log.Error("start", "err", err)
 		return 1
@@ -459,6 +466,9 @@ func (c *childCtl) do(line string) (reply string, exit bool) {
 			return "err " + err.Error(), true
 		}
 		return "ok", true
+	}
+	if reply, ok := persistDo(ctx, c.h, f); ok {
+		return reply, false
 	}
 	return "err unknown command " + strconv.Quote(line), false
 }
@@ -651,4 +661,146 @@ func childRawEcho() int {
 	fmt.Printf("ready echo %s\n", sys.Address())
 	_, _ = io.Copy(io.Discard, os.Stdin) // until the parent is gone
 	return 0
+}
+
+// The persistent side of the node child (persist_procs_test.go): the
+// pjournal kind, its commands and a state store that can pause the
+// process inside a write.
+
+// pjState is a pjournal object's durable state: per sender, the last
+// sequence number it applied. A message with the next number applies; one
+// already applied (a retry whose first delivery landed) applies nothing
+// and writes nothing; one past the next is a hole: an applied message was
+// lost (it is recorded, and applied, so that the check sees it).
+type pjState struct {
+	Last    map[string]int `json:"last"`
+	Applied int            `json:"applied"`
+	Holes   []string       `json:"holes,omitempty"`
+}
+
+// pjAppend is a sender's numbered message to a pjournal object.
+type pjAppend struct {
+	Sender string
+	Seq    int
+}
+
+// pjReply answers a pjAppend: the sender's last applied number, and
+// whether this message applied (Fresh) or was a retry of an applied one.
+type pjReply struct {
+	Last  int
+	Fresh bool
+}
+
+// pjRead asks a pjournal object for its state.
+type pjRead struct{}
+
+func pjournalKind() *actor.Kind[pjState] {
+	k := actor.NewKind("pjournal", func(*actor.Context, string) (*pjState, error) {
+		return &pjState{Last: map[string]int{}}, nil
+	})
+	actor.HandleRequest(k, func(ctx *actor.Context, j *pjState, m pjAppend) (pjReply, error) {
+		last := j.Last[m.Sender]
+		switch {
+		case m.Seq <= last:
+			ctx.StateUnchanged() // a retry of an applied message
+			return pjReply{Last: last}, nil
+		case m.Seq > last+1:
+			j.Holes = append(j.Holes, fmt.Sprintf("%s: %d after %d", m.Sender, m.Seq, last))
+		}
+		j.Last[m.Sender] = m.Seq
+		j.Applied++
+		return pjReply{Last: m.Seq, Fresh: true}, nil
+	})
+	actor.HandleRequest(k, func(ctx *actor.Context, j *pjState, _ pjRead) (pjState, error) {
+		ctx.StateUnchanged()
+		return *j, nil
+	})
+	k.PersistStateJSON()
+	return k
+}
+
+func pjRef(i int) actor.Ref { return actor.Ref{Kind: "pjournal", ID: strconv.Itoa(i)} }
+
+// pauseNextWrite, set by the command pausewrite, makes the next state
+// write of this (child) process of at least pauseMin states (or, pauseBy
+// passed, of any) stop the process (SIGSTOP) before the write reaches the
+// store.
+var (
+	pauseNextWrite atomic.Bool
+	pauseMin       atomic.Int64
+	pauseBy        atomic.Int64 // Unix ns
+)
+
+// pausingStates is the node child's state store: pgstore's, except that
+// the write after pausewrite stops the process first. Resumed (SIGCONT),
+// that write goes on to the store with the ownership it was made with, as
+// a write already on its way would — on a context of its own, the host's
+// having run out during the pause — and the child logs what the store
+// answered: a paused node's zombie write, which must be fenced.
+type pausingStates struct {
+	relocation.StateStore
+	rows relocation.Store // the Location Store beside it, for the log
+}
+
+// describe returns, for the log, each object's location row and stored
+// state's owner generation.
+func (s *pausingStates) describe(ctx context.Context, writes []relocation.StateWrite) string {
+	out := make([]string, len(writes))
+	for i, w := range writes {
+		row, err := s.rows.Get(ctx, w.Object)
+		st, lerr := s.StateStore.LoadState(ctx, w.Object)
+		out[i] = fmt.Sprintf("%s{row %s %s owner %d, state owner %d}", w.Object.ID, row.State, row.Host, row.OwnerGen, st.OwnerGen)
+		if err != nil || lerr != nil {
+			out[i] = fmt.Sprintf("%s{%v %v}", w.Object.ID, err, lerr)
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+func (s *pausingStates) WriteStates(ctx context.Context, writes []relocation.StateWrite) ([]int, error) {
+	if !pauseNextWrite.Load() || int64(len(writes)) < pauseMin.Load() && time.Now().UnixNano() < pauseBy.Load() ||
+		!pauseNextWrite.CompareAndSwap(true, false) {
+		return s.StateStore.WriteStates(ctx, writes)
+	}
+	objs := make([]string, len(writes))
+	for i, w := range writes {
+		objs[i] = w.Object.Kind + "/" + w.Object.ID + "@" + strconv.FormatUint(w.Owner.OwnerGen, 10)
+	}
+	// A stop the process sends itself takes hold asynchronously: this
+	// goroutine could run on for a moment, and write before the stop. It
+	// goes on only once the process was continued.
+	cont := make(chan os.Signal, 1)
+	signal.Notify(cont, syscall.SIGCONT)
+	defer signal.Stop(cont)
+	fmt.Fprintf(os.Stderr, "PAUSE IN WriteStates %s\n", strings.Join(objs, " "))
+	stopped := time.Now()
+	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	<-cont
+	fmt.Fprintf(os.Stderr, "CONTINUED after %v stopped\n", time.Since(stopped).Round(time.Millisecond))
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	before := s.describe(wctx, writes)
+	fenced, err := s.StateStore.WriteStates(wctx, writes)
+	fmt.Fprintf(os.Stderr, "RESUMED WriteStates %d writes: fenced %v, err %v; before: %s; after: %s\n", len(writes), fenced, err, before, s.describe(wctx, writes))
+	return fenced, err
+}
+
+// persistDo runs the persistent commands; ok: f was one of them.
+func persistDo(ctx context.Context, h *actor.Host, f []string) (reply string, ok bool) {
+	switch f[0] {
+	case "jread": // jread <id> → ok <json pjState>: asked here (a new object activates here)
+		actx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		j, err := actor.Ask[pjRead, pjState](actx, h, pjRef(atoi(f[1])), pjRead{})
+		if err != nil {
+			return "err " + err.Error(), true
+		}
+		return jsonLine("ok", j), true
+	case "pausewrite": // pausewrite <min states> <ms> → ok: the next state write of at least min states (of any, past ms) stops the process (pausingStates)
+		pauseMin.Store(int64(atoi(f[1])))
+		pauseBy.Store(time.Now().Add(time.Duration(atoi(f[2])) * time.Millisecond).UnixNano())
+		pauseNextWrite.Store(true)
+		return "ok", true
+	}
+	return "", false
 }
