@@ -381,3 +381,36 @@ func TestANonPersistentKindHoldsAndWritesNothing(t *testing.T) {
 	}
 	_ = time.Second
 }
+
+// An encoded request (how pgbridge delivers a row and settles it on the
+// outcome) to a persistent one-way handler completes only once the turn's
+// write is durable: a row is never settled on a state a crash could take
+// back.
+func TestAnEncodedRequestsOutcomeWaitsForItsTurnsWrite(t *testing.T) {
+	ms := relocation.NewMemoryStore(nil)
+	ss := &holdingStates{MemoryStore: ms}
+	h := startHost(t, Config{Name: "a", Store: ms, StateStore: ss, Logger: quietLogger()}, ledgerKind(nil))
+	if _, err := Ask[Add, int](bg, h, Ref{"ledger", "x"}, Add{By: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ss.hold()
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.Deliver(bg, Ref{"ledger", "x"}, Encoded{Type: TypeName[Notify](), ContentType: "application/json", Body: []byte(`{}`)})
+		done <- err
+	}()
+	waitFor(t, "the notice's write to reach the store", func() bool { return ss.waiting.Load() == 1 })
+	waitFor(t, "the outcome to be held", func() bool { return h.Stats().OutputsHeld == 1 })
+	select {
+	case err := <-done:
+		t.Fatalf("the encoded request completed (%v) before its turn's write was durable", err)
+	default:
+	}
+	ss.release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := stored(t, ss, "x"); l.Notes != 1 {
+		t.Fatalf("stored %+v, want the notice", l)
+	}
+}
