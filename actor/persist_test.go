@@ -110,6 +110,21 @@ func stored(t *testing.T, ss relocation.StateStore, id string) (Ledger, uint64) 
 	return l, st.OwnerGen
 }
 
+// heldLedger starts a host with a persistent ledger kind on a holding
+// state store, makes ledger x durable at N 1, then holds the store's
+// writes.
+func heldLedger(t *testing.T) (*Host, *relocation.MemoryStore, *holdingStates) {
+	t.Helper()
+	ms := relocation.NewMemoryStore(nil)
+	ss := &holdingStates{MemoryStore: ms}
+	h := startHost(t, Config{Name: "a", Store: ms, StateStore: ss, Logger: quietLogger()}, ledgerKind(nil))
+	if n, err := Ask[Add, int](bg, h, Ref{"ledger", "x"}, Add{By: 1}); err != nil || n != 1 {
+		t.Fatalf("first Add = %d, %v", n, err)
+	}
+	ss.hold()
+	return h, ms, ss
+}
+
 type askResult struct {
 	n   int
 	err error
@@ -128,13 +143,7 @@ func askAdd(h *Host, id string, m Add) chan askResult {
 // once the turn's write is durable; a later turn that changed nothing
 // waits for it too, and writes nothing.
 func TestATurnsOutputsLeaveOnlyOnceItsWriteIsDurable(t *testing.T) {
-	ms := relocation.NewMemoryStore(nil)
-	ss := &holdingStates{MemoryStore: ms}
-	h := startHost(t, Config{Name: "a", Store: ms, StateStore: ss, Logger: quietLogger()}, ledgerKind(nil))
-	if n, err := Ask[Add, int](bg, h, Ref{"ledger", "x"}, Add{By: 1}); err != nil || n != 1 {
-		t.Fatalf("first Add = %d, %v", n, err)
-	}
-	ss.hold()
+	h, _, ss := heldLedger(t)
 	add := askAdd(h, "x", Add{By: 2, Notify: "y"})
 	waitFor(t, "the write of the second Add to reach the store", func() bool { return ss.waiting.Load() == 1 })
 	peek := make(chan Ledger, 1)
@@ -210,13 +219,7 @@ func TestAPersistentObjectActivatesWithItsLastDurableState(t *testing.T) {
 // A write of a former owner is fenced: the activation ends, what it held
 // fails (Unavailable), and the stored state keeps the newer owner's.
 func TestAFencedWriteEndsTheActivationAndFailsWhatItHeld(t *testing.T) {
-	ms := relocation.NewMemoryStore(nil)
-	ss := &holdingStates{MemoryStore: ms}
-	h := startHost(t, Config{Name: "a", Store: ms, StateStore: ss, Logger: quietLogger()}, ledgerKind(nil))
-	if _, err := Ask[Add, int](bg, h, Ref{"ledger", "x"}, Add{By: 1}); err != nil {
-		t.Fatal(err)
-	}
-	ss.hold()
+	h, ms, ss := heldLedger(t)
 	add := askAdd(h, "x", Add{By: 2})
 	waitFor(t, "the write to reach the store", func() bool { return ss.waiting.Load() == 1 })
 	// Meanwhile the object gets a newer owner (as a takeover after a
@@ -290,13 +293,7 @@ func TestAStateStoreOutageHoldsOutputsAndLosesNothing(t *testing.T) {
 // An Ask from a persistent handler first makes the state durable: what
 // it asks never depends on state a crash could take back.
 func TestAnAskFromAPersistentHandlerWaitsForTheStateToBeDurable(t *testing.T) {
-	ms := relocation.NewMemoryStore(nil)
-	ss := &holdingStates{MemoryStore: ms}
-	h := startHost(t, Config{Name: "a", Store: ms, StateStore: ss, Logger: quietLogger()}, ledgerKind(nil))
-	if _, err := Ask[Add, int](bg, h, Ref{"ledger", "x"}, Add{By: 1}); err != nil {
-		t.Fatal(err)
-	}
-	ss.hold()
+	h, _, ss := heldLedger(t)
 	done := make(chan error, 1)
 	go func() {
 		_, err := Ask[AddThenAsk, int](bg, h, Ref{"ledger", "x"}, AddThenAsk{By: 10, To: "y"})
@@ -387,13 +384,7 @@ func TestANonPersistentKindHoldsAndWritesNothing(t *testing.T) {
 // write is durable: a row is never settled on a state a crash could take
 // back.
 func TestAnEncodedRequestsOutcomeWaitsForItsTurnsWrite(t *testing.T) {
-	ms := relocation.NewMemoryStore(nil)
-	ss := &holdingStates{MemoryStore: ms}
-	h := startHost(t, Config{Name: "a", Store: ms, StateStore: ss, Logger: quietLogger()}, ledgerKind(nil))
-	if _, err := Ask[Add, int](bg, h, Ref{"ledger", "x"}, Add{By: 1}); err != nil {
-		t.Fatal(err)
-	}
-	ss.hold()
+	h, _, ss := heldLedger(t)
 	done := make(chan error, 1)
 	go func() {
 		_, err := h.Deliver(bg, Ref{"ledger", "x"}, Encoded{Type: TypeName[Notify](), ContentType: "application/json", Body: []byte(`{}`)})
