@@ -118,6 +118,7 @@ func heldLedger(t *testing.T) (*Host, *relocation.MemoryStore, *holdingStates) {
 	ms := relocation.NewMemoryStore(nil)
 	ss := &holdingStates{MemoryStore: ms}
 	h := startHost(t, Config{Name: "a", Store: ms, StateStore: ss, Logger: quietLogger()}, ledgerKind(nil))
+	t.Cleanup(ss.release) // before the host's Close (cleanups run last first): a failed test leaves no write held
 	if n, err := Ask[Add, int](bg, h, Ref{"ledger", "x"}, Add{By: 1}); err != nil || n != 1 {
 		t.Fatalf("first Add = %d, %v", n, err)
 	}
