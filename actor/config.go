@@ -139,9 +139,12 @@ type Config struct {
 	// TakeoverGapTimeout replaces GapTimeout as the wait of the gaps of
 	// an object this host took over from a crashed owner (its row named a
 	// host whose lease ran out), open or opening within FollowDuration +
-	// GapTimeout of the takeover: the messages that died with that host will never come,
-	// and those still on their way over live links arrive within
-	// milliseconds. Default 250 ms; at most GapTimeout.
+	// GapTimeout of the takeover — and, whenever it opens, of the gap
+	// before a sending host's first message to it: the messages that died
+	// with that host will never come, and those still on their way over
+	// live links arrive within milliseconds. Each sending host's first
+	// message to a taken-over object waits this long. Default 250 ms; at
+	// most GapTimeout.
 	TakeoverGapTimeout time.Duration
 	// ReorderBound is how many messages an object holds for one sender
 	// ahead of an older one it waits for, before it pushes back on that
