@@ -427,9 +427,9 @@ func (g *stateGate) broadcastLocked() {
 }
 
 // settled waits until every write queued so far is durable and every
-// output before now has gone out, up to ctx's end. A fenced gate fails
-// with errFenced.
-func (g *stateGate) settled(ctx context.Context) error {
+// output before now has gone out, up to ctx's end (then it fails with
+// late). A fenced gate fails with errFenced.
+func (g *stateGate) settled(ctx context.Context, late error) error {
 	for {
 		g.mu.Lock()
 		switch {
@@ -445,7 +445,7 @@ func (g *stateGate) settled(ctx context.Context) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: g.o.ref.String() + ": the state store did not make the state durable in time", Err: ctx.Err()}
+			return late
 		}
 	}
 }
@@ -460,7 +460,7 @@ func (g *stateGate) sync(deadline time.Time) error {
 	g.park()
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	return g.settled(ctx)
+	return g.settled(ctx, ErrRequestTimeout) // the Ask's deadline passed before it could be sent
 }
 
 // flushAll waits, between turns, until the owner's state is durable and
@@ -468,7 +468,8 @@ func (g *stateGate) sync(deadline time.Time) error {
 func (g *stateGate) flushAll() error {
 	ctx, cancel := g.o.host.life.storeContext()
 	defer cancel()
-	return g.settled(ctx)
+	return g.settled(ctx, &payload.Error{Kind: payload.Unavailable, Op: "actor",
+		Detail: g.o.ref.String() + ": the state store did not make the state durable within StoreTimeout"})
 }
 
 // final writes the state a last time (a deactivation: its hook may have
