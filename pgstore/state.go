@@ -2,8 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"slices"
-	"strings"
 
 	"github.com/berthrt/berth/relocation"
 	"github.com/jackc/pgx/v5"
@@ -98,8 +96,8 @@ func (s *Store) WriteStates(ctx context.Context, writes []relocation.StateWrite)
 	if len(writes) == 0 {
 		return nil, nil
 	}
-	if hasDuplicateWrite(writes) {
-		return nil, relocation.ErrDuplicateWrite
+	if err := relocation.CheckWrites(writes); err != nil {
+		return nil, err
 	}
 	n := len(writes)
 	strs := make([]string, 3*n)
@@ -129,37 +127,4 @@ func (s *Store) WriteStates(ctx context.Context, writes []relocation.StateWrite)
 		return nil, wrapErr(ctx, op, err)
 	}
 	return fenced, nil
-}
-
-// hasDuplicateWrite reports whether two writes name one object: by
-// comparing every pair in a small batch, by sorting the batch's indexes in
-// a large one (less memory than a set of the objects).
-func hasDuplicateWrite(writes []relocation.StateWrite) bool {
-	if len(writes) <= 16 {
-		for i := range writes {
-			for j := i + 1; j < len(writes); j++ {
-				if writes[i].Object == writes[j].Object {
-					return true
-				}
-			}
-		}
-		return false
-	}
-	idx := make([]int, len(writes))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortFunc(idx, func(a, b int) int {
-		x, y := writes[a].Object, writes[b].Object
-		if c := strings.Compare(x.Kind, y.Kind); c != 0 {
-			return c
-		}
-		return strings.Compare(x.ID, y.ID)
-	})
-	for i := 1; i < len(idx); i++ {
-		if writes[idx[i-1]].Object == writes[idx[i]].Object {
-			return true
-		}
-	}
-	return false
 }

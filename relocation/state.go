@@ -2,6 +2,8 @@ package relocation
 
 import (
 	"context"
+	"slices"
+	"strings"
 
 	"github.com/berthrt/berth/payload"
 )
@@ -94,8 +96,8 @@ func (s *MemoryStore) WriteStates(ctx context.Context, writes []StateWrite) ([]i
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if hasDuplicate(writes) {
-		return nil, ErrDuplicateWrite
+	if err := CheckWrites(writes); err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -126,29 +128,38 @@ func (s *MemoryStore) FailStateWrites(f func(writes []StateWrite) error) {
 	s.mu.Unlock()
 }
 
-// hasDuplicate reports whether two writes name one object.
-func hasDuplicate(writes []StateWrite) bool {
-	if len(writes) < 2 {
-		return false
-	}
+// CheckWrites returns ErrDuplicateWrite if two writes of the batch name
+// one object, else nil: the check every StateStore makes before it writes
+// anything. A small batch compares every pair; a large one sorts the
+// batch's indexes (less memory than a set of the objects).
+func CheckWrites(writes []StateWrite) error {
 	if len(writes) <= 16 {
 		for i := range writes {
 			for j := i + 1; j < len(writes); j++ {
 				if writes[i].Object == writes[j].Object {
-					return true
+					return ErrDuplicateWrite
 				}
 			}
 		}
-		return false
+		return nil
 	}
-	seen := make(map[Object]struct{}, len(writes))
-	for _, w := range writes {
-		if _, dup := seen[w.Object]; dup {
-			return true
+	idx := make([]int, len(writes))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int {
+		x, y := writes[a].Object, writes[b].Object
+		if c := strings.Compare(x.Kind, y.Kind); c != 0 {
+			return c
 		}
-		seen[w.Object] = struct{}{}
+		return strings.Compare(x.ID, y.ID)
+	})
+	for i := 1; i < len(idx); i++ {
+		if writes[idx[i-1]].Object == writes[idx[i]].Object {
+			return ErrDuplicateWrite
+		}
 	}
-	return false
+	return nil
 }
 
 var _ StateStore = (*MemoryStore)(nil)
