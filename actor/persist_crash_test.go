@@ -2,7 +2,6 @@ package actor
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
@@ -11,8 +10,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/berthrt/berth/relocation"
 )
 
 var (
@@ -214,8 +211,6 @@ func TestCrashesAtRandomMomentsLoseNoAcknowledgedUpdate(t *testing.T) {
 			t.Errorf("object %d applied %d messages for %d distinct ones: a message applied twice", i, j.Applied, total)
 		}
 	}
-	_ = errors.New
-	_ = relocation.LeaseTTL
 }
 
 func slicesDelete(hs []*Host, h *Host) []*Host {

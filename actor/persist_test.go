@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
@@ -377,7 +376,6 @@ func TestANonPersistentKindHoldsAndWritesNothing(t *testing.T) {
 	if o := h.owners.kinds["counter"].local("c"); o == nil || o.gate != nil {
 		t.Fatal("a non-persistent owner has a gate")
 	}
-	_ = time.Second
 }
 
 // An encoded request (how pgbridge delivers a row and settles it on the
