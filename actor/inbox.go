@@ -347,7 +347,8 @@ func (o *owner) openOrderLocked(items, unchecked []*mailbox.Envelope) orderAfter
 func (o *owner) orderSnapshotLocked(now int64) []byte {
 	snap := o.inbox.Order().Snapshot(now, func(e *mailbox.Envelope) []byte { return e.Msg.Frame() })
 	snap.Trail = o.trail.Snapshot(now)
-	if len(snap.Senders) == 0 && len(snap.Trail) == 0 {
+	snap.Takeover = o.inbox.Takeover(now)
+	if len(snap.Senders) == 0 && len(snap.Trail) == 0 && snap.Takeover == (route.TakeoverAge{}) {
 		return nil
 	}
 	return route.AppendSnapshot(nil, snap)
@@ -362,4 +363,5 @@ func (o *owner) restoreOrderLocked(snap route.Snapshot, now int64) {
 		return e, e != nil
 	})
 	o.trail.Restore(snap.Trail, now)
+	o.inbox.RestoreTakeover(snap.Takeover, now)
 }

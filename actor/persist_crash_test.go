@@ -222,3 +222,43 @@ func slicesDelete(hs []*Host, h *Host) []*Host {
 	}
 	return out
 }
+
+// An object taken over from a crashed host keeps that fact when it moves
+// on: at a host that joined after the crash (so it never saw the failure),
+// a sending host whose earlier messages went to the crashed owner is not
+// kept waiting for them for ever — its first message there waits
+// TakeoverGapTimeout.
+func TestATakeoverGoesWithTheObjectWhenItMoves(t *testing.T) {
+	n := NewNetwork(nil)
+	cfg := func(name string) Config { return n.With(Config{Name: name, Logger: quietLogger()}) }
+	a := startHost(t, cfg("a"), movableKind(newGates()))
+	b := startHost(t, cfg("b"), movableKind(newGates()))
+	s := startHost(t, cfg("s"), movableKind(newGates()))
+	waitViews(t, a, b, s)
+	ref := Ref{"counter", "x"}
+	if err := Tell(bg, a, ref, Inc{By: 1}); err != nil { // activates on a
+		t.Fatal(err)
+	}
+	for range 5 { // s's stream to x, at a
+		if err := Tell(bg, s, ref, Inc{By: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := Ask[Get, int](bg, s, ref, Get{}); err != nil || got != 6 {
+		t.Fatalf("count on a = %d, %v", got, err)
+	}
+	n.Kill(a)
+	if _, err := Ask[Get, int](bg, b, ref, Get{}); err != nil { // b takes x over
+		t.Fatal(err)
+	}
+	c := startHost(t, cfg("c"), movableKind(newGates())) // joins after the crash
+	waitViews(t, b, s, c)
+	if err := b.Relocate(bg, ref, "c"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+	defer cancel()
+	if _, err := Ask[Get, int](ctx, s, ref, Get{}); err != nil {
+		t.Fatalf("s's first message after the crash, at c: %v (HeldOutOfOrder %d at c)", err, c.Stats().HeldOutOfOrder)
+	}
+}

@@ -251,7 +251,7 @@ func (rt *router) activate(kr *kindRuntime, id string, takeover bool) (place, er
 		// published: no lock needed).
 		o.inbox.TakenOver(nanotime(), h.gaps.factWindow(), int64(h.cfg.TakeoverGapTimeout))
 	}
-	if len(snap.Senders) > 0 {
+	if len(snap.Senders) > 0 || snap.Takeover != (route.TakeoverAge{}) {
 		o.restoreOrderLocked(snap, nanotime()) // not yet published: no lock needed
 	}
 	if sh.m == nil {

@@ -20,7 +20,8 @@ func richSnapshot() Snapshot {
 			{Sender: "", Epoch: 0, Next: 1},
 			{Sender: "host-c", Epoch: 3, Next: 1 << 50, Idle: 1 << 62},
 		},
-		Trail: []TrailAge{{Host: "p", Left: 1}, {Host: "q", Left: 1 << 40}},
+		Trail:    []TrailAge{{Host: "p", Left: 1}, {Host: "q", Left: 1 << 40}},
+		Takeover: TakeoverAge{Ago: 5, Window: 1 << 35, Wait: 250e6},
 	}
 }
 
@@ -53,15 +54,36 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		if !reflect.DeepEqual(got.Trail, s.Trail) {
 			t.Errorf("trail %+v, want %+v", got.Trail, s.Trail)
 		}
+		if got.Takeover != s.Takeover {
+			t.Errorf("takeover %+v, want %+v", got.Takeover, s.Takeover)
+		}
+	}
+}
+
+// A version 1 snapshot (before the takeover field) still decodes, with
+// no takeover.
+func TestDecodeSnapshotReadsVersion1(t *testing.T) {
+	s := richSnapshot()
+	s.Takeover = TakeoverAge{}
+	b := AppendSnapshot(nil, s)
+	v1 := append([]byte{1}, b[1:len(b)-1]...) // no takeover byte
+	got, err := DecodeSnapshot(v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Senders) != len(s.Senders) || len(got.Trail) != len(s.Trail) || got.Takeover != (TakeoverAge{}) {
+		t.Fatalf("decoded %+v", got)
 	}
 }
 
 func TestDecodeSnapshotRejects(t *testing.T) {
 	good := AppendSnapshot(nil, richSnapshot())
 	bad := map[string][]byte{
-		"version":  append([]byte{2}, good[1:]...),
-		"trailing": append(append([]byte{}, good...), 0),
-		"senders":  {1, 0xff, 0xff, 0, 0},
+		"version":        append([]byte{3}, good[1:]...),
+		"trailing":       append(append([]byte{}, good...), 0),
+		"senders":        {1, 0xff, 0xff, 0, 0},
+		"takeover flag":  {2, 0, 0, 0, 0, 2},
+		"empty takeover": append([]byte{2, 0, 0, 0, 0, 1}, make([]byte, 24)...),
 	}
 	for n := 1; n < len(good); n++ {
 		bad[fmt.Sprintf("truncated at %d", n)] = good[:n]

@@ -165,6 +165,25 @@ func (in *Inbox[T]) TakenOver(now, window, wait int64) {
 	in.takeover = Fact{At: now, Window: window, Wait: wait}
 }
 
+// Takeover returns the inbox's takeover fact as of now, for a Snapshot
+// (the zero TakeoverAge: none).
+func (in *Inbox[T]) Takeover(now int64) TakeoverAge {
+	f := in.takeover
+	if f == (Fact{}) {
+		return TakeoverAge{}
+	}
+	return TakeoverAge{Ago: max(now-f.At, 0), Window: f.Window, Wait: f.Wait}
+}
+
+// RestoreTakeover takes in a Snapshot's takeover fact (none: nothing
+// changes): the object's order state came from an owner that had taken it
+// over from a crashed one.
+func (in *Inbox[T]) RestoreTakeover(t TakeoverAge, now int64) {
+	if t != (TakeoverAge{}) {
+		in.takeover = Fact{At: now - t.Ago, Window: t.Window, Wait: t.Wait}
+	}
+}
+
 // CloseGaps gives up, on the inbox's own takeover fact and the host's
 // failure facts, on every gap they cover whose wait has passed (see
 // Fact). A frozen inbox closes nothing: what it misses may be in the

@@ -13,6 +13,18 @@ import (
 type Snapshot struct {
 	Senders []SenderState
 	Trail   []TrailAge
+	// Takeover is the inbox's takeover fact, if the object was taken over
+	// from a crashed owner (Inbox.TakenOver): it goes with the order
+	// state, so that wherever the object runs next, a sender the crashed
+	// owner knew and this state does not waits at most Wait before its
+	// first message.
+	Takeover TakeoverAge
+}
+
+// TakeoverAge is a takeover fact in a Snapshot: how long before the
+// snapshot it was (Ago), and its Window and Wait. The zero value is none.
+type TakeoverAge struct {
+	Ago, Window, Wait int64 // nanoseconds
 }
 
 // SenderState is one sender's place in an Order.
@@ -56,10 +68,15 @@ func (t *Trail) Restore(s []TrailAge, now int64) {
 	}
 }
 
-const snapshotVersion = 1
+// Snapshot encodings: version 1 has no takeover; version 2 ends with a
+// byte (1: a takeover follows, its three durations; 0: none).
+const (
+	snapshotV1      = 1
+	snapshotVersion = 2
+)
 
 // AppendSnapshot appends s's encoding to dst: a version byte, the
-// senders, the trail. Names are at most 255 bytes (longer ones are cut);
+// senders, the trail, the takeover. Names are at most 255 bytes (longer ones are cut);
 // integers are big-endian.
 func AppendSnapshot(dst []byte, s Snapshot) []byte {
 	dst = append(dst, snapshotVersion)
@@ -82,6 +99,13 @@ func AppendSnapshot(dst []byte, s Snapshot) []byte {
 		dst = appendName(dst, t.Host)
 		dst = binary.BigEndian.AppendUint64(dst, uint64(max(t.Left, 0)))
 	}
+	if s.Takeover == (TakeoverAge{}) {
+		return append(dst, 0)
+	}
+	dst = append(dst, 1)
+	for _, v := range []int64{s.Takeover.Ago, s.Takeover.Window, s.Takeover.Wait} {
+		dst = binary.BigEndian.AppendUint64(dst, uint64(max(v, 0)))
+	}
 	return dst
 }
 
@@ -103,7 +127,8 @@ func DecodeSnapshot(b []byte) (Snapshot, error) {
 		return s, nil
 	}
 	d := decoder{b: b, ok: true}
-	if v := d.u8(); v != snapshotVersion {
+	v := d.u8()
+	if v != snapshotVersion && v != snapshotV1 {
 		return Snapshot{}, snapshotError("unknown snapshot version")
 	}
 	n := int(d.u16())
@@ -129,6 +154,18 @@ func DecodeSnapshot(b []byte) (Snapshot, error) {
 	}
 	for i := 0; i < t && d.ok; i++ {
 		s.Trail = append(s.Trail, TrailAge{Host: d.name(), Left: d.dur()})
+	}
+	if v == snapshotVersion {
+		switch d.u8() {
+		case 0:
+		case 1:
+			s.Takeover = TakeoverAge{Ago: d.dur(), Window: d.dur(), Wait: d.dur()}
+			if d.ok && s.Takeover == (TakeoverAge{}) {
+				return Snapshot{}, snapshotError("an empty takeover marked present")
+			}
+		default:
+			return Snapshot{}, snapshotError("bad takeover flag")
+		}
 	}
 	if !d.ok {
 		return Snapshot{}, snapshotError("truncated snapshot")
