@@ -61,6 +61,7 @@ type Host struct {
 	admit    admission     // from a send to a queue, and the deferred sends (admission.go)
 	drainer  drainer       // Drain and the leave stages (drain.go)
 	gaps     gapFacts      // failure facts and the gaps' gauge and log (gaps.go)
+	suspects suspicions    // failure suspicions from the links, checked against the Location Store (suspect.go)
 	peerLogs peerLogs      // rate limits of the lines peers' input causes (peerlog.go)
 	metrics  metricsServer // the /metrics server, if Config.MetricsAddr is set
 }
@@ -139,6 +140,7 @@ func NewHost(cfg Config) (*Host, error) {
 		drainer: drainer{stopTurn: make(chan struct{}, 1)},
 	}
 	h.life.close = h.Close
+	h.suspects.h, h.suspects.confirm = h, make(chan membership.Member)
 	h.moves.h, h.moves.remote.h = h, h
 	h.peers.h, h.in.h, h.router.h, h.requests.h, h.owners.h, h.gaps.h, h.drainer.h, h.lease.h, h.admit.h = h, h, h, h, h, h, h, h, h
 	if h.obs.Observer == nil {
@@ -688,6 +690,7 @@ func (h *Host) Close() error {
 	if h.metrics.stop != nil {
 		_ = h.metrics.stop()
 	}
+	h.suspects.stop()
 	h.svc.stopAll()
 	h.svc.lanes.Wait() // the links are closed: no more work comes to the lanes
 	// What Close dropped is noted as it returns, once the rest is counted.
@@ -829,6 +832,8 @@ func (h *Host) Stats() Stats {
 		StateWriteErrors:  h.owners.persist.failures.Load(),
 		OutputsHeld:       int(h.owners.persist.held.Load()),
 		OutputsDropped:    h.stats.droppedOutputs.Load(),
+		Suspicions:        h.stats.suspicions.Load(),
+		SuspectsConfirmed: h.stats.confirmedDead.Load(),
 		Payload:           h.pool.Stats(),
 	}
 }
@@ -940,8 +945,23 @@ func (m minLevel) WithGroup(g string) slog.Handler { return minLevel{m.Handler.W
 
 // watchMembers keeps the view up to date from the membership watch until
 // the watch ends (the host closes).
+// It also applies the runs a suspicion showed dead (suspect.go) as the
+// membership's expiry of them, here, one event at a time with the
+// membership's own.
 func (h *Host) watchMembers(ch <-chan membership.Event) {
-	for ev := range ch {
+	for {
+		var ev membership.Event
+		select {
+		case e, ok := <-ch:
+			if !ok {
+				return
+			}
+			ev = e
+		case m := <-h.suspects.confirm:
+			h.stats.confirmedDead.Add(1)
+			h.peers.view.markDead(m.Name, m.LeaseGen)
+			ev = confirmedExpiry(m)
+		}
 		for _, name := range h.peers.view.apply(ev) {
 			if name != h.name {
 				h.gaps.failed(name, ev.Type.String())

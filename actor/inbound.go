@@ -362,6 +362,7 @@ func (iq *inbounds) linkEvent(e transport.Event) {
 		h.moves.moveEvent(e.Peer, relocation.LinkUp{})
 	case transport.Down:
 		h.peers.view.link(e.Peer, func(p *peerLink) { p.down = true; p.broke() })
+		h.suspects.suspect(e.Peer) // a suspicion: the Location Store's lease decides
 	case transport.Leaving:
 		// The peer is about to leave: route to it no more by the caches
 		// (ask the store again); what is on its way there is still taken.

@@ -29,6 +29,8 @@ var partRank = map[string]int{
 	"serial": 0, "routes": 0, "hostStats": 0, "services": 0, "schedule": 0, "peerView": 0, "pauseLog": 0,
 	// What is sent to peers, and the credit to send.
 	"peers": 1,
+	// Failure suspicions from the links, checked against the store.
+	"suspicions": 1,
 	// Asks waiting for their reply, and replies on their way.
 	"requestTable": 2,
 	// The owners: the kinds' shards, each owner's turns and receive side.

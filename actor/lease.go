@@ -1,6 +1,8 @@
 package actor
 
 import (
+	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -42,12 +44,30 @@ type leaseKeeper struct {
 // never the deadline the store computed on its clock, and a slow answer
 // can only shorten it. Renewals run one at a time (Start, then the
 // renewer), so the lease needs no lock.
+//
+// A renewal is waited for at most until the lease it extends runs out,
+// and one answered after that counts for nothing (errLeaseGap): the store
+// may have handled it after the lease had run out by its clock, granting
+// a fresh lease while another host took the objects over in between — a
+// renewal answered in time was handled before the old lease ended by any
+// clock (the store's deadline is at least the previous send time + TTL,
+// later than this host's by the margin).
 func (lk *leaseKeeper) renewLease() error {
 	h := lk.h
 	ctx, cancel := h.life.storeContext()
 	defer cancel()
+	prev := lk.local
+	if !prev.Sent.IsZero() {
+		var cancelPrev context.CancelFunc
+		ctx, cancelPrev = context.WithDeadline(ctx, prev.Deadline())
+		defer cancelPrev()
+	}
 	sent := time.Now()
-	if _, err := h.store.RenewLease(ctx, h.name, lk.gen); err != nil {
+	_, err := h.store.RenewLease(ctx, h.name, lk.gen)
+	if !prev.Sent.IsZero() && !prev.Valid(time.Now()) {
+		return errLeaseGap
+	}
+	if err != nil {
 		return &payload.Error{Kind: payload.Unavailable, Op: "actor.Host", Detail: "cannot renew the host lease", Err: err}
 	}
 	if h.peers.members != nil && h.life.state.Load() != stateCreated {
@@ -78,8 +98,14 @@ func (lk *leaseKeeper) leaseTick(now time.Time) (lost bool) {
 		go h.life.close() // not here: Close waits for this goroutine
 		return true
 	}
-	if err := lk.renewLease(); err != nil {
+	if err := lk.renewLease(); errors.Is(err, errLeaseGap) {
+		return lk.leaseTick(time.Now()) // lost: the lease ran out meanwhile
+	} else if err != nil {
 		h.log.Error("lease renewal failed", "err", err)
 	}
 	return false
 }
+
+// errLeaseGap: a renewal's answer came after the lease it was to extend
+// had run out (renewLease).
+var errLeaseGap = errors.New("the lease ran out before its renewal was answered")

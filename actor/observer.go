@@ -112,6 +112,8 @@ type Stats struct {
 	StateWriteErrors  int64         // state store calls that failed (their writes are retried; outputs wait)
 	OutputsHeld       int           // outputs of persistent objects waiting for their turn's write now
 	OutputsDropped    int64         // outputs and queued messages of persistent objects ended as failures (fenced, capture failed)
+	Suspicions        int64         // links to a peer that broke and made this host check the peer's lease in the Location Store
+	SuspectsConfirmed int64         // of those, peers the store showed past their lease (dropped from the view before the membership said so)
 	Payload           payload.Stats // copy accounting of the host's payload pool
 }
 

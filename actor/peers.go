@@ -314,6 +314,12 @@ type peerView struct {
 	// link cut when the Gone is seen first would make it wait for
 	// nothing.
 	closing map[string]membership.Member
+	// dead are the runs (name → the highest lease generation) a
+	// suspicion showed past their lease in the Location Store before the
+	// membership said so (suspect.go): the membership's later events of
+	// those runs — a late state change, their expiry — change nothing
+	// and report no second failure. A run never comes back.
+	dead map[string]uint64
 }
 
 // peerLink is the transport's news of one peer.
@@ -391,6 +397,33 @@ func (v *peerView) setLoad(name string, n int64) {
 	v.link(name, func(p *peerLink) { p.load, p.placed = n, 0 })
 }
 
+// markDead notes that run gen of host name is past its lease (a
+// confirmed suspicion); the watch then applies its expiry.
+func (v *peerView) markDead(name string, gen uint64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.dead == nil {
+		v.dead = map[string]uint64{}
+	}
+	if gen > v.dead[name] {
+		v.dead[name] = gen
+	}
+}
+
+// isDead reports whether run gen of host name was shown dead (markDead).
+func (v *peerView) isDead(name string, gen uint64) bool {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.deadRun(name, gen)
+}
+
+// deadRun reports whether run gen of host name was shown dead (markDead).
+// v.mu held.
+func (v *peerView) deadRun(name string, gen uint64) bool {
+	d, ok := v.dead[name]
+	return ok && gen <= d
+}
+
 // apply applies one membership event to the view.
 // It returns the hosts whose leaving the event shows to be a failure —
 // failure facts (gaps.go): an expiry; a leave of a run that had not gone
@@ -412,7 +445,9 @@ func (v *peerView) apply(ev membership.Event) (failed []string) {
 	case membership.Sync:
 		now := make(map[string]membership.Member, len(ev.Members))
 		for _, m := range ev.Members {
-			now[m.Name] = m
+			if !v.deadRun(m.Name, m.LeaseGen) {
+				now[m.Name] = m
+			}
 		}
 		for name, m := range v.closing {
 			if cur, ok := now[name]; !ok || cur.LeaseGen != m.LeaseGen {
@@ -429,6 +464,16 @@ func (v *peerView) apply(ev membership.Event) (failed []string) {
 	}
 	if v.members == nil {
 		v.members = map[string]membership.Member{}
+	}
+	if v.deadRun(ev.Member.Name, ev.Member.LeaseGen) {
+		cur, listed := v.members[ev.Member.Name]
+		if !listed || cur.LeaseGen != ev.Member.LeaseGen || (ev.Type != membership.Expired && ev.Type != membership.Left) {
+			// A late event of a run already dropped as dead (its
+			// failure was reported then), or a state change of it:
+			// nothing to do.
+			return nil
+		}
+		// The expiry a confirmed suspicion stands for: applied below.
 	}
 	switch {
 	case ev.Type == membership.Joined, ev.Type == membership.StateChanged && ev.Member.State != membership.Gone:

@@ -24,4 +24,6 @@ type hostStats struct {
 	bouncedMsgs    atomic.Int64 // messages sent back to their origin to be routed again (Stats.Bounced)
 	closeDropped   atomic.Int64 // accepted messages Close ended unrun (Stats.DroppedOnClose)
 	droppedOutputs atomic.Int64 // outputs of persistent owners ended as failures (Stats.OutputsDropped)
+	suspicions     atomic.Int64 // checks of a suspected peer's lease started (Stats.Suspicions)
+	confirmedDead  atomic.Int64 // suspected peers the Location Store showed dead (Stats.SuspectsConfirmed)
 }

@@ -87,8 +87,8 @@ func ExampleLocalLease() {
 	sent := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	l := membership.LocalLease{Sent: sent, TTL: membership.DefaultTTL, Margin: membership.DefaultMargin}
 	fmt.Println(l.Deadline().Format(time.TimeOnly))
-	fmt.Println(l.Valid(sent.Add(13*time.Second)), l.Valid(sent.Add(14*time.Second)))
+	fmt.Println(l.Valid(sent.Add(2*time.Second)), l.Valid(sent.Add(2500*time.Millisecond)))
 	// Output:
-	// 12:00:14
+	// 12:00:02
 	// true false
 }

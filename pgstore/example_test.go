@@ -142,7 +142,7 @@ func ExampleOpenMembership() {
 	fmt.Println(ev.Type, ev.Member.Name)
 	// Output:
 	// sync 0
-	// host-a 15s
+	// host-a 3.5s
 	// joined host-a [cart]
 	// state changed serving -> draining
 	// left host-a

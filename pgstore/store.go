@@ -19,6 +19,13 @@ type Options struct {
 	// leave it false. Two stores on one database with manual clocks keep
 	// two clocks: use one Store per database in such tests.
 	ManualClock bool
+	// LeasePool, if set, runs the lease calls (RenewLease, Lease) on a
+	// pool of their own, so that a host's renewals never wait behind its
+	// other store work for a connection: a host whose renewals stall past
+	// its lease stops itself (relocation.LeaseTTL), and a burst of
+	// activations after a crash keeps every connection of a small pool
+	// busy. Nil: the lease calls share the Store's pool.
+	LeasePool *pgxpool.Pool
 }
 
 // Store is the Location Store (relocation.Store) on Postgres. Its methods
@@ -26,8 +33,9 @@ type Options struct {
 // It runs no goroutine; the pool is the caller's, and stays open when the
 // Store is dropped.
 type Store struct {
-	pool  *pgxpool.Pool
-	clock *clock
+	pool   *pgxpool.Pool
+	leases *pgxpool.Pool // the lease calls' pool (Options.LeasePool, or pool)
+	clock  *clock
 }
 
 var _ relocation.Store = (*Store)(nil)
@@ -44,7 +52,11 @@ func Open(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error)
 	if err != nil {
 		return nil, wrapErr(ctx, "pgstore.Open", err)
 	}
-	return &Store{pool: pool, clock: c}, nil
+	leases := opts.LeasePool
+	if leases == nil {
+		leases = pool
+	}
+	return &Store{pool: pool, leases: leases, clock: c}, nil
 }
 
 // Advance moves the store's clock forward by d: every later statement
@@ -342,7 +354,7 @@ func (s *Store) RenewLease(ctx context.Context, host string, gen uint64) (reloca
 	// on its latest version: of two renewals, the second sees the first.
 	var l relocation.Lease
 	var g, remainingUS int64
-	err := s.pool.QueryRow(ctx, `
+	err := s.leases.QueryRow(ctx, `
 INSERT INTO pgstore_leases AS l (host, gen, deadline) VALUES ($3, $4, `+clockSQL+` + $5::bigint * interval '1 microsecond')
 ON CONFLICT (host) DO UPDATE
 SET gen = excluded.gen,
@@ -370,7 +382,7 @@ func (s *Store) Lease(ctx context.Context, host string) (relocation.Lease, bool,
 	var l relocation.Lease
 	var g, remainingUS int64
 	frozen, off := s.clock.args()
-	err := s.pool.QueryRow(ctx, `
+	err := s.leases.QueryRow(ctx, `
 SELECT host, gen, deadline, (extract(epoch FROM deadline - `+clockSQL+`) * 1000000)::bigint
 FROM pgstore_leases WHERE host = $3`, frozen, off, host).Scan(&l.Host, &g, &l.Deadline, &remainingUS)
 	if err == pgx.ErrNoRows {

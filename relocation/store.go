@@ -10,10 +10,15 @@ import (
 	"github.com/berthrt/berth/payload"
 )
 
-// Lease timing (docs/architecture.md, "Relocation"): hosts renew every 5 s; a lease lasts 15 s.
+// Lease timing (docs/architecture.md, "Relocation"): hosts renew every
+// half second; a lease lasts 3.5 s. A crashed host's objects serve again
+// elsewhere LeaseTTL − LeaseRenew to LeaseTTL after the crash (and the
+// time to take them over); a host whose renewals all fail or stall for
+// LeaseTTL − LeaseRenew − membership.DefaultMargin (2 s) stops itself
+// (docs/operations.md, "Crashes and leases", weighs the two).
 const (
-	LeaseRenew = 5 * time.Second
-	LeaseTTL   = 15 * time.Second
+	LeaseRenew = 500 * time.Millisecond
+	LeaseTTL   = 3500 * time.Millisecond
 )
 
 // RowState is the state of an object's Location Store row.

@@ -553,13 +553,20 @@ func killAtStep(t *testing.T, kill, at string, kept bool, lastAt string) {
 // senders on the client and on nc send numbered Tells and Asks to 30
 // objects. The client moves object 0 from na to nb, and na stops itself
 // (SIGSTOP) as the target's RelayReady arrives — with the object's held
-// messages not yet relayed — and stays stopped for 3 s: a slow node, not
-// a dead one (its lease holds). Meanwhile movers on nc relocate objects
+// messages not yet relayed — and stays stopped for 1.5 s: a slow node,
+// not a dead one (its lease holds: it lasts 2 s past its last renewal by
+// the node's own reckoning, relocation.LeaseTTL − membership.DefaultMargin
+// − relocation.LeaseRenew at the least). Meanwhile movers on nc relocate objects
 // between the other nodes. The nodes' gap timeout is 500 ms, far shorter
 // than the pause. The move completes once na resumes. Every object ran every
 // accepted message of every sender once and in order, and no node gave up
 // on a gap or ran a message late: no host failed, so no timer may stand
 // in for a failure.
+// slowPause is how long the slow-node tests keep a node stopped: three
+// times their gap timeout, and within the node's lease (a pause past it
+// makes the node stop itself: TestANodePausedPastItsLeaseExitsAndItsObjectsGoOnElsewhere).
+const slowPause = 1500 * time.Millisecond
+
 func TestAMoveAcrossProcessesWithASlowSourceReordersNothing(t *testing.T) {
 	const objects = 30
 	db := pgtestNew(t)
@@ -591,7 +598,7 @@ func TestAMoveAcrossProcessesWithASlowSourceReordersNothing(t *testing.T) {
 	})
 	// Moves between the other nodes go on while na is stopped.
 	nc.must(t, fmt.Sprintf("movers 1 %d nb,nc %d 20", objects, seed+2))
-	time.Sleep(3 * time.Second)
+	time.Sleep(slowPause)
 	if err := na.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -623,7 +630,7 @@ func TestAMoveAcrossProcessesWithASlowSourceReordersNothing(t *testing.T) {
 // TestAMoveAcrossProcessesWithASlowNodeReordersNothing: three nodes, each
 // its own OS process, send numbered Tells and Asks to 120 objects while
 // movers relocate them between all three; in the middle, one node is
-// paused (SIGSTOP) for 3 s — a slow node, not a dead one: its lease holds
+// paused (SIGSTOP) for 1.5 s — a slow node, not a dead one: its lease holds
 // — with moves to and from it under way, then resumed. The nodes' gap
 // timeout is 500 ms, far shorter than the pause. Every object ran every
 // accepted message of every sender once and in order, and no node gave up
@@ -653,7 +660,7 @@ func TestAMoveAcrossProcessesWithASlowNodeReordersNothing(t *testing.T) {
 	if err := slow.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * time.Second)
+	time.Sleep(slowPause)
 	if err := slow.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}

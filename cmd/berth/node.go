@@ -252,18 +252,19 @@ func nodeMain(args []string, stdout, stderr io.Writer) int {
 func runNode(ctx context.Context, cfg nodeConfig, log *slog.Logger, stdout io.Writer, sig <-chan os.Signal) int {
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	pool, err := pgxpool.New(octx, cfg.db)
+	pool, leasePool, err := openPools(octx, cfg.db)
 	if err != nil {
 		log.Error("cannot open the database", "err", err)
 		return nodeExitFailed
 	}
 	defer pool.Close()
-	store, err := pgstore.Open(octx, pool, pgstore.Options{})
+	defer leasePool.Close()
+	store, err := pgstore.Open(octx, pool, pgstore.Options{LeasePool: leasePool})
 	if err != nil {
 		log.Error("cannot open the Location Store", "err", err)
 		return nodeExitFailed
 	}
-	members, err := pgstore.OpenMembership(octx, pool, pgstore.MembershipOptions{Logger: log})
+	members, err := pgstore.OpenMembership(octx, leasePool, pgstore.MembershipOptions{Logger: log})
 	if err != nil {
 		log.Error("cannot open the membership", "err", err)
 		return nodeExitFailed
@@ -561,4 +562,36 @@ func nodeDatabase(flagDB string, getenv func(string) string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// The node's database pools: nodePoolConns connections for its store
+// work, unless the URL sets pool_max_conns, and leasePoolConns of their
+// own for the lease renewals and the membership, which must never wait
+// for a connection behind a burst of activations (after a crash, every
+// object of the dead node is taken over with a store read and two durable
+// writes; a node whose renewals stall past its lease stops itself).
+const (
+	nodePoolConns  = 16
+	leasePoolConns = 3
+)
+
+// openPools opens the node's two pools on database db.
+func openPools(ctx context.Context, db string) (pool, leases *pgxpool.Pool, err error) {
+	pcfg, err := pgxpool.ParseConfig(db)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !strings.Contains(db, "pool_max_conns") {
+		pcfg.MaxConns = nodePoolConns
+	}
+	lcfg := pcfg.Copy()
+	lcfg.MaxConns, lcfg.MinConns = leasePoolConns, 0
+	if pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
+		return nil, nil, err
+	}
+	if leases, err = pgxpool.NewWithConfig(ctx, lcfg); err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, leases, nil
 }

@@ -586,15 +586,23 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 // failoverLimit bounds how long a failover probe asks one object.
 const failoverLimit = 2 * time.Minute
 
-// probeFailover asks each object of held (the SIGKILLed node's), 64 at a
-// time, again and again (each Ask bounded by 500 ms), until it answers
-// from another node, and records in rep the time from killedAt to that
-// answer; and when the client's membership reported the node gone. The
-// channel closes when every probe has ended.
+// A failover probe's Ask waits at most probeAsk, and the next one starts
+// probeEvery after it failed.
+const (
+	probeAsk   = 200 * time.Millisecond
+	probeEvery = 20 * time.Millisecond
+)
+
+// probeFailover asks each object of held (the SIGKILLed node's), all at
+// once, again and again (each Ask bounded by probeAsk, probeEvery apart),
+// until it answers from another node, and records in rep the time from
+// killedAt to that answer; and when the client's membership reported the
+// node gone. The channel closes when every probe has ended. The probe's
+// own resolution is about probeAsk + probeEvery: an Ask under way when the
+// object comes back may wait out its bound first.
 func probeFailover(ctx context.Context, client *actor.Host, killed string, held map[int]bool, ref func(int) actor.Ref, killedAt time.Time, rep *procsReport) <-chan struct{} {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, 64)
 	wg.Add(1)
 	go func() { // detection: the membership's word
 		defer wg.Done()
@@ -609,10 +617,8 @@ func probeFailover(ctx context.Context, client *actor.Host, killed string, held 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
 			for {
-				actx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+				actx, cancel := context.WithTimeout(ctx, probeAsk)
 				_, err := actor.Ask[counter.Read, counter.Counter](actx, client, ref(i), counter.Read{})
 				cancel()
 				took := time.Since(killedAt)
@@ -626,7 +632,7 @@ func probeFailover(ctx context.Context, client *actor.Host, killed string, held 
 					mu.Unlock()
 					return
 				}
-				time.Sleep(50 * time.Millisecond)
+				time.Sleep(probeEvery)
 			}
 		}()
 	}

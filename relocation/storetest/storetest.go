@@ -749,10 +749,11 @@ func leaseRemainingIsByTheStoresClock(t *testing.T, x *suite) {
 	if l := x.lease(t, "A", 1); l.Remaining != relocation.LeaseTTL {
 		t.Errorf("RenewLease: Remaining %v, want LeaseTTL (%v)", l.Remaining, relocation.LeaseTTL)
 	}
-	x.advance(t, 4*time.Second)
+	part := relocation.LeaseTTL / 4
+	x.advance(t, part)
 	l, ok, err := x.s.Lease(x.ctx, "A")
-	if err != nil || !ok || l.Remaining != relocation.LeaseTTL-4*time.Second {
-		t.Errorf("Lease 4 s after the renewal: %+v, %v, %v; want Remaining %v", l, ok, err, relocation.LeaseTTL-4*time.Second)
+	if err != nil || !ok || l.Remaining != relocation.LeaseTTL-part {
+		t.Errorf("Lease %v after the renewal: %+v, %v, %v; want Remaining %v", part, l, ok, err, relocation.LeaseTTL-part)
 	}
 	x.advance(t, relocation.LeaseTTL)
 	if l, ok, err := x.s.Lease(x.ctx, "A"); err != nil || !ok || l.Remaining > 0 {

@@ -1,0 +1,172 @@
+package actor
+
+import (
+	"sync"
+	"time"
+
+	"github.com/berthrt/berth/membership"
+)
+
+// The suspicions part (suspicions): failure suspicions from the links,
+// and the Location Store checks they start.
+//
+// A link that breaks (a connection refused or reset, heartbeats missed:
+// the transport's Down) is a suspicion, not a fact: the peer may be slow,
+// paused or cut off and still own its objects. A suspicion makes this host
+// ask the Location Store at once for the peer's lease, and again when the
+// store says the lease would run out, until one of three facts ends the
+// check:
+//
+//   - the store reports the peer's run past its lease (its generation with
+//     no time left by the store's clock, or a newer run of its name): the
+//     run is dead, exactly as the membership's expiry would say a little
+//     later. The view drops it at once (confirmed on the membership
+//     watch's goroutine, like any membership event): its routes are
+//     forgotten, what waits for it is routed afresh, and the next message
+//     to one of its objects takes the object over — the takeover itself
+//     is still judged by the store's lease alone (router.peerLive);
+//   - the link comes back up, or the membership no longer lists that run
+//     (it left, went Gone, or expired): nothing to confirm;
+//   - this host closes.
+//
+// Without suspicions a crashed host's objects waited for the membership's
+// expiry sweep and its watchers' polls after the lease ran out.
+//
+// Owns: the runs under check (one check per peer run at a time).
+// Lock: mu, a leaf.
+// May call: peerView, the Location Store, the membership (a list, which
+// makes a store-backed membership sweep its expiries).
+// Invariants: only a fact confirms; a timer only bounds the wait for the
+// next store answer (the lease's remaining time, by the store's clock, or
+// suspectRetry after a store error). Each check is counted in the
+// services' lanes and ends with the host's life.
+type suspicions struct {
+	h       *Host
+	mu      sync.Mutex
+	checks  map[string]uint64      // peer → the run under check
+	confirm chan membership.Member // dead runs, to the membership watch
+	stopped bool                   // the host closes: no new checks
+}
+
+// suspectRetry paces the checks of a suspected peer whose lease the store
+// could not tell (an error, or no lease of that run yet).
+const suspectRetry = 250 * time.Millisecond
+
+// suspect starts a check of peer's current run unless one runs, the peer
+// is not a member, or the host has no membership.
+func (s *suspicions) suspect(peer string) {
+	h := s.h
+	if h.peers.members == nil || peer == h.name {
+		return
+	}
+	m, ok := h.peers.view.member(peer)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	if s.stopped || s.checks[m.Name] == m.LeaseGen || h.life.ctx.Err() != nil {
+		s.mu.Unlock()
+		return
+	}
+	if s.checks == nil {
+		s.checks = map[string]uint64{}
+	}
+	s.checks[m.Name] = m.LeaseGen
+	h.svc.lanes.Add(1)
+	s.mu.Unlock()
+	go s.check(m)
+}
+
+// stop lets no new check start (Close, before it waits for the lanes).
+func (s *suspicions) stop() {
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
+}
+
+// check asks the store for m's lease until a fact ends the suspicion.
+func (s *suspicions) check(m membership.Member) {
+	h := s.h
+	defer h.svc.lanes.Done()
+	defer func() {
+		s.mu.Lock()
+		if s.checks[m.Name] == m.LeaseGen {
+			delete(s.checks, m.Name)
+		}
+		s.mu.Unlock()
+	}()
+	h.stats.suspicions.Add(1)
+	ctx := h.life.ctx
+	for {
+		if !s.stillSuspect(m) {
+			return
+		}
+		wait, dead := s.leaseGone(m)
+		if dead {
+			s.confirmed(m)
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// stillSuspect reports whether m's run is still a member whose link is
+// down (up again, or no longer listed: nothing to confirm).
+func (s *suspicions) stillSuspect(m membership.Member) bool {
+	v := &s.h.peers.view
+	cur, ok := v.member(m.Name)
+	if !ok || cur.LeaseGen != m.LeaseGen {
+		return false
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	p := v.links[m.Name]
+	return p != nil && p.down && !p.leaving && !p.gone
+}
+
+// leaseGone asks the Location Store for m's lease: dead when the store
+// holds m's run with no time left, or a newer run of its name; otherwise
+// how long to wait before asking again — the time the lease has left by
+// the store's clock (a little more), or suspectRetry when the store could
+// not tell (an error, no lease of that run yet).
+func (s *suspicions) leaseGone(m membership.Member) (wait time.Duration, dead bool) {
+	h := s.h
+	ctx, cancel := h.life.storeContext()
+	defer cancel()
+	l, ok, err := h.store.Lease(ctx, m.Name)
+	switch {
+	case err != nil || !ok || l.Gen < m.LeaseGen:
+		return suspectRetry, false
+	case l.Gen > m.LeaseGen, l.Remaining <= 0:
+		return 0, true
+	}
+	return l.Remaining + 10*time.Millisecond, false
+}
+
+// confirmed hands a dead run to the membership watch, which drops it from
+// the view as the membership's expiry would; it first asks the membership
+// for its list, which makes a store-backed one sweep its expiries (its
+// other watchers then hear of it sooner).
+func (s *suspicions) confirmed(m membership.Member) {
+	h := s.h
+	ctx, cancel := h.life.storeContext()
+	_, _ = h.peers.members.Members(ctx) // the sweep's side effect only; the lease is the fact
+	cancel()
+	h.log.Info("a suspected peer's lease ran out by the Location Store; it is dropped from the view", "peer", m.Name, "run", m.LeaseGen)
+	select {
+	case s.confirm <- m:
+	case <-h.life.ctx.Done():
+	}
+}
+
+// confirmedExpiry is the membership event a confirmed dead run stands
+// for (the watch applies it as it would the membership's own).
+func confirmedExpiry(m membership.Member) membership.Event {
+	return membership.Event{Type: membership.Expired, Member: m}
+}

@@ -1,0 +1,182 @@
+package actor
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/berthrt/berth/membership"
+	"github.com/berthrt/berth/relocation"
+)
+
+// leaseFreezer is a MemoryStore whose renewals of the hosts it was told
+// to freeze answer as if they had landed and change nothing: their
+// leases run out by the store while the hosts go on (and keep renewing
+// their membership). It stands for a host whose lease the store let lapse
+// while the host cannot tell — the one fact a suspicion may act on —
+// without waiting for the membership's own expiry.
+type leaseFreezer struct {
+	*relocation.MemoryStore
+	mu     sync.Mutex
+	frozen map[string]bool
+}
+
+func (s *leaseFreezer) freeze(host string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.frozen == nil {
+		s.frozen = map[string]bool{}
+	}
+	s.frozen[host] = true
+}
+
+func (s *leaseFreezer) RenewLease(ctx context.Context, host string, gen uint64) (relocation.Lease, error) {
+	s.mu.Lock()
+	frozen := s.frozen[host]
+	s.mu.Unlock()
+	if frozen {
+		return relocation.Lease{Host: host, Gen: gen, Deadline: time.Now().Add(relocation.LeaseTTL), Remaining: relocation.LeaseTTL}, nil
+	}
+	return s.MemoryStore.RenewLease(ctx, host, gen)
+}
+
+// objectOn returns a counter object that runs on host h, activated
+// through h (the kind's placement decides where each id goes).
+func objectOn(t *testing.T, h *Host, store relocation.Store) Ref {
+	t.Helper()
+	for i := range 64 {
+		ref := Ref{"counter", "s" + strconv.Itoa(i)}
+		if err := Tell(bg, h, ref, Inc{By: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Ask[Get, int](bg, h, ref, Get{}); err != nil {
+			t.Fatal(err)
+		}
+		if row, err := store.Get(bg, relocation.Object{Kind: ref.Kind, ID: ref.ID}); err == nil && row.Host == h.Name() {
+			return ref
+		}
+	}
+	t.Fatalf("no object of 64 activated on %s", h.Name())
+	return Ref{}
+}
+
+// A broken link is a suspicion, not a fact: while the peer's lease is
+// live in the Location Store, the host keeps it in its view, routes to
+// it, and takes none of its objects over — also after the store check
+// has run again past a whole lease.
+func TestASuspicionWhileThePeersLeaseIsLiveDropsNothing(t *testing.T) {
+	n := NewNetwork(nil)
+	a := startHost(t, n.With(Config{Name: "a", Logger: quietLogger()}), movableKind(newGates()))
+	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger()}), movableKind(newGates()))
+	waitViews(t, a, b)
+	ref := objectOn(t, b, n.Store())
+	before, err := Ask[Get, int](bg, a, ref, Get{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Break("a", "b")
+	waitFor(t, "a to suspect b", func() bool { return a.Stats().Suspicions >= 1 })
+	time.Sleep(relocation.LeaseTTL + 500*time.Millisecond) // the check asks the store again when the lease would have run out
+	if st := a.Stats(); st.SuspectsConfirmed != 0 {
+		t.Fatalf("a confirmed %d suspicions of b, whose lease is live", st.SuspectsConfirmed)
+	}
+	if _, ok := a.peers.view.member("b"); !ok {
+		t.Fatal("a dropped b from its view on a suspicion alone")
+	}
+	n.Heal("a", "b")
+	got, err := Ask[Get, int](bg, a, ref, Get{})
+	if err != nil || got != before {
+		t.Fatalf("after the link healed, a read %v, %v; want %d from b (its state kept)", got, err, before)
+	}
+	if a.Stats().OwnersActive != 0 {
+		t.Fatalf("a took an object over on a suspicion (%d owners)", a.Stats().OwnersActive)
+	}
+}
+
+// A suspected peer whose lease the Location Store shows run out is dropped
+// from the view at once — before the membership says so — its objects are
+// taken over at their next message, and the membership's own word of it
+// later counts no second failure.
+func TestASuspectedPeerPastItsLeaseIsDroppedBeforeTheMembershipSaysSo(t *testing.T) {
+	store := &leaseFreezer{MemoryStore: relocation.NewMemoryStore(nil)}
+	n := NewNetwork(store)
+	a := startHost(t, n.With(Config{Name: "a", Logger: quietLogger()}), movableKind(newGates()))
+	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger()}), movableKind(newGates()))
+	waitViews(t, a, b)
+	ref := objectOn(t, b, store)
+	store.freeze("b")
+	store.Expire("b")
+	n.Break("a", "b")
+	waitFor(t, "a to confirm b dead by the store", func() bool { return a.Stats().SuspectsConfirmed == 1 })
+	if _, ok := a.peers.view.member("b"); ok {
+		t.Fatal("a still lists b after the store showed its lease run out")
+	}
+	if !slices.Contains(n.Members(), "b") {
+		t.Fatal("the membership dropped b: the test shows nothing of the suspicion")
+	}
+	got, err := Ask[Get, int](bg, a, ref, Get{})
+	if err != nil || got != 0 {
+		t.Fatalf("a read %s: %v, %v; want 0 (taken over here: its state died with b)", ref, got, err)
+	}
+	if row, err := store.Get(bg, relocation.Object{Kind: ref.Kind, ID: ref.ID}); err != nil || row.Host != "a" {
+		t.Fatalf("the store row of %s: %+v, %v; want it owned by a", ref, row, err)
+	}
+	// The membership's own word of b (b leaves when it closes) is no
+	// second failure, and a late state change of b adds it back nowhere.
+	if got := a.gaps.failures.Load(); got != 1 {
+		t.Fatalf("a recorded %d failures, want 1", got)
+	}
+	_ = b.Close()
+	c := startHost(t, n.With(Config{Name: "c", Logger: quietLogger()}), movableKind(newGates()))
+	waitFor(t, "a to see c join after b left", func() bool { _, ok := a.peers.view.member("c"); return ok && c.Err() == nil })
+	if got := a.gaps.failures.Load(); got != 1 {
+		t.Fatalf("after b left, a recorded %d failures, want 1", got)
+	}
+	if _, ok := a.peers.view.member("b"); ok {
+		t.Fatal("a lists b again")
+	}
+}
+
+// slowRenewals is a MemoryStore whose lease renewals, once slowed, land
+// in the store and are answered after delay — whatever the caller's
+// context says.
+type slowRenewals struct {
+	*relocation.MemoryStore
+	delay atomic.Int64
+}
+
+func (s *slowRenewals) RenewLease(ctx context.Context, host string, gen uint64) (relocation.Lease, error) {
+	l, err := s.MemoryStore.RenewLease(context.Background(), host, gen)
+	time.Sleep(time.Duration(s.delay.Load()))
+	return l, err
+}
+
+// A renewal answered after the lease it was to extend ran out counts for
+// nothing: the store may have granted it after the lease had lapsed, with
+// the objects taken over in between. The host stops as if it had lost
+// the lease, although the store answered yes.
+func TestARenewalAnsweredAfterTheLeaseRanOutLosesIt(t *testing.T) {
+	store := &slowRenewals{MemoryStore: relocation.NewMemoryStore(nil)}
+	h := startHost(t, Config{Name: "a", Store: store, Logger: quietLogger()}, movableKind(newGates()))
+	if err := Tell(bg, h, Ref{"counter", "x"}, Inc{By: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// Answered after the lease it extends (sent a renewal period after
+	// the one before: it ran out LeaseTTL − margin − LeaseRenew after
+	// this one was sent), yet before the lease this one grants would end:
+	// taking the answer would keep the host going for good.
+	store.delay.Store(int64(relocation.LeaseTTL - membership.DefaultMargin - relocation.LeaseRenew/2))
+	select {
+	case <-h.Done():
+	case <-time.After(4 * relocation.LeaseTTL):
+		t.Fatal("the host still runs after a renewal answered past its lease")
+	}
+	if !errors.Is(h.Err(), ErrLeaseLost) {
+		t.Fatalf("Err() = %v, want ErrLeaseLost", h.Err())
+	}
+}
