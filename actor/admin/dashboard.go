@@ -49,9 +49,10 @@ type Snapshot struct {
 	MsgRate   float64       `json:"messages_per_s"`
 	Pauses    PauseSummary  `json:"pauses"`
 	// RecentMoves are the moves this host was the source of that ended
-	// since the stream's previous snapshot, oldest first (the stream's
-	// first snapshot: the last firstMoves). Moves to this host are in
-	// their sources' lists.
+	// since the stream's previous snapshot, oldest first: at most the
+	// last 256 (actor.Host.RecentMoves keeps no more; a drain may end
+	// more between two snapshots). A stream's first snapshot carries the
+	// last 50. Moves to this host are in their sources' lists.
 	RecentMoves []Move   `json:"recent_moves"`
 	Errors      []string `json:"errors,omitempty"` // what could not be read this time
 }
