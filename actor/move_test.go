@@ -839,3 +839,125 @@ func TestRecentPausesShowsThePausesWithoutTakingThem(t *testing.T) {
 		t.Fatalf("Pauses again = %v, RecentPauses %v; want none taken twice, the recent ones kept", again, a.RecentPauses())
 	}
 }
+
+// RecentMoves lists the moves from this host as they ended, in order and
+// numbered: one that moved (with its pause) and one that aborted (with
+// why); a watcher that passes the last number it saw gets only the newer
+// ones, and the list keeps the last 256.
+func TestRecentMovesListsTheMovesFromThisHostAsTheyEnded(t *testing.T) {
+	type fragile struct{ N int }
+	fragileKind := func() Registrable {
+		k := NewKind("fragile", func(*Context, string) (*fragile, error) { return &fragile{}, nil })
+		Handle(k, func(_ *Context, s *fragile, m Inc) error { s.N += m.By; return nil })
+		k.PreserveState(func(*fragile) ([]byte, error) { return nil, errors.New("no capture today") },
+			func(*Context, string, []byte) (*fragile, error) { return &fragile{}, nil })
+		return k
+	}
+	n := NewNetwork(nil)
+	cfg := func(name string) Config {
+		return Config{Name: name, Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()}
+	}
+	a := startHost(t, cfg("a"), movableKind(newGates()), fragileKind())
+	b := startHost(t, cfg("b"), movableKind(newGates()), fragileKind())
+	waitViews(t, a, b)
+	if got := a.RecentMoves(0); len(got) != 0 {
+		t.Fatalf("RecentMoves before any move = %+v", got)
+	}
+	moved, stuck := Ref{"counter", "m"}, Ref{"fragile", "f"}
+	for _, ref := range []Ref{moved, stuck} {
+		if err := Tell(bg, a, ref, Inc{By: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the activations", func() bool { return a.Stats().OwnersActive == 2 })
+	begin := time.Now()
+	if err := a.Relocate(bg, moved, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Relocate(bg, stuck, "b"); err == nil {
+		t.Fatal("a move whose capture fails succeeded")
+	}
+	got := a.RecentMoves(0)
+	if len(got) != 2 {
+		t.Fatalf("RecentMoves = %+v; want the two moves", got)
+	}
+	done, aborted := got[0], got[1]
+	if done.Seq != 1 || done.Ref != moved || done.From != "a" || done.To != "b" || done.Outcome != MoveDone || done.Reason != "" {
+		t.Fatalf("the first move: %+v; want #1, counter/m from a to b, moved", done)
+	}
+	if pauses := a.RecentPauses(); len(pauses) != 1 || done.Pause != pauses[0] || done.Pause <= 0 {
+		t.Fatalf("the move's pause %v; want the one RecentPauses shows (%v)", done.Pause, pauses)
+	}
+	if done.Started.Before(begin) || done.Ended.Before(done.Started) || aborted.Ended.Before(done.Ended) {
+		t.Fatalf("times: %v–%v, then %v–%v (began %v)", done.Started, done.Ended, aborted.Started, aborted.Ended, begin)
+	}
+	if aborted.Seq != 2 || aborted.Ref != stuck || aborted.To != "b" || aborted.Outcome != MoveAborted ||
+		!strings.Contains(aborted.Reason, "no capture today") || aborted.Pause != 0 {
+		t.Fatalf("the second move: %+v; want #2, fragile/f, aborted because its capture failed", aborted)
+	}
+	if aborted.Outcome.String() != "aborted" || done.Outcome.String() != "moved" {
+		t.Fatalf("outcomes named %q and %q", done.Outcome, aborted.Outcome)
+	}
+	if newer := a.RecentMoves(1); len(newer) != 1 || newer[0] != aborted {
+		t.Fatalf("RecentMoves(1) = %+v; want only #2", newer)
+	}
+	if newer := a.RecentMoves(2); len(newer) != 0 {
+		t.Fatalf("RecentMoves(2) = %+v; want none", newer)
+	}
+	if other := b.RecentMoves(0); len(other) != 0 {
+		t.Fatalf("the target lists %+v; want only the moves it was the source of", other)
+	}
+	// b moves the object back: b's list, not a's.
+	if err := b.Relocate(bg, moved, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if back := b.RecentMoves(0); len(back) != 1 || back[0].From != "b" || back[0].To != "a" || back[0].Outcome != MoveDone {
+		t.Fatalf("b's list: %+v", back)
+	}
+	if len(a.RecentMoves(0)) != 2 {
+		t.Fatalf("a's list: %+v", a.RecentMoves(0))
+	}
+	// The list keeps the last 256.
+	for i := range 300 {
+		e := MoveEntry{Ref: Ref{"counter", itoa(i)}, From: "a", To: "b", Outcome: MoveDone}
+		a.moves.log.ended(&e, false)
+	}
+	all := a.RecentMoves(0)
+	if len(all) != recentMoves || all[0].Seq != 302-recentMoves+1 || all[len(all)-1].Seq != 302 || all[len(all)-1].Ref.ID != "299" {
+		t.Fatalf("after 302 moves: %d listed, #%d … #%d; want the last %d", len(all), all[0].Seq, all[len(all)-1].Seq, recentMoves)
+	}
+	for i := 1; i < len(all); i++ {
+		if all[i].Seq != all[i-1].Seq+1 {
+			t.Fatalf("out of order at %d: #%d after #%d", i, all[i].Seq, all[i-1].Seq)
+		}
+	}
+	if tail := a.RecentMoves(300); len(tail) != 2 || tail[0].Seq != 301 {
+		t.Fatalf("RecentMoves(300) = %d entries; want #301 and #302", len(tail))
+	}
+	if len(a.RecentPauses()) != 1 {
+		t.Fatalf("RecentPauses = %v; want the one move's only", a.RecentPauses())
+	}
+}
+
+// Noting a move's end in the log takes one short lock and allocates
+// nothing once the ring exists (the pause log's own slice aside).
+func TestNotingAMovesEndAllocatesNothing(t *testing.T) {
+	h := startHost(t, Config{Name: "a", Logger: quietLogger()})
+	d := &moveDriver{h: h, obj: relocation.Object{Kind: "counter", ID: "x"}, peer: "b", started: time.Now()}
+	d.logEnd(MoveDone, "", 0, false) // makes the ring (AllocsPerRun runs its function 1001 times)
+	if n := testing.AllocsPerRun(1000, func() { d.logEnd(MoveAborted, "a reason", 0, false) }); n != 0 {
+		t.Fatalf("%v allocations per move's end; want none", n)
+	}
+	if got := h.RecentMoves(1001); len(got) != 1 || got[0].Seq != 1002 || got[0].Reason != "a reason" {
+		t.Fatalf("the last entry: %+v", got)
+	}
+}
+
+func BenchmarkNotingAMovesEnd(b *testing.B) {
+	h := startHost(b, Config{Name: "a", Logger: quietLogger()})
+	d := &moveDriver{h: h, obj: relocation.Object{Kind: "counter", ID: "x"}, peer: "b", started: time.Now()}
+	b.ReportAllocs()
+	for b.Loop() {
+		d.logEnd(MoveDone, "", time.Microsecond, false)
+	}
+}

@@ -19,8 +19,8 @@ import (
 // in, either side, each driven on its own serial lane.
 //
 // Owns: the move drivers by id, the count of incoming moves per source,
-// the pause log; each driver's machine (relocation.Source or Target), its
-// envelopes and its pause clock.
+// the log of the moves from here; each driver's machine
+// (relocation.Source or Target), its envelopes and its pause clock.
 // Lock: moveTable.mu, a leaf. A driver has no lock: its inputs (records
 // off the link, link events, the tick, store results, Relocate's abort,
 // the owner's lifecycle turns) run one at a time on its lane; the steps
@@ -118,8 +118,8 @@ type moveDriver struct {
 // keeps of them.
 //
 // Owns: the move drivers by id, the count of incoming moves per source,
-// the cross-host Relocate requests, the pause log.
-// Lock: mu, a leaf, guards m and incoming; remote and pauses have their
+// the cross-host Relocate requests, the log of the moves from here.
+// Lock: mu, a leaf, guards m and incoming; remote and log have their
 // own leaf locks.
 // Invariants: a target move is counted in incoming from its Prepare until
 // it opens or ends, at most maxIncomingPerPeer per source.
@@ -130,7 +130,7 @@ type moveTable struct {
 	underWay atomic.Int64                      // sources in m, and targets not yet open or ended: Stats.MovesUnderWay (changed under mu)
 	incoming map[string]int                    // moves to here not yet open or ended, by source; guarded by mu
 	remote   remoteOps                         // Relocate across hosts (remotemove.go)
-	pauses   pauseLog                          // moves from here: their pauses (Host.Pauses)
+	log      moveLog                           // moves from here: their pauses and ends (Host.Pauses, Host.RecentMoves)
 	// times, set by tests only (nil otherwise) before a move, sees the
 	// nanotime of each move's seal at its source and opening at its
 	// target.
@@ -195,6 +195,7 @@ func (mt *moveTable) relocateLocal(ctx context.Context, kr *kindRuntime, ref Ref
 		})
 		if notStarted {
 			mt.removeMove(d)
+			d.logEnd(MoveRefused, "not started: "+ctx.Err().Error(), 0, false)
 			return ctxErr(ctx)
 		}
 		select {
@@ -655,6 +656,7 @@ func (d *moveDriver) startSource() {
 			d.ended = true
 			d.o.moving.Store(false)
 			d.h.moves.removeMove(d)
+			d.logEnd(MoveRefused, "the store does not show this host as the owner", 0, false)
 			d.done <- &payload.Error{Kind: payload.Unavailable, Op: "actor.Host.Relocate", Detail: "the store does not show this host as the owner", Err: err}
 			return
 		}
@@ -789,21 +791,28 @@ func (d *moveDriver) finish(f relocation.Finish) {
 	h.moves.removeMove(d)
 	if d.src != nil {
 		var err error
+		out, reason := MoveDone, f.Reason
 		switch f.Outcome {
 		case relocation.Moved:
 			h.stats.moved.Add(1)
+			reason = ""
 		case relocation.NotStarted:
+			out = MoveRefused
 			err = payload.NewError(payload.Rejected, "actor.Host.Relocate", f.Reason)
 		case relocation.Aborted:
+			out = MoveAborted
 			detail := "move aborted: " + f.Reason
 			if d.abortErr != nil {
 				// errors.Is finds the capture's own error (its kind) too.
 				detail = "move aborted: the capture failed"
+				reason = "the capture failed: " + d.abortErr.Error()
 			}
 			err = &payload.Error{Kind: payload.Unavailable, Op: "actor.Host.Relocate", Detail: detail, Err: d.abortErr}
 		case relocation.Abandoned:
+			out = MoveAbandoned
 			err = payload.NewError(payload.Rejected, "actor.Host.Relocate", "move abandoned: "+f.Reason)
 		case relocation.Lost:
+			out = MoveLost
 			err = payload.NewError(payload.DataLost, "actor.Host.Relocate", f.Reason)
 		}
 		if f.Outcome == relocation.Moved || f.Outcome == relocation.Lost || f.Outcome == relocation.Abandoned {
@@ -821,11 +830,12 @@ func (d *moveDriver) finish(f relocation.Finish) {
 		} else {
 			d.o.moving.Store(false)
 		}
+		var pause time.Duration
+		paused := false
 		if f.Outcome == relocation.Moved {
-			if p, ok := d.clock.Pause(nanotime()); ok {
-				h.moves.pauses.add(p)
-			}
+			pause, paused = d.clock.Pause(nanotime())
 		}
+		d.logEnd(out, reason, pause, paused)
 		d.done <- err
 		return
 	}
@@ -833,6 +843,14 @@ func (d *moveDriver) finish(f relocation.Finish) {
 		h.obs.Deactivated(d.kr.spec.name)
 		h.owners.system.Root.Stop(d.o.pid)
 	}
+}
+
+// logEnd notes in the host's move log the end of this move from here
+// (its pause, if paused).
+func (d *moveDriver) logEnd(out MoveOutcome, reason string, pause time.Duration, paused bool) {
+	e := MoveEntry{Ref: Ref{Kind: d.obj.Kind, ID: d.obj.ID}, From: d.h.name, To: d.peer, Started: d.started,
+		Ended: time.Now(), Pause: pause, Outcome: out, Reason: reason}
+	d.h.moves.log.ended(&e, paused)
 }
 
 // registerTemp installs the incoming owner, sealed: messages sent here
@@ -1071,6 +1089,7 @@ func (d *moveDriver) abandonOnClose() (dropped int) {
 		unrun = append(d.captured, d.held...)
 		d.captured, d.held = nil, nil
 		if d.done != nil {
+			d.logEnd(MoveClosed, "the host closed", 0, false)
 			d.done <- ErrShuttingDown
 		}
 		o = d.o
@@ -1094,27 +1113,44 @@ func (d *moveDriver) abandonOnClose() (dropped int) {
 	return dropped
 }
 
-// pauseLog keeps the pauses of the moves this host was the source of
-// (moveDriver.pauseLocked: the seal here to the opening at the target).
-type pauseLog struct {
+// moveLog keeps what this host keeps of the moves it was the source of:
+// their pauses (moveDriver.clock: the seal here to the opening at the
+// target), and a ring of the last ones as they ended (Host.RecentMoves).
+// One short lock per move's end; the ring is made at the first move.
+type moveLog struct {
 	mu     sync.Mutex
 	done   []time.Duration             // not taken by Pauses yet
 	recent [recentPauses]time.Duration // a ring of the last ones (RecentPauses)
 	n      int                         // pauses added, ever
+	moves  *[recentMoves]MoveEntry     // a ring of the last moves (RecentMoves); nil until the first
+	seq    uint64                      // moves ended, ever: the last one's Seq
 }
 
 // recentPauses is how many pauses RecentPauses keeps.
 const recentPauses = 1024
 
-func (p *pauseLog) add(d time.Duration) {
-	p.mu.Lock()
-	if len(p.done) == maxPauses {
-		p.done = append(p.done[:0], p.done[maxPauses/2:]...) // keep the newer half
+// recentMoves is how many moves RecentMoves keeps.
+const recentMoves = 256
+
+// ended notes the end of a move from here: e, numbered next, in the ring
+// of moves; its pause, if it moved and the pause is known.
+func (l *moveLog) ended(e *MoveEntry, pause bool) {
+	l.mu.Lock()
+	if pause {
+		if len(l.done) == maxPauses {
+			l.done = append(l.done[:0], l.done[maxPauses/2:]...) // keep the newer half
+		}
+		l.done = append(l.done, e.Pause)
+		l.recent[l.n%recentPauses] = e.Pause
+		l.n++
 	}
-	p.done = append(p.done, d)
-	p.recent[p.n%recentPauses] = d
-	p.n++
-	p.mu.Unlock()
+	if l.moves == nil {
+		l.moves = new([recentMoves]MoveEntry)
+	}
+	l.seq++
+	e.Seq = l.seq
+	l.moves[l.seq%recentMoves] = *e
+	l.mu.Unlock()
 }
 
 // maxPauses bounds the pauses kept between two calls of Host.Pauses.

@@ -96,14 +96,14 @@ func alreadyThere(ref Ref, target string) error {
 // opening, which the target reports in its Committed record. (Should the target not report it, the pause is taken
 // up to the Committed's arrival here: an upper bound.)
 func (h *Host) Pauses() []time.Duration {
-	return h.moves.pauses.take()
+	return h.moves.log.take()
 }
 
 // RecentPauses returns the pauses of the last moves (at most 1,024) this
 // host was the source of, oldest first, as Pauses works them out, without
 // taking them: Pauses still returns them. For dashboards.
 func (h *Host) RecentPauses() []time.Duration {
-	p := &h.moves.pauses
+	p := &h.moves.log
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := min(p.n, recentPauses)
@@ -115,10 +115,100 @@ func (h *Host) RecentPauses() []time.Duration {
 }
 
 // take returns the pauses not taken yet, and forgets them.
-func (p *pauseLog) take() []time.Duration {
+func (p *moveLog) take() []time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := p.done
 	p.done = nil
+	return out
+}
+
+// MoveEntry is one move this host was the source of, as it ended
+// (Host.RecentMoves).
+type MoveEntry struct {
+	// Seq numbers the moves from this host as they end: 1, 2, 3, … (from
+	// 1 again when the host is made again).
+	Seq uint64
+	// Ref is the object that moved (or was to).
+	Ref Ref
+	// From is this host; To the target.
+	From, To string
+	// Started is when Relocate (or a drain) began the move here; Ended
+	// when it ended here.
+	Started, Ended time.Time
+	// Pause is the time the object ran nowhere, as Pauses works it out;
+	// 0 unless Outcome is MoveDone (or if the pause could not be worked
+	// out).
+	Pause time.Duration
+	// Outcome is how the move ended; Reason says why, unless it is
+	// MoveDone.
+	Outcome MoveOutcome
+	Reason  string
+}
+
+// MoveOutcome is how a move ended at its source.
+type MoveOutcome uint8
+
+// Outcomes of a move, at its source.
+const (
+	// MoveDone: the target owns the object and runs it.
+	MoveDone MoveOutcome = iota + 1
+	// MoveRefused: the move did not start (the target's preflight refused
+	// it, the store did not show this host as the owner, or Relocate's
+	// context ended first); the object was not disturbed.
+	MoveRefused
+	// MoveAborted: aborted before the point of no return (the capture
+	// failed, the target failed or left, Relocate's context ended); the
+	// object runs here again, nothing lost.
+	MoveAborted
+	// MoveAbandoned: the target could not take ownership in the Location
+	// Store (a newer owner, or the store out of reach past its deadline).
+	MoveAbandoned
+	// MoveLost: the target left past the point of no return; the object's
+	// queued work went with it.
+	MoveLost
+	// MoveClosed: this host closed during the move.
+	MoveClosed
+)
+
+// String returns the outcome's name: moved, refused, aborted, abandoned,
+// lost or closed.
+func (o MoveOutcome) String() string {
+	switch o {
+	case MoveDone:
+		return "moved"
+	case MoveRefused:
+		return "refused"
+	case MoveAborted:
+		return "aborted"
+	case MoveAbandoned:
+		return "abandoned"
+	case MoveLost:
+		return "lost"
+	case MoveClosed:
+		return "closed"
+	}
+	return "none"
+}
+
+// RecentMoves returns the moves this host was the source of that ended
+// after the one numbered after (MoveEntry.Seq), oldest first: at most the
+// last 256, moved or not. RecentMoves(0) returns the last 256; a watcher
+// passes the last Seq it saw to get only the newer ones (when more than
+// 256 ended meanwhile, the older ones are gone: the first Seq returned
+// then is above after+1). It takes nothing away, and costs nothing
+// unless called.
+func (h *Host) RecentMoves(after uint64) []MoveEntry {
+	l := &h.moves.log
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	first := max(after+1, l.seq+1-min(l.seq, recentMoves)) // the oldest kept: seq-255, or 1
+	if first > l.seq {
+		return nil
+	}
+	out := make([]MoveEntry, 0, l.seq-first+1)
+	for s := first; s <= l.seq; s++ {
+		out = append(out, l.moves[s%recentMoves])
+	}
 	return out
 }

@@ -11,6 +11,7 @@
 //	GET  objects               objects per host and kind, from the Location Store (relocation.Counter)
 //	GET  locate/{kind}/{id}    where an object lives (actor.Host.Locate)
 //	GET  stats                 this host's counters (actor.Host.Stats: moves under way among them), drain state, recent move pauses
+//	GET  moves?after=          the last moves this host was the source of, oldest first (actor.Host.RecentMoves): after a Seq, only newer ones
 //	POST move/{kind}/{id}?to=  move an object to a host (actor.Host.Relocate): Options.AllowWrites
 //	POST drain                 drain this host (actor.Host.Drain), then it stops: Options.AllowWrites;
 //	                           the drain goes on if the asker leaves; the answer comes when it ends
@@ -36,6 +37,7 @@ import (
 	"errors"
 	"net/http"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/berthrt/berth/actor"
@@ -82,6 +84,7 @@ func New(o Options) (http.Handler, error) {
 	mux.HandleFunc("GET /admin/v1/objects", a.objects)
 	mux.HandleFunc("GET /admin/v1/locate/{kind}/{id}", a.locate)
 	mux.HandleFunc("GET /admin/v1/stats", a.stats)
+	mux.HandleFunc("GET /admin/v1/moves", a.moves)
 	mux.HandleFunc("POST /admin/v1/move/{kind}/{id}", a.write(a.move))
 	mux.HandleFunc("POST /admin/v1/drain", a.write(a.drain))
 	return a.auth(mux), nil
@@ -155,6 +158,37 @@ type Stats struct {
 	DrainState string       `json:"drain_state"`
 	Stats      actor.Stats  `json:"stats"`  // MovesUnderWay and Relocations among them
 	Pauses     PauseSummary `json:"pauses"` // of the last moves from this host (actor.Host.RecentPauses)
+}
+
+// Move is one move this host was the source of, as it ended
+// (actor.MoveEntry): the moves route and the dashboard list them.
+type Move struct {
+	Seq     uint64    `json:"seq"` // numbers the moves from this host: 1, 2, 3, …
+	Kind    string    `json:"kind"`
+	ID      string    `json:"id"`
+	From    string    `json:"from"`
+	To      string    `json:"to"`
+	Started time.Time `json:"started"`
+	Ended   time.Time `json:"ended"`
+	PauseUS int64     `json:"pause_us"` // the time the object ran nowhere, µs; 0 unless it moved
+	Outcome string    `json:"outcome"`  // moved, refused, aborted, abandoned, lost or closed (actor.MoveOutcome)
+	Reason  string    `json:"reason,omitempty"`
+}
+
+// Moves is the moves route's answer.
+type Moves struct {
+	Host  string `json:"host"`
+	Moves []Move `json:"moves"` // oldest first
+}
+
+// movesOf converts the host's entries.
+func movesOf(es []actor.MoveEntry) []Move {
+	out := make([]Move, 0, len(es))
+	for _, e := range es {
+		out = append(out, Move{Seq: e.Seq, Kind: e.Ref.Kind, ID: e.Ref.ID, From: e.From, To: e.To, Started: e.Started, Ended: e.Ended,
+			PauseUS: e.Pause.Microseconds(), Outcome: e.Outcome.String(), Reason: e.Reason})
+	}
+	return out
 }
 
 // Done is the answer of move and drain.
@@ -245,6 +279,20 @@ func (a *api) stats(w http.ResponseWriter, _ *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, Stats{Host: h.Name(), Ready: ready, DrainState: h.DrainState().String(), Stats: h.Stats(),
 		Pauses: summarize(h.RecentPauses())})
+}
+
+func (a *api) moves(w http.ResponseWriter, r *http.Request) {
+	var after uint64
+	if v := r.URL.Query().Get("after"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			writeErr(w, payload.NewError(payload.InvalidOperation, "admin", "moves?after= takes a move's seq, not "+strconv.Quote(v)))
+			return
+		}
+		after = n
+	}
+	h := a.o.Host
+	writeJSON(w, http.StatusOK, Moves{Host: h.Name(), Moves: movesOf(h.RecentMoves(after))})
 }
 
 func (a *api) move(w http.ResponseWriter, r *http.Request) {

@@ -105,7 +105,7 @@ func TestEveryRouteNeedsTheAdminCredential(t *testing.T) {
 	a, _, _, srv := cluster(t, true)
 	for _, r := range []struct{ method, path string }{
 		{"GET", "/admin/v1/members"}, {"GET", "/admin/v1/objects"}, {"GET", "/admin/v1/locate/counter/1"},
-		{"GET", "/admin/v1/stats"}, {"POST", "/admin/v1/move/counter/1?to=b"}, {"POST", "/admin/v1/drain"},
+		{"GET", "/admin/v1/stats"}, {"GET", "/admin/v1/moves"}, {"POST", "/admin/v1/move/counter/1?to=b"}, {"POST", "/admin/v1/drain"},
 	} {
 		for _, cred := range []string{"", "wrong-token-of-enough-bytes", token + "x"} {
 			var e admin.Error
@@ -191,6 +191,47 @@ func TestTheReadRoutesDescribeTheCluster(t *testing.T) {
 	if code := call(t, srv, "GET", "/admin/v1/stats", token, &st); code != http.StatusOK || st.Host != "a" || st.Ready != "ok" ||
 		st.DrainState != "serving" || st.Stats.OwnersActive != onA {
 		t.Fatalf("stats: %d %+v; want a ready, serving, %d objects", code, st, onA)
+	}
+}
+
+// The moves route lists the moves this host was the source of, oldest
+// first, with their outcome; after= a move's seq lists only the newer
+// ones. It is a read route: on without writes.
+func TestTheMovesRouteListsTheMovesFromThisHost(t *testing.T) {
+	a, _, _, srv := cluster(t, false)
+	var ms admin.Moves
+	if code := call(t, srv, "GET", "/admin/v1/moves", token, &ms); code != http.StatusOK || ms.Host != "a" || ms.Moves == nil || len(ms.Moves) != 0 {
+		t.Fatalf("moves before any: %d %+v; want an empty list", code, ms)
+	}
+	var ids []string
+	for i := 0; len(ids) < 2; i++ {
+		ref := actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)}
+		if _, err := actor.Ask[counter.Read, counter.Counter](bg, a, ref, counter.Read{}); err != nil {
+			t.Fatal(err)
+		}
+		if loc, _ := a.Locate(bg, ref); loc.Host == "a" {
+			if err := a.Relocate(bg, ref, "b"); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, ref.ID)
+		}
+	}
+	if code := call(t, srv, "GET", "/admin/v1/moves", token, &ms); code != http.StatusOK || len(ms.Moves) != 2 {
+		t.Fatalf("moves: %d %+v; want the two", code, ms)
+	}
+	for i, m := range ms.Moves {
+		if m.Seq != uint64(i+1) || m.Kind != counter.Name || m.ID != ids[i] || m.From != "a" || m.To != "b" || m.Outcome != "moved" ||
+			m.Reason != "" || m.PauseUS < 0 || m.Ended.Before(m.Started) {
+			t.Fatalf("move %d: %+v; want #%d, %s/%s from a to b, moved", i, m, i+1, counter.Name, ids[i])
+		}
+	}
+	var newer admin.Moves
+	if code := call(t, srv, "GET", "/admin/v1/moves?after=1", token, &newer); code != http.StatusOK || len(newer.Moves) != 1 || newer.Moves[0].ID != ids[1] {
+		t.Fatalf("moves?after=1: %d %+v; want the second only", code, newer)
+	}
+	var e admin.Error
+	if code := call(t, srv, "GET", "/admin/v1/moves?after=x", token, &e); code != http.StatusBadRequest || e.Kind != "invalid operation" {
+		t.Fatalf("moves?after=x: %d %+v; want 400", code, e)
 	}
 }
 

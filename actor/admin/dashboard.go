@@ -48,8 +48,18 @@ type Snapshot struct {
 	MovesRate float64       `json:"moves_per_s"` // since the last snapshot
 	MsgRate   float64       `json:"messages_per_s"`
 	Pauses    PauseSummary  `json:"pauses"`
-	Errors    []string      `json:"errors,omitempty"` // what could not be read this time
+	// RecentMoves are the moves this host was the source of that ended
+	// since the stream's previous snapshot, oldest first: at most the
+	// last 256 (actor.Host.RecentMoves keeps no more; a drain may end
+	// more between two snapshots). A stream's first snapshot carries the
+	// last 50. Moves to this host are in their sources' lists.
+	RecentMoves []Move   `json:"recent_moves"`
+	Errors      []string `json:"errors,omitempty"` // what could not be read this time
 }
+
+// firstMoves is how many of the last moves a stream's first snapshot
+// carries: as many as the page lists.
+const firstMoves = 50
 
 // PauseSummary is the distribution of the recent moves' pauses
 // (actor.Host.RecentPauses), in microseconds.
@@ -99,8 +109,17 @@ func streamSnapshots(w http.ResponseWriter, r *http.Request, o DashboardOptions)
 	defer tick.Stop()
 	var last Snapshot
 	var lastMsgs int64
+	var seen uint64 // the last move the stream sent
 	for first := true; ; first = false {
 		s := snapshot(r.Context(), o)
+		moves := o.Host.RecentMoves(seen)
+		if first && len(moves) > firstMoves {
+			moves = moves[len(moves)-firstMoves:]
+		}
+		if len(moves) > 0 {
+			seen = moves[len(moves)-1].Seq
+		}
+		s.RecentMoves = movesOf(moves)
 		var msgs int64
 		if o.Messages != nil {
 			msgs = o.Messages()
@@ -134,7 +153,8 @@ func streamSnapshots(w http.ResponseWriter, r *http.Request, o DashboardOptions)
 func snapshot(ctx context.Context, o DashboardOptions) Snapshot {
 	h := o.Host
 	st := h.Stats()
-	s := Snapshot{Host: h.Name(), Time: time.Now(), Here: st.OwnersActive, Moves: st.Relocations, UnderWay: st.MovesUnderWay, Members: []Member{}, Objects: []ObjectCount{}}
+	s := Snapshot{Host: h.Name(), Time: time.Now(), Here: st.OwnersActive, Moves: st.Relocations, UnderWay: st.MovesUnderWay, Members: []Member{}, Objects: []ObjectCount{},
+		RecentMoves: []Move{}}
 	ctx, cancel := context.WithTimeout(ctx, o.Every)
 	defer cancel()
 	if o.Membership != nil {

@@ -134,15 +134,17 @@ func TestTheDashboardStreamsSnapshotsWhileWatched(t *testing.T) {
 	if err := hs[0].Relocate(bg, actor.Ref{Kind: counter.Name, ID: id}, "b"); err != nil {
 		t.Fatal(err)
 	}
+	var listed []admin.Move // the moves the snapshots carried
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		s = next()
+		listed = append(listed, s.RecentMoves...)
 		count := 0
 		for _, o := range s.Objects {
 			if o.Host == "b" {
 				count = o.Objects
 			}
 		}
-		if count == before+1 && s.Moves >= 1 && s.UnderWay == 0 && s.Pauses.Count >= 1 && s.MsgRate > 0 {
+		if count == before+1 && s.Moves >= 1 && s.UnderWay == 0 && s.Pauses.Count >= 1 && s.MsgRate > 0 && len(listed) > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -152,6 +154,38 @@ func TestTheDashboardStreamsSnapshotsWhileWatched(t *testing.T) {
 	if s.Pauses.P50 <= 0 || s.Pauses.Max < s.Pauses.P99 || s.Pauses.P99 < s.Pauses.P50 {
 		t.Fatalf("pauses %+v", s.Pauses)
 	}
+	// The move is carried once, by the first snapshot after it ended.
+	for range 3 {
+		listed = append(listed, next().RecentMoves...)
+	}
+	m := listed[0]
+	if len(listed) != 1 || m.Kind != counter.Name || m.ID != id || m.From != "a" || m.To != "b" || m.Outcome != "moved" ||
+		m.PauseUS != s.Pauses.Max || m.Seq != 1 || m.Ended.Before(m.Started) {
+		t.Fatalf("the snapshots carried the moves %+v; want the one move of %s from a to b, once, with its pause (%d µs)", listed, id, s.Pauses.Max)
+	}
+	// A new stream's first snapshot carries the last moves.
+	ctx2, cancel2 := context.WithCancel(bg)
+	req2, _ := http.NewRequestWithContext(ctx2, "GET", srv.URL+"/events", nil)
+	resp2, err := http.DefaultClient.Do(req2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc2 := bufio.NewScanner(resp2.Body)
+	sc2.Buffer(nil, 1<<20)
+	for sc2.Scan() {
+		if data, ok := strings.CutPrefix(sc2.Text(), "data: "); ok {
+			var first admin.Snapshot
+			if err := json.Unmarshal([]byte(data), &first); err != nil {
+				t.Fatal(err)
+			}
+			if len(first.RecentMoves) != 1 || first.RecentMoves[0] != m {
+				t.Fatalf("a new stream's first snapshot carries %+v; want the move %+v", first.RecentMoves, m)
+			}
+			break
+		}
+	}
+	cancel2()
+	resp2.Body.Close()
 	cancel()
 	resp.Body.Close()
 	stopLoad()
@@ -173,7 +207,8 @@ func chromiumPath() string {
 }
 
 // In a real browser (headless Chromium), the page lists the three members
-// and their objects, and shows a move's change of the counts. A
+// and their objects, and shows a move's change of the counts and the move
+// itself in its Moves panel. A
 // screenshot is saved in $BERTH_TEST_ARTIFACTS (default: the test's
 // temporary directory). Without Chromium the test skips, unless
 // BERTH_REQUIRE_BROWSER=1 (CI installs it and sets that).
@@ -239,6 +274,26 @@ func TestTheDashboardShowsTheClusterInABrowser(t *testing.T) {
 		moves, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`#moves`)))
 		return err == nil && moves == "1"
 	})
+	// The Moves panel lists it, as it is drawn: the object, from a to b,
+	// moved, with its pause.
+	feedRow := func() []string {
+		cells, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](
+			`[...((document.querySelector('#feed tbody tr') || {}).cells || [])].map(td => td.innerText)`))
+		if err != nil {
+			t.Fatalf("the page's Moves panel: %v", err)
+		}
+		return cells
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		row := feedRow()
+		if len(row) == 5 && row[1] == counter.Name+"/"+id && row[2] == "a → b" && strings.HasPrefix(row[4], "moved") && strings.HasSuffix(row[3], "s") {
+			break
+		}
+		if time.Now().After(deadline) {
+			html, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#feed").outerHTML`))
+			t.Fatalf("the Moves panel's newest row is %q; want %s/%s, a → b, moved, its pause: %s", row, counter.Name, id, html)
+		}
+	}
 
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100: PNG
 	if err != nil {

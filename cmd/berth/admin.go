@@ -16,6 +16,7 @@ package main
 //	top [-n N] [-every D] objects per host, again every D (N times; 0: until interrupted)
 //	stats                the node's counters
 //	locate KIND/ID       where an object lives
+//	moves                the last moves the node was the source of, oldest first
 //	move KIND/ID NODE    move an object to NODE (the node needs -admin-write)
 //	drain NODE           drain the node at -addr, which must be NODE (-admin-write);
 //	                     it goes on if this command ends first (-timeout)
@@ -96,7 +97,7 @@ func adminMain(ctx context.Context, args []string, getenv func(string) string, s
 	nodeName := fs.String("node", "", "the name the node's certificate must carry (with -ca; default the host of -addr)")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long one request may take (move and drain may take long)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: berth admin [flags] members|objects|top|stats|locate KIND/ID|move KIND/ID NODE|drain NODE")
+		fmt.Fprintln(stderr, "usage: berth admin [flags] members|objects|top|stats|locate KIND/ID|moves|move KIND/ID NODE|drain NODE")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -255,6 +256,25 @@ func runAdmin(ctx context.Context, c *adminClient, args []string, w io.Writer) e
 			return err
 		}
 		fmt.Fprintf(w, "%s/%s on %s (object gen %d, owner gen %d)\n", loc.Kind, loc.ID, loc.Host, loc.ObjectGen, loc.OwnerGen)
+	case "moves":
+		if err := need(0, "no argument"); err != nil {
+			return err
+		}
+		var ms admin.Moves
+		if err := c.do(ctx, "GET", "/admin/v1/moves", &ms); err != nil {
+			return err
+		}
+		fmt.Fprintln(tw, "SEQ\tENDED\tOBJECT\tFROM\tTO\tPAUSE\tOUTCOME")
+		for _, m := range ms.Moves {
+			pause, outcome := "-", m.Outcome
+			if m.Outcome == "moved" {
+				pause = (time.Duration(m.PauseUS) * time.Microsecond).String()
+			}
+			if m.Reason != "" {
+				outcome += ": " + m.Reason
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s/%s\t%s\t%s\t%s\t%s\n", m.Seq, m.Ended.Local().Format("15:04:05.000"), m.Kind, m.ID, m.From, m.To, pause, outcome)
+		}
 	case "move":
 		if err := need(2, "KIND/ID NODE"); err != nil {
 			return err

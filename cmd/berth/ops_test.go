@@ -284,8 +284,9 @@ func adminRun(t *testing.T, n *node, ca *demoCA, cred string, args ...string) (i
 
 // berth admin, against two node processes that serve the admin API over
 // TLS: it lists the members and the objects per host, locates an object,
-// moves it, and drains a node (which then exits 0); without the
-// credential, or to a node that does not allow writes, it is refused.
+// moves it and lists the move, and drains a node (which then exits 0);
+// without the credential, or to a node that does not allow writes, it is
+// refused.
 func TestBerthAdminSeesAndSteersAClusterOfNodes(t *testing.T) {
 	const cred = "the-admin-credential-of-the-test"
 	t.Setenv("BERTH_ADMIN_TOKEN", cred) // the nodes inherit it
@@ -356,6 +357,11 @@ func TestBerthAdminSeesAndSteersAClusterOfNodes(t *testing.T) {
 	}
 	if row, err := store.Get(ctx, relocation.Object{Kind: counter.Name, ID: id}); err != nil || row.Host != "node-1" {
 		t.Fatalf("object %s after the move: %+v, %v; want it on node-1", id, row, err)
+	}
+	// The move is listed by its source, node-2 (moves is a read route).
+	code, out, errOut = adminRun(t, n2, ca, cred, "moves")
+	if code != 0 || !regexp.MustCompile(`(?m)^1\s+\S+\s+`+counter.Name+`/`+id+`\s+node-2\s+node-1\s+\S+s\s+moved$`).MatchString(out) {
+		t.Fatalf("moves at node-2: %d %q %q", code, out, errOut)
 	}
 	// drain checks the name first.
 	if code, _, errOut = adminRun(t, n1, ca, cred, "drain", "node-2"); code != nodeExitFailed || !strings.Contains(errOut, "not node-2") {
