@@ -219,7 +219,7 @@ func (o *owner) turnMsg(e *mailbox.Envelope) {
 	}
 	o.ctx.env = e
 	if h.trace != nil {
-		h.trace.begin(&o.ctx, hv)
+		h.trace.begin(&o.ctx, hd, hv)
 	}
 	outcome := o.run(hd, e)
 	o.ctx.endTurnSpan()

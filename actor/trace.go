@@ -101,17 +101,20 @@ func parentOf(hv *payload.HeaderView) context.Context {
 // begin starts the span of the turn c is about to run for the message
 // whose header is hv, a child of the span that sent it, and makes c carry
 // it: the sends of the turn's handler continue its trace.
-func (t *tracing) begin(c *Context, hv *payload.HeaderView) {
+func (t *tracing) begin(c *Context, hd *handler, hv *payload.HeaderView) {
 	kind := trace.SpanKindConsumer
 	if len(hv.ReplyTo()) > 0 {
 		kind = trace.SpanKindServer // a request: its asker waits
 	}
 	o := c.owner
-	c.traced, _ = t.tracer.Start(parentOf(hv), "berth.turn "+o.spec.name,
+	c.traced, _ = t.tracer.Start(parentOf(hv), o.spec.spanName,
 		trace.WithSpanKind(kind),
 		trace.WithAttributes(AttrKind.String(o.spec.name), AttrID.String(o.ref.ID),
-			AttrMessageType.String(string(hv.Type())), t.host))
+			AttrMessageType.String(hd.typeName), t.host))
 }
+
+// turnSpanName is the name of the spans of the turns of a kind or channel.
+func turnSpanName(name string) string { return "berth.turn " + name }
 
 // endTurnSpan ends the span of c's turn, if it has one.
 func (c *Context) endTurnSpan() {
@@ -159,8 +162,14 @@ func (c *metaCarrier) Keys() []string {
 // viewCarrier reads a received header's metadata for a propagator.
 type viewCarrier struct{ hv *payload.HeaderView }
 
+// traceparentLen is the length of a version 00 traceparent.
+const traceparentLen = len("00-0102030405060708090a0b0c0d0e0f10-0102030405060708-01")
+
 func (c viewCarrier) Get(key string) string {
 	v, _ := c.hv.Meta(key)
+	if key == metaTraceparent && len(v) > traceparentLen && v[0] == '0' && v[1] == '0' {
+		return "" // version 00 has nothing after its flags (the propagator lets a "-" pass)
+	}
 	return string(v)
 }
 

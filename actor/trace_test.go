@@ -293,3 +293,34 @@ func TestTracingATraceStaysOneAcrossAForward(t *testing.T) {
 		t.Fatal("the message was not forwarded by a")
 	}
 }
+
+// The trace context comes from the network: a malformed traceparent is
+// ignored — the message runs, its turn starts a new trace — and a
+// malformed tracestate is dropped, the traceparent still kept.
+func TestTracingAMalformedTraceContextIsIgnored(t *testing.T) {
+	tp, sr := newRecorder(t)
+	h := startHost(t, Config{Name: "solo", TracerProvider: tp}, counterKind(newGates()))
+	ref := Ref{"counter", "x"}
+	send := func(meta ...payload.MetaEntry) sdktrace.ReadOnlySpan {
+		t.Helper()
+		sr.Reset()
+		rep, err := h.Deliver(bg, ref, Encoded{Type: TypeName[Echo](), ContentType: "application/json", Body: []byte(`{"S":"hi"}`), Meta: meta})
+		if err != nil {
+			t.Fatalf("with metadata %v: %v", meta, err)
+		}
+		rep.Release()
+		return waitSpan(t, sr, typeName[Echo]())
+	}
+	for _, bad := range []string{"", "garbage", "00-" + strings.Repeat("0", 32) + "-0102030405060708-01",
+		"00-0102030405060708090a0b0c0d0e0f10-0102030405060708-01-extra", "00-0102030405060708090a0b0c0d0e0f10-0102030405060708-01-", "ff-0102030405060708090a0b0c0d0e0f10-0102030405060708-01",
+		"00-0102030405060708090A0B0C0D0E0F10-0102030405060708-01", "00-0102030405060708090a0b0c0d0e0f10-0102030405060708-\xff\xfe"} {
+		if s := send(payload.MetaEntry{Key: "traceparent", Value: bad}); s.Parent().IsValid() {
+			t.Fatalf("traceparent %q: the turn's parent is %v, want none", bad, s.Parent())
+		}
+	}
+	good := "00-0102030405060708090a0b0c0d0e0f10-0102030405060708-01"
+	s := send(payload.MetaEntry{Key: "traceparent", Value: good}, payload.MetaEntry{Key: "tracestate", Value: "=,=\x00"})
+	if s.Parent().TraceID().String() != "0102030405060708090a0b0c0d0e0f10" || s.Parent().SpanID().String() != "0102030405060708" || s.Parent().TraceState().Len() != 0 {
+		t.Fatalf("good traceparent, bad tracestate: parent %v", s.Parent())
+	}
+}
