@@ -218,11 +218,14 @@ func (o *owner) turnMsg(e *mailbox.Envelope) {
 		return
 	}
 	o.ctx.env = e
-	if h.trace != nil {
-		h.trace.begin(&o.ctx, hd, hv)
+	var outcome Outcome
+	if h.trace == nil {
+		outcome = o.run(hd, e)
+	} else {
+		h.trace.begin(&o.ctx, hd, hv) // the turn's span (trace.go)
+		outcome = o.run(hd, e)
+		o.ctx.endTurnSpan()
 	}
-	outcome := o.run(hd, e)
-	o.ctx.endTurnSpan()
 	o.ctx.env = nil
 	if h.cfg.IdleTimeout > 0 || h.obs.timed {
 		end := nanotime()

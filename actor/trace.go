@@ -59,9 +59,10 @@ var traceContext propagation.TraceContext
 
 // inject returns meta with the trace context of the span ctx carries
 // added, or meta itself when ctx carries no valid span, when meta already
-// has a traceparent (the caller's wins), or when the entries would not fit
-// in a header (MaxMetadataLen): the tracestate goes first, then the
-// traceparent — tracing never fails a send. meta's array is not modified.
+// has a traceparent or a tracestate (the caller's win), or when the
+// entries would not fit in a header (MaxMetadataLen): the tracestate goes
+// first, then the traceparent — tracing never fails a send. meta's array
+// is not modified.
 func (t *tracing) inject(ctx context.Context, meta []payload.MetaEntry) []payload.MetaEntry {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return meta
@@ -116,12 +117,10 @@ func (t *tracing) begin(c *Context, hd *handler, hv *payload.HeaderView) {
 // turnSpanName is the name of the spans of the turns of a kind or channel.
 func turnSpanName(name string) string { return "berth.turn " + name }
 
-// endTurnSpan ends the span of c's turn, if it has one.
+// endTurnSpan ends the span of c's turn.
 func (c *Context) endTurnSpan() {
-	if c.traced != nil {
-		trace.SpanFromContext(c.traced).End()
-		c.traced = nil
-	}
+	trace.SpanFromContext(c.traced).End()
+	c.traced = nil
 }
 
 // traceError records err, which fails the running turn, on its span, if
