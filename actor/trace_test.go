@@ -38,6 +38,15 @@ func traceRelayKind() *Kind[Counter] {
 	return k
 }
 
+// TraceNews is published on the traced channel "news".
+type TraceNews struct{}
+
+func traceNewsChannel() *Channel {
+	ch := NewChannel("news")
+	Subscribe(ch, func(*Context, TraceNews) error { return nil })
+	return ch
+}
+
 // turnSpans returns the ended turn spans whose message type is typ.
 func turnSpans(sr *tracetest.SpanRecorder, typ string) []sdktrace.ReadOnlySpan {
 	var out []sdktrace.ReadOnlySpan
@@ -88,7 +97,7 @@ func checkChild(t *testing.T, s sdktrace.ReadOnlySpan, parent trace.SpanContext,
 // Without a span on the sending context, the turn starts a new trace.
 func TestTracingATurnIsAChildOfTheSpanThatSentItsMessage(t *testing.T) {
 	tp, sr := newRecorder(t)
-	h := startHost(t, Config{Name: "solo", TracerProvider: tp}, counterKind(newGates()), traceRelayKind())
+	h := startHost(t, Config{Name: "solo", TracerProvider: tp}, counterKind(newGates()), traceRelayKind(), traceNewsChannel())
 	ctx, client := tp.Tracer("test").Start(bg, "client")
 	defer client.End()
 	csc := client.SpanContext()
@@ -111,6 +120,16 @@ func TestTracingATurnIsAChildOfTheSpanThatSentItsMessage(t *testing.T) {
 	}
 	if inc.Status().Code != codes.Unset {
 		t.Fatalf("a turn that succeeded has status %v", inc.Status())
+	}
+
+	// A channel subscriber's turn too.
+	if err := Publish(ctx, h, "news", TraceNews{}); err != nil {
+		t.Fatal(err)
+	}
+	news := waitSpan(t, sr, typeName[TraceNews]())
+	checkChild(t, news, csc, "solo")
+	if news.Name() != "berth.turn news" || attr(news, AttrKind) != "news" {
+		t.Fatalf("subscriber's turn span %q, kind %q", news.Name(), attr(news, AttrKind))
 	}
 
 	// A handler's sends continue the trace of its turn.
