@@ -72,7 +72,11 @@ func TestAllocsOrderedSendsAddNone(t *testing.T) {
 // allocsPerAskTell activates the counter on host to, then measures the
 // allocations of an Ask and a Tell to it from host from.
 func allocsPerAskTell(t *testing.T, from, to *actor.Host) float64 {
-	ctx := context.Background()
+	return allocsPerAskTellFrom(t, context.Background(), from, to)
+}
+
+// allocsPerAskTellFrom is allocsPerAskTell, sending with ctx.
+func allocsPerAskTellFrom(t *testing.T, ctx context.Context, from, to *actor.Host) float64 {
 	ref := actor.Ref{Kind: "counter", ID: "one"}
 	if err := actor.Tell(ctx, to, ref, benchInc{N: 1}); err != nil {
 		t.Fatal(err)

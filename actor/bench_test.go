@@ -238,8 +238,12 @@ func BenchmarkTellPipelinedOneOwner(b *testing.B) {
 // messages from host from, one goroutine, and waits until its handler has
 // run them all.
 func benchTellPipelined(b *testing.B, from, to *actor.Host) {
+	benchTellPipelinedFrom(b, context.Background(), from, to)
+}
+
+// benchTellPipelinedFrom is benchTellPipelined, sending with ctx.
+func benchTellPipelinedFrom(b *testing.B, ctx context.Context, from, to *actor.Host) {
 	b.ReportAllocs()
-	ctx := context.Background()
 	ref := actor.Ref{Kind: "counter", ID: "one"}
 	arm(1)
 	if err := actor.Tell(ctx, to, ref, benchInc{N: 1}); err != nil {
@@ -346,11 +350,13 @@ func BenchmarkAskRoundTrip(b *testing.B) { benchAsk(b, actor.Config{}) }
 // Config.InlineAsk: the idle object's turn runs on the asking goroutine.
 func BenchmarkAskRoundTripInline(b *testing.B) { benchAsk(b, actor.Config{InlineAsk: true}) }
 
-func benchAsk(b *testing.B, cfg actor.Config) {
+func benchAsk(b *testing.B, cfg actor.Config) { benchAskFrom(b, context.Background(), cfg) }
+
+// benchAskFrom is benchAsk, asking with ctx.
+func benchAskFrom(b *testing.B, ctx context.Context, cfg actor.Config) {
 	b.ReportAllocs()
 	h := newBenchHostWith(b, cfg, counterKind())
 	defer closeHost(b, h)
-	ctx := context.Background()
 	ref := actor.Ref{Kind: "counter", ID: "one"}
 	if _, err := actor.Ask[benchGet, int](ctx, h, ref, benchGet{}); err != nil {
 		b.Fatal(err)

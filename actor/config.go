@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/membership"
 	"github.com/berthrt/berth/payload"
@@ -91,6 +93,14 @@ type Config struct {
 	OnPayloadRelease func(payload.ReleaseEvent)
 	// Logger receives the host's log records; default slog.Default().
 	Logger *slog.Logger
+	// TracerProvider, if set, traces the host's messages with
+	// OpenTelemetry: each turn is a span (named "berth.turn" and the
+	// kind's or channel's name; attributes AttrKind, AttrID,
+	// AttrMessageType, AttrHost), a child of the span that sent its
+	// message, whose W3C trace context travels in the message's header
+	// metadata — across links, moves and forwards. A handler's Context
+	// carries its turn's span. Nil, the default: no tracing, and no cost.
+	TracerProvider trace.TracerProvider
 
 	// Transport joins the host to other hosts: transport/inproc's Network
 	// for hosts in one process, a network transport for hosts in other

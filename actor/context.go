@@ -20,6 +20,8 @@ type Context struct {
 	host  *Host
 	owner *owner
 	env   *mailbox.Envelope // the running item; nil outside a turn
+
+	traced context.Context // carries the turn's span, if the host traces (trace.go)
 }
 
 type turnKey struct{}
@@ -45,6 +47,9 @@ func (c *Context) Err() error {
 func (c *Context) Value(key any) any {
 	if key == (turnKey{}) {
 		return c
+	}
+	if c.traced != nil {
+		return c.traced.Value(key) // the turn's span
 	}
 	return nil
 }

@@ -81,6 +81,10 @@ func (h *Host) Prepare(ctx context.Context, r *Request, to Ref, enc Encoded) err
 	}
 	*r = Request{h: h, t: target{kr: kr, id: to.ID}, op: payload.NewOpID(), start: time.Now()}
 	r.deadline = requestDeadline(ctx, h, turn, r.start)
+	meta := enc.Meta
+	if h.trace != nil {
+		meta = h.trace.inject(ctx, meta)
+	}
 	buf, err := h.pool.Frame(&payload.Header{
 		Type:        enc.Type,
 		ContentType: enc.ContentType,
@@ -89,7 +93,7 @@ func (h *Host) Prepare(ctx context.Context, r *Request, to Ref, enc Encoded) err
 		ReplyTo:     h.name,
 		Deadline:    r.deadline,
 		Origin:      h.peers.origin,
-		Meta:        enc.Meta,
+		Meta:        meta,
 	}, enc.Body)
 	if err == nil {
 		r.m, err = h.reg.Open(buf)

@@ -36,10 +36,11 @@ const (
 // at once. After Stop or Close returns, no goroutine of the host is left.
 // A Host is safe for concurrent use.
 type Host struct {
-	cfg  Config
-	name string
-	obs  observer // the Config's Observer (a no-op one if none)
-	log  *slog.Logger
+	cfg   Config
+	name  string
+	obs   observer // the Config's Observer (a no-op one if none)
+	trace *tracing // the Config's TracerProvider's tracer; nil if none (trace.go)
+	log   *slog.Logger
 
 	pool     *payload.Pool
 	reg      *payload.Registry
@@ -130,6 +131,7 @@ func NewHost(cfg Config) (*Host, error) {
 		cfg:     cfg,
 		name:    cfg.Name,
 		obs:     observer{Observer: cfg.Observer, timed: cfg.Observer != nil},
+		trace:   newTracing(cfg.TracerProvider, cfg.Name),
 		log:     cfg.Logger.With("host", cfg.Name),
 		pool:    payload.NewPool(payload.PoolOptions{OnRelease: cfg.OnPayloadRelease}),
 		reg:     payload.NewRegistry(),

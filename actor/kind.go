@@ -47,6 +47,7 @@ type spec struct {
 	capture   func(state any) ([]byte, error)                       // PreserveState
 	restore   func(c *Context, id string, data []byte) (any, error) // PreserveState
 	persist   bool                                                  // PersistState: the state is durable
+	spanName  string                                                // its turns' span name (trace.go)
 }
 
 // RelocationPolicy says what a kind's objects do when their owner moves to
@@ -112,7 +113,7 @@ type Kind[S any] struct {
 // it activates, in the object's first turn; an error fails that turn's
 // message and the next message tries again.
 func NewKind[S any](name string, factory func(ctx *Context, id string) (*S, error)) *Kind[S] {
-	s := &spec{name: name, handlers: map[string]*handler{}}
+	s := &spec{name: name, handlers: map[string]*handler{}, spanName: turnSpanName(name)}
 	if name == "" {
 		s.errs = append(s.errs, payload.NewError(payload.InvalidOperation, "actor.NewKind", "empty kind name"))
 	}
@@ -286,7 +287,7 @@ func (ch *Channel) specs() []*spec {
 }
 
 func (ch *Channel) subscriber() *spec {
-	s := &spec{name: ch.name, channel: true, handlers: map[string]*handler{},
+	s := &spec{name: ch.name, channel: true, handlers: map[string]*handler{}, spanName: turnSpanName(ch.name),
 		factory: func(*Context, string) (any, error) { return struct{}{}, nil }}
 	ch.subs = append(ch.subs, s)
 	return s

@@ -218,7 +218,14 @@ func (o *owner) turnMsg(e *mailbox.Envelope) {
 		return
 	}
 	o.ctx.env = e
-	outcome := o.run(hd, e)
+	var outcome Outcome
+	if h.trace == nil {
+		outcome = o.run(hd, e)
+	} else {
+		h.trace.begin(&o.ctx, hd, hv) // the turn's span (trace.go)
+		outcome = o.run(hd, e)
+		o.ctx.endTurnSpan()
+	}
 	o.ctx.env = nil
 	if h.cfg.IdleTimeout > 0 || h.obs.timed {
 		end := nanotime()
@@ -273,6 +280,7 @@ func (o *owner) run(hd *handler, e *mailbox.Envelope) (outcome Outcome) {
 
 // fail ends a request with err (a one-way message's error is logged).
 func (o *owner) fail(e *mailbox.Envelope, err error) {
+	o.ctx.traceError(err)
 	hv := e.Msg.Header()
 	if route := hv.ReplyTo(); len(route) > 0 {
 		// The same error for the asker wherever it is (HandlerError).

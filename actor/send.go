@@ -37,10 +37,15 @@ func Tell[M any](ctx context.Context, h *Host, to Ref, msg M) error {
 	if ctx.Err() != nil {
 		return ctxErr(ctx) // done before the send: nothing is sent
 	}
+	var meta []payload.MetaEntry
+	if h.trace != nil {
+		meta = h.trace.inject(ctx, nil)
+	}
 	m, err := payload.NewMessage(h.pool, h.reg, payload.Header{
 		Target: payload.Target{Scope: payload.ScopeObject, Name: to.Kind, ID: to.ID},
 		Op:     payload.NewOpID(),
 		Origin: h.peers.origin,
+		Meta:   meta,
 	}, msg)
 	if err != nil {
 		return err
@@ -111,9 +116,14 @@ func Publish[M any](ctx context.Context, h *Host, channel string, msg M) error {
 	if ctx.Err() != nil {
 		return ctxErr(ctx)
 	}
+	var meta []payload.MetaEntry
+	if h.trace != nil {
+		meta = h.trace.inject(ctx, nil)
+	}
 	m, err := payload.NewMessage(h.pool, h.reg, payload.Header{
 		Target: payload.Target{Scope: payload.ScopeChannel, Name: channel},
 		Op:     payload.NewOpID(),
+		Meta:   meta,
 	}, msg)
 	if err != nil {
 		return err
@@ -202,7 +212,11 @@ func ask[M, R any](ctx context.Context, h *Host, turn *Context, t target, pt pay
 	if pt.Scope == payload.ScopeObject {
 		origin = h.peers.origin
 	}
-	m, err := payload.NewMessage(h.pool, h.reg, payload.Header{Target: pt, Op: op, ReplyTo: h.name, Deadline: deadline, Origin: origin}, msg)
+	var meta []payload.MetaEntry
+	if h.trace != nil {
+		meta = h.trace.inject(ctx, nil)
+	}
+	m, err := payload.NewMessage(h.pool, h.reg, payload.Header{Target: pt, Op: op, ReplyTo: h.name, Deadline: deadline, Origin: origin, Meta: meta}, msg)
 	if err != nil {
 		return zero, err
 	}
