@@ -715,9 +715,5 @@ func (rt *router) endUnrun(o *owner, kind string, e *mailbox.Envelope, err error
 	e.Release()
 }
 
-// lookupLanes is how many look-up lanes a host has (Host.lookupLane): how
-// many admissions may wait on the Location Store at once. After a crash
-// every object of the dead host is taken over by a look-up (a read and two
-// durable writes each): with 8 lanes the last of a thousand objects waited
-// over half a second for its lane.
-const lookupLanes = 32
+// lookupLanes is how many look-up lanes a host has (Host.lookupLane).
+const lookupLanes = 8

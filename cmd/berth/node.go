@@ -564,25 +564,20 @@ func nodeDatabase(flagDB string, getenv func(string) string) (string, bool) {
 	return "", false
 }
 
-// The node's database pools: nodePoolConns connections for its store
-// work, unless the URL sets pool_max_conns, and leasePoolConns of their
-// own for the lease renewals and the membership, which must never wait
-// for a connection behind a burst of activations (after a crash, every
-// object of the dead node is taken over with a store read and two durable
-// writes; a node whose renewals stall past its lease stops itself).
-const (
-	nodePoolConns  = 16
-	leasePoolConns = 3
-)
+// leasePoolConns is the size of the node's second database pool, for its
+// lease renewals and its membership, which must never wait for a
+// connection behind a burst of store work (after a crash, every object of
+// the dead node is taken over with a store read and two durable writes;
+// a node whose renewals stall past its lease stops itself).
+const leasePoolConns = 3
 
-// openPools opens the node's two pools on database db.
+// openPools opens the node's two pools on database db: one as the URL
+// says (pgxpool's defaults), and leasePoolConns connections for the
+// leases and the membership.
 func openPools(ctx context.Context, db string) (pool, leases *pgxpool.Pool, err error) {
 	pcfg, err := pgxpool.ParseConfig(db)
 	if err != nil {
 		return nil, nil, err
-	}
-	if !strings.Contains(db, "pool_max_conns") {
-		pcfg.MaxConns = nodePoolConns
 	}
 	lcfg := pcfg.Copy()
 	lcfg.MaxConns, lcfg.MinConns = leasePoolConns, 0
