@@ -960,7 +960,9 @@ func (h *Host) watchMembers(ch <-chan membership.Event) {
 			}
 			ev = e
 		case m := <-h.suspects.confirm:
-			h.stats.confirmedDead.Add(1)
+			if cur, ok := h.peers.view.member(m.Name); ok && cur.LeaseGen == m.LeaseGen {
+				h.stats.confirmedDead.Add(1) // else the membership said so first
+			}
 			h.peers.view.markDead(m.Name, m.LeaseGen)
 			ev = confirmedExpiry(m)
 		}

@@ -246,28 +246,8 @@ func TestRelocationPolicies(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		Tell(bg, a, fresh, Inc{By: 1}) // queued: captured by the move
 	}
-	// The preflight reply (and so the seal) waits until f2 runs: the seal
-	// then comes at f2's turn boundary and the Incs behind it are captured.
-	f2Running := make(chan struct{})
-	var replied atomic.Bool
-	n.SetRecordHook(func(from, to string, rec relocation.Record) bool {
-		if _, ok := rec.(*relocation.PreflightReply); ok && replied.CompareAndSwap(false, true) {
-			select {
-			case <-f2Running:
-			case <-time.After(10 * time.Second):
-			}
-		}
-		return true
-	})
-	moved := make(chan error, 1)
-	go func() { moved <- a.Relocate(bg, fresh, "b") }()
-	waitFor(t, "the move to be posted", func() bool { return a.Stats().QueuedLifecycle >= 1 })
-	g.release("f1") // the move starts (lifecycle first), then f2 blocks
-	g.waitStarted(t, "f2")
-	close(f2Running)
-	waitFor(t, "the seal to be posted", func() bool { return a.Stats().QueuedLifecycle >= 1 })
-	g.release("f2")
-	if err := <-moved; err != nil {
+	// The seal comes at f2's turn boundary: the Incs behind it are captured.
+	if err := relocateAtF2sEnd(t, n, a, g, fresh, "b"); err != nil {
 		t.Fatal(err)
 	}
 	got, err := Ask[Get, int](bg, a, fresh, Get{})
@@ -960,4 +940,33 @@ func BenchmarkNotingAMovesEnd(b *testing.B) {
 	for b.Loop() {
 		d.logEnd(MoveDone, "", time.Microsecond, false)
 	}
+}
+
+// relocateAtF2sEnd moves ref from a to host to with the seal at the end of
+// ref's turn "f2": ref runs the gated turn "f1" and has f2 queued behind
+// it, then what the test wants the move to capture. The first preflight
+// reply waits until f2 runs (at most 10 s), so the seal comes at f2's turn
+// boundary. It returns Relocate's result.
+func relocateAtF2sEnd(t *testing.T, n *Network, a *Host, g *gates, ref Ref, to string) error {
+	t.Helper()
+	f2Running := make(chan struct{})
+	var replied atomic.Bool
+	n.SetRecordHook(func(from, to string, rec relocation.Record) bool {
+		if _, ok := rec.(*relocation.PreflightReply); ok && replied.CompareAndSwap(false, true) {
+			select {
+			case <-f2Running:
+			case <-time.After(10 * time.Second):
+			}
+		}
+		return true
+	})
+	moved := make(chan error, 1)
+	go func() { moved <- a.Relocate(bg, ref, to) }()
+	waitFor(t, "the move to be posted", func() bool { return a.Stats().QueuedLifecycle >= 1 })
+	g.release("f1") // the move starts (lifecycle first), then f2 blocks
+	g.waitStarted(t, "f2")
+	close(f2Running)
+	waitFor(t, "the seal to be posted", func() bool { return a.Stats().QueuedLifecycle >= 1 })
+	g.release("f2")
+	return <-moved
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -260,26 +259,7 @@ func TestTracingATraceStaysOneAcrossAMove(t *testing.T) {
 	if err := Tell(ctx, a, ref, Inc{By: 1}); err != nil {
 		t.Fatal(err)
 	}
-	f2Running := make(chan struct{})
-	var replied atomic.Bool
-	n.SetRecordHook(func(from, to string, rec relocation.Record) bool {
-		if _, ok := rec.(*relocation.PreflightReply); ok && replied.CompareAndSwap(false, true) {
-			select {
-			case <-f2Running:
-			case <-time.After(10 * time.Second):
-			}
-		}
-		return true
-	})
-	moved := make(chan error, 1)
-	go func() { moved <- a.Relocate(bg, ref, "b") }()
-	waitFor(t, "the move to be posted", func() bool { return a.Stats().QueuedLifecycle >= 1 })
-	g.release("f1")
-	g.waitStarted(t, "f2")
-	close(f2Running)
-	waitFor(t, "the seal to be posted", func() bool { return a.Stats().QueuedLifecycle >= 1 })
-	g.release("f2")
-	if err := <-moved; err != nil {
+	if err := relocateAtF2sEnd(t, n, a, g, ref, "b"); err != nil {
 		t.Fatal(err)
 	}
 	checkChild(t, waitSpan(t, sr, typeName[Inc]()), client.SpanContext(), "b")
