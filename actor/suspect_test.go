@@ -45,6 +45,21 @@ func (s *leaseFreezer) RenewLease(ctx context.Context, host string, gen uint64) 
 	return s.MemoryStore.RenewLease(ctx, host, gen)
 }
 
+// leaseAsks is a MemoryStore that counts the calls of Lease for host b
+// (a's suspicion checks of b; a's look-ups of b's objects ask too, and
+// none run while the link is broken).
+type leaseAsks struct {
+	*relocation.MemoryStore
+	asks atomic.Int64
+}
+
+func (s *leaseAsks) Lease(ctx context.Context, host string) (relocation.Lease, bool, error) {
+	if host == "b" {
+		s.asks.Add(1)
+	}
+	return s.MemoryStore.Lease(ctx, host)
+}
+
 // objectOn returns a counter object that runs on host h, activated
 // through h (the kind's placement decides where each id goes).
 func objectOn(t *testing.T, h *Host, store relocation.Store) Ref {
@@ -70,7 +85,8 @@ func objectOn(t *testing.T, h *Host, store relocation.Store) Ref {
 // it, and takes none of its objects over — also after the store check
 // has run again past a whole lease.
 func TestASuspicionWhileThePeersLeaseIsLiveDropsNothing(t *testing.T) {
-	n := NewNetwork(nil)
+	store := &leaseAsks{MemoryStore: relocation.NewMemoryStore(nil)}
+	n := NewNetwork(store)
 	a := startHost(t, n.With(Config{Name: "a", Logger: quietLogger()}), movableKind(newGates()))
 	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger()}), movableKind(newGates()))
 	waitViews(t, a, b)
@@ -79,9 +95,12 @@ func TestASuspicionWhileThePeersLeaseIsLiveDropsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	asked := store.asks.Load()
 	n.Break("a", "b")
 	waitFor(t, "a to suspect b", func() bool { return a.Stats().Suspicions >= 1 })
-	time.Sleep(relocation.LeaseTTL + 500*time.Millisecond) // the check asks the store again when the lease would have run out
+	// The check asks the store at once, then again when b's lease would
+	// have run out (b renewed it meanwhile): past both answers.
+	waitFor(t, "a to ask the store for b's lease again after a whole lease", func() bool { return store.asks.Load() >= asked+2 })
 	if st := a.Stats(); st.SuspectsConfirmed != 0 {
 		t.Fatalf("a confirmed %d suspicions of b, whose lease is live", st.SuspectsConfirmed)
 	}
