@@ -63,7 +63,7 @@ func (lk *leaseKeeper) renewLease() error {
 		defer cancelPrev()
 	}
 	sent := time.Now()
-	_, err := h.store.RenewLease(ctx, h.name, lk.gen)
+	_, err := h.store.RenewLease(ctx, h.name, lk.gen, 0)
 	if !prev.Sent.IsZero() && !prev.Valid(time.Now()) {
 		return errLeaseGap
 	}

@@ -229,7 +229,7 @@ func TestAFencedWriteEndsTheActivationAndFailsWhatItHeld(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ms.RenewLease(bg, "b", 1); err != nil {
+	if _, err := ms.RenewLease(bg, "b", 1, 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ms.NewOwner(bg, obj, row.Ownership, "b"); err != nil {

@@ -35,14 +35,14 @@ func (s *leaseFreezer) freeze(host string) {
 	s.frozen[host] = true
 }
 
-func (s *leaseFreezer) RenewLease(ctx context.Context, host string, gen uint64) (relocation.Lease, error) {
+func (s *leaseFreezer) RenewLease(ctx context.Context, host string, gen uint64, ttl time.Duration) (relocation.Lease, error) {
 	s.mu.Lock()
 	frozen := s.frozen[host]
 	s.mu.Unlock()
 	if frozen {
 		return relocation.Lease{Host: host, Gen: gen, Deadline: time.Now().Add(relocation.LeaseTTL), Remaining: relocation.LeaseTTL}, nil
 	}
-	return s.MemoryStore.RenewLease(ctx, host, gen)
+	return s.MemoryStore.RenewLease(ctx, host, gen, ttl)
 }
 
 // leaseAsks is a MemoryStore that counts the calls of Lease for host b
@@ -169,8 +169,8 @@ type slowRenewals struct {
 	delay atomic.Int64
 }
 
-func (s *slowRenewals) RenewLease(ctx context.Context, host string, gen uint64) (relocation.Lease, error) {
-	l, err := s.MemoryStore.RenewLease(context.Background(), host, gen)
+func (s *slowRenewals) RenewLease(ctx context.Context, host string, gen uint64, ttl time.Duration) (relocation.Lease, error) {
+	l, err := s.MemoryStore.RenewLease(context.Background(), host, gen, ttl)
 	time.Sleep(time.Duration(s.delay.Load()))
 	return l, err
 }

@@ -57,6 +57,9 @@ type Memory struct {
 	sweeping bool                  // the sweep goroutine runs; guarded by mu
 	every    time.Duration
 	idle     chan struct{} // one slot: the last live member may be gone, the sweep may end now
+	// lastContact is the store's time of the last Join or Renew (guarded
+	// by mu): a silence starts there (see Membership, "Silences").
+	lastContact time.Time
 
 	stop     chan struct{} // closed by Close
 	stopOnce sync.Once
@@ -184,22 +187,53 @@ func (m *Memory) sweeper(every time.Duration) {
 
 // beginLocked checks the context and the store, and expires what is due,
 // so every call sees (and every watcher is told of) expiries before the
-// call's own change.
-func (m *Memory) beginLocked(ctx context.Context) error {
+// call's own change. A Join or Renew (contact) first ends a silence.
+func (m *Memory) beginLocked(ctx context.Context, contact bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if m.closed {
 		return ErrClosed
 	}
+	if contact {
+		m.endSilenceLocked()
+	}
 	m.sweepLocked()
 	return nil
 }
 
+// endSilenceLocked is a Join's or Renew's contact: after a silence (no
+// Join or Renew for more than half a TTL) every lease that was live when
+// it began gets a full TTL from now; now becomes the last contact.
+func (m *Memory) endSilenceLocked() {
+	now := m.now()
+	if m.silentLocked(now) {
+		for _, e := range m.names {
+			if e.live && e.expires.After(m.lastContact) && e.expires.Before(now.Add(m.ttl)) {
+				e.expires = now.Add(m.ttl)
+			}
+		}
+	}
+	if now.After(m.lastContact) {
+		m.lastContact = now
+	}
+}
+
+// silentLocked reports whether the store heard no Join or Renew for more
+// than half a TTL before now.
+func (m *Memory) silentLocked(now time.Time) bool {
+	return !m.lastContact.IsZero() && now.Sub(m.lastContact) > m.ttl/2
+}
+
 // sweepLocked removes the runs whose lease expired by the store's clock,
-// reporting them by deadline (then name).
+// reporting them by deadline (then name). A silent store expires nothing:
+// its leases ran out because nobody could reach it, and the next Join or
+// Renew gives them a full TTL (endSilenceLocked).
 func (m *Memory) sweepLocked() {
 	now := m.now()
+	if m.silentLocked(now) {
+		return
+	}
 	var due []*entry
 	for _, e := range m.names {
 		if e.live && !now.Before(e.expires) {
@@ -261,7 +295,7 @@ func (m *Memory) Join(ctx context.Context, mem Member) (Lease, error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.beginLocked(ctx); err != nil {
+	if err := m.beginLocked(ctx, true); err != nil {
 		return Lease{}, err
 	}
 	e := m.names[mem.Name]
@@ -306,7 +340,7 @@ func (m *Memory) runLocked(op, name string, gen uint64) (*entry, error) {
 func (m *Memory) Renew(ctx context.Context, name string, gen uint64) (Lease, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.beginLocked(ctx); err != nil {
+	if err := m.beginLocked(ctx, true); err != nil {
 		return Lease{}, err
 	}
 	e, err := m.runLocked("Renew", name, gen)
@@ -321,7 +355,7 @@ func (m *Memory) Renew(ctx context.Context, name string, gen uint64) (Lease, err
 func (m *Memory) SetState(ctx context.Context, name string, gen uint64, to State) (Member, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.beginLocked(ctx); err != nil {
+	if err := m.beginLocked(ctx, false); err != nil {
 		return Member{}, err
 	}
 	e, err := m.runLocked("SetState", name, gen)
@@ -344,7 +378,7 @@ func (m *Memory) SetState(ctx context.Context, name string, gen uint64, to State
 func (m *Memory) Leave(ctx context.Context, name string, gen uint64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.beginLocked(ctx); err != nil {
+	if err := m.beginLocked(ctx, false); err != nil {
 		return err
 	}
 	e := m.names[name]
@@ -366,7 +400,7 @@ func (m *Memory) Leave(ctx context.Context, name string, gen uint64) error {
 func (m *Memory) Members(ctx context.Context) ([]Member, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.beginLocked(ctx); err != nil {
+	if err := m.beginLocked(ctx, false); err != nil {
 		return nil, err
 	}
 	return m.listLocked(), nil
@@ -379,6 +413,7 @@ func (m *Memory) Expire(name string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e := m.names[name]; e != nil && e.live && !m.closed {
+		m.endSilenceLocked() // an expiry on purpose: the store is not silent
 		e.expires = m.now()
 		m.sweepLocked()
 	}
@@ -388,7 +423,7 @@ func (m *Memory) Expire(name string) {
 func (m *Memory) Watch(ctx context.Context) (<-chan Event, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.beginLocked(ctx); err != nil {
+	if err := m.beginLocked(ctx, false); err != nil {
 		return nil, err
 	}
 	w := &watcher{

@@ -123,21 +123,60 @@ func TestMemorySlowWatcherGetsOneSyncWithDropped(t *testing.T) {
 }
 
 // Expiry is judged by the store's clock: the lease runs out exactly TTL
-// after the store handled the last renewal.
+// after the store handled the last renewal (while another member's
+// renewals keep the store in contact).
 func TestMemoryExpiryAtTheDeadline(t *testing.T) {
 	const ttl = 10 * time.Second
 	m, clk := newTestMemory(t, ttl, 0)
 	ctx := context.Background()
-	if _, err := m.Join(ctx, membership.Member{Name: "a", LeaseGen: 1}); err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"a", "b"} {
+		if _, err := m.Join(ctx, membership.Member{Name: name, LeaseGen: 1}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	clk.Advance(ttl - time.Nanosecond)
-	if list, _ := m.Members(ctx); len(list) != 1 {
-		t.Fatalf("listed %d members 1 ns before the deadline", len(list))
+	renewB := func() {
+		t.Helper()
+		if _, err := m.Renew(ctx, "b", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		clk.Advance(ttl / 4)
+		renewB()
+	}
+	clk.Advance(ttl/4 - time.Nanosecond)
+	renewB()
+	if list, _ := m.Members(ctx); len(list) != 2 {
+		t.Fatalf("listed %d members 1 ns before a's deadline, want a and b", len(list))
 	}
 	clk.Advance(time.Nanosecond)
-	if list, _ := m.Members(ctx); len(list) != 0 {
-		t.Fatalf("listed %d members at the deadline", len(list))
+	if list, _ := m.Members(ctx); len(list) != 1 || list[0].Name != "b" {
+		t.Fatalf("listed %v at a's deadline, want b alone", list)
+	}
+}
+
+// A silence of the store (no Join or Renew for more than half a TTL)
+// expires nobody, even when the sweep runs meanwhile; the next Renew gives
+// every live lease a full TTL from then.
+func TestMemorySilenceExpiresNobodyUntilItEnds(t *testing.T) {
+	const ttl = 10 * time.Second
+	m, clk := newTestMemory(t, ttl, 0)
+	ctx := context.Background()
+	for _, name := range []string{"a", "b"} {
+		if _, err := m.Join(ctx, membership.Member{Name: name, LeaseGen: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Advance(3 * ttl)
+	if list, _ := m.Members(ctx); len(list) != 2 {
+		t.Fatalf("listed %v after a silence of 3 TTLs, want a and b", list)
+	}
+	if _, err := m.Renew(ctx, "b", 1); err != nil {
+		t.Fatalf("b's renewal ending the silence: %v", err)
+	}
+	clk.Advance(ttl - time.Nanosecond)
+	if _, err := m.Renew(ctx, "a", 1); err != nil {
+		t.Fatalf("a's renewal within the TTL the silence's end gave it: %v", err)
 	}
 }
 
@@ -238,12 +277,26 @@ func TestMemoryRunsNoGoroutineWithoutLiveMembers(t *testing.T) {
 			}
 			continue
 		}
-		clk.Advance(2 * time.Second) // the sweep, started again, finds the lease expired
+		// b renews as a live host does (the store is not silent) while
+		// the clock passes a's lease: the sweep, started again, finds a
+		// expired.
+		if _, err := m.Join(ctx, membership.Member{Name: "b", LeaseGen: 1}); err != nil {
+			t.Fatal(err)
+		}
+		for range 8 {
+			clk.Advance(250 * time.Millisecond)
+			if _, err := m.Renew(ctx, "b", 1); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	for ev := range ch {
 		if ev.Type == membership.Expired {
 			break
 		}
+	}
+	if err := m.Leave(ctx, "b", 1); err != nil {
+		t.Fatal(err)
 	}
 	cancel()
 	for range ch {

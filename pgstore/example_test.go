@@ -37,7 +37,7 @@ func ExampleOpen() {
 		panic(err)
 	}
 	for _, host := range []string{"A", "B"} {
-		if _, err := s.RenewLease(ctx, host, 1); err != nil {
+		if _, err := s.RenewLease(ctx, host, 1, 0); err != nil {
 			panic(err)
 		}
 	}
@@ -75,7 +75,7 @@ func ExampleStore_Advance() {
 	if err != nil {
 		panic(err)
 	}
-	if _, err := s.RenewLease(ctx, "A", 1); err != nil {
+	if _, err := s.RenewLease(ctx, "A", 1, 0); err != nil {
 		panic(err)
 	}
 	s.Advance(relocation.LeaseTTL)
@@ -149,7 +149,9 @@ func ExampleOpenMembership() {
 }
 
 // Expiry is found by the sweep, by the database's clock (here a manual
-// one, stepped past the TTL).
+// one, stepped past the TTL) — while the store hears from its hosts: here
+// host-b renews as a live host does, and host-a does not. (A store that
+// hears from nobody expires nobody: see membership, "Silences".)
 func ExampleMembership_Advance() {
 	pool, done := examplePool()
 	defer done()
@@ -160,15 +162,22 @@ func ExampleMembership_Advance() {
 		panic(err)
 	}
 	defer m.Close()
-	if _, err := m.Join(ctx, membership.Member{Name: "host-a", LeaseGen: 1}); err != nil {
-		panic(err)
+	for _, name := range []string{"host-a", "host-b"} {
+		if _, err := m.Join(ctx, membership.Member{Name: name, LeaseGen: 1}); err != nil {
+			panic(err)
+		}
 	}
 	events, err := m.Watch(ctx)
 	if err != nil {
 		panic(err)
 	}
 	<-events // the Sync
-	m.Advance(membership.DefaultTTL)
+	for range 5 {
+		m.Advance(membership.DefaultTTL / 4)
+		if _, err := m.Renew(ctx, "host-b", 1); err != nil {
+			panic(err)
+		}
+	}
 	ev := <-events
 	fmt.Println(ev.Type, ev.Member.Name)
 	_, err = m.Renew(ctx, "host-a", 1)

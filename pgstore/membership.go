@@ -226,7 +226,7 @@ type change struct {
 // the whole transaction) and the revision its event would get. The
 // transaction commits the sweep's expiries even when decide refuses the
 // call.
-func (m *Membership) inChange(ctx context.Context, op string,
+func (m *Membership) inChange(ctx context.Context, op string, contact bool,
 	decide func(tx pgx.Tx, frozen any, off int64, rev uint64) (change, error)) (membership.Event, error) {
 	if err := m.begin(ctx); err != nil {
 		return membership.Event{}, err
@@ -238,8 +238,13 @@ func (m *Membership) inChange(ctx context.Context, op string,
 		if err := tx.QueryRow(ctx, `SELECT rev FROM pgstore_membership_rev FOR UPDATE`).Scan(&rev); err != nil {
 			return err
 		}
+		if contact {
+			if _, err := tx.Exec(ctx, memberSilenceSQL, frozen, off, m.ttl.Microseconds()); err != nil {
+				return err
+			}
+		}
 		var expired int64
-		if err := tx.QueryRow(ctx, sweepSQL, frozen, off, rev).Scan(&expired); err != nil {
+		if err := tx.QueryRow(ctx, sweepSQL, frozen, off, rev, m.ttl.Microseconds()).Scan(&expired); err != nil {
 			return err
 		}
 		next := uint64(rev + expired)
@@ -272,17 +277,41 @@ func (m *Membership) inChange(ctx context.Context, op string,
 	return out.ev, out.result
 }
 
+// silentSQL is true when the membership is silent (membership,
+// "Silences"): no Join or Renew of any member for more than half a TTL
+// ($ttl in microseconds) by the clock clk.now.
+func silentSQL(ttl string) string {
+	return `(clk.now - (SELECT max(renewed_at) FROM pgstore_members) > ` + ttl + `::bigint * interval '1 microsecond' / 2)`
+}
+
+// memberSilenceSQL ends a silence ($3 the TTL in microseconds): every run
+// that was live when it began gets a full TTL from now. Runs in a Join's
+// and a Renew's transaction, before anything else; rows are locked in name
+// order (two calls that both end the silence cannot deadlock), and a row
+// another call extended meanwhile is re-read and left alone.
+const memberSilenceSQL = `
+WITH clk AS MATERIALIZED (SELECT ` + clockSQL + ` AS now),
+last AS MATERIALIZED (SELECT max(renewed_at) AS at FROM pgstore_members),
+due AS MATERIALIZED (
+	SELECT m.name FROM pgstore_members m, clk, last
+	WHERE m.live AND m.deadline > last.at AND clk.now - last.at > $3::bigint * interval '1 microsecond' / 2
+		AND m.deadline < clk.now + $3::bigint * interval '1 microsecond'
+	ORDER BY m.name COLLATE "C" FOR UPDATE OF m)
+UPDATE pgstore_members m SET deadline = clk.now + $3::bigint * interval '1 microsecond', renewed_at = clk.now
+FROM due, clk WHERE m.name = due.name`
+
 // sweepSQL expires the live runs whose lease ran out by the clock ($1, $2)
 // and records an Expired event for each, by deadline then name, from
-// revision $3+1; it returns how many. It runs inside inChange's
-// transaction. locked takes each due row's lock (FOR UPDATE re-reads a row
-// a concurrent Renew changed and drops it if it is no longer due), so a
-// renewal that committed first is never undone.
-const sweepSQL = `
+// revision $3+1; it returns how many. A silent membership ($4, the TTL)
+// expires nobody. It runs inside inChange's transaction. locked takes each
+// due row's lock (FOR UPDATE re-reads a row a concurrent Renew changed and
+// drops it if it is no longer due), so a renewal that committed first is
+// never undone.
+var sweepSQL = `
 WITH clk AS MATERIALIZED (SELECT ` + clockSQL + ` AS now),
 locked AS MATERIALIZED (
 	SELECT m.name, m.address, m.state, m.kinds, m.lease_gen, m.max_message, m.deadline
-	FROM pgstore_members m, clk WHERE m.live AND m.deadline <= clk.now FOR UPDATE OF m),
+	FROM pgstore_members m, clk WHERE m.live AND m.deadline <= clk.now AND NOT ` + silentSQL("$4") + ` FOR UPDATE OF m),
 due AS MATERIALIZED (
 	SELECT locked.*, row_number() OVER (ORDER BY deadline, name COLLATE "C") AS n FROM locked),
 upd AS (
@@ -293,11 +322,14 @@ ev AS (
 SELECT count(*) FROM due`
 
 // readRun reads name's row for a decision inside inChange (locking it
-// against a concurrent Renew). ok is false when the name never joined.
-func readRun(ctx context.Context, tx pgx.Tx, frozen any, off int64, name string) (run, bool, error) {
+// against a concurrent Renew). ok is false when the name never joined. A
+// run whose lease ran out during a silence is live (membership,
+// "Silences").
+func readRun(ctx context.Context, tx pgx.Tx, frozen any, off int64, ttl time.Duration, name string) (run, bool, error) {
 	var r run
-	mem, err := scanMember(tx.QueryRow(ctx, `SELECT `+memberCols+`, live AND deadline > `+clockSQL+`, departed
-		FROM pgstore_members WHERE name = $3 FOR UPDATE`, frozen, off, name), &r.live, &r.departed)
+	mem, err := scanMember(tx.QueryRow(ctx, `WITH clk AS MATERIALIZED (SELECT `+clockSQL+` AS now)
+		SELECT `+memberCols+`, live AND (deadline > clk.now OR `+silentSQL("$4")+`), departed
+		FROM pgstore_members, clk WHERE name = $3 FOR UPDATE OF pgstore_members`, frozen, off, name, ttl.Microseconds()), &r.live, &r.departed)
 	if err == pgx.ErrNoRows {
 		return run{}, false, nil
 	}
@@ -328,8 +360,8 @@ func (m *Membership) Join(ctx context.Context, mem membership.Member) (membershi
 	if mem.Kinds != nil {
 		mem.Kinds = slices.Clone(mem.Kinds)
 	}
-	_, err := m.inChange(ctx, op, func(tx pgx.Tx, frozen any, off int64, rev uint64) (change, error) {
-		r, ok, err := readRun(ctx, tx, frozen, off, mem.Name)
+	_, err := m.inChange(ctx, op, true, func(tx pgx.Tx, frozen any, off int64, rev uint64) (change, error) {
+		r, ok, err := readRun(ctx, tx, frozen, off, m.ttl, mem.Name)
 		if err != nil {
 			return change{}, err
 		}
@@ -340,8 +372,8 @@ func (m *Membership) Join(ctx context.Context, mem membership.Member) (membershi
 				return change{result: membership.ErrNameTaken}, nil
 			}
 			// A retried Join: renew, no event.
-			_, err := tx.Exec(ctx, `UPDATE pgstore_members SET deadline = greatest(deadline, `+clockSQL+` + $3::bigint * interval '1 microsecond')
-				WHERE name = $4`, args[:4]...)
+			_, err := tx.Exec(ctx, `UPDATE pgstore_members SET deadline = greatest(deadline, `+clockSQL+` + $3::bigint * interval '1 microsecond'),
+				renewed_at = `+clockSQL+` WHERE name = $4`, args[:4]...)
 			return change{}, err
 		case ok && mem.LeaseGen <= r.m.LeaseGen:
 			return change{result: &membership.GenerationError{Op: "Join", Name: mem.Name, Gen: mem.LeaseGen, Current: r.m.LeaseGen}}, nil
@@ -349,11 +381,11 @@ func (m *Membership) Join(ctx context.Context, mem membership.Member) (membershi
 			return change{result: membership.ErrNameTaken}, nil
 		}
 		// A new name, or a higher generation of one whose last run is out.
-		_, err = tx.Exec(ctx, `INSERT INTO pgstore_members (`+memberCols+`, deadline, live, departed)
-			VALUES ($4, $5, $6, $7, $8, $9, `+clockSQL+` + $3::bigint * interval '1 microsecond', true, false)
+		_, err = tx.Exec(ctx, `INSERT INTO pgstore_members (`+memberCols+`, deadline, live, departed, renewed_at)
+			VALUES ($4, $5, $6, $7, $8, $9, `+clockSQL+` + $3::bigint * interval '1 microsecond', true, false, `+clockSQL+`)
 			ON CONFLICT (name) DO UPDATE SET address = excluded.address, state = excluded.state, kinds = excluded.kinds,
 				lease_gen = excluded.lease_gen, max_message = excluded.max_message, deadline = excluded.deadline,
-				live = true, departed = false`, args...)
+				live = true, departed = false, renewed_at = excluded.renewed_at`, args...)
 		return change{ev: membership.Event{Type: membership.Joined, Member: mem}}, err
 	})
 	if err != nil {
@@ -362,8 +394,8 @@ func (m *Membership) Join(ctx context.Context, mem membership.Member) (membershi
 	return m.lease(mem.Name, mem.LeaseGen), nil
 }
 
-// renewSQL is Renew's one statement ($3 name, $4 generation, $5 TTL in
-// microseconds). cur locks the member's row (the latest version, as in the
+// renewSQL is Renew's statement ($3 name, $4 generation, $5 TTL in
+// microseconds), after the end of a silence in the same transaction. cur locks the member's row (the latest version, as in the
 // Location Store's statements), upd extends the lease only if the run is
 // the named generation, has not left and has not expired by the clock, and
 // the statement returns what the decision was made on, so the caller
@@ -374,13 +406,14 @@ WITH clk AS MATERIALIZED (SELECT ` + clockSQL + ` AS now),
 cur AS MATERIALIZED (
 	SELECT lease_gen, live, departed, deadline FROM pgstore_members WHERE name = $3 FOR UPDATE),
 upd AS (
-	UPDATE pgstore_members m SET deadline = greatest(m.deadline, clk.now + $5::bigint * interval '1 microsecond')
+	UPDATE pgstore_members m SET deadline = greatest(m.deadline, clk.now + $5::bigint * interval '1 microsecond'), renewed_at = clk.now
 	FROM cur, clk
 	WHERE m.name = $3 AND cur.lease_gen = $4 AND cur.live AND cur.deadline > clk.now
 	RETURNING 1)
 SELECT cur.lease_gen, cur.live AND cur.deadline > clk.now, cur.departed, EXISTS (SELECT 1 FROM upd) FROM cur, clk`
 
-// Renew implements membership.Membership. One statement (renewSQL).
+// Renew implements membership.Membership. One transaction: the end of a
+// silence (memberSilenceSQL), then renewSQL.
 func (m *Membership) Renew(ctx context.Context, name string, gen uint64) (membership.Lease, error) {
 	const op = "pgstore.Membership.Renew"
 	if err := m.begin(ctx); err != nil {
@@ -391,12 +424,23 @@ func (m *Membership) Renew(ctx context.Context, name string, gen uint64) (member
 		cur                   int64
 		live, departed, moved bool
 	)
-	err := m.pool.QueryRow(ctx, renewSQL, frozen, off, name, i64(gen), m.ttl.Microseconds()).Scan(&cur, &live, &departed, &moved)
+	found := true
+	err := pgx.BeginFunc(ctx, m.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, memberSilenceSQL, frozen, off, m.ttl.Microseconds()); err != nil {
+			return err
+		}
+		err := tx.QueryRow(ctx, renewSQL, frozen, off, name, i64(gen), m.ttl.Microseconds()).Scan(&cur, &live, &departed, &moved)
+		if err == pgx.ErrNoRows {
+			found = false
+			return nil
+		}
+		return err
+	})
 	switch {
-	case err == pgx.ErrNoRows:
-		return membership.Lease{}, membership.ErrNotMember
 	case err != nil:
 		return membership.Lease{}, wrapErr(ctx, op, err)
+	case !found:
+		return membership.Lease{}, membership.ErrNotMember
 	case uint64(cur) != gen:
 		return membership.Lease{}, &membership.GenerationError{Op: "Renew", Name: name, Gen: gen, Current: uint64(cur)}
 	case departed:
@@ -426,8 +470,8 @@ func checkRun(op, name string, gen uint64, r run, ok bool) error {
 func (m *Membership) SetState(ctx context.Context, name string, gen uint64, to membership.State) (membership.Member, error) {
 	const op = "pgstore.Membership.SetState"
 	var now membership.Member
-	_, err := m.inChange(ctx, op, func(tx pgx.Tx, frozen any, off int64, rev uint64) (change, error) {
-		r, ok, err := readRun(ctx, tx, frozen, off, name)
+	_, err := m.inChange(ctx, op, false, func(tx pgx.Tx, frozen any, off int64, rev uint64) (change, error) {
+		r, ok, err := readRun(ctx, tx, frozen, off, m.ttl, name)
 		if err != nil {
 			return change{}, err
 		}
@@ -457,8 +501,8 @@ func (m *Membership) SetState(ctx context.Context, name string, gen uint64, to m
 // Leave implements membership.Membership. One transaction (inChange).
 func (m *Membership) Leave(ctx context.Context, name string, gen uint64) error {
 	const op = "pgstore.Membership.Leave"
-	_, err := m.inChange(ctx, op, func(tx pgx.Tx, frozen any, off int64, rev uint64) (change, error) {
-		r, ok, err := readRun(ctx, tx, frozen, off, name)
+	_, err := m.inChange(ctx, op, false, func(tx pgx.Tx, frozen any, off int64, rev uint64) (change, error) {
+		r, ok, err := readRun(ctx, tx, frozen, off, m.ttl, name)
 		switch {
 		case err != nil:
 			return change{}, err
@@ -482,14 +526,15 @@ func (m *Membership) Leave(ctx context.Context, name string, gen uint64) error {
 func (m *Membership) sweepIfDue(ctx context.Context, op string) error {
 	frozen, off := m.clock.args()
 	var due bool
-	if err := m.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pgstore_members WHERE live AND deadline <= `+clockSQL+`)`,
-		frozen, off).Scan(&due); err != nil {
+	if err := m.pool.QueryRow(ctx, `WITH clk AS MATERIALIZED (SELECT `+clockSQL+` AS now)
+		SELECT EXISTS (SELECT 1 FROM pgstore_members, clk WHERE live AND deadline <= clk.now) AND NOT `+silentSQL("$3")+` FROM clk`,
+		frozen, off, m.ttl.Microseconds()).Scan(&due); err != nil {
 		return wrapErr(ctx, op, err)
 	}
 	if !due {
 		return nil
 	}
-	_, err := m.inChange(ctx, op, nil)
+	_, err := m.inChange(ctx, op, false, nil)
 	return err
 }
 
@@ -504,8 +549,9 @@ func (m *Membership) Members(ctx context.Context) ([]membership.Member, error) {
 		return nil, err
 	}
 	frozen, off := m.clock.args()
-	rows, err := m.pool.Query(ctx, `SELECT `+memberCols+` FROM pgstore_members
-		WHERE live AND state <> 3 AND deadline > `+clockSQL+` ORDER BY name COLLATE "C"`, frozen, off)
+	rows, err := m.pool.Query(ctx, `WITH clk AS MATERIALIZED (SELECT `+clockSQL+` AS now)
+		SELECT `+memberCols+` FROM pgstore_members, clk
+		WHERE live AND state <> 3 AND (deadline > clk.now OR `+silentSQL("$3")+`) ORDER BY name COLLATE "C"`, frozen, off, m.ttl.Microseconds())
 	if err != nil {
 		return nil, wrapErr(ctx, op, err)
 	}

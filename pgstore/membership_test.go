@@ -153,8 +153,20 @@ func TestMembershipsOnOneDatabaseShareTheChanges(t *testing.T) {
 	if ev.Type != membership.Joined || ev.Member.Name != "x" || len(ev.Member.Kinds) != 1 {
 		t.Fatalf("a's watcher got %+v, want x joined through b", ev)
 	}
-	// b's clock decides (each Membership has its own manual clock).
-	b.Advance(2 * time.Minute)
+	// b's clock decides (each Membership has its own manual clock); y,
+	// joined through b, renews as a live host does, x does not.
+	if _, err := b.Join(ctx, membership.Member{Name: "y", LeaseGen: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(t, ch); ev.Type != membership.Joined || ev.Member.Name != "y" {
+		t.Fatalf("a's watcher got %+v, want y joined", ev)
+	}
+	for range 8 {
+		b.Advance(15 * time.Second)
+		if _, err := b.Renew(ctx, "y", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ev = next(t, ch)
 	if ev.Type != membership.Expired || ev.Member.Name != "x" {
 		t.Fatalf("a's watcher got %v %s, want x expired by b's sweep", ev.Type, ev.Member.Name)

@@ -53,7 +53,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.RenewLease(ctx, "A", 1); err != nil {
+	if _, err := s.RenewLease(ctx, "A", 1, 0); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {

@@ -47,7 +47,7 @@ func openOn(tb testing.TB, pool *pgxpool.Pool) *pgstore.Store {
 // and returns the writes of their owner, with data "v".
 func activeObjects(tb testing.TB, s *pgstore.Store, prefix string, n int) []relocation.StateWrite {
 	tb.Helper()
-	if _, err := s.RenewLease(bg, "A", 1); err != nil {
+	if _, err := s.RenewLease(bg, "A", 1, 0); err != nil {
 		tb.Fatal(err)
 	}
 	writes := make([]relocation.StateWrite, n)

@@ -22,9 +22,9 @@ type Options struct {
 	// LeasePool, if set, runs the lease calls (RenewLease, Lease) on a
 	// pool of their own, so that a host's renewals never wait behind its
 	// other store work for a connection: a host whose renewals stall past
-	// its lease stops itself (relocation.LeaseTTL), and a burst of
-	// activations after a crash keeps every connection of a small pool
-	// busy. Nil: the lease calls share the Store's pool.
+	// its lease pauses its objects (jeopardy), and a burst of activations
+	// after a crash keeps every connection of a small pool busy. Nil: the
+	// lease calls share the Store's pool.
 	LeasePool *pgxpool.Pool
 }
 
@@ -109,10 +109,17 @@ func (s *Store) Get(ctx context.Context, obj relocation.Object) (relocation.Row,
 //     a concurrent writer changed is re-read after that writer commits, so
 //     cur is the row's latest version and nobody changes it until this
 //     statement's transaction ends. The decision below is made on it.
-//   - me is the reserving host's live lease; owner says whether the row's
-//     owner (host and lease generation) still holds a live lease. Leases
-//     are read from the statement's snapshot, unlocked: for them the
-//     statement happens at that instant.
+//   - me is the reserving host's live lease, read from the statement's
+//     snapshot, unlocked: for it the statement happens at that instant.
+//   - ownl locks the lease of the row's owner (host and lease generation)
+//     FOR SHARE: a renewal of that lease (which locks it FOR UPDATE) is
+//     ordered with this takeover. One that committed first is re-read
+//     here (READ COMMITTED re-checks a row it waited for), so its lease
+//     is live and nothing is taken; one that comes after waits for this
+//     statement's commit and then sees the row taken (Lease.Lapsed).
+//   - owner says whether that owner still holds its rows: its lease is
+//     live, or it ran out during a silence of the store (no renewal of
+//     any host for more than half of it) that no renewal has ended yet.
 //   - ins creates the row when cur found none. If another Reserve creates
 //     it first (a row this statement's snapshot cannot see), ON CONFLICT DO
 //     NOTHING makes ins write nothing, and the statement says 'n': nothing
@@ -132,9 +139,12 @@ me AS MATERIALIZED (
 	SELECT l.gen FROM pgstore_leases l, clk WHERE l.host = $5 AND l.deadline > clk.now),
 cur AS MATERIALIZED (
 	SELECT ` + rowCols + ` FROM pgstore_locations WHERE kind = $3 AND id = $4 FOR UPDATE),
+ownl AS MATERIALIZED (
+	SELECT l.deadline, l.ttl_us FROM cur, pgstore_leases l
+	WHERE l.host = cur.host AND l.gen = cur.lease_gen FOR SHARE OF l),
 owner AS MATERIALIZED (
-	SELECT EXISTS (SELECT 1 FROM cur, pgstore_leases l, clk
-		WHERE l.host = cur.host AND l.gen = cur.lease_gen AND l.deadline > clk.now) AS live),
+	SELECT EXISTS (SELECT 1 FROM ownl, clk WHERE ownl.deadline > clk.now
+		OR clk.now - (SELECT max(renewed_at) FROM pgstore_leases) > ownl.ttl_us * interval '1 microsecond' / 2) AS live),
 ins AS (
 	INSERT INTO pgstore_locations (kind, id, state, host, lease_gen, object_gen, owner_gen, version)
 	SELECT $3, $4, 1, $5, me.gen, 1, 1, 1 FROM me WHERE NOT EXISTS (SELECT 1 FROM cur)
@@ -336,12 +346,32 @@ func (s *Store) Delete(ctx context.Context, obj relocation.Object, expect reloca
 	return err
 }
 
-// RenewLease implements relocation.Store: one statement that inserts the
-// lease or, when the stored generation is not above gen, replaces it; a
-// renewal of the same generation never moves the deadline back. The
-// refusal of an older generation is kind Rejected. gen above
-// math.MaxInt64 is ErrGenerationRange.
-func (s *Store) RenewLease(ctx context.Context, host string, gen uint64) (relocation.Lease, error) {
+// silenceSQL ends a silence of the store (relocation.Store, "Silences"):
+// last is when any host last renewed; a lease that was live then, and
+// whose half length has passed since, gets a fresh length from now. The
+// leases are locked in host order (two renewals that both end the silence
+// cannot deadlock), and a lease another renewal extended meanwhile is
+// re-read and left alone. Without a silence it finds nothing to change.
+const silenceSQL = `
+WITH clk AS MATERIALIZED (SELECT ` + clockSQL + ` AS now),
+last AS MATERIALIZED (SELECT max(renewed_at) AS at FROM pgstore_leases),
+due AS MATERIALIZED (
+	SELECT l.host FROM pgstore_leases l, clk, last
+	WHERE l.deadline > last.at AND clk.now - last.at > l.ttl_us * interval '1 microsecond' / 2
+		AND l.deadline < clk.now + l.ttl_us * interval '1 microsecond'
+	ORDER BY l.host COLLATE "C" FOR UPDATE OF l)
+UPDATE pgstore_leases l SET deadline = clk.now + l.ttl_us * interval '1 microsecond', renewed_at = clk.now
+FROM due, clk WHERE l.host = due.host`
+
+// RenewLease implements relocation.Store: one transaction on the lease
+// pool. It ends a silence first (silenceSQL), then locks the host's lease
+// (FOR UPDATE: a takeover of one of its rows waits, or has committed and
+// is seen by Owned) and inserts it or, when the stored generation is not
+// above gen, replaces it; a renewal of the same generation never moves
+// the deadline back. The answer says whether this run's lease had run out
+// (Lease.Lapsed). The refusal of an older generation is kind Rejected.
+// gen above math.MaxInt64 is ErrGenerationRange.
+func (s *Store) RenewLease(ctx context.Context, host string, gen uint64, ttl time.Duration) (relocation.Lease, error) {
 	const op = "pgstore.Store.RenewLease"
 	if err := ctx.Err(); err != nil {
 		return relocation.Lease{}, err
@@ -349,27 +379,61 @@ func (s *Store) RenewLease(ctx context.Context, host string, gen uint64) (reloca
 	if gen > math.MaxInt64 {
 		return relocation.Lease{}, ErrGenerationRange
 	}
+	if ttl <= 0 {
+		ttl = relocation.LeaseTTL
+	}
 	frozen, off := s.clock.args()
-	// ON CONFLICT DO UPDATE locks the existing lease and checks the WHERE
-	// on its latest version: of two renewals, the second sees the first.
-	var l relocation.Lease
-	var g, remainingUS int64
-	err := s.leases.QueryRow(ctx, `
-INSERT INTO pgstore_leases AS l (host, gen, deadline) VALUES ($3, $4, `+clockSQL+` + $5::bigint * interval '1 microsecond')
+	var (
+		l                   relocation.Lease
+		g, remainingUS      int64
+		oldGen              *int64
+		oldRanOut, newerRun bool
+	)
+	err := pgx.BeginFunc(ctx, s.leases, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, silenceSQL, frozen, off); err != nil {
+			return err
+		}
+		var ranOut *bool
+		err := tx.QueryRow(ctx, `SELECT gen, deadline <= `+clockSQL+` FROM pgstore_leases WHERE host = $3 FOR UPDATE`,
+			frozen, off, host).Scan(&oldGen, &ranOut)
+		switch {
+		case err == pgx.ErrNoRows:
+			oldGen = nil
+		case err != nil:
+			return err
+		default:
+			oldRanOut = ranOut != nil && *ranOut
+		}
+		if oldGen != nil && uint64(*oldGen) > gen {
+			newerRun = true
+			return nil
+		}
+		err = tx.QueryRow(ctx, `
+INSERT INTO pgstore_leases AS l (host, gen, deadline, renewed_at, ttl_us)
+VALUES ($3, $4, `+clockSQL+` + $5::bigint * interval '1 microsecond', `+clockSQL+`, $5)
 ON CONFLICT (host) DO UPDATE
 SET gen = excluded.gen,
-	deadline = CASE WHEN l.gen = excluded.gen THEN greatest(l.deadline, excluded.deadline) ELSE excluded.deadline END
+	deadline = CASE WHEN l.gen = excluded.gen THEN greatest(l.deadline, excluded.deadline) ELSE excluded.deadline END,
+	renewed_at = excluded.renewed_at, ttl_us = excluded.ttl_us
 WHERE l.gen <= excluded.gen
 RETURNING host, gen, deadline, (extract(epoch FROM deadline - `+clockSQL+`) * 1000000)::bigint`,
-		frozen, off, host, int64(gen), relocation.LeaseTTL.Microseconds()).Scan(&l.Host, &g, &l.Deadline, &remainingUS)
-	if err == pgx.ErrNoRows {
-		return relocation.Lease{}, payload.NewError(payload.Rejected, op, "a newer run of host "+host+" holds the lease")
-	}
+			frozen, off, host, int64(gen), ttl.Microseconds()).Scan(&l.Host, &g, &l.Deadline, &remainingUS)
+		if err == pgx.ErrNoRows { // a newer run inserted its lease meanwhile
+			newerRun = true
+			return nil
+		}
+		return err
+	})
 	if err != nil {
 		return relocation.Lease{}, wrapErr(ctx, op, err)
 	}
+	if newerRun {
+		return relocation.Lease{}, payload.NewError(payload.Rejected, op, "a newer run of host "+host+" holds the lease")
+	}
 	l.Gen = uint64(g)
 	l.Remaining = time.Duration(remainingUS) * time.Microsecond
+	l.TTL = ttl
+	l.Lapsed = oldGen != nil && uint64(*oldGen) == gen && oldRanOut
 	return l, nil
 }
 
@@ -380,11 +444,11 @@ func (s *Store) Lease(ctx context.Context, host string) (relocation.Lease, bool,
 		return relocation.Lease{}, false, err
 	}
 	var l relocation.Lease
-	var g, remainingUS int64
+	var g, remainingUS, ttlUS int64
 	frozen, off := s.clock.args()
 	err := s.leases.QueryRow(ctx, `
-SELECT host, gen, deadline, (extract(epoch FROM deadline - `+clockSQL+`) * 1000000)::bigint
-FROM pgstore_leases WHERE host = $3`, frozen, off, host).Scan(&l.Host, &g, &l.Deadline, &remainingUS)
+SELECT host, gen, deadline, (extract(epoch FROM deadline - `+clockSQL+`) * 1000000)::bigint, ttl_us
+FROM pgstore_leases WHERE host = $3`, frozen, off, host).Scan(&l.Host, &g, &l.Deadline, &remainingUS, &ttlUS)
 	if err == pgx.ErrNoRows {
 		return relocation.Lease{}, false, nil
 	}
@@ -393,7 +457,50 @@ FROM pgstore_leases WHERE host = $3`, frozen, off, host).Scan(&l.Host, &g, &l.De
 	}
 	l.Gen = uint64(g)
 	l.Remaining = time.Duration(remainingUS) * time.Microsecond
+	l.TTL = time.Duration(ttlUS) * time.Microsecond
 	return l, true, nil
+}
+
+// ownedBatch is how many objects one statement of Owned asks about.
+const ownedBatch = 10000
+
+// Owned implements relocation.Store: one statement per ownedBatch
+// objects, each looking its rows up by primary key.
+func (s *Store) Owned(ctx context.Context, host string, gen uint64, objs []relocation.Object) ([]bool, error) {
+	const op = "pgstore.Store.Owned"
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if gen > math.MaxInt64 {
+		return nil, ErrGenerationRange
+	}
+	out := make([]bool, len(objs))
+	for start := 0; start < len(objs); start += ownedBatch {
+		batch := objs[start:min(start+ownedBatch, len(objs))]
+		kinds, ids := make([]string, len(batch)), make([]string, len(batch))
+		for i, o := range batch {
+			kinds[i], ids[i] = o.Kind, o.ID
+		}
+		rows, err := s.pool.Query(ctx, `
+SELECT k.ord FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS k(kind, id, ord)
+JOIN pgstore_locations r ON r.kind = k.kind AND r.id = k.id
+WHERE r.host = $1 AND r.lease_gen = $2 AND r.state IN (1, 2)`, host, int64(gen), kinds, ids)
+		if err != nil {
+			return nil, wrapErr(ctx, op, err)
+		}
+		for rows.Next() {
+			var ord int64
+			if err := rows.Scan(&ord); err != nil {
+				rows.Close()
+				return nil, wrapErr(ctx, op, err)
+			}
+			out[start+int(ord)-1] = true
+		}
+		if err := rows.Err(); err != nil {
+			return nil, wrapErr(ctx, op, err)
+		}
+	}
+	return out, nil
 }
 
 // CountObjects implements relocation.Counter with one statement that reads

@@ -65,7 +65,7 @@ var bg = context.Background()
 func TestWritesByAnOwnerPastItsLeaseAreErrLeaseExpired(t *testing.T) {
 	s := newStore(t)
 	obj := relocation.Object{Kind: "k", ID: "1"}
-	if _, err := s.RenewLease(bg, "A", 1); err != nil {
+	if _, err := s.RenewLease(bg, "A", 1, 0); err != nil {
 		t.Fatal(err)
 	}
 	r, err := s.Reserve(bg, obj, "A")
@@ -92,7 +92,7 @@ func TestWritesByAnOwnerPastItsLeaseAreErrLeaseExpired(t *testing.T) {
 		t.Fatalf("row after refused writes = %+v, %v; want %+v", got, err, r)
 	}
 	// The renewed owner writes again.
-	if _, err := s.RenewLease(bg, "A", 1); err != nil {
+	if _, err := s.RenewLease(bg, "A", 1, 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Commit(bg, obj, r.Ownership); err != nil {
@@ -104,7 +104,7 @@ func TestWritesByAnOwnerPastItsLeaseAreErrLeaseExpired(t *testing.T) {
 // with a typed error rather than stored wrapped.
 func TestGenerationAboveMaxInt64IsRefused(t *testing.T) {
 	s := newStore(t)
-	if _, err := s.RenewLease(bg, "A", 1<<63); !errors.Is(err, pgstore.ErrGenerationRange) || !errors.Is(err, payload.InvalidOperation) {
+	if _, err := s.RenewLease(bg, "A", 1<<63, 0); !errors.Is(err, pgstore.ErrGenerationRange) || !errors.Is(err, payload.InvalidOperation) {
 		t.Fatalf("RenewLease(1<<63) = %v, want ErrGenerationRange", err)
 	}
 	if _, ok, _ := s.Lease(bg, "A"); ok {
@@ -144,7 +144,7 @@ func TestRestartGivesUnavailableThenTheSameStoreWorks(t *testing.T) {
 		t.Fatal(err)
 	}
 	obj := relocation.Object{Kind: "k", ID: "restart"}
-	if _, err := s.RenewLease(bg, "A", 1); err != nil {
+	if _, err := s.RenewLease(bg, "A", 1, 0); err != nil {
 		t.Fatal(err)
 	}
 	r, err := s.Reserve(bg, obj, "A")

@@ -80,8 +80,8 @@ func Example() {
 func ExampleMemoryStore() {
 	ctx := context.Background()
 	s := relocation.NewMemoryStore(nil)
-	s.RenewLease(ctx, "A", 1)
-	s.RenewLease(ctx, "B", 1)
+	s.RenewLease(ctx, "A", 1, 0)
+	s.RenewLease(ctx, "B", 1, 0)
 	obj := relocation.Object{Kind: "cart", ID: "42"}
 	r, _ := s.Reserve(ctx, obj, "A")
 	r, _ = s.Commit(ctx, obj, r.Ownership)

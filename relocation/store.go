@@ -10,12 +10,13 @@ import (
 	"github.com/berthrt/berth/payload"
 )
 
-// Lease timing (docs/architecture.md, "Relocation"): hosts renew every
-// half second; a lease lasts 3.5 s. A crashed host's objects serve again
-// elsewhere LeaseTTL − LeaseRenew to LeaseTTL after the crash (and the
-// time to take them over); a host whose renewals all fail or stall for
-// LeaseTTL − LeaseRenew − membership.DefaultMargin (2 s) stops itself
-// (docs/operations.md, "Crashes and leases", weighs the two).
+// Lease timing (docs/architecture.md, "Relocation"): by default hosts
+// renew every half second and a lease lasts 3.5 s. A crashed host's
+// objects serve again elsewhere LeaseTTL − LeaseRenew to LeaseTTL after
+// the crash (and the time to take them over). A host whose renewals fail
+// or stall past its lease is in jeopardy: it pauses, it does not stop
+// (docs/operations.md, "Jeopardy"). A host may ask for another length
+// (RenewLease's ttl, actor.Config.LeaseTTL).
 const (
 	LeaseRenew = 500 * time.Millisecond
 	LeaseTTL   = 3500 * time.Millisecond
@@ -80,6 +81,31 @@ type Lease struct {
 	// whether another host's lease is live compares this duration, never
 	// Deadline with its own clock: clocks of different machines differ.
 	Remaining time.Duration
+	// TTL is the lease's length: how long after each renewal (by the
+	// store's clock) it runs out.
+	TTL time.Duration
+	// Lapsed is set by RenewLease when this run's lease had run out by the
+	// store's clock before the renewal (and no silence of the store kept
+	// it, see Store): another host may have taken rows of this run over
+	// meanwhile. The renewal holds again from now; the host asks Owned
+	// which of its objects are still its own before it runs any of them.
+	Lapsed bool
+}
+
+// live reports whether the lease is live at now, or would be were it not
+// for a silence: a store that heard from no host for longer than half the
+// lease since lastContact judges no lease run out (see Store).
+func (l Lease) liveAt(now, lastContact time.Time) bool {
+	if now.Before(l.Deadline) {
+		return true
+	}
+	return silent(now, lastContact, l.TTL)
+}
+
+// silent reports whether a store last heard a renewal at lastContact is
+// silent at now for a lease of length ttl: longer than ttl/2 passed.
+func silent(now, lastContact time.Time, ttl time.Duration) bool {
+	return !lastContact.IsZero() && now.Sub(lastContact) > ttl/2
 }
 
 // Store errors. Each has a kind; ConflictError carries the current row.
@@ -115,13 +141,38 @@ func (e *ConflictError) Is(target error) bool { return target == payload.Rejecte
 //
 // Operations that fail with a transient error (kind Unavailable, other than
 // ErrLeaseExpired) may be retried with the same arguments.
+//
+// # Silences: the store's own absence takes nothing over
+//
+// A lease that runs out because its host stopped renewing lets other hosts
+// take its rows over (Reserve). A lease that runs out because the store
+// itself was away — restarted, failed over, cut off from every host — must
+// not: each holder gets a full lease from the store's return. The store
+// knows it was away by its renewals: hosts renew every fraction of a lease,
+// so a store that handled no RenewLease of any host for longer than half a
+// lease (by its own clock) was silent. Then:
+//
+//   - the first RenewLease after a silence gives every lease that was live
+//     at the last renewal before it, and whose half length the silence
+//     exceeded, a fresh length from now (a lease is never shortened);
+//   - until that renewal, no row is taken over: Reserve treats the owner of
+//     a row whose lease ran out during a silence as live (a
+//     *ConflictError).
+//
+// A host that renews every LeaseTTL/2 or more often never sees its lease
+// run out by a silence alone; a lease whose host had stopped renewing
+// before the silence may get one more length (its takeover waits that
+// much longer). The rule is in relocation/storetest
+// (ASilenceOfTheStoreTakesNothingOver).
 type Store interface {
 	// Get returns the object's row, or ErrNoRow.
 	Get(ctx context.Context, obj Object) (Row, error)
 	// Reserve claims the object for activation on host (whose lease must be
 	// live): it creates the row (object and owner generation 1), or takes
 	// over a Preserved row or one whose owner's lease expired (owner
-	// generation +1). A row owned by a live host is a ConflictError.
+	// generation +1). A row owned by a live host is a ConflictError. A
+	// takeover and the owner's RenewLease are ordered: the renewal either
+	// sees the row taken over, or the Reserve sees the lease renewed.
 	Reserve(ctx context.Context, obj Object, host string) (Row, error)
 	// Commit turns the host's reservation into an active row.
 	Commit(ctx context.Context, obj Object, expect Ownership) (Row, error)
@@ -135,12 +186,20 @@ type Store interface {
 	// Delete removes the row if it still has the expected ownership, and
 	// the object's state row if the store is a StateStore too.
 	Delete(ctx context.Context, obj Object, expect Ownership) error
-	// RenewLease starts or extends host's lease for LeaseTTL. gen is the
-	// host's generation for this process run; a new, higher gen replaces
-	// the old lease (the host restarted).
-	RenewLease(ctx context.Context, host string, gen uint64) (Lease, error)
+	// RenewLease starts or extends host's lease for ttl (zero: LeaseTTL),
+	// by the store's clock, after applying a silence (see above). gen is
+	// the host's generation for this process run; a new, higher gen
+	// replaces the old lease (the host restarted); an older gen is refused
+	// (kind Rejected). The answer says whether this run's lease had run
+	// out before the renewal (Lease.Lapsed).
+	RenewLease(ctx context.Context, host string, gen uint64, ttl time.Duration) (Lease, error)
 	// Lease returns host's lease.
 	Lease(ctx context.Context, host string) (Lease, bool, error)
+	// Owned reports, for each of objs, whether its row names host's run
+	// gen as its owner (Reserved or Active): the objects a run whose lease
+	// lapsed still owns (Lease.Lapsed). The answer has one entry per
+	// object, in order.
+	Owned(ctx context.Context, host string, gen uint64, objs []Object) ([]bool, error)
 }
 
 // MemoryStore is the in-memory Location Store, the embedded default for
@@ -152,6 +211,10 @@ type MemoryStore struct {
 	rows   map[Object]Row
 	leases map[string]Lease
 	now    func() time.Time
+	// lastContact is the store's time of the last RenewLease (or Expire):
+	// the start of a silence, if the next comes more than half a lease
+	// later.
+	lastContact time.Time
 
 	states     map[Object]StoredState          // StateStore (state.go)
 	writeFault func(writes []StateWrite) error // FailStateWrites
@@ -165,9 +228,19 @@ func NewMemoryStore(now func() time.Time) *MemoryStore {
 	return &MemoryStore{rows: map[Object]Row{}, leases: map[string]Lease{}, now: now, states: map[Object]StoredState{}}
 }
 
+// liveLocked returns host's lease and whether it is live by the clock
+// alone: what a host's own lease needs to act (Reserve, NewOwner).
 func (s *MemoryStore) liveLocked(host string) (Lease, bool) {
 	l, ok := s.leases[host]
 	return l, ok && s.now().Before(l.Deadline)
+}
+
+// ownerLiveLocked reports whether the owner a row names (host, run gen)
+// still holds its rows: its lease is live, or ran out during a silence
+// no renewal has ended yet (Store).
+func (s *MemoryStore) ownerLiveLocked(host string, gen uint64) bool {
+	l, ok := s.leases[host]
+	return ok && l.Gen == gen && l.liveAt(s.now(), s.lastContact)
 }
 
 // Get implements Store.
@@ -204,7 +277,7 @@ func (s *MemoryStore) Reserve(ctx context.Context, obj Object, host string) (Row
 	case r.Host == host && r.LeaseGen == l.Gen:
 		return r, nil // already ours
 	default:
-		if _, ownerLive := s.liveLocked(r.Host); ownerLive && s.leases[r.Host].Gen == r.LeaseGen {
+		if s.ownerLiveLocked(r.Host, r.LeaseGen) {
 			return Row{}, &ConflictError{Current: r}
 		}
 		r.State, r.OwnerGen = Reserved, r.OwnerGen+1 // the owner is gone
@@ -307,19 +380,63 @@ func (s *MemoryStore) Delete(ctx context.Context, obj Object, expect Ownership) 
 }
 
 // RenewLease implements Store.
-func (s *MemoryStore) RenewLease(ctx context.Context, host string, gen uint64) (Lease, error) {
+func (s *MemoryStore) RenewLease(ctx context.Context, host string, gen uint64, ttl time.Duration) (Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return Lease{}, err
 	}
+	if ttl <= 0 {
+		ttl = LeaseTTL
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if l, ok := s.leases[host]; ok && l.Gen > gen {
+	if old, had := s.leases[host]; had && old.Gen > gen {
 		return Lease{}, payload.NewError(payload.Rejected, "relocation.Store.RenewLease", "a newer run of host "+host+" holds the lease")
 	}
-	l := Lease{Host: host, Gen: gen, Deadline: s.now().Add(LeaseTTL)}
+	now := s.now()
+	s.endSilenceLocked(now) // first: a lease a silence kept has not lapsed
+	old, had := s.leases[host]
+	l := Lease{Host: host, Gen: gen, Deadline: now.Add(ttl), TTL: ttl}
+	if had && old.Gen == gen {
+		l.Lapsed = !now.Before(old.Deadline)
+		if old.Deadline.After(l.Deadline) {
+			l.Deadline = old.Deadline // never shortened
+		}
+	}
 	s.leases[host] = l
-	l.Remaining = LeaseTTL
+	l.Remaining = l.Deadline.Sub(now)
 	return l, nil
+}
+
+// endSilenceLocked applies a silence that ends at now (Store): every lease
+// live at the last contact whose half length the silence exceeded gets a
+// fresh length from now. now becomes the last contact.
+func (s *MemoryStore) endSilenceLocked(now time.Time) {
+	if prev := s.lastContact; !prev.IsZero() {
+		for h, l := range s.leases {
+			if l.Deadline.After(prev) && silent(now, prev, l.TTL) && l.Deadline.Before(now.Add(l.TTL)) {
+				l.Deadline = now.Add(l.TTL)
+				s.leases[h] = l
+			}
+		}
+	}
+	if now.After(s.lastContact) {
+		s.lastContact = now
+	}
+}
+
+// Owned implements Store.
+func (s *MemoryStore) Owned(ctx context.Context, host string, gen uint64, objs []Object) ([]bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]bool, len(objs))
+	for i, obj := range objs {
+		r, ok := s.rows[obj]
+		out[i] = ok && r.State != Preserved && r.Host == host && r.LeaseGen == gen
+	}
+	return out, nil
 }
 
 // Lease implements Store.
@@ -332,18 +449,22 @@ func (s *MemoryStore) Lease(ctx context.Context, host string) (Lease, bool, erro
 	l, ok := s.leases[host]
 	if ok {
 		l.Remaining = l.Deadline.Sub(s.now())
+		l.Lapsed = false
 	}
 	return l, ok, nil
 }
 
 // Expire ends host's lease now, as if the host stopped renewing it long
 // ago: other hosts may take its objects over at once (tests and the
-// in-process Network's Kill).
+// in-process Network's Kill). It counts as the store hearing from a host:
+// the expired lease is not kept by a silence that began before it.
 func (s *MemoryStore) Expire(host string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := s.now()
+	s.endSilenceLocked(now)
 	if l, ok := s.leases[host]; ok {
-		l.Deadline = s.now().Add(-time.Nanosecond)
+		l.Deadline = now.Add(-time.Nanosecond)
 		s.leases[host] = l
 	}
 }

@@ -22,8 +22,8 @@ func TestMemoryStoreActivationMoveAndConflicts(t *testing.T) {
 	if _, err := s.Reserve(ctx, obj, "A"); !errors.Is(err, ErrLeaseExpired) {
 		t.Fatalf("reserve without a lease = %v", err)
 	}
-	s.RenewLease(ctx, "A", 1)
-	s.RenewLease(ctx, "B", 1)
+	s.RenewLease(ctx, "A", 1, 0)
+	s.RenewLease(ctx, "B", 1, 0)
 	r, err := s.Reserve(ctx, obj, "A")
 	if err != nil || r.State != Reserved || r.Host != "A" || r.ObjectGen != 1 || r.OwnerGen != 1 {
 		t.Fatalf("reserve = %+v, %v", r, err)
@@ -82,21 +82,23 @@ func TestMemoryStoreLeases(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
 	s := NewMemoryStore(c.now)
 	obj := Object{Kind: "cart", ID: "1"}
-	l, _ := s.RenewLease(ctx, "A", 1)
+	l, _ := s.RenewLease(ctx, "A", 1, 0)
 	if !l.Deadline.Equal(c.t.Add(LeaseTTL)) {
 		t.Fatalf("lease deadline %v", l.Deadline)
 	}
-	s.RenewLease(ctx, "B", 1)
+	s.RenewLease(ctx, "B", 1, 0)
 	r, _ := s.Reserve(ctx, obj, "A")
 	s.Commit(ctx, obj, r.Ownership)
 	// A stops renewing; after the TTL another host may take the object over.
 	c.advance(LeaseRenew)
-	s.RenewLease(ctx, "B", 1)
+	s.RenewLease(ctx, "B", 1, 0)
 	if _, err := s.Reserve(ctx, obj, "B"); !errors.Is(err, payload.Rejected) {
 		t.Fatalf("takeover while A's lease is live = %v", err)
 	}
-	c.advance(LeaseTTL)
-	s.RenewLease(ctx, "B", 1)
+	for range LeaseTTL / LeaseRenew { // B renews as a live host does: the store is never silent
+		c.advance(LeaseRenew)
+		s.RenewLease(ctx, "B", 1, 0)
+	}
 	taken, err := s.Reserve(ctx, obj, "B")
 	if err != nil || taken.Host != "B" || taken.OwnerGen != 2 {
 		t.Fatalf("takeover after A's lease expired = %+v, %v", taken, err)
@@ -106,8 +108,8 @@ func TestMemoryStoreLeases(t *testing.T) {
 		t.Fatalf("move to an expired host = %v", err)
 	}
 	// A restarted A (new generation) replaces its old lease; the old run cannot renew.
-	s.RenewLease(ctx, "A", 2)
-	if _, err := s.RenewLease(ctx, "A", 1); !errors.Is(err, payload.Rejected) {
+	s.RenewLease(ctx, "A", 2, 0)
+	if _, err := s.RenewLease(ctx, "A", 1, 0); !errors.Is(err, payload.Rejected) {
 		t.Fatalf("old run renewing = %v", err)
 	}
 }

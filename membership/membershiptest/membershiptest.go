@@ -5,6 +5,9 @@
 // The suite judges expiry through the harness: it moves the store's clock
 // with Harness.New's advance function and then waits (polling with a
 // deadline, never sleeping blindly) for the membership to report it.
+// Leases expire only while the store is in contact with its hosts (see
+// membership, "Silences"): the checks that expect an expiry keep a member
+// renewing as the clock moves (pass), as live hosts do.
 package membershiptest
 
 import (
@@ -57,6 +60,7 @@ func Run(t *testing.T, h Harness) {
 		{"RenewExtendsTheLeaseByTheStoreClock", s.renewExtendsTheLease},
 		{"RenewWithStaleGenerationRefused", s.renewWithStaleGenerationRefused},
 		{"ExpiryRemovesTheMemberAndEmitsAnEvent", s.expiryRemovesTheMember},
+		{"ASilenceOfTheStoreExpiresNothing", s.aSilenceOfTheStoreExpiresNothing},
 		{"NewGenerationMayRejoinAfterExpiry", s.newGenerationMayRejoinAfterExpiry},
 		{"LegalStateTransitions", s.legalStateTransitions},
 		{"IllegalStateTransitionsRefused", s.illegalStateTransitionsRefused},
@@ -75,6 +79,27 @@ func Run(t *testing.T, h Harness) {
 }
 
 type suite struct{ h Harness }
+
+// keeper is the member some checks keep renewing while the clock moves, as
+// a live host renews (pass), so that the membership is not silent and the
+// leases of the others expire. Its name sorts after the others'.
+const keeper = "~keeper"
+
+// pass moves the clock forward by d in steps of a quarter TTL, renewing
+// the named members' runs (generation 1) after each step.
+func (s *suite) pass(t *testing.T, ctx context.Context, m membership.Membership, advance func(time.Duration), d time.Duration, renew ...string) {
+	t.Helper()
+	for d > 0 {
+		step := min(d, s.h.TTL/4)
+		advance(step)
+		d -= step
+		for _, name := range renew {
+			if _, err := m.Renew(ctx, name, 1); err != nil {
+				t.Fatalf("Renew(%s, 1) while the clock moves: %v", name, err)
+			}
+		}
+	}
+}
 
 // ctx returns a context for one subtest's calls.
 func (s *suite) ctx(t *testing.T) context.Context {
@@ -369,8 +394,9 @@ func (s *suite) joinWithTheLiveGenerationRenews(t *testing.T) {
 func (s *suite) renewExtendsTheLease(t *testing.T) {
 	m, advance := s.h.New(t)
 	ctx := s.ctx(t)
+	mustJoin(t, ctx, m, member(keeper, 1))
 	mustJoin(t, ctx, m, member("a", 1))
-	advance(s.h.TTL * 3 / 4)
+	s.pass(t, ctx, m, advance, s.h.TTL*3/4, keeper)
 	l, err := m.Renew(ctx, "a", 1)
 	if err != nil {
 		t.Fatalf("Renew: %v", err)
@@ -378,10 +404,10 @@ func (s *suite) renewExtendsTheLease(t *testing.T) {
 	if l != (membership.Lease{Name: "a", Gen: 1, TTL: s.h.TTL}) {
 		t.Fatalf("Renew returned %+v", l)
 	}
-	advance(s.h.TTL * 3 / 4) // 1.5 TTL after the join, 0.75 after the renewal
-	wantList(t, ctx, m, "a/1/serving")
-	advance(s.h.TTL / 2) // 1.25 TTL after the renewal
-	wantList(t, ctx, m)
+	s.pass(t, ctx, m, advance, s.h.TTL*3/4, keeper) // 1.5 TTL after the join, 0.75 after the renewal
+	wantList(t, ctx, m, "a/1/serving", keeper+"/1/serving")
+	s.pass(t, ctx, m, advance, s.h.TTL/2, keeper) // 1.25 TTL after the renewal
+	wantList(t, ctx, m, keeper+"/1/serving")
 }
 
 func (s *suite) renewWithStaleGenerationRefused(t *testing.T) {
@@ -410,8 +436,10 @@ func (s *suite) expiryRemovesTheMember(t *testing.T) {
 	if _, err := m.Renew(ctx, "b", 1); err != nil {
 		t.Fatalf("Renew b: %v", err)
 	}
-	advance(s.h.TTL/2 + s.h.TTL/10) // past a's lease, not b's
-	// Nobody calls: the membership finds the expiry itself.
+	// Past a's lease, not b's. b keeps renewing, as a live host does, so
+	// the membership is not silent: its sweep, or b's next renewal, finds
+	// the expiry.
+	s.pass(t, ctx, m, advance, s.h.TTL/2+s.h.TTL/10, "b")
 	s.expectEvents(t, ch, rev, "expired a/1/serving")
 	wantList(t, ctx, m, "b/1/serving")
 	_, err := m.Renew(ctx, "a", 1)
@@ -423,18 +451,48 @@ func (s *suite) expiryRemovesTheMember(t *testing.T) {
 	}
 }
 
+// aSilenceOfTheStoreExpiresNothing: a membership that heard no Join or
+// Renew for longer than the leases (its store was restarted, failed
+// over, cut off from every host) expires nobody for it: the next Renew
+// (or Join) gives every live lease a full TTL from then, and a member
+// that then keeps renewing stays. Only a member that stops renewing while
+// others renew expires.
+func (s *suite) aSilenceOfTheStoreExpiresNothing(t *testing.T) {
+	m, advance := s.h.New(t)
+	ctx := s.ctx(t)
+	ch, first := s.watch(t, ctx, m)
+	mustJoin(t, ctx, m, member("a", 1))
+	mustJoin(t, ctx, m, member("b", 1))
+	rev := s.expectEvents(t, ch, first.Rev, "joined a/1/serving", "joined b/1/serving")
+	advance(2 * s.h.TTL) // nobody reached the store
+	wantList(t, ctx, m, "a/1/serving", "b/1/serving")
+	if _, err := m.Renew(ctx, "b", 1); err != nil {
+		t.Fatalf("b's renewal after the silence: %v", err)
+	}
+	s.pass(t, ctx, m, advance, s.h.TTL*3/4, "b")
+	if _, err := m.Renew(ctx, "a", 1); err != nil {
+		t.Fatalf("a's renewal within the TTL the silence's end gave it: %v", err)
+	}
+	wantList(t, ctx, m, "a/1/serving", "b/1/serving")
+	// a stops renewing while b goes on: a expires, as before.
+	s.pass(t, ctx, m, advance, s.h.TTL+s.h.TTL/10, "b")
+	s.expectEvents(t, ch, rev, "expired a/1/serving")
+	wantList(t, ctx, m, "b/1/serving")
+}
+
 func (s *suite) newGenerationMayRejoinAfterExpiry(t *testing.T) {
 	m, advance := s.h.New(t)
 	ctx := s.ctx(t)
+	mustJoin(t, ctx, m, member(keeper, 1))
 	mustJoin(t, ctx, m, member("a", 3))
-	advance(s.h.TTL + s.h.TTL/10)
-	wantList(t, ctx, m)
+	s.pass(t, ctx, m, advance, s.h.TTL+s.h.TTL/10, keeper)
+	wantList(t, ctx, m, keeper+"/1/serving")
 	_, err := m.Join(ctx, member("a", 3))
 	wantGenErr(t, "Join of the expired generation", err, 3)
 	_, err = m.Join(ctx, member("a", 2))
 	wantGenErr(t, "Join of an older generation", err, 3)
 	mustJoin(t, ctx, m, member("a", 4))
-	wantList(t, ctx, m, "a/4/serving")
+	wantList(t, ctx, m, "a/4/serving", keeper+"/1/serving")
 	_, err = m.Renew(ctx, "a", 3)
 	wantGenErr(t, "Renew of the expired run", err, 4)
 }
@@ -532,12 +590,14 @@ func (s *suite) leaveRemovesTheMember(t *testing.T) {
 func (s *suite) leaveByAnOlderRunRefused(t *testing.T) {
 	m, advance := s.h.New(t)
 	ctx := s.ctx(t)
+	mustJoin(t, ctx, m, member(keeper, 1))
 	mustJoin(t, ctx, m, member("a", 1))
-	advance(s.h.TTL + s.h.TTL/10)
+	s.pass(t, ctx, m, advance, s.h.TTL+s.h.TTL/10, keeper)
+	wantList(t, ctx, m, keeper+"/1/serving")
 	mustJoin(t, ctx, m, member("a", 2))
 	err := m.Leave(ctx, "a", 1)
 	wantGenErr(t, "Leave by the expired run", err, 2)
-	wantList(t, ctx, m, "a/2/serving")
+	wantList(t, ctx, m, "a/2/serving", keeper+"/1/serving")
 }
 
 func (s *suite) returnedMembersAreCopies(t *testing.T) {
@@ -581,6 +641,7 @@ func (s *suite) watchStartsWithSync(t *testing.T) {
 func (s *suite) watchSeesEveryChangeInOrder(t *testing.T) {
 	m, advance := s.h.New(t)
 	ctx := s.ctx(t)
+	mustJoin(t, ctx, m, member(keeper, 1))
 	mustJoin(t, ctx, m, member("z", 1))
 	ch1, sync1 := s.watch(t, ctx, m)
 	ch2, sync2 := s.watch(t, ctx, m)
@@ -620,7 +681,7 @@ func (s *suite) watchSeesEveryChangeInOrder(t *testing.T) {
 	advance(s.h.TTL / 10)
 	_, err = m.Renew(ctx, "a", 2)
 	step("renew a", err)
-	advance(s.h.TTL + s.h.TTL/10)
+	s.pass(t, ctx, m, advance, s.h.TTL+s.h.TTL/10, keeper)
 	// Leases that expire together are reported by deadline: z's came first.
 	s.expectEvents(t, ch1, rev1, "expired z/1/serving", "expired a/2/serving")
 	s.expectEvents(t, ch2, rev2, "expired z/1/serving", "expired a/2/serving")

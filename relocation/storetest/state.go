@@ -268,8 +268,8 @@ func ownershipChangesKeepTheState(t *testing.T, x *suite, ss relocation.StateSto
 		return
 	}
 	// A takeover after the owner's lease ran out keeps it too.
-	x.advance(t, relocation.LeaseTTL+1)
 	x.lease(t, "B", 1)
+	x.pass(t, relocation.LeaseTTL+1, "B")
 	taken := x.reserve(t, objA, "B")
 	if taken.Host != "B" {
 		t.Fatalf("takeover reserved %s", fmtRow(taken))

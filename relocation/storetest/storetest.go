@@ -26,6 +26,13 @@
 //   - Leases: RenewLease starts or extends a lease for LeaseTTL (Lease.Remaining
 //     says how long it has left by the store's clock); a newer
 //     generation replaces it and an older one is refused (kind Rejected).
+//     A renewal says whether the run's lease had run out (Lease.Lapsed);
+//     Owned then says which rows still name the run. A takeover and the
+//     owner's renewal are ordered: no row Owned reported after a renewal
+//     is taken over before that lease runs out again.
+//   - Silences: a store that heard no renewal for longer than half a lease
+//     takes nothing over; its next renewal gives every lease live before
+//     the silence a full length from then.
 //   - Of many concurrent Reserves (or NewOwners) of one object exactly one
 //     wins; every other caller gets a *ConflictError naming the winner.
 //   - Implementations must honour ctx: a call with a done ctx fails and
@@ -110,6 +117,11 @@ var rules = []struct {
 	{"RenewalKeepsTheLeaseLive", renewalKeepsTheLeaseLive},
 	{"LeaseOfANewerGenerationReplacesTheOld", leaseOfANewerGenerationReplacesTheOld},
 	{"LeaseOfAnotherGenerationIsRefused", leaseOfAnotherGenerationIsRefused},
+	{"ARenewalSaysWhetherTheLeaseLapsed", aRenewalSaysWhetherTheLeaseLapsed},
+	{"OwnedNamesTheRowsOfTheRun", ownedNamesTheRowsOfTheRun},
+	{"ASilenceOfTheStoreTakesNothingOver", aSilenceOfTheStoreTakesNothingOver},
+	{"ASilenceShorterThanALeaseTakesNothingOver", aSilenceShorterThanALeaseTakesNothingOver},
+	{"ATakeoverAndTheOwnersRenewalAreOrdered", aTakeoverAndTheOwnersRenewalAreOrdered},
 	{"ConcurrentReservesHaveOneWinner", concurrentReservesHaveOneWinner},
 	{"ConcurrentNewOwnersHaveOneWinner", concurrentNewOwnersHaveOneWinner},
 	{"ADoneContextFailsTheCall", aDoneContextFailsTheCall},
@@ -141,9 +153,25 @@ func (x *suite) advance(t *testing.T, d time.Duration) {
 	x.h.Advance(t, x.s, d)
 }
 
+// pass moves the store's clock forward by d in steps of LeaseRenew,
+// renewing the leases of hosts (generation 1) after each step, as live
+// hosts do: the store is never silent, so the leases of other hosts run
+// out as their TTL says.
+func (x *suite) pass(t *testing.T, d time.Duration, hosts ...string) {
+	t.Helper()
+	for d > 0 {
+		step := min(d, relocation.LeaseRenew)
+		x.advance(t, step)
+		d -= step
+		for _, h := range hosts {
+			x.lease(t, h, 1)
+		}
+	}
+}
+
 func (x *suite) lease(t *testing.T, host string, gen uint64) relocation.Lease {
 	t.Helper()
-	l, err := x.s.RenewLease(x.ctx, host, gen)
+	l, err := x.s.RenewLease(x.ctx, host, gen, 0)
 	if err != nil {
 		t.Fatalf("RenewLease(%q, %d) = %v", host, gen, err)
 	}
@@ -373,8 +401,7 @@ func expiredLeaseLetsAnotherHostTakeOver(t *testing.T, x *suite) {
 	x.lease(t, "A", 1)
 	lb := x.lease(t, "B", 1)
 	r := x.active(t, objA, "A")
-	x.advance(t, relocation.LeaseTTL-time.Millisecond)
-	x.lease(t, "B", 1)
+	x.pass(t, relocation.LeaseTTL-time.Millisecond, "B")
 	_, err := x.s.Reserve(x.ctx, objA, "B")
 	x.conflictWithCurrent(t, err, "Reserve while the owner's lease is live", objA, false)
 	x.advance(t, 2*time.Millisecond) // A's lease ran out; B's (renewed) is live
@@ -388,7 +415,9 @@ func expiredLeaseLetsAnotherHostTakeOver(t *testing.T, x *suite) {
 	}
 	// The expired owner can write nothing with its old ownership, even
 	// after it renews.
-	x.lease(t, "A", 1)
+	if l := x.lease(t, "A", 1); !l.Lapsed {
+		t.Errorf("the expired owner's renewal = %+v, want Lapsed", l)
+	}
 	_, err = x.s.Preserve(x.ctx, objA, r.Ownership, nil)
 	x.conflictWithCurrent(t, err, "Preserve by the expired owner", objA, true)
 	_, err = x.s.Commit(x.ctx, objA, r.Ownership)
@@ -816,7 +845,7 @@ func leaseOfANewerGenerationReplacesTheOld(t *testing.T, x *suite) {
 func leaseOfAnotherGenerationIsRefused(t *testing.T, x *suite) {
 	x.lease(t, "A", 1)
 	l := x.lease(t, "A", 2)
-	_, err := x.s.RenewLease(x.ctx, "A", 1)
+	_, err := x.s.RenewLease(x.ctx, "A", 1, 0)
 	if err == nil {
 		t.Fatalf("the old run renewed after the new run: %+v", l)
 	}
@@ -826,6 +855,193 @@ func leaseOfAnotherGenerationIsRefused(t *testing.T, x *suite) {
 	got, ok, err := x.s.Lease(x.ctx, "A")
 	if err != nil || !ok || got.Gen != 2 || !got.Deadline.Equal(l.Deadline) {
 		t.Errorf("Lease(A) after a refused renewal = %+v, ok %v, %v; want %+v", got, ok, err, l)
+	}
+}
+
+// aRenewalSaysWhetherTheLeaseLapsed: Lease.Lapsed is set exactly when the
+// renewing run's own lease had run out by the store's clock (while the
+// store was in contact with other hosts): not for a first lease, a live
+// one, or a new run's.
+func aRenewalSaysWhetherTheLeaseLapsed(t *testing.T, x *suite) {
+	if l := x.lease(t, "A", 1); l.Lapsed {
+		t.Errorf("a first lease: %+v, want not Lapsed", l)
+	}
+	if l := x.lease(t, "A", 1); l.Lapsed || l.TTL != relocation.LeaseTTL {
+		t.Errorf("a renewal of a live lease: %+v, want not Lapsed, TTL %v", l, relocation.LeaseTTL)
+	}
+	x.needClock(t)
+	x.lease(t, "B", 1)
+	x.pass(t, relocation.LeaseTTL+relocation.LeaseRenew, "B")
+	if l := x.lease(t, "A", 1); !l.Lapsed || l.Remaining != relocation.LeaseTTL {
+		t.Errorf("a renewal after the lease ran out: %+v, want Lapsed and a fresh LeaseTTL", l)
+	}
+	if l := x.lease(t, "A", 1); l.Lapsed {
+		t.Errorf("the next renewal: %+v, want not Lapsed", l)
+	}
+	x.pass(t, relocation.LeaseTTL+relocation.LeaseRenew, "B")
+	if l := x.lease(t, "A", 2); l.Lapsed {
+		t.Errorf("a new run's first lease after the old one ran out: %+v, want not Lapsed", l)
+	}
+	// A lease of another length lasts that long.
+	short := relocation.LeaseTTL / 2
+	l, err := x.s.RenewLease(x.ctx, "C", 1, short)
+	if err != nil || l.TTL != short || l.Remaining != short {
+		t.Fatalf("RenewLease(C, 1, %v) = %+v, %v; want TTL and Remaining %v", short, l, err, short)
+	}
+	x.pass(t, short+time.Millisecond, "B")
+	if l, ok, err := x.s.Lease(x.ctx, "C"); err != nil || !ok || l.Remaining > 0 || l.TTL != short {
+		t.Errorf("Lease(C) %v after its renewal = %+v, %v, %v; want run out, TTL %v", short+time.Millisecond, l, ok, err, short)
+	}
+}
+
+// ownedNamesTheRowsOfTheRun: Owned is true exactly for the rows, reserved
+// or active, that name the host's run.
+func ownedNamesTheRowsOfTheRun(t *testing.T, x *suite) {
+	x.lease(t, "A", 1)
+	x.lease(t, "B", 1)
+	objC := relocation.Object{Kind: "storetest", ID: "c"}
+	objD := relocation.Object{Kind: "storetest", ID: "d"}
+	objE := relocation.Object{Kind: "storetest", ID: "e"}
+	x.active(t, objA, "A")
+	x.reserve(t, objB, "A")
+	x.preserve(t, objC, x.active(t, objC, "A").Ownership, nil)
+	x.active(t, objD, "B")
+	objs := []relocation.Object{objA, objB, objC, objD, objE}
+	got, err := x.s.Owned(x.ctx, "A", 1, objs)
+	if want := []bool{true, true, false, false, false}; err != nil || !slices.Equal(got, want) {
+		t.Errorf("Owned(A, 1, a b c d e) = %v, %v; want %v", got, err, want)
+	}
+	if got, err := x.s.Owned(x.ctx, "A", 2, objs); err != nil || slices.Contains(got, true) || len(got) != len(objs) {
+		t.Errorf("Owned(A, 2, ...) of another run = %v, %v; want all false", got, err)
+	}
+	if got, err := x.s.Owned(x.ctx, "A", 1, nil); err != nil || len(got) != 0 {
+		t.Errorf("Owned(A, 1, none) = %v, %v; want empty", got, err)
+	}
+}
+
+// aSilenceOfTheStoreTakesNothingOver: a store that heard no renewal for
+// longer than the leases (it was restarted, failed over, cut off from
+// every host) takes no row over for it, before or after its next renewal;
+// that renewal gives every lease live before the silence a full length.
+// Only renewals that keep coming let a lease run out.
+func aSilenceOfTheStoreTakesNothingOver(t *testing.T, x *suite) {
+	x.needClock(t)
+	x.lease(t, "A", 1)
+	x.lease(t, "B", 1)
+	r := x.active(t, objA, "A")
+	x.advance(t, 2*relocation.LeaseTTL) // nobody reached the store
+	if _, err := x.s.Reserve(x.ctx, objA, "B"); err == nil {
+		t.Fatalf("Reserve of A's row after a silence of the store took it over")
+	} else if !errors.Is(err, relocation.ErrLeaseExpired) {
+		x.conflictWithCurrent(t, err, "Reserve after a silence, before any renewal", objA, false)
+	}
+	x.unchanged(t, objA, r, "a Reserve after a silence")
+	if l := x.lease(t, "B", 1); l.Lapsed {
+		t.Errorf("B's renewal after the silence = %+v: the silence kept its lease, want not Lapsed", l)
+	}
+	if l, ok, err := x.s.Lease(x.ctx, "A"); err != nil || !ok || l.Remaining != relocation.LeaseTTL {
+		t.Errorf("A's lease after the silence ended = %+v, %v, %v; want a full LeaseTTL from then", l, ok, err)
+	}
+	_, err := x.s.Reserve(x.ctx, objA, "B")
+	x.conflictWithCurrent(t, err, "Reserve after the silence ended", objA, false)
+	x.pass(t, relocation.LeaseTTL-relocation.LeaseRenew, "B")
+	if l := x.lease(t, "A", 1); l.Lapsed {
+		t.Errorf("A's renewal within the window the silence gave it = %+v, want not Lapsed", l)
+	}
+	if got, err := x.s.Owned(x.ctx, "A", 1, []relocation.Object{objA}); err != nil || !got[0] {
+		t.Errorf("Owned(A, objA) = %v, %v; want true", got, err)
+	}
+	// Renewals that keep coming let a lease run out as before.
+	x.pass(t, relocation.LeaseTTL+relocation.LeaseRenew, "B")
+	taken, err := x.s.Reserve(x.ctx, objA, "B")
+	if err != nil || taken.Host != "B" {
+		t.Fatalf("Reserve after A stopped renewing while B renewed = %s, %v; want a takeover", fmtRow(taken), err)
+	}
+}
+
+// aSilenceShorterThanALeaseTakesNothingOver: a silence longer than half a
+// lease but shorter than the taker's own lease: the taker's lease is live,
+// the owner's ran out during the silence — and still nothing is taken
+// over until a renewal ended the silence (which keeps the owner's lease).
+func aSilenceShorterThanALeaseTakesNothingOver(t *testing.T, x *suite) {
+	x.needClock(t)
+	x.lease(t, "A", 1)
+	r := x.active(t, objA, "A")
+	x.advance(t, relocation.LeaseTTL*2/5)
+	x.lease(t, "B", 1)
+	x.advance(t, relocation.LeaseTTL*7/10) // A's lease ran out in a silence; B's is live
+	_, err := x.s.Reserve(x.ctx, objA, "B")
+	x.conflictWithCurrent(t, err, "Reserve of a row whose owner's lease ran out in a silence", objA, false)
+	x.unchanged(t, objA, r, "the refused Reserve")
+	x.lease(t, "B", 1) // the silence ends: A's lease was live when it began
+	if l, ok, err := x.s.Lease(x.ctx, "A"); err != nil || !ok || l.Remaining != relocation.LeaseTTL {
+		t.Errorf("A's lease after the silence ended = %+v, %v, %v; want a full LeaseTTL from then", l, ok, err)
+	}
+	_, err = x.s.Reserve(x.ctx, objA, "B")
+	x.conflictWithCurrent(t, err, "Reserve after the silence ended", objA, false)
+}
+
+// aTakeoverAndTheOwnersRenewalAreOrdered: an owner whose lease ran out
+// renews while another host takes its rows over. Whatever the
+// interleaving, a row that Owned reports as the owner's after the
+// renewal is never taken over by a Reserve that raced it, and the owner's
+// renewal says Lapsed.
+func aTakeoverAndTheOwnersRenewalAreOrdered(t *testing.T, x *suite) {
+	x.needClock(t)
+	x.lease(t, "B", 1)
+	for round := range rounds {
+		objs := make([]relocation.Object, 8)
+		gen := uint64(round + 1)
+		x.lease(t, "A", gen)
+		for i := range objs {
+			objs[i] = relocation.Object{Kind: "storetest", ID: fmt.Sprint("ordered-", round, "-", i)}
+			x.active(t, objs[i], "A")
+		}
+		x.pass(t, relocation.LeaseTTL+relocation.LeaseRenew, "B") // A's lease ran out
+		var wg sync.WaitGroup
+		taken := make([]bool, len(objs))
+		errs := make([]error, len(objs))
+		start := make(chan struct{})
+		for i := range objs {
+			wg.Go(func() {
+				<-start
+				row, err := x.s.Reserve(x.ctx, objs[i], "B")
+				taken[i] = err == nil && row.Host == "B"
+				var ce *relocation.ConflictError
+				if err != nil && !errors.As(err, &ce) {
+					errs[i] = err
+				}
+			})
+		}
+		var l relocation.Lease
+		var lerr error
+		var owned []bool
+		var oerr error
+		wg.Go(func() {
+			<-start
+			if l, lerr = x.s.RenewLease(x.ctx, "A", gen, 0); lerr == nil {
+				owned, oerr = x.s.Owned(x.ctx, "A", gen, objs)
+			}
+		})
+		close(start)
+		wg.Wait()
+		if lerr != nil || oerr != nil {
+			t.Fatalf("round %d: RenewLease = %v, Owned = %v", round, lerr, oerr)
+		}
+		if !l.Lapsed {
+			t.Errorf("round %d: the renewal after the lease ran out = %+v, want Lapsed", round, l)
+		}
+		for i := range objs {
+			if errs[i] != nil {
+				t.Errorf("round %d: Reserve(%v) = %v", round, objs[i], errs[i])
+			}
+			if owned[i] && taken[i] {
+				t.Errorf("round %d: %v was reported A's after A's renewal and taken over by B too", round, objs[i])
+			}
+			if !owned[i] && !taken[i] {
+				t.Errorf("round %d: %v is neither A's after its renewal nor taken by B: %s", round, objs[i], fmtRow(x.get(t, objs[i])))
+			}
+		}
 	}
 }
 
@@ -959,7 +1175,7 @@ func aDoneContextFailsTheCall(t *testing.T, x *suite) {
 			return s.Delete(ctx, objA, r.Ownership)
 		}},
 		{"RenewLease", func(ctx context.Context, s relocation.Store, r relocation.Row) error {
-			_, err := s.RenewLease(ctx, "A", 2)
+			_, err := s.RenewLease(ctx, "A", 2, 0)
 			return err
 		}},
 		{"Lease", func(ctx context.Context, s relocation.Store, r relocation.Row) error {
