@@ -184,6 +184,23 @@ type Config struct {
 	StateStore relocation.StateStore
 	// StoreTimeout bounds each Location Store call; default 5 s.
 	StoreTimeout time.Duration
+	// LeaseTTL is the length of the host's lease in the Location Store
+	// (relocation.Store.RenewLease), and so how soon after a crash its
+	// objects answer elsewhere: between LeaseTTL − LeaseRenew and
+	// LeaseTTL, plus the takeovers. A host that cannot renew for about
+	// LeaseTTL − LeaseRenew − 1 s (a stalled store, a starved process) goes
+	// into jeopardy: its objects pause, keeping their state and what
+	// arrives for them, until the store answers; it is not a crash
+	// (docs/operations.md, "Jeopardy"). Longer leases pause less often and
+	// fail over more slowly. Default relocation.LeaseTTL (3.5 s). Give the
+	// membership the same TTL (membership.Options.TTL,
+	// pgstore.MembershipOptions.TTL).
+	LeaseTTL time.Duration
+	// LeaseRenew is how often the host renews its lease; default
+	// relocation.LeaseRenew (500 ms). It must be under LeaseTTL/2: a store
+	// that hears no renewal for half a lease takes itself for away
+	// (relocation.Store, "Silences").
+	LeaseRenew time.Duration
 	// Gateway makes the host a client of the cluster: it sends to objects
 	// of the kinds it registers (it needs them for their message types)
 	// but never hosts one. Its membership entry offers no kinds, so no
@@ -263,6 +280,11 @@ func (c Config) withDefaults() (Config, error) {
 		bad("TakeoverGapTimeout", "must be at most GapTimeout")
 	}
 	orDefault(&c.StoreTimeout, DefaultStoreTimeout, "StoreTimeout", bad)
+	orDefault(&c.LeaseTTL, relocation.LeaseTTL, "LeaseTTL", bad)
+	orDefault(&c.LeaseRenew, relocation.LeaseRenew, "LeaseRenew", bad)
+	if c.LeaseRenew >= c.LeaseTTL/2 && c.LeaseTTL > 0 {
+		bad("LeaseRenew", "must be under half of LeaseTTL ("+(c.LeaseTTL/2).String()+")")
+	}
 	switch {
 	case c.Transport != nil && (c.Store == nil || c.Membership == nil):
 		bad("Transport", "needs Store and Membership too (the hosts of a transport share them)")

@@ -31,11 +31,16 @@ var (
 	// running (not started, stopping or stopped), and requests cut short by
 	// Stop or Close.
 	ErrShuttingDown = payload.NewError(payload.ShuttingDown, "actor", "host is not running")
-	// ErrLeaseLost: Host.Err of a host that closed itself because its
-	// lease ran out before it could renew it (its process was paused, or
-	// the Location Store was out of reach for longer than the lease):
-	// another host may own its objects by now.
-	ErrLeaseLost = payload.NewError(payload.Unavailable, "actor.Host", "the host's lease ran out before it was renewed; the host closed itself")
+	// ErrLeaseLost: Host.Err of a host that closed itself because its run
+	// is over: the Location Store says a newer run of its name holds the
+	// lease (it was restarted elsewhere), or the membership refused its
+	// renewal — it expired the run, which its peers saw fail, after the
+	// process was paused or cut off from the other hosts for longer than
+	// the lease. A slow or unreachable store, or a starved process, never
+	// ends a run: the host pauses in jeopardy and resumes (Config.LeaseTTL).
+	// Other hosts may own its objects by now; a program that wants the host
+	// back starts a new one (a new run).
+	ErrLeaseLost = payload.NewError(payload.Unavailable, "actor.Host", "the host's run is over (a newer run holds its lease, or the membership ended this run); the host closed itself")
 	// ErrTooManyRequests: Ask and AskChannel when MaxRequestsInFlight
 	// requests are already waiting for replies.
 	ErrTooManyRequests = payload.NewError(payload.CapacityExceeded, "actor.Ask", "too many requests in flight")

@@ -57,6 +57,7 @@ type Host struct {
 	router   router     // look-ups of where objects run (router.go)
 	store    relocation.Store
 	lease    leaseKeeper   // this run's lease (lease.go)
+	gate     leaseGate     // the lease as turns read it (lease.go)
 	routes   routes        // where objects run, and this host's sending streams (routes.go)
 	moves    moveTable     // the moves this host takes part in (mover.go)
 	admit    admission     // from a send to a queue, and the deferred sends (admission.go)
@@ -142,6 +143,7 @@ func NewHost(cfg Config) (*Host, error) {
 		drainer: drainer{stopTurn: make(chan struct{}, 1)},
 	}
 	h.life.close = h.Close
+	h.owners.handOn = h.router.handOn
 	h.suspects.h, h.suspects.confirm = h, make(chan membership.Member)
 	h.moves.h, h.moves.remote.h = h, h
 	h.peers.h, h.in.h, h.router.h, h.requests.h, h.owners.h, h.gaps.h, h.drainer.h, h.lease.h, h.admit.h = h, h, h, h, h, h, h, h, h
@@ -238,8 +240,7 @@ func (h *Host) Start() error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	h.lease.gen = uint64(time.Now().UnixNano())
-	h.lease.local = membership.LocalLease{Margin: membership.DefaultMargin}
+	h.lease.init(h, h.cfg.Store == nil)
 	h.routes.init(h.cfg.RouteCacheTTL, h.cfg.FollowDuration)
 	h.life.ctx, h.life.end = context.WithCancel(context.Background())
 	if err := h.join(); err != nil {
@@ -287,9 +288,12 @@ func (h *Host) Start() error {
 // none), the lease has a schedule of its own (its renewal waits on the
 // store), and so has the janitor.
 func (h *Host) startServices() {
-	lease := &schedule{name: "lease"}
-	lease.every("renew the host lease", relocation.LeaseRenew, h.lease.leaseTick)
-	h.svc.startSchedule(lease)
+	if !h.lease.private {
+		lease := &schedule{name: "lease"}
+		lease.every("renew the host lease", h.lease.every, h.lease.leaseTick)
+		h.svc.startSchedule(lease)
+		h.svc.start(h.lease.checkOwners) // ownership checks after a lapse
+	}
 	if h.cfg.IdleTimeout > 0 {
 		janitor := &schedule{name: "janitor"}
 		janitor.every("passivate idle objects", max(h.cfg.IdleTimeout/4, time.Millisecond), h.owners.passivateIdle)
@@ -374,12 +378,13 @@ func (h *Host) join() error {
 
 // leave takes the host off its transport (gracefully: what it sent is
 // delivered, and frames sent to it that it did not take go back to their
-// senders) and, if it joined, off its membership.
+// senders) and, if it joined, off its membership. A host whose run is
+// over (Err) leaves at once: its peers saw it fail and answer no goodbye.
 func (h *Host) leave(joined bool) {
 	if h.peers.tr == nil {
 		return
 	}
-	if err := h.peers.tr.Close(true); err != nil {
+	if err := h.peers.tr.Close(h.Err() == nil); err != nil {
 		// Its peers did not all confirm what it sent last (its leave
 		// notice among it) within the transport's close timeout.
 		h.log.Warn("the transport's graceful close gave up on peers", "err", err)
@@ -430,8 +435,8 @@ func (h *Host) Ready() error {
 	if s := h.DrainState(); s != Serving {
 		return payload.NewError(payload.ShuttingDown, op, "draining ("+s.String()+")")
 	}
-	if h.lease.deadline.Load() <= time.Now().UnixNano() {
-		return payload.NewError(payload.Unavailable, op, "the host's lease is not live (it was not renewed in time)")
+	if !h.gate.live() {
+		return payload.NewError(payload.Unavailable, op, "the host's lease is not live: it is in jeopardy (its renewals were not answered in time), its objects paused")
 	}
 	return nil
 }
@@ -836,6 +841,11 @@ func (h *Host) Stats() Stats {
 		OutputsDropped:    h.stats.droppedOutputs.Load(),
 		Suspicions:        h.stats.suspicions.Load(),
 		SuspectsConfirmed: h.stats.confirmedDead.Load(),
+		Jeopardy:          h.life.state.Load() == stateRunning && !h.gate.live(),
+		Jeopardies:        h.stats.jeopardies.Load(),
+		LeaseLapses:       h.stats.lapses.Load(),
+		OwnershipChecks:   h.stats.checks.Load(),
+		TakenOver:         h.stats.takenOver.Load(),
 		Payload:           h.pool.Stats(),
 	}
 }

@@ -103,7 +103,7 @@ func TestHostLeaseFollowsTheLocalTimeRule(t *testing.T) {
 				t.Fatalf("a turn with the store's clock off by %v: %v", skew, err)
 			}
 			// The renewal was sent between before and after.
-			dl := time.Unix(0, h.lease.deadline.Load())
+			dl := time.Unix(0, h.gate.deadline.Load())
 			lo := before.Add(relocation.LeaseTTL - membership.DefaultMargin)
 			hi := after.Add(relocation.LeaseTTL - membership.DefaultMargin)
 			if dl.Before(lo) || dl.After(hi) {

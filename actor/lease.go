@@ -1,8 +1,9 @@
 package actor
 
 import (
-	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -11,101 +12,342 @@ import (
 	"github.com/berthrt/berth/relocation"
 )
 
-// The lease part (leaseKeeper): this run's host lease.
+// The lease part (leaseKeeper): this run's host lease, and jeopardy.
 //
-// Owns: the lease's generation, its local-time copy and deadline.
-// Lock: none (the lease's own service renews it; the deadline is atomic).
-// May call: the Location Store, the membership, the host's Close through
+// Owns: the lease's generation, its local-time copy and deadline; the
+// ownership checks after a lapse; the turns waiting for the lease.
+// Lock: mu, a leaf (never held across a store call or a send).
+// May call: the Location Store, the membership, the owners (marking one
+// taken over, posting it a control item), the host's Close through
 // lifecycle.
-// Invariants: past its lease a host starts no turn and closes itself.
+// Invariants: no turn of an object starts past the lease's deadline, nor
+// after a lapse before the object's ownership was checked; a host closes
+// itself only on a fact that its run is over (a newer run holds the
+// lease, the membership ended the run), never because a renewal was slow.
+//
+// # Jeopardy (docs/operations.md, "Jeopardy")
+//
+// A host whose lease passes its local deadline before a renewal is
+// answered is in jeopardy: it starts no turn of its objects (another host
+// may own them by now), but it keeps them, their state, what arrives for
+// them (within the usual bounds: job permits, lanes, peers' credit) and
+// its links, and keeps renewing. When the store answers:
+//
+//   - the lease had not lapsed by the store's clock (a slow store, a slow
+//     answer, a stalled process that still renewed in time), or a silence
+//     of the store kept it (relocation.Store, "Silences"): nothing was
+//     taken over; turns resume at once, in order, nothing lost;
+//   - it had lapsed (Lease.Lapsed): other hosts may have taken some of its
+//     objects over. Each object's ownership is checked (Store.Owned)
+//     before its next turn: an object still this run's runs on; one that
+//     is not is dropped (its in-memory state too; a persistent object's
+//     state is in the store) and what it held goes to its new owner.
+//
+// A host closes itself only when its run is over: the store says a newer
+// run of its name holds the lease, or the membership refuses the run's
+// renewal (it expired the run, which peers then saw fail, or the run
+// left). A host with its private in-memory store (no transport, no Store)
+// holds a lease nobody else can take and never enters jeopardy.
 
 // leaseKeeper is this run's host lease: its generation, the local-time
-// lease the renewals earned, and the deadline past which no turn starts.
+// lease the renewals earned, and the ownership checks a lapse calls for.
+// The deadline and the lapse epoch every turn reads are in the gate.
 //
-// Owns: gen (set once by Start), local, deadline.
-// Lock: none. local is touched only by renewLease, which runs in Start and
-// then on the lease's own service (one goroutine); deadline is atomic and
-// read by every turn.
-// May call: the Location Store and the membership (renewLease), Close when
-// the lease is lost.
-// Invariants: deadline never moves past local's deadline; once the lease
-// is lost deadline is 1 (past) and stays so: the host closes itself, and
-// a program that wants it back starts a new run with a new generation.
+// Owns: gen, ttl, every, private (set by Start), local, uncertain and
+// jeopardy (the renewer's: Start, then the lease's own service, one
+// goroutine).
+// Invariants: the gate's deadline never moves past local's deadline; the
+// gate's epoch grows by one for each renewal that found the lease lapsed
+// (or followed one whose answer was lost), before that renewal's deadline
+// is published.
 type leaseKeeper struct {
-	h        *Host
-	gen      uint64                // this run's lease generation (its run on the wire)
-	local    membership.LocalLease // the lease as this host's clock holds it
-	deadline atomic.Int64          // local's deadline, wall clock, Unix ns; past it no turn starts
+	h       *Host
+	gen     uint64        // this run's lease generation (its run on the wire)
+	ttl     time.Duration // Config.LeaseTTL
+	every   time.Duration // Config.LeaseRenew
+	private bool          // the host's private store: nobody else can take its objects
+
+	local     membership.LocalLease // the lease as this host's clock holds it
+	uncertain bool                  // a renewal's outcome is unknown: the next answer is checked as if it said Lapsed
+	jeopardy  time.Time             // local time the renewer saw the current jeopardy begin (zero: none)
 }
 
-// renewLease renews this run's lease in the Location Store. The host's own
-// deadline follows the local-time rule (membership.LocalLease): the send
-// time of the renewal + LeaseTTL − DefaultMargin, by this machine's clock —
-// never the deadline the store computed on its clock, and a slow answer
-// can only shorten it. Renewals run one at a time (Start, then the
-// renewer), so the lease needs no lock.
+// The lease gate (leaseGate): what every turn of an object reads of the
+// lease, and the turns and checks waiting on it.
 //
-// A renewal is waited for at most until the lease it extends runs out,
-// and one answered after that counts for nothing (errLeaseGap): the store
-// may have handled it after the lease had run out by its clock, granting
-// a fresh lease while another host took the objects over in between — a
-// renewal answered in time was handled before the old lease ended by any
-// clock (the store's deadline is at least the previous send time + TTL,
-// later than this host's by the margin).
+// Owns: the deadline, the lapse epoch, the owners waiting for an
+// ownership check, the channel that wakes waiting turns.
+// Lock: mu, a leaf.
+// May call: nothing.
+// Invariants: the deadline is the lease keeper's local deadline (0 on a
+// private store: no lease to check); the epoch only grows; changed is
+// closed and replaced whenever the deadline moves or a check ends.
+
+// leaseGate is the lease as turns read it: its deadline and lapse epoch,
+// the owners waiting for a check, and the broadcast that wakes turns
+// waiting for either.
+type leaseGate struct {
+	deadline atomic.Int64  // wall clock, Unix ns; past it no turn starts (0: no lease check)
+	epoch    atomic.Uint64 // lapses seen: an owner checked at an older one waits for a check
+
+	mu      sync.Mutex
+	changed chan struct{}       // closed and replaced when the deadline moves or a check ends; guarded by mu
+	pending map[*owner]struct{} // owners waiting for an ownership check; guarded by mu
+	kick    chan struct{}       // one slot: pending is not empty
+}
+
+// live reports whether a turn may start now by the lease's deadline.
+func (g *leaseGate) live() bool {
+	dl := g.deadline.Load()
+	return dl == 0 || wallNano() < dl
+}
+
+// current reports whether an ownership checked at epoch is good now.
+func (g *leaseGate) current(epoch uint64) bool { return epoch == g.epoch.Load() }
+
+// look returns, under one lock, the channel the next change closes and
+// whether the lease is live; a turn that finds the lease live but its
+// ownership not current (checked false) is queued for a check.
+func (g *leaseGate) look(o *owner, checked bool) (ch <-chan struct{}, live bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	live = g.live()
+	if live && !checked {
+		g.requestLocked(o)
+	}
+	return g.changed, live
+}
+
+// request queues o for an ownership check.
+func (g *leaseGate) request(o *owner) {
+	g.mu.Lock()
+	g.requestLocked(o)
+	g.mu.Unlock()
+}
+
+func (g *leaseGate) requestLocked(o *owner) {
+	if g.pending == nil {
+		g.pending = map[*owner]struct{}{}
+	}
+	g.pending[o] = struct{}{}
+	select {
+	case g.kick <- struct{}{}:
+	default:
+	}
+}
+
+// takePending takes the owners waiting for a check.
+func (g *leaseGate) takePending() []*owner {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]*owner, 0, len(g.pending))
+	for o := range g.pending {
+		out = append(out, o)
+	}
+	clear(g.pending)
+	return out
+}
+
+// publish sets the deadline (Unix ns) and wakes the waiting turns.
+func (g *leaseGate) publish(deadline int64) {
+	g.deadline.Store(deadline)
+	g.broadcast()
+}
+
+// broadcast wakes the turns waiting for the lease or a check.
+func (g *leaseGate) broadcast() {
+	g.mu.Lock()
+	close(g.changed)
+	g.changed = make(chan struct{})
+	g.mu.Unlock()
+}
+
+// errRunEnded: the host's run is over — a newer run holds the lease, or
+// the membership refuses this run's renewal. The host closes itself.
+var errRunEnded = errors.New("the host's run is over")
+
+// init sets the lease up for Start.
+func (lk *leaseKeeper) init(h *Host, private bool) {
+	lk.h = h
+	lk.gen = uint64(time.Now().UnixNano())
+	lk.ttl, lk.every = h.cfg.LeaseTTL, h.cfg.LeaseRenew
+	lk.private = private
+	lk.local = membership.LocalLease{Margin: leaseMargin(lk.ttl, lk.every)}
+	h.gate.changed, h.gate.kick = make(chan struct{}), make(chan struct{}, 1)
+	if private {
+		lk.ttl = privateLease
+	}
+}
+
+// privateLease is the lease of a host on its private store: no other host
+// can take its objects, so it never needs renewing.
+const privateLease = 100 * 365 * 24 * time.Hour
+
+// leaseMargin is how much earlier than a renewal's send time + TTL a host
+// stops trusting its lease: membership.DefaultMargin, or less for a short
+// lease (half of what a renewal leaves).
+func leaseMargin(ttl, every time.Duration) time.Duration {
+	return min(membership.DefaultMargin, (ttl-every)/2)
+}
+
+// renewLease renews this run's lease in the Location Store (and, once the
+// host joined, in the membership). The host's own deadline follows the
+// local-time rule (membership.LocalLease): the send time of the renewal +
+// TTL − margin, by this machine's clock — never the deadline the store
+// computed on its clock, and a slow answer can only shorten it. Renewals
+// run one at a time (Start, then the renewer), so the lease needs no lock.
+//
+// A renewal that finds the lease lapsed — or follows one whose outcome is
+// unknown, which may have found it so — raises the epoch before the new
+// deadline is published: every owner is checked (checkOwners) before its
+// next turn. It returns errRunEnded (wrapped) when the run is over, and
+// another error when the store could not answer (the host stays or goes
+// into jeopardy and asks again at the next tick).
 func (lk *leaseKeeper) renewLease() error {
 	h := lk.h
 	ctx, cancel := h.life.storeContext()
 	defer cancel()
-	prev := lk.local
-	if !prev.Sent.IsZero() {
-		var cancelPrev context.CancelFunc
-		ctx, cancelPrev = context.WithDeadline(ctx, prev.Deadline())
-		defer cancelPrev()
-	}
 	sent := time.Now()
-	_, err := h.store.RenewLease(ctx, h.name, lk.gen, 0)
-	if !prev.Sent.IsZero() && !prev.Valid(time.Now()) {
-		return errLeaseGap
-	}
+	l, err := h.store.RenewLease(ctx, h.name, lk.gen, lk.ttl)
 	if err != nil {
+		if errors.Is(err, payload.Rejected) {
+			return errors.Join(errRunEnded, err) // a newer run of the name holds the lease
+		}
+		// The store may have handled it, and found the lease lapsed, with
+		// the answer lost: the next answer is checked as if it said so.
+		lk.uncertain = true
 		return &payload.Error{Kind: payload.Unavailable, Op: "actor.Host", Detail: "cannot renew the host lease", Err: err}
 	}
 	if h.peers.members != nil && h.life.state.Load() != stateCreated {
 		if _, err := h.peers.members.Renew(ctx, h.name, lk.gen); err != nil {
-			h.log.Error("membership lease renewal failed", "err", err)
+			var ge *membership.GenerationError
+			if errors.Is(err, membership.ErrLeaseExpired) || errors.Is(err, membership.ErrNotMember) || errors.As(err, &ge) {
+				return errors.Join(errRunEnded, err) // peers saw this run fail, or it left
+			}
+			h.log.Warn("membership lease renewal failed", "err", err)
 		}
 	}
-	lk.local = lk.local.Renewed(sent, membership.Lease{Name: h.name, Gen: lk.gen, TTL: relocation.LeaseTTL})
-	lk.deadline.Store(lk.local.Deadline().UnixNano())
+	if l.Lapsed {
+		h.stats.lapses.Add(1)
+	}
+	if l.Lapsed || lk.uncertain {
+		lk.uncertain = false
+		lk.lapsed()
+	}
+	lk.local = lk.local.Renewed(sent, membership.Lease{Name: h.name, Gen: lk.gen, TTL: l.TTL})
+	h.gate.publish(lk.local.Deadline().UnixNano())
 	return nil
 }
 
-// leaseTick renews the lease at local time now, unless this run's lease
-// ran out before it: then the host may no longer trust that it owns its
-// objects (past the lease another host may have taken them over, and the
-// store would grant this same run a fresh lease all the same), so it
-// stops as a crashed host would — no turn starts from now on, and it
-// closes itself (Host.Err is ErrLeaseLost). It reports whether the lease
-// was lost. A program that wants the host back starts a new one: a new
-// run, with a new lease generation.
-func (lk *leaseKeeper) leaseTick(now time.Time) (lost bool) {
+// lapsed notes a lapse: every owner of a kind needs its ownership checked
+// before its next turn, and is queued for the check. Called by the
+// renewer before it publishes the renewal's deadline.
+func (lk *leaseKeeper) lapsed() {
 	h := lk.h
-	if !lk.local.Valid(now) {
-		h.log.Error("the host's lease ran out before it was renewed; closing the host", "deadline", lk.local.Deadline())
-		lk.deadline.Store(1) // no turn starts from now on
-		err := ErrLeaseLost
-		h.life.lostErr.Store(&err)
-		go h.life.close() // not here: Close waits for this goroutine
-		return true
+	h.gate.epoch.Add(1)
+	h.stats.checks.Add(1)
+	var all []*owner
+	for _, kr := range h.owners.kinds {
+		all = append(all, kr.all()...)
 	}
-	if err := lk.renewLease(); errors.Is(err, errLeaseGap) {
-		return lk.leaseTick(time.Now()) // lost: the lease ran out meanwhile
-	} else if err != nil {
-		h.log.Error("lease renewal failed", "err", err)
+	h.log.Warn("the host's lease lapsed in the Location Store (or a renewal's answer was lost): its objects are checked before they run again (those other hosts took over are dropped)", "objects", len(all))
+	for _, o := range all {
+		h.gate.request(o)
+	}
+}
+
+// checkOwners runs until the host closes (a service of its own): it asks
+// the Location Store which of the owners waiting for a check still belong
+// to this run (Store.Owned). Those that do are current at the epoch the
+// check began in; the others were taken over by other hosts and are
+// dropped (owner.takenOver). A move's target before its commit is left
+// alone (its row still names the source; its open sets its epoch). A
+// store that cannot answer is asked again after a renewal interval: the
+// owners keep waiting, their messages held.
+func (lk *leaseKeeper) checkOwners(stop <-chan struct{}) {
+	h := lk.h
+	for {
+		select {
+		case <-h.gate.kick:
+		case <-stop:
+			return
+		}
+		for {
+			owners := h.gate.takePending()
+			if len(owners) == 0 {
+				break
+			}
+			ep := h.gate.epoch.Load()
+			objs := make([]relocation.Object, len(owners))
+			for i, o := range owners {
+				objs[i] = relocation.Object{Kind: o.ref.Kind, ID: o.ref.ID}
+			}
+			ctx, cancel := h.life.storeContext()
+			owned, err := h.store.Owned(ctx, h.name, lk.gen, objs)
+			cancel()
+			if err != nil {
+				h.log.Warn("the ownership check of a lapsed lease failed; asking again", "objects", len(objs), "err", err)
+				for _, o := range owners {
+					h.gate.request(o)
+				}
+				t := time.NewTimer(lk.every)
+				select {
+				case <-t.C:
+				case <-stop:
+					t.Stop()
+					return
+				}
+				continue
+			}
+			for i, o := range owners {
+				switch {
+				case owned[i]:
+					o.epoch.Store(ep)
+				case o.incoming.Load():
+				default:
+					o.takenOver()
+				}
+			}
+			h.gate.broadcast()
+		}
+	}
+}
+
+// leaseTick renews the lease at local time now. A renewal that fails
+// leaves the host in (or takes it into) jeopardy, logged once when it
+// begins and once when it ends; it reports whether the host's run is over
+// (the host then closes itself: Host.Err is ErrLeaseLost).
+func (lk *leaseKeeper) leaseTick(now time.Time) (over bool) {
+	h := lk.h
+	if !lk.local.Valid(now) && lk.jeopardy.IsZero() {
+		lk.jeopardy = now
+		h.stats.jeopardies.Add(1)
+		h.log.Warn("the host's lease ran out before a renewal was answered: jeopardy — its objects run no turn, and keep what arrives, until the Location Store answers",
+			"deadline", lk.local.Deadline())
+	}
+	err := lk.renewLease()
+	switch {
+	case errors.Is(err, errRunEnded):
+		lk.endRun(err)
+		return true
+	case err != nil && lk.jeopardy.IsZero():
+		h.log.Warn("lease renewal failed; the host goes on while its lease lasts", "err", err, "left", lk.local.Remaining(time.Now()))
+	case err == nil && !lk.jeopardy.IsZero() && lk.local.Valid(time.Now()):
+		h.log.Warn("the lease is live again: the host's objects run again", "jeopardy", time.Since(lk.jeopardy).Round(time.Millisecond))
+		lk.jeopardy = time.Time{}
 	}
 	return false
 }
 
-// errLeaseGap: a renewal's answer came after the lease it was to extend
-// had run out (renewLease).
-var errLeaseGap = errors.New("the lease ran out before its renewal was answered")
+// endRun closes the host whose run is over: no turn starts from now on,
+// and it closes itself as a crashed host would (Host.Err is ErrLeaseLost),
+// without the graceful goodbyes its peers, which saw it fail, no longer
+// answer.
+func (lk *leaseKeeper) endRun(why error) {
+	h := lk.h
+	h.log.Error("the host's run is over: another run of its name holds the lease, or the membership ended this run; closing the host", "err", why)
+	err := fmt.Errorf("%w: %w", ErrLeaseLost, why)
+	h.life.lostErr.Store(&err)
+	h.gate.publish(1) // no turn starts from now on
+	go h.life.close() // not here: Close waits for this goroutine
+}

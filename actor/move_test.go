@@ -413,59 +413,6 @@ func TestPauseRunsFromTheSealToTheOpeningWithoutTheWayBack(t *testing.T) {
 	}
 }
 
-// A host whose lease ran out before it could renew it (a paused process;
-// a store out of reach for longer than the lease) must not take up its
-// objects again: another host may own them by now, and the store would
-// grant the same run a fresh lease all the same. It starts no turn and
-// closes itself (Err: ErrLeaseLost); its objects live on elsewhere.
-func TestAHostPastItsLeaseClosesItselfAndRunsNoTurnAgain(t *testing.T) {
-	n, hs := startNetwork(t, "a", "b")
-	a, b := hs[0], hs[1]
-	ref := Ref{"counter", "leased"}
-	if err := Tell(bg, a, ref, Inc{By: 1}); err != nil { // activates on a
-		t.Fatal(err)
-	}
-	if got, err := Ask[Get, int](bg, a, ref, Get{}); err != nil || got != 1 {
-		t.Fatalf("count on a: %d, %v", got, err)
-	}
-	// a's process "pauses" past its lease: the store lets it go, and by
-	// a's own clock its lease ran out.
-	n.Store().(*relocation.MemoryStore).Expire("a")
-	paused := time.Now().Add(relocation.LeaseTTL)
-	// b takes the object over on its next message.
-	b.routes.forget(relocation.Object{Kind: ref.Kind, ID: ref.ID}, true)
-	if got, err := Ask[Get, int](bg, b, ref, Get{}); err != nil || got != 0 {
-		t.Fatalf("count after the takeover: %d, %v; want a fresh activation (0)", got, err)
-	}
-	loc, err := b.Locate(bg, ref)
-	if err != nil || loc.Host != "b" {
-		t.Fatalf("Locate after the takeover: %+v, %v; want b", loc, err)
-	}
-	// a resumes: its renewer finds the lease gone.
-	if !a.lease.leaseTick(paused) {
-		t.Fatal("leaseTick past the deadline did not report the lease lost")
-	}
-	select {
-	case <-a.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("a did not close itself")
-	}
-	if !errors.Is(a.Err(), ErrLeaseLost) {
-		t.Fatalf("a.Err() = %v, want ErrLeaseLost", a.Err())
-	}
-	// a's stale owner ran nothing more: a message sent at a fails, and
-	// the object's count on b is untouched by it.
-	if err := Tell(bg, a, ref, Inc{By: 1}); !errors.Is(err, payload.ShuttingDown) {
-		t.Fatalf("Tell at a after it lost its lease: %v, want ShuttingDown", err)
-	}
-	if got, err := Ask[Get, int](bg, b, ref, Get{}); err != nil || got != 0 {
-		t.Fatalf("count on b: %d, %v; want 0", got, err)
-	}
-	if b.Err() != nil {
-		t.Fatalf("b.Err() = %v", b.Err())
-	}
-}
-
 // A host that closes while it is the source of a move past relay-ready
 // (its owner has left the owner map: the relays went out) stops that
 // owner's actor too: Close returns. Here the target's Committed never

@@ -92,6 +92,7 @@ type moveDriver struct {
 	// machine has taken the step's inputs (flush).
 	after   []func()
 	storeOp *relocation.StoreNewOwner // a store call to make on the store lane
+	epoch   uint64                    // the lease's lapses seen before the commit's NewOwner (lease.go); the lane's
 	// A record of the step was not sent: the peer left the network, or
 	// the link to it was past its bound (flush acts on it). The step's
 	// later records are not sent either.
@@ -455,9 +456,13 @@ func (d *moveDriver) advance(in relocation.Input) {
 	if op != nil {
 		d.storeLane.add(func() {
 			ctx, cancel := d.h.life.storeContext()
+			epoch := d.h.gate.epoch.Load() // as an activation's (router.activate)
 			row, err := d.h.store.NewOwner(ctx, op.Object, op.Expect, op.NewHost)
 			cancel()
-			d.lane.tryHere(func() { d.advance(relocation.StoreResult{Row: row, Err: err}) })
+			d.lane.tryHere(func() {
+				d.epoch = epoch
+				d.advance(relocation.StoreResult{Row: row, Err: err})
+			})
 		})
 	}
 }
@@ -923,6 +928,7 @@ func (d *moveDriver) restore(rec relocation.MoveRecord) error {
 func (d *moveDriver) open(a relocation.OpenQueue) {
 	h, o := d.h, d.o
 	o.row = a.Owner
+	o.epoch.Store(d.epoch)
 	var captured, unchecked []*mailbox.Envelope
 	for _, f := range a.Captured {
 		if e := h.owners.envelopeOf(f); e != nil {

@@ -113,7 +113,12 @@ type Stats struct {
 	OutputsHeld       int           // outputs of persistent objects waiting for their turn's write now
 	OutputsDropped    int64         // outputs and queued messages of persistent objects ended as failures (fenced, capture failed)
 	Suspicions        int64         // links to a peer that broke and made this host check the peer's lease in the Location Store
-	SuspectsConfirmed int64         // of those, peers the store showed past their lease (dropped from the view before the membership said so)
+	SuspectsConfirmed int64         // of those, peers the store showed past their lease whose end the check found in the membership before its watch told of it (dropped from the view at once)
+	Jeopardy          bool          // the host is in jeopardy now: its lease ran out before a renewal was answered, and its objects run no turn
+	Jeopardies        int64         // times the host went into jeopardy
+	LeaseLapses       int64         // renewals that found the host's lease lapsed in the Location Store
+	OwnershipChecks   int64         // times the host checked its objects' ownership before they ran again: after a lapse, or a renewal whose answer was lost (it may have found one)
+	TakenOver         int64         // objects another host took over while this host's lease had lapsed, dropped here
 	Payload           payload.Stats // copy accounting of the host's payload pool
 }
 

@@ -57,6 +57,10 @@ type ownerTable struct {
 	held     map[*owner]struct{}
 	seed     maphash.Seed // spreads objects over a kind's shards
 	persist  persister    // persistent kinds' writes and output gates (persist.go)
+	// handOn sends, in order, the messages of an object taken over by
+	// another host on to where it runs now (router.handOn, wired by the
+	// host: the router ranks above the owners).
+	handOn func(kr *kindRuntime, id string, msgs []*payload.Message)
 }
 
 type owner struct {
@@ -76,6 +80,9 @@ type owner struct {
 	moving       atomic.Bool          // a move away is under way
 	left         atomic.Bool          // the move away passed relay-ready: no longer the owner
 	deactPending atomic.Bool          // a controlDeactivate is queued
+	epoch        atomic.Uint64        // the lease's lapse epoch its ownership is known good at (lease.go)
+	taken        atomic.Bool          // another host took the object over while this host's lease had lapsed
+	dropped      atomic.Bool          // endTaken ended the activation
 
 	// The receive order (inbox.go). Lock order: ownerShard.mu, then
 	// seqMu, then the mailbox's lock.
@@ -104,6 +111,7 @@ const (
 	controlPassivate  control = iota + 1 // deactivate if still idle and empty
 	controlDeactivate                    // host stopping: deactivate now
 	controlFenced                        // a state write was fenced: end the activation (persist.go)
+	controlTaken                         // another host took the object over: end the activation, hand its messages on
 )
 
 // newOwner makes an owner and spawns its actor. Callers serialize per object.
@@ -172,8 +180,13 @@ func (ownerActor) Receive(c pa.Context) {
 }
 
 // turn runs one item. The mailbox releases the item afterwards, whatever
-// happens here.
+// happens here. An object's turn first needs the host's lease live and the
+// object's ownership checked since the last lapse (lease.go): else it
+// waits (jeopardy), or hands the item on to the object's new owner.
 func (o *owner) turn(e *mailbox.Envelope) {
+	if o.kr != nil && !o.mayRun() && !o.waitTurn(e) {
+		return
+	}
 	if e.Msg == nil {
 		switch c := e.Control.(type) {
 		case control:
@@ -189,15 +202,130 @@ func (o *owner) turn(e *mailbox.Envelope) {
 	}
 }
 
+// mayRun reports whether a turn of the object may start now: its host's
+// lease is live, its ownership checked since the last lapse, and no other
+// host took it over.
+func (o *owner) mayRun() bool {
+	g := &o.host.gate
+	return g.live() && g.current(o.epoch.Load()) && !o.taken.Load()
+}
+
+// turnOutcome is what a turn that waited for the lease may do.
+type turnOutcome uint8
+
+const (
+	turnRun     turnOutcome = iota + 1 // the lease is live and the object this run's: run
+	turnTaken                          // another host took the object over: hand the item on
+	turnExpired                        // the message's deadline passed while it waited
+	turnClosing                        // the host closes
+)
+
+// awaitTurn blocks a turn until it may run: the lease is live and the
+// object's ownership checked at the current epoch (a check is asked for
+// when it is not). It returns early when the object was found taken
+// over, the message's deadline (Unix ns, 0: none) passed, or the host
+// closes.
+func (o *owner) awaitTurn(deadline int64) turnOutcome {
+	h := o.host
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if o.taken.Load() {
+			return turnTaken
+		}
+		checked := h.gate.current(o.epoch.Load())
+		ch, live := h.gate.look(o, checked)
+		if live && checked {
+			return turnRun
+		}
+		var expire, again <-chan time.Time
+		if deadline != 0 {
+			left := time.Duration(deadline - wallNano())
+			if left <= 0 {
+				return turnExpired
+			}
+			if timer == nil {
+				timer = time.NewTimer(left)
+			}
+			expire = timer.C
+		}
+		if !live {
+			// A renewal publishes the deadline and wakes every turn; one
+			// that passes the deadline while this turn waits for a check
+			// wakes nobody: look again a renewal interval later.
+			again = time.After(h.cfg.LeaseRenew)
+		}
+		select {
+		case <-ch:
+		case <-again:
+		case <-expire:
+			return turnExpired
+		case <-h.life.done:
+			return turnClosing
+		}
+	}
+}
+
+// waitTurn handles an item whose turn may not start now (mayRun): it
+// waits while the host is in jeopardy or the object's ownership is being
+// checked, and reports whether the turn runs. Otherwise the item ended
+// here: a message whose deadline passed fails as a turn would fail it;
+// one of an object taken over goes on to its new owner (and ends the
+// activation); at Close, it ends with ShuttingDown.
+func (o *owner) waitTurn(e *mailbox.Envelope) bool {
+	h := o.host
+	var dl int64
+	if e.Msg != nil {
+		dl = e.Msg.Header().DeadlineUnixNano()
+	}
+	switch o.awaitTurn(dl) {
+	case turnRun:
+		return true
+	case turnExpired:
+		h.obs.Rejected(o.spec.name, RejectExpired)
+		o.fail(e, ErrRequestTimeout)
+	case turnClosing:
+		if e.Msg != nil {
+			h.obs.Rejected(o.spec.name, RejectShuttingDown)
+			o.fail(e, ErrShuttingDown)
+		}
+	case turnTaken:
+		switch c := e.Control.(type) {
+		case lifecycleItem:
+			// A move's step: the move settles with the store (its
+			// preflight or its commit finds the object another host's).
+			return true
+		case control:
+			if c == controlFenced {
+				return true
+			}
+		}
+		var m *payload.Message
+		if e.Msg != nil {
+			m, e.Msg = e.Msg, nil // the envelope ends with the turn; its message goes on
+		}
+		o.kr.endTaken(o, m)
+	}
+	return false
+}
+
+// takenOver marks the object taken over by another host (an ownership
+// check after a lapse found its row another's) and has its activation
+// end in a turn of its own (controlTaken).
+func (o *owner) takenOver() {
+	if o.taken.CompareAndSwap(false, true) {
+		o.host.stats.takenOver.Add(1)
+		o.postControl(controlTaken)
+	}
+}
+
 // turnMsg runs one application message.
 func (o *owner) turnMsg(e *mailbox.Envelope) {
 	h := o.host
-	if dl := h.lease.deadline.Load(); dl != 0 && wallNano() > dl {
-		// Past its lease another host may own the object: start no turn.
-		h.obs.Rejected(o.spec.name, RejectShuttingDown)
-		o.fail(e, payload.NewError(payload.Unavailable, "actor", "host "+h.name+" is past its lease"))
-		return
-	}
 	h.stats.running.Add(1)
 	defer h.stats.running.Add(-1)
 	hv := e.Msg.Header()
@@ -307,7 +435,54 @@ func (o *owner) control(c control) {
 		if o.kr != nil {
 			o.kr.endFenced(o)
 		}
+	case controlTaken:
+		// Reached only if the object is not taken over after all (waitTurn
+		// ends a taken one's items): nothing to do.
 	}
+}
+
+// endTaken ends an activation whose object another host took over while
+// this host's lease had lapsed: it leaves the owner table, no hook runs,
+// its state is dropped (a persistent object's is in the store, where its
+// new owner loaded it) and the row is not touched; first and the messages
+// it held — queued, or held for their order — go on, in order, to the
+// object's new owner. While a move of the object is under way the move
+// settles it (its commit finds the row another's): only first goes on,
+// ahead of the messages that come after it.
+func (kr *kindRuntime) endTaken(o *owner, first *payload.Message) {
+	h := kr.host
+	var msgs []*payload.Message
+	if first != nil {
+		msgs = append(msgs, first)
+	}
+	ended := !o.moving.Load() && o.dropped.CompareAndSwap(false, true)
+	if ended {
+		sh := kr.shard(o.ref.ID)
+		sh.mu.Lock()
+		if sh.m[o.ref.ID] == o {
+			delete(sh.m, o.ref.ID)
+		}
+		sh.mu.Unlock()
+		queued, held := o.closeBox()
+		for _, e := range append(queued, held...) {
+			if e.Msg != nil {
+				msgs = append(msgs, e.Msg)
+				e.Msg = nil
+			}
+			e.Release()
+		}
+	}
+	if len(msgs) > 0 {
+		h.owners.handOn(kr, o.ref.ID, msgs)
+	}
+	if !ended {
+		return
+	}
+	h.log.Info("an object another host took over while this host's lease had lapsed is dropped here", "object", o.ref.String(), "handed_on", len(msgs))
+	o.state = nil
+	close(o.gone)
+	h.obs.Deactivated(kr.spec.name)
+	h.owners.system.Root.Stop(o.pid)
 }
 
 // reply sends a reply the running turn made; a persistent owner's waits
@@ -574,10 +749,13 @@ func (ow *ownerTable) deactivateAll() int {
 // (the janitor's job).
 func (ow *ownerTable) passivateIdle(time.Time) (done bool) {
 	h := ow.h
+	if !h.gate.live() {
+		return false // jeopardy: no turn would run (each would wait on a goroutine)
+	}
 	limit := nanotime() - int64(h.cfg.IdleTimeout)
 	for _, kr := range ow.kinds {
 		for _, o := range kr.all() {
-			if o.lastActive.Load() < limit && o.mb.Idle() {
+			if o.lastActive.Load() < limit && o.mb.Idle() && o.mayRun() {
 				o.postControl(controlPassivate)
 			}
 		}

@@ -20,12 +20,12 @@ func TestAHostIsReadyOnlyWhileItServesWithALiveLease(t *testing.T) {
 		t.Fatalf("a serving: Ready = %v, want nil", err)
 	}
 	// The lease: past its deadline no turn starts, and the host is not ready.
-	saved := a.lease.deadline.Load()
-	a.lease.deadline.Store(1)
+	saved := a.gate.deadline.Load()
+	a.gate.deadline.Store(1)
 	if err := a.Ready(); !errors.Is(err, Unavailable) {
 		t.Fatalf("a with its lease past its deadline: Ready = %v, want Unavailable", err)
 	}
-	a.lease.deadline.CompareAndSwap(1, saved)
+	a.gate.deadline.CompareAndSwap(1, saved)
 	// Draining: not ready from the moment the drain begins (its move
 	// waits for the object's turn, which a handler holds).
 	ref := Ref{"counter", "x"}

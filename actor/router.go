@@ -224,6 +224,10 @@ func (rt *router) activate(kr *kindRuntime, id string, takeover bool) (place, er
 	obj := relocation.Object{Kind: kr.spec.name, ID: id}
 	ctx, cancel := h.life.storeContext()
 	defer cancel()
+	// The lapses seen so far: if one is seen before the owner is
+	// installed, the row may be another host's by then, and the owner's
+	// first turn waits for a check (lease.go).
+	epoch := h.gate.epoch.Load()
 	row, err := h.store.Reserve(ctx, obj, h.name)
 	if err == nil {
 		row, err = h.store.Commit(ctx, obj, row.Ownership)
@@ -250,6 +254,7 @@ func (rt *router) activate(kr *kindRuntime, id string, takeover bool) (place, er
 	}
 	o := h.owners.newOwner(kr.spec, kr, Ref{Kind: kr.spec.name, ID: id})
 	o.row = row.Ownership
+	o.epoch.Store(epoch)
 	o.prev = sh.passivating[id]
 	if takeover {
 		// The crashed owner is a failure fact for this object (not yet
@@ -512,6 +517,17 @@ type router struct {
 // call the Location Store run, off the goroutine that granted the permit.
 func (rt *router) lookupLane(t target) *serial {
 	return &rt.lanes[objHash(t.obj())%lookupLanes]
+}
+
+// handOn sends msgs, in order, to wherever object id runs now, on the
+// object's look-up lane (the look-ups may call the store): the messages
+// of an activation another host took over (kindRuntime.endTaken).
+func (rt *router) handOn(kr *kindRuntime, id string, msgs []*payload.Message) {
+	rt.lookupLane(target{kr: kr, id: id}).add(func() {
+		for _, m := range msgs {
+			rt.redispatchMessage(m)
+		}
+	})
 }
 
 // hint applies a route hint: obj runs on host with owner generation gen.

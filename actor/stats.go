@@ -26,4 +26,8 @@ type hostStats struct {
 	droppedOutputs atomic.Int64 // outputs of persistent owners ended as failures (Stats.OutputsDropped)
 	suspicions     atomic.Int64 // checks of a suspected peer's lease started (Stats.Suspicions)
 	confirmedDead  atomic.Int64 // suspected peers the Location Store showed dead (Stats.SuspectsConfirmed)
+	jeopardies     atomic.Int64 // times the lease ran out before a renewal was answered (Stats.Jeopardies)
+	lapses         atomic.Int64 // renewals that found the lease lapsed in the store (Stats.LeaseLapses)
+	checks         atomic.Int64 // ownership checks of all objects after a lapse or a lost answer (Stats.OwnershipChecks)
+	takenOver      atomic.Int64 // objects found taken over by another host after a lapse (Stats.TakenOver)
 }

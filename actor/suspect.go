@@ -18,24 +18,33 @@ import (
 // check:
 //
 //   - the store reports the peer's run past its lease (its generation with
-//     no time left by the store's clock, or a newer run of its name): the
-//     run is dead, exactly as the membership's expiry would say a little
-//     later. The view drops it at once (confirmed on the membership
-//     watch's goroutine, like any membership event): its routes are
-//     forgotten, what waits for it is routed afresh, and the next message
-//     to one of its objects takes the object over — the takeover itself
-//     is still judged by the store's lease alone (router.peerLive);
+//     no time left by the store's clock, or a newer run of its name), and
+//     the membership, asked at once (which makes a store-backed one sweep
+//     its expiries), no longer lists that run: the run is dead. The
+//     membership's word is the fact, not the store's lease alone: a run
+//     whose lease lapsed can still come back (a host in jeopardy renews
+//     and keeps what nobody took over), and the run is over only once the
+//     membership ended it — for every host alike. The view drops it at
+//     once (confirmed on the membership watch's goroutine, like any
+//     membership event), ahead of the membership's own event: its routes
+//     are forgotten, what waits for it is routed afresh, and the next
+//     message to one of its objects takes the object over — the takeover
+//     itself is still judged by the store's lease alone (router.peerLive);
 //   - the link comes back up, or the membership no longer lists that run
 //     (it left, went Gone, or expired): nothing to confirm;
 //   - this host closes.
 //
 // Without suspicions a crashed host's objects waited for the membership's
-// expiry sweep and its watchers' polls after the lease ran out.
+// expiry sweep and its watchers' polls after the lease ran out. While the
+// membership still lists a run whose store lease ran out (its lease there
+// is renewed just after, so it runs out just after), the check asks it
+// again every suspectPace.
 //
 // Owns: the runs under check (one check per peer run at a time).
 // Lock: mu, a leaf.
 // May call: peerView, the Location Store, the membership (a list, which
-// makes a store-backed membership sweep its expiries).
+// makes a store-backed membership sweep its expiries, and whose word
+// confirms).
 // Invariants: only a fact confirms; a timer only bounds the wait for the
 // next store answer (the lease's remaining time, by the store's clock, or
 // suspectRetry after a store error). Each check is counted in the
@@ -51,6 +60,10 @@ type suspicions struct {
 // suspectRetry paces the checks of a suspected peer whose lease the store
 // could not tell (an error, or no lease of that run yet).
 const suspectRetry = 250 * time.Millisecond
+
+// suspectPace paces the membership's checks of a suspected peer whose
+// store lease ran out while the membership still lists its run.
+const suspectPace = 20 * time.Millisecond
 
 // suspect starts a check of peer's current run unless one runs, the peer
 // is not a member, or the host has no membership.
@@ -103,8 +116,11 @@ func (s *suspicions) check(m membership.Member) {
 		}
 		wait, dead := s.leaseGone(m)
 		if dead {
-			s.confirmed(m)
-			return
+			if s.membershipEnded(m) {
+				s.confirmed(m)
+				return
+			}
+			wait = suspectPace
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -149,16 +165,30 @@ func (s *suspicions) leaseGone(m membership.Member) (wait time.Duration, dead bo
 	return l.Remaining + 10*time.Millisecond, false
 }
 
-// confirmed hands a dead run to the membership watch, which drops it from
-// the view as the membership's expiry would; it first asks the membership
-// for its list, which makes a store-backed one sweep its expiries (its
-// other watchers then hear of it sooner).
-func (s *suspicions) confirmed(m membership.Member) {
+// membershipEnded asks the membership for its list — which makes a
+// store-backed one sweep its expiries first, so its other watchers hear of
+// it sooner too — and reports whether m's run is no longer in it.
+func (s *suspicions) membershipEnded(m membership.Member) bool {
 	h := s.h
 	ctx, cancel := h.life.storeContext()
-	_, _ = h.peers.members.Members(ctx) // the sweep's side effect only; the lease is the fact
-	cancel()
-	h.log.Info("a suspected peer's lease ran out by the Location Store; it is dropped from the view", "peer", m.Name, "run", m.LeaseGen)
+	defer cancel()
+	list, err := h.peers.members.Members(ctx)
+	if err != nil {
+		return false
+	}
+	for _, cur := range list {
+		if cur.Name == m.Name && cur.LeaseGen == m.LeaseGen {
+			return false
+		}
+	}
+	return true
+}
+
+// confirmed hands a dead run to the membership watch, which drops it from
+// the view as the membership's expiry will.
+func (s *suspicions) confirmed(m membership.Member) {
+	h := s.h
+	h.log.Info("a suspected peer's lease ran out and the membership ended its run; it is dropped from the view", "peer", m.Name, "run", m.LeaseGen)
 	select {
 	case s.confirm <- m:
 	case <-h.life.ctx.Done():

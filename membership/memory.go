@@ -64,6 +64,33 @@ type Memory struct {
 	stop     chan struct{} // closed by Close
 	stopOnce sync.Once
 	bg       sync.WaitGroup
+
+	faultMu sync.Mutex
+	fault   func(ctx context.Context, op string) error // Fault; guarded by faultMu
+}
+
+// Fault makes every later call run f first (nil: none), outside the
+// membership's lock: op is the method's name ("Renew", "Join", …). A
+// non-nil error fails the call with it, changing nothing — the store is
+// away; f may also block (honouring ctx) to make it slow. A call f fails
+// is no contact: a membership whose every call fails is silent (see
+// Membership, "Silences"), and its sweep expires nobody meanwhile. Tests
+// of outages use it.
+func (m *Memory) Fault(f func(ctx context.Context, op string) error) {
+	m.faultMu.Lock()
+	m.fault = f
+	m.faultMu.Unlock()
+}
+
+// faulty runs the Fault hook of a call.
+func (m *Memory) faulty(ctx context.Context, op string) error {
+	m.faultMu.Lock()
+	f := m.fault
+	m.faultMu.Unlock()
+	if f == nil {
+		return nil
+	}
+	return f(ctx, op)
 }
 
 // entry is what Memory knows of a name: its latest run, live or not.
@@ -287,6 +314,9 @@ func (m *Memory) lease(e *entry) Lease {
 
 // Join implements Membership.
 func (m *Memory) Join(ctx context.Context, mem Member) (Lease, error) {
+	if err := m.faulty(ctx, "Join"); err != nil {
+		return Lease{}, err
+	}
 	if mem.State == 0 {
 		mem.State = Serving
 	}
@@ -338,6 +368,9 @@ func (m *Memory) runLocked(op, name string, gen uint64) (*entry, error) {
 
 // Renew implements Membership.
 func (m *Memory) Renew(ctx context.Context, name string, gen uint64) (Lease, error) {
+	if err := m.faulty(ctx, "Renew"); err != nil {
+		return Lease{}, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.beginLocked(ctx, true); err != nil {
@@ -353,6 +386,9 @@ func (m *Memory) Renew(ctx context.Context, name string, gen uint64) (Lease, err
 
 // SetState implements Membership.
 func (m *Memory) SetState(ctx context.Context, name string, gen uint64, to State) (Member, error) {
+	if err := m.faulty(ctx, "SetState"); err != nil {
+		return Member{}, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.beginLocked(ctx, false); err != nil {
@@ -376,6 +412,9 @@ func (m *Memory) SetState(ctx context.Context, name string, gen uint64, to State
 
 // Leave implements Membership.
 func (m *Memory) Leave(ctx context.Context, name string, gen uint64) error {
+	if err := m.faulty(ctx, "Leave"); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.beginLocked(ctx, false); err != nil {
@@ -398,6 +437,9 @@ func (m *Memory) Leave(ctx context.Context, name string, gen uint64) error {
 
 // Members implements Membership.
 func (m *Memory) Members(ctx context.Context) ([]Member, error) {
+	if err := m.faulty(ctx, "Members"); err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.beginLocked(ctx, false); err != nil {
@@ -421,6 +463,9 @@ func (m *Memory) Expire(name string) {
 
 // Watch implements Membership.
 func (m *Memory) Watch(ctx context.Context) (<-chan Event, error) {
+	if err := m.faulty(ctx, "Watch"); err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.beginLocked(ctx, false); err != nil {

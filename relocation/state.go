@@ -77,7 +77,7 @@ func fences(r Row, ok bool, owner Ownership) bool {
 
 // LoadState implements StateStore.
 func (s *MemoryStore) LoadState(ctx context.Context, obj Object) (StoredState, error) {
-	if err := ctx.Err(); err != nil {
+	if err := s.begin(ctx, "LoadState"); err != nil {
 		return StoredState{}, err
 	}
 	s.mu.Lock()
@@ -93,7 +93,7 @@ func (s *MemoryStore) LoadState(ctx context.Context, obj Object) (StoredState, e
 // WriteStates implements StateStore: the batch is judged and written
 // under the store's lock, with the location rows it is fenced by.
 func (s *MemoryStore) WriteStates(ctx context.Context, writes []StateWrite) ([]int, error) {
-	if err := ctx.Err(); err != nil {
+	if err := s.begin(ctx, "WriteStates"); err != nil {
 		return nil, err
 	}
 	if err := CheckWrites(writes); err != nil {

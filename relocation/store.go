@@ -218,6 +218,10 @@ type MemoryStore struct {
 
 	states     map[Object]StoredState          // StateStore (state.go)
 	writeFault func(writes []StateWrite) error // FailStateWrites
+
+	faultMu sync.Mutex
+	fault   func(ctx context.Context, op string) error // Fault; guarded by faultMu
+
 }
 
 // NewMemoryStore returns an empty store; now is its clock (nil: time.Now).
@@ -226,6 +230,34 @@ func NewMemoryStore(now func() time.Time) *MemoryStore {
 		now = time.Now
 	}
 	return &MemoryStore{rows: map[Object]Row{}, leases: map[string]Lease{}, now: now, states: map[Object]StoredState{}}
+}
+
+// Fault makes every later call run f first (nil: none), outside the
+// store's lock: op is the method's name ("RenewLease", "Reserve", …). A
+// non-nil error fails the call with it, changing nothing — the store is
+// away, or the call did not reach it; f may also block (honouring ctx) to
+// make the store slow. A call f fails is no contact: a store whose every
+// call fails is silent (Store, "Silences"). Tests of outages use it.
+func (s *MemoryStore) Fault(f func(ctx context.Context, op string) error) {
+	s.faultMu.Lock()
+	s.fault = f
+	s.faultMu.Unlock()
+}
+
+// begin checks a call's context and runs the Fault hook.
+func (s *MemoryStore) begin(ctx context.Context, op string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.faultMu.Lock()
+	f := s.fault
+	s.faultMu.Unlock()
+	if f != nil {
+		if err := f(ctx, op); err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
 }
 
 // liveLocked returns host's lease and whether it is live by the clock
@@ -245,7 +277,7 @@ func (s *MemoryStore) ownerLiveLocked(host string, gen uint64) bool {
 
 // Get implements Store.
 func (s *MemoryStore) Get(ctx context.Context, obj Object) (Row, error) {
-	if err := ctx.Err(); err != nil {
+	if err := s.begin(ctx, "Get"); err != nil {
 		return Row{}, err
 	}
 	s.mu.Lock()
@@ -259,7 +291,7 @@ func (s *MemoryStore) Get(ctx context.Context, obj Object) (Row, error) {
 
 // Reserve implements Store.
 func (s *MemoryStore) Reserve(ctx context.Context, obj Object, host string) (Row, error) {
-	if err := ctx.Err(); err != nil {
+	if err := s.begin(ctx, "Reserve"); err != nil {
 		return Row{}, err
 	}
 	s.mu.Lock()
@@ -305,7 +337,7 @@ func (s *MemoryStore) checkLocked(obj Object, expect Ownership) (Row, error) {
 
 // Commit implements Store.
 func (s *MemoryStore) Commit(ctx context.Context, obj Object, expect Ownership) (Row, error) {
-	if err := ctx.Err(); err != nil {
+	if err := s.begin(ctx, "Commit"); err != nil {
 		return Row{}, err
 	}
 	s.mu.Lock()
@@ -325,7 +357,7 @@ func (s *MemoryStore) Commit(ctx context.Context, obj Object, expect Ownership) 
 
 // NewOwner implements Store.
 func (s *MemoryStore) NewOwner(ctx context.Context, obj Object, expect Ownership, newHost string) (Row, error) {
-	if err := ctx.Err(); err != nil {
+	if err := s.begin(ctx, "NewOwner"); err != nil {
 		return Row{}, err
 	}
 	s.mu.Lock()
@@ -348,7 +380,7 @@ func (s *MemoryStore) NewOwner(ctx context.Context, obj Object, expect Ownership
 
 // Preserve implements Store.
 func (s *MemoryStore) Preserve(ctx context.Context, obj Object, expect Ownership, order []byte) (Row, error) {
-	if err := ctx.Err(); err != nil {
+	if err := s.begin(ctx, "Preserve"); err != nil {
 		return Row{}, err
 	}
 	s.mu.Lock()
@@ -366,7 +398,7 @@ func (s *MemoryStore) Preserve(ctx context.Context, obj Object, expect Ownership
 
 // Delete implements Store.
 func (s *MemoryStore) Delete(ctx context.Context, obj Object, expect Ownership) error {
-	if err := ctx.Err(); err != nil {
+	if err := s.begin(ctx, "Delete"); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -381,7 +413,7 @@ func (s *MemoryStore) Delete(ctx context.Context, obj Object, expect Ownership) 
 
 // RenewLease implements Store.
 func (s *MemoryStore) RenewLease(ctx context.Context, host string, gen uint64, ttl time.Duration) (Lease, error) {
-	if err := ctx.Err(); err != nil {
+	if err := s.begin(ctx, "RenewLease"); err != nil {
 		return Lease{}, err
 	}
 	if ttl <= 0 {
@@ -426,7 +458,7 @@ func (s *MemoryStore) endSilenceLocked(now time.Time) {
 
 // Owned implements Store.
 func (s *MemoryStore) Owned(ctx context.Context, host string, gen uint64, objs []Object) ([]bool, error) {
-	if err := ctx.Err(); err != nil {
+	if err := s.begin(ctx, "Owned"); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -441,7 +473,7 @@ func (s *MemoryStore) Owned(ctx context.Context, host string, gen uint64, objs [
 
 // Lease implements Store.
 func (s *MemoryStore) Lease(ctx context.Context, host string) (Lease, bool, error) {
-	if err := ctx.Err(); err != nil {
+	if err := s.begin(ctx, "Lease"); err != nil {
 		return Lease{}, false, err
 	}
 	s.mu.Lock()
@@ -489,7 +521,7 @@ type Counter interface {
 
 // CountObjects implements Counter.
 func (s *MemoryStore) CountObjects(ctx context.Context) ([]ObjectCount, error) {
-	if err := ctx.Err(); err != nil {
+	if err := s.begin(ctx, "CountObjects"); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()

@@ -1,0 +1,447 @@
+package actor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/berthrt/berth/membership"
+	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/relocation"
+)
+
+// shortLeases gives c a 1 s lease renewed every 100 ms: jeopardy comes
+// 0.55 s after the last renewal answered in time. Store calls may take a
+// minute (a held renewal is no failure).
+func shortLeases(c Config) Config {
+	c.LeaseTTL, c.LeaseRenew = time.Second, 100*time.Millisecond
+	c.StoreTimeout = time.Minute
+	return c
+}
+
+// errStoreDown is what a store that is away answers.
+var errStoreDown = payload.NewError(payload.Unavailable, "test", "the store is away")
+
+// outage makes a Location Store and a membership fail every call while it
+// is on (their Fault hooks): a database restarted, failed over, or cut off
+// from every host.
+type outage struct{ on atomic.Bool }
+
+func (o *outage) fault(ctx context.Context, op string) error {
+	if o.on.Load() {
+		return errStoreDown
+	}
+	return nil
+}
+
+// sendLog records, per object, the sequence numbers whose Tell was
+// accepted, in the order they were sent.
+type sendLog struct {
+	mu       sync.Mutex
+	accepted map[Ref][]int
+	refused  int
+}
+
+func (l *sendLog) send(t *testing.T, h *Host, ref Ref, seq int) {
+	t.Helper()
+	err := Tell(bg, h, ref, SeqMsg{Seq: seq})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		if !errors.Is(err, payload.Unavailable) && !errors.Is(err, payload.DeadlineExceeded) {
+			t.Errorf("Tell(%v, %d) = %v: want nil or a typed refusal (Unavailable, DeadlineExceeded)", ref, seq, err)
+		}
+		l.refused++
+		return
+	}
+	if l.accepted == nil {
+		l.accepted = map[Ref][]int{}
+	}
+	l.accepted[ref] = append(l.accepted[ref], seq)
+}
+
+// check waits until each object ran exactly what was accepted for it —
+// every accepted message once, in each sender's order (senders number
+// their sequences apart: sender*1e6 + k) — and fails the test with the
+// difference if that does not come about (a message lost, run twice or
+// out of order never comes right). Messages of different senders may
+// still be on their way when it starts.
+func (l *sendLog) check(t *testing.T, h *Host, refs []Ref) {
+	t.Helper()
+	var last string
+	ok := func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for _, ref := range refs {
+			got, err := Ask[GetSeqs, []int](bg, h, ref, GetSeqs{})
+			if err != nil {
+				last = ref.String() + ": " + err.Error()
+				return false
+			}
+			for sender := 1; sender <= 2; sender++ {
+				of := func(seqs []int) []int {
+					var out []int
+					for _, s := range seqs {
+						if s/1_000_000 == sender {
+							out = append(out, s)
+						}
+					}
+					return out
+				}
+				if g, w := of(got), of(l.accepted[ref]); !slices.Equal(g, w) {
+					last = fmt.Sprintf("%v ran %v of sender %d, want exactly the accepted %v in order", ref, g, sender, w)
+					return false
+				}
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(time.Minute)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatal(last)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A store outage (every Location Store and membership call fails) longer
+// than the lease pauses the hosts — jeopardy: no turn starts, what arrives
+// waits — and when the store is back they resume: no host closes, nothing
+// accepted is lost, run twice or reordered, the in-memory state of every
+// object is kept, and nothing was taken over (the store's silence kept
+// every lease).
+func TestAStoreOutagePausesTheHostsAndTheyResumeLosingNothing(t *testing.T) {
+	n := NewNetwork(nil)
+	var down outage
+	n.Store().(*relocation.MemoryStore).Fault(down.fault)
+	n.Membership.Fault(down.fault)
+	a := startHost(t, shortLeases(n.With(Config{Name: "a", Logger: quietLogger()})), seqKind())
+	b := startHost(t, shortLeases(n.With(Config{Name: "b", Logger: quietLogger()})), seqKind())
+	waitViews(t, a, b)
+	var refs []Ref
+	for i := range 16 {
+		refs = append(refs, Ref{"seq", "o" + strconv.Itoa(i)})
+	}
+	var log sendLog
+	for k := 1; k <= 10; k++ {
+		for _, ref := range refs {
+			log.send(t, a, ref, 1_000_000+k)
+			log.send(t, b, ref, 2_000_000+k)
+		}
+	}
+	log.check(t, a, refs) // every object active, on a or on b
+	if log.refused != 0 {
+		t.Fatalf("%d sends refused before the outage", log.refused)
+	}
+
+	down.on.Store(true)
+	waitFor(t, "both hosts in jeopardy", func() bool { return a.Stats().Jeopardy && b.Stats().Jeopardy })
+	// No turn runs: an Ask waits, and ends at its own deadline.
+	ctx, cancel := context.WithTimeout(bg, 50*time.Millisecond)
+	_, err := Ask[GetSeqs, []int](ctx, a, refs[0], GetSeqs{})
+	cancel()
+	if !errors.Is(err, payload.DeadlineExceeded) {
+		t.Fatalf("an Ask during the outage = %v, want DeadlineExceeded (no turn runs in jeopardy)", err)
+	}
+	for k := 11; k <= 20; k++ {
+		for _, ref := range refs {
+			log.send(t, a, ref, 1_000_000+k)
+			log.send(t, b, ref, 2_000_000+k)
+		}
+	}
+	// Longer than a lease: the leases lapsed by the store's clock.
+	time.Sleep(2 * a.cfg.LeaseTTL)
+	down.on.Store(false)
+	waitFor(t, "both hosts out of jeopardy", func() bool { return !a.Stats().Jeopardy && !b.Stats().Jeopardy })
+
+	log.check(t, b, refs)
+	t.Logf("accepted %d sends per object, refused %d during the outage", len(log.accepted[refs[0]]), log.refused)
+	for _, h := range []*Host{a, b} {
+		st := h.Stats()
+		if h.Err() != nil || st.LeaseLapses != 0 || st.TakenOver != 0 || st.Jeopardies < 1 {
+			t.Errorf("%s after the outage: Err %v, lapses %d, taken over %d, jeopardies %d; want a pause and nothing lost",
+				h.Name(), h.Err(), st.LeaseLapses, st.TakenOver, st.Jeopardies)
+		}
+	}
+}
+
+// holdRenewals is a Location Store that holds the lease renewals of one
+// host, once told to, until released — they reach the store only then,
+// and their answers come back only then (a host whose process is paused,
+// or whose link to the store stalls) — and can lose the answer of the
+// next renewal it lets through (the store handled it; the host never
+// heard).
+type holdRenewals struct {
+	*relocation.MemoryStore
+	host     string
+	mu       sync.Mutex
+	gate     chan struct{} // closed by release; nil: renewals pass; guarded by mu
+	held     atomic.Int64  // renewals that waited at the gate
+	loseNext atomic.Bool
+	owned    chan struct{} // closed by releaseOwned; nil: Owned passes; guarded by mu
+	checks   atomic.Int64  // Owned calls that waited at that gate
+}
+
+// holdOwned holds the ownership checks (Owned) until releaseOwned.
+func (s *holdRenewals) holdOwned() {
+	s.mu.Lock()
+	s.owned = make(chan struct{})
+	s.mu.Unlock()
+}
+
+func (s *holdRenewals) releaseOwned() {
+	s.mu.Lock()
+	close(s.owned)
+	s.owned = nil
+	s.mu.Unlock()
+}
+
+func (s *holdRenewals) Owned(ctx context.Context, host string, gen uint64, objs []relocation.Object) ([]bool, error) {
+	s.mu.Lock()
+	gate := s.owned
+	s.mu.Unlock()
+	if gate != nil {
+		s.checks.Add(1)
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return s.MemoryStore.Owned(ctx, host, gen, objs)
+}
+
+func (s *holdRenewals) hold() {
+	s.mu.Lock()
+	s.gate = make(chan struct{})
+	s.mu.Unlock()
+}
+
+func (s *holdRenewals) release() {
+	s.mu.Lock()
+	close(s.gate)
+	s.gate = nil
+	s.mu.Unlock()
+}
+
+func (s *holdRenewals) RenewLease(ctx context.Context, host string, gen uint64, ttl time.Duration) (relocation.Lease, error) {
+	if host == s.host {
+		s.mu.Lock()
+		gate := s.gate
+		s.mu.Unlock()
+		if gate != nil {
+			s.held.Add(1)
+			select {
+			case <-gate:
+			case <-ctx.Done(): // the tests give the hosts a long StoreTimeout
+				return relocation.Lease{}, ctx.Err()
+			}
+		}
+	}
+	l, err := s.MemoryStore.RenewLease(context.Background(), host, gen, ttl)
+	if host == s.host && err == nil && s.loseNext.CompareAndSwap(true, false) {
+		return relocation.Lease{}, payload.NewError(payload.Unavailable, "test", "the answer was lost")
+	}
+	return l, err
+}
+
+// lapseAndTakeOver holds a's renewals until a is in jeopardy and its lease
+// lapsed in the store, lets b take taken over (a fresh activation on b),
+// and returns with a's renewals still held.
+func lapseAndTakeOver(t *testing.T, store *holdRenewals, a, b *Host, taken Ref) {
+	t.Helper()
+	store.hold()
+	waitFor(t, "a in jeopardy, its renewal held", func() bool { return a.Stats().Jeopardy && store.held.Load() > 0 })
+	store.Expire("a") // its lease lapsed in the store too
+	b.routes.forget(relocation.Object{Kind: taken.Kind, ID: taken.ID}, true)
+	if got, err := Ask[Get, int](bg, b, taken, Get{}); err != nil || got != 0 {
+		t.Fatalf("count of %v at b after the takeover: %d, %v; want a fresh activation (0)", taken, got, err)
+	}
+	if row, err := store.Get(bg, relocation.Object{Kind: taken.Kind, ID: taken.ID}); err != nil || row.Host != "b" {
+		t.Fatalf("row of %v after the takeover: %+v, %v; want b's", taken, row, err)
+	}
+}
+
+// A host whose lease lapsed in the store while it was in jeopardy, and
+// one of whose objects another host took over meanwhile, checks its
+// objects when its renewal answers again: the one taken over is dropped
+// here (no turn of it runs here again, and what waited here for it runs at
+// its new owner), the others run on with their state. The host does not
+// close.
+func TestALapsedHostDropsWhatAnotherTookOverAndKeepsTheRest(t *testing.T) {
+	store := &holdRenewals{MemoryStore: relocation.NewMemoryStore(nil), host: "a"}
+	n := NewNetwork(store)
+	a := startHost(t, shortLeases(n.With(Config{Name: "a", Logger: quietLogger()})), movableKind(newGates()))
+	b := startHost(t, shortLeases(n.With(Config{Name: "b", Logger: quietLogger()})), movableKind(newGates()))
+	waitViews(t, a, b)
+	taken, kept := objectOn(t, a, store), Ref{}
+	for i := range 64 {
+		ref := Ref{"counter", "k" + strconv.Itoa(i)}
+		if _, err := Ask[Get, int](bg, a, ref, Get{}); err != nil {
+			t.Fatal(err)
+		}
+		if row, _ := store.Get(bg, relocation.Object{Kind: ref.Kind, ID: ref.ID}); row.Host == "a" && ref != taken {
+			kept = ref
+			break
+		}
+	}
+	if err := Tell(bg, a, kept, Inc{By: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Ask[Get, int](bg, a, kept, Get{}); err != nil || got != 5 {
+		t.Fatalf("count of %v at a: %d, %v", kept, got, err)
+	}
+	lapseAndTakeOver(t, store, a, b, taken)
+	// Sent to a while it is paused: held there, for either object.
+	if err := Tell(bg, a, taken, Inc{By: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Tell(bg, a, kept, Inc{By: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// The renewal answers (the lease had lapsed); the check it calls for
+	// is held: no object of a runs before its check, even with the lease
+	// live again.
+	store.holdOwned()
+	store.release()
+	waitFor(t, "a out of jeopardy, its check held", func() bool { return !a.Stats().Jeopardy && store.checks.Load() > 0 })
+	ctx, cancel := context.WithTimeout(bg, 200*time.Millisecond)
+	_, err := Ask[Get, int](ctx, a, kept, Get{})
+	cancel()
+	if !errors.Is(err, payload.DeadlineExceeded) {
+		t.Fatalf("an Ask of a's object before its ownership check = %v, want DeadlineExceeded (it waits for the check)", err)
+	}
+	store.releaseOwned()
+	if got, err := Ask[Get, int](bg, a, kept, Get{}); err != nil || got != 6 {
+		t.Fatalf("count of the kept object at a: %d, %v; want 6 (its state and the held message)", got, err)
+	}
+	waitFor(t, "the message held for the taken object to run at b", func() bool {
+		got, err := Ask[Get, int](bg, b, taken, Get{})
+		return err == nil && got == 7
+	})
+	if o := a.owners.kinds["counter"].local(taken.ID); o != nil {
+		t.Fatalf("a still has an owner of %v, which b took over", taken)
+	}
+	if got, err := Ask[Get, int](bg, a, taken, Get{}); err != nil || got != 7 {
+		t.Fatalf("count of %v asked at a: %d, %v; want b's 7", taken, got, err)
+	}
+	st := a.Stats()
+	if a.Err() != nil || st.LeaseLapses != 1 || st.OwnershipChecks != 1 || st.TakenOver != 1 {
+		t.Fatalf("a: Err %v, lapses %d, taken over %d; want it running, one lapse, one object taken over", a.Err(), st.LeaseLapses, st.TakenOver)
+	}
+}
+
+// A renewal the store handled but whose answer was lost may have been the
+// one that found the lease lapsed: the next answer (which finds the lease
+// live, renewed by the lost one) is checked as if it said so. Without that,
+// the host would run the object another host took over.
+func TestARenewalWhoseAnswerWasLostIsCheckedAsALapse(t *testing.T) {
+	store := &holdRenewals{MemoryStore: relocation.NewMemoryStore(nil), host: "a"}
+	n := NewNetwork(store)
+	a := startHost(t, shortLeases(n.With(Config{Name: "a", Logger: quietLogger()})), movableKind(newGates()))
+	b := startHost(t, shortLeases(n.With(Config{Name: "b", Logger: quietLogger()})), movableKind(newGates()))
+	waitViews(t, a, b)
+	taken := objectOn(t, a, store)
+	lapseAndTakeOver(t, store, a, b, taken)
+	store.loseNext.Store(true) // the held renewal: it finds the lease lapsed; a never hears
+	store.release()
+	waitFor(t, "a out of jeopardy", func() bool { return !a.Stats().Jeopardy })
+	if store.loseNext.Load() {
+		t.Fatal("no renewal's answer was lost")
+	}
+	if err := Tell(bg, a, taken, Inc{By: 3}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the message sent at a to run at b", func() bool {
+		got, err := Ask[Get, int](bg, b, taken, Get{})
+		return err == nil && got == 3
+	})
+	if o := a.owners.kinds["counter"].local(taken.ID); o != nil {
+		t.Fatalf("a still runs %v, which b took over", taken)
+	}
+	if st := a.Stats(); st.LeaseLapses != 0 || st.OwnershipChecks != 1 || st.TakenOver != 1 {
+		t.Fatalf("a: lapses %d, checks %d, taken over %d; want 0 (a never heard of it), 1 and 1", st.LeaseLapses, st.OwnershipChecks, st.TakenOver)
+	}
+}
+
+// A host whose run the membership ended (it expired the run: peers saw the
+// host fail) closes itself at its next renewal — a fact, not a timer:
+// Err is ErrLeaseLost, and its objects live on elsewhere.
+func TestAHostWhoseRunTheMembershipEndedClosesItself(t *testing.T) {
+	n := NewNetwork(nil)
+	a := startHost(t, shortLeases(n.With(Config{Name: "a", Logger: quietLogger()})), movableKind(newGates()))
+	b := startHost(t, shortLeases(n.With(Config{Name: "b", Logger: quietLogger()})), movableKind(newGates()))
+	waitViews(t, a, b)
+	n.Membership.Expire("a")
+	select {
+	case <-a.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("a did not close itself after the membership ended its run")
+	}
+	if !errors.Is(a.Err(), ErrLeaseLost) || !errors.Is(a.Err(), membership.ErrLeaseExpired) {
+		t.Fatalf("a.Err() = %v, want ErrLeaseLost, caused by membership.ErrLeaseExpired", a.Err())
+	}
+	if b.Err() != nil {
+		t.Fatalf("b.Err() = %v", b.Err())
+	}
+}
+
+// lateRenewals is a Location Store whose lease renewals, once slowed, land
+// in the store at once and are answered after delay.
+type lateRenewals struct {
+	*relocation.MemoryStore
+	delay atomic.Int64
+}
+
+func (s *lateRenewals) RenewLease(ctx context.Context, host string, gen uint64, ttl time.Duration) (relocation.Lease, error) {
+	l, err := s.MemoryStore.RenewLease(context.Background(), host, gen, ttl)
+	time.Sleep(time.Duration(s.delay.Load()))
+	return l, err
+}
+
+// Renewals answered after the lease they extend ran out (a slow store, a
+// slow network) leave the host in jeopardy — it cannot tell that nobody
+// took its objects over — until one is answered in time; then it resumes
+// with everything: the store never saw the lease lapse.
+func TestRenewalsAnsweredLatePauseTheHostAndItResumesLosingNothing(t *testing.T) {
+	store := &lateRenewals{MemoryStore: relocation.NewMemoryStore(nil)}
+	h := startHost(t, shortLeases(Config{Name: "a", Store: store, Logger: quietLogger()}), seqKind())
+	ref := Ref{"seq", "x"}
+	var log sendLog
+	log.send(t, h, ref, 1_000_001)
+	log.check(t, h, []Ref{ref})
+	store.delay.Store(int64(h.cfg.LeaseTTL)) // every answer comes after its own lease's end
+	waitFor(t, "the host in jeopardy", func() bool { return h.Stats().Jeopardy })
+	for k := 2; k <= 50; k++ {
+		log.send(t, h, ref, 1_000_000+k)
+	}
+	store.delay.Store(0)
+	waitFor(t, "the host out of jeopardy", func() bool { return !h.Stats().Jeopardy })
+	log.check(t, h, []Ref{ref})
+	if st := h.Stats(); h.Err() != nil || st.LeaseLapses != 0 || log.refused != 0 {
+		t.Fatalf("Err %v, lapses %d, refused %d; want a pause, nothing lost", h.Err(), st.LeaseLapses, log.refused)
+	}
+}
+
+// A host on its private in-memory store (no transport, no Store) holds a
+// lease no other host can take: it never renews it, never goes into
+// jeopardy, and so never pauses for a starved renewal.
+func TestALoneHostOnItsPrivateStoreHasNoLeaseToLose(t *testing.T) {
+	h := startHost(t, Config{Logger: quietLogger()}, counterKind(newGates()))
+	if !h.lease.private {
+		t.Fatal("a host without a Store does not know its store is private")
+	}
+	if dl := time.Unix(0, h.gate.deadline.Load()); dl.Before(time.Now().Add(50 * 365 * 24 * time.Hour)) {
+		t.Fatalf("its lease ends %v: a renewal could be missed", dl)
+	}
+	if _, err := Ask[Get, int](bg, h, Ref{"counter", "x"}, Get{}); err != nil {
+		t.Fatal(err)
+	}
+}
