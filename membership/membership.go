@@ -23,9 +23,11 @@
 // A lease that runs out because its host stopped renewing ends its run; a
 // lease that runs out because the membership's store was away — restarted,
 // failed over, cut off from every host — must not. A membership that
-// handled no Join or Renew for longer than half a TTL (by its own clock)
-// was silent: it expires nothing until the next Join or Renew, which
-// first gives every live lease a full TTL from then. Hosts renew every
+// handled no Join (successful or not) or Renew for longer than half a TTL
+// (by its own clock) was silent: it expires nothing until the next Join
+// or Renew, which first gives every lease live when the silence began a
+// full TTL from then. (A crashed lone host's run so lasts one more TTL
+// after its replacement first asks to join.) Hosts renew every
 // fraction of a TTL (DefaultRenew), so a silence alone never ends a live
 // host's run; a run whose host had stopped renewing before the silence
 // may get one more TTL. membershiptest checks it

@@ -242,6 +242,9 @@ func (m *Membership) inChange(ctx context.Context, op string, contact bool,
 			if _, err := tx.Exec(ctx, memberSilenceSQL, frozen, off, m.ttl.Microseconds()); err != nil {
 				return err
 			}
+			if _, err := tx.Exec(ctx, `UPDATE pgstore_membership_rev SET contact_at = `+clockSQL, frozen, off); err != nil {
+				return err
+			}
 		}
 		var expired int64
 		if err := tx.QueryRow(ctx, sweepSQL, frozen, off, rev, m.ttl.Microseconds()).Scan(&expired); err != nil {
@@ -281,17 +284,22 @@ func (m *Membership) inChange(ctx context.Context, op string, contact bool,
 // "Silences"): no Join or Renew of any member for more than half a TTL
 // ($ttl in microseconds) by the clock clk.now.
 func silentSQL(ttl string) string {
-	return `(clk.now - (SELECT max(renewed_at) FROM pgstore_members) > ` + ttl + `::bigint * interval '1 microsecond' / 2)`
+	return `(clk.now - ` + lastContactSQL + ` > ` + ttl + `::bigint * interval '1 microsecond' / 2)`
 }
+
+// lastContactSQL is when the membership last heard from a host: the
+// latest renewal of any member, or the latest Join (which may have
+// failed: a host reached the store all the same).
+const lastContactSQL = `greatest((SELECT max(renewed_at) FROM pgstore_members), (SELECT contact_at FROM pgstore_membership_rev))`
 
 // memberSilenceSQL ends a silence ($3 the TTL in microseconds): every run
 // that was live when it began gets a full TTL from now. Runs in a Join's
 // and a Renew's transaction, before anything else; rows are locked in name
 // order (two calls that both end the silence cannot deadlock), and a row
 // another call extended meanwhile is re-read and left alone.
-const memberSilenceSQL = `
+var memberSilenceSQL = `
 WITH clk AS MATERIALIZED (SELECT ` + clockSQL + ` AS now),
-last AS MATERIALIZED (SELECT max(renewed_at) AS at FROM pgstore_members),
+last AS MATERIALIZED (SELECT ` + lastContactSQL + ` AS at),
 due AS MATERIALIZED (
 	SELECT m.name FROM pgstore_members m, clk, last
 	WHERE m.live AND m.deadline > last.at AND clk.now - last.at > $3::bigint * interval '1 microsecond' / 2

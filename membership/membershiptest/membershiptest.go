@@ -61,6 +61,7 @@ func Run(t *testing.T, h Harness) {
 		{"RenewWithStaleGenerationRefused", s.renewWithStaleGenerationRefused},
 		{"ExpiryRemovesTheMemberAndEmitsAnEvent", s.expiryRemovesTheMember},
 		{"ASilenceOfTheStoreExpiresNothing", s.aSilenceOfTheStoreExpiresNothing},
+		{"ARefusedJoinIsContact", s.aRefusedJoinIsContact},
 		{"NewGenerationMayRejoinAfterExpiry", s.newGenerationMayRejoinAfterExpiry},
 		{"LegalStateTransitions", s.legalStateTransitions},
 		{"IllegalStateTransitionsRefused", s.illegalStateTransitionsRefused},
@@ -478,6 +479,32 @@ func (s *suite) aSilenceOfTheStoreExpiresNothing(t *testing.T) {
 	s.pass(t, ctx, m, advance, s.h.TTL+s.h.TTL/10, "b")
 	s.expectEvents(t, ch, rev, "expired a/1/serving")
 	wantList(t, ctx, m, "b/1/serving")
+}
+
+// aRefusedJoinIsContact: a Join is contact with the store whether or not
+// it succeeds. A lone host that crashed is replaced by a new run whose
+// Joins are refused while the old run's lease lasts: the first one after
+// a silence gives the old run one more TTL, and the ones after it keep
+// the store in contact, so the old run expires and the new one joins
+// within that TTL.
+func (s *suite) aRefusedJoinIsContact(t *testing.T) {
+	m, advance := s.h.New(t)
+	ctx := s.ctx(t)
+	mustJoin(t, ctx, m, member("a", 1))
+	advance(2 * s.h.TTL) // a crashed; nobody else calls
+	step := s.h.TTL / 4
+	for waited := time.Duration(0); ; waited += step {
+		_, err := m.Join(ctx, member("a", 2))
+		if err == nil {
+			break
+		}
+		wantErr(t, "Join while the old run's lease lasts", err, membership.ErrNameTaken)
+		if waited > s.h.TTL+step {
+			t.Fatalf("the new run was refused %v after its first Join: the old run never expires", waited)
+		}
+		advance(step)
+	}
+	wantList(t, ctx, m, "a/2/serving")
 }
 
 func (s *suite) newGenerationMayRejoinAfterExpiry(t *testing.T) {

@@ -15,3 +15,8 @@ CREATE INDEX pgstore_leases_renewed ON pgstore_leases (renewed_at);
 ALTER TABLE pgstore_members
     ADD COLUMN renewed_at timestamptz NOT NULL DEFAULT now();
 CREATE INDEX pgstore_members_renewed ON pgstore_members (renewed_at);
+
+-- A Join is contact too, whether or not it succeeds (a host reached the
+-- store): its time is kept with the revision, which every Join locks.
+ALTER TABLE pgstore_membership_rev
+    ADD COLUMN contact_at timestamptz NOT NULL DEFAULT now();
