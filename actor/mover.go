@@ -619,13 +619,18 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 		// step, before any input queued meanwhile, and Restored comes
 		// back as the next input: the machine sees its inputs in the
 		// order it would have had the restore run here (the chunk's step
-		// ends with this action and sends nothing; what the link brings
-		// later queues behind the restore on the lane, as it would behind
-		// a restore run here). On the lane's goroutine already, next
-		// costs no hand-off. (In a turn of the owner it would cost the
-		// move a hand-off to a dispatcher goroutine on every path, which
-		// a starved host pays in scheduler quanta while the object's
-		// messages pile up at its source.)
+		// ends with this action and sends nothing; the move's records
+		// that the link brings later queue behind the restore on the
+		// lane, as they would behind a restore run here). The rest of
+		// what the link brings meanwhile needs no restore done: the
+		// object's messages wait in the incoming owner's hold, which the
+		// Prepare registered on the delivery goroutine itself (a new
+		// move's lane is idle), and other objects' have nothing to do
+		// with the move. On the lane's goroutine already, next costs no
+		// hand-off. (In a turn of the owner it would cost the move a
+		// hand-off to a dispatcher goroutine every time, which a starved
+		// host pays in scheduler quanta while the object's messages pile
+		// up at its source.)
 		rec := a.Record
 		d.lane.next(func() { d.advance(relocation.Restored{Err: d.restore(rec)}) })
 	case relocation.DiscardTempQueue:
