@@ -16,8 +16,10 @@ import (
 	"time"
 
 	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/internal/localnet"
 	"github.com/berthrt/berth/internal/testutil"
 	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/transport/tcp"
 )
 
 type blob struct{ Data []byte }
@@ -225,4 +227,129 @@ func pausesOf(hs []*actor.Host) []time.Duration {
 		out = append(out, h.Pauses()...)
 	}
 	return out
+}
+
+// slowRestoreFor is how long the Restore of BenchmarkUnrelatedAskDuringASlowRestore takes.
+const slowRestoreFor = 300 * time.Millisecond
+
+type slowState struct{ N int }
+
+// slowRestoreKind is a kind "slow" whose Restore takes slowRestoreFor (a
+// big state, a slow decoder).
+func slowRestoreKind() *actor.Kind[slowState] {
+	k := actor.NewKind("slow", func(*actor.Context, string) (*slowState, error) { return &slowState{}, nil })
+	actor.Handle(k, func(_ *actor.Context, s *slowState, _ blobTouch) error { s.N++; return nil })
+	k.PreserveState(func(s *slowState) ([]byte, error) { return []byte{byte(s.N)}, nil },
+		func(_ *actor.Context, _ string, data []byte) (*slowState, error) {
+			time.Sleep(slowRestoreFor)
+			return &slowState{N: int(data[0])}, nil
+		})
+	return k
+}
+
+// BenchmarkUnrelatedAskDuringASlowRestore: what a slow Restore costs the
+// rest of its link. Each op moves a new object from host a to host b
+// while one goroutine on a Asks another object on b back to back, over
+// the same link as the move record; the object's Restore takes 300 ms.
+// It reports the longest of those Asks (ask-stall-max-ms: a Restore run
+// on the link's delivery goroutine would hold it up for the whole 300
+// ms), the longest of the same Asks for as long again with no move under
+// way (ask-max-no-move-ms: the machine's own noise) and the typical one
+// during the moves (ask-p50-µs), over the in-process transport and
+// transport/tcp (loopback, one process).
+func BenchmarkUnrelatedAskDuringASlowRestore(b *testing.B) {
+	for _, tr := range []string{"inproc", "tcp"} {
+		b.Run("transport="+tr, func(b *testing.B) {
+			net := localnet.New(localnet.Options{})
+			cfg := actor.Config{Transport: net.Transport, Store: net.Store, Membership: net.Membership, Logger: discardLogger()}
+			if tr == "tcp" {
+				cfg.Transport = tcp.New(tcp.Options{Insecure: true})
+			}
+			var hs []*actor.Host
+			for _, name := range []string{"a", "b"} {
+				c := cfg
+				c.Name = name
+				h, err := actor.NewHost(c)
+				if err != nil {
+					b.Fatal(err)
+				}
+				h.Register(slowRestoreKind(), blobKind(8))
+				if err := h.Start(); err != nil {
+					b.Fatal(err)
+				}
+				hs = append(hs, h)
+				b.Cleanup(func() { h.Close() })
+			}
+			a, bh := hs[0], hs[1]
+			testutil.WaitFor(b, "the hosts to know each other", func() bool { return len(a.Peers()) == 1 && len(bh.Peers()) == 1 })
+			ctx := context.Background()
+			u := actor.Ref{Kind: "blob", ID: "unrelated"}
+			if _, err := actor.Ask[benchGet, int](ctx, bh, u, benchGet{}); err != nil { // activates u on b
+				b.Fatal(err)
+			}
+			if _, err := actor.Ask[benchGet, int](ctx, a, u, benchGet{}); err != nil { // a knows where u is
+				b.Fatal(err)
+			}
+			// asking Asks u from a back to back until stop is closed,
+			// and returns how long each took.
+			asking := func(stop <-chan struct{}) <-chan []time.Duration {
+				done := make(chan []time.Duration, 1)
+				go func() {
+					var took []time.Duration
+					for {
+						select {
+						case <-stop:
+							done <- took
+							return
+						default:
+						}
+						start := time.Now()
+						if _, err := actor.Ask[benchGet, int](ctx, a, u, benchGet{}); err != nil {
+							b.Error(err)
+						}
+						took = append(took, time.Since(start))
+					}
+				}()
+				return done
+			}
+			var asks, calm []time.Duration
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				x := actor.Ref{Kind: "slow", ID: "x" + strconv.Itoa(i)}
+				if err := actor.Tell(ctx, a, x, blobTouch{}); err != nil { // activates x on a
+					b.Fatal(err)
+				}
+				stop := make(chan struct{})
+				done := asking(stop)
+				start := time.Now()
+				b.StartTimer()
+				if err := a.Relocate(ctx, x, "b"); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				took := time.Since(start)
+				close(stop)
+				asks = append(asks, <-done...)
+				// The same Asks for as long again, no move under way: what
+				// this machine makes of them by itself.
+				stop = make(chan struct{})
+				done = asking(stop)
+				time.Sleep(took)
+				close(stop)
+				calm = append(calm, <-done...)
+				b.StartTimer()
+			}
+			b.StopTimer()
+			if len(asks) == 0 || len(calm) == 0 {
+				return
+			}
+			slices.Sort(asks)
+			slices.Sort(calm)
+			b.ReportMetric(float64(asks[len(asks)-1])/float64(time.Millisecond), "ask-stall-max-ms")
+			b.ReportMetric(float64(calm[len(calm)-1])/float64(time.Millisecond), "ask-max-no-move-ms")
+			b.ReportMetric(float64(asks[len(asks)/2])/float64(time.Microsecond), "ask-p50-µs")
+			b.ReportMetric(float64(len(asks))/float64(b.N), "asks/move")
+		})
+	}
 }

@@ -50,7 +50,11 @@
 // host reads another's memory, so the same code runs over any transport.
 // No Location Store call runs on a transport's delivery goroutine, under
 // an owner's lock, in a move's step (a move's store calls have a lane of
-// their own), or on a goroutine that grants a job permit.
+// their own), or on a goroutine that grants a job permit. No code of a
+// kind runs on a transport's delivery goroutine either: handlers, the
+// factory and the deactivate hook run in the owner's turns, a move's
+// Capture in the seal's turn and its Restore on the move's own lane, so a
+// slow one stalls its object, never a link.
 //
 // Host.Relocate moves a live object — its queued messages,
 // undecoded, and its state per the kind's policy (DisableRelocation by

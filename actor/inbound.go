@@ -17,9 +17,11 @@ import (
 // item it delivers: frames and replies, bounces, hints, relocation
 // records, control items, credit and pressure notices, link events.
 // Lock: none of its own but the per-peer leaves; the transport's delivery
-// goroutine takes only leaf locks and never calls the Location Store or
-// waits for a move: a message whose object is not here goes to the
-// peer's slow lane, a move's record to the move's own lane.
+// goroutine takes only leaf locks, never calls the Location Store, never
+// waits for a move and runs no code of a kind: a message whose object is
+// not here goes to the peer's slow lane, a move's record to the move's own
+// lane (whose restore, the user's Restore or factory, runs on the lane's
+// own goroutine).
 // May call: the mover and remote moves, admission, the router, requests,
 // peers and the leaves.
 // Invariants: everything off a link is attributed to the authenticated

@@ -557,7 +557,8 @@ func TestAMoveLargerThanMaxMoveRecordIsRefusedAndLosesNothing(t *testing.T) {
 
 // The user's Capture runs in a turn of the object's owner at its source
 // (the seal's turn: no handler runs beside it), never on a transport's
-// goroutine; Restore runs at the target, under no lock of the move.
+// goroutine; Restore runs at the target, under no lock of the move, on
+// the move's lane — never on a transport's goroutine either.
 func TestCaptureRunsInTheOwnersTurn(t *testing.T) {
 	var mu sync.Mutex
 	stacks := map[string]string{}
@@ -604,10 +605,15 @@ func TestCaptureRunsInTheOwnersTurn(t *testing.T) {
 	if !strings.Contains(st, "(*owner).turn") {
 		t.Errorf("capture ran outside a turn of the owner:\n%s", st)
 	}
-	for _, not := range []string{"hostHandler", "inproc", "transport"} {
-		if strings.Contains(st, not) {
-			t.Errorf("capture ran on the transport's goroutine (%s):\n%s", not, st)
+	for _, what := range []string{"capture", "restore"} {
+		for _, not := range []string{"hostHandler", "inproc", "transport"} {
+			if strings.Contains(stacks[what], not) {
+				t.Errorf("%s ran on the transport's goroutine (%s):\n%s", what, not, stacks[what])
+			}
 		}
+	}
+	if st := stacks["restore"]; !strings.Contains(st, "(*serial).run(") {
+		t.Errorf("restore ran off the move's lane's own goroutine:\n%s", st)
 	}
 }
 

@@ -29,10 +29,11 @@ import (
 // May call: the router, owners (and their receive side), routes, peers
 // and the leaves; the Location Store on the move's store lane only.
 // Invariants: the machine's effects run in the order it gave them; the
-// user's Capture runs in the owner's turn, never on a transport's
-// goroutine, and neither Capture nor Restore runs under a lock; a target
-// stays registered for its follow window (the machine's Forget) to answer
-// late records.
+// user's code never runs on a transport's goroutine — the Capture runs
+// in the owner's turn, the Restore (or the factory) on the move's lane's
+// own goroutine — and neither runs under a lock; a target stays
+// registered for its follow window (the machine's Forget) to answer late
+// records.
 
 // Errors of Relocate and Drain.
 var (
@@ -61,8 +62,12 @@ var (
 // owner between turns run inside the owner's lifecycle turns, in their
 // place on the lane (serial.runHere): the start (the store look-up, then
 // the preflight) and the seal with the capture (the user's Capture), in
-// one turn, at the source. The restore (the user's Restore) runs on the
-// lane: the incoming owner is sealed and runs nothing yet.
+// one turn, at the source. The restore (the user's Restore, or the
+// factory) runs on the lane's own goroutine, never on the caller's: the
+// input that asks for it (the move record's last chunk, off the link)
+// hands it on with serial.next, so that a slow Restore holds up its move
+// — whose later inputs queue on the lane — and never the link it came
+// on; the incoming owner is sealed and runs nothing yet.
 //
 // Every field below the lane is touched only by work on the lane.
 type moveDriver struct {
@@ -434,7 +439,9 @@ func (mt *moveTable) tickMoves(now int64) {
 
 // step runs one input on the move's lane: at once on the caller's
 // goroutine if the lane is idle (no hand-off), else queued behind the
-// lane's work. It never waits for other work.
+// lane's work. It never waits for other work, and runs no user code on
+// the caller's goroutine: the one input that leads to the user's code
+// (the restore) hands that part on to the lane's goroutine (apply).
 func (d *moveDriver) step(in relocation.Input) {
 	d.lane.tryHere(func() { d.advance(in) })
 }
@@ -607,12 +614,30 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 	case relocation.RegisterTempQueue:
 		d.registerTemp()
 	case relocation.RestoreObject:
-		// On the move's lane, under no lock; the incoming owner runs
-		// nothing yet (sealed), so the state is its alone. (In a turn of
-		// the owner it would cost the move a hand-off to a dispatcher
-		// goroutine, which a starved host pays in scheduler quanta while
-		// the object's messages pile up at its source.)
-		return relocation.Restored{Err: d.restore(a.Record)}
+		// The user's Restore (or the factory) runs on the move's lane,
+		// under no lock; the incoming owner runs nothing yet (sealed), so
+		// the state is its alone. It runs on the lane's own goroutine:
+		// the step that asks for it is the move record's last chunk,
+		// which tryHere may be running on the transport's delivery
+		// goroutine, and a slow Restore there would hold up every item
+		// behind it on the link. serial.next runs it right after this
+		// step, before any input queued meanwhile, and Restored comes
+		// back as the next input: the machine sees its inputs in the
+		// order it would have had the restore run here (the chunk's step
+		// ends with this action and sends nothing; the move's records
+		// that the link brings later queue behind the restore on the
+		// lane, as they would behind a restore run here). The rest of
+		// what the link brings meanwhile needs no restore done: the
+		// object's messages wait in the incoming owner's hold, which the
+		// Prepare registered on the delivery goroutine itself (a new
+		// move's lane is idle), and other objects' have nothing to do
+		// with the move. On the lane's goroutine already, next costs no
+		// hand-off. (In a turn of the owner it would cost the move a
+		// hand-off to a dispatcher goroutine every time, which a starved
+		// host pays in scheduler quanta while the object's messages pile
+		// up at its source.)
+		rec := a.Record
+		d.lane.next(func() { d.advance(relocation.Restored{Err: d.restore(rec)}) })
 	case relocation.DiscardTempQueue:
 		d.discardTemp(nil, a.Reason)
 	case relocation.StoreNewOwner:

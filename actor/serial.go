@@ -1,6 +1,9 @@
 package actor
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // serial runs work one item at a time, in the order it was added: a
 // peer's slow lane, a look-up lane, a move's inputs, a move's store
@@ -9,17 +12,23 @@ import "sync"
 // on the caller's goroutine when the serial is idle (no hand-off) and
 // queues it otherwise, never waiting; runHere runs work on the caller's
 // goroutine, in its place in the order, waiting for it — so that a move's
-// step that must run inside an owner's turn (capture, restore) runs
-// there, and no other work of the serial runs meanwhile.
+// step that must run inside an owner's turn (the seal and capture) runs
+// there, and no other work of the serial runs meanwhile. Work may hand
+// the rest of itself on with next: it runs right after the work that
+// called next, before anything queued, on the serial's own goroutine —
+// so that a step that tryHere began on a caller's goroutine (a
+// transport's delivery goroutine) runs the user's code off it, and
+// nothing else of the serial runs between the two halves.
 //
 // Owns: its queue and its goroutine. Lock: mu, a leaf, held only to queue
 // and take work, never while work runs.
 // May call: the work it is given.
 // Invariants: no two items of one serial run at once; items run in the
-// order they were added (runHere takes its place like add); wg counts the
-// serial's goroutine, so a Close that waits for wg knows no work runs.
-// runHere must not be called from work of the same serial (it would wait
-// for itself).
+// order they were added (runHere takes its place like add), except that
+// work given to next runs at once after the work that gave it; wg counts
+// the serial's goroutine, so a Close that waits for wg knows no work
+// runs. runHere must not be called from work of the same serial (it
+// would wait for itself); next must be called only from it.
 type serial struct {
 	mu      sync.Mutex
 	work    []serialItem // guarded by mu
@@ -82,6 +91,18 @@ func (s *serial) tryHere(f func()) {
 	s.running = true
 	s.mu.Unlock()
 	s.inline(f)
+}
+
+// next queues f to run right after the work that calls it, ahead of
+// everything queued, on the serial's own goroutine: never on the
+// goroutine of a caller of tryHere or runHere, whose work hands f on to
+// the serial's goroutine when it returns (inline, or run's loop after a
+// runHere). It must be called from work of this serial, which keeps the
+// serial claimed until f has run; it never waits.
+func (s *serial) next(f func()) {
+	s.mu.Lock()
+	s.work = slices.Insert(s.work, 0, serialItem{f: f})
+	s.mu.Unlock()
 }
 
 // inline runs f on the calling goroutine, the serial claimed (running set

@@ -62,3 +62,36 @@ func TestSerialRunsOneItemAtATimeInEachCallersOrder(t *testing.T) {
 		t.Fatalf("pending %d after every item ran", s.pending())
 	}
 }
+
+// Work handed on with next runs right after the work that gave it, before
+// what was queued meanwhile, and never on the goroutine of the caller
+// whose tryHere ran that work: tryHere returns while it still runs.
+func TestSerialNextRunsRightAfterItsWorkOffTheCallersGoroutine(t *testing.T) {
+	var wg sync.WaitGroup
+	s := &serial{wg: &wg}
+	var order []string // touched only by the serial's work
+	entered, release := make(chan struct{}), make(chan struct{})
+	s.tryHere(func() { // the serial is idle: it runs here
+		order = append(order, "step")
+		s.add(func() { order = append(order, "queued during the step") })
+		s.next(func() {
+			close(entered)
+			<-release
+			order = append(order, "its second half")
+		})
+	})
+	<-entered // it blocks on another goroutine, tryHere has returned
+	s.tryHere(func() { order = append(order, "later") })
+	close(release)
+	s.runHere(func() {})
+	wg.Wait()
+	want := []string{"step", "its second half", "queued during the step", "later"}
+	if len(order) != len(want) {
+		t.Fatalf("ran %q; want %q", order, want)
+	}
+	for i := range want {
+		if order[i] != want[i] {
+			t.Fatalf("ran %q; want %q", order, want)
+		}
+	}
+}

@@ -168,9 +168,10 @@ func (x *tracedTransport) Send(to string, it transport.Item) error {
 
 // slowState is a PreserveState adapter for tallies (JSON, as
 // PreserveStateJSON) whose Capture and Restore each sleep a random time in
-// [lo, hi] — a big state, a slow encoder. Restore runs on the target as
-// the move record arrives, Capture on the source in the object's last
-// turn there: the link from source to target, and the object, wait.
+// [lo, hi] — a big state, a slow encoder. Restore runs on the target once
+// the move record arrived, on the move's lane, Capture on the source in
+// the object's last turn there: the move, and the object, wait (the link
+// from source to target does not).
 type slowState struct {
 	lo, hi time.Duration
 
@@ -259,9 +260,10 @@ func TestSlowLinksRelocationLosesDuplicatesAndReordersNothing(t *testing.T) {
 // TestSlowCaptureAndRestoreRelocationLosesDuplicatesAndReordersNothing:
 // the relocation property with a kind whose Capture and Restore each take
 // a random 100 ms–2 s: a move seals its object for seconds, and the
-// target's Restore holds up the link from its source meanwhile (it runs as
-// the move record arrives), so forwarded and relayed messages wait behind
-// it. Few objects, so that the drain's moves end in a few seconds.
+// target's Restore holds up the move meanwhile (its relays and cutover
+// wait on the move's lane behind it; the link delivers on), so the
+// object's messages wait in the holds. Few objects, so that the drain's
+// moves end in a few seconds.
 func TestSlowCaptureAndRestoreRelocationLosesDuplicatesAndReordersNothing(t *testing.T) {
 	seed := slowSeedFor(t)
 	state := newSlowState(seed, 100*time.Millisecond, 2*time.Second)
