@@ -26,4 +26,5 @@ type hostStats struct {
 	droppedOutputs atomic.Int64 // outputs of persistent owners ended as failures (Stats.OutputsDropped)
 	suspicions     atomic.Int64 // checks of a suspected peer's lease started (Stats.Suspicions)
 	confirmedDead  atomic.Int64 // suspected peers the Location Store showed dead (Stats.SuspectsConfirmed)
+	failedWithPeer atomic.Int64 // requests ended because the host their message was handed to failed (Stats.RequestsFailedWithPeer)
 }
