@@ -311,10 +311,15 @@ func TestAFailureFactEndsExactlyTheRequestsHandedToThatRunOnce(t *testing.T) {
 			}
 		}
 	}
-	// The fact and a hand-over crossed: the run is failed already.
+	// The fact and a hand-over crossed: the run is failed already. (What
+	// is handed to x now that the view lists no run of it is handed to
+	// its failed run.)
+	if got := h.peers.view.runOf("x"); got != (peerRun{"x", 1}) {
+		t.Fatalf("the run of x after its failure: %v, want its failed run 1", got)
+	}
 	op, p := payload.NewOpID(), pendings.Get().(*pending)
 	rq.add(op, p)
-	rq.handedTo(op, peerRun{"x", 1})
+	rq.handedTo(op, h.peers.view.runOf("x"))
 	if len(p.ch) != 1 {
 		t.Fatal("a request handed to a run already failed did not end at once")
 	}

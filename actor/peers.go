@@ -526,10 +526,17 @@ func (v *peerView) at(name string) peerNow {
 	return peerNow{}
 }
 
-// runOf returns host name's current run as the view knows it (run 0:
-// not a member).
+// runOf returns the run of host name that what is sent to it now
+// reaches, as the view knows it: the member's; for a name that is no
+// member, the newest run of it a failure fact was about (what is handed
+// to it is handed to a failed run: a new run the view has not seen yet
+// would answer, but none may come); else 0, unknown.
 func (v *peerView) runOf(name string) peerRun {
-	return peerRun{name: name, run: v.at(name).run}
+	p := v.at(name)
+	if p.run == 0 {
+		return peerRun{name: name, run: p.failed}
+	}
+	return peerRun{name: name, run: p.run}
 }
 
 // runFailed reports whether a failure fact was about run r, or a newer

@@ -134,7 +134,7 @@ func (t *requestTable) handedTo(op payload.OpID, to peerRun) {
 
 // failRun completes with ErrPeerFailed every request whose message was
 // last handed to run r, which a failure fact is about, and those handed
-// to r's host while the view did not list it (run 0: whichever run the
+// to r's host while the view knew no run of it (run 0: whichever run the
 // transport reached, and this fact is the first about the host since).
 // It runs on the membership watch's goroutine; each shard's mutex is held
 // only to take its requests out, and they are completed after it.
