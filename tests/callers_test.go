@@ -31,8 +31,11 @@ func TestPendingAsksToASIGKILLedNodeEndAtOnceWithUnavailable(t *testing.T) {
 	}
 	seed := time.Now().UnixNano() % 1_000_000
 	t.Logf("seed %d", seed)
-	gw.must(t, fmt.Sprintf("load %d 2 4 %d 1000", objects, seed))
-	n1.must(t, fmt.Sprintf("load %d 2 4 %d 1000", objects, seed+1))
+	// Two senders on each asker, 250 messages a second each (an Ask in
+	// four): load, yet light enough that n2 renews its lease on a starved
+	// machine until it is killed.
+	gw.must(t, fmt.Sprintf("load %d 2 4 %d 250", objects, seed))
+	n1.must(t, fmt.Sprintf("load %d 2 4 %d 250", objects, seed+1))
 
 	// Objects on n2 whose requests never answer: n1 asks the first half,
 	// the gateway the second, each with a deadline of 20 s.
