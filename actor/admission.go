@@ -45,7 +45,21 @@ func (ad *admission) sendRemote(ctx context.Context, host string, t target, m *p
 		return ErrPeerBacklog // not stamped: no gap is left
 	}
 	ad.stamp(t, m)
-	return h.peers.sendMessage(host, m, transport.Frame)
+	// A request of this host notes the run it is handed to (requests.go),
+	// read before the send: a fact about that run that comes meanwhile
+	// is seen by handedTo. A Tell reads nothing more.
+	op, mine := h.requests.own(m)
+	var to peerRun
+	if mine {
+		to = h.peers.view.runOf(host)
+	}
+	if err := h.peers.sendMessage(host, m, transport.Frame); err != nil {
+		return err
+	}
+	if mine {
+		h.requests.handedTo(op, to)
+	}
+	return nil
 }
 
 // stamp gives m, a message this host sends to t's object, its place in

@@ -2,6 +2,7 @@ package actor
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/berthrt/berth/payload"
 )
@@ -59,9 +60,38 @@ var (
 	// matches context.DeadlineExceeded too.
 	ErrPushedBack error = &payload.Error{Kind: payload.DeadlineExceeded, Op: "actor",
 		Detail: "the object's reorder buffer pushed back on this host's sends: nothing was sent, send again", Err: context.DeadlineExceeded}
+	// ErrPeerFailed: Ask whose request this host had handed to another
+	// host (the object ran there, or was on its way there) when that
+	// host was declared failed: the membership reported its lease
+	// expired, its leave without handing its work on, or a new run of
+	// its name, or the Location Store showed the lease of a peer whose
+	// link broke run out (docs/architecture.md, "Submit and
+	// completion"). The Ask ends as soon as this host knows that fact,
+	// not at its deadline. The request may have run — on that host, or
+	// on a host it forwarded it to — and what it did may stand: asking
+	// again may run it twice. Tell and Ask from outside the handlers that
+	// were waiting for credit or room on the link to that host get an
+	// error that wraps it (errors.Is matches) and says that nothing was
+	// sent. Of kind Unavailable; Stats.RequestsFailedWithPeer counts the
+	// requests.
+	ErrPeerFailed = payload.NewError(payload.Unavailable, "actor", "the object's host failed")
 	// ErrRequestTimeout: Ask and AskChannel got no reply by the deadline
 	// (ctx's, the handled message's for an Ask from a handler, or
 	// RequestTimeout). It matches context.DeadlineExceeded too.
 	ErrRequestTimeout error = &payload.Error{Kind: payload.DeadlineExceeded, Op: "actor.Ask",
 		Detail: "no reply before the deadline", Err: context.DeadlineExceeded}
 )
+
+// peerFailed is the error of the requests handed to host when it was
+// declared failed (requestTable.failRun): ErrPeerFailed, with the host's
+// name.
+func peerFailed(host string) error {
+	return fmt.Errorf("host %s failed before it answered (the request may have run): %w", host, ErrPeerFailed)
+}
+
+// peerFailedUnsent is the error of a send from outside the handlers that
+// was waiting for credit or room on the link to host when host was
+// declared failed (peers.waitRoom): nothing was sent.
+func peerFailedUnsent(host string) error {
+	return fmt.Errorf("host %s failed while the send waited for room on its link (nothing was sent): %w", host, ErrPeerFailed)
+}

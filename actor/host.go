@@ -809,44 +809,44 @@ func (h *Host) noteDropped(n *int) {
 // Stats returns a snapshot of the host's gauges and counters.
 func (h *Host) Stats() Stats {
 	return Stats{
-		OwnersActive:      int(h.stats.owners.Load()),
-		QueuedApplication: h.jobs.counters.Queued(mailbox.Application),
-		QueuedLifecycle:   h.jobs.counters.Queued(mailbox.Lifecycle),
-		PermitsInUse:      h.jobs.permits.InUse(),
-		PermitWaiters:     h.jobs.permits.Waiters(),
-		PermitsMax:        h.jobs.permits.Max(),
-		RequestsInFlight:  int(h.stats.inflight.Load()),
-		HeldOutOfOrder:    int(h.stats.heldOut.Load()),
-		GapsClosed:        h.stats.gapsClosed.Load(),
-		Late:              h.stats.late.Load(),
-		OldestGap:         time.Duration(h.gaps.oldestGap.Load()),
-		OverBound:         h.gaps.overHeld.Load(),
-		PressureWaits:     h.gaps.pressureWaits.Load(),
-		PeerWaits:         h.gaps.peerWaits.Load(),
-		PeerRefused:       h.gaps.peerRefused.Load(),
-		LinkRefused:       h.gaps.linkRefused.Load(),
-		Dropped:           h.stats.droppedMsgs.Load(),
-		DroppedOnClose:    h.stats.closeDropped.Load(),
-		Bounced:           h.stats.bouncedMsgs.Load(),
-		Relocations:       h.stats.moved.Load(),
-		MovesUnderWay:     int(h.moves.underWay.Load()),
-		Captured:          h.stats.captured.Load(),
-		Relayed:           h.stats.relayed.Load(),
-		Forwarded:         h.stats.forwarded.Load(),
-		StateWrites:       h.owners.persist.writes.Load(),
-		StateFlushes:      h.owners.persist.flushes.Load(),
-		StateFenced:       h.owners.persist.fencedN.Load(),
-		StateWriteErrors:  h.owners.persist.failures.Load(),
-		OutputsHeld:       int(h.owners.persist.held.Load()),
-		OutputsDropped:    h.stats.droppedOutputs.Load(),
-		Suspicions:        h.stats.suspicions.Load(),
-		SuspectsConfirmed: h.stats.confirmedDead.Load(),
-		Jeopardy:          h.life.state.Load() == stateRunning && !h.gate.live(),
-		Jeopardies:        h.stats.jeopardies.Load(),
-		LeaseLapses:       h.stats.lapses.Load(),
-		OwnershipChecks:   h.stats.checks.Load(),
-		TakenOver:         h.stats.takenOver.Load(),
-		Payload:           h.pool.Stats(),
+		OwnersActive:           int(h.stats.owners.Load()),
+		QueuedApplication:      h.jobs.counters.Queued(mailbox.Application),
+		QueuedLifecycle:        h.jobs.counters.Queued(mailbox.Lifecycle),
+		PermitsInUse:           h.jobs.permits.InUse(),
+		PermitWaiters:          h.jobs.permits.Waiters(),
+		PermitsMax:             h.jobs.permits.Max(),
+		RequestsInFlight:       int(h.stats.inflight.Load()),
+		HeldOutOfOrder:         int(h.stats.heldOut.Load()),
+		GapsClosed:             h.stats.gapsClosed.Load(),
+		Late:                   h.stats.late.Load(),
+		OldestGap:              time.Duration(h.gaps.oldestGap.Load()),
+		OverBound:              h.gaps.overHeld.Load(),
+		PressureWaits:          h.gaps.pressureWaits.Load(),
+		PeerWaits:              h.gaps.peerWaits.Load(),
+		PeerRefused:            h.gaps.peerRefused.Load(),
+		LinkRefused:            h.gaps.linkRefused.Load(),
+		Dropped:                h.stats.droppedMsgs.Load(),
+		DroppedOnClose:         h.stats.closeDropped.Load(),
+		Bounced:                h.stats.bouncedMsgs.Load(),
+		Relocations:            h.stats.moved.Load(),
+		MovesUnderWay:          int(h.moves.underWay.Load()),
+		Captured:               h.stats.captured.Load(),
+		Relayed:                h.stats.relayed.Load(),
+		Forwarded:              h.stats.forwarded.Load(),
+		StateWrites:            h.owners.persist.writes.Load(),
+		StateFlushes:           h.owners.persist.flushes.Load(),
+		StateFenced:            h.owners.persist.fencedN.Load(),
+		StateWriteErrors:       h.owners.persist.failures.Load(),
+		OutputsHeld:            int(h.owners.persist.held.Load()),
+		OutputsDropped:         h.stats.droppedOutputs.Load(),
+		Suspicions:             h.stats.suspicions.Load(),
+		SuspectsConfirmed:      h.stats.confirmedDead.Load(),
+		RequestsFailedWithPeer: h.stats.failedWithPeer.Load(),
+		Jeopardies:             h.stats.jeopardies.Load(),
+		LeaseLapses:            h.stats.lapses.Load(),
+		OwnershipChecks:        h.stats.checks.Load(),
+		TakenOver:              h.stats.takenOver.Load(),
+		Payload:                h.pool.Stats(),
 	}
 }
 
@@ -976,9 +976,13 @@ func (h *Host) watchMembers(ch <-chan membership.Event) {
 			h.peers.view.markDead(m.Name, m.LeaseGen)
 			ev = confirmedExpiry(m)
 		}
-		for _, name := range h.peers.view.apply(ev) {
-			if name != h.name {
-				h.gaps.failed(name, ev.Type.String())
+		for _, r := range h.peers.view.apply(ev) {
+			if r.name != h.name {
+				// The requests handed to the failed run end now, not
+				// at their deadlines (the view already shows the run
+				// failed: requests.go).
+				h.requests.failRun(r)
+				h.gaps.failed(r.name, ev.Type.String())
 			}
 		}
 		h.peers.tellDirectory()

@@ -801,6 +801,18 @@ func (d *moveDriver) takeHeld() [][]byte {
 	// Releasing gives permits back, which may admit a waiting send at once
 	// (a look-up, a send): after the driver's lock.
 	done := append(append(held, copies...), d.captured...)
+	// Past relay-ready these messages are the target's, in the move record
+	// or the relays: a request of this host among them is failed with the
+	// target (requests.go).
+	to := h.peers.view.runOf(d.peer)
+	for _, e := range done {
+		if e.Msg == nil {
+			continue
+		}
+		if op, mine := h.requests.own(e.Msg); mine {
+			h.requests.handedTo(op, to)
+		}
+	}
 	d.later(func() {
 		for _, e := range done {
 			e.Release()

@@ -82,44 +82,45 @@ type StatsSource interface {
 
 // Stats is a snapshot of a host's gauges and counters.
 type Stats struct {
-	OwnersActive      int           // objects and channel subscribers with an owner here
-	QueuedApplication int64         // application items queued (held included)
-	QueuedLifecycle   int64         // lifecycle items queued
-	PermitsInUse      int           // host-wide job permits in use
-	PermitWaiters     int           // senders waiting for a permit
-	PermitsMax        int           // MaxQueuedApplicationJobs
-	RequestsInFlight  int           // requests waiting for replies
-	HeldOutOfOrder    int           // messages held because an older one of their sender has not arrived
-	GapsClosed        int64         // sequence numbers given up on after a host failure (lost with that host)
-	Late              int64         // messages run after a gap before them was given up on
-	OldestGap         time.Duration // how long the longest-waiting gap of any object here has waited (0: none)
-	OverBound         int64         // arrivals that found their sender past an object's reorder bound (it was told to pause)
-	PressureWaits     int64         // sends from outside the handlers that waited for an object's reorder buffer
-	PeerWaits         int64         // sends from outside the handlers that waited for credit at the object's host (Config.PeerInbound)
-	PeerRefused       int64         // messages from peers refused because this host kept Config.PeerInbound of theirs already
-	LinkRefused       int64         // items not sent because the link to their host was past its bound (the host did not take what was sent): a send got ErrPeerBacklog, a reply or advice was dropped
-	DroppedOnClose    int64         // accepted messages Close ended unrun (ShuttingDown): queued, held, or waiting in a sender
-	Dropped           int64         // stamped messages this host could not deliver (their senders got an error; a skip notice followed)
-	Bounced           int64         // messages sent back to their origin to be routed again
-	Relocations       int64         // moves completed with this host as source or target
-	MovesUnderWay     int           // moves this host takes part in now, as source or target
-	Captured          int64         // queued messages moved in move records (this host the source)
-	Relayed           int64         // messages relayed after relay-ready (this host the source)
-	Forwarded         int64         // messages handed on by Message Follow or a route (hops taken here)
-	StateWrites       int64         // persistent objects' state writes that landed (Kind.PersistState)
-	StateFlushes      int64         // state store calls made: each flush writes every state queued
-	StateFenced       int64         // state writes fenced: a newer owner had the object; the activation ended
-	StateWriteErrors  int64         // state store calls that failed (their writes are retried; outputs wait)
-	OutputsHeld       int           // outputs of persistent objects waiting for their turn's write now
-	OutputsDropped    int64         // outputs and queued messages of persistent objects ended as failures (fenced, capture failed)
-	Suspicions        int64         // links to a peer that broke and made this host check the peer's lease in the Location Store
-	SuspectsConfirmed int64         // of those, peers the store showed past their lease whose end the check found in the membership before its watch told of it (dropped from the view at once)
-	Jeopardy          bool          // the host is in jeopardy now: its lease ran out before a renewal was answered, and its objects run no turn
-	Jeopardies        int64         // times the host went into jeopardy
-	LeaseLapses       int64         // renewals that found the host's lease lapsed in the Location Store
-	OwnershipChecks   int64         // times the host checked its objects' ownership before they ran again: after a lapse, or a renewal whose answer was lost (it may have found one)
-	TakenOver         int64         // objects another host took over while this host's lease had lapsed, dropped here
-	Payload           payload.Stats // copy accounting of the host's payload pool
+	OwnersActive           int           // objects and channel subscribers with an owner here
+	QueuedApplication      int64         // application items queued (held included)
+	QueuedLifecycle        int64         // lifecycle items queued
+	PermitsInUse           int           // host-wide job permits in use
+	PermitWaiters          int           // senders waiting for a permit
+	PermitsMax             int           // MaxQueuedApplicationJobs
+	RequestsInFlight       int           // requests waiting for replies
+	HeldOutOfOrder         int           // messages held because an older one of their sender has not arrived
+	GapsClosed             int64         // sequence numbers given up on after a host failure (lost with that host)
+	Late                   int64         // messages run after a gap before them was given up on
+	OldestGap              time.Duration // how long the longest-waiting gap of any object here has waited (0: none)
+	OverBound              int64         // arrivals that found their sender past an object's reorder bound (it was told to pause)
+	PressureWaits          int64         // sends from outside the handlers that waited for an object's reorder buffer
+	PeerWaits              int64         // sends from outside the handlers that waited for credit at the object's host (Config.PeerInbound)
+	PeerRefused            int64         // messages from peers refused because this host kept Config.PeerInbound of theirs already
+	LinkRefused            int64         // items not sent because the link to their host was past its bound (the host did not take what was sent): a send got ErrPeerBacklog, a reply or advice was dropped
+	DroppedOnClose         int64         // accepted messages Close ended unrun (ShuttingDown): queued, held, or waiting in a sender
+	Dropped                int64         // stamped messages this host could not deliver (their senders got an error; a skip notice followed)
+	Bounced                int64         // messages sent back to their origin to be routed again
+	Relocations            int64         // moves completed with this host as source or target
+	MovesUnderWay          int           // moves this host takes part in now, as source or target
+	Captured               int64         // queued messages moved in move records (this host the source)
+	Relayed                int64         // messages relayed after relay-ready (this host the source)
+	Forwarded              int64         // messages handed on by Message Follow or a route (hops taken here)
+	StateWrites            int64         // persistent objects' state writes that landed (Kind.PersistState)
+	StateFlushes           int64         // state store calls made: each flush writes every state queued
+	StateFenced            int64         // state writes fenced: a newer owner had the object; the activation ended
+	StateWriteErrors       int64         // state store calls that failed (their writes are retried; outputs wait)
+	OutputsHeld            int           // outputs of persistent objects waiting for their turn's write now
+	OutputsDropped         int64         // outputs and queued messages of persistent objects ended as failures (fenced, capture failed)
+	Suspicions             int64         // links to a peer that broke and made this host check the peer's lease in the Location Store
+	SuspectsConfirmed      int64         // of those, peers the store showed past their lease whose end the check found in the membership before its watch told of it (dropped from the view at once)
+	RequestsFailedWithPeer int64         // requests ended with ErrPeerFailed once the host their message was handed to was declared failed, before their deadline (they may have run)
+	Jeopardy               bool          // the host is in jeopardy now: its lease ran out before a renewal was answered, and its objects run no turn
+	Jeopardies             int64         // times the host went into jeopardy
+	LeaseLapses            int64         // renewals that found the host's lease lapsed in the Location Store
+	OwnershipChecks        int64         // times the host checked its objects' ownership before they ran again: after a lapse, or a renewal whose answer was lost (it may have found one)
+	TakenOver              int64         // objects another host took over while this host's lease had lapsed, dropped here
+	Payload                payload.Stats // copy accounting of the host's payload pool
 }
 
 type noObserver struct{}

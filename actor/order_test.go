@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -610,22 +611,31 @@ func TestMembershipFailureFacts(t *testing.T) {
 		m("a", 1, membership.Serving), m("b", 1, membership.Serving), m("c", 1, membership.Serving), m("d", 1, membership.Serving)}})
 	for _, tc := range []struct {
 		ev   membership.Event
-		want []string
+		want []peerRun
 	}{
 		{membership.Event{Type: membership.Joined, Member: m("e", 1, membership.Serving)}, nil},
 		{membership.Event{Type: membership.StateChanged, Member: m("a", 1, membership.Draining), From: membership.Serving}, nil},
 		{membership.Event{Type: membership.StateChanged, Member: m("a", 1, membership.Gone), From: membership.Draining}, nil},
 		{membership.Event{Type: membership.Left, Member: m("a", 1, membership.Gone)}, nil},
-		{membership.Event{Type: membership.Left, Member: m("b", 1, membership.Draining)}, []string{"b"}},
-		{membership.Event{Type: membership.Expired, Member: m("c", 1, membership.Serving)}, []string{"c"}},
-		{membership.Event{Type: membership.Joined, Member: m("d", 2, membership.Serving)}, []string{"d"}},
-		{membership.Event{Type: membership.Sync, Members: []membership.Member{m("d", 2, membership.Serving)}}, []string{"e"}},
+		{membership.Event{Type: membership.Left, Member: m("b", 1, membership.Draining)}, []peerRun{{"b", 1}}},
+		{membership.Event{Type: membership.Expired, Member: m("c", 1, membership.Serving)}, []peerRun{{"c", 1}}},
+		// The run that failed is the old one the new run replaced.
+		{membership.Event{Type: membership.Joined, Member: m("d", 2, membership.Serving)}, []peerRun{{"d", 1}}},
+		{membership.Event{Type: membership.Sync, Members: []membership.Member{m("d", 2, membership.Serving)}}, []peerRun{{"e", 1}}},
 	} {
 		got := v.apply(tc.ev)
-		slices.Sort(got)
+		slices.SortFunc(got, func(a, b peerRun) int { return strings.Compare(a.name, b.name) })
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("%v of %s (gen %d): failures %v, want %v", tc.ev.Type, tc.ev.Member.Name, tc.ev.Member.LeaseGen, got, tc.want)
 		}
+		for _, r := range tc.want {
+			if !v.runFailed(r) {
+				t.Errorf("%v of %s (gen %d): the view does not show run %v failed", tc.ev.Type, tc.ev.Member.Name, tc.ev.Member.LeaseGen, r)
+			}
+		}
+	}
+	if v.runFailed(peerRun{"a", 1}) || v.runFailed(peerRun{"d", 2}) {
+		t.Error("the view shows a run that handed its work on, or a live one, failed")
 	}
 }
 

@@ -20,7 +20,8 @@ import (
 //
 // Owns: the transport and the membership (set once by Start), the peer
 // view (members from the membership watch, link states and loads from the
-// transport's events and the peers' load reports), the directory of
+// transport's events and the peers' load reports, the runs a failure fact
+// was about and the sends waiting on a run), the directory of
 // addresses, this host's load reports, the per-peer state it keeps
 // (inboundFrom: the permit source, slow lane, budget and credit of one
 // peer), and every item it sends: frames, records, hints, control items,
@@ -230,18 +231,24 @@ func (pr *peers) reportLoad(all bool) {
 // waitRoom waits until the link to host has room for an external send
 // and host has credit for it (peerbudget.go): at once,
 // without a context of its own, when so; else until ctx ends (its error),
-// SendTimeout passes (ErrSendTimeout) or the host closes
-// (ErrShuttingDown).
+// SendTimeout passes (ErrSendTimeout), the host closes
+// (ErrShuttingDown), or the run of host the wait began with is declared
+// failed (a failure fact, peerView.whenFailed: an error wrapping
+// ErrPeerFailed; nothing was sent). No lock is held while it waits.
 func (pr *peers) waitRoom(ctx context.Context, host string, n int) error {
 	h := pr.h
 	c := pr.creditOf(host)
 	if c.open(int64(n)) && pr.tr.WaitRoom(doneCtx, host) == nil {
 		return nil
 	}
+	run := pr.view.runOf(host)
 	wctx, cancel := context.WithTimeout(ctx, h.cfg.SendTimeout)
 	defer cancel()
 	stop := context.AfterFunc(h.life.ctx, cancel)
 	defer stop()
+	// A failed run never gives credit or room: the fact ends the wait.
+	stopFailed := context.AfterFunc(pr.view.whenFailed(run), cancel)
+	defer stopFailed()
 	if !c.open(int64(n)) {
 		// What this host sent the peer and the peer keeps fills its
 		// window (peerbudget.go): wait for a credit report, asking the
@@ -267,6 +274,8 @@ func (pr *peers) waitRoom(ctx context.Context, host string, n int) error {
 	switch {
 	case h.life.ctx.Err() != nil:
 		return ErrShuttingDown
+	case pr.view.runFailed(run):
+		return peerFailedUnsent(host)
 	case ctx.Err() != nil:
 		return ctxErr(ctx)
 	}
@@ -301,9 +310,21 @@ type peerView struct {
 	mu      sync.RWMutex
 	members map[string]membership.Member // by name, this host's own included
 	links   map[string]*peerLink
-	// maxMsg is each member's MaxMessage, rebuilt (under mu) when members
-	// change: the send path reads it without a lock.
-	maxMsg atomic.Pointer[map[string]int64]
+	// now is, per name, what the send path reads without a lock: the
+	// member's MaxMessage and run, and the newest run of the name a
+	// failure fact was about. Rebuilt (under mu) by every event, before
+	// apply returns the failed runs: a sender that reads it after noting
+	// where its request went sees every failure reported before
+	// (requestTable.handedTo).
+	now atomic.Pointer[map[string]peerNow]
+	// failed is the newest run of each name a failure fact was about
+	// (apply): one per name that ever failed, like dead.
+	failed map[string]uint64
+	// failWaits are the contexts of senders waiting for credit or room
+	// on the link to a run (whenFailed), cancelled when a failure fact
+	// is about that run or a newer one of its name; dropped, not
+	// cancelled, when the run leaves having handed its work on.
+	failWaits map[peerRun]failWait
 	// handedOn are the runs (name → lease generation) that went Gone: they
 	// handed all their work on, so their leaving is no failure.
 	handedOn map[string]uint64
@@ -424,23 +445,132 @@ func (v *peerView) deadRun(name string, gen uint64) bool {
 	return ok && gen <= d
 }
 
+// peerRun is one run of a host: its name and its lease generation (run
+// 0: a run the view did not list).
+type peerRun struct {
+	name string
+	run  uint64
+}
+
+// peerNow is what the send path reads of a name without a lock
+// (peerView.now).
+type peerNow struct {
+	maxMsg int64  // the member's MaxMessage (0: not a member)
+	run    uint64 // the member's run (0: not a member)
+	failed uint64 // the newest run of the name a failure fact was about (0: none)
+}
+
+// failWait is a context cancelled when a run is declared failed.
+type failWait struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
 // apply applies one membership event to the view.
-// It returns the hosts whose leaving the event shows to be a failure —
+// It returns the runs whose leaving the event shows to be a failure —
 // failure facts (gaps.go): an expiry; a leave of a run that had not gone
 // Gone (it did not hand all its work on); a member missing from a Sync,
 // or replaced by a new run of its name (its leave or expiry was not
-// seen). A run that went Gone has handed its
-// work on: its leave is no failure.
-func (v *peerView) apply(ev membership.Event) (failed []string) {
+// seen). A run that went Gone has handed its work on: its leave is no
+// failure. The senders waiting for credit or room on the link to a
+// failed run (whenFailed) are woken after the view's lock.
+func (v *peerView) apply(ev membership.Event) (failed []peerRun) {
+	v.mu.Lock()
+	failed = v.applyLocked(ev)
+	var wake []context.CancelFunc
+	for _, r := range failed {
+		if v.failed == nil {
+			v.failed = map[string]uint64{}
+		}
+		v.failed[r.name] = max(v.failed[r.name], r.run)
+		for w, fw := range v.failWaits {
+			if w.name == r.name && w.run <= r.run {
+				wake = append(wake, fw.cancel)
+				delete(v.failWaits, w)
+			}
+		}
+	}
+	if ev.Type == membership.Left {
+		// A run that handed its work on: its waiters end by their own
+		// deadlines (nothing failed).
+		delete(v.failWaits, peerRun{ev.Member.Name, ev.Member.LeaseGen})
+	}
+	v.publishLocked()
+	v.mu.Unlock()
+	for _, cancel := range wake {
+		cancel()
+	}
+	return failed
+}
+
+// publishLocked rebuilds now from the members and the failed runs. v.mu
+// held.
+func (v *peerView) publishLocked() {
+	m := make(map[string]peerNow, len(v.members)+len(v.failed))
+	for name, run := range v.failed {
+		m[name] = peerNow{failed: run}
+	}
+	for name, mem := range v.members {
+		p := m[name]
+		p.maxMsg, p.run = mem.MaxMessage, mem.LeaseGen
+		m[name] = p
+	}
+	v.now.Store(&m)
+}
+
+// at returns what the view knows of name now, without a lock.
+func (v *peerView) at(name string) peerNow {
+	if m := v.now.Load(); m != nil {
+		return (*m)[name]
+	}
+	return peerNow{}
+}
+
+// runOf returns the run of host name that what is sent to it now
+// reaches, as the view knows it: the member's; for a name that is no
+// member, the newest run of it a failure fact was about (what is handed
+// to it is handed to a failed run: a new run the view has not seen yet
+// would answer, but none may come); else 0, unknown.
+func (v *peerView) runOf(name string) peerRun {
+	p := v.at(name)
+	if p.run == 0 {
+		return peerRun{name: name, run: p.failed}
+	}
+	return peerRun{name: name, run: p.run}
+}
+
+// runFailed reports whether a failure fact was about run r, or a newer
+// run of its name, already (an unknown run, 0, never).
+func (v *peerView) runFailed(r peerRun) bool {
+	return r.run != 0 && v.at(r.name).failed >= r.run
+}
+
+// whenFailed returns a context cancelled once a failure fact is about run
+// r (or a newer run of its name): at once if one was. An unknown run (0)
+// gets a context that is never cancelled. The context is shared by every
+// waiter of the run and lives until the run fails or leaves.
+func (v *peerView) whenFailed(r peerRun) context.Context {
+	if r.run == 0 {
+		return context.Background()
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	defer func() {
-		m := make(map[string]int64, len(v.members))
-		for name, mem := range v.members {
-			m[name] = mem.MaxMessage
+	if v.failed[r.name] >= r.run {
+		return doneCtx
+	}
+	fw, ok := v.failWaits[r]
+	if !ok {
+		if v.failWaits == nil {
+			v.failWaits = map[peerRun]failWait{}
 		}
-		v.maxMsg.Store(&m)
-	}()
+		fw.ctx, fw.cancel = context.WithCancel(context.Background())
+		v.failWaits[r] = fw
+	}
+	return fw.ctx
+}
+
+// applyLocked is apply's change of the members. v.mu held.
+func (v *peerView) applyLocked(ev membership.Event) (failed []peerRun) {
 	switch ev.Type {
 	case membership.Sync:
 		now := make(map[string]membership.Member, len(ev.Members))
@@ -456,7 +586,7 @@ func (v *peerView) apply(ev membership.Event) (failed []string) {
 		}
 		for name, m := range v.members {
 			if cur, ok := now[name]; !ok || cur.LeaseGen != m.LeaseGen {
-				failed = append(failed, name)
+				failed = append(failed, peerRun{name, m.LeaseGen})
 			}
 		}
 		v.members = now
@@ -478,7 +608,7 @@ func (v *peerView) apply(ev membership.Event) (failed []string) {
 	switch {
 	case ev.Type == membership.Joined, ev.Type == membership.StateChanged && ev.Member.State != membership.Gone:
 		if cur, ok := v.members[ev.Member.Name]; ok && cur.LeaseGen != ev.Member.LeaseGen {
-			failed = append(failed, cur.Name) // a new run of the name: the old one ended unseen
+			failed = append(failed, peerRun{cur.Name, cur.LeaseGen}) // a new run of the name: the old one ended unseen
 		}
 		v.members[ev.Member.Name] = ev.Member
 		return failed
@@ -494,10 +624,10 @@ func (v *peerView) apply(ev membership.Event) (failed []string) {
 			v.closing[ev.Member.Name] = cur
 		}
 	case ev.Type == membership.Expired:
-		failed = append(failed, ev.Member.Name)
+		failed = append(failed, peerRun{ev.Member.Name, ev.Member.LeaseGen})
 	case ev.Type == membership.Left:
 		if gen, ok := v.handedOn[ev.Member.Name]; !ok || gen != ev.Member.LeaseGen {
-			failed = append(failed, ev.Member.Name)
+			failed = append(failed, peerRun{ev.Member.Name, ev.Member.LeaseGen})
 		}
 	}
 	if ev.Type == membership.Left || ev.Type == membership.Expired {
@@ -523,12 +653,7 @@ func (v *peerView) member(name string) (membership.Member, bool) {
 }
 
 // maxMessage returns the largest message host name admits (0: unknown).
-func (v *peerView) maxMessage(name string) int64 {
-	if m := v.maxMsg.Load(); m != nil {
-		return (*m)[name]
-	}
-	return 0
-}
+func (v *peerView) maxMessage(name string) int64 { return v.at(name).maxMsg }
 
 // known reports whether host name is a member, or a peer this host's
 // transport has reported (one that left since included: its messages may

@@ -301,8 +301,16 @@ func (rt *router) forward(kr *kindRuntime, id string, m *payload.Message, p plac
 			return
 		}
 		origin := string(hv.Origin()) // m is gone once sent
+		op, mine := h.requests.own(m) // a request of this host notes where it went (requests.go)
+		var to peerRun
+		if mine {
+			to = h.peers.view.runOf(d.Host)
+		}
 		err := rt.sendHop(m, d.Host, hop.Hops+1, d.Gen)
 		if err == nil {
+			if mine {
+				h.requests.handedTo(op, to)
+			}
 			h.stats.forwarded.Add(1)
 			if origin != "" && origin != h.name && origin != d.Host {
 				h.peers.sendHint(origin, obj, d.Host, d.Gen)

@@ -19,7 +19,9 @@ const flagReply uint8 = 1
 // The declared type M selects the codec and the handler.
 //
 // From outside a handler, Tell first waits (cancellably) for a job permit,
-// then, if the owner's lane is full, up to SendTimeout for room. Errors:
+// then, if the owner's lane is full, up to SendTimeout for room (or for
+// credit and room on the link to the owner's host: a failure of that host
+// ends the wait with an error wrapping ErrPeerFailed, nothing sent). Errors:
 // NotFound (no such kind, or no handler for M), ShuttingDown, DeadlineExceeded
 // (ErrSendTimeout; or ctx's deadline passed or ctx was cancelled — the
 // error then also matches context.DeadlineExceeded or context.Canceled),
@@ -56,7 +58,19 @@ func Tell[M any](ctx context.Context, h *Host, to Ref, msg M) error {
 // Ask sends request msg to object to and waits for its reply, which the
 // object's request handler for M returns. It completes exactly once, with
 // whichever comes first: the reply, the handler's error, the deadline (ctx's,
-// or RequestTimeout), cancellation of ctx, or the host shutting down.
+// or RequestTimeout), cancellation of ctx, the host shutting down, or the
+// failure of the host the request was handed to.
+//
+// When the host that this host handed the request to (the object's host,
+// or the host a move carried it to) is declared failed — the membership
+// reports its lease expired, its leave without handing its work on, or a
+// new run of its name, or the Location Store shows the lease of a peer
+// whose link broke run out — Ask ends with ErrPeerFailed (Unavailable) as
+// soon as this host knows that fact, not at its deadline. The request may
+// have run, there or on a host it was forwarded to, and what it did may
+// stand: asking again may run it twice. An Ask from outside the handlers
+// that was still waiting for credit or room on the link to that host gets
+// an error that wraps ErrPeerFailed and says that nothing was sent.
 //
 // An Ask from a handler has the deadline of the message the handler runs,
 // if that is sooner. A context already done sends nothing. Timeouts and
@@ -68,7 +82,8 @@ func Tell[M any](ctx context.Context, h *Host, to Ref, msg M) error {
 // ErrReentrant), TypeMismatch (the handler replies with another type than
 // R), CapacityExceeded (ErrTooManyRequests), ShuttingDown; then those of
 // Tell; then the handler's error, InternalFailure if it panicked,
-// DeadlineExceeded (ErrRequestTimeout), ShuttingDown.
+// DeadlineExceeded (ErrRequestTimeout), ShuttingDown, Unavailable
+// (ErrPeerFailed).
 func Ask[M, R any](ctx context.Context, h *Host, to Ref, msg M) (R, error) {
 	var zero R
 	turn := turnOf(ctx)

@@ -26,6 +26,7 @@ type hostStats struct {
 	droppedOutputs atomic.Int64 // outputs of persistent owners ended as failures (Stats.OutputsDropped)
 	suspicions     atomic.Int64 // checks of a suspected peer's lease started (Stats.Suspicions)
 	confirmedDead  atomic.Int64 // suspected peers the Location Store showed dead (Stats.SuspectsConfirmed)
+	failedWithPeer atomic.Int64 // requests ended because the host their message was handed to failed (Stats.RequestsFailedWithPeer)
 	jeopardies     atomic.Int64 // times the lease ran out before a renewal was answered (Stats.Jeopardies)
 	lapses         atomic.Int64 // renewals that found the lease lapsed in the store (Stats.LeaseLapses)
 	checks         atomic.Int64 // ownership checks of all objects after a lapse or a lost answer (Stats.OwnershipChecks)

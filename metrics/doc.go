@@ -32,6 +32,7 @@
 //	berth_permit_waiters{host}                     senders waiting for a permit
 //	berth_permits_max{host}                        job permits in all
 //	berth_requests_in_flight{host}                 requests waiting for replies
+//	berth_requests_failed_with_peer_total{host}    requests ended at once: the host they were handed to failed
 //	berth_payload_decodes_total{host}              codec decodes
 //	berth_payload_full_copies_total{host}          whole-buffer copies
 //	berth_payload_full_copy_bytes_total{host}      bytes those copies copied

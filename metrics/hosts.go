@@ -22,6 +22,7 @@ type hostCollector struct {
 	permitWaiters    *prometheus.Desc
 	permitsMax       *prometheus.Desc
 	requestsInFlight *prometheus.Desc
+	requestsFailed   *prometheus.Desc
 	decodes          *prometheus.Desc
 	fullCopies       *prometheus.Desc
 	fullCopyBytes    *prometheus.Desc
@@ -69,6 +70,8 @@ func newHostCollector() *hostCollector {
 			"Host-wide job permits (MaxQueuedApplicationJobs)."),
 		requestsInFlight: desc("requests_in_flight",
 			"Requests waiting for replies."),
+		requestsFailed: desc("requests_failed_with_peer_total",
+			"Requests ended at once because the host their message was handed to was declared failed (they may have run)."),
 		decodes: desc("payload_decodes_total",
 			"Codec decodes: each builds a handler's message once."),
 		fullCopies: desc("payload_full_copies_total",
@@ -135,7 +138,7 @@ func (c *hostCollector) attach(s actor.StatsSource) {
 func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.ownersActive, c.laneDepth, c.permitsInUse, c.permitWaiters, c.permitsMax,
-		c.requestsInFlight, c.decodes, c.fullCopies, c.fullCopyBytes, c.views,
+		c.requestsInFlight, c.requestsFailed, c.decodes, c.fullCopies, c.fullCopyBytes, c.views,
 		c.heldOutOfOrder, c.gapsClosed, c.late, c.oldestGap, c.overBound, c.pressureWaits, c.peerWaits, c.peerRefused, c.linkRefused, c.dropped, c.droppedOnClose, c.bounced, c.relocations, c.captured, c.relayed, c.forwarded,
 		c.stateWrites, c.stateFlushes, c.stateFenced, c.stateErrors, c.outputsHeld, c.outputsDropped,
 	} {
@@ -174,6 +177,7 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.permitWaiters, float64(st.PermitWaiters))
 		gauge(c.permitsMax, float64(st.PermitsMax))
 		gauge(c.requestsInFlight, float64(st.RequestsInFlight))
+		counter(c.requestsFailed, uint64(st.RequestsFailedWithPeer))
 		counter(c.decodes, st.Payload.Decodes)
 		counter(c.fullCopies, st.Payload.FullCopies)
 		counter(c.fullCopyBytes, st.Payload.FullCopyBytes)

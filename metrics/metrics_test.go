@@ -54,6 +54,7 @@ var hostSeries = []string{
 	"berth_permit_waiters",
 	"berth_permits_max",
 	"berth_requests_in_flight",
+	"berth_requests_failed_with_peer_total",
 	"berth_payload_decodes_total",
 	"berth_payload_full_copies_total",
 	"berth_payload_full_copy_bytes_total",
@@ -244,36 +245,37 @@ func TestHostGauges(t *testing.T) {
 	m := metrics.New(reg)
 	a := &fakeHost{name: "a"}
 	a.set(actor.Stats{
-		OwnersActive:      3,
-		QueuedApplication: 11,
-		QueuedLifecycle:   2,
-		PermitsInUse:      9,
-		PermitWaiters:     4,
-		PermitsMax:        1024,
-		RequestsInFlight:  5,
-		HeldOutOfOrder:    12,
-		GapsClosed:        17,
-		Late:              18,
-		OldestGap:         2500 * time.Millisecond,
-		OverBound:         22,
-		PressureWaits:     23,
-		PeerWaits:         24,
-		PeerRefused:       25,
-		LinkRefused:       26,
-		Dropped:           19,
-		DroppedOnClose:    21,
-		Bounced:           20,
-		Relocations:       13,
-		Captured:          14,
-		Relayed:           15,
-		Forwarded:         16,
-		StateWrites:       30,
-		StateFlushes:      31,
-		StateFenced:       32,
-		StateWriteErrors:  33,
-		OutputsHeld:       34,
-		OutputsDropped:    35,
-		Payload:           payload.Stats{Decodes: 40, FullCopies: 6, FullCopyBytes: 600, Views: 70, Allocated: 1, Buffers: 2},
+		OwnersActive:           3,
+		QueuedApplication:      11,
+		QueuedLifecycle:        2,
+		PermitsInUse:           9,
+		PermitWaiters:          4,
+		PermitsMax:             1024,
+		RequestsInFlight:       5,
+		RequestsFailedWithPeer: 27,
+		HeldOutOfOrder:         12,
+		GapsClosed:             17,
+		Late:                   18,
+		OldestGap:              2500 * time.Millisecond,
+		OverBound:              22,
+		PressureWaits:          23,
+		PeerWaits:              24,
+		PeerRefused:            25,
+		LinkRefused:            26,
+		Dropped:                19,
+		DroppedOnClose:         21,
+		Bounced:                20,
+		Relocations:            13,
+		Captured:               14,
+		Relayed:                15,
+		Forwarded:              16,
+		StateWrites:            30,
+		StateFlushes:           31,
+		StateFenced:            32,
+		StateWriteErrors:       33,
+		OutputsHeld:            34,
+		OutputsDropped:         35,
+		Payload:                payload.Stats{Decodes: 40, FullCopies: 6, FullCopyBytes: 600, Views: 70, Allocated: 1, Buffers: 2},
 	})
 	m.Attach(a)
 
@@ -297,6 +299,9 @@ berth_permits_max{host="a"} 1024
 # HELP berth_requests_in_flight Requests waiting for replies.
 # TYPE berth_requests_in_flight gauge
 berth_requests_in_flight{host="a"} 5
+# HELP berth_requests_failed_with_peer_total Requests ended at once because the host their message was handed to was declared failed (they may have run).
+# TYPE berth_requests_failed_with_peer_total counter
+berth_requests_failed_with_peer_total{host="a"} 27
 # HELP berth_payload_decodes_total Codec decodes: each builds a handler's message once.
 # TYPE berth_payload_decodes_total counter
 berth_payload_decodes_total{host="a"} 40

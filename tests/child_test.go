@@ -345,6 +345,44 @@ type childCtl struct {
 	moversWG   sync.WaitGroup
 	moverMu    sync.Mutex
 	moverStats moverReport
+
+	hangWG  sync.WaitGroup // the Asks of hang
+	hangMu  sync.Mutex
+	hangRes []hangResult // guarded by hangMu
+}
+
+// hangResult is how one Ask of the hang command ended.
+type hangResult struct {
+	Object     string `json:"object"`
+	Start      int64  `json:"start"`    // unix ns
+	End        int64  `json:"end"`      // unix ns
+	Deadline   int64  `json:"deadline"` // unix ns
+	Err        string `json:"err,omitempty"`
+	Kind       string `json:"kind,omitempty"`
+	PeerFailed bool   `json:"peerFailed"` // errors.Is(err, actor.ErrPeerFailed)
+}
+
+// hang asks hangAsk of tally objects <prefix>from..<prefix>to-1, each
+// with a deadline d from now, on goroutines of their own.
+func (c *childCtl) hang(from, to int, prefix string, d time.Duration) {
+	for i := from; i < to; i++ {
+		c.hangWG.Add(1)
+		go func() {
+			defer c.hangWG.Done()
+			ref := actor.Ref{Kind: "tally", ID: prefix + strconv.Itoa(i)}
+			start := time.Now()
+			ctx, cancel := context.WithDeadline(context.Background(), start.Add(d))
+			defer cancel()
+			_, err := actor.Ask[hangAsk, int](ctx, c.h, ref, hangAsk{})
+			r := hangResult{Object: ref.ID, Start: start.UnixNano(), End: time.Now().UnixNano(), Deadline: start.Add(d).UnixNano()}
+			if err != nil {
+				r.Err, r.Kind, r.PeerFailed = err.Error(), payload.KindOf(err).String(), errors.Is(err, actor.ErrPeerFailed)
+			}
+			c.hangMu.Lock()
+			c.hangRes = append(c.hangRes, r)
+			c.hangMu.Unlock()
+		}()
+	}
 }
 
 func jsonLine(prefix string, v any) string {
@@ -424,6 +462,16 @@ func (c *childCtl) do(line string) (reply string, exit bool) {
 			return "err " + err.Error(), false
 		}
 		return "ok " + strconv.FormatInt(time.Since(start).Milliseconds(), 10) + " " + pausesCSV(c.h), true
+	case "hang": // hang <from> <to> <prefix> <seconds>: asks hangAsk of tally objects <prefix><from>..<prefix><to-1>, each with that deadline, on goroutines of their own
+		c.hang(atoi(f[1]), atoi(f[2]), f[3], time.Duration(atoi(f[4]))*time.Second)
+		return "ok", false
+	case "hanging": // hanging → ok <n>: hangAsk handlers running here
+		return "ok " + strconv.FormatInt(hangingNow.Load(), 10), false
+	case "hangs": // hangs → ok <json []hangResult> once every Ask of hang ended
+		c.hangWG.Wait()
+		c.hangMu.Lock()
+		defer c.hangMu.Unlock()
+		return jsonLine("ok", c.hangRes), false
 	case "tcpstats": // tcpstats → ok <json tcp.Stats> of the host's transport
 		b, _ := json.Marshal(c.tcp().Stats())
 		return "ok " + string(b), false

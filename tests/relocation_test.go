@@ -47,6 +47,12 @@ type numberedAsk struct {
 
 type readTally struct{}
 
+// hangAsk is a request whose handler never replies: it runs until its
+// host closes (or its process dies). hangingNow counts the ones running.
+type hangAsk struct{}
+
+var hangingNow atomic.Int64
+
 // padded is a numbered message carrying n bytes besides its number: the
 // tests of large messages across processes.
 type padded struct {
@@ -75,6 +81,12 @@ func tallyKind() *actor.Kind[tally] {
 		return m.Seq, nil
 	})
 	actor.HandleRequest(k, func(ctx *actor.Context, t *tally, _ readTally) (tally, error) { return *t, nil })
+	actor.HandleRequest(k, func(ctx *actor.Context, t *tally, _ hangAsk) (int, error) {
+		hangingNow.Add(1)
+		defer hangingNow.Add(-1)
+		<-ctx.Done()
+		return 0, ctx.Err()
+	})
 	actor.Handle(k, func(ctx *actor.Context, t *tally, m padded) error {
 		if !bytes.Equal(m.Pad, padding(m.Seq, len(m.Pad))) {
 			t.Bad = append(t.Bad, fmt.Sprintf("%s: %d: %d bytes, not as sent", m.Sender, m.Seq, len(m.Pad)))
