@@ -842,6 +842,7 @@ func (h *Host) Stats() Stats {
 		Suspicions:             h.stats.suspicions.Load(),
 		SuspectsConfirmed:      h.stats.confirmedDead.Load(),
 		RequestsFailedWithPeer: h.stats.failedWithPeer.Load(),
+		Jeopardy:               h.life.state.Load() == stateRunning && !h.gate.live(),
 		Jeopardies:             h.stats.jeopardies.Load(),
 		LeaseLapses:            h.stats.lapses.Load(),
 		OwnershipChecks:        h.stats.checks.Load(),
