@@ -59,6 +59,13 @@
 //	berth_state_write_errors_total{host}           state store calls that failed and were retried
 //	berth_outputs_held{host}                       persistent objects' outputs waiting for their write
 //	berth_outputs_dropped_total{host}              such outputs ended as failures (fenced, capture failed)
+//	berth_peer_suspicions_total{host}              broken links that made the host check the peer's lease
+//	berth_peer_suspicions_confirmed_total{host}    of those, peers whose run the check found ended
+//	berth_lease_jeopardy{host}                     1 while the host is in jeopardy (its objects paused)
+//	berth_lease_jeopardies_total{host}             times the host went into jeopardy
+//	berth_lease_lapses_total{host}                 renewals that found the host's lease lapsed in the store
+//	berth_lease_ownership_checks_total{host}       checks of the host's objects' ownership after a lapse
+//	berth_objects_taken_over_total{host}           objects other hosts took over during a lapse, dropped here
 //
 // A pgbridge.Broker's series (berth_pgbridge_…: claimed and settled rows,
 // claim-to-settle latency, decode failures, lost leases, rollbacks, notify

@@ -49,6 +49,13 @@ type hostCollector struct {
 	stateErrors      *prometheus.Desc
 	outputsHeld      *prometheus.Desc
 	outputsDropped   *prometheus.Desc
+	suspicions       *prometheus.Desc
+	suspectsDead     *prometheus.Desc
+	jeopardy         *prometheus.Desc
+	jeopardies       *prometheus.Desc
+	leaseLapses      *prometheus.Desc
+	ownershipChecks  *prometheus.Desc
+	takenOver        *prometheus.Desc
 }
 
 func newHostCollector() *hostCollector {
@@ -124,6 +131,20 @@ func newHostCollector() *hostCollector {
 			"Outputs of persistent objects waiting for their turn's state write."),
 		outputsDropped: desc("outputs_dropped_total",
 			"Outputs and queued messages of persistent objects ended as failures (fenced, capture failed)."),
+		suspicions: desc("peer_suspicions_total",
+			"Links to a peer that broke and made the host check the peer's lease in the Location Store."),
+		suspectsDead: desc("peer_suspicions_confirmed_total",
+			"Suspected peers whose run the membership ended, found by the host's check before the membership's watch told of it."),
+		jeopardy: desc("lease_jeopardy",
+			"1 while the host is in jeopardy: its lease ran out before a renewal was answered, and its objects run no turn."),
+		jeopardies: desc("lease_jeopardies_total",
+			"Times the host went into jeopardy."),
+		leaseLapses: desc("lease_lapses_total",
+			"Renewals that found the host's lease lapsed in the Location Store."),
+		ownershipChecks: desc("lease_ownership_checks_total",
+			"Times the host checked its objects' ownership before they ran again (after a lapse, or a renewal whose answer was lost)."),
+		takenOver: desc("objects_taken_over_total",
+			"Objects another host took over while the host's lease had lapsed, dropped on the host."),
 	}
 }
 
@@ -141,6 +162,7 @@ func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.requestsInFlight, c.requestsFailed, c.decodes, c.fullCopies, c.fullCopyBytes, c.views,
 		c.heldOutOfOrder, c.gapsClosed, c.late, c.oldestGap, c.overBound, c.pressureWaits, c.peerWaits, c.peerRefused, c.linkRefused, c.dropped, c.droppedOnClose, c.bounced, c.relocations, c.captured, c.relayed, c.forwarded,
 		c.stateWrites, c.stateFlushes, c.stateFenced, c.stateErrors, c.outputsHeld, c.outputsDropped,
+		c.suspicions, c.suspectsDead, c.jeopardy, c.jeopardies, c.leaseLapses, c.ownershipChecks, c.takenOver,
 	} {
 		ch <- d
 	}
@@ -204,5 +226,16 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.stateErrors, uint64(st.StateWriteErrors))
 		gauge(c.outputsHeld, float64(st.OutputsHeld))
 		counter(c.outputsDropped, uint64(st.OutputsDropped))
+		counter(c.suspicions, uint64(st.Suspicions))
+		counter(c.suspectsDead, uint64(st.SuspectsConfirmed))
+		jeo := 0.0
+		if st.Jeopardy {
+			jeo = 1
+		}
+		gauge(c.jeopardy, jeo)
+		counter(c.jeopardies, uint64(st.Jeopardies))
+		counter(c.leaseLapses, uint64(st.LeaseLapses))
+		counter(c.ownershipChecks, uint64(st.OwnershipChecks))
+		counter(c.takenOver, uint64(st.TakenOver))
 	}
 }

@@ -81,6 +81,13 @@ var hostSeries = []string{
 	"berth_state_write_errors_total",
 	"berth_outputs_held",
 	"berth_outputs_dropped_total",
+	"berth_peer_suspicions_total",
+	"berth_peer_suspicions_confirmed_total",
+	"berth_lease_jeopardy",
+	"berth_lease_jeopardies_total",
+	"berth_lease_lapses_total",
+	"berth_lease_ownership_checks_total",
+	"berth_objects_taken_over_total",
 }
 
 // eventSeries are the names of the series the Observer methods update.
@@ -275,6 +282,13 @@ func TestHostGauges(t *testing.T) {
 		StateWriteErrors:       33,
 		OutputsHeld:            34,
 		OutputsDropped:         35,
+		Suspicions:             36,
+		SuspectsConfirmed:      37,
+		Jeopardy:               true,
+		Jeopardies:             38,
+		LeaseLapses:            39,
+		OwnershipChecks:        41,
+		TakenOver:              42,
 		Payload:                payload.Stats{Decodes: 40, FullCopies: 6, FullCopyBytes: 600, Views: 70, Allocated: 1, Buffers: 2},
 	})
 	m.Attach(a)
@@ -380,6 +394,27 @@ berth_outputs_held{host="a"} 34
 # HELP berth_outputs_dropped_total Outputs and queued messages of persistent objects ended as failures (fenced, capture failed).
 # TYPE berth_outputs_dropped_total counter
 berth_outputs_dropped_total{host="a"} 35
+# HELP berth_peer_suspicions_total Links to a peer that broke and made the host check the peer's lease in the Location Store.
+# TYPE berth_peer_suspicions_total counter
+berth_peer_suspicions_total{host="a"} 36
+# HELP berth_peer_suspicions_confirmed_total Suspected peers whose run the membership ended, found by the host's check before the membership's watch told of it.
+# TYPE berth_peer_suspicions_confirmed_total counter
+berth_peer_suspicions_confirmed_total{host="a"} 37
+# HELP berth_lease_jeopardy 1 while the host is in jeopardy: its lease ran out before a renewal was answered, and its objects run no turn.
+# TYPE berth_lease_jeopardy gauge
+berth_lease_jeopardy{host="a"} 1
+# HELP berth_lease_jeopardies_total Times the host went into jeopardy.
+# TYPE berth_lease_jeopardies_total counter
+berth_lease_jeopardies_total{host="a"} 38
+# HELP berth_lease_lapses_total Renewals that found the host's lease lapsed in the Location Store.
+# TYPE berth_lease_lapses_total counter
+berth_lease_lapses_total{host="a"} 39
+# HELP berth_lease_ownership_checks_total Times the host checked its objects' ownership before they ran again (after a lapse, or a renewal whose answer was lost).
+# TYPE berth_lease_ownership_checks_total counter
+berth_lease_ownership_checks_total{host="a"} 41
+# HELP berth_objects_taken_over_total Objects another host took over while the host's lease had lapsed, dropped on the host.
+# TYPE berth_objects_taken_over_total counter
+berth_objects_taken_over_total{host="a"} 42
 `, hostSeries...)
 
 	// The values are read at scrape time, not at Attach.
