@@ -264,7 +264,8 @@ const (
 	// relay-ready commits anyway (and logs it).
 	DefaultCutoverWait = 1000 * time.Millisecond
 	// DefaultCommitDeadline: how long the target retries transient store
-	// failures with the same identity.
+	// failures with the same identity before it logs that the move waits
+	// for the store (it goes on asking).
 	DefaultCommitDeadline = 10 * time.Second
 	// DefaultAssemblyTimeout: a target whose source, reachable all along,
 	// sent no chunk of the move record this long gives the move up

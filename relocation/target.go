@@ -9,9 +9,13 @@ import (
 
 // TargetConfig configures the target side of moves.
 type TargetConfig struct {
-	Host           string        // this host
-	CutoverWait    time.Duration // default DefaultCutoverWait
-	CommitDeadline time.Duration // default DefaultCommitDeadline
+	Host        string        // this host
+	CutoverWait time.Duration // default DefaultCutoverWait
+	// CommitDeadline is how long the commit retries a store that fails
+	// transiently before the target logs that the move waits for it (it
+	// never gives the move up then: an attempt may have been written).
+	// Default DefaultCommitDeadline.
+	CommitDeadline time.Duration
 	// AssemblyTimeout is how long the target waits, while its source is
 	// reachable, for the next chunk of the move record before it gives
 	// the move up (a stray or forged Prepare, whose source sends nothing
@@ -69,7 +73,10 @@ var tgtPhaseNames = [...]string{"idle", "assembling", "restoring", "ready", "com
 // after CutoverWait the target commits anyway and logs it. A mismatch or
 // failed restore before relay-ready → DiscardTempQueue, then Failed; never
 // a partial restore. A store conflict or newer owner → Abandon, then
-// Failed: nothing of the move ran here. Relays resent from Seq 0 replace
+// Failed: nothing of the move ran here. A store that fails transiently is
+// asked again at every Tick for as long as it fails: an attempt may have
+// been written with its answer lost, so only the store's answer ends the
+// commit (past CommitDeadline the wait is logged, once). Relays resent from Seq 0 replace
 // the partial batch wholesale. Results that arrive after the move ended
 // never revive it. One store call at a time: the next StoreNewOwner (a
 // retry, on a Tick) only after the StoreResult of the last. After the
@@ -108,8 +115,11 @@ type Target struct {
 	forgotten bool
 	retry     bool // a transient store failure waits for the next tick
 	unsure    bool // a commit attempt failed transiently: it may have been written (its answer lost)
-	outcome   Outcome
-	ownerGen  uint64 // the owner generation the commit wrote
+	// waitLogged: the commit's wait for the store passed CommitDeadline
+	// and was logged.
+	waitLogged bool
+	outcome    Outcome
+	ownerGen   uint64 // the owner generation the commit wrote
 }
 
 // NewTarget returns a target machine.
@@ -215,9 +225,14 @@ func (t *Target) Step(in Input) Output {
 				" after relay-ready; committing with " + strconv.Itoa(len(t.relays)) + " relayed messages")
 			t.commit(&out)
 		case t.phase == tgtCommitting && t.retry:
-			if t.now >= t.deadline {
-				t.abandon(&out, "store unavailable until the commit deadline")
-				return out
+			// A failed attempt may have been written (its answer lost):
+			// giving the move up now could leave the object owned here
+			// by the store and run at the source. The move waits for
+			// the store's answer, as long as the store is away.
+			if !t.waitLogged && t.now >= t.deadline {
+				t.waitLogged = true
+				out.log("target: the commit has waited " + t.cfg.CommitDeadline.String() +
+					" for the store; it may have been written, so the move waits for the store's answer")
 			}
 			t.retry = false
 			out.act(t.storeOp())
