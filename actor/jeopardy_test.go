@@ -187,6 +187,40 @@ type holdRenewals struct {
 	loseNext atomic.Bool
 	owned    chan struct{} // closed by releaseOwned; nil: Owned passes; guarded by mu
 	checks   atomic.Int64  // Owned calls that waited at that gate
+	// answerFirst: a held Owned reads the rows before it waits (its
+	// answer is as old as the question), not after.
+	answerFirst bool
+	commits     chan struct{} // closed by releaseCommits; nil: NewOwner passes; guarded by mu
+	heldCommits atomic.Int64  // NewOwner calls that waited at that gate
+}
+
+// holdCommits holds the moves' commits (NewOwner) until releaseCommits.
+func (s *holdRenewals) holdCommits() {
+	s.mu.Lock()
+	s.commits = make(chan struct{})
+	s.mu.Unlock()
+}
+
+func (s *holdRenewals) releaseCommits() {
+	s.mu.Lock()
+	close(s.commits)
+	s.commits = nil
+	s.mu.Unlock()
+}
+
+func (s *holdRenewals) NewOwner(ctx context.Context, obj relocation.Object, expect relocation.Ownership, host string) (relocation.Row, error) {
+	s.mu.Lock()
+	gate := s.commits
+	s.mu.Unlock()
+	if gate != nil {
+		s.heldCommits.Add(1)
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return relocation.Row{}, ctx.Err()
+		}
+	}
+	return s.MemoryStore.NewOwner(ctx, obj, expect, host)
 }
 
 // holdOwned holds the ownership checks (Owned) until releaseOwned.
@@ -207,6 +241,11 @@ func (s *holdRenewals) Owned(ctx context.Context, host string, gen uint64, objs 
 	s.mu.Lock()
 	gate := s.owned
 	s.mu.Unlock()
+	var owned []bool
+	var err error
+	if s.answerFirst {
+		owned, err = s.MemoryStore.Owned(ctx, host, gen, objs)
+	}
 	if gate != nil {
 		s.checks.Add(1)
 		select {
@@ -214,6 +253,9 @@ func (s *holdRenewals) Owned(ctx context.Context, host string, gen uint64, objs 
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+	}
+	if s.answerFirst {
+		return owned, err
 	}
 	return s.MemoryStore.Owned(ctx, host, gen, objs)
 }
@@ -371,6 +413,46 @@ func TestARenewalWhoseAnswerWasLostIsCheckedAsALapse(t *testing.T) {
 	}
 }
 
+// An ownership check asks the store about the objects a host holds; a
+// move to the host that commits while the question is out opens with a
+// row the answer (another host's) no longer describes. The moved object
+// is not taken over: it keeps its state and runs at the host.
+func TestAMoveCommittedWhileAnOwnershipCheckIsOutIsNotTakenOver(t *testing.T) {
+	store := &holdRenewals{MemoryStore: relocation.NewMemoryStore(nil), host: "b", answerFirst: true}
+	n := NewNetwork(store)
+	a := startHost(t, shortLeases(n.With(Config{Name: "a", Logger: quietLogger()})), movableKind(newGates()))
+	b := startHost(t, shortLeases(n.With(Config{Name: "b", Logger: quietLogger()})), movableKind(newGates()))
+	waitViews(t, a, b)
+	x := objectOn(t, a, store)
+	if err := Tell(bg, a, x, Inc{By: 5}); err != nil {
+		t.Fatal(err)
+	}
+	count, err := Ask[Get, int](bg, a, x, Get{})
+	if err != nil || count < 5 {
+		t.Fatalf("count of %v at a: %d, %v", x, count, err)
+	}
+	store.holdCommits()
+	moved := make(chan error, 1)
+	go func() { moved <- a.Relocate(bg, x, "b") }()
+	waitFor(t, "b's commit of the move held", func() bool { return store.heldCommits.Load() > 0 })
+	// b's next renewal is handled but its answer lost: the one after it
+	// calls for a check of every owner at b, the move's target too.
+	store.holdOwned()
+	store.loseNext.Store(true)
+	waitFor(t, "b's ownership check answered (the row names a) and held", func() bool { return store.checks.Load() > 0 })
+	store.releaseCommits()
+	if err := <-moved; err != nil {
+		t.Fatalf("Relocate(%v, b) = %v", x, err)
+	}
+	store.releaseOwned()
+	if got, err := Ask[Get, int](bg, b, x, Get{}); err != nil || got != count {
+		t.Fatalf("count of %v at b after the move: %d, %v; want %d (its state moved with it)", x, got, err, count)
+	}
+	if st := b.Stats(); st.TakenOver != 0 || st.OwnershipChecks != 1 || b.Err() != nil {
+		t.Fatalf("b: taken over %d, checks %d, Err %v; want 0, 1, nil", st.TakenOver, st.OwnershipChecks, b.Err())
+	}
+}
+
 // A host whose run the membership ended (it expired the run: peers saw the
 // host fail) closes itself at its next renewal — a fact, not a timer:
 // Err is ErrLeaseLost, and its objects live on elsewhere.
@@ -443,5 +525,71 @@ func TestALoneHostOnItsPrivateStoreHasNoLeaseToLose(t *testing.T) {
 	}
 	if _, err := Ask[Get, int](bg, h, Ref{"counter", "x"}, Get{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// After a crash, a sender whose messages to an object all went to the
+// crashed host starts a new stream for it (route.Streams.NextTo): its
+// first message at the object's new owner is sequence 1 of a new epoch,
+// with no gap before it, and runs at once — no wait per object per sender
+// for messages that died with the crashed host. (The takeover's gap wait
+// is a minute here: a message that waited for it would not be answered
+// in time, and a gap closed by it would be counted.)
+func TestASendersFirstMessageToATakenOverObjectRunsAtOnce(t *testing.T) {
+	n := NewNetwork(nil)
+	cfg := func(name string) Config {
+		return n.With(Config{Name: name, Logger: quietLogger(), GapTimeout: 2 * time.Minute, TakeoverGapTimeout: 2 * time.Minute})
+	}
+	a := startHost(t, cfg("a"), seqKind())
+	b := startHost(t, cfg("b"), seqKind())
+	c := startHost(t, cfg("c"), seqKind())
+	waitViews(t, a, b, c)
+	var ref Ref
+	for i := range 64 {
+		r := Ref{"seq", "x" + strconv.Itoa(i)}
+		if _, err := Ask[GetSeqs, []int](bg, a, r, GetSeqs{}); err != nil {
+			t.Fatal(err)
+		}
+		if row, _ := n.Store().Get(bg, relocation.Object{Kind: r.Kind, ID: r.ID}); row.Host == "a" {
+			ref = r
+			break
+		}
+	}
+	if ref == (Ref{}) {
+		t.Fatal("no object activated on a")
+	}
+	var want []int
+	for k := 1; k <= 10; k++ {
+		if err := Tell(bg, c, ref, SeqMsg{Seq: k}); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, k)
+	}
+	if got, err := Ask[GetSeqs, []int](bg, c, ref, GetSeqs{}); err != nil || !slices.Equal(got, want) {
+		t.Fatalf("at a: %v, %v; want %v", got, err, want)
+	}
+	n.Kill(a)
+	waitFor(t, "b and c to drop a", func() bool {
+		_, onB := b.peers.view.member("a")
+		_, onC := c.peers.view.member("a")
+		return !onB && !onC
+	})
+	want = nil
+	for k := 11; k <= 20; k++ {
+		if err := Tell(bg, c, ref, SeqMsg{Seq: k}); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, k)
+	}
+	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+	defer cancel()
+	got, err := Ask[GetSeqs, []int](ctx, c, ref, GetSeqs{})
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("after the takeover: %v, %v; want %v at once (the state died with a)", got, err, want)
+	}
+	for _, h := range []*Host{b, c} {
+		if st := h.Stats(); st.GapsClosed != 0 || st.Late != 0 {
+			t.Errorf("%s closed %d gaps and ran %d late: the new stream left no gap to wait for", h.Name(), st.GapsClosed, st.Late)
+		}
 	}
 }

@@ -260,8 +260,9 @@ func (lk *leaseKeeper) lapsed() {
 // the Location Store which of the owners waiting for a check still belong
 // to this run (Store.Owned). Those that do are current at the epoch the
 // check began in; the others were taken over by other hosts and are
-// dropped (owner.takenOver). A move's target before its commit is left
-// alone (its row still names the source; its open sets its epoch). A
+// dropped (owner.takenOver). A move's target that was not yet open when
+// the store was asked is left alone (its row named the source; its open
+// sets its epoch): its commit may land while the question is out. A
 // store that cannot answer is asked again after a renewal interval: the
 // owners keep waiting, their messages held.
 func (lk *leaseKeeper) checkOwners(stop <-chan struct{}) {
@@ -279,8 +280,13 @@ func (lk *leaseKeeper) checkOwners(stop <-chan struct{}) {
 			}
 			ep := h.gate.epoch.Load()
 			objs := make([]relocation.Object, len(owners))
+			incoming := make([]bool, len(owners))
 			for i, o := range owners {
 				objs[i] = relocation.Object{Kind: o.ref.Kind, ID: o.ref.ID}
+				// Before the store is asked: a move's target that commits
+				// while the question is out opens with its row the
+				// answer no longer sees (the answer says another host's).
+				incoming[i] = o.incoming.Load()
 			}
 			ctx, cancel := h.life.storeContext()
 			owned, err := h.store.Owned(ctx, h.name, lk.gen, objs)
@@ -303,7 +309,10 @@ func (lk *leaseKeeper) checkOwners(stop <-chan struct{}) {
 				switch {
 				case owned[i]:
 					o.epoch.Store(ep)
-				case o.incoming.Load():
+				case incoming[i] || o.incoming.Load():
+					// A move's target: its open sets its epoch (and
+					// its first turn asks for a check if a lapse came
+					// since its commit was sent).
 				default:
 					o.takenOver()
 				}
