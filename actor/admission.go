@@ -8,6 +8,7 @@ import (
 
 	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/route"
 	"github.com/berthrt/berth/transport"
 )
 
@@ -44,15 +45,13 @@ func (ad *admission) sendRemote(ctx context.Context, host string, t target, m *p
 	if h.peers.backlogged(host) {
 		return ErrPeerBacklog // not stamped: no gap is left
 	}
-	ad.stamp(t, m)
-	// A request of this host notes the run it is handed to (requests.go),
-	// read before the send: a fact about that run that comes meanwhile
-	// is seen by handedTo. A Tell reads nothing more.
+	// The run the message is handed to, read before the send: the stream
+	// notes it (route.Streams.NextTo), and a request of this host too
+	// (requests.go) — a fact about that run that comes meanwhile is seen
+	// by handedTo.
+	to := h.peers.view.runOf(host)
+	ad.stamp(t, m, to)
 	op, mine := h.requests.own(m)
-	var to peerRun
-	if mine {
-		to = h.peers.view.runOf(host)
-	}
 	if err := h.peers.sendMessage(host, m, transport.Frame); err != nil {
 		return err
 	}
@@ -62,21 +61,26 @@ func (ad *admission) sendRemote(ctx context.Context, host string, t target, m *p
 	return nil
 }
 
-// stamp gives m, a message this host sends to t's object, its place in
-// this host's stream for the object, unless it has one (a retry).
-func (ad *admission) stamp(t target, m *payload.Message) {
+// stamp gives m, a message this host sends to t's object and hands to
+// run to (this host's own run for a local owner), its place in this
+// host's stream for the object — a new epoch when every message of the
+// stream's epoch went to runs that failed since (route.Streams.NextTo) —
+// unless it has one: a retry, whose new hop the stream notes.
+func (ad *admission) stamp(t target, m *payload.Message, to peerRun) {
 	h := ad.h
 	if h.peers.tr == nil || t.kr == nil {
 		return
 	}
-	if hv := m.Header(); hv.Seq() != 0 || string(hv.Origin()) != h.name {
-		return // stamped already, or another host's message
+	hv := m.Header()
+	if string(hv.Origin()) != h.name {
+		return // another host's message
 	}
 	obj := t.obj()
-	sh := h.routes.streamShard(obj)
-	sh.mu.Lock()
-	st := sh.s.Next(obj, h.routes.coarseNow())
-	sh.mu.Unlock()
+	if hv.Seq() != 0 {
+		h.routes.handed(obj, route.Stamp{Epoch: hv.Epoch(), Seq: hv.Seq()}, to)
+		return
+	}
+	st := h.routes.stamp(obj, to)
 	m.Stamp(st.Epoch, st.Seq)
 }
 
@@ -220,7 +224,7 @@ func (ad *admission) admitWait(ctx context.Context, t target, e *mailbox.Envelop
 			return false, err
 		}
 		o := p.o
-		ad.stamp(t, e.Msg)
+		ad.stamp(t, e.Msg, h.routes.self)
 		size := e.Msg.Len()
 		if h.obs.timed {
 			e.Admitted = nanotime()
@@ -339,7 +343,7 @@ func (ad *admission) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bo
 			return true
 		}
 		if !relayed {
-			ad.stamp(t, e.Msg)
+			ad.stamp(t, e.Msg, h.routes.self)
 		}
 		o := p.o
 		size := e.Msg.Len()

@@ -16,6 +16,7 @@ import (
 	"github.com/berthrt/berth/membership"
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/route"
 	"github.com/berthrt/berth/transport"
 )
 
@@ -242,6 +243,8 @@ func (h *Host) Start() error {
 	}
 	h.lease.init(h, h.cfg.Store == nil)
 	h.routes.init(h.cfg.RouteCacheTTL, h.cfg.FollowDuration)
+	h.routes.self = peerRun{name: h.name, run: h.lease.gen}
+	h.routes.failed = func(hd route.Hand) bool { return h.peers.view.runFailed(peerRun{name: hd.Host, run: hd.Run}) }
 	h.life.ctx, h.life.end = context.WithCancel(context.Background())
 	if err := h.join(); err != nil {
 		h.life.end()

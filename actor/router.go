@@ -389,9 +389,23 @@ func (rt *router) sendHop(m *payload.Message, host string, hops uint8, gen uint6
 	hv := m.Header()
 	oldHops, oldGen := hv.Hops(), hv.Generation()
 	_ = payload.SetForward(m.Frame(), hops, gen)
+	// A message of this host, handed on from here: its stream notes where
+	// it went (route.Streams.Handed) once it is sent (read now: a sent
+	// message is released).
+	mine := hv.Seq() != 0 && string(hv.Origin()) == h.name
+	var obj relocation.Object
+	var st route.Stamp
+	if mine {
+		obj = relocation.Object{Kind: string(hv.TargetName()), ID: string(hv.TargetID())}
+		st = route.Stamp{Epoch: hv.Epoch(), Seq: hv.Seq()}
+	}
+	to := h.peers.view.runOf(host)
 	if err := h.peers.sendMessage(host, m, transport.Frame); err != nil {
 		_ = payload.SetForward(m.Frame(), oldHops, oldGen)
 		return err
+	}
+	if mine {
+		h.routes.handed(obj, st, to)
 	}
 	return nil
 }

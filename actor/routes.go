@@ -30,6 +30,11 @@ type routes struct {
 	clk       atomic.Int64 // coarseNow: nanotime at the last tick
 	cacheTTL  time.Duration
 	followFor time.Duration
+	// self is this host's run, where its messages to its own objects go;
+	// failed reports whether the host's failure facts cover a run (the
+	// peer view's, wired by the host). Both set once, at Start.
+	self   peerRun
+	failed func(route.Hand) bool
 }
 
 const streamShards = 64
@@ -75,6 +80,25 @@ func (r *routes) coarseNow() int64 { return r.clk.Load() }
 
 func (r *routes) streamShard(obj relocation.Object) *streamShard {
 	return &r.streams[objHash(obj)%streamShards]
+}
+
+// stamp numbers the next message of this host for obj, handed to run to
+// (route.Streams.NextTo, with the host's failure facts).
+func (r *routes) stamp(obj relocation.Object, to peerRun) route.Stamp {
+	sh := r.streamShard(obj)
+	sh.mu.Lock()
+	st := sh.s.NextTo(obj, r.coarseNow(), route.Hand{Host: to.name, Run: to.run}, r.failed)
+	sh.mu.Unlock()
+	return st
+}
+
+// handed notes that a message of this host for obj, stamped st, was
+// handed (again) to run to: routed afresh after its first hop.
+func (r *routes) handed(obj relocation.Object, st route.Stamp, to peerRun) {
+	sh := r.streamShard(obj)
+	sh.mu.Lock()
+	sh.s.Handed(obj, st, route.Hand{Host: to.name, Run: to.run})
+	sh.mu.Unlock()
 }
 
 // streamCount returns how many sending streams the host keeps.

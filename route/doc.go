@@ -57,6 +57,25 @@
 //     longer than the sender's stream idle time, so a stream the owner
 //     forgot has been forgotten by its sender too.
 //
+// # After a failure: streams that restart
+//
+// A host that failed takes with it the messages it held. Its objects are
+// taken over by other hosts, which have no order state for the senders of
+// the crashed owner: the first message of each sender may come after
+// older ones still on their way, and a takeover's gap waits (the fact's
+// wait) for them. But the sender knows where each of its messages went
+// (their first hops; [Streams.NextTo], [Streams.Handed]). When every
+// message of a stream's epoch was handed to host runs that have failed
+// since, none of them can still arrive anywhere: each was processed where
+// it went, or died there — a failed run forwards nothing more, and what
+// it sent before it failed was received before its links broke. So the
+// stream starts a new epoch: its next message is sequence 1, with no gap
+// at the owner, and runs at once. A stream any of whose messages went to
+// a run that has not failed (a host that may still forward or bounce it)
+// keeps its epoch, and the owner's gap rules apply as before. This is
+// what bounds the wait after a crash by what can still be in flight on
+// live links, rather than by a timer per object per sender.
+//
 // Counting is the only local proof that every older message has arrived:
 // Message Follow is a shifting, possibly circular set of paths (an object
 // can come back to a host that forwarded older messages away), which no

@@ -33,6 +33,18 @@ func TestOrderReleaseInSequenceAllocatesNothing(t *testing.T) {
 	}
 }
 
+func TestStreamsNextToAllocatesNothing(t *testing.T) {
+	s := NewStreams(1, 1, int64(time.Minute))
+	obj := Object{Kind: "k", ID: "x"}
+	to := Hand{Host: "b", Run: 7}
+	failed := func(Hand) bool { return false }
+	s.NextTo(obj, 0, to, failed)
+	allocs := testing.AllocsPerRun(1000, func() { s.NextTo(obj, 1, to, failed) })
+	if allocs != 0 {
+		t.Errorf("Streams.NextTo for a known object and host allocates %v times, want 0", allocs)
+	}
+}
+
 func TestStreamsNextAllocatesNothing(t *testing.T) {
 	s := NewStreams(1, 1, int64(time.Minute))
 	o := Object{Kind: "counter", ID: "42"}

@@ -1,6 +1,10 @@
 package route
 
-import "github.com/berthrt/berth/relocation"
+import (
+	"slices"
+
+	"github.com/berthrt/berth/relocation"
+)
 
 // Object names an object: kind and id.
 type Object = relocation.Object
@@ -22,6 +26,33 @@ type Streams struct {
 type stream struct {
 	epoch, seq uint64
 	last       int64
+	// hands are the host runs this epoch's messages were handed to (their
+	// first hops), at most maxHands; many: more than that.
+	hands []Hand
+	many  bool
+}
+
+// Hand is a host run a message was handed to: the host's name and its
+// run (its lease generation; 0: unknown).
+type Hand struct {
+	Host string
+	Run  uint64
+}
+
+// maxHands bounds the host runs a stream remembers; a stream handed to
+// more is never restarted by NextTo.
+const maxHands = 4
+
+// note records that a message of the stream's epoch was handed to to.
+func (st *stream) note(to Hand) {
+	if st.many || slices.Contains(st.hands, to) {
+		return
+	}
+	if len(st.hands) == maxHands {
+		st.many, st.hands = true, st.hands[:0]
+		return
+	}
+	st.hands = append(st.hands, to)
 }
 
 // NewStreams returns streams whose epochs are first, first+step,
@@ -43,12 +74,66 @@ func (s *Streams) Next(obj Object, now int64) Stamp {
 		s.m[obj] = st
 	}
 	if st.seq == 0 || now-st.last >= s.idle {
-		st.epoch, st.seq = s.nextEpoch, 0
-		s.nextEpoch += s.step
+		s.restart(st)
 	}
 	st.seq++
 	st.last = now
+	st.many = true // nothing known of where it goes: never restarted by NextTo
 	return Stamp{Epoch: st.epoch, Seq: st.seq}
+}
+
+// NextTo stamps the next message for obj, which is handed to to, and
+// notes where it went. A stream whose every message of its epoch was
+// handed to host runs that have failed since (failed reports it; the
+// driver's failure facts) starts a new epoch first: the message is
+// sequence 1, with no gap before it at the owner, which then has no
+// reason to wait for the older ones — each died with the run it was
+// handed to, or reached the owner ahead of it. Without a failure, or
+// when any of its messages went to a run that has not failed (a forwarder
+// may still hand it on), the stream goes on in its epoch: the owner's gap
+// rules cover what may still be on its way. (The rule, and why it is
+// safe, is the package doc's "After a failure".)
+func (s *Streams) NextTo(obj Object, now int64, to Hand, failed func(Hand) bool) Stamp {
+	st := s.m[obj]
+	if st == nil {
+		st = &stream{}
+		s.m[obj] = st
+	}
+	switch {
+	case st.seq == 0 || now-st.last >= s.idle:
+		s.restart(st)
+	case len(st.hands) > 0 && !st.many && allFailed(st.hands, failed):
+		s.restart(st)
+	}
+	st.seq++
+	st.last = now
+	st.note(to)
+	return Stamp{Epoch: st.epoch, Seq: st.seq}
+}
+
+// restart starts st in a new epoch.
+func (s *Streams) restart(st *stream) {
+	st.epoch, st.seq = s.nextEpoch, 0
+	st.hands, st.many = st.hands[:0], false
+	s.nextEpoch += s.step
+}
+
+func allFailed(hands []Hand, failed func(Hand) bool) bool {
+	for _, h := range hands {
+		if h.Run == 0 || !failed(h) {
+			return false
+		}
+	}
+	return true
+}
+
+// Handed notes that a message of obj stamped st was handed (again) to to:
+// a message routed afresh after its first hop (a retry, a bounce). A
+// message of another epoch than the stream's current one changes nothing.
+func (s *Streams) Handed(obj Object, st Stamp, to Hand) {
+	if cur := s.m[obj]; cur != nil && cur.epoch == st.Epoch {
+		cur.note(to)
+	}
 }
 
 // Prune forgets the streams idle for the idle time and returns how many

@@ -42,6 +42,7 @@ type world struct {
 	facts   []Fact // the host's failure facts (fail)
 	kept    []kept // what a frozen inbox told the driver to keep
 	streams *Streams
+	failed  map[Hand]bool // host runs the sender knows failed (stream-fail)
 	tables  map[string]*Table
 	objs    []string // object names used, in order
 
@@ -54,6 +55,13 @@ type world struct {
 	links    map[string][]msg // "from>to"
 	linkKeys []string         // in order of first use
 	ran      []string
+}
+
+// hand parses a host run written host:run.
+func hand(s string) Hand {
+	host, run, _ := strings.Cut(s, ":")
+	n, _ := strconv.ParseUint(run, 10, 64)
+	return Hand{Host: host, Run: n}
 }
 
 // kept is a message a frozen inbox left to its driver.
@@ -215,6 +223,19 @@ func (w *world) exec(t *testing.T, cmd string) []string {
 		emit("%s epoch=%d seq=%d", pos[0], st.Epoch, st.Seq)
 	case "prune":
 		emit("streams %d", w.streams.Prune(w.now))
+	case "stamp-to":
+		need(1)
+		st := w.streams.NextTo(w.object(pos[0]), w.now, hand(kv["to"]), func(h Hand) bool { return w.failed[h] })
+		emit("%s epoch=%d seq=%d", pos[0], st.Epoch, st.Seq)
+	case "handed":
+		need(1)
+		w.streams.Handed(w.object(pos[0]), Stamp{Epoch: unum(kv["epoch"]), Seq: unum(kv["seq"])}, hand(kv["to"]))
+	case "stream-fail":
+		need(1)
+		if w.failed == nil {
+			w.failed = map[Hand]bool{}
+		}
+		w.failed[hand(pos[0])] = true
 
 	// Tables and Forward.
 	case "learn":
