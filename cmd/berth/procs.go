@@ -652,14 +652,14 @@ func probeFailover(ctx context.Context, client *actor.Host, killed string, held 
 // it knows nodes nodes. close closes it and its database resources.
 func startGateway(ctx context.Context, db, name string, opts tcp.Options, nodes int) (client *actor.Host, store *pgstore.Store, close func(), err error) {
 	var closers []func()
-	close = func() {
+	closeAll := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
 			closers[i]()
 		}
 	}
 	defer func() {
 		if err != nil {
-			close()
+			closeAll() // not close: an error return has set it to nil
 		}
 	}()
 	pool, err := pgxpool.New(ctx, db)
@@ -693,7 +693,7 @@ func startGateway(ctx context.Context, db, name string, opts tcp.Options, nodes 
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return client, store, close, nil
+	return client, store, closeAll, nil
 }
 
 // parseStats reads a node's "stats moves=N pauses-us=a,b,c" line.

@@ -383,3 +383,18 @@ func TestANodeWithTLSRefusesAClientOfAnotherCA(t *testing.T) {
 	default:
 	}
 }
+
+// A gateway that cannot reach its database returns the error it met, its
+// resources closed — it does not panic in its clean-up and hide it.
+func TestAGatewayThatCannotStartReturnsItsError(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client, store, closeClient, err := startGateway(ctx, "postgres://berth@127.0.0.1:1/none?connect_timeout=2", "client", tcp.Options{Insecure: true}, 1)
+	if err == nil || client != nil || store != nil || closeClient != nil {
+		t.Fatalf("startGateway on a database nobody serves = %v, %v, close set %v, err %v; want only an error", client, store, closeClient != nil, err)
+	}
+	if !strings.Contains(err.Error(), "127.0.0.1") && !strings.Contains(err.Error(), "connect") {
+		t.Fatalf("startGateway's error %q does not say what it could not reach", err)
+	}
+	testutil.CheckNoGoroutines(t)
+}
