@@ -111,6 +111,7 @@ const (
 type nodeConfig struct {
 	name, listen, advertise, db, httpAddr string
 	stopTimeout, nameWait                 time.Duration
+	leaseTTL, leaseRenew                  time.Duration // 0: actor.Config's defaults
 	tls                                   *tcp.TLS // nil: insecure
 	admin                                 nodeAdmin
 }
@@ -194,7 +195,10 @@ func nodeMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.httpAddr, "http", "", "serve /metrics, /healthz and /readyz on this address (e.g. :9090)")
 	fs.StringVar(&cfg.httpAddr, "metrics", "", "the same as -http")
 	fs.DurationVar(&cfg.stopTimeout, "stop-timeout", time.Minute, "how long a graceful stop (drain) may take on SIGTERM; past it, or on a second SIGTERM, the node closes the host, dropping what it still holds")
-	fs.DurationVar(&cfg.nameWait, "name-wait", relocation.LeaseTTL+5*time.Second, "how long to wait for a previous run's lease on the name to run out (it crashed) before giving up")
+	fs.DurationVar(&cfg.nameWait, "name-wait", 0, "how long to wait for a previous run's lease on the name to run out (it crashed) before giving up (default: the lease's TTL + 5s)")
+	fs.DurationVar(&cfg.leaseTTL, "lease-ttl", relocation.LeaseTTL, "the host lease's length: a crashed node's objects are taken over about this long after its last renewal; "+
+		"a node whose renewals go unanswered this long pauses its objects (jeopardy) until the database answers — it does not exit")
+	fs.DurationVar(&cfg.leaseRenew, "lease-renew", relocation.LeaseRenew, "how often the node renews its lease; under half of -lease-ttl")
 	certFile := fs.String("tls-cert", "", "PEM `file` of the node's certificate, which names it (-name among its DNS names); with -tls-key and -tls-ca")
 	keyFile := fs.String("tls-key", "", "PEM `file` of the certificate's private key")
 	caFile := fs.String("tls-ca", "", "PEM `file` of the CA certificates the peers' certificates must chain to")
@@ -212,6 +216,14 @@ func nodeMain(args []string, stdout, stderr io.Writer) int {
 		return nodeExitUsage
 	}
 	cfg.db = db
+	if cfg.leaseTTL <= 0 || cfg.leaseRenew <= 0 || cfg.leaseRenew >= cfg.leaseTTL/2 {
+		fmt.Fprintf(stderr, "berth node: -lease-renew %v must be positive and under half of -lease-ttl %v: a renewal may be slow or lost once and the lease still hold\n",
+			cfg.leaseRenew, cfg.leaseTTL)
+		return nodeExitUsage
+	}
+	if cfg.nameWait == 0 {
+		cfg.nameWait = cfg.leaseTTL + 5*time.Second
+	}
 	security, err := transportSecurity(cfg.listen, *certFile, *keyFile, *caFile, *insecure)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -414,6 +426,8 @@ func startNodeHost(ctx context.Context, cfg nodeConfig, log *slog.Logger, store 
 			Membership: members,
 			Logger:     log,
 			Observer:   obs,
+			LeaseTTL:   cfg.leaseTTL,
+			LeaseRenew: cfg.leaseRenew,
 		})
 		if err != nil {
 			log.Error("bad configuration", "err", err)

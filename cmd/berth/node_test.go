@@ -110,3 +110,22 @@ func TestNodeRefusesAnAdminAPIWithoutACredentialOrPlaintextOffLoopback(t *testin
 		}
 	}
 }
+
+// berth node exits 2, before it opens anything, on a lease its renewals
+// cannot keep (-lease-renew at or over half of -lease-ttl, or not
+// positive), naming both flags.
+func TestNodeRefusesALeaseItsRenewalsCannotKeep(t *testing.T) {
+	base := []string{"-name", "n1", "-db", "postgres://127.0.0.1:1/none"}
+	for _, args := range [][]string{
+		{"-lease-ttl", "2s", "-lease-renew", "1s"},
+		{"-lease-ttl", "1s", "-lease-renew", "2s"},
+		{"-lease-renew", "0s"},
+		{"-lease-ttl", "-1s"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := nodeMain(append(append([]string{}, base...), args...), &stdout, &stderr)
+		if code != nodeExitUsage || !strings.Contains(stderr.String(), "-lease-renew") || !strings.Contains(stderr.String(), "-lease-ttl") {
+			t.Errorf("berth node %v: exit %d, stderr %q; want %d naming -lease-renew and -lease-ttl", args, code, stderr.String(), nodeExitUsage)
+		}
+	}
+}
