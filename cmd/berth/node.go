@@ -112,7 +112,7 @@ type nodeConfig struct {
 	name, listen, advertise, db, httpAddr string
 	stopTimeout, nameWait                 time.Duration
 	leaseTTL, leaseRenew                  time.Duration // 0: actor.Config's defaults
-	tls                                   *tcp.TLS // nil: insecure
+	tls                                   *tcp.TLS      // nil: insecure
 	admin                                 nodeAdmin
 }
 
