@@ -151,11 +151,15 @@ func (ad *admission) dispatchRun(ctx context.Context, turn *Context, t target, m
 		h.obs.Rejected(t.name(), rejectReason(err))
 		return false, err
 	}
-	if err := h.jobs.permits.Acquire(ctx); err != nil {
+	if err := ad.acquirePermit(ctx); err != nil {
 		m.Release()
-		if errors.Is(err, mailbox.ErrPermitsClosed) {
+		switch {
+		case errors.Is(err, mailbox.ErrPermitsClosed):
 			h.obs.Rejected(t.name(), RejectShuttingDown)
 			return false, ErrShuttingDown
+		case errors.Is(err, ErrPaused):
+			h.obs.Rejected(t.name(), RejectPaused)
+			return false, ErrPaused
 		}
 		h.obs.Rejected(t.name(), RejectCancelled)
 		return false, ctxErr(ctx)
@@ -163,6 +167,30 @@ func (ad *admission) dispatchRun(ctx context.Context, turn *Context, t target, m
 	e := newEnvelope(m)
 	e.HoldPermit(h.jobs.permits)
 	return ad.admitWait(ctx, t, e, inline)
+}
+
+// acquirePermit takes a job permit for a send from outside the handlers,
+// waiting for one until ctx ends — or, on a host in jeopardy when the
+// wait begins, for at most SendTimeout: its permits may all be held by
+// messages of objects that run no turn until the store answers, which may
+// take as long as the store is away. It returns ErrPaused then (nothing
+// was sent), the sender learns it and may send again.
+func (ad *admission) acquirePermit(ctx context.Context) error {
+	h := ad.h
+	p := h.jobs.permits
+	if p.TryAcquire() {
+		return nil
+	}
+	if h.gate.live() {
+		return p.Acquire(ctx)
+	}
+	wctx, cancel := context.WithTimeout(ctx, h.cfg.SendTimeout)
+	defer cancel()
+	err := p.Acquire(wctx)
+	if err != nil && ctx.Err() == nil && !errors.Is(err, mailbox.ErrPermitsClosed) {
+		return ErrPaused
+	}
+	return err
 }
 
 // admitWait admits an item that holds its permit, waiting up to SendTimeout

@@ -60,6 +60,14 @@ var (
 	// matches context.DeadlineExceeded too.
 	ErrPushedBack error = &payload.Error{Kind: payload.DeadlineExceeded, Op: "actor",
 		Detail: "the object's reorder buffer pushed back on this host's sends: nothing was sent, send again", Err: context.DeadlineExceeded}
+	// ErrPaused: Tell, Ask and Publish from outside the handlers on a host
+	// in jeopardy (its lease passed its deadline before a renewal was
+	// answered: the Location Store away or slow, the process starved)
+	// found every job permit held — by messages its paused objects cannot
+	// run yet — and waited SendTimeout for one. Nothing was sent: send
+	// again once the host resumes (Stats.Jeopardy). Of kind Unavailable.
+	ErrPaused = payload.NewError(payload.Unavailable, "actor",
+		"the host is paused (jeopardy: its lease is not renewed yet) and every job permit is held: nothing was sent")
 	// ErrPeerFailed: Ask whose request this host had handed to another
 	// host (the object ran there, or was on its way there) when that
 	// host was declared failed: the membership reported its lease

@@ -102,6 +102,7 @@ func init() {
 	RegisterError("berth.too_many_requests", ErrTooManyRequests)
 	RegisterError("berth.reentrant", ErrReentrant)
 	RegisterError("berth.send_timeout", ErrSendTimeout)
+	RegisterError("berth.paused", ErrPaused)
 	RegisterError("berth.request_timeout", ErrRequestTimeout)
 	RegisterError("berth.not_active", ErrNotActive)
 	RegisterError("berth.not_local", ErrNotLocal)

@@ -593,3 +593,44 @@ func TestASendersFirstMessageToATakenOverObjectRunsAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// A host in jeopardy whose job permits are all held by messages of its
+// paused objects refuses a send from outside the handlers after
+// SendTimeout with ErrPaused (Unavailable; nothing sent), counted under
+// RejectPaused, instead of holding the sender for as long as the store is
+// away; once the store answers, the held messages run and sends pass.
+func TestASendOnAPausedHostWithNoPermitLeftFailsWithErrPaused(t *testing.T) {
+	n := NewNetwork(nil)
+	var down outage
+	n.Store().(*relocation.MemoryStore).Fault(down.fault)
+	n.Membership.Fault(down.fault)
+	rej := &rejections{}
+	cfg := shortLeases(n.With(Config{Name: "a", Logger: quietLogger(), MaxQueuedApplicationJobs: 8, Observer: rej}))
+	cfg.SendTimeout = 50 * time.Millisecond
+	a := startHost(t, cfg, seqKind())
+	ref := Ref{"seq", "o"}
+	var log sendLog
+	log.send(t, a, ref, 1_000_001)
+	log.check(t, a, []Ref{ref})
+	down.on.Store(true)
+	waitFor(t, "a in jeopardy", func() bool { return a.Stats().Jeopardy })
+	for k := 2; k <= 9; k++ { // every permit: held, their turns waiting
+		log.send(t, a, ref, 1_000_000+k)
+	}
+	if log.refused != 0 {
+		t.Fatalf("%d of the sends within the permits refused", log.refused)
+	}
+	ctx, cancel := context.WithTimeout(bg, 10*time.Second) // far past SendTimeout: a wait for the store fails the test
+	err := Tell(ctx, a, ref, SeqMsg{Seq: 1_000_010})
+	cancel()
+	if !errors.Is(err, ErrPaused) || !errors.Is(err, payload.Unavailable) {
+		t.Fatalf("a Tell on a paused host with no permit left = %v, want ErrPaused (Unavailable)", err)
+	}
+	if got := rej.snapshot()[RejectPaused]; got != 1 {
+		t.Fatalf("rejections %q = %d, want 1", RejectPaused, got)
+	}
+	down.on.Store(false)
+	waitFor(t, "a out of jeopardy", func() bool { return !a.Stats().Jeopardy })
+	log.send(t, a, ref, 1_000_011)
+	log.check(t, a, []Ref{ref})
+}

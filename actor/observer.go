@@ -46,6 +46,9 @@ const (
 	// RejectPeerBacklog: this host kept Config.PeerInbound of the sending
 	// peer's messages already; a request got ErrPeerBacklog.
 	RejectPeerBacklog = "peer_backlog"
+	// RejectPaused: the host was in jeopardy and had no job permit free
+	// for SendTimeout (ErrPaused).
+	RejectPaused = "paused"
 )
 
 // Observer receives a host's events: the narrow hook through which metrics

@@ -365,6 +365,8 @@ func rejectReason(err error) string {
 		return RejectFull
 	case errors.Is(err, ErrPushedBack):
 		return RejectPushedBack
+	case errors.Is(err, ErrPaused):
+		return RejectPaused
 	case errors.Is(err, ErrShuttingDown):
 		return RejectShuttingDown
 	case errors.Is(err, context.Canceled), errors.Is(err, payload.DeadlineExceeded):
