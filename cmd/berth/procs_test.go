@@ -241,6 +241,7 @@ func TestANodePausedPastItsLeaseExitsAndItsObjectsGoOnElsewhere(t *testing.T) {
 			t.Fatalf("object %d after the takeover: %+v, %v; want it on node-1", i, row, err)
 		}
 	}
+	resumed := time.Now()
 	if err := n2.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -249,6 +250,7 @@ func TestANodePausedPastItsLeaseExitsAndItsObjectsGoOnElsewhere(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("node-2 still runs 30 s after it resumed past its lease:\n%s", n2.stderr())
 	}
+	t.Logf("node-2 exited %v after it resumed", time.Since(resumed).Round(time.Millisecond))
 	if code := n2.cmd.ProcessState.ExitCode(); code != nodeExitLeaseLost {
 		t.Fatalf("node-2 exited %d, want %d (lease lost):\n%s", code, nodeExitLeaseLost, n2.stderr())
 	}
