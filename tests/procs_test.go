@@ -60,12 +60,23 @@ func (w childLog) Write(p []byte) (int, error) {
 // line. It is killed at the end of the test if it still runs.
 func startChild(tb testing.TB, role, name string, env ...string) *child {
 	tb.Helper()
+	return startChildVia(tb, nil, role, name, env...)
+}
+
+// startChildVia is startChild with the child run through the command
+// prefix (taskset -c 0, say; nil: none).
+func startChildVia(tb testing.TB, prefix []string, role, name string, env ...string) *child {
+	tb.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		tb.Fatal(err)
 	}
 	c := &child{name: name, lines: make(chan string, 16), done: make(chan struct{})}
-	c.cmd = exec.Command(exe)
+	if len(prefix) > 0 {
+		c.cmd = exec.Command(prefix[0], append(prefix[1:len(prefix):len(prefix)], exe)...)
+	} else {
+		c.cmd = exec.Command(exe)
+	}
 	c.cmd.Env = append(append(os.Environ(), childEnv+"="+role), env...)
 	c.cmd.Stderr = childLog{c}
 	out, err := c.cmd.StdoutPipe()

@@ -635,6 +635,11 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 			return
 		}
 	}
+	for _, h := range hosts { // a stall, a slow store or a starved process pauses a host; none closes itself
+		if err := h.Err(); err != nil {
+			t.Errorf("%s closed itself: %v", h.Name(), err)
+		}
+	}
 	if cfg.strictOrder {
 		all := append([]*actor.Host(nil), hosts...)
 		if spare != nil {
