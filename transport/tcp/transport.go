@@ -1174,9 +1174,10 @@ func (t *Transport) identify(raw net.Conn) (net.Conn, *peer, bool) {
 		}
 		return nil, nil, false
 	}
-	if _, err := conn.Write(appendAccept(nil, t.opts.MaxItem)); err != nil {
-		return nil, nil, false
-	}
+	// The connection replaces the peer's older one before the peer hears
+	// it was accepted: a peer that dials again only after that (as a
+	// reconnecting peer does) never has its newer connection closed by an
+	// older one whose acceptance was slower.
 	t.mu.RLock()
 	if t.shut {
 		t.mu.RUnlock()
@@ -1193,6 +1194,14 @@ func (t *Transport) identify(raw net.Conn) (net.Conn, *peer, bool) {
 	p.mu.Unlock()
 	if old != nil {
 		_ = old.Close() // the peer connected again: the old connection is over
+	}
+	if _, err := conn.Write(appendAccept(nil, t.opts.MaxItem)); err != nil {
+		p.mu.Lock()
+		if p.in == conn {
+			p.in = nil
+		}
+		p.mu.Unlock()
+		return nil, nil, false
 	}
 	_ = raw.SetDeadline(time.Time{})
 	return conn, p, true
