@@ -202,9 +202,17 @@ func (s *Server) Stop() {
 
 // Restart stops the server at once (as a crash would: connections are cut,
 // nothing is flushed) and starts it again on the same port.
-func (s *Server) Restart() error {
+func (s *Server) Restart() error { return s.RestartAfter(nil) }
+
+// RestartAfter is Restart that calls stopped (if not nil) once the server
+// has stopped — its postmaster and every backend gone, so that nothing
+// commits from then until it is started again — and before it starts.
+func (s *Server) RestartAfter(stopped func()) error {
 	if out, err := s.run("pg_ctl", "-D", s.data(), "-m", "immediate", "-w", "stop"); err != nil {
 		return fmt.Errorf("pgtest: pg_ctl stop: %v\n%s", err, out)
+	}
+	if stopped != nil {
+		stopped()
 	}
 	return s.start()
 }
