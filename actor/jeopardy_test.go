@@ -274,7 +274,7 @@ func (s *holdRenewals) release() {
 }
 
 func (s *holdRenewals) RenewLease(ctx context.Context, host string, gen uint64, ttl time.Duration) (relocation.Lease, error) {
-	if host == s.host {
+	if host == s.host || s.host == "*" { // "*": every host's
 		s.mu.Lock()
 		gate := s.gate
 		s.mu.Unlock()
@@ -633,4 +633,74 @@ func TestASendOnAPausedHostWithNoPermitLeftFailsWithErrPaused(t *testing.T) {
 	waitFor(t, "a out of jeopardy", func() bool { return !a.Stats().Jeopardy })
 	log.send(t, a, ref, 1_000_011)
 	log.check(t, a, []Ref{ref})
+}
+
+// After a silence of the store — no renewal reached it for longer than
+// the leases, while look-ups still did — every lease has run out by the
+// store's clock alone until a renewal ends the silence. A sender that
+// looks an object up then must judge its owner as Reserve would: live
+// (the silence keeps it). It sends the message there; the owner, in
+// jeopardy, holds it and runs it once its renewal is answered. (Judged by
+// the clock alone, the owner looked dead: the message was placed on a
+// host whose own lease the store did not count either, and was lost, its
+// sender's later messages held for ever behind the gap.)
+func TestAfterASilenceOfTheStoreASenderFindsTheOwnerLive(t *testing.T) {
+	store := &holdRenewals{MemoryStore: relocation.NewMemoryStore(nil), host: "*"}
+	n := NewNetwork(store)
+	a := startHost(t, shortLeases(n.With(Config{Name: "a", Logger: quietLogger()})), movableKind(newGates()))
+	b := startHost(t, shortLeases(n.With(Config{Name: "b", Logger: quietLogger()})), movableKind(newGates()))
+	g := startHost(t, shortLeases(n.With(Config{Name: "g", Logger: quietLogger(), Gateway: true})), movableKind(newGates()))
+	waitViews(t, a, b, g)
+	// An object on a that g would place on b (a host whose own lease the
+	// store does not count during the silence either).
+	var x Ref
+	for i := range 256 {
+		ref := Ref{"counter", "p" + strconv.Itoa(i)}
+		if g.router.placeNew(g.owners.kinds["counter"].spec, ref.ID) != "b" {
+			continue
+		}
+		if _, err := Ask[Get, int](bg, a, ref, Get{}); err != nil {
+			t.Fatal(err)
+		}
+		if row, err := store.Get(bg, relocation.Object{Kind: ref.Kind, ID: ref.ID}); err == nil && row.Host == "a" {
+			x = ref
+			break
+		}
+	}
+	if x == (Ref{}) {
+		t.Fatal("no object on a that g places on b")
+	}
+	before, err := Ask[Get, int](bg, g, x, Get{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.hold() // no renewal reaches the store from now on
+	waitFor(t, "every lease run out by the store's clock", func() bool {
+		for _, h := range []string{"a", "b", "g"} {
+			l, ok, err := store.MemoryStore.Lease(bg, h)
+			if err != nil || !ok || time.Now().Before(l.Deadline) {
+				return false
+			}
+		}
+		return true
+	})
+	g.routes.forget(relocation.Object{Kind: x.Kind, ID: x.ID}, true) // g looks x up afresh
+	if err := Tell(bg, g, x, Inc{By: 7}); err != nil {
+		t.Fatalf("Tell during the silence = %v", err)
+	}
+	store.release()
+	waitFor(t, "the Tell sent during the silence to run at x's owner", func() bool {
+		ctx, cancel := context.WithTimeout(bg, time.Second)
+		defer cancel()
+		got, err := Ask[Get, int](ctx, g, x, Get{})
+		return err == nil && got == before+7
+	})
+	if row, err := store.Get(bg, relocation.Object{Kind: x.Kind, ID: x.ID}); err != nil || row.Host != "a" || row.OwnerGen != 1 {
+		t.Fatalf("x's row after the silence = %+v, %v; want a's, never taken over", row, err)
+	}
+	for _, h := range []*Host{a, b, g} {
+		if st := h.Stats(); st.Dropped != 0 || h.Err() != nil {
+			t.Errorf("%s: dropped %d, Err %v; want nothing dropped, the host running", h.Name(), st.Dropped, h.Err())
+		}
+	}
 }

@@ -654,8 +654,8 @@ func (rt *router) retrySkips() {
 // dropped is called when this host ends a stamped message without
 // delivering it to its object (a routing failure, a rejected send): it
 // sends a skip notice with the message's stamp after it, so that the
-// owner does not wait for it. Best effort: a skip that cannot be placed
-// ends, and the gap closes after GapTimeout.
+// owner does not wait for it. Best effort: a skip notice that cannot be
+// placed ends, and its gap waits for a failure fact.
 func (rt *router) dropped(hv *payload.HeaderView) {
 	if buf, ok := rt.skipNotice(hv); ok {
 		rt.redispatchBuffer(buf)

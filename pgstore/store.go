@@ -446,9 +446,17 @@ func (s *Store) Lease(ctx context.Context, host string) (relocation.Lease, bool,
 	var l relocation.Lease
 	var g, remainingUS, ttlUS int64
 	frozen, off := s.clock.args()
+	// A lease that ran out during a silence no renewal has ended reports
+	// its TTL (relocation.Store.Lease): the owner test of reserveSQL.
 	err := s.leases.QueryRow(ctx, `
-SELECT host, gen, deadline, (extract(epoch FROM deadline - `+clockSQL+`) * 1000000)::bigint, ttl_us
-FROM pgstore_leases WHERE host = $3`, frozen, off, host).Scan(&l.Host, &g, &l.Deadline, &remainingUS, &ttlUS)
+WITH clk AS MATERIALIZED (SELECT `+clockSQL+` AS now)
+SELECT l.host, l.gen, l.deadline,
+	CASE WHEN l.deadline <= clk.now
+		AND clk.now - (SELECT max(renewed_at) FROM pgstore_leases) > l.ttl_us * interval '1 microsecond' / 2
+	THEN l.ttl_us
+	ELSE (extract(epoch FROM l.deadline - clk.now) * 1000000)::bigint END,
+	l.ttl_us
+FROM pgstore_leases l, clk WHERE l.host = $3`, frozen, off, host).Scan(&l.Host, &g, &l.Deadline, &remainingUS, &ttlUS)
 	if err == pgx.ErrNoRows {
 		return relocation.Lease{}, false, nil
 	}

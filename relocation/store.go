@@ -193,7 +193,12 @@ type Store interface {
 	// (kind Rejected). The answer says whether this run's lease had run
 	// out before the renewal (Lease.Lapsed).
 	RenewLease(ctx context.Context, host string, gen uint64, ttl time.Duration) (Lease, error)
-	// Lease returns host's lease.
+	// Lease returns host's lease, its Remaining by the store's clock —
+	// except a lease that ran out during a silence no renewal has ended:
+	// its holder still holds its rows (Reserve takes none of them), and
+	// the renewal that ends the silence gives it a full length, so its
+	// Remaining is its TTL. Whoever judges a host by its lease judges it
+	// as Reserve does.
 	Lease(ctx context.Context, host string) (Lease, bool, error)
 	// Owned reports, for each of objs, whether its row names host's run
 	// gen as its owner (Reserved or Active): the objects a run whose lease
@@ -480,7 +485,11 @@ func (s *MemoryStore) Lease(ctx context.Context, host string) (Lease, bool, erro
 	defer s.mu.Unlock()
 	l, ok := s.leases[host]
 	if ok {
-		l.Remaining = l.Deadline.Sub(s.now())
+		now := s.now()
+		l.Remaining = l.Deadline.Sub(now)
+		if l.Remaining <= 0 && l.liveAt(now, s.lastContact) {
+			l.Remaining = l.TTL // kept by a silence (Store.Lease)
+		}
 		l.Lapsed = false
 	}
 	return l, ok, nil

@@ -122,6 +122,7 @@ var rules = []struct {
 	{"ASilenceOfTheStoreTakesNothingOver", aSilenceOfTheStoreTakesNothingOver},
 	{"ASilenceShorterThanALeaseTakesNothingOver", aSilenceShorterThanALeaseTakesNothingOver},
 	{"ATakeoverAndTheOwnersRenewalAreOrdered", aTakeoverAndTheOwnersRenewalAreOrdered},
+	{"ALeaseASilenceKeepsReadsLive", aLeaseASilenceKeepsReadsLive},
 	{"ConcurrentReservesHaveOneWinner", concurrentReservesHaveOneWinner},
 	{"ConcurrentNewOwnersHaveOneWinner", concurrentNewOwnersHaveOneWinner},
 	{"ADoneContextFailsTheCall", aDoneContextFailsTheCall},
@@ -772,7 +773,7 @@ func renewLeaseStartsALease(t *testing.T, x *suite) {
 // leaseRemainingIsByTheStoresClock: RenewLease and Lease say how long the
 // lease has left by the store's clock (what a host compares, never the
 // deadline with its own clock): LeaseTTL at a renewal, less as the store's
-// clock moves, zero or less once it ran out.
+// clock moves, zero or less once it ran out while other hosts renewed.
 func leaseRemainingIsByTheStoresClock(t *testing.T, x *suite) {
 	x.needClock(t)
 	if l := x.lease(t, "A", 1); l.Remaining != relocation.LeaseTTL {
@@ -784,7 +785,7 @@ func leaseRemainingIsByTheStoresClock(t *testing.T, x *suite) {
 	if err != nil || !ok || l.Remaining != relocation.LeaseTTL-part {
 		t.Errorf("Lease %v after the renewal: %+v, %v, %v; want Remaining %v", part, l, ok, err, relocation.LeaseTTL-part)
 	}
-	x.advance(t, relocation.LeaseTTL)
+	x.pass(t, relocation.LeaseTTL, "B") // another host renews: no silence keeps A's lease
 	if l, ok, err := x.s.Lease(x.ctx, "A"); err != nil || !ok || l.Remaining > 0 {
 		t.Errorf("Lease after it ran out: %+v, %v, %v; want Remaining <= 0", l, ok, err)
 	}
@@ -956,6 +957,28 @@ func aSilenceOfTheStoreTakesNothingOver(t *testing.T, x *suite) {
 	taken, err := x.s.Reserve(x.ctx, objA, "B")
 	if err != nil || taken.Host != "B" {
 		t.Fatalf("Reserve after A stopped renewing while B renewed = %s, %v; want a takeover", fmtRow(taken), err)
+	}
+}
+
+// aLeaseASilenceKeepsReadsLive: a lease that ran out during a silence of
+// the store that no renewal has ended reads live (Remaining its TTL) — a
+// host that judges its peers by their leases judges them as Reserve does,
+// and does not route around a live owner the store would not let it take
+// over; a lease that ran out while others renewed reads run out.
+func aLeaseASilenceKeepsReadsLive(t *testing.T, x *suite) {
+	x.needClock(t)
+	x.lease(t, "A", 1)
+	x.lease(t, "B", 1)
+	x.advance(t, 2*relocation.LeaseTTL) // nobody reached the store
+	for _, h := range []string{"A", "B"} {
+		if l, ok, err := x.s.Lease(x.ctx, h); err != nil || !ok || l.Remaining != relocation.LeaseTTL {
+			t.Errorf("%s's lease in a silence = %+v, %v, %v; want Remaining a full LeaseTTL (the silence keeps it)", h, l, ok, err)
+		}
+	}
+	x.lease(t, "B", 1) // the silence ends: A's lease gets a full length
+	x.pass(t, relocation.LeaseTTL+relocation.LeaseRenew, "B")
+	if l, ok, err := x.s.Lease(x.ctx, "A"); err != nil || !ok || l.Remaining > 0 {
+		t.Errorf("A's lease after it stopped renewing while B renewed = %+v, %v, %v; want it run out", l, ok, err)
 	}
 }
 
