@@ -8,6 +8,7 @@ import (
 
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/route"
 	"github.com/berthrt/berth/transport"
 )
 
@@ -182,11 +183,18 @@ func (iq *inbounds) routeIn(ib *inbound, kr *kindRuntime, id string, m *payload.
 	h := iq.h
 	p, err := h.router.locate(kr, id, fromLink)
 	if err != nil {
-		if errors.Is(err, ErrShuttingDown) {
+		switch {
+		case errors.Is(err, ErrShuttingDown):
 			h.router.backOrFail(m, err) // this host is closing: the origin routes it again
-			return false
+		case payload.KindOf(err) == payload.Unavailable:
+			// This host cannot place the object for now (the store out
+			// of its reach, its own lease not renewed yet): the origin
+			// routes the message again, within the bounce bound — it
+			// is not dropped on a stall here.
+			h.router.backOrFailBounded(m, route.Hop{Bounces: bouncesOf(m.Header().Flags())}, err)
+		default:
+			h.router.failMessage(m, err)
 		}
-		h.router.failMessage(m, err)
 		return false
 	}
 	if p.o != nil || !ib.in.idle() {

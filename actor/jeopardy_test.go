@@ -704,3 +704,55 @@ func TestAfterASilenceOfTheStoreASenderFindsTheOwnerLive(t *testing.T) {
 		}
 	}
 }
+
+// failingLookups is a host's view of the Location Store whose Get fails
+// (Unavailable) while on: the store is out of that host's reach for
+// look-ups.
+type failingLookups struct {
+	relocation.Store
+	on atomic.Bool
+}
+
+func (s *failingLookups) Get(ctx context.Context, obj relocation.Object) (relocation.Row, error) {
+	if s.on.Load() {
+		return relocation.Row{}, errStoreDown
+	}
+	return s.Store.Get(ctx, obj)
+}
+
+// A message that reaches a host which cannot place its object for now
+// (its look-up failed: the store out of its reach, or its own lease not
+// yet renewed) goes back to its origin, which routes it again — it is not
+// dropped there, lost although its Tell was accepted.
+func TestAMessageAHostCannotPlaceForNowGoesBackToItsOrigin(t *testing.T) {
+	n := NewNetwork(nil)
+	a := startHost(t, n.With(Config{Name: "a", Logger: quietLogger()}), movableKind(newGates()))
+	bcfg := n.With(Config{Name: "b", Logger: quietLogger()})
+	away := &failingLookups{Store: bcfg.Store}
+	bcfg.Store = away
+	b := startHost(t, bcfg, movableKind(newGates()))
+	c := startHost(t, n.With(Config{Name: "c", Logger: quietLogger()}), movableKind(newGates()))
+	waitViews(t, a, b, c)
+	x := objectOn(t, a, n.Net.Store)
+	before, err := Ask[Get, int](bg, c, x, Get{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := relocation.Object{Kind: x.Kind, ID: x.ID}
+	away.on.Store(true)
+	c.routes.forget(obj, true)
+	c.routes.learn(obj, "b", 0, false) // stale: x never ran on b
+	if err := Tell(bg, c, x, Inc{By: 5}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the Tell to run at a", func() bool {
+		ctx, cancel := context.WithTimeout(bg, time.Second)
+		defer cancel()
+		got, err := Ask[Get, int](ctx, a, x, Get{})
+		return err == nil && got == before+5
+	})
+	if st := b.Stats(); st.Dropped != 0 {
+		t.Fatalf("b dropped %d messages it could not place for now; want them sent back", st.Dropped)
+	}
+	away.on.Store(false)
+}
