@@ -221,10 +221,19 @@ func (p *rawPeer) Deliver(_ string, it transport.Item) {
 func (p *rawPeer) Returned(string, transport.Item) {}
 func (p *rawPeer) Event(transport.Event)           {}
 
+// items returns what the peer was sent, but the host's control items
+// (its credit and load reports, which its tick sends any peer it heard
+// from, whenever the tick comes).
 func (p *rawPeer) items() []transport.Item {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([]transport.Item(nil), p.got...)
+	var out []transport.Item
+	for _, it := range p.got {
+		if it.Kind != transport.Control {
+			out = append(out, it)
+		}
+	}
+	return out
 }
 
 // A frame off a link that cannot be opened loses nothing silently
