@@ -309,7 +309,7 @@ func (lk *leaseKeeper) checkOwners(stop <-chan struct{}) {
 				switch {
 				case owned[i]:
 					o.epoch.Store(ep)
-				case incoming[i] || o.incoming.Load():
+				case incoming[i]: // (an owner is incoming from its making, or never)
 					// A move's target: its open sets its epoch (and
 					// its first turn asks for a check if a lapse came
 					// since its commit was sent).

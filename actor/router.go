@@ -395,11 +395,12 @@ func (rt *router) sendHop(m *payload.Message, host string, hops uint8, gen uint6
 	mine := hv.Seq() != 0 && string(hv.Origin()) == h.name
 	var obj relocation.Object
 	var st route.Stamp
-	if mine {
+	var to peerRun
+	if mine { // another host's message needs none of it
 		obj = relocation.Object{Kind: string(hv.TargetName()), ID: string(hv.TargetID())}
 		st = route.Stamp{Epoch: hv.Epoch(), Seq: hv.Seq()}
+		to = h.peers.view.runOf(host)
 	}
-	to := h.peers.view.runOf(host)
 	if err := h.peers.sendMessage(host, m, transport.Frame); err != nil {
 		_ = payload.SetForward(m.Frame(), oldHops, oldGen)
 		return err

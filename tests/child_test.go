@@ -626,34 +626,45 @@ func (c *childCtl) startLoad(objects, senders, askEvery int, seed uint64, rate i
 					}
 				}
 				i := rng.IntN(objects)
-				seq := r.Sent[i] + 1
-				if askEvery > 0 && rng.IntN(askEvery) == 0 {
-					actx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-					got, err := actor.Ask[numberedAsk, int](actx, c.h, seqlogRef(i), numberedAsk{Sender: name, Seq: seq})
-					cancel()
-					r.Sent[i] = seq // used, whatever happened
-					if err != nil || got != seq {
-						r.AskErrors++
-						r.Uncertain[i] = append(r.Uncertain[i], seq)
-						if err == nil {
-							err = fmt.Errorf("answered %d", got)
-						}
-						fail("Ask", i, seq, err)
-						continue
-					}
-					r.Asks++
-					continue
-				}
-				if err := actor.Tell(context.Background(), c.h, seqlogRef(i), numbered{Sender: name, Seq: seq}); err != nil {
-					r.TellErrors++ // refused: the number stays unused
-					fail("Tell", i, seq, err)
-					continue
-				}
-				r.Sent[i] = seq
-				r.Tells++
+				r.sendOne(c.h, name, i, askEvery > 0 && rng.IntN(askEvery) == 0, 20*time.Second, fail)
 			}
 		}()
 	}
+}
+
+// sendOne sends sender name's next numbered message to seqlog object i
+// through h — an Ask answered within askTimeout if ask, else a Tell — and
+// records it in r: an Ask's number is used whatever happened (uncertain
+// if it failed), a refused Tell's is not. fail hears of each failure. It
+// reports whether the message was accepted (a Tell taken, an Ask answered
+// with its number).
+func (r *senderReport) sendOne(h *actor.Host, name string, i int, ask bool, askTimeout time.Duration, fail func(what string, i, seq int, err error)) bool {
+	seq := r.Sent[i] + 1
+	if ask {
+		ctx, cancel := context.WithTimeout(context.Background(), askTimeout)
+		got, err := actor.Ask[numberedAsk, int](ctx, h, seqlogRef(i), numberedAsk{Sender: name, Seq: seq})
+		cancel()
+		r.Sent[i] = seq // used, whatever happened
+		if err != nil || got != seq {
+			r.AskErrors++
+			r.Uncertain[i] = append(r.Uncertain[i], seq)
+			if err == nil {
+				err = fmt.Errorf("answered %d", got)
+			}
+			fail("Ask", i, seq, err)
+			return false
+		}
+		r.Asks++
+		return true
+	}
+	if err := actor.Tell(context.Background(), h, seqlogRef(i), numbered{Sender: name, Seq: seq}); err != nil {
+		r.TellErrors++ // refused: the number stays unused
+		fail("Tell", i, seq, err)
+		return false
+	}
+	r.Sent[i] = seq
+	r.Tells++
+	return true
 }
 
 // startMovers starts n movers relocating random seqlog objects to random

@@ -527,33 +527,9 @@ func startGatewayLoad(h *actor.Host, objects int, askEvery []int, seed uint64, r
 				case <-tick.C:
 				}
 				i := rng.IntN(objects)
-				seq := r.Sent[i] + 1
-				if askEvery > 0 && rng.IntN(askEvery) == 0 {
-					ctx, cancel := context.WithTimeout(context.Background(), askTimeout)
-					got, err := actor.Ask[numberedAsk, int](ctx, h, seqlogRef(i), numberedAsk{Sender: name, Seq: seq})
-					cancel()
-					r.Sent[i] = seq // used, whatever happened
-					if err != nil || got != seq {
-						r.AskErrors++
-						r.Uncertain[i] = append(r.Uncertain[i], seq)
-						if err == nil {
-							err = fmt.Errorf("answered %d", got)
-						}
-						fail("Ask", i, seq, err)
-						continue
-					}
-					r.Asks++
+				if r.sendOne(h, name, i, askEvery > 0 && rng.IntN(askEvery) == 0, askTimeout, fail) {
 					gl.accepted.Add(1)
-					continue
 				}
-				if err := actor.Tell(context.Background(), h, seqlogRef(i), numbered{Sender: name, Seq: seq}); err != nil {
-					r.TellErrors++ // refused: the number stays unused
-					fail("Tell", i, seq, err)
-					continue
-				}
-				r.Sent[i] = seq
-				r.Tells++
-				gl.accepted.Add(1)
 			}
 		})
 	}

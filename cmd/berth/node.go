@@ -111,7 +111,7 @@ const (
 type nodeConfig struct {
 	name, listen, advertise, db, httpAddr string
 	stopTimeout, nameWait                 time.Duration
-	leaseTTL, leaseRenew                  time.Duration // 0: actor.Config's defaults
+	leaseTTL, leaseRenew                  time.Duration // -lease-ttl, -lease-renew
 	tls                                   *tcp.TLS      // nil: insecure
 	admin                                 nodeAdmin
 }
