@@ -170,27 +170,40 @@ func (ad *admission) dispatchRun(ctx context.Context, turn *Context, t target, m
 }
 
 // acquirePermit takes a job permit for a send from outside the handlers,
-// waiting for one until ctx ends — or, on a host in jeopardy when the
-// wait begins, for at most SendTimeout: its permits may all be held by
-// messages of objects that run no turn until the store answers, which may
-// take as long as the store is away. It returns ErrPaused then (nothing
-// was sent), the sender learns it and may send again.
+// waiting for one until ctx ends — or, once the host is in jeopardy, for
+// at most SendTimeout: its permits may all be held by messages of objects
+// that run no turn until the store answers, which may take as long as the
+// store is away. It returns ErrPaused then (nothing was sent), the sender
+// learns it and may send again. A wait that begins while the lease is live
+// looks again when the lease's deadline passes (jeopardy begins then,
+// unless a renewal moved it).
 func (ad *admission) acquirePermit(ctx context.Context) error {
 	h := ad.h
 	p := h.jobs.permits
 	if p.TryAcquire() {
 		return nil
 	}
-	if h.gate.live() {
-		return p.Acquire(ctx)
+	for {
+		if dl := h.gate.deadline.Load(); dl == 0 || wallNano() < dl {
+			wctx, cancel := ctx, context.CancelFunc(func() {})
+			if dl != 0 {
+				wctx, cancel = context.WithDeadline(ctx, time.Unix(0, dl))
+			}
+			err := p.Acquire(wctx)
+			cancel()
+			if err == nil || ctx.Err() != nil || errors.Is(err, mailbox.ErrPermitsClosed) {
+				return err
+			}
+			continue // the deadline passed: paused now, unless renewed
+		}
+		wctx, cancel := context.WithTimeout(ctx, h.cfg.SendTimeout)
+		err := p.Acquire(wctx)
+		cancel()
+		if err != nil && ctx.Err() == nil && !errors.Is(err, mailbox.ErrPermitsClosed) {
+			return ErrPaused
+		}
+		return err
 	}
-	wctx, cancel := context.WithTimeout(ctx, h.cfg.SendTimeout)
-	defer cancel()
-	err := p.Acquire(wctx)
-	if err != nil && ctx.Err() == nil && !errors.Is(err, mailbox.ErrPermitsClosed) {
-		return ErrPaused
-	}
-	return err
 }
 
 // admitWait admits an item that holds its permit, waiting up to SendTimeout

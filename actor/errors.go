@@ -64,7 +64,9 @@ var (
 	// in jeopardy (its lease passed its deadline before a renewal was
 	// answered: the Location Store away or slow, the process starved)
 	// found every job permit held — by messages its paused objects cannot
-	// run yet — and waited SendTimeout for one. Nothing was sent: send
+	// run yet — and waited SendTimeout for one (from when the wait began,
+	// or, for a wait that began while the host was live, from when its
+	// lease passed the deadline). Nothing was sent: send
 	// again once the host resumes (Stats.Jeopardy). Of kind Unavailable.
 	ErrPaused = payload.NewError(payload.Unavailable, "actor",
 		"the host is paused (jeopardy: its lease is not renewed yet) and every job permit is held: nothing was sent")

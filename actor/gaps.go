@@ -10,11 +10,11 @@ import (
 )
 
 // The gaps part (gapFacts): failure facts and what this host reports of
-// its gaps; skip notices waiting for a leaving host; the pressure this
+// its gaps; messages waiting to be routed again; the pressure this
 // host's senders wait on.
 //
-// Owns: the failure facts, the gauges and logs of gaps, the deferred
-// skip notices, the pressure set and its counters.
+// Owns: the failure facts, the gauges and logs of gaps, the messages
+// waiting to be routed again, the pressure set and its counters.
 // Lock: factsMu, skipMu and pressureSet.mu, all leaves.
 // May call: the leaves.
 // Invariants: a fact is recorded only from the membership (a host gone)
@@ -90,30 +90,73 @@ func (r *rateLimit) allow(now int64) bool {
 	return now >= n && r.next.CompareAndSwap(n, now+int64(gapLogEvery))
 }
 
-// deferSkip keeps a skip notice whose object's host is leaving and takes
-// no frames: it is routed again on each move tick (retrySkips) until it
-// reaches the object wherever it is handed on — never dropped while every
-// host is up, since nothing else would close its gap. It reports false if
-// the host is closing.
-func (gp *gapFacts) deferSkip(m *payload.Message) bool {
+// waitToRoute keeps a message this host cannot route for now, to be
+// routed again by the next round of routeWaiting: a skip notice whose
+// object's host is leaving or that found no way (nothing else would close
+// its gap while every host is up), or a message whose look-up the
+// Location Store could not answer (errStoreAway: the store out of reach
+// or slow, this host's lease not renewed yet — a stall, not a loss). It
+// reports false (the caller ends m) if the host is closing or has no
+// network, or past the bounds: maxWaiting messages, maxWaitingBytes of
+// them (skip notices, which are small, only count).
+func (gp *gapFacts) waitToRoute(m *payload.Message) bool {
+	skip := m.Header().Flags()&flagSkip != 0
+	n := int64(len(m.Frame()))
+	gp.skipMu.Lock()
+	defer gp.skipMu.Unlock()
+	if gp.skipClosed || gp.h.peers.tr == nil || len(gp.skips) >= maxWaiting || (!skip && gp.waitingBytes+n > maxWaitingBytes) {
+		return false
+	}
+	gp.skips = append(gp.skips, m)
+	gp.waitingBytes += n
+	gp.waiting.Store(int64(len(gp.skips)))
+	return true
+}
+
+// takeWaiting returns the messages waiting to be routed, oldest first,
+// and forgets them.
+func (gp *gapFacts) takeWaiting() []*payload.Message {
+	gp.skipMu.Lock()
+	defer gp.skipMu.Unlock()
+	ms := gp.skips
+	gp.skips, gp.waitingBytes = nil, 0
+	gp.waiting.Store(0)
+	return ms
+}
+
+// putBack returns ms (oldest first) to the front of the waiting messages,
+// before any that came meanwhile: a round that stopped early keeps the
+// rest in their order. It reports false (the caller ends them) if the
+// host is closing.
+func (gp *gapFacts) putBack(ms []*payload.Message) bool {
 	gp.skipMu.Lock()
 	defer gp.skipMu.Unlock()
 	if gp.skipClosed {
 		return false
 	}
-	gp.skips = append(gp.skips, m)
+	for _, m := range ms {
+		gp.waitingBytes += int64(len(m.Frame()))
+	}
+	gp.skips = append(ms, gp.skips...)
+	gp.waiting.Store(int64(len(gp.skips)))
 	return true
 }
 
-// closeSkips releases the deferred skip notices of a closing host.
-func (gp *gapFacts) closeSkips() {
+// The bounds of the messages waiting to be routed (waitToRoute).
+const (
+	maxWaiting      = 1 << 16
+	maxWaitingBytes = 256 << 20
+)
+
+// closeSkips returns the messages waiting to be routed of a closing host,
+// for Close to end, and takes no more from now on.
+func (gp *gapFacts) closeSkips() []*payload.Message {
 	gp.skipMu.Lock()
+	defer gp.skipMu.Unlock()
 	ms := gp.skips
-	gp.skips, gp.skipClosed = nil, true
-	gp.skipMu.Unlock()
-	for _, m := range ms {
-		m.Release()
-	}
+	gp.skips, gp.skipClosed, gp.waitingBytes = nil, true, 0
+	gp.waiting.Store(0)
+	return ms
 }
 
 // gapFacts is a host's failure facts and what it reports of its gaps.
@@ -126,11 +169,14 @@ type gapFacts struct {
 	overHeld  atomic.Int64 // arrivals that found their sender past the reorder bound
 	gapLog    rateLimit    // the long-gap line (closeGaps)
 	boundLog  rateLimit    // the past-the-bound line (overBound)
-	// skips: skip notices waiting for their object's leaving host to hand
-	// it on (deferSkip).
-	skipMu     sync.Mutex // a leaf
-	skips      []*payload.Message
-	skipClosed bool
+	// skips: messages waiting to be routed again (waitToRoute), oldest
+	// first; waitingBytes their frames' bytes.
+	skipMu       sync.Mutex // a leaf
+	skips        []*payload.Message
+	waitingBytes int64
+	skipClosed   bool
+	waiting      atomic.Int64 // len(skips) (Stats.WaitingToRoute)
+	skipsLost    atomic.Int64 // skip notices ended without reaching their object (Stats.SkipsLost)
 	// pressure: objects this host's outside senders wait for (pressure.go).
 	pressure      pressureSet
 	pressureWaits atomic.Int64 // outside sends that waited for one

@@ -309,6 +309,9 @@ func (h *Host) startServices() {
 		h.peers.peerJobs(tick)
 		h.moves.moveJobs(tick)
 		h.svc.startSchedule(tick)
+		again := &schedule{name: "route again"}
+		h.router.waitingJobs(again)
+		h.svc.startSchedule(again)
 	}
 }
 
@@ -670,7 +673,12 @@ func (h *Host) Close() error {
 	h.admit.deferred.closed = true
 	h.admit.deferred.mu.Unlock()
 	h.admit.closeDeferred()
-	h.gaps.closeSkips()
+	for _, m := range h.gaps.closeSkips() { // (a request gets ShuttingDown)
+		if m.Header().Flags()&flagSkip == 0 {
+			dropped++
+		}
+		h.router.failMessage(m, ErrShuttingDown)
+	}
 	// Leave the network: peers stop routing here and learn that our moves
 	// are over.
 	h.leave(true)
@@ -824,6 +832,8 @@ func (h *Host) Stats() Stats {
 		Late:                   h.stats.late.Load(),
 		OldestGap:              time.Duration(h.gaps.oldestGap.Load()),
 		OverBound:              h.gaps.overHeld.Load(),
+		WaitingToRoute:         int(h.gaps.waiting.Load()),
+		SkipsLost:              h.gaps.skipsLost.Load(),
 		PressureWaits:          h.gaps.pressureWaits.Load(),
 		PeerWaits:              h.gaps.peerWaits.Load(),
 		PeerRefused:            h.gaps.peerRefused.Load(),

@@ -635,6 +635,63 @@ func TestASendOnAPausedHostWithNoPermitLeftFailsWithErrPaused(t *testing.T) {
 	log.check(t, a, []Ref{ref})
 }
 
+// A send that began waiting for a permit while the host was live, and is
+// still waiting when the host goes into jeopardy, is bounded as one that
+// began then: ErrPaused after SendTimeout, not a wait until its own
+// deadline for a store that may be away for a minute.
+func TestASendWaitingForAPermitWhenTheHostIsPausedFailsWithErrPaused(t *testing.T) {
+	n := NewNetwork(nil)
+	var down outage
+	n.Store().(*relocation.MemoryStore).Fault(down.fault)
+	n.Membership.Fault(down.fault)
+	g := newGates()
+	cfg := shortLeases(n.With(Config{Name: "a", Logger: quietLogger(), MaxQueuedApplicationJobs: 8}))
+	cfg.SendTimeout = 50 * time.Millisecond
+	a := startHost(t, cfg, counterKind(g))
+	ref := Ref{"counter", "o"}
+	defer g.release("k")
+	if err := Tell(bg, a, ref, Block{Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	g.waitStarted(t, "k")
+	for range 8 { // every permit held by a message queued behind the running turn
+		if err := Tell(bg, a, ref, Inc{By: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(bg, 30*time.Second) // far past SendTimeout: a wait for its deadline fails the test
+		defer cancel()
+		done <- Tell(ctx, a, ref, Inc{By: 1})
+	}()
+	waitFor(t, "the next send to wait for a permit", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("the next send returned %v without waiting", err)
+		default:
+		}
+		return a.Stats().PermitWaiters == 1
+	})
+	if a.Stats().Jeopardy {
+		t.Fatal("a in jeopardy before the store went away")
+	}
+	down.on.Store(true)
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrPaused) || !errors.Is(err, payload.Unavailable) {
+			t.Fatalf("the waiting Tell = %v, want ErrPaused (Unavailable)", err)
+		}
+		if !a.Stats().Jeopardy {
+			t.Fatal("the waiting Tell failed with ErrPaused before a went into jeopardy")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the send that waited for a permit kept waiting after the host went into jeopardy")
+	}
+	down.on.Store(false)
+	waitFor(t, "a out of jeopardy", func() bool { return !a.Stats().Jeopardy })
+}
+
 // After a silence of the store — no renewal reached it for longer than
 // the leases, while look-ups still did — every lease has run out by the
 // store's clock alone until a renewal ends the silence. A sender that
@@ -755,4 +812,105 @@ func TestAMessageAHostCannotPlaceForNowGoesBackToItsOrigin(t *testing.T) {
 		t.Fatalf("b dropped %d messages it could not place for now; want them sent back", st.Dropped)
 	}
 	away.on.Store(false)
+}
+
+// awayFrom starts hosts a, b and c on one network, b and c with look-ups
+// that fail while their failingLookups is on, and returns them with an
+// object x that runs on a, whose route c caches as b's (stale: x never
+// ran there) while the look-ups fail.
+func awayFrom(t *testing.T) (a, c *Host, x Ref, away func(bool)) {
+	t.Helper()
+	n := NewNetwork(nil)
+	a = startHost(t, n.With(Config{Name: "a", Logger: quietLogger()}), movableKind(newGates()))
+	bcfg := n.With(Config{Name: "b", Logger: quietLogger()})
+	bAway := &failingLookups{Store: bcfg.Store}
+	bcfg.Store = bAway
+	b := startHost(t, bcfg, movableKind(newGates()))
+	ccfg := n.With(Config{Name: "c", Logger: quietLogger()})
+	cAway := &failingLookups{Store: ccfg.Store}
+	ccfg.Store = cAway
+	c = startHost(t, ccfg, movableKind(newGates()))
+	waitViews(t, a, b, c)
+	x = objectOn(t, a, n.Net.Store)
+	if _, err := Ask[Get, int](bg, c, x, Get{}); err != nil {
+		t.Fatal(err)
+	}
+	away = func(on bool) {
+		bAway.on.Store(on)
+		cAway.on.Store(on)
+		if on {
+			obj := relocation.Object{Kind: x.Kind, ID: x.ID}
+			c.routes.forget(obj, true)
+			c.routes.learn(obj, "b", 0, false)
+		}
+	}
+	return a, c, x, away
+}
+
+// A message whose origin cannot place its object either (the store out of
+// reach of both the host it reached and its origin) waits at its origin
+// until the store answers, and then runs — it is not dropped, lost
+// although its Tell was accepted.
+func TestAMessageItsOriginCannotPlaceForNowWaitsForTheStore(t *testing.T) {
+	a, c, x, away := awayFrom(t)
+	before, err := Ask[Get, int](bg, a, x, Get{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	away(true)
+	if err := Tell(bg, c, x, Inc{By: 5}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the Tell to wait at its origin c", func() bool { return c.Stats().WaitingToRoute == 1 })
+	if got, err := Ask[Get, int](bg, a, x, Get{}); err != nil || got != before {
+		t.Fatalf("x = %d, %v while the store is away; want %d (the Tell waits)", got, err, before)
+	}
+	away(false)
+	waitFor(t, "the Tell to run at a once the store answers", func() bool {
+		ctx, cancel := context.WithTimeout(bg, time.Second)
+		defer cancel()
+		got, err := Ask[Get, int](ctx, a, x, Get{})
+		return err == nil && got == before+5
+	})
+	if st := c.Stats(); st.Dropped != 0 || st.WaitingToRoute != 0 {
+		t.Fatalf("c: Dropped %d, WaitingToRoute %d; want 0 and 0", st.Dropped, st.WaitingToRoute)
+	}
+}
+
+// A skip notice that cannot be placed for now (its host's look-up fails)
+// waits and is routed again until it reaches its object: it is the only
+// fact that closes its gap while every host is up, so without it the
+// sender's later messages would be held for good.
+func TestASkipNoticeThatCannotBePlacedForNowWaitsUntilItCan(t *testing.T) {
+	a, c, x, away := awayFrom(t)
+	before, err := Ask[Get, int](bg, a, x, Get{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	away(true)
+	// The Ask waits at c until its deadline passes: it ends there,
+	// stamped and never delivered, and its skip notice cannot be placed.
+	ctx, cancel := context.WithTimeout(bg, 200*time.Millisecond)
+	_, err = Ask[Get, int](ctx, c, x, Get{})
+	cancel()
+	if err == nil {
+		t.Fatal("the Ask succeeded while the store was away")
+	}
+	waitFor(t, "the expired Ask to end at c with a skip notice waiting", func() bool {
+		st := c.Stats()
+		return st.Dropped == 1 && st.WaitingToRoute == 1
+	})
+	away(false)
+	if err := Tell(bg, c, x, Inc{By: 7}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the later Tell to run at a (the skip notice closed the gap)", func() bool {
+		ctx, cancel := context.WithTimeout(bg, time.Second)
+		defer cancel()
+		got, err := Ask[Get, int](ctx, a, x, Get{})
+		return err == nil && got == before+7
+	})
+	if st := c.Stats(); st.SkipsLost != 0 || st.WaitingToRoute != 0 {
+		t.Fatalf("c: SkipsLost %d, WaitingToRoute %d; want 0 and 0", st.SkipsLost, st.WaitingToRoute)
+	}
 }

@@ -1083,25 +1083,33 @@ func (rt *router) redispatchBuffer(buf payload.Buffer) {
 	rt.redispatchMessage(m)
 }
 
-func (rt *router) redispatchMessage(m *payload.Message) {
+func (rt *router) redispatchMessage(m *payload.Message) { rt.routeAgain(m, false) }
+
+// routeAgain sends m to wherever its object runs. A message whose look-up
+// the Location Store could not answer (errStoreAway) waits to be routed
+// again (waitToRoute) — or, with giveBack, is returned to the caller.
+func (rt *router) routeAgain(m *payload.Message, giveBack bool) *payload.Message {
 	h := rt.h
 	hv := m.Header()
 	kr := h.owners.kinds[string(hv.TargetName())]
 	if kr == nil {
 		rt.failMessage(m, payload.NewError(payload.NotFound, "actor", "no kind "+string(hv.TargetName())))
-		return
+		return nil
 	}
 	id := string(hv.TargetID())
 	p, err := kr.host.router.locate(kr, id, fromLink)
-	if err != nil {
+	switch {
+	case err != nil && errors.Is(err, errStoreAway) && giveBack:
+		return m
+	case err != nil && errors.Is(err, errStoreAway) && h.gaps.waitToRoute(m):
+	case err != nil:
 		rt.failMessage(m, err)
-		return
-	}
-	if p.o != nil {
+	case p.o != nil:
 		rt.admitHere(p.o, m)
-		return
+	default:
+		rt.forward(kr, id, m, p)
 	}
-	rt.forward(kr, id, m, p)
+	return nil
 }
 
 func frames(items []*mailbox.Envelope) [][]byte {

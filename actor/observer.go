@@ -104,6 +104,8 @@ type Stats struct {
 	DroppedOnClose         int64         // accepted messages Close ended unrun (ShuttingDown): queued, held, or waiting in a sender
 	Dropped                int64         // stamped messages this host could not deliver (their senders got an error; a skip notice followed)
 	Bounced                int64         // messages sent back to their origin to be routed again
+	WaitingToRoute         int           // messages waiting here to be routed again: their look-up waits for the Location Store to answer, or a skip notice for a way to its object
+	SkipsLost              int64         // skip notices that could not reach their object (their gaps wait for a failure fact)
 	Relocations            int64         // moves completed with this host as source or target
 	MovesUnderWay          int           // moves this host takes part in now, as source or target
 	Captured               int64         // queued messages moved in move records (this host the source)

@@ -1,7 +1,9 @@
 package actor
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -154,6 +156,22 @@ func (rt *router) lookup(kr *kindRuntime, id string, mode lookupMode) (place, er
 	return v.(place), nil
 }
 
+// errStoreAway marks a look-up or an activation that failed because the
+// Location Store could not answer for now: out of reach, slower than
+// Config.StoreTimeout, or refusing because this host's lease was not
+// renewed yet. The message waits to be routed again (waitToRoute): a
+// stall, not a loss.
+var errStoreAway = errors.New("the Location Store cannot answer for now")
+
+// storeAway marks a store error errStoreAway if the store may answer
+// later (payload.Unavailable, a deadline); other errors stay as they are.
+func storeAway(err error) error {
+	if payload.KindOf(err) == payload.Unavailable || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %w", errStoreAway, err)
+	}
+	return err
+}
+
 func (rt *router) resolve(kr *kindRuntime, id string, mode lookupMode) (place, error) {
 	h := kr.host
 	if o := kr.local(id); o != nil {
@@ -171,7 +189,7 @@ func (rt *router) resolve(kr *kindRuntime, id string, mode lookupMode) (place, e
 		h.routes.learn(obj, row.Host, row.OwnerGen, false)
 		return place{host: row.Host, gen: row.OwnerGen, stored: true}, nil
 	case err != nil && !errors.Is(err, relocation.ErrNoRow):
-		return place{}, &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: "location store", Err: err}
+		return place{}, &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: "location store", Err: storeAway(err)}
 	}
 	// A row that is not Preserved and names no live host but this one
 	// (which has no owner for it): its owner crashed (or was this host's
@@ -238,7 +256,7 @@ func (rt *router) activate(kr *kindRuntime, id string, takeover bool) (place, er
 			h.routes.learn(obj, ce.Current.Host, ce.Current.OwnerGen, false)
 			return place{host: ce.Current.Host, gen: ce.Current.OwnerGen, stored: true}, nil
 		}
-		return place{}, &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: "cannot activate " + obj.String(), Err: err}
+		return place{}, &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: "cannot activate " + obj.String(), Err: storeAway(err)}
 	}
 	var snap route.Snapshot
 	if len(row.Order) > 0 {
@@ -321,13 +339,13 @@ func (rt *router) forward(kr *kindRuntime, id string, m *payload.Message, p plac
 			// The next host does not take what this host sends it: no
 			// look-up helps. A skip notice waits for room (its gap has
 			// no other fact to close it while every host is up).
-			if hv.Flags()&flagSkip == 0 || !h.gaps.deferSkip(m) {
+			if hv.Flags()&flagSkip == 0 || !h.gaps.waitToRoute(m) {
 				rt.failMessage(m, err)
 			}
 			return
 		}
 		// The host is leaving or gone: look again (routes to it are gone).
-		if try == 3 && hv.Flags()&flagSkip != 0 && h.gaps.deferSkip(m) {
+		if try == 3 && hv.Flags()&flagSkip != 0 && h.gaps.waitToRoute(m) {
 			// A skip notice is the only fact that closes its gap while
 			// every host is up: it waits until the object is handed on.
 			return
@@ -500,9 +518,23 @@ func (rt *router) onBounce(buf payload.Buffer) {
 }
 
 // failMessage ends a message that cannot be delivered: a request gets err;
-// a skip notice follows a stamped message.
+// a skip notice follows a stamped message. A skip notice that found no
+// way for now (err Unavailable) waits to be routed again (waitToRoute):
+// nothing else closes its gap while every host is up.
 func (rt *router) failMessage(m *payload.Message, err error) {
+	h := rt.h
 	hv := m.Header()
+	if hv.Flags()&flagSkip != 0 {
+		if payload.KindOf(err) == payload.Unavailable && h.gaps.waitToRoute(m) {
+			return
+		}
+		h.gaps.skipsLost.Add(1)
+		if h.life.acceptsInternal() {
+			h.peerLogs.undeliverable.Warn(h.log, "a skip notice could not be delivered: its gap waits for a failure fact", "object", string(hv.TargetName())+"/"+string(hv.TargetID()), "err", err)
+		}
+		m.Release()
+		return
+	}
 	rt.dropped(hv)
 	rt.failFrame(hv.ReplyTo(), hv.Op(), err)
 	m.Release()
@@ -574,7 +606,6 @@ func (rt *router) orderJobs(tick *schedule) {
 	h := rt.h
 	tick.every("advance the coarse clock", tickEvery, func(time.Time) bool { h.routes.clk.Store(nanotime()); return false })
 	tick.every("close the gaps past their deadline", tickEvery, func(time.Time) bool { rt.closeGaps(); return false })
-	tick.every("send the skip notices that waited", tickEvery, func(time.Time) bool { rt.retrySkips(); return false })
 	tick.every("prune idle routes", time.Second, func(time.Time) bool { h.routes.prune(nanotime()); return false })
 	tick.every("forget idle senders", 10*time.Second, func(time.Time) bool { h.owners.forgetIdleSenders(); return false })
 }
@@ -639,16 +670,41 @@ func (rt *router) closeGaps() {
 	}
 }
 
-// retrySkips routes the deferred skip notices again (tick).
-func (rt *router) retrySkips() {
+// waitingJobs registers the rounds that route the waiting messages again
+// (waitToRoute) on a schedule of their own: a round's look-up may wait
+// for a slow store, which must not hold up the tick.
+func (rt *router) waitingJobs(sc *schedule) {
+	sc.every("route the messages that waited", tickEvery, func(time.Time) bool {
+		if rt.h.gaps.waiting.Load() > 0 {
+			rt.routeWaiting()
+		}
+		return false
+	})
+}
+
+// routeWaiting routes the waiting messages again, oldest first. A request
+// whose deadline passed ends. The round stops at the first message whose
+// look-up the store still cannot answer: it and the rest (which would ask
+// the store too) keep their places for the next round.
+func (rt *router) routeWaiting() {
 	h := rt.h
-	h.gaps.skipMu.Lock()
-	ms := h.gaps.skips
-	h.gaps.skips = nil
-	h.gaps.skipMu.Unlock()
-	for _, m := range ms {
+	ms := h.gaps.takeWaiting()
+	for i, m := range ms {
+		hv := m.Header()
+		if dl := hv.DeadlineUnixNano(); dl != 0 && wallNano() > dl {
+			rt.failMessage(m, ErrRequestTimeout)
+			continue
+		}
 		_ = payload.SetForward(m.Frame(), 0, 0)
-		rt.redispatchMessage(m)
+		if back := rt.routeAgain(m, true); back != nil {
+			ms[i] = back
+			if !h.gaps.putBack(ms[i:]) {
+				for _, m := range ms[i:] {
+					rt.failMessage(m, ErrShuttingDown)
+				}
+			}
+			return
+		}
 	}
 }
 

@@ -38,6 +38,8 @@
 //	berth_payload_full_copy_bytes_total{host}      bytes those copies copied
 //	berth_payload_views_total{host}                zero-copy views handed out
 //	berth_held_out_of_order{host}                  messages held for an older one of their sending host
+//	berth_waiting_to_route{host}                   messages waiting to be routed again (the store did not answer their look-up)
+//	berth_order_skips_lost_total{host}             skip notices that could not reach their object
 //	berth_order_gaps_closed_total{host}            sequence numbers given up on after a host failure
 //	berth_order_late_messages_total{host}          messages run after their gap was given up on
 //	berth_order_oldest_gap_seconds{host}           how long the oldest gap has waited

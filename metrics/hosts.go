@@ -28,6 +28,8 @@ type hostCollector struct {
 	fullCopyBytes    *prometheus.Desc
 	views            *prometheus.Desc
 	heldOutOfOrder   *prometheus.Desc
+	waitingToRoute   *prometheus.Desc
+	skipsLost        *prometheus.Desc
 	gapsClosed       *prometheus.Desc
 	late             *prometheus.Desc
 	oldestGap        *prometheus.Desc
@@ -89,6 +91,10 @@ func newHostCollector() *hostCollector {
 			"Zero-copy views of payload bytes handed out."),
 		heldOutOfOrder: desc("held_out_of_order",
 			"Messages held because an older message of their sending host has not arrived yet."),
+		waitingToRoute: desc("waiting_to_route",
+			"Messages waiting on the host to be routed again: their look-up waits for the Location Store to answer, or a skip notice for a way to its object."),
+		skipsLost: desc("order_skips_lost_total",
+			"Skip notices that could not reach their object (their gaps wait for a failure fact)."),
 		gapsClosed: desc("order_gaps_closed_total",
 			"Sequence numbers of a sending host given up on after a host failure (lost with that host)."),
 		late: desc("order_late_messages_total",
@@ -160,7 +166,7 @@ func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.ownersActive, c.laneDepth, c.permitsInUse, c.permitWaiters, c.permitsMax,
 		c.requestsInFlight, c.requestsFailed, c.decodes, c.fullCopies, c.fullCopyBytes, c.views,
-		c.heldOutOfOrder, c.gapsClosed, c.late, c.oldestGap, c.overBound, c.pressureWaits, c.peerWaits, c.peerRefused, c.linkRefused, c.dropped, c.droppedOnClose, c.bounced, c.relocations, c.captured, c.relayed, c.forwarded,
+		c.heldOutOfOrder, c.waitingToRoute, c.skipsLost, c.gapsClosed, c.late, c.oldestGap, c.overBound, c.pressureWaits, c.peerWaits, c.peerRefused, c.linkRefused, c.dropped, c.droppedOnClose, c.bounced, c.relocations, c.captured, c.relayed, c.forwarded,
 		c.stateWrites, c.stateFlushes, c.stateFenced, c.stateErrors, c.outputsHeld, c.outputsDropped,
 		c.suspicions, c.suspectsDead, c.jeopardy, c.jeopardies, c.leaseLapses, c.ownershipChecks, c.takenOver,
 	} {
@@ -205,6 +211,8 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.fullCopyBytes, st.Payload.FullCopyBytes)
 		counter(c.views, st.Payload.Views)
 		gauge(c.heldOutOfOrder, float64(st.HeldOutOfOrder))
+		gauge(c.waitingToRoute, float64(st.WaitingToRoute))
+		counter(c.skipsLost, uint64(st.SkipsLost))
 		counter(c.gapsClosed, uint64(st.GapsClosed))
 		counter(c.late, uint64(st.Late))
 		gauge(c.oldestGap, st.OldestGap.Seconds())

@@ -60,6 +60,8 @@ var hostSeries = []string{
 	"berth_payload_full_copy_bytes_total",
 	"berth_payload_views_total",
 	"berth_held_out_of_order",
+	"berth_waiting_to_route",
+	"berth_order_skips_lost_total",
 	"berth_order_gaps_closed_total",
 	"berth_order_late_messages_total",
 	"berth_order_oldest_gap_seconds",
@@ -289,6 +291,8 @@ func TestHostGauges(t *testing.T) {
 		LeaseLapses:            39,
 		OwnershipChecks:        41,
 		TakenOver:              42,
+		WaitingToRoute:         43,
+		SkipsLost:              44,
 		Payload:                payload.Stats{Decodes: 40, FullCopies: 6, FullCopyBytes: 600, Views: 70, Allocated: 1, Buffers: 2},
 	})
 	m.Attach(a)
@@ -343,6 +347,9 @@ berth_order_oldest_gap_seconds{host="a"} 2.5
 # HELP berth_order_over_bound_total Arrivals that found their sending host past an object's reorder bound (it was told to pause).
 # TYPE berth_order_over_bound_total counter
 berth_order_over_bound_total{host="a"} 22
+# HELP berth_order_skips_lost_total Skip notices that could not reach their object (their gaps wait for a failure fact).
+# TYPE berth_order_skips_lost_total counter
+berth_order_skips_lost_total{host="a"} 44
 # HELP berth_order_pressure_waits_total Sends from outside handlers that waited for an object's reorder buffer.
 # TYPE berth_order_pressure_waits_total counter
 berth_order_pressure_waits_total{host="a"} 23
@@ -379,6 +386,9 @@ berth_forwarded_messages_total{host="a"} 16
 # HELP berth_state_writes_total State writes of persistent objects that landed.
 # TYPE berth_state_writes_total counter
 berth_state_writes_total{host="a"} 30
+# HELP berth_waiting_to_route Messages waiting on the host to be routed again: their look-up waits for the Location Store to answer, or a skip notice for a way to its object.
+# TYPE berth_waiting_to_route gauge
+berth_waiting_to_route{host="a"} 43
 # HELP berth_state_flushes_total State store calls made (each flush writes every state queued).
 # TYPE berth_state_flushes_total counter
 berth_state_flushes_total{host="a"} 31
