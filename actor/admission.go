@@ -265,7 +265,7 @@ func (ad *admission) admitWait(ctx context.Context, t target, e *mailbox.Envelop
 			return false, err
 		}
 		o := p.o
-		ad.stamp(t, e.Msg, h.routes.self)
+		ad.stamp(t, e.Msg, h.routes.self())
 		size := e.Msg.Len()
 		if h.obs.timed {
 			e.Admitted = nanotime()
@@ -384,7 +384,7 @@ func (ad *admission) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bo
 			return true
 		}
 		if !relayed {
-			ad.stamp(t, e.Msg, h.routes.self)
+			ad.stamp(t, e.Msg, h.routes.self())
 		}
 		o := p.o
 		size := e.Msg.Len()

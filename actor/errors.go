@@ -70,6 +70,13 @@ var (
 	// again once the host resumes (Stats.Jeopardy). Of kind Unavailable.
 	ErrPaused = payload.NewError(payload.Unavailable, "actor",
 		"the host is paused (jeopardy: its lease is not renewed yet) and every job permit is held: nothing was sent")
+	// ErrRejoined: Ask from a gateway whose run the membership ended (it
+	// was paused past its lease, and its peers saw it fail), and whose
+	// request it had handed to another host: the gateway joined again as a
+	// new run, and the reply would have gone to the old one. The request
+	// may have run. Of kind Unavailable.
+	ErrRejoined = payload.NewError(payload.Unavailable, "actor",
+		"this gateway's run ended (it was paused past its lease) and it joined again as a new run: the request had been handed on, and may have run")
 	// ErrPeerFailed: Ask whose request this host had handed to another
 	// host (the object ran there, or was on its way there) when that
 	// host was declared failed: the membership reported its lease

@@ -17,7 +17,6 @@ import (
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
 	"github.com/berthrt/berth/route"
-	"github.com/berthrt/berth/transport"
 )
 
 // Host states.
@@ -243,7 +242,8 @@ func (h *Host) Start() error {
 	}
 	h.lease.init(h, h.cfg.Store == nil)
 	h.routes.init(h.cfg.RouteCacheTTL, h.cfg.FollowDuration)
-	h.routes.self = peerRun{name: h.name, run: h.lease.gen}
+	h.routes.selfName = h.name
+	h.routes.selfRun.Store(h.lease.run())
 	h.routes.failed = func(hd route.Hand) bool { return h.peers.view.runFailed(peerRun{name: hd.Host, run: hd.Run}) }
 	h.life.ctx, h.life.end = context.WithCancel(context.Background())
 	if err := h.join(); err != nil {
@@ -333,37 +333,17 @@ func (h *Host) join() error {
 	h.peers.origin = h.name
 	h.peers.members = h.cfg.Membership
 	ready := make(chan struct{})
-	var tr transport.Transport
-	var err error
-	if ra, ok := h.cfg.Transport.(transport.RunAttacher); ok {
-		// Its run on the wire is its lease generation, which peers check
-		// against the membership (tellDirectory).
-		tr, err = ra.AttachRun(h.name, h.lease.gen, hostHandler{h: h, ready: ready})
-	} else {
-		tr, err = h.cfg.Transport.Attach(h.name, hostHandler{h: h, ready: ready})
-	}
+	h.peers.kinds = h.offeredKinds()
+	tr, err := h.peers.attachRun(h.lease.run(), ready)
 	if err != nil {
 		return err
 	}
-	h.peers.tr = tr
-	h.peers.backlog, _ = tr.(transport.Backlogger)
+	h.peers.tr = newRunLink(tr)
 	h.peers.attached.Store(true)
 	close(ready)
 	ctx, cancel := h.life.storeContext()
 	defer cancel()
-	kinds := make([]string, 0, len(h.owners.kinds))
-	for name := range h.owners.kinds {
-		if !h.cfg.Gateway { // a gateway offers no kind: nothing is placed on it
-			kinds = append(kinds, name)
-		}
-	}
-	sort.Strings(kinds)
-	var addr string
-	if d, ok := h.peers.tr.(transport.Directory); ok {
-		addr = d.Addr()
-	}
-	if _, err := h.peers.members.Join(ctx, membership.Member{Name: h.name, Address: addr, Kinds: kinds, LeaseGen: h.lease.gen,
-		MaxMessage: h.cfg.ApplicationLimits.Bytes - mailbox.ItemOverhead}); err != nil {
+	if _, err := h.peers.members.Join(ctx, h.peers.member(h.lease.run())); err != nil {
 		h.leave(false)
 		return &payload.Error{Kind: payload.KindOf(err), Op: op, Detail: "cannot join the membership", Err: err}
 	}
@@ -382,6 +362,19 @@ func (h *Host) join() error {
 	return nil
 }
 
+// offeredKinds returns the kinds this host offers in the membership,
+// sorted: its kinds, or none on a gateway (nothing is placed on it).
+func (h *Host) offeredKinds() []string {
+	kinds := make([]string, 0, len(h.owners.kinds))
+	for name := range h.owners.kinds {
+		if !h.cfg.Gateway {
+			kinds = append(kinds, name)
+		}
+	}
+	sort.Strings(kinds)
+	return kinds
+}
+
 // leave takes the host off its transport (gracefully: what it sent is
 // delivered, and frames sent to it that it did not take go back to their
 // senders) and, if it joined, off its membership. A host whose run is
@@ -398,7 +391,7 @@ func (h *Host) leave(joined bool) {
 	if joined {
 		ctx, cancel := h.life.storeContext()
 		defer cancel()
-		if err := h.peers.members.Leave(ctx, h.name, h.lease.gen); err != nil {
+		if err := h.peers.members.Leave(ctx, h.name, h.lease.run()); err != nil {
 			h.log.Warn("membership leave failed; the lease will expire", "err", err)
 		}
 	}
@@ -440,6 +433,9 @@ func (h *Host) Ready() error {
 	}
 	if s := h.DrainState(); s != Serving {
 		return payload.NewError(payload.ShuttingDown, op, "draining ("+s.String()+")")
+	}
+	if h.lease.joining.Load() {
+		return payload.NewError(payload.Unavailable, op, "the membership ended this gateway's run: it is joining again as a new run")
 	}
 	if !h.gate.live() {
 		return payload.NewError(payload.Unavailable, op, "the host's lease is not live: it is in jeopardy (its renewals were not answered in time), its objects paused")
@@ -857,6 +853,7 @@ func (h *Host) Stats() Stats {
 		RequestsFailedWithPeer: h.stats.failedWithPeer.Load(),
 		Jeopardy:               h.life.state.Load() == stateRunning && !h.gate.live(),
 		Jeopardies:             h.stats.jeopardies.Load(),
+		Rejoins:                h.stats.rejoins.Load(),
 		LeaseLapses:            h.stats.lapses.Load(),
 		OwnershipChecks:        h.stats.checks.Load(),
 		TakenOver:              h.stats.takenOver.Load(),

@@ -388,6 +388,17 @@ func (iq *inbounds) linkEvent(e transport.Event) {
 	}
 }
 
+// newRun starts every peer's credit and budget afresh for this host's new
+// run (lease.go, newRun): its peers count the new run from zero.
+func (iq *inbounds) newRun() {
+	iq.m.Range(func(_, v any) bool {
+		ib := v.(*inbound)
+		ib.credit.reset()
+		ib.budget.restart()
+		return true
+	})
+}
+
 // inbound is what this host keeps per peer: the permit source that
 // admits the peer's messages in order, the slow lane for those whose
 // object is not here, and the budget and credit of peerbudget.go.

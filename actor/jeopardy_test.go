@@ -914,3 +914,82 @@ func TestASkipNoticeThatCannotBePlacedForNowWaitsUntilItCan(t *testing.T) {
 		t.Fatalf("c: SkipsLost %d, WaitingToRoute %d; want 0 and 0", st.SkipsLost, st.WaitingToRoute)
 	}
 }
+
+// A gateway owns no objects, so there is nothing to fence: when the
+// membership ends its run (it was paused past its lease, and its peers
+// saw it fail), it does not close itself — it joins again as a new run,
+// under a higher generation, and serves on. A request it had handed to
+// another host ends with ErrRejoined (it may have run; its reply would go
+// to the old run); later sends are answered.
+func TestAGatewayWhoseRunTheMembershipEndedJoinsAgainAsANewRun(t *testing.T) {
+	n := NewNetwork(nil)
+	gs := newGates()
+	a := startHost(t, shortLeases(n.With(Config{Name: "a", Logger: quietLogger()})), movableKind(gs))
+	g := startHost(t, shortLeases(n.With(Config{Name: "g", Logger: quietLogger(), Gateway: true})), movableKind(newGates()))
+	waitViews(t, a, g)
+	x := objectOn(t, a, n.Net.Store)
+	before, err := Ask[Get, int](bg, g, x, Get{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldRun := g.lease.run()
+	// A request handed to a, whose handler waits.
+	y := Ref{"counter", "blocked"}
+	if _, err := Ask[Get, int](bg, a, y, Get{}); err != nil {
+		t.Fatal(err)
+	}
+	defer gs.release("k")
+	if err := Tell(bg, a, y, Block{Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	gs.waitStarted(t, "k")
+	asked := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+		defer cancel()
+		_, err := Ask[Get, int](ctx, g, y, Get{})
+		asked <- err
+	}()
+	waitFor(t, "g's request to be handed to a", func() bool { return a.Stats().QueuedApplication >= 1 })
+
+	n.Membership.Expire("g") // the membership ends g's run
+	waitFor(t, "g to join again as a new run", func() bool { return g.Stats().Rejoins == 1 && g.Ready() == nil })
+	select {
+	case err := <-asked:
+		if !errors.Is(err, ErrRejoined) || !errors.Is(err, payload.Unavailable) {
+			t.Fatalf("the request g had handed on = %v, want ErrRejoined (Unavailable)", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the request g had handed on did not end when g joined again")
+	}
+	select {
+	case <-g.Done():
+		t.Fatalf("g closed itself: %v", g.Err())
+	default:
+	}
+	if run := g.lease.run(); run <= oldRun {
+		t.Fatalf("g's new run %d is not above its old run %d", run, oldRun)
+	}
+	members, err := n.Membership.Members(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed bool
+	for _, m := range members {
+		if m.Name == "g" {
+			listed = m.LeaseGen == g.lease.run()
+		}
+	}
+	if !listed {
+		t.Fatalf("the membership does not list g's new run %d: %+v", g.lease.run(), members)
+	}
+	if err := Tell(bg, g, x, Inc{By: 3}); err != nil {
+		t.Fatalf("a Tell from g's new run: %v", err)
+	}
+	if got, err := Ask[Get, int](bg, g, x, Get{}); err != nil || got != before+3 {
+		t.Fatalf("an Ask from g's new run = %d, %v; want %d", got, err, before+3)
+	}
+	if err := g.Err(); err != nil {
+		t.Fatalf("g.Err() = %v, want nil", err)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/berthrt/berth/membership"
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/transport"
 )
 
 // The lease part (leaseKeeper): this run's host lease, and jeopardy.
@@ -62,7 +63,7 @@ import (
 // is published.
 type leaseKeeper struct {
 	h       *Host
-	gen     uint64        // this run's lease generation (its run on the wire)
+	gen     atomic.Uint64 // this run's lease generation (its run on the wire; run)
 	ttl     time.Duration // Config.LeaseTTL
 	every   time.Duration // Config.LeaseRenew
 	private bool          // the host's private store: nobody else can take its objects
@@ -70,7 +71,12 @@ type leaseKeeper struct {
 	local     membership.LocalLease // the lease as this host's clock holds it
 	uncertain bool                  // a renewal's outcome is unknown: the next answer is checked as if it said Lapsed
 	jeopardy  time.Time             // local time the renewer saw the current jeopardy begin (zero: none)
+	joining   atomic.Bool           // a gateway's new run is attached and not yet in the membership (newRun; Ready reads it)
 }
+
+// run returns this run's lease generation: its run on the wire. It
+// changes only when a gateway joins again as a new run (newRun).
+func (lk *leaseKeeper) run() uint64 { return lk.gen.Load() }
 
 // The lease gate (leaseGate): what every turn of an object reads of the
 // lease, and the turns and checks waiting on it.
@@ -169,7 +175,7 @@ var errRunEnded = errors.New("the host's run is over")
 // init sets the lease up for Start.
 func (lk *leaseKeeper) init(h *Host, private bool) {
 	lk.h = h
-	lk.gen = uint64(time.Now().UnixNano())
+	lk.gen.Store(uint64(time.Now().UnixNano()))
 	lk.ttl, lk.every = h.cfg.LeaseTTL, h.cfg.LeaseRenew
 	lk.private = private
 	lk.local = membership.LocalLease{Margin: leaseMargin(lk.ttl, lk.every)}
@@ -208,7 +214,7 @@ func (lk *leaseKeeper) renewLease() error {
 	ctx, cancel := h.life.storeContext()
 	defer cancel()
 	sent := time.Now()
-	l, err := h.store.RenewLease(ctx, h.name, lk.gen, lk.ttl)
+	l, err := h.store.RenewLease(ctx, h.name, lk.run(), lk.ttl)
 	if err != nil {
 		if errors.Is(err, payload.Rejected) {
 			return errors.Join(errRunEnded, err) // a newer run of the name holds the lease
@@ -219,7 +225,7 @@ func (lk *leaseKeeper) renewLease() error {
 		return &payload.Error{Kind: payload.Unavailable, Op: "actor.Host", Detail: "cannot renew the host lease", Err: err}
 	}
 	if h.peers.members != nil && h.life.state.Load() != stateCreated {
-		if _, err := h.peers.members.Renew(ctx, h.name, lk.gen); err != nil {
+		if _, err := h.peers.members.Renew(ctx, h.name, lk.run()); err != nil {
 			var ge *membership.GenerationError
 			if errors.Is(err, membership.ErrLeaseExpired) || errors.Is(err, membership.ErrNotMember) || errors.As(err, &ge) {
 				return errors.Join(errRunEnded, err) // peers saw this run fail, or it left
@@ -234,7 +240,7 @@ func (lk *leaseKeeper) renewLease() error {
 		lk.uncertain = false
 		lk.lapsed()
 	}
-	lk.local = lk.local.Renewed(sent, membership.Lease{Name: h.name, Gen: lk.gen, TTL: l.TTL})
+	lk.local = lk.local.Renewed(sent, membership.Lease{Name: h.name, Gen: lk.run(), TTL: l.TTL})
 	h.gate.publish(lk.local.Deadline().UnixNano())
 	return nil
 }
@@ -289,7 +295,7 @@ func (lk *leaseKeeper) checkOwners(stop <-chan struct{}) {
 				incoming[i] = o.incoming.Load()
 			}
 			ctx, cancel := h.life.storeContext()
-			owned, err := h.store.Owned(ctx, h.name, lk.gen, objs)
+			owned, err := h.store.Owned(ctx, h.name, lk.run(), objs)
 			cancel()
 			if err != nil {
 				h.log.Warn("the ownership check of a lapsed lease failed; asking again", "objects", len(objs), "err", err)
@@ -328,6 +334,9 @@ func (lk *leaseKeeper) checkOwners(stop <-chan struct{}) {
 // (the host then closes itself: Host.Err is ErrLeaseLost).
 func (lk *leaseKeeper) leaseTick(now time.Time) (over bool) {
 	h := lk.h
+	if lk.joining.Load() && !lk.joinAgain() {
+		return false // asked again at the next tick
+	}
 	if !lk.local.Valid(now) && lk.jeopardy.IsZero() {
 		lk.jeopardy = now
 		h.stats.jeopardies.Add(1)
@@ -336,6 +345,11 @@ func (lk *leaseKeeper) leaseTick(now time.Time) (over bool) {
 	}
 	err := lk.renewLease()
 	switch {
+	case errors.Is(err, errRunEnded) && lk.mayRejoin(err):
+		if lk.newRun(err) && lk.joinAgain() {
+			_ = lk.renewLease() // the new run's lease (else at the next tick)
+		}
+		return h.life.lostErr.Load() != nil
 	case errors.Is(err, errRunEnded):
 		lk.endRun(err)
 		return true
@@ -346,6 +360,93 @@ func (lk *leaseKeeper) leaseTick(now time.Time) (over bool) {
 		lk.jeopardy = time.Time{}
 	}
 	return false
+}
+
+// mayRejoin reports whether the host whose run ended (why) joins again as
+// a new run rather than closing: a gateway — it owns no objects, so there
+// is nothing to fence — whose run the membership ended (its lease expired
+// while it was paused, or it was swept out). A newer run of its name (the
+// store's lease, or the membership's generation) is another process of
+// that name: the host closes.
+func (lk *leaseKeeper) mayRejoin(why error) bool {
+	h := lk.h
+	if !h.cfg.Gateway || h.peers.tr == nil || errors.Is(why, payload.Rejected) {
+		return false
+	}
+	var ge *membership.GenerationError
+	if errors.As(why, &ge) && ge.Current > lk.run() {
+		return false
+	}
+	return errors.Is(why, membership.ErrLeaseExpired) || errors.Is(why, membership.ErrNotMember) || ge != nil
+}
+
+// newRun makes a gateway whose run the membership ended a new run of its
+// name (why: the membership's refusal). The old run's links close as a
+// crash's would — its peers saw it fail, and take nothing more from it —
+// and the new run attaches under a new generation, higher than every
+// earlier one; sends from this host wait for it (runLink). Its streams
+// start afresh, its credit at every peer counts from zero, and the
+// requests it had handed to other hosts end with ErrRejoined (they may
+// have run; their replies would go to the old run). Requests whose
+// message is still on this host go on. The caller then joins the
+// membership as the new run (joinAgain) and renews its lease. It reports
+// false if the host is stopping or closing (it closes as the old run), or
+// cannot attach again (it closes: Host.Err says why).
+//
+// It runs on the lease's service, under life.mu: Stop and Close wait for
+// it, and it does not start on a host that stops or closes.
+func (lk *leaseKeeper) newRun(why error) bool {
+	h := lk.h
+	h.life.mu.Lock()
+	if h.life.state.Load() != stateRunning {
+		h.life.mu.Unlock()
+		lk.endRun(why)
+		return false
+	}
+	gen := max(uint64(time.Now().UnixNano()), lk.run()+1)
+	err := h.peers.tr.replace(func() (transport.Transport, error) { return h.peers.attachRun(gen, closedChan) })
+	if err == nil {
+		lk.gen.Store(gen)
+		h.routes.newRun(gen)
+	}
+	h.life.mu.Unlock()
+	if err != nil {
+		lk.endRun(errors.Join(why, fmt.Errorf("cannot attach as a new run: %w", err)))
+		return false
+	}
+	lk.joining.Store(true)
+	h.stats.rejoins.Add(1)
+	failed := h.requests.failHanded(ErrRejoined)
+	h.in.newRun()
+	h.peers.dirMu.Lock()
+	h.peers.dir = nil // the new attachment knows no peer yet
+	h.peers.dirMu.Unlock()
+	h.peers.tellDirectory()
+	h.log.Warn("the membership ended this gateway's run (it was paused past its lease, and its peers saw it fail): it joins again as a new run; what the old run had on its links is lost with it",
+		"why", why, "run", gen, "requests_ended", failed)
+	return true
+}
+
+// joinAgain joins the membership as the new run newRun made, and reports
+// whether it did (a membership that cannot answer is asked again at the
+// next tick; the gateway stays in jeopardy meanwhile). It joins under
+// life.mu, on a running host only: a Close that began leaves the
+// membership after it, never before.
+func (lk *leaseKeeper) joinAgain() bool {
+	h := lk.h
+	h.life.mu.Lock()
+	defer h.life.mu.Unlock()
+	if h.life.state.Load() != stateRunning {
+		return false
+	}
+	ctx, cancel := h.life.storeContext()
+	defer cancel()
+	if _, err := h.peers.members.Join(ctx, h.peers.member(lk.run())); err != nil {
+		h.log.Warn("the gateway's new run cannot join the membership yet; asking again", "err", err)
+		return false
+	}
+	lk.joining.Store(false)
+	return true
 }
 
 // endRun closes the host whose run is over: no turn starts from now on,

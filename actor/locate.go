@@ -7,7 +7,6 @@ import (
 
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
-	"github.com/berthrt/berth/transport"
 )
 
 // Location is where an object lives, as the Location Store records it.
@@ -64,7 +63,7 @@ func (h *Host) Locate(ctx context.Context, ref Ref) (Location, error) {
 // publishes as its membership Address — when its transport has one (a
 // network transport, transport.Directory); else "".
 func (h *Host) Addr() string {
-	if d, ok := h.peers.tr.(transport.Directory); ok {
+	if d := h.peers.tr.current().dir; d != nil {
 		return d.Addr()
 	}
 	return ""

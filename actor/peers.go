@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/membership"
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
@@ -130,7 +131,7 @@ func (pr *peers) linkBacklog(to string, k transport.Kind) {
 // backlogged reports whether the link to host to is past its bound (a
 // frame must not be stamped for it); counted and logged when it is.
 func (pr *peers) backlogged(to string) bool {
-	if pr.backlog == nil || !pr.backlog.Backlogged(to) {
+	if !pr.tr.backlogged(to) {
 		return false
 	}
 	pr.linkBacklog(to, transport.Frame)
@@ -285,17 +286,19 @@ func (pr *peers) waitRoom(ctx context.Context, host string, n int) error {
 // peers is this host's side of the network: its transport and
 // membership, what it knows of the other hosts, and their addresses.
 //
-// Owns: tr, backlog, members, view, dir, origin, loadSent.
-// Lock: view's mutex, a leaf; tr, backlog, members and origin are set
-// once by Start (attached says when tr is); dir is written by Start and
-// then by the membership watch only; loadSent by the tick only.
+// Owns: tr, members, view, dir, origin, loadSent.
+// Lock: view's mutex and dirMu, leaves; tr, members and origin are set
+// once by Start (attached says when tr is; a gateway's new run replaces
+// tr's attachment, runlink.go); dir is written under dirMu (Start, the
+// membership watch, a new run); loadSent by the tick only.
 // Invariants: with no transport the host stands alone: tr and members are
 // nil and nothing is stamped or sent.
 type peers struct {
 	h        *Host
-	tr       transport.Transport   // nil: the host stands alone
-	backlog  transport.Backlogger  // tr, if its links have a hard bound
+	tr       *runLink              // nil: the host stands alone
 	attached atomic.Bool           // tr is set (items that come earlier wait for it)
+	dirMu    sync.Mutex            // a leaf: tellDirectory, one call at a time
+	kinds    []string              // the kinds the host offers (set by Start)
 	members  membership.Membership // nil when tr is
 	view     peerView              // what this host knows of its peers
 	dir      map[string]peerAt     // peers' addresses (and runs) told to a transport.Directory
@@ -736,6 +739,30 @@ func (pr *peers) pickHost(kind string) string {
 	return best
 }
 
+// attachRun attaches the host to its transport as run gen. Its run on the
+// wire is its lease generation, which peers check against the membership
+// (tellDirectory), if the transport can carry it. What arrives waits for
+// ready to close (until the host has its transport).
+func (pr *peers) attachRun(gen uint64, ready <-chan struct{}) (transport.Transport, error) {
+	h := pr.h
+	if ra, ok := h.cfg.Transport.(transport.RunAttacher); ok {
+		return ra.AttachRun(h.name, gen, hostHandler{h: h, ready: ready})
+	}
+	return h.cfg.Transport.Attach(h.name, hostHandler{h: h, ready: ready})
+}
+
+// member is this host's membership record as run gen: its address on the
+// current attachment, the kinds it offers and its message limit.
+func (pr *peers) member(gen uint64) membership.Member {
+	h := pr.h
+	var addr string
+	if d := pr.tr.current().dir; d != nil {
+		addr = d.Addr()
+	}
+	return membership.Member{Name: h.name, Address: addr, Kinds: pr.kinds, LeaseGen: gen,
+		MaxMessage: h.cfg.ApplicationLimits.Bytes - mailbox.ItemOverhead}
+}
+
 // tellDirectory tells a transport that needs its peers' addresses
 // (transport.Directory) where the members are, and which are gone — and
 // one that checks its peers' runs against the membership
@@ -744,11 +771,13 @@ func (pr *peers) pickHost(kind string) string {
 // time; h.peers.dir is what the transport was told.
 func (pr *peers) tellDirectory() {
 	h := pr.h
-	d, ok := pr.tr.(transport.Directory)
-	if !ok {
+	pr.dirMu.Lock()
+	defer pr.dirMu.Unlock()
+	a := pr.tr.current()
+	d, rd := a.dir, a.runDir
+	if d == nil {
 		return
 	}
-	rd, _ := pr.tr.(transport.RunDirectory)
 	now := pr.view.addresses(h.name)
 	for name, at := range now {
 		if pr.dir[name] == at {
@@ -852,7 +881,7 @@ func (pr *peers) setMemberState(to membership.State) {
 	h := pr.h
 	ctx, cancel := h.life.storeContext()
 	defer cancel()
-	if _, err := pr.members.SetState(ctx, h.name, h.lease.gen, to); err != nil {
+	if _, err := pr.members.SetState(ctx, h.name, h.routes.self().run, to); err != nil {
 		h.log.Warn("membership state not updated", "state", to.String(), "err", err)
 	}
 }

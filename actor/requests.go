@@ -163,6 +163,28 @@ func (t *requestTable) failRun(r peerRun) {
 		"host", r.name, "run", r.run, "requests", len(failed))
 }
 
+// failHanded ends every request whose message this host had handed to
+// another host with err, and returns how many it ended: a gateway's new
+// run (lease.go, newRun) — their replies would come to the old run.
+func (t *requestTable) failHanded(err error) int {
+	var failed []*pending
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.mu.Lock()
+		for op, p := range s.m {
+			if p.to != (peerRun{}) {
+				delete(s.m, op)
+				failed = append(failed, p)
+			}
+		}
+		s.mu.Unlock()
+	}
+	for _, p := range failed {
+		p.ch <- reply{err: err} // buffered: its one terminal
+	}
+	return len(failed)
+}
+
 // take removes and returns the waiter for op, or nil if it is gone.
 func (t *requestTable) take(op payload.OpID) *pending {
 	s := &t.shards[t.shard(op)]

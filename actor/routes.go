@@ -30,11 +30,13 @@ type routes struct {
 	clk       atomic.Int64 // coarseNow: nanotime at the last tick
 	cacheTTL  time.Duration
 	followFor time.Duration
-	// self is this host's run, where its messages to its own objects go;
-	// failed reports whether the host's failure facts cover a run (the
-	// peer view's, wired by the host). Both set once, at Start.
-	self   peerRun
-	failed func(route.Hand) bool
+	// selfName and selfRun are this host's run, where its messages to its
+	// own objects go (selfRun changes when a gateway joins again as a new
+	// run); failed reports whether the host's failure facts cover a run
+	// (the peer view's, wired by the host). Set at Start.
+	selfName string
+	selfRun  atomic.Uint64
+	failed   func(route.Hand) bool
 }
 
 const streamShards = 64
@@ -69,6 +71,25 @@ func (r *routes) init(cacheTTL, followFor time.Duration) {
 	base := uint64(time.Now().UnixNano())
 	for i := range r.streams {
 		r.streams[i].s = route.NewStreams(base+uint64(i), streamShards, int64(streamIdleFor(followFor)))
+	}
+}
+
+// self returns this host's current run.
+func (r *routes) self() peerRun { return peerRun{name: r.selfName, run: r.selfRun.Load()} }
+
+// newRun makes run this host's run, and starts every sending stream
+// afresh: the next message to each object is sequence 1 of a new epoch
+// (base, a start time, later than every epoch of the old run's), with no
+// gap before it at the owner — what the old run sent died with its links
+// or arrived, and its peers saw that run fail.
+func (r *routes) newRun(run uint64) {
+	r.selfRun.Store(run)
+	base := uint64(time.Now().UnixNano())
+	for i := range r.streams {
+		sh := &r.streams[i]
+		sh.mu.Lock()
+		sh.s = route.NewStreams(base+uint64(i), streamShards, int64(streamIdleFor(r.followFor)))
+		sh.mu.Unlock()
 	}
 }
 

@@ -61,6 +61,7 @@ var hostSeries = []string{
 	"berth_payload_views_total",
 	"berth_held_out_of_order",
 	"berth_waiting_to_route",
+	"berth_gateway_rejoins_total",
 	"berth_order_skips_lost_total",
 	"berth_order_gaps_closed_total",
 	"berth_order_late_messages_total",
@@ -293,6 +294,7 @@ func TestHostGauges(t *testing.T) {
 		TakenOver:              42,
 		WaitingToRoute:         43,
 		SkipsLost:              44,
+		Rejoins:                45,
 		Payload:                payload.Stats{Decodes: 40, FullCopies: 6, FullCopyBytes: 600, Views: 70, Allocated: 1, Buffers: 2},
 	})
 	m.Attach(a)
@@ -332,6 +334,9 @@ berth_payload_full_copy_bytes_total{host="a"} 600
 # HELP berth_payload_views_total Zero-copy views of payload bytes handed out.
 # TYPE berth_payload_views_total counter
 berth_payload_views_total{host="a"} 70
+# HELP berth_gateway_rejoins_total Times this gateway joined again as a new run after the membership ended its run (it was paused past its lease).
+# TYPE berth_gateway_rejoins_total counter
+berth_gateway_rejoins_total{host="a"} 45
 # HELP berth_held_out_of_order Messages held because an older message of their sending host has not arrived yet.
 # TYPE berth_held_out_of_order gauge
 berth_held_out_of_order{host="a"} 12

@@ -40,6 +40,7 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"runtime/trace"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -100,6 +101,9 @@ type senderReport struct {
 	TellErrors int           `json:"tellErrors"`
 	AskErrors  int           `json:"askErrors"`
 	Errors     []string      `json:"errors,omitempty"` // the first few
+	// Marked is Sent as the sender found it at its first send after the
+	// last mark command (nil: none).
+	Marked []int `json:"marked,omitempty"`
 }
 
 // moverReport is what a child's movers did.
@@ -339,6 +343,7 @@ type childCtl struct {
 	tcp   func() *tcp.Transport // the host's transport
 
 	load       chan struct{} // closed to stop the senders
+	mark       atomic.Int64  // mark commands so far: each sender notes its Sent at its next send (Marked)
 	loadWG     sync.WaitGroup
 	senders    map[string]*senderReport
 	movers     chan struct{}
@@ -407,6 +412,9 @@ func (c *childCtl) do(line string) (reply string, exit bool) {
 		return "ok " + strconv.Itoa(len(c.h.Peers())), false
 	case "load": // load <objects> <senders> <askEvery> <seed> <rate per sender, 0: unpaced>
 		c.startLoad(atoi(f[1]), atoi(f[2]), atoi(f[3]), uint64(atoi(f[4])), atoi(f[5]))
+		return "ok", false
+	case "mark": // mark: each sender of load notes what it has sent (senderReport.Marked) at its next send
+		c.mark.Add(1)
 		return "ok", false
 	case "unload": // unload → ok <json map[sender]senderReport>
 		close(c.load)
@@ -612,11 +620,15 @@ func (c *childCtl) startLoad(objects, senders, askEvery int, seed uint64, rate i
 					r.Errors = append(r.Errors, fmt.Sprintf("%s #%d to object %d: %v", what, seq, i, err))
 				}
 			}
+			marked := int64(0)
 			for {
 				select {
 				case <-c.load:
 					return
 				default:
+				}
+				if m := c.mark.Load(); m != marked {
+					marked, r.Marked = m, slices.Clone(r.Sent)
 				}
 				if tick != nil {
 					select {

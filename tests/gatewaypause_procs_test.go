@@ -1,0 +1,144 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/internal/testutil"
+)
+
+// TestAGatewayPausedPastItsLeaseJoinsAgainAsANewRun: two node processes
+// and a gateway process on one Postgres database. The gateway's senders
+// send numbered Tells and Asks to 60 objects, and so do the nodes'. The
+// gateway is stopped (SIGSTOP) until the membership has ended its run —
+// its peers saw it fail — and then resumed. A gateway owns no objects:
+// it does not exit, it joins again as a new run, and its senders are
+// answered again. What ran, ran once and in order for every sender; every
+// message the nodes' senders sent ran; every message the gateway's
+// senders sent after it joined again ran (what its old run had on its
+// links when it stopped may be lost with that run, as with a crash).
+func TestAGatewayPausedPastItsLeaseJoinsAgainAsANewRun(t *testing.T) {
+	const objects = 60
+	db := pgtestNew(t)
+	_, members, closePG := openPostgres(t, db)
+	t.Cleanup(closePG)
+	nodes := []*child{
+		startChild(t, "node", "n1", "BERTH_CHILD_NAME=n1", "BERTH_CHILD_DB="+db),
+		startChild(t, "node", "n2", "BERTH_CHILD_NAME=n2", "BERTH_CHILD_DB="+db),
+	}
+	gw := startChild(t, "node", "gw", "BERTH_CHILD_NAME=gw", "BERTH_CHILD_DB="+db, "BERTH_CHILD_GATEWAY=1")
+	for _, n := range nodes {
+		n.waitPeers(t, 2)
+	}
+	gw.waitPeers(t, 2)
+	for i := range objects {
+		nodes[i%len(nodes)].must(t, "read "+strconv.Itoa(i))
+	}
+	seed := time.Now().UnixNano() % 1_000_000
+	t.Logf("seed %d", seed)
+	for i, n := range nodes {
+		n.must(t, fmt.Sprintf("load %d 2 8 %d 100", objects, seed+int64(i)))
+	}
+	gw.must(t, fmt.Sprintf("load %d 3 8 %d 100", objects, seed+10))
+	time.Sleep(time.Second) // traffic
+
+	listed := func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ms, err := members.Members(ctx)
+		if err != nil {
+			return true // not known: ask again
+		}
+		for _, m := range ms {
+			if m.Name == "gw" {
+				return true
+			}
+		}
+		return false
+	}
+	if err := gw.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	testutil.WaitForWithin(t, "the membership to end the stopped gateway's run", time.Minute, func() bool { return !listed() })
+	if err := gw.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	resumed := time.Now()
+	testutil.WaitForWithin(t, "the gateway to join again as a new run", time.Minute, func() bool {
+		select {
+		case <-gw.done:
+			t.Fatalf("the gateway exited after it was resumed (%v); its log:\n%s", gw.cmd.ProcessState, tailString(gw.stderr(), 4000))
+		default:
+		}
+		return decode[actor.Stats](t, gw.must(t, "stats")).Rejoins == 1 && listed()
+	})
+	t.Logf("MEASURED the gateway was stopped %v (until the membership ended its run); it joined again as a new run %v after it was resumed",
+		resumed.Sub(stopped).Round(time.Millisecond), time.Since(resumed).Round(time.Millisecond))
+	gw.must(t, "mark")
+	time.Sleep(2 * time.Second) // traffic from the new run
+
+	reports := loadReports(t, nodes...)
+	greports := loadReports(t, gw)
+	for i := range objects {
+		var l seqlog
+		for _, n := range nodes {
+			l = decode[seqlog](t, n.must(t, "read "+strconv.Itoa(i)))
+		}
+		for name, r := range reports {
+			if c := checkSeqs(l.Seen[name], r.Sent[i], r.Uncertain[i]); c.String() != "" {
+				t.Errorf("object %d, node sender %s: %v", i, name, c)
+			}
+		}
+		for name, r := range greports {
+			if r.Marked == nil {
+				t.Fatalf("gateway sender %s never sent after the mark", name)
+			}
+			c := checkSeqs(l.Seen[name], r.Sent[i], r.Uncertain[i])
+			lost := 0
+			for _, s := range c.missing {
+				if s > r.Marked[i] {
+					t.Errorf("object %d, gateway sender %s: #%d, sent after the gateway joined again (#%d was the last before), did not run", i, name, s, r.Marked[i])
+				}
+				lost++
+			}
+			if c.reordered != "" || len(c.unsent) > 0 {
+				t.Errorf("object %d, gateway sender %s: %v", i, name, c)
+			}
+			if lost > 0 {
+				t.Logf("object %d, gateway sender %s: %d sent before the gateway joined again did not run (lost with its old run)", i, name, lost)
+			}
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+	var tells, asks, failed int
+	for _, r := range greports {
+		tells += r.Tells
+		asks += r.Asks
+		failed += r.TellErrors + r.AskErrors
+	}
+	t.Logf("gateway senders: %d Tells, %d Asks, %d failed with a typed error; e.g. %v", tells, asks, failed, firstErrors(greports))
+	for _, n := range append(nodes, gw) {
+		n.stop(t)
+	}
+}
+
+// firstErrors returns a few of the reports' errors.
+func firstErrors(reports map[string]*senderReport) []string {
+	var out []string
+	for _, r := range reports {
+		for _, e := range r.Errors {
+			if len(out) < 3 {
+				out = append(out, e)
+			}
+		}
+	}
+	return out
+}
