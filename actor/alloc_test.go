@@ -8,6 +8,8 @@ import (
 
 	"github.com/berthrt/berth/actor"
 	"github.com/berthrt/berth/metrics"
+
+	"github.com/berthrt/berth/internal/testutil"
 )
 
 // An Ask round trip allocates at most 2 times (the decoded values), and
@@ -15,7 +17,7 @@ import (
 // involved and sync.Pool drops items at random under the race detector, so
 // this runs in the non-race pass of .ci/run.
 func TestAllocsAskRoundTripAndObserverAddsNone(t *testing.T) {
-	if raceEnabled {
+	if testutil.Race {
 		t.Skip("sync.Pool drops items at random under -race; .ci/run runs this test without it")
 	}
 	measure := func(cfg actor.Config) float64 {
@@ -43,7 +45,7 @@ func TestAllocsAskRoundTripAndObserverAddsNone(t *testing.T) {
 // round trip (the fence-based code before sequence numbers took 9, measured
 // with this same test).
 func TestAllocsOrderedSendsAddNone(t *testing.T) {
-	if raceEnabled {
+	if testutil.Race {
 		t.Skip("sync.Pool drops items at random under -race; .ci/run runs this test without it")
 	}
 	arm(1 << 40)

@@ -7,6 +7,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/berthrt/berth/actor"
+
+	"github.com/berthrt/berth/internal/testutil"
 )
 
 // discardExporter exports spans nowhere: the traced benchmarks measure
@@ -36,7 +38,7 @@ func tracedCaller(tb testing.TB) (*sdktrace.TracerProvider, context.Context) {
 // carries none, and both stay at the round trip's 2 (the decoded values).
 // With one, the allocations are the span's and the traceparent's (logged).
 func TestAllocsWithoutATracerProviderTracingAddsNone(t *testing.T) {
-	if raceEnabled {
+	if testutil.Race {
 		t.Skip("sync.Pool drops items at random under -race; .ci/run runs this test without it")
 	}
 	arm(1 << 40)

@@ -111,7 +111,7 @@ func benchAsks(b *testing.B, h *actor.Host, ref actor.Ref) {
 // protoactor-go's RequestFuture to an actor on another actor system over
 // its remote (gRPC on loopback), answering with the same kind of message.
 func BenchmarkRawProtoRemoteRequestFuture(b *testing.B) {
-	if raceEnabled {
+	if testutil.Race {
 		b.Skip("several protoactor remotes in one process race on gRPC's global logger inside protoactor; run without -race")
 	}
 	rsys, rrem := rawSystem()

@@ -54,7 +54,7 @@ func procsGateway(b testing.TB, db string, nodes int, insecure bool) *actor.Host
 // procsOne: one node process and a gateway here, with TLS unless
 // insecure; the bench object activated on the node.
 func procsOne(b *testing.B, insecure bool) (*actor.Host, actor.Ref) {
-	if raceEnabled {
+	if testutil.Race {
 		b.Skip("benchmarks run without -race")
 	}
 	db := pgtest.New(b).URL
@@ -94,7 +94,7 @@ func BenchmarkProcsAsk(b *testing.B) {
 // BenchmarkProcsAsk: protoactor-go's RequestFuture from this process to an actor in another
 // process over its remote, one at a time.
 func BenchmarkProcsRawRequestFuture(b *testing.B) {
-	if raceEnabled {
+	if testutil.Race {
 		b.Skip("benchmarks run without -race")
 	}
 	echo := startChild(b, "rawecho", "echo")
@@ -114,7 +114,7 @@ func BenchmarkProcsRelocate(b *testing.B) {
 		bytes int
 	}{{"state=1KiB", 1 << 10}, {"state=1MiB", 1 << 20}} {
 		b.Run(size.name, func(b *testing.B) {
-			if raceEnabled {
+			if testutil.Race {
 				b.Skip("benchmarks run without -race")
 			}
 			db := pgtest.New(b).URL
@@ -163,7 +163,7 @@ func reportPauses(b *testing.B, replies ...string) {
 // node process drain to two others; the clock runs from Drain to the
 // drained host's stop (every object moved). One drain per op.
 func BenchmarkProcsDrain(b *testing.B) {
-	if raceEnabled {
+	if testutil.Race {
 		b.Skip("benchmarks run without -race")
 	}
 	const objects = 10_000

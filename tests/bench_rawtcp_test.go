@@ -17,6 +17,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/berthrt/berth/internal/testutil"
 )
 
 const rawPayload = 64
@@ -25,7 +27,7 @@ const rawPayload = 64
 // from the tests' CA) and dials it, with TCP_NODELAY.
 func rawConn(b *testing.B, tlsOn bool) net.Conn {
 	b.Helper()
-	if raceEnabled {
+	if testutil.Race {
 		b.Skip("benchmarks run without -race")
 	}
 	var env []string

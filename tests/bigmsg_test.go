@@ -139,7 +139,7 @@ func TestBigRepliesAndMovesWhileTrafficRunsStopNoHost(t *testing.T) {
 	// The big objects: filled on one host, read whole from the other,
 	// moved to the other and read there again, three rounds.
 	rounds := 3
-	if raceEnabled {
+	if testutil.Race {
 		rounds = 2 // the race detector's copies of 50 MiB are slow
 	}
 	for r := range rounds {

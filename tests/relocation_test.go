@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"github.com/berthrt/berth/actor"
 	"github.com/berthrt/berth/internal/localnet"
 	"github.com/berthrt/berth/internal/pgtest"
+	"github.com/berthrt/berth/internal/testkinds"
 	"github.com/berthrt/berth/internal/testutil"
 	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/membership"
@@ -24,89 +24,22 @@ import (
 	"github.com/berthrt/berth/transport/tcp"
 )
 
-// tally is a relocating object's state: per sender, the last sequence
-// number it ran and how many messages it ran, and every order violation.
-type tally struct {
-	Last  map[string]int `json:"last"`
-	Count map[string]int `json:"count"`
-	Bad   []string       `json:"bad"`
-}
+// The kind the suites run (internal/testkinds), by the names the tests
+// here use.
+type (
+	tally       = testkinds.Tally
+	numbered    = testkinds.Numbered
+	numberedAsk = testkinds.NumberedAsk
+	readTally   = testkinds.ReadTally
+	hangAsk     = testkinds.HangAsk
+	padded      = testkinds.Padded
+)
 
-// numbered is one message of a sender, numbered per object from 1.
-type numbered struct {
-	Sender string
-	Seq    int
-}
-
-// numberedAsk is a numbered message sent as a request; the reply is the
-// sequence number the object ran.
-type numberedAsk struct {
-	Sender string
-	Seq    int
-}
-
-type readTally struct{}
-
-// hangAsk is a request whose handler never replies: it runs until its
-// host closes (or its process dies). hangingNow counts the ones running.
-type hangAsk struct{}
-
-var hangingNow atomic.Int64
-
-// padded is a numbered message carrying n bytes besides its number: the
-// tests of large messages across processes.
-type padded struct {
-	Sender string
-	Seq    int
-	Pad    []byte
-}
-
-func (t *tally) run(sender string, seq int) {
-	if seq != t.Last[sender]+1 {
-		t.Bad = append(t.Bad, fmt.Sprintf("%s: %d after %d", sender, seq, t.Last[sender]))
-	}
-	if seq > t.Last[sender] {
-		t.Last[sender] = seq
-	}
-	t.Count[sender]++
-}
-
-func tallyKind() *actor.Kind[tally] {
-	k := actor.NewKind("tally", func(*actor.Context, string) (*tally, error) {
-		return &tally{Last: map[string]int{}, Count: map[string]int{}}, nil
-	})
-	actor.Handle(k, func(ctx *actor.Context, t *tally, m numbered) error { t.run(m.Sender, m.Seq); return nil })
-	actor.HandleRequest(k, func(ctx *actor.Context, t *tally, m numberedAsk) (int, error) {
-		t.run(m.Sender, m.Seq)
-		return m.Seq, nil
-	})
-	actor.HandleRequest(k, func(ctx *actor.Context, t *tally, _ readTally) (tally, error) { return *t, nil })
-	actor.HandleRequest(k, func(ctx *actor.Context, t *tally, _ hangAsk) (int, error) {
-		hangingNow.Add(1)
-		defer hangingNow.Add(-1)
-		<-ctx.Done()
-		return 0, ctx.Err()
-	})
-	actor.Handle(k, func(ctx *actor.Context, t *tally, m padded) error {
-		if !bytes.Equal(m.Pad, padding(m.Seq, len(m.Pad))) {
-			t.Bad = append(t.Bad, fmt.Sprintf("%s: %d: %d bytes, not as sent", m.Sender, m.Seq, len(m.Pad)))
-		}
-		t.run(m.Sender, m.Seq)
-		return nil
-	})
-	k.PreserveStateJSON()
-	return k
-}
-
-// padding is the pad of padded message seq, n bytes (each message's
-// own, so that one delivered in another's place shows).
-func padding(seq, n int) []byte {
-	b := make([]byte, n)
-	for i := 0; i < n; i += 997 {
-		b[i] = byte(seq + i)
-	}
-	return b
-}
+var (
+	tallyKind  = testkinds.TallyKind
+	padding    = testkinds.Padding
+	hangingNow = &testkinds.Hanging
+)
 
 type relocationRun struct {
 	hosts     int // hosts that send and take objects (the last one is drained)

@@ -50,7 +50,7 @@ func slowSeedFor(t *testing.T) uint64 {
 		seed = uint64(time.Now().UnixNano())
 	}
 	race := ""
-	if raceEnabled {
+	if testutil.Race {
 		race = " -race"
 	}
 	t.Logf("seed %d (replay: go test%s ./tests -run '^%s$' -slow.seed=%d)", seed, race, t.Name(), seed)
@@ -279,7 +279,7 @@ func TestSlowCaptureAndRestoreRelocationLosesDuplicatesAndReordersNothing(t *tes
 func TestStarvedRelocationLosesDuplicatesAndReordersNothing(t *testing.T) {
 	seed := slowSeedFor(t)
 	objects := 300
-	if raceEnabled {
+	if testutil.Race {
 		objects = 100
 	}
 	relocationProperty(t, relocationRun{hosts: 4, objects: objects, senders: 2, movers: 4, duration: slowFor(3*time.Second, 60*time.Second),

@@ -1,4 +1,4 @@
-package tests
+package schedule
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/berthrt/berth/actor"
 	"github.com/berthrt/berth/internal/localnet"
+	"github.com/berthrt/berth/internal/testkinds"
 	"github.com/berthrt/berth/internal/testutil"
 	"github.com/berthrt/berth/relocation"
 )
@@ -32,7 +33,7 @@ var (
 // scheduleLogger drops every record without formatting it.
 var scheduleLogger = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError + 4}))
 
-// The schedules run the property test's kind (tallyKind, relocation_test.go).
+// The schedules run the property test's kind (internal/testkinds).
 
 // schedPlan is everything a seed decides about a schedule.
 type schedPlan struct {
@@ -74,7 +75,7 @@ func newSchedPlan(seed int64) *schedPlan {
 		p.home = append(p.home, rng.IntN(p.hosts))
 	}
 	lo, hi := 20, 40
-	if raceEnabled { // the race detector slows every step several-fold
+	if testutil.Race { // the race detector slows every step several-fold
 		lo, hi = 15, 30
 	}
 	nSenders := 3 + rng.IntN(4)
@@ -139,10 +140,10 @@ func (p *schedPlan) String() string {
 // scheduleReplay is the command that runs the schedule of seed again.
 func scheduleReplay(seed int64) string {
 	race := ""
-	if raceEnabled {
+	if testutil.Race {
 		race = " -race"
 	}
-	return fmt.Sprintf("go test%s ./tests -run 'TestSchedules' -schedule.seed=%d", race, seed)
+	return fmt.Sprintf("go test%s ./tests/schedule -run 'TestSchedules' -schedule.seed=%d", race, seed)
 }
 
 // schedResult is what a schedule did, for the summary.
@@ -185,7 +186,7 @@ func TestSchedules(t *testing.T) {
 		for i := range *scheduleCount {
 			seeds = append(seeds, *scheduleBase+int64(i))
 		}
-		t.Logf("base seed %d, %d schedules (race detector: %v)", *scheduleBase, len(seeds), raceEnabled)
+		t.Logf("base seed %d, %d schedules (race detector: %v)", *scheduleBase, len(seeds), testutil.Race)
 	}
 	par := max(1, *scheduleParallel)
 
@@ -298,7 +299,7 @@ func runSchedule(t *testing.T, p *schedPlan) schedResult {
 		if err != nil {
 			fatalf("%v", err)
 		}
-		if err := h.Register(tallyKind()); err != nil {
+		if err := h.Register(testkinds.TallyKind()); err != nil {
 			fatalf("%v", err)
 		}
 		if err := h.Start(); err != nil {
@@ -313,7 +314,7 @@ func runSchedule(t *testing.T, p *schedPlan) schedResult {
 	ref := func(o int) actor.Ref { return actor.Ref{Kind: "tally", ID: "o" + strconv.Itoa(o)} }
 	for o, home := range p.home { // activate every object on its home host
 		actx, cancel := timeout()
-		_, err := actor.Ask[readTally, tally](actx, hosts[home], ref(o), readTally{})
+		_, err := actor.Ask[testkinds.ReadTally, testkinds.Tally](actx, hosts[home], ref(o), testkinds.ReadTally{})
 		cancel()
 		if err != nil {
 			fatalf("activating object %d on %s: %v", o, name(home), err)
@@ -345,14 +346,14 @@ func runSchedule(t *testing.T, p *schedPlan) schedResult {
 				n := seq[o]
 				actx, cancel := timeout()
 				if n%p.askEvery == 0 {
-					got, err := actor.Ask[numberedAsk, int](actx, h, ref(o), numberedAsk{Sender: s.name, Seq: n})
+					got, err := actor.Ask[testkinds.NumberedAsk, int](actx, h, ref(o), testkinds.NumberedAsk{Sender: s.name, Seq: n})
 					if err != nil || got != n {
 						cancel()
 						sendFailed.Store(true)
 						errorf("%s on %s: Ask #%d to object %d = %d, %v", s.name, h.Name(), n, o, got, err)
 						return
 					}
-				} else if err := actor.Tell(actx, h, ref(o), numbered{Sender: s.name, Seq: n}); err != nil {
+				} else if err := actor.Tell(actx, h, ref(o), testkinds.Numbered{Sender: s.name, Seq: n}); err != nil {
 					cancel()
 					sendFailed.Store(true)
 					errorf("%s on %s: Tell #%d to object %d: %v", s.name, h.Name(), n, o, err)
@@ -438,7 +439,7 @@ func runSchedule(t *testing.T, p *schedPlan) schedResult {
 		via := hosts[o%len(hosts)]
 		for {
 			actx, cancel := timeout()
-			st, err := actor.Ask[readTally, tally](actx, via, ref(o), readTally{})
+			st, err := actor.Ask[testkinds.ReadTally, testkinds.Tally](actx, via, ref(o), testkinds.ReadTally{})
 			cancel()
 			done := err == nil
 			for _, s := range p.senders {

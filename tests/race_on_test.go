@@ -1,6 +1,0 @@
-//go:build race
-
-package tests
-
-// raceEnabled reports whether the tests run under the race detector.
-const raceEnabled = true
