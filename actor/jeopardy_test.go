@@ -993,3 +993,43 @@ func TestAGatewayWhoseRunTheMembershipEndedJoinsAgainAsANewRun(t *testing.T) {
 		t.Fatalf("g.Err() = %v, want nil", err)
 	}
 }
+
+// refusingJoin is a membership whose Join refuses the name (another live
+// run holds it) while refuse is set.
+type refusingJoin struct {
+	membership.Membership
+	refuse atomic.Bool
+}
+
+func (m *refusingJoin) Join(ctx context.Context, mb membership.Member) (membership.Lease, error) {
+	if m.refuse.Load() {
+		return membership.Lease{}, membership.ErrNameTaken
+	}
+	return m.Membership.Join(ctx, mb)
+}
+
+// A gateway joining again as a new run that finds another live run of its
+// name in the membership (another process of that name) closes itself:
+// that is a fact, not a stall.
+func TestAGatewayWhoseNameAnotherRunHoldsClosesInsteadOfJoiningAgain(t *testing.T) {
+	n := NewNetwork(nil)
+	a := startHost(t, shortLeases(n.With(Config{Name: "a", Logger: quietLogger()})), movableKind(newGates()))
+	gcfg := shortLeases(n.With(Config{Name: "g", Logger: quietLogger(), Gateway: true}))
+	members := &refusingJoin{Membership: gcfg.Membership}
+	gcfg.Membership = members
+	g := startHost(t, gcfg, movableKind(newGates()))
+	waitViews(t, a, g)
+	members.refuse.Store(true)
+	n.Membership.Expire("g")
+	select {
+	case <-g.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("g did not close with its name held by another run")
+	}
+	if err := g.Err(); !errors.Is(err, ErrLeaseLost) || !errors.Is(err, membership.ErrNameTaken) {
+		t.Fatalf("g.Err() = %v, want ErrLeaseLost wrapping membership.ErrNameTaken", err)
+	}
+	if st := g.Stats(); st.Rejoins != 1 {
+		t.Fatalf("g.Stats().Rejoins = %d, want 1 (it tried)", st.Rejoins)
+	}
+}

@@ -335,7 +335,7 @@ func (lk *leaseKeeper) checkOwners(stop <-chan struct{}) {
 func (lk *leaseKeeper) leaseTick(now time.Time) (over bool) {
 	h := lk.h
 	if lk.joining.Load() && !lk.joinAgain() {
-		return false // asked again at the next tick
+		return h.life.lostErr.Load() != nil // else asked again at the next tick
 	}
 	if !lk.local.Valid(now) && lk.jeopardy.IsZero() {
 		lk.jeopardy = now
@@ -429,7 +429,9 @@ func (lk *leaseKeeper) newRun(why error) bool {
 
 // joinAgain joins the membership as the new run newRun made, and reports
 // whether it did (a membership that cannot answer is asked again at the
-// next tick; the gateway stays in jeopardy meanwhile). It joins under
+// next tick; the gateway stays in jeopardy meanwhile). A membership that
+// names another live run of the name, or a newer one, is a fact: the host
+// closes (endRun). It joins under
 // life.mu, on a running host only: a Close that began leaves the
 // membership after it, never before.
 func (lk *leaseKeeper) joinAgain() bool {
@@ -442,6 +444,13 @@ func (lk *leaseKeeper) joinAgain() bool {
 	ctx, cancel := h.life.storeContext()
 	defer cancel()
 	if _, err := h.peers.members.Join(ctx, h.peers.member(lk.run())); err != nil {
+		var ge *membership.GenerationError
+		if errors.Is(err, membership.ErrNameTaken) || errors.As(err, &ge) {
+			// Another run of the name is live, or joined after this one
+			// began: another process of that name. The host closes.
+			lk.endRun(errors.Join(errRunEnded, err))
+			return false
+		}
 		h.log.Warn("the gateway's new run cannot join the membership yet; asking again", "err", err)
 		return false
 	}
