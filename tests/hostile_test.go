@@ -201,7 +201,7 @@ func linkFrame(op byte, kind transport.Kind, fromInc, seq uint64, data []byte) [
 // ref, first sent (hop 0) by origin.
 func tellFrame(t *testing.T, ref actor.Ref, origin, sender string) []byte {
 	t.Helper()
-	return jsonFrame(t, payload.Header{Type: "tests.numbered", Origin: origin,
+	return jsonFrame(t, payload.Header{Type: actor.TypeName[numbered](), Origin: origin,
 		Target: payload.Target{Scope: payload.ScopeObject, Name: ref.Kind, ID: ref.ID}}, numbered{Sender: sender, Seq: 1})
 }
 
@@ -468,7 +468,7 @@ func TestAMemberThatNeverReadsMakesANodeKeepOnlyItsLinksBound(t *testing.T) {
 	x := newHostile(t, "BERTH_CHILD_MAX_PENDING="+strconv.Itoa(bound))
 	items := make([][]byte, asks)
 	for i := range items {
-		items[i] = item(transport.Frame, jsonFrame(t, payload.Header{Type: "tests.numberedAsk", Origin: "ghost", ReplyTo: "ghost",
+		items[i] = item(transport.Frame, jsonFrame(t, payload.Header{Type: actor.TypeName[numberedAsk](), Origin: "ghost", ReplyTo: "ghost",
 			Target: payload.Target{Scope: payload.ScopeObject, Name: x.ref.Kind, ID: x.ref.ID}}, numberedAsk{Sender: "ghost", Seq: i + 1}))
 	}
 	x.session(t, items...)

@@ -971,8 +971,8 @@ type killTrace struct {
 }
 
 var (
-	numberedType    = []byte("tests.numbered")
-	numberedAskType = []byte("tests.numberedAsk")
+	numberedType    = []byte(actor.TypeName[numbered]())
+	numberedAskType = []byte(actor.TypeName[numberedAsk]())
 )
 
 func (k *killTrace) trace(from, to string, it transport.Item) func(error) {
