@@ -713,7 +713,7 @@ func TestAMoveAcrossProcessesWithASlowNodeReordersNothing(t *testing.T) {
 // them is answered.
 func TestLargeMessagesAcrossProcessesArriveOnceInOrder(t *testing.T) {
 	db := pgtestNew(t)
-	startNodeChild(t, db, "n1")
+	n1 := startNodeChild(t, db, "n1")
 	gw := procsGateway(t, db, 1, false)
 	ctx := context.Background()
 	ref := actor.Ref{Kind: "tally", ID: "large"}
@@ -745,6 +745,8 @@ func TestLargeMessagesAcrossProcessesArriveOnceInOrder(t *testing.T) {
 		return err == nil && got.Last["gw"] == len(sizes)
 	})
 	if got.Count["gw"] != len(sizes) || len(got.Bad) != 0 {
+		t.Logf("n1: %s", n1.must(t, "stats"))
+		t.Logf("gateway: %+v", gw.Stats())
 		t.Fatalf("ran %d of %d, bad: %v", got.Count["gw"], len(sizes), got.Bad)
 	}
 }
