@@ -404,6 +404,7 @@ func (lk *leaseKeeper) newRun(why error) bool {
 		return false
 	}
 	gen := max(uint64(time.Now().UnixNano()), lk.run()+1)
+	_, onLinks := h.peers.tr.Pending() // what the old run's links had not delivered: lost with it (at most)
 	err := h.peers.tr.replace(func() (transport.Transport, error) { return h.peers.attachRun(gen, closedChan) })
 	if err == nil {
 		lk.gen.Store(gen)
@@ -423,7 +424,7 @@ func (lk *leaseKeeper) newRun(why error) bool {
 	h.peers.dirMu.Unlock()
 	h.peers.tellDirectory()
 	h.log.Warn("the membership ended this gateway's run (it was paused past its lease, and its peers saw it fail): it joins again as a new run; what the old run had on its links is lost with it",
-		"why", why, "run", gen, "requests_ended", failed)
+		"why", why, "run", gen, "requests_ended", failed, "items_on_links", onLinks)
 	return true
 }
 
