@@ -401,9 +401,10 @@ func (h *Host) leave(joined bool) {
 // (see Err).
 func (h *Host) Done() <-chan struct{} { return h.life.closed }
 
-// Err returns why the host closed itself — ErrLeaseLost if its lease ran
-// out before it could renew it — or nil if it did not (it runs, or Close
-// or Stop closed it).
+// Err returns why the host closed itself — ErrLeaseLost if its run is
+// over: the membership ended it (a gateway joins again as a new run
+// instead: Config.Gateway), or a newer run of its name holds the lease —
+// or nil if it did not (it runs, or Close or Stop closed it).
 func (h *Host) Err() error {
 	if p := h.life.lostErr.Load(); p != nil {
 		return *p
