@@ -1033,3 +1033,49 @@ func TestAGatewayWhoseNameAnotherRunHoldsClosesInsteadOfJoiningAgain(t *testing.
 		t.Fatalf("g.Stats().Rejoins = %d, want 1 (it tried)", st.Rejoins)
 	}
 }
+
+// blockingLeave is a membership whose Leave waits for release, and whose
+// Renew says the run is not a member once Leave began (as a store that
+// handled the leave would).
+type blockingLeave struct {
+	membership.Membership
+	leaving chan struct{} // closed when Leave begins
+	release chan struct{}
+	left    atomic.Bool
+}
+
+func (m *blockingLeave) Leave(ctx context.Context, name string, gen uint64) error {
+	m.left.Store(true)
+	close(m.leaving)
+	<-m.release
+	return m.Membership.Leave(ctx, name, gen)
+}
+
+func (m *blockingLeave) Renew(ctx context.Context, name string, gen uint64) (membership.Lease, error) {
+	if m.left.Load() {
+		return membership.Lease{}, membership.ErrNotMember
+	}
+	return m.Membership.Renew(ctx, name, gen)
+}
+
+// A renewal that runs while Close leaves the membership finds the run no
+// member: that is the host's own leave, not its run ended by its peers —
+// Err stays nil (a node exits 0 after a drain, not 3).
+func TestARenewalDuringCloseIsNotARunThatEnded(t *testing.T) {
+	n := NewNetwork(nil)
+	cfg := n.With(Config{Name: "a", Logger: quietLogger()})
+	m := &blockingLeave{Membership: cfg.Membership, leaving: make(chan struct{}), release: make(chan struct{})}
+	cfg.Membership = m
+	a := startHost(t, cfg, movableKind(newGates()))
+	closed := make(chan error, 1)
+	go func() { closed <- a.Close() }()
+	<-m.leaving // Close is leaving the membership
+	a.lease.leaseTick(time.Now())
+	close(m.release)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Err(); err != nil {
+		t.Fatalf("a.Err() = %v after Close, want nil: the renewal during the leave ended the run", err)
+	}
+}

@@ -334,6 +334,9 @@ func (lk *leaseKeeper) checkOwners(stop <-chan struct{}) {
 // (the host then closes itself: Host.Err is ErrLeaseLost).
 func (lk *leaseKeeper) leaseTick(now time.Time) (over bool) {
 	h := lk.h
+	if h.life.state.Load() == stateClosed {
+		return true // Close runs: it leaves the membership, and nothing is renewed
+	}
 	if lk.joining.Load() && !lk.joinAgain() {
 		return h.life.lostErr.Load() != nil // else asked again at the next tick
 	}
@@ -345,6 +348,8 @@ func (lk *leaseKeeper) leaseTick(now time.Time) (over bool) {
 	}
 	err := lk.renewLease()
 	switch {
+	case errors.Is(err, errRunEnded) && h.life.state.Load() == stateClosed:
+		return true // Close began meanwhile and left the membership: not a run that ended
 	case errors.Is(err, errRunEnded) && lk.mayRejoin(err):
 		if lk.newRun(err) && lk.joinAgain() {
 			_ = lk.renewLease() // the new run's lease (else at the next tick)
