@@ -17,6 +17,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -804,30 +805,45 @@ func (s *suite) slowWatcherDoesNotBlockWriters(t *testing.T) {
 	ctx := s.ctx(t)
 	slow, first := s.watch(t, ctx, m) // never read while the writers run
 	const changes = 2000
+	// A writer the watcher blocks makes no progress: the writers must not
+	// go s.h.Wait without completing a change (a slow machine only makes
+	// each change slower).
 	done := make(chan error, 1)
+	var made atomic.Int64
 	go func() {
 		for gen := uint64(1); gen <= changes/2; gen++ {
 			if _, err := m.Join(ctx, member("a", gen)); err != nil {
 				done <- err
 				return
 			}
+			made.Add(1)
 			if err := m.Leave(ctx, "a", gen); err != nil {
 				done <- err
 				return
 			}
+			made.Add(1)
 		}
 		_, err := m.Join(ctx, member("last", 1))
 		done <- err
 	}()
 	timer := time.NewTimer(s.h.Wait)
 	defer timer.Stop()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("writer: %v", err)
+	for seen := int64(-1); ; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("writer: %v", err)
+			}
+		case <-timer.C:
+			n := made.Load()
+			if n == seen {
+				t.Fatalf("the writers made no change for %v (%d of %d made) while a watcher was not reading", s.h.Wait, n, changes)
+			}
+			seen = n
+			timer.Reset(s.h.Wait)
+			continue
 		}
-	case <-timer.C:
-		t.Fatalf("%d changes did not finish within %v while a watcher was not reading", changes, s.h.Wait)
+		break
 	}
 	// The slow watcher then catches up: all changes in order, or a Sync
 	// standing for those it missed.
