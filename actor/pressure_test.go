@@ -40,13 +40,18 @@ func TestTheReorderBoundPushesBackOnTheSender(t *testing.T) {
 	}()
 	waitFor(t, "the sender to be pushed back", func() bool { return a.Stats().PressureWaits > 0 })
 	// Paused: once what was on the link has arrived, what b holds stops
-	// growing, far below what a would send.
-	time.Sleep(100 * time.Millisecond)
-	held := b.Stats().HeldOutOfOrder
-	time.Sleep(100 * time.Millisecond)
-	if st := b.Stats(); st.HeldOutOfOrder != held || held >= total-1 || st.GapsClosed != 0 || st.OverBound == 0 {
-		t.Fatalf("b while a is pushed back: held %d then %d (a sent %d of %d), %d given up on, %d over the bound; want a steady hold below %d, none given up, some over the bound",
-			held, st.HeldOutOfOrder, sent.Load(), total-1, st.GapsClosed, st.OverBound, total-1)
+	// growing (a fact waited for: the same count across a pause, however
+	// slow the machine), far below what a would send.
+	var held int
+	waitFor(t, "what b holds to stop growing", func() bool {
+		before := b.Stats().HeldOutOfOrder
+		time.Sleep(50 * time.Millisecond)
+		held = b.Stats().HeldOutOfOrder
+		return held == before
+	})
+	if st := b.Stats(); held >= total-1 || st.GapsClosed != 0 || st.OverBound == 0 {
+		t.Fatalf("b while a is pushed back: held %d (a sent %d of %d), %d given up on, %d over the bound; want a hold below %d, none given up, some over the bound",
+			held, sent.Load(), total-1, st.GapsClosed, st.OverBound, total-1)
 	}
 	n.Heal("a", "x")
 	if err := <-errc; err != nil {
