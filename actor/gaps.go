@@ -15,7 +15,7 @@ import (
 //
 // Owns: the failure facts, the gauges and logs of gaps, the messages
 // waiting to be routed again, the pressure set and its counters.
-// Lock: factsMu, skipMu and pressureSet.mu, all leaves.
+// Lock: factsMu, waitMu and pressureSet.mu, all leaves.
 // May call: the leaves.
 // Invariants: a fact is recorded only from the membership (a host gone)
 // and kept for factKeep; facts are bounded (maxFacts).
@@ -102,24 +102,24 @@ func (r *rateLimit) allow(now int64) bool {
 func (gp *gapFacts) waitToRoute(m *payload.Message) bool {
 	skip := m.Header().Flags()&flagSkip != 0
 	n := int64(len(m.Frame()))
-	gp.skipMu.Lock()
-	defer gp.skipMu.Unlock()
-	if gp.skipClosed || gp.h.peers.tr == nil || len(gp.skips) >= maxWaiting || (!skip && gp.waitingBytes+n > maxWaitingBytes) {
+	gp.waitMu.Lock()
+	defer gp.waitMu.Unlock()
+	if gp.waitClosed || gp.h.peers.tr == nil || len(gp.waitList) >= maxWaiting || (!skip && gp.waitingBytes+n > maxWaitingBytes) {
 		return false
 	}
-	gp.skips = append(gp.skips, m)
+	gp.waitList = append(gp.waitList, m)
 	gp.waitingBytes += n
-	gp.waiting.Store(int64(len(gp.skips)))
+	gp.waiting.Store(int64(len(gp.waitList)))
 	return true
 }
 
 // takeWaiting returns the messages waiting to be routed, oldest first,
 // and forgets them.
 func (gp *gapFacts) takeWaiting() []*payload.Message {
-	gp.skipMu.Lock()
-	defer gp.skipMu.Unlock()
-	ms := gp.skips
-	gp.skips, gp.waitingBytes = nil, 0
+	gp.waitMu.Lock()
+	defer gp.waitMu.Unlock()
+	ms := gp.waitList
+	gp.waitList, gp.waitingBytes = nil, 0
 	gp.waiting.Store(0)
 	return ms
 }
@@ -129,16 +129,16 @@ func (gp *gapFacts) takeWaiting() []*payload.Message {
 // rest in their order. It reports false (the caller ends them) if the
 // host is closing.
 func (gp *gapFacts) putBack(ms []*payload.Message) bool {
-	gp.skipMu.Lock()
-	defer gp.skipMu.Unlock()
-	if gp.skipClosed {
+	gp.waitMu.Lock()
+	defer gp.waitMu.Unlock()
+	if gp.waitClosed {
 		return false
 	}
 	for _, m := range ms {
 		gp.waitingBytes += int64(len(m.Frame()))
 	}
-	gp.skips = append(ms, gp.skips...)
-	gp.waiting.Store(int64(len(gp.skips)))
+	gp.waitList = append(ms, gp.waitList...)
+	gp.waiting.Store(int64(len(gp.waitList)))
 	return true
 }
 
@@ -148,13 +148,13 @@ const (
 	maxWaitingBytes = 256 << 20
 )
 
-// closeSkips returns the messages waiting to be routed of a closing host,
+// closeWaiting returns the messages waiting to be routed of a closing host,
 // for Close to end, and takes no more from now on.
-func (gp *gapFacts) closeSkips() []*payload.Message {
-	gp.skipMu.Lock()
-	defer gp.skipMu.Unlock()
-	ms := gp.skips
-	gp.skips, gp.skipClosed, gp.waitingBytes = nil, true, 0
+func (gp *gapFacts) closeWaiting() []*payload.Message {
+	gp.waitMu.Lock()
+	defer gp.waitMu.Unlock()
+	ms := gp.waitList
+	gp.waitList, gp.waitClosed, gp.waitingBytes = nil, true, 0
 	gp.waiting.Store(0)
 	return ms
 }
@@ -169,13 +169,13 @@ type gapFacts struct {
 	overHeld  atomic.Int64 // arrivals that found their sender past the reorder bound
 	gapLog    rateLimit    // the long-gap line (closeGaps)
 	boundLog  rateLimit    // the past-the-bound line (overBound)
-	// skips: messages waiting to be routed again (waitToRoute), oldest
+	// waitList: messages waiting to be routed again (waitToRoute), oldest
 	// first; waitingBytes their frames' bytes.
-	skipMu       sync.Mutex // a leaf
-	skips        []*payload.Message
+	waitMu       sync.Mutex // a leaf
+	waitList     []*payload.Message
 	waitingBytes int64
-	skipClosed   bool
-	waiting      atomic.Int64 // len(skips) (Stats.WaitingToRoute)
+	waitClosed   bool
+	waiting      atomic.Int64 // len(waitList), read without waitMu (Stats.WaitingToRoute)
 	skipsLost    atomic.Int64 // skip notices ended without reaching their object (Stats.SkipsLost)
 	// pressure: objects this host's outside senders wait for (pressure.go).
 	pressure      pressureSet

@@ -242,8 +242,6 @@ func (h *Host) Start() error {
 	}
 	h.lease.init(h, h.cfg.Store == nil)
 	h.routes.init(h.cfg.RouteCacheTTL, h.cfg.FollowDuration)
-	h.routes.selfName = h.name
-	h.routes.selfRun.Store(h.lease.run())
 	h.routes.failed = func(hd route.Hand) bool { return h.peers.view.runFailed(peerRun{name: hd.Host, run: hd.Run}) }
 	h.life.ctx, h.life.end = context.WithCancel(context.Background())
 	if err := h.join(); err != nil {
@@ -670,7 +668,7 @@ func (h *Host) Close() error {
 	h.admit.deferred.closed = true
 	h.admit.deferred.mu.Unlock()
 	h.admit.closeDeferred()
-	for _, m := range h.gaps.closeSkips() { // (a request gets ShuttingDown)
+	for _, m := range h.gaps.closeWaiting() { // (a request gets ShuttingDown)
 		if m.Header().Flags()&flagSkip == 0 {
 			dropped++
 		}

@@ -63,7 +63,6 @@ import (
 // is published.
 type leaseKeeper struct {
 	h       *Host
-	gen     atomic.Uint64 // this run's lease generation (its run on the wire; run)
 	ttl     time.Duration // Config.LeaseTTL
 	every   time.Duration // Config.LeaseRenew
 	private bool          // the host's private store: nobody else can take its objects
@@ -74,9 +73,10 @@ type leaseKeeper struct {
 	joining   atomic.Bool           // a gateway's new run is attached and not yet in the membership (newRun; Ready reads it)
 }
 
-// run returns this run's lease generation: its run on the wire. It
+// run returns this run's lease generation: its run on the wire, kept as
+// the routes' own run (routes.self), which the lower parts read. It
 // changes only when a gateway joins again as a new run (newRun).
-func (lk *leaseKeeper) run() uint64 { return lk.gen.Load() }
+func (lk *leaseKeeper) run() uint64 { return lk.h.routes.selfRun.Load() }
 
 // The lease gate (leaseGate): what every turn of an object reads of the
 // lease, and the turns and checks waiting on it.
@@ -175,7 +175,8 @@ var errRunEnded = errors.New("the host's run is over")
 // init sets the lease up for Start.
 func (lk *leaseKeeper) init(h *Host, private bool) {
 	lk.h = h
-	lk.gen.Store(uint64(time.Now().UnixNano()))
+	h.routes.selfName = h.name
+	h.routes.selfRun.Store(uint64(time.Now().UnixNano()))
 	lk.ttl, lk.every = h.cfg.LeaseTTL, h.cfg.LeaseRenew
 	lk.private = private
 	lk.local = membership.LocalLease{Margin: leaseMargin(lk.ttl, lk.every)}
@@ -412,7 +413,6 @@ func (lk *leaseKeeper) newRun(why error) bool {
 	_, onLinks := h.peers.tr.Pending() // what the old run's links had not delivered: lost with it (at most)
 	err := h.peers.tr.replace(func() (transport.Transport, error) { return h.peers.attachRun(gen, closedChan) })
 	if err == nil {
-		lk.gen.Store(gen)
 		h.routes.newRun(gen)
 	}
 	h.life.mu.Unlock()

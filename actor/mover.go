@@ -1099,9 +1099,9 @@ func (rt *router) routeAgain(m *payload.Message, giveBack bool) *payload.Message
 	id := string(hv.TargetID())
 	p, err := kr.host.router.locate(kr, id, fromLink)
 	switch {
-	case err != nil && errors.Is(err, errStoreAway) && giveBack:
+	case errors.Is(err, errStoreAway) && giveBack:
 		return m
-	case err != nil && errors.Is(err, errStoreAway) && h.gaps.waitToRoute(m):
+	case errors.Is(err, errStoreAway) && h.gaps.waitToRoute(m):
 	case err != nil:
 		rt.failMessage(m, err)
 	case p.o != nil:

@@ -68,9 +68,18 @@ func objHash(obj relocation.Object) uint64 { return maphash.String(shardSeed, ob
 func (r *routes) init(cacheTTL, followFor time.Duration) {
 	r.cacheTTL, r.followFor = cacheTTL, followFor
 	r.clk.Store(nanotime())
+	r.startStreams()
+}
+
+// startStreams gives every shard fresh streams, whose epochs start at a
+// start time: later than every epoch of an earlier run of this host.
+func (r *routes) startStreams() {
 	base := uint64(time.Now().UnixNano())
 	for i := range r.streams {
-		r.streams[i].s = route.NewStreams(base+uint64(i), streamShards, int64(streamIdleFor(followFor)))
+		sh := &r.streams[i]
+		sh.mu.Lock()
+		sh.s = route.NewStreams(base+uint64(i), streamShards, int64(streamIdleFor(r.followFor)))
+		sh.mu.Unlock()
 	}
 }
 
@@ -84,13 +93,7 @@ func (r *routes) self() peerRun { return peerRun{name: r.selfName, run: r.selfRu
 // or arrived, and its peers saw that run fail.
 func (r *routes) newRun(run uint64) {
 	r.selfRun.Store(run)
-	base := uint64(time.Now().UnixNano())
-	for i := range r.streams {
-		sh := &r.streams[i]
-		sh.mu.Lock()
-		sh.s = route.NewStreams(base+uint64(i), streamShards, int64(streamIdleFor(r.followFor)))
-		sh.mu.Unlock()
-	}
+	r.startStreams()
 }
 
 // coarseNow is nanotime as of the host's last tick (25 ms): reading the
