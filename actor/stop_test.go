@@ -380,12 +380,28 @@ func (r *stopRig) check() {
 			n, err := Ask[Get, int](bg, r.a, stopRef(i), Get{})
 			if err != nil || n != perObj[i] {
 				r.mu.Lock()
-				t.Fatalf("object %d counts %d Tells (err %v); %d ran: its state did not go with it", i, n, err, perObj[i])
+				t.Fatalf("object %d counts %d Tells (err %v); %d ran: its state did not go with it\n%s", i, n, err, perObj[i], r.movesOf(stopRef(i)))
 			}
 		}
 		r.mu.Lock()
 	}
 	t.Logf("%d Tells accepted and run once each", len(accepted))
+}
+
+// movesOf describes, for a failure, the moves of ref on a and b, b's log
+// and both hosts' lease figures.
+func (r *stopRig) movesOf(ref Ref) string {
+	var b strings.Builder
+	for _, h := range []*Host{r.a, r.b} {
+		for _, m := range h.RecentMoves(0) {
+			if m.Ref == ref {
+				fmt.Fprintf(&b, "move %d %s→%s %v: %s (%s)\n", m.Seq, m.From, m.To, m.Ended.Sub(m.Started), m.Outcome, m.Reason)
+			}
+		}
+		st := h.Stats()
+		fmt.Fprintf(&b, "%s: jeopardies %d, lapses %d, taken over %d\n", h.Name(), st.Jeopardies, st.LeaseLapses, st.TakenOver)
+	}
+	return b.String() + "b's log:\n" + r.bLog.String()
 }
 
 // TestStopCutShortByItsContextKeepsServingAndAStopAgainFinishes: Stop with
