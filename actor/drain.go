@@ -259,6 +259,7 @@ var drainSeed = maphash.MakeSeed()
 func (dr *drainer) drainOne(ctx context.Context, kr *kindRuntime, o *owner, targets []string) {
 	h := dr.h
 	ref := o.ref
+	var lastErr error
 	if kr.spec.policy != DisableRelocation {
 		if n := len(targets); n > 0 {
 			first := int(maphash.String(drainSeed, ref.ID) % uint64(n))
@@ -286,11 +287,19 @@ func (dr *drainer) drainOne(ctx context.Context, kr *kindRuntime, o *owner, targ
 					return
 				}
 				h.log.Info("drain: move failed; trying another host", "object", ref.String(), "err", err)
+				lastErr = err
 			}
 		}
 	}
 	if ctx.Err() != nil {
 		return
+	}
+	if lastErr != nil && kr.spec.policy == PreserveState && !kr.spec.persist && o.stateEnded.CompareAndSwap(false, true) {
+		// Not silent: the state a move would have kept ends here (counted
+		// once: a later round may find the owner before it deactivated).
+		h.stats.stateDropped.Add(1)
+		h.log.Warn("drain: no host took the object; it is deactivated and its in-memory state ends",
+			"object", ref.String(), "hosts", len(targets), "err", lastErr)
 	}
 	o.requestDeactivate()
 }

@@ -856,6 +856,7 @@ func (h *Host) Stats() Stats {
 		LeaseLapses:            h.stats.lapses.Load(),
 		OwnershipChecks:        h.stats.checks.Load(),
 		TakenOver:              h.stats.takenOver.Load(),
+		DrainStateDropped:      h.stats.stateDropped.Load(),
 		Payload:                h.pool.Stats(),
 	}
 }

@@ -124,10 +124,12 @@ type moveDriver struct {
 // keeps of them.
 //
 // Owns: the move drivers by id, the count of incoming moves per source,
-// the cross-host Relocate requests, the log of the moves from here.
-// Lock: mu, a leaf, guards m and incoming; remote and log have their
-// own leaf locks.
-// Invariants: a target move is counted in incoming from its Prepare until
+// the incoming move of each object from each source, the cross-host
+// Relocate requests, the log of the moves from here.
+// Lock: mu, a leaf, guards m, incoming and pending; remote and log have
+// their own leaf locks.
+// Invariants: a target move is counted in incoming, and found in pending
+// (the latest one of its object from its source), from its Prepare until
 // it opens or ends, at most maxIncomingPerPeer per source.
 type moveTable struct {
 	h        *Host
@@ -135,6 +137,7 @@ type moveTable struct {
 	m        map[relocation.MoveID]*moveDriver // guarded by mu
 	underWay atomic.Int64                      // sources in m, and targets not yet open or ended: Stats.MovesUnderWay (changed under mu)
 	incoming map[string]int                    // moves to here not yet open or ended, by source; guarded by mu
+	pending  map[incomingKey]*moveDriver       // the latest move to here of each object from each source, until it opens or ends; guarded by mu
 	remote   remoteOps                         // Relocate across hosts (remotemove.go)
 	log      moveLog                           // moves from here: their pauses and ends (Host.Pauses, Host.RecentMoves)
 	// times, set by tests only (nil otherwise) before a move, sees the
@@ -242,13 +245,21 @@ func (mt *moveTable) removeMove(d *moveDriver) {
 // cannot pile up target moves without end. A drain runs drainWorkers.
 const maxIncomingPerPeer = 4 * drainWorkers
 
+// incomingKey names the moves of one object from one source.
+type incomingKey struct {
+	peer string
+	obj  relocation.Object
+}
+
 // addIncoming adds a target move d from its source, d.peer, unless that
-// source has maxIncomingPerPeer under way here.
-func (mt *moveTable) addIncoming(d *moveDriver) bool {
+// source has maxIncomingPerPeer under way here; prev is the move of the
+// same object from the same source that was under way here (not yet open
+// or ended), if any.
+func (mt *moveTable) addIncoming(d *moveDriver) (prev *moveDriver, ok bool) {
 	mt.mu.Lock()
 	defer mt.mu.Unlock()
 	if mt.incoming[d.peer] >= maxIncomingPerPeer {
-		return false
+		return nil, false
 	}
 	if mt.m == nil {
 		mt.m = map[relocation.MoveID]*moveDriver{}
@@ -256,11 +267,17 @@ func (mt *moveTable) addIncoming(d *moveDriver) bool {
 	if mt.incoming == nil {
 		mt.incoming = map[string]int{}
 	}
+	if mt.pending == nil {
+		mt.pending = map[incomingKey]*moveDriver{}
+	}
 	mt.m[d.id] = d
 	mt.underWay.Add(1) // a target: until it opens or ends (notIncoming)
 	mt.incoming[d.peer]++
+	k := incomingKey{d.peer, d.obj}
+	prev = mt.pending[k]
+	mt.pending[k] = d
 	d.counted.Store(true)
-	return true
+	return prev, true
 }
 
 // notIncoming ends d's count among its source's moves under way here
@@ -274,6 +291,9 @@ func (d *moveDriver) notIncoming() {
 	h.moves.underWay.Add(-1)
 	if h.moves.incoming[d.peer]--; h.moves.incoming[d.peer] <= 0 {
 		delete(h.moves.incoming, d.peer)
+	}
+	if k := (incomingKey{d.peer, d.obj}); h.moves.pending[k] == d {
+		delete(h.moves.pending, k)
 	}
 	h.moves.mu.Unlock()
 }
@@ -353,10 +373,14 @@ func (mt *moveTable) onRecord(from string, obj relocation.Object, rec relocation
 				tgt: relocation.NewTarget(relocation.TargetConfig{Host: h.name, CutoverWait: h.cfg.CutoverWait, MaxRecord: h.cfg.MaxMoveRecord,
 					FollowFor: h.cfg.FollowDuration})}
 			d.tgt.Step(relocation.Tick{Now: nanotime()}) // the machine's clock starts now
-			if !mt.addIncoming(d) {
+			prev, ok := mt.addIncoming(d)
+			if !ok {
 				h.peers.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move,
 					Reason: "host " + h.name + " has " + strconv.Itoa(maxIncomingPerPeer) + " moves from " + from + " under way"})
 				return
+			}
+			if prev != nil {
+				d.behind(prev)
 			}
 		}
 		d.step(relocation.Receive{Record: r})
@@ -375,6 +399,38 @@ func (mt *moveTable) onRecord(from string, obj relocation.Object, rec relocation
 		// on to wherever its object runs.
 		h.router.redispatchFrame(c.Frame)
 	}
+}
+
+// behind makes target move d, whose Prepare just arrived, begin only once
+// prev — an earlier move of the same object from the same source, not yet
+// open or ended when d's Prepare came — has taken every record that came
+// before d's Prepare, and ends prev if those left it under way.
+//
+// A source moves an object once at a time, and sends a move's records in
+// order on its one link: by the time a move's Prepare arrives, every
+// earlier move of the object from that source has ended at the source
+// before its relay-ready was accepted (after it, the object would have
+// to come back first, and the earlier move would have opened here) — and
+// its Abort, if the source sent one, arrived before the Prepare. But each
+// move takes its records on a lane of its own: the earlier move's Abort
+// may still wait on its lane (a starved lane goroutine) while the new
+// move's Prepare, on an idle lane, runs at once — its incoming owner then
+// finds the earlier one's in place, and the move fails though nothing
+// holds the object here. So d's lane first waits for prev's to take what
+// it was given, and then prev, if still under way before its commit (its
+// Abort was never sent: the link refused it), ends as an Abort would end
+// it — its Prepare is all the target will ever hear of it again. A prev
+// that is committing goes on; d then finds the object here and fails.
+func (d *moveDriver) behind(prev *moveDriver) {
+	d.lane.add(func() {
+		prev.lane.runHere(func() {
+			if prev.ended || prev.tgt == nil || prev.tgt.Done() {
+				return
+			}
+			prev.advance(relocation.Receive{Record: &relocation.Abort{Move: prev.id,
+				Reason: "a later move of the object from its source began: this one ended there"}})
+		})
+	})
 }
 
 // recordOfAnotherPeer drops a relocation record from peer from for move

@@ -125,6 +125,7 @@ type Stats struct {
 	LeaseLapses            int64         // renewals that found the host's lease lapsed in the Location Store
 	OwnershipChecks        int64         // times the host checked its objects' ownership before they ran again: after a lapse, or a renewal whose answer was lost (it may have found one)
 	TakenOver              int64         // objects another host took over while this host's lease had lapsed, dropped here
+	DrainStateDropped      int64         // objects whose state moves (PreserveState, not persisted) that a drain or Stop deactivated because every host it tried refused or failed the move: their in-memory state ended (each logged at Warn)
 	Rejoins                int64         // times this gateway joined again as a new run after the membership ended its run (it was paused past its lease)
 	Payload                payload.Stats // copy accounting of the host's payload pool
 }

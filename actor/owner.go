@@ -80,6 +80,7 @@ type owner struct {
 	moving       atomic.Bool          // a move away is under way
 	left         atomic.Bool          // the move away passed relay-ready: no longer the owner
 	deactPending atomic.Bool          // a controlDeactivate is queued
+	stateEnded   atomic.Bool          // a drain deactivates it, no host having taken it: its state ends (counted once)
 	epoch        atomic.Uint64        // the lease's lapse epoch its ownership is known good at (lease.go)
 	taken        atomic.Bool          // another host took the object over while this host's lease had lapsed
 	dropped      atomic.Bool          // endTaken ended the activation

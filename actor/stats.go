@@ -32,4 +32,5 @@ type hostStats struct {
 	lapses         atomic.Int64 // renewals that found the lease lapsed in the store (Stats.LeaseLapses)
 	checks         atomic.Int64 // ownership checks of all objects after a lapse or a lost answer (Stats.OwnershipChecks)
 	takenOver      atomic.Int64 // objects found taken over by another host after a lapse (Stats.TakenOver)
+	stateDropped   atomic.Int64 // objects whose in-memory state a drain ended: no host took them (Stats.DrainStateDropped)
 }

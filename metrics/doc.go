@@ -69,6 +69,7 @@
 //	berth_lease_lapses_total{host}                 renewals that found the host's lease lapsed in the store
 //	berth_lease_ownership_checks_total{host}       checks of the host's objects' ownership after a lapse
 //	berth_objects_taken_over_total{host}           objects other hosts took over during a lapse, dropped here
+//	berth_drain_state_dropped_total{host}          objects whose state moves that a drain deactivated: no host took them (their state ended)
 //
 // A pgbridge.Broker's series (berth_pgbridge_…: claimed and settled rows,
 // claim-to-settle latency, decode failures, lost leases, rollbacks, notify

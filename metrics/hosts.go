@@ -59,6 +59,7 @@ type hostCollector struct {
 	leaseLapses      *prometheus.Desc
 	ownershipChecks  *prometheus.Desc
 	takenOver        *prometheus.Desc
+	stateDropped     *prometheus.Desc
 }
 
 func newHostCollector() *hostCollector {
@@ -154,6 +155,8 @@ func newHostCollector() *hostCollector {
 			"Times the host checked its objects' ownership before they ran again (after a lapse, or a renewal whose answer was lost)."),
 		takenOver: desc("objects_taken_over_total",
 			"Objects another host took over while the host's lease had lapsed, dropped on the host."),
+		stateDropped: desc("drain_state_dropped_total",
+			"Objects whose state moves that a drain deactivated because every host it tried refused or failed the move: their in-memory state ended."),
 	}
 }
 
@@ -171,7 +174,7 @@ func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.requestsInFlight, c.requestsFailed, c.decodes, c.fullCopies, c.fullCopyBytes, c.views,
 		c.heldOutOfOrder, c.waitingToRoute, c.skipsLost, c.gapsClosed, c.late, c.oldestGap, c.overBound, c.pressureWaits, c.peerWaits, c.peerRefused, c.linkRefused, c.dropped, c.droppedOnClose, c.bounced, c.relocations, c.captured, c.relayed, c.forwarded,
 		c.stateWrites, c.stateFlushes, c.stateFenced, c.stateErrors, c.outputsHeld, c.outputsDropped,
-		c.suspicions, c.suspectsDead, c.jeopardy, c.jeopardies, c.rejoins, c.leaseLapses, c.ownershipChecks, c.takenOver,
+		c.suspicions, c.suspectsDead, c.jeopardy, c.jeopardies, c.rejoins, c.leaseLapses, c.ownershipChecks, c.takenOver, c.stateDropped,
 	} {
 		ch <- d
 	}
@@ -249,5 +252,6 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.leaseLapses, uint64(st.LeaseLapses))
 		counter(c.ownershipChecks, uint64(st.OwnershipChecks))
 		counter(c.takenOver, uint64(st.TakenOver))
+		counter(c.stateDropped, uint64(st.DrainStateDropped))
 	}
 }

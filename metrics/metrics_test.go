@@ -91,6 +91,7 @@ var hostSeries = []string{
 	"berth_lease_lapses_total",
 	"berth_lease_ownership_checks_total",
 	"berth_objects_taken_over_total",
+	"berth_drain_state_dropped_total",
 }
 
 // eventSeries are the names of the series the Observer methods update.
@@ -295,6 +296,7 @@ func TestHostGauges(t *testing.T) {
 		WaitingToRoute:         43,
 		SkipsLost:              44,
 		Rejoins:                45,
+		DrainStateDropped:      46,
 		Payload:                payload.Stats{Decodes: 40, FullCopies: 6, FullCopyBytes: 600, Views: 70, Allocated: 1, Buffers: 2},
 	})
 	m.Attach(a)
@@ -430,6 +432,9 @@ berth_lease_ownership_checks_total{host="a"} 41
 # HELP berth_objects_taken_over_total Objects another host took over while the host's lease had lapsed, dropped on the host.
 # TYPE berth_objects_taken_over_total counter
 berth_objects_taken_over_total{host="a"} 42
+# HELP berth_drain_state_dropped_total Objects whose state moves that a drain deactivated because every host it tried refused or failed the move: their in-memory state ended.
+# TYPE berth_drain_state_dropped_total counter
+berth_drain_state_dropped_total{host="a"} 46
 `, hostSeries...)
 
 	// The values are read at scrape time, not at Attach.

@@ -1,0 +1,214 @@
+package actor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/berthrt/berth/relocation"
+)
+
+// restoreGateKind is the counter kind whose state moves; with gate set,
+// the first Restore on the host waits for g's key "restore".
+func restoreGateKind(g *gates, gate bool) *Kind[Counter] {
+	k := counterKind(g)
+	var restores atomic.Int64
+	k.PreserveState(func(c *Counter) ([]byte, error) { return json.Marshal(c) },
+		func(ctx *Context, _ string, data []byte) (*Counter, error) {
+			if gate && restores.Add(1) == 1 {
+				g.block(ctx, "restore")
+			}
+			c := &Counter{}
+			return c, json.Unmarshal(data, c)
+		})
+	return k
+}
+
+// incomingMoves returns how many moves of obj from source are under way at
+// h as their target, and how many of them have not opened or ended.
+func incomingMoves(h *Host, source string, obj relocation.Object) (all, open int) {
+	for _, d := range h.moves.allMoves() {
+		if d.tgt != nil && d.peer == source && d.obj == obj {
+			all++
+			if !d.over.Load() {
+				open++
+			}
+		}
+	}
+	return all, open
+}
+
+// TestALaterMoveOfAnObjectWaitsForTheEarlierOnesRecordsAtItsTarget: a
+// move given up at its source after its Prepare (its Relocate cut short)
+// leaves the target an Abort; when the next move of the object comes
+// while that Abort still waits on the first move's lane (here: behind a
+// slow Restore), the target takes the Abort first — the next move does
+// not find the first one's incoming owner in its place and fail — and the
+// object moves with every Tell in its state.
+func TestALaterMoveOfAnObjectWaitsForTheEarlierOnesRecordsAtItsTarget(t *testing.T) {
+	n := NewNetwork(nil)
+	g := newGates()
+	var once sync.Once
+	release := func() { once.Do(func() { g.release("restore") }) }
+	t.Cleanup(release)
+	cfg := func(name string) Config {
+		return Config{Name: name, Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()}
+	}
+	a := startHost(t, cfg("a"), restoreGateKind(g, false))
+	b := startHost(t, cfg("b"), restoreGateKind(g, true))
+	waitViews(t, a, b)
+	ref := Ref{"counter", "late"}
+	obj := relocation.Object{Kind: ref.Kind, ID: ref.ID}
+	for range 10 {
+		if err := Tell(bg, a, ref, Inc{By: 1}); err != nil { // activates on a
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(bg)
+	first := make(chan error, 1)
+	go func() { first <- a.Relocate(ctx, ref, "b") }()
+	g.waitStarted(t, "restore") // the first move's Restore waits on b
+	cancel()
+	if err := <-first; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cut-short Relocate: %v; want the context's error", err)
+	}
+	for range 5 { // the object runs on a again
+		if err := Tell(bg, a, ref, Inc{By: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	second := make(chan error, 1)
+	go func() { second <- a.Relocate(bg, ref, "b") }()
+	// The second move's Prepare is at b (its Abort came before it, on the
+	// first move's lane, behind the Restore) before the Restore goes on.
+	var err2 error
+	ended := false
+	waitFor(t, "the second move's Prepare at b", func() bool {
+		select {
+		case err2 = <-second: // it failed at once (the check below says how)
+			ended = true
+			return true
+		default:
+		}
+		all, _ := incomingMoves(b, "a", obj)
+		return all == 2
+	})
+	release()
+	if !ended {
+		err2 = <-second
+	}
+	if err := err2; err != nil {
+		t.Fatalf("the second Relocate: %v", err)
+	}
+	if c, err := Ask[Get, int](bg, a, ref, Get{}); err != nil || c != 15 {
+		t.Fatalf("after the second move: count %d (%v); want 15", c, err)
+	}
+	// The first move's incoming owner, discarded, stops (asynchronously).
+	waitFor(t, "one owner on b, none on a", func() bool { return b.Stats().OwnersActive == 1 && a.Stats().OwnersActive == 0 })
+}
+
+// TestALaterMoveOfAnObjectEndsAnEarlierOneItsSourceGaveUp: when a move's
+// Abort never reaches its target (the link refused it), the next move of
+// the object from the same source ends the first one at the target — its
+// source gave it up before the next one began, and the Prepare says so —
+// instead of finding its incoming owner in the way, and the first one's
+// stale state never opens there.
+func TestALaterMoveOfAnObjectEndsAnEarlierOneItsSourceGaveUp(t *testing.T) {
+	n := NewNetwork(nil)
+	g := newGates()
+	cfg := func(name string) Config {
+		return Config{Name: name, Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()}
+	}
+	a := startHost(t, cfg("a"), restoreGateKind(g, false))
+	b := startHost(t, cfg("b"), restoreGateKind(g, false))
+	waitViews(t, a, b)
+	ref := Ref{"counter", "lost-abort"}
+	obj := relocation.Object{Kind: ref.Kind, ID: ref.ID}
+	for range 10 {
+		if err := Tell(bg, a, ref, Inc{By: 1}); err != nil { // activates on a
+			t.Fatal(err)
+		}
+	}
+	// The first move: its relay-ready and its Abort are lost, so its
+	// source waits in prepared until its Relocate is cut short, and its
+	// target waits in relay-ready.
+	var mu sync.Mutex
+	var firstMove relocation.MoveID
+	var lost atomic.Int64
+	n.SetRecordHook(func(from, to string, rec relocation.Record) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, ok := rec.(*relocation.Prepare); ok && firstMove == (relocation.MoveID{}) {
+			firstMove = rec.MoveID()
+		}
+		switch rec.(type) {
+		case *relocation.RelayReady, *relocation.Abort:
+			if rec.MoveID() == firstMove {
+				lost.Add(1)
+				return false
+			}
+		}
+		return true
+	})
+	ctx, cancel := context.WithCancel(bg)
+	first := make(chan error, 1)
+	go func() { first <- a.Relocate(ctx, ref, "b") }()
+	waitFor(t, "the first move's relay-ready (lost)", func() bool { return lost.Load() == 1 })
+	cancel()
+	if err := <-first; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cut-short Relocate: %v; want the context's error", err)
+	}
+	waitFor(t, "the first move's Abort (lost)", func() bool { return lost.Load() == 2 })
+	if _, open := incomingMoves(b, "a", obj); open != 1 {
+		t.Fatalf("b has %d moves of the object under way; want the first one, in relay-ready", open)
+	}
+	for range 5 { // the object runs on a again
+		if err := Tell(bg, a, ref, Inc{By: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Relocate(bg, ref, "b"); err != nil {
+		t.Fatalf("the second Relocate: %v", err)
+	}
+	if c, err := Ask[Get, int](bg, a, ref, Get{}); err != nil || c != 15 {
+		t.Fatalf("after the second move: count %d (%v); want 15", c, err)
+	}
+	// The first move's incoming owner, discarded, stops (asynchronously).
+	waitFor(t, "one owner on b, none on a", func() bool { return b.Stats().OwnersActive == 1 && a.Stats().OwnersActive == 0 })
+	if _, open := incomingMoves(b, "a", obj); open != 0 {
+		t.Fatalf("b has %d moves of the object under way after the second one opened; want none", open)
+	}
+}
+
+// TestADrainThatNoHostTakesAnObjectFromSaysItsStateEnded: when every host
+// a drain tries refuses an object's move (here: another application
+// version), the object is deactivated — and for a kind whose in-memory
+// state moves, that ending of its state is counted and logged at Warn,
+// not silent.
+func TestADrainThatNoHostTakesAnObjectFromSaysItsStateEnded(t *testing.T) {
+	n := NewNetwork(nil)
+	var aLog syncBuffer
+	a := startHost(t, Config{Name: "a", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, AppVersion: "1",
+		Logger: slog.New(slog.NewTextHandler(&aLog, &slog.HandlerOptions{Level: slog.LevelWarn}))}, movableKind(newGates()))
+	b := startHost(t, Config{Name: "b", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, AppVersion: "2",
+		Logger: quietLogger()}, movableKind(newGates()))
+	waitViews(t, a, b)
+	ref := Ref{"counter", "refused"}
+	if err := Tell(bg, a, ref, Inc{By: 7}); err != nil { // activates on a
+		t.Fatal(err)
+	}
+	if err := a.Stop(bg); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Stats().DrainStateDropped; got != 1 {
+		t.Fatalf("DrainStateDropped = %d; want 1 (the object b refused)\n%s", got, aLog.String())
+	}
+	if l := aLog.String(); !strings.Contains(l, "no host took the object") || !strings.Contains(l, ref.String()) {
+		t.Fatalf("a's Warn log does not name the object whose state ended:\n%s", l)
+	}
+}
