@@ -126,8 +126,8 @@ type moveDriver struct {
 // Owns: the move drivers by id, the count of incoming moves per source,
 // the incoming move of each object from each source, the cross-host
 // Relocate requests, the log of the moves from here.
-// Lock: mu, a leaf, guards m, incoming and pending; remote and log have
-// their own leaf locks.
+// Lock: mu, a leaf, guards m, incoming, pending and owed (never held
+// while sending); remote and log have their own leaf locks.
 // Invariants: a target move is counted in incoming, and found in pending
 // (the latest one of its object from its source), from its Prepare until
 // it opens or ends, at most maxIncomingPerPeer per source.
@@ -138,6 +138,7 @@ type moveTable struct {
 	underWay atomic.Int64                      // sources in m, and targets not yet open or ended: Stats.MovesUnderWay (changed under mu)
 	incoming map[string]int                    // moves to here not yet open or ended, by source; guarded by mu
 	pending  map[incomingKey]*moveDriver       // the latest move to here of each object from each source, until it opens or ends; guarded by mu
+	owed     []owedAbort                       // Aborts the links refused, sent again at every tick (payOwed); guarded by mu
 	remote   remoteOps                         // Relocate across hosts (remotemove.go)
 	log      moveLog                           // moves from here: their pauses and ends (Host.Pauses, Host.RecentMoves)
 	// times, set by tests only (nil otherwise) before a move, sees the
@@ -475,6 +476,7 @@ func (mt *moveTable) moveJobs(tick *schedule) {
 
 func (mt *moveTable) tickMoves(now int64) {
 	h := mt.h
+	mt.payOwed()
 	for _, d := range mt.allMoves() {
 		if d.tgt == nil {
 			continue
@@ -582,6 +584,9 @@ func (d *moveDriver) stepMachine(in relocation.Input) {
 // not sent, the rest are not either (flush acts on it).
 func (d *moveDriver) send(r relocation.Record) {
 	if d.gone || d.refused {
+		if a, ok := r.(*relocation.Abort); ok && d.refused {
+			d.h.moves.oweAbort(d.peer, d.obj, a)
+		}
 		return
 	}
 	// A target that opened or ended is no longer under way here before
@@ -591,6 +596,51 @@ func (d *moveDriver) send(r relocation.Record) {
 	r = d.clock.Sent(r, nanotime())
 	gone, refused := d.h.peers.sendRecords(d.peer, d.obj, &d.enc, r)
 	d.gone, d.refused = gone, refused
+	if a, ok := r.(*relocation.Abort); ok && refused {
+		d.h.moves.oweAbort(d.peer, d.obj, a)
+	}
+}
+
+// owedAbort is a source's Abort that the link to its target refused (it
+// was past its bound).
+type owedAbort struct {
+	peer string
+	obj  relocation.Object
+	rec  *relocation.Abort
+}
+
+// oweAbort keeps a source's Abort that the link to its target refused, to
+// send again on the next ticks until it is sent or the target is gone:
+// the source reopened the object, and a target never told would wait in
+// relay-ready and, after its ReadyTimeout, commit the state it was given
+// while the object runs on here. At most one per move the host aborted.
+func (mt *moveTable) oweAbort(peer string, obj relocation.Object, a *relocation.Abort) {
+	mt.mu.Lock()
+	mt.owed = append(mt.owed, owedAbort{peer, obj, a})
+	mt.mu.Unlock()
+}
+
+// payOwed sends the owed Aborts again; those refused once more stay owed,
+// those whose target is gone (it has nothing to abort) are dropped.
+func (mt *moveTable) payOwed() {
+	mt.mu.Lock()
+	owed := mt.owed
+	mt.owed = nil
+	mt.mu.Unlock()
+	if len(owed) == 0 {
+		return
+	}
+	var again []owedAbort
+	for _, o := range owed {
+		if _, refused := mt.h.peers.sendRecords(o.peer, o.obj, nil, o.rec); refused {
+			again = append(again, o)
+		}
+	}
+	if len(again) > 0 {
+		mt.mu.Lock()
+		mt.owed = append(again, mt.owed...)
+		mt.mu.Unlock()
+	}
 }
 
 // flush runs the queued work, until none is left (work may queue more),

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/berthrt/berth/relocation"
+	"github.com/berthrt/berth/transport"
 )
 
 // restoreGateKind is the counter kind whose state moves; with gate set,
@@ -211,4 +212,92 @@ func TestADrainThatNoHostTakesAnObjectFromSaysItsStateEnded(t *testing.T) {
 	if l := aLog.String(); !strings.Contains(l, "no host took the object") || !strings.Contains(l, ref.String()) {
 		t.Fatalf("a's Warn log does not name the object whose state ended:\n%s", l)
 	}
+}
+
+// refusingAttacher attaches hosts through at, whose links refuse (as past
+// their bound) the first refuse relocation Aborts sent from host from.
+type refusingAttacher struct {
+	at      transport.Attacher
+	from    string
+	refuse  int64
+	refused atomic.Int64
+}
+
+func (r *refusingAttacher) Attach(name string, h transport.Handler) (transport.Transport, error) {
+	tr, err := r.at.Attach(name, h)
+	if err != nil || name != r.from {
+		return tr, err
+	}
+	return &refusingTransport{Transport: tr, r: r}, nil
+}
+
+type refusingTransport struct {
+	transport.Transport
+	r *refusingAttacher
+}
+
+func (t *refusingTransport) Send(to string, it transport.Item) error {
+	if it.Kind == transport.Record {
+		if _, rec, err := relocation.DecodeRecord(it.Data); err == nil {
+			if _, ok := rec.(*relocation.Abort); ok && t.r.refused.Load() < t.r.refuse {
+				t.r.refused.Add(1)
+				return transport.ErrBacklog
+			}
+		}
+	}
+	return t.Transport.Send(to, it)
+}
+
+// TestAnAbortTheLinkRefusedIsSentAgain: a move given up at its source
+// whose Abort the link refuses (past its bound) is not left under way at
+// its target — which would commit, after its ReadyTimeout, the state it
+// was given while the object runs on at the source: the source sends the
+// Abort again until the link takes it.
+func TestAnAbortTheLinkRefusedIsSentAgain(t *testing.T) {
+	n := NewNetwork(nil)
+	ra := &refusingAttacher{at: n.Transport, from: "a", refuse: 3}
+	cfg := func(name string, at transport.Attacher) Config {
+		return Config{Name: name, Transport: at, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger()}
+	}
+	a := startHost(t, cfg("a", ra), restoreGateKind(newGates(), false))
+	b := startHost(t, cfg("b", n.Transport), restoreGateKind(newGates(), false))
+	waitViews(t, a, b)
+	ref := Ref{"counter", "refused-abort"}
+	obj := relocation.Object{Kind: ref.Kind, ID: ref.ID}
+	for range 10 {
+		if err := Tell(bg, a, ref, Inc{By: 1}); err != nil { // activates on a
+			t.Fatal(err)
+		}
+	}
+	// The relay-ready is lost, so the source waits in prepared until its
+	// Relocate is cut short, and the target waits in relay-ready.
+	var lost atomic.Int64
+	n.SetRecordHook(func(from, to string, rec relocation.Record) bool {
+		if _, ok := rec.(*relocation.RelayReady); ok {
+			lost.Add(1)
+			return false
+		}
+		return true
+	})
+	ctx, cancel := context.WithCancel(bg)
+	first := make(chan error, 1)
+	go func() { first <- a.Relocate(ctx, ref, "b") }()
+	waitFor(t, "the move's relay-ready (lost)", func() bool { return lost.Load() == 1 })
+	cancel()
+	if err := <-first; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cut-short Relocate: %v; want the context's error", err)
+	}
+	waitFor(t, "the target to hear the Abort", func() bool { _, open := incomingMoves(b, "a", obj); return open == 0 })
+	if got := ra.refused.Load(); got != 3 {
+		t.Fatalf("the link refused %d Aborts; want 3 (then it took one)", got)
+	}
+	for range 5 { // the object runs on a
+		if err := Tell(bg, a, ref, Inc{By: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c, err := Ask[Get, int](bg, b, ref, Get{}); err != nil || c != 15 {
+		t.Fatalf("count asked through b = %d (%v); want 15", c, err)
+	}
+	waitFor(t, "one owner on a, none on b", func() bool { return a.Stats().OwnersActive == 1 && b.Stats().OwnersActive == 0 })
 }
