@@ -159,6 +159,14 @@ func pgOutageRun(t *testing.T, pg *outagePG, v pgOutage, seed uint64) {
 	gl := startGatewayLoad(gw, objects, []int{8, 8, 0}, seed, rate, 10*time.Second)
 	pstop := make(chan struct{})
 	psenders, pwg := runSenders(t, gw, "gp", 2, pobjects, seed+100, 3*time.Second, false, pstop)
+	var pstopped sync.Once
+	stopP := func() {
+		pstopped.Do(func() { close(pstop) })
+		pwg.Wait()
+	}
+	// A failure before the senders are stopped below must not leave them
+	// sending into the next test (its leak check would fail for them).
+	t.Cleanup(func() { gl.stop(); stopP() })
 	pgOutageWaitTraffic(t, gl, 2*time.Second)
 
 	// The outage.
@@ -239,8 +247,7 @@ func pgOutageRun(t *testing.T, pg *outagePG, v pgOutage, seed uint64) {
 		gTellErrs += r.TellErrors
 		gAskErrs += r.AskErrors
 	}
-	close(pstop)
-	pwg.Wait()
+	stopP()
 	checkAlive("after the senders stopped")
 
 	var slowest time.Duration
@@ -486,6 +493,7 @@ func pgOutageAllAnswer(h *actor.Host, objects, pobjects int, up time.Time, withi
 // does, counting their errors by kind.
 type gatewayLoad struct {
 	halt     chan struct{}
+	halted   sync.Once
 	wg       sync.WaitGroup
 	accepted atomic.Int64
 	reports  map[string]*senderReport
@@ -537,9 +545,10 @@ func startGatewayLoad(h *actor.Host, objects int, askEvery []int, seed uint64, r
 }
 
 // stop stops the senders and returns their reports, their errors by
-// kind and the first few errors.
+// kind and the first few errors; it may be called again (a test's
+// clean-up, after it failed before it stopped them).
 func (gl *gatewayLoad) stop() (map[string]*senderReport, map[string]int, []string) {
-	close(gl.halt)
+	gl.halted.Do(func() { close(gl.halt) })
 	gl.wg.Wait()
 	return gl.reports, gl.kinds, gl.errs
 }
