@@ -48,7 +48,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/berthrt/berth/actor"
@@ -236,18 +235,21 @@ func childNode() int {
 	ctx := context.Background()
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	pool, err := pgxpool.New(octx, db)
+	// As berth node: the leases and the membership on a pool of their own,
+	// which store work after an outage or a takeover cannot hold up.
+	pool, leasePool, err := pgstore.OpenPools(octx, db)
 	if err != nil {
 		log.Error("open the database", "err", err)
 		return 1
 	}
 	defer pool.Close()
-	store, err := pgstore.Open(octx, pool, pgstore.Options{})
+	defer leasePool.Close()
+	store, err := pgstore.Open(octx, pool, pgstore.Options{LeasePool: leasePool})
 	if err != nil {
 		log.Error("open the store", "err", err)
 		return 1
 	}
-	members, err := pgstore.OpenMembership(octx, pool, pgstore.MembershipOptions{Logger: log})
+	members, err := pgstore.OpenMembership(octx, leasePool, pgstore.MembershipOptions{Logger: log})
 	if err != nil {
 		log.Error("open the membership", "err", err)
 		return 1

@@ -86,7 +86,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/berthrt/berth/actor"
@@ -264,7 +263,7 @@ func nodeMain(args []string, stdout, stderr io.Writer) int {
 func runNode(ctx context.Context, cfg nodeConfig, log *slog.Logger, stdout io.Writer, sig <-chan os.Signal) int {
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	pool, leasePool, err := openPools(octx, cfg.db)
+	pool, leasePool, err := pgstore.OpenPools(octx, cfg.db)
 	if err != nil {
 		log.Error("cannot open the database", "err", err)
 		return nodeExitFailed
@@ -576,31 +575,4 @@ func nodeDatabase(flagDB string, getenv func(string) string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-// leasePoolConns is the size of the node's second database pool, for its
-// lease renewals and its membership, which must never wait for a
-// connection behind a burst of store work (after a crash, every object of
-// the dead node is taken over with a store read and two durable writes;
-// a node whose renewals stall past its lease stops itself).
-const leasePoolConns = 3
-
-// openPools opens the node's two pools on database db: one as the URL
-// says (pgxpool's defaults), and leasePoolConns connections for the
-// leases and the membership.
-func openPools(ctx context.Context, db string) (pool, leases *pgxpool.Pool, err error) {
-	pcfg, err := pgxpool.ParseConfig(db)
-	if err != nil {
-		return nil, nil, err
-	}
-	lcfg := pcfg.Copy()
-	lcfg.MaxConns, lcfg.MinConns = leasePoolConns, 0
-	if pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
-		return nil, nil, err
-	}
-	if leases, err = pgxpool.NewWithConfig(ctx, lcfg); err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	return pool, leases, nil
 }
