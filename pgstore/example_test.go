@@ -186,3 +186,39 @@ func ExampleMembership_Advance() {
 	// expired host-a
 	// true
 }
+
+// A host on Postgres opens two pools: the store's work on one, its leases
+// and its membership on the other, which that work cannot hold up.
+func ExampleOpenPools() {
+	url, drop, err := pgtest.NewDatabase()
+	if err != nil {
+		panic(err)
+	}
+	defer drop()
+	ctx := context.Background()
+	work, leases, err := pgstore.OpenPools(ctx, url)
+	if err != nil {
+		panic(err)
+	}
+	defer work.Close()
+	defer leases.Close()
+	s, err := pgstore.Open(ctx, work, pgstore.Options{LeasePool: leases})
+	if err != nil {
+		panic(err)
+	}
+	m, err := pgstore.OpenMembership(ctx, leases, pgstore.MembershipOptions{})
+	if err != nil {
+		panic(err)
+	}
+	defer m.Close()
+	if _, err := s.RenewLease(ctx, "host-a", 1, 0); err != nil {
+		panic(err)
+	}
+	granted, err := m.Join(ctx, membership.Member{Name: "host-a", Address: "10.0.0.1:7000", LeaseGen: 1})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(granted.Name, leases.Config().MaxConns == pgstore.LeasePoolConns)
+	// Output:
+	// host-a true
+}
