@@ -625,10 +625,22 @@ func TestAPausedNodesWritesAreFencedAfterItsObjectsMoveOn(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	var failed []string
 	for _, i := range onNa {
 		if errs[i] != nil {
-			t.Fatalf("object %d (on %s when it stopped) not updated elsewhere: %v", i, na.name, errs[i])
+			failed = append(failed, fmt.Sprintf("object %d: %v; its row now %+v", i, errs[i], owner(i)))
 		}
+	}
+	if len(failed) > 0 {
+		// What the gateway and the living nodes hold, to tell a stuck
+		// takeover from a message held for its order or for a look-up.
+		var b strings.Builder
+		fmt.Fprintf(&b, "gateway: %+v\n", c.gw.Stats())
+		for _, n := range nodes[1:] {
+			fmt.Fprintf(&b, "%s: %s\n%s's log:\n%s\n", n.name, n.must(t, "stats"), n.name, tailString(n.stderr(), 3000))
+		}
+		t.Fatalf("%d of %s's %d objects (on it when it stopped) not updated elsewhere within a minute:\n%s\n%s",
+			len(failed), na.name, len(onNa), strings.Join(failed, "\n"), b.String())
 	}
 	t.Logf("%s's %d objects taken over and updated %v after it stopped", na.name, len(onNa), time.Since(pausedAt).Round(time.Millisecond))
 	time.Sleep(time.Second) // the senders go on there
