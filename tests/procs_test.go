@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -551,6 +552,16 @@ func killAtStep(t *testing.T, kill, at string, kept bool, lastAt string) {
 		slowest = max(slowest, r.Took)
 	}
 	t.Logf("%d tells, %d asks, %d refused or failed (the sender knows); read in %v (slowest object: %v)", tells, asks, failed, time.Since(start), slowest)
+	if t.Failed() {
+		// A message that runs late after a host failure (Stats.Late, after
+		// its gap closed: GapsClosed) shows as out of order above; the
+		// counters tell it from a reorder with no failure behind it.
+		for _, n := range append(slices.Clone(order), client) {
+			if n != victim {
+				t.Logf("%s: %s", n.name, n.must(t, "stats"))
+			}
+		}
+	}
 	for _, n := range order {
 		if n != victim {
 			n.stop(t)
