@@ -66,6 +66,10 @@ type Host struct {
 	suspects suspicions    // failure suspicions from the links, checked against the Location Store (suspect.go)
 	peerLogs peerLogs      // rate limits of the lines peers' input causes (peerlog.go)
 	metrics  metricsServer // the /metrics server, if Config.MetricsAddr is set
+
+	// afterRelease, set by tests only, runs after held messages are
+	// released to an owner's mailbox, with the owner's seqMu held.
+	afterRelease atomic.Pointer[func()]
 }
 
 // lifecycle is where the host is between NewHost and Close.

@@ -223,24 +223,45 @@ type orderAfter struct {
 // readyLocked takes the held messages whose turn came, in order: skip
 // notices (taken in now) go to a.stray to be ended; the others are
 // admitted — or, with into, appended to *into (the mailbox reopens with
-// them). Then it collects the counts and notes what is still held.
+// them). The counts and the held gauge are noted before any of them is
+// admitted, so that a reply from a released message finds them already
+// (seqMu, still held, keeps the admissions in order).
 func (o *owner) readyLocked(a *orderAfter, into *[]*mailbox.Envelope) {
+	var buf [8]*mailbox.Envelope
+	ready := buf[:0]
 	for {
 		e, ok := o.inbox.Next()
 		if !ok {
 			break
 		}
-		switch {
-		case e.Msg.Header().Flags()&flagSkip != 0:
+		if e.Msg.Header().Flags()&flagSkip != 0 {
 			a.stray = append(a.stray, e)
+			continue
+		}
+		ready = append(ready, e)
+	}
+	c := o.inbox.Order().TakeCounts()
+	if c.GapsClosed > 0 {
+		o.host.stats.gapsClosed.Add(int64(c.GapsClosed))
+	}
+	if c.Late > 0 {
+		o.host.stats.late.Add(int64(c.Late))
+	}
+	a.counts.Add(c)
+	o.noteHeldLocked()
+	for _, e := range ready {
+		switch {
 		case into != nil:
 			*into = append(*into, e)
 		case o.mb.AdmitOverflow(e) != nil:
 			a.stray = append(a.stray, e)
 		}
 	}
-	a.counts.Add(o.inbox.Order().TakeCounts())
-	o.noteHeldLocked()
+	if len(ready) > 0 && into == nil {
+		if f := o.host.afterRelease.Load(); f != nil {
+			(*f)()
+		}
+	}
 	if o.relievedLocked(false) {
 		a.push = true
 	}
@@ -260,12 +281,8 @@ func (o *owner) finishOrder(a orderAfter) (stray []*mailbox.Envelope) {
 	if a.push {
 		o.sendPushes()
 	}
-	if a.counts.GapsClosed > 0 {
-		h.stats.gapsClosed.Add(int64(a.counts.GapsClosed))
+	if a.counts.GapsClosed > 0 { // counted in readyLocked
 		h.log.Warn("gap in a sender's messages given up on after a host failure", "object", o.ref.String(), "messages", a.counts.GapsClosed)
-	}
-	if a.counts.Late > 0 {
-		h.stats.late.Add(int64(a.counts.Late))
 	}
 	for _, e := range a.stray {
 		if e.Msg.Header().Flags()&flagSkip != 0 {

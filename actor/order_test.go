@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -772,4 +773,55 @@ func TestASkipNoticeForALeavingHostWaitsForTheObjectToBeHandedOn(t *testing.T) {
 		t.Fatalf("a: %d given up on; want none (b left cleanly: only skips close the gaps)", st.GapsClosed)
 	}
 	t.Logf("ran %v after b stopped; %d Tells failed while it was leaving", got, failed)
+}
+
+// A message held out of order finds, when its turn comes and it runs, the
+// host's counters already past it: HeldOutOfOrder no longer counts it. A
+// caller that got a reply from an object (here: the released message's
+// own handler) reads counters that include everything before the reply.
+// The test holds the releasing step after the admission until the released
+// message has run, so a gauge noted after the admission shows.
+func TestAReleasedMessageRunsAfterTheHeldGaugeLetItGo(t *testing.T) {
+	n := NewNetwork(nil)
+	var b atomic.Pointer[Host]
+	heldSeen := make(chan int, 1)
+	k := NewKind("seq", func(*Context, string) (*SeqState, error) { return &SeqState{}, nil })
+	Handle(k, func(ctx *Context, s *SeqState, m SeqMsg) error {
+		s.Seqs = append(s.Seqs, m.Seq)
+		if m.Seq == 2 {
+			heldSeen <- b.Load().Stats().HeldOutOfOrder
+		}
+		return nil
+	})
+	HandleRequest(k, func(ctx *Context, s *SeqState, _ GetSeqs) ([]int, error) { return s.Seqs, nil })
+	hs := map[string]*Host{}
+	for _, name := range []string{"a", "x", "b"} {
+		c := n.With(Config{GapTimeout: time.Hour})
+		c.Name, c.Logger = name, quietLogger()
+		hs[name] = startHost(t, c, k)
+	}
+	b.Store(hs["b"])
+	ref := detour(t, n, hs["a"], hs["b"])
+	var seen int
+	ran := make(chan struct{})
+	hook := func() {
+		seen = <-heldSeen
+		close(ran)
+	}
+	hs["b"].afterRelease.Store(&hook)
+	n.Heal("a", "x")
+	<-ran
+	hs["b"].afterRelease.Store(nil)
+	if seen != 0 {
+		t.Fatalf("message 2, released by message 1, saw %d messages held out of order when it ran; want 0", seen)
+	}
+	var got []int
+	waitFor(t, "messages 1 and 2 to run", func() bool {
+		s, err := Ask[GetSeqs, []int](bg, hs["b"], ref, GetSeqs{})
+		got = s
+		return err == nil && len(s) == 3
+	})
+	if want := []int{0, 1, 2}; !slices.Equal(got, want) {
+		t.Fatalf("ran %v, want %v", got, want)
+	}
 }
