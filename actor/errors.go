@@ -52,6 +52,12 @@ var (
 	// the owner's lane. It matches context.DeadlineExceeded too.
 	ErrSendTimeout error = &payload.Error{Kind: payload.DeadlineExceeded, Op: "actor",
 		Detail: "timed out waiting for room in the owner's queue or on the link to its host", Err: context.DeadlineExceeded}
+	// ErrNotHandedOn: Tell, Ask and Publish waited SendTimeout for the
+	// object's host, which is leaving (a drain or Stop) or unreachable, to
+	// hand the object on, in vain. Nothing was sent: the message will not
+	// run, and sending it again is safe. It is of kind Unavailable.
+	ErrNotHandedOn = payload.NewError(payload.Unavailable, "actor",
+		"the object's host is leaving or unreachable and did not hand it on within SendTimeout: nothing was sent, send again")
 	// ErrPushedBack: Tell, Ask and Publish from outside the handlers waited
 	// SendTimeout while the object's reorder buffer pushed back on this
 	// host (Config.ReorderBound: it holds that many of this host's newer

@@ -103,6 +103,7 @@ func init() {
 	RegisterError("berth.reentrant", ErrReentrant)
 	RegisterError("berth.send_timeout", ErrSendTimeout)
 	RegisterError("berth.paused", ErrPaused)
+	RegisterError("berth.not_handed_on", ErrNotHandedOn)
 	RegisterError("berth.request_timeout", ErrRequestTimeout)
 	RegisterError("berth.not_active", ErrNotActive)
 	RegisterError("berth.not_local", ErrNotLocal)

@@ -14,6 +14,7 @@ import (
 	"github.com/berthrt/berth/internal/testutil"
 	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/membership"
+	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
 )
 
@@ -744,11 +745,14 @@ func TestASkipNoticeForALeavingHostWaitsForTheObjectToBeHandedOn(t *testing.T) {
 	<-inHook
 	// b leaves; its deactivate hook holds it there. a's Tells wait for the
 	// object to be handed on, in vain: they fail, and their numbers are
-	// announced dropped.
+	// announced dropped. Each says so: ErrNotHandedOn (nothing was sent).
 	failed := 0
 	for i := 2; i <= 3; i++ {
 		if err := Tell(bg, a, ref, SeqMsg{Seq: i}); err != nil {
 			failed++
+			if !errors.Is(err, ErrNotHandedOn) || !errors.Is(err, payload.Unavailable) {
+				t.Errorf("Tell %d while b was leaving: %v; want ErrNotHandedOn, Unavailable", i, err)
+			}
 		}
 	}
 	if failed == 0 {

@@ -3,6 +3,7 @@ package actor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/berthrt/berth/mailbox"
@@ -394,10 +395,10 @@ func newEnvelope(m *payload.Message) *mailbox.Envelope {
 func retryable(err error) bool { return errors.Is(err, errHostGone) || errors.Is(err, errLinkDown) }
 
 // notHandedOn is the error of a send that waited SendTimeout in vain for
-// the leaving (or unreachable) host that owns its object to hand it on.
+// the leaving (or unreachable) host that owns its object to hand it on:
+// ErrNotHandedOn, naming the host, and the last error of the send.
 func notHandedOn(host string, err error) error {
-	return &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: "host " + host +
-		", which owns the object, is leaving or unreachable and did not hand it on within SendTimeout (try again)", Err: err}
+	return fmt.Errorf("host %s owns the object: %w (%w)", host, ErrNotHandedOn, err)
 }
 
 // ctxErr is the error of a send whose context is done: of kind

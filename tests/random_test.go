@@ -259,10 +259,11 @@ func randomContext(rng *rand.Rand) (context.Context, context.CancelFunc) {
 
 // refusedUnsent reports whether a send failed before its message was
 // sent or stamped: pushed back by the object's reorder buffer, or no room
-// in the owner's lane or on the link within SendTimeout. The message will
+// in the owner's lane or on the link within SendTimeout, or the owner's
+// leaving host did not hand the object on within it. The message will
 // not run; sending it again (the same number) is safe.
 func refusedUnsent(err error) bool {
-	return errors.Is(err, actor.ErrPushedBack) || errors.Is(err, actor.ErrSendTimeout)
+	return errors.Is(err, actor.ErrPushedBack) || errors.Is(err, actor.ErrSendTimeout) || errors.Is(err, actor.ErrNotHandedOn)
 }
 
 // allowedSendError reports whether err is one the random load may cause:

@@ -328,6 +328,16 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 		targets = append(targets, spare)
 	}
 	var moved, aborted, refused atomic.Int64
+	var abortMu sync.Mutex
+	var abortErrs []string // the first aborted moves' errors, for a failure
+	noteAbort := func(obj int, from, to string, err error) {
+		aborted.Add(1)
+		abortMu.Lock()
+		if len(abortErrs) < 5 {
+			abortErrs = append(abortErrs, fmt.Sprintf("object %d %s→%s: %v", obj, from, to, err))
+		}
+		abortMu.Unlock()
+	}
 	moverStop := make(chan struct{})
 	var mwg sync.WaitGroup
 	for m := 0; m < cfg.movers; m++ {
@@ -357,7 +367,7 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 				case errors.Is(err, actor.ErrNotLocal), errors.Is(err, actor.ErrMoveInProgress), errors.Is(err, actor.ErrShuttingDown),
 					errors.Is(err, actor.ErrAlreadyThere): // it moved to dst meanwhile
 				case errors.Is(err, payload.Unavailable):
-					aborted.Add(1) // the move aborted; the object resumed at its source (or the store was out of reach)
+					noteAbort(i, src.Name(), dst.Name(), err) // the move aborted; the object resumed at its source (or the store was out of reach)
 				default:
 					refused.Add(1)
 					if !cfg.faultKill { // with the spare killed, moves to it are refused (NotFound)
@@ -449,7 +459,7 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 				case errors.Is(err, actor.ErrNotLocal), errors.Is(err, actor.ErrMoveInProgress), errors.Is(err, actor.ErrAlreadyThere):
 					// a random mover moved it meanwhile
 				case errors.Is(err, payload.Unavailable):
-					aborted.Add(1)
+					noteAbort(burstObj, src.Name(), dst.Name(), err)
 				default:
 					refused.Add(1)
 					t.Errorf("Relocate the burst's object %d from %s to %s: %v", burstObj, src.Name(), dst.Name(), err)
@@ -598,7 +608,7 @@ func relocationProperty(t *testing.T, cfg relocationRun) {
 		t.Fatal("no link was cut")
 	}
 	if !cfg.faultKill && !cfg.faultDB && !cfg.faultCut && aborted.Load() != 0 {
-		t.Fatalf("%d moves aborted without a kill (a broken link must not abort a move past relay-ready)", aborted.Load())
+		t.Fatalf("%d moves aborted without a kill (a broken link must not abort a move past relay-ready): %v", aborted.Load(), abortErrs)
 	}
 	if cfg.faultLink && breaks.Load() == 0 {
 		t.Fatal("the link fault never fired")
