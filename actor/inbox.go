@@ -210,14 +210,14 @@ func (o *owner) admitBoxRoom(e *mailbox.Envelope, how admitHow) (<-chan struct{}
 
 // orderAfter is what an order step leaves for after the owner's seqMu:
 // items to end (skip notices taken in) or to route again (the owner closed
-// meanwhile); permits of held messages to give back; the counts.
+// meanwhile); permits of held messages to give back; the gaps given up on.
 type orderAfter struct {
-	stray   []*mailbox.Envelope
-	permits []*mailbox.Permits
-	counts  route.Counts
-	over    bool   // the sender is past the reorder bound
-	pushTo  string // a sender told to pause, for the log (pressure.go)
-	push    bool   // pauses or resumes queued: send them (owner.sendPushes)
+	stray      []*mailbox.Envelope
+	permits    []*mailbox.Permits
+	gapsClosed uint64 // sequence numbers given up on, for the log (counted in readyLocked)
+	over       bool   // the sender is past the reorder bound
+	pushTo     string // a sender told to pause, for the log (pressure.go)
+	push       bool   // pauses or resumes queued: send them (owner.sendPushes)
 }
 
 // readyLocked takes the held messages whose turn came, in order: skip
@@ -247,7 +247,7 @@ func (o *owner) readyLocked(a *orderAfter, into *[]*mailbox.Envelope) {
 	if c.Late > 0 {
 		o.host.stats.late.Add(int64(c.Late))
 	}
-	a.counts.Add(c)
+	a.gapsClosed += c.GapsClosed
 	o.noteHeldLocked()
 	for _, e := range ready {
 		switch {
@@ -281,8 +281,8 @@ func (o *owner) finishOrder(a orderAfter) (stray []*mailbox.Envelope) {
 	if a.push {
 		o.sendPushes()
 	}
-	if a.counts.GapsClosed > 0 { // counted in readyLocked
-		h.log.Warn("gap in a sender's messages given up on after a host failure", "object", o.ref.String(), "messages", a.counts.GapsClosed)
+	if a.gapsClosed > 0 { // counted in readyLocked
+		h.log.Warn("gap in a sender's messages given up on after a host failure", "object", o.ref.String(), "messages", a.gapsClosed)
 	}
 	for _, e := range a.stray {
 		if e.Msg.Header().Flags()&flagSkip != 0 {
