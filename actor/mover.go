@@ -77,9 +77,12 @@ type moveDriver struct {
 	kr   *kindRuntime
 	peer string
 
-	lane     serial       // the move's inputs, one at a time
-	forgetAt atomic.Int64 // target, once over: its machine's ForgetAt (read off the lane, by the tick)
-	over     atomic.Bool  // target: opened or ended (the tick skips it until forgetAt)
+	lane     serial               // the move's inputs, one at a time
+	forgetAt atomic.Int64         // target, once over: its machine's ForgetAt (read off the lane, by the tick)
+	over     atomic.Bool          // target: opened or ended (the tick skips it until forgetAt)
+	overCh   chan struct{}        // target: closed once over (markOver)
+	waiting  atomic.Bool          // target: its lane waits for an earlier move's end (behindOther); the tick skips it
+	owner    relocation.Ownership // target: the owner its Prepare named (set before it is published)
 	src      *relocation.Source
 	tgt      *relocation.Target
 	o        *owner
@@ -256,11 +259,16 @@ type incomingKey struct {
 // source has maxIncomingPerPeer under way here; prev is the move of the
 // same object from the same source that was under way here (not yet open
 // or ended), if any.
-func (mt *moveTable) addIncoming(d *moveDriver) (prev *moveDriver, ok bool) {
+func (mt *moveTable) addIncoming(d *moveDriver) (prev *moveDriver, others []*moveDriver, ok bool) {
 	mt.mu.Lock()
 	defer mt.mu.Unlock()
 	if mt.incoming[d.peer] >= maxIncomingPerPeer {
-		return nil, false
+		return nil, nil, false
+	}
+	for p := range mt.incoming { // the sources with moves under way here: a few hosts
+		if o := mt.pending[incomingKey{p, d.obj}]; p != d.peer && o != nil && d.owner.After(o.owner) {
+			others = append(others, o)
+		}
 	}
 	if mt.m == nil {
 		mt.m = map[relocation.MoveID]*moveDriver{}
@@ -278,7 +286,7 @@ func (mt *moveTable) addIncoming(d *moveDriver) (prev *moveDriver, ok bool) {
 	prev = mt.pending[k]
 	mt.pending[k] = d
 	d.counted.Store(true)
-	return prev, true
+	return prev, others, true
 }
 
 // notIncoming ends d's count among its source's moves under way here
@@ -371,10 +379,11 @@ func (mt *moveTable) onRecord(from string, obj relocation.Object, rec relocation
 				return
 			}
 			d = &moveDriver{h: h, lane: serial{wg: &h.svc.lanes}, storeLane: serial{wg: &h.svc.lanes}, id: r.Move, obj: r.Object, kr: kr, peer: from, started: time.Now(),
+				overCh: make(chan struct{}), owner: r.Owner,
 				tgt: relocation.NewTarget(relocation.TargetConfig{Host: h.name, CutoverWait: h.cfg.CutoverWait, MaxRecord: h.cfg.MaxMoveRecord,
 					FollowFor: h.cfg.FollowDuration})}
 			d.tgt.Step(relocation.Tick{Now: nanotime()}) // the machine's clock starts now
-			prev, ok := mt.addIncoming(d)
+			prev, others, ok := mt.addIncoming(d)
 			if !ok {
 				h.peers.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move,
 					Reason: "host " + h.name + " has " + strconv.Itoa(maxIncomingPerPeer) + " moves from " + from + " under way"})
@@ -382,6 +391,9 @@ func (mt *moveTable) onRecord(from string, obj relocation.Object, rec relocation
 			}
 			if prev != nil {
 				d.behind(prev)
+			}
+			for _, o := range others {
+				d.behindOther(o)
 			}
 		}
 		d.step(relocation.Receive{Record: r})
@@ -434,6 +446,40 @@ func (d *moveDriver) behind(prev *moveDriver) {
 	})
 }
 
+// behindOther makes target move d, whose Prepare just arrived, begin only
+// once other — an earlier move of the same object here from another
+// source, not yet open or ended — no longer holds the object here. d's
+// Prepare names a later owner than other's (relocation.Ownership.After):
+// the row has moved on past the one other would replace, so other can
+// never commit. That happens when other's source gave it up and the
+// object went on elsewhere and on to d's source, while other's Abort
+// still waited on a slower link (one past its bound is owed; records of
+// different links are in no order) — without this wait d's incoming
+// owner would find other's in place and d would fail, though nothing
+// holds the object here. other is told (relocation.Superseded): before
+// relay-ready it fails at once, and its source, if it still waits,
+// aborts and reopens. From relay-ready on d waits for other's own end —
+// its Abort, or its cutover and the commit the store refuses — which
+// says whose the messages it holds are; other's records come on another
+// lane, so the wait holds only d's. Moves wait only for earlier ones:
+// no cycle. A host that closes ends the wait.
+func (d *moveDriver) behindOther(other *moveDriver) {
+	d.lane.add(func() {
+		other.lane.runHere(func() {
+			if other.ended || other.tgt.Done() {
+				return
+			}
+			other.advance(relocation.Superseded{Owner: d.owner})
+		})
+		d.waiting.Store(true)
+		select {
+		case <-other.overCh:
+		case <-d.h.life.done:
+		}
+		d.waiting.Store(false)
+	})
+}
+
 // recordOfAnotherPeer drops a relocation record from peer from for move
 // d, which runs with another peer: a move's records come from its peer
 // only (the link is authenticated).
@@ -480,6 +526,9 @@ func (mt *moveTable) tickMoves(now int64) {
 	for _, d := range mt.allMoves() {
 		if d.tgt == nil {
 			continue
+		}
+		if d.waiting.Load() {
+			continue // its Prepare has not run yet: nothing to time
 		}
 		if d.over.Load() && now < d.forgetAt.Load() {
 			// Opened (or ended): kept for its follow window, it has
@@ -540,8 +589,16 @@ func (d *moveDriver) noteOver() {
 		return
 	}
 	d.forgetAt.Store(d.tgt.ForgetAt()) // before over: the tick reads over first
-	d.over.Store(true)
+	d.markOver()
 	d.notIncoming()
+}
+
+// markOver notes that a target move opened or ended (once), and wakes the
+// later moves of its object that wait for it (behindOther).
+func (d *moveDriver) markOver() {
+	if d.over.CompareAndSwap(false, true) && d.overCh != nil {
+		close(d.overCh)
+	}
 }
 
 // stepMachine steps the machine with in, and with the inputs its actions
@@ -1241,7 +1298,7 @@ func (d *moveDriver) abandonOnClose() (dropped int) {
 			return
 		}
 		d.ended = true
-		d.over.Store(true)
+		d.markOver()
 		d.h.moves.removeMove(d)
 		unrun = append(d.captured, d.held...)
 		d.captured, d.held = nil, nil

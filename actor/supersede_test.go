@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/berthrt/berth/relocation"
 	"github.com/berthrt/berth/transport"
@@ -300,4 +301,177 @@ func TestAnAbortTheLinkRefusedIsSentAgain(t *testing.T) {
 		t.Fatalf("count asked through b = %d (%v); want 15", c, err)
 	}
 	waitFor(t, "one owner on a, none on b", func() bool { return a.Stats().OwnersActive == 1 && b.Stats().OwnersActive == 0 })
+}
+
+// laterOwnerHosts starts hosts a, b and c with the counter kind whose
+// state moves, a cutover wait no test run reaches (a target past
+// relay-ready waits for its source's word), and an object on a with 10
+// Tells run; b logs to bLog.
+func laterOwnerHosts(t *testing.T, bLog *syncBuffer) (n *Network, a, b, c *Host, ref Ref) {
+	t.Helper()
+	n = NewNetwork(nil)
+	g := newGates()
+	cfg := func(name string) Config {
+		return Config{Name: name, Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership,
+			CutoverWait: time.Hour, Logger: quietLogger()}
+	}
+	a = startHost(t, cfg("a"), restoreGateKind(g, false))
+	bc := cfg("b")
+	bc.Logger = slog.New(slog.NewTextHandler(bLog, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	b = startHost(t, bc, restoreGateKind(g, false))
+	c = startHost(t, cfg("c"), restoreGateKind(g, false))
+	waitViews(t, a, b, c)
+	ref = Ref{"counter", "later-owner"}
+	for range 10 {
+		if err := Tell(bg, a, ref, Inc{By: 1}); err != nil { // activates on a
+			t.Fatal(err)
+		}
+	}
+	return n, a, b, c, ref
+}
+
+// cutShort starts a move of ref from a to b and cuts its Relocate short
+// once lost says the record the hook drops was dropped; it waits for the
+// Relocate's end.
+func cutShort(t *testing.T, a *Host, ref Ref, lost func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(bg)
+	first := make(chan error, 1)
+	go func() { first <- a.Relocate(ctx, ref, "b") }()
+	waitFor(t, "the first move's record lost", lost)
+	cancel()
+	if err := <-first; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cut-short Relocate: %v; want the context's error", err)
+	}
+}
+
+// TestALaterOwnersMoveEndsAnEarlierMoveFromAnotherSourceBeforeRelayReady:
+// a move from a to b is given up at a before relay-ready (its Relocate
+// cut short) and its Abort is lost, leaving b's incoming owner in place;
+// the object runs on, moves on to c, and c moves it to b. c's Prepare
+// names a later owner than the first move's, which therefore can never
+// commit: b ends it at once and c's move succeeds with every Tell in the
+// state — it does not fail finding the first move's incoming owner there.
+func TestALaterOwnersMoveEndsAnEarlierMoveFromAnotherSourceBeforeRelayReady(t *testing.T) {
+	var bLog syncBuffer
+	n, a, b, c, ref := laterOwnerHosts(t, &bLog)
+	obj := relocation.Object{Kind: ref.Kind, ID: ref.ID}
+	var mu sync.Mutex
+	var firstMove relocation.MoveID
+	var lost atomic.Int64
+	n.SetRecordHook(func(from, to string, rec relocation.Record) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, ok := rec.(*relocation.Prepare); ok && firstMove == (relocation.MoveID{}) {
+			firstMove = rec.MoveID()
+		}
+		switch rec.(type) {
+		case *relocation.Chunk, *relocation.Abort: // b waits for the record, assembling
+			if rec.MoveID() == firstMove {
+				lost.Add(1)
+				return false
+			}
+		}
+		return true
+	})
+	cutShort(t, a, ref, func() bool { return lost.Load() >= 1 })
+	waitFor(t, "the first move's Abort (lost)", func() bool { return lost.Load() >= 2 })
+	waitFor(t, "the first move under way at b", func() bool { _, open := incomingMoves(b, "a", obj); return open == 1 })
+	for range 5 { // the object runs on a again
+		if err := Tell(bg, a, ref, Inc{By: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Relocate(bg, ref, "c"); err != nil {
+		t.Fatalf("a to c: %v", err)
+	}
+	if err := c.Relocate(bg, ref, "b"); err != nil {
+		t.Fatalf("c to b, with the first move from a still under way at b: %v", err)
+	}
+	if got, err := Ask[Get, int](bg, a, ref, Get{}); err != nil || got != 15 {
+		t.Fatalf("after the moves: count %d (%v); want 15", got, err)
+	}
+	if _, open := incomingMoves(b, "a", obj); open != 0 {
+		t.Fatalf("b still has %d moves of the object from a under way", open)
+	}
+	// It ended because c's move named a later owner — not by its own
+	// wait for the record (AssemblyTimeout), which would also end it.
+	if l := bLog.String(); !strings.Contains(l, "a later owner") {
+		t.Fatalf("b did not end the first move for the later owner's move; its log:\n%s", l)
+	}
+	waitFor(t, "one owner, on b", func() bool {
+		return b.Stats().OwnersActive == 1 && a.Stats().OwnersActive == 0 && c.Stats().OwnersActive == 0
+	})
+}
+
+// TestALaterOwnersMoveWaitsForAnEarlierMoveFromAnotherSourcePastRelayReady:
+// as above, but b had sent the first move's relay-ready (lost on its way)
+// and a's Abort waits on a broken link. Only that Abort says the first
+// move's captured messages went back to a, so c's move to b waits for it
+// — it neither fails nor lets b hand those messages on — and completes
+// once the link heals and the Abort arrives.
+func TestALaterOwnersMoveWaitsForAnEarlierMoveFromAnotherSourcePastRelayReady(t *testing.T) {
+	var bLog syncBuffer
+	n, a, b, c, ref := laterOwnerHosts(t, &bLog)
+	obj := relocation.Object{Kind: ref.Kind, ID: ref.ID}
+	var mu sync.Mutex
+	var firstMove relocation.MoveID
+	var lost atomic.Int64
+	n.SetRecordHook(func(from, to string, rec relocation.Record) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, ok := rec.(*relocation.Prepare); ok && firstMove == (relocation.MoveID{}) {
+			firstMove = rec.MoveID()
+		}
+		if _, ok := rec.(*relocation.RelayReady); ok && rec.MoveID() == firstMove {
+			lost.Add(1)
+			return false
+		}
+		return true
+	})
+	ctx, cancel := context.WithCancel(bg)
+	first := make(chan error, 1)
+	go func() { first <- a.Relocate(ctx, ref, "b") }()
+	waitFor(t, "the first move's relay-ready (lost)", func() bool { return lost.Load() == 1 })
+	n.Net.Transport.Break("a", "b") // what a sends b waits on the link (a session resends it), its Abort too
+	cancel()
+	if err := <-first; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cut-short Relocate: %v; want the context's error", err)
+	}
+	for range 5 { // the object runs on a again
+		if err := Tell(bg, a, ref, Inc{By: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Relocate(bg, ref, "c"); err != nil {
+		t.Fatalf("a to c: %v", err)
+	}
+	second := make(chan error, 1)
+	go func() { second <- c.Relocate(bg, ref, "b") }()
+	waitFor(t, "c's move waiting at b for the first move's end", func() bool {
+		for _, d := range b.moves.allMoves() {
+			if d.tgt != nil && d.peer == "c" && d.waiting.Load() {
+				return true
+			}
+		}
+		return false
+	})
+	select {
+	case err := <-second:
+		t.Fatalf("c to b ended (%v) while the first move from a was under way at b past relay-ready", err)
+	default:
+	}
+	if _, open := incomingMoves(b, "a", obj); open != 1 {
+		t.Fatalf("b has %d moves of the object from a under way; want the first one, in relay-ready", open)
+	}
+	n.Net.Transport.Heal("a", "b")
+	if err := <-second; err != nil {
+		t.Fatalf("c to b, once a's Abort arrived: %v", err)
+	}
+	if got, err := Ask[Get, int](bg, a, ref, Get{}); err != nil || got != 15 {
+		t.Fatalf("after the moves: count %d (%v); want 15", got, err)
+	}
+	waitFor(t, "one owner, on b", func() bool {
+		return b.Stats().OwnersActive == 1 && a.Stats().OwnersActive == 0 && c.Stats().OwnersActive == 0
+	})
 }

@@ -60,6 +60,16 @@ type (
 		Row Row
 		Err error
 	}
+	// Superseded: a move of the same object to this host began from an
+	// owner later than this move's (Owner, from that move's Prepare; see
+	// Ownership.After): the row has moved on past the one this move would
+	// replace, so this move can never commit. Before relay-ready the
+	// target fails at once (Failed to its source, its temporary queue
+	// discarded): its source cannot have handed it anything. From
+	// relay-ready on it does nothing: only its source's Abort, or its
+	// cutover and the commit the store then refuses, says whether the
+	// messages it holds are its source's or the object's new owner's.
+	Superseded struct{ Owner Ownership }
 )
 
 func (Receive) input()       {}
@@ -73,6 +83,7 @@ func (OperatorAbort) input() {}
 func (TargetDead) input()    {}
 func (Restored) input()      {}
 func (StoreResult) input()   {}
+func (Superseded) input()    {}
 
 // Effect is one thing a step asks the driver to do: a record to send to
 // the peer (Send) or an Action. An Output's effects are in the order the

@@ -59,6 +59,13 @@ type Ownership struct {
 	Version   uint64 // store version: +1 on every write of the row
 }
 
+// After reports whether o is a later owner of the same object than p: the
+// same object generation and a higher owner generation. A move whose
+// Prepare names p can then never commit — its commit expects p.
+func (o Ownership) After(p Ownership) bool {
+	return o.ObjectGen == p.ObjectGen && o.OwnerGen > p.OwnerGen
+}
+
 // Row is an object's Location Store row.
 type Row struct {
 	Object Object

@@ -237,6 +237,14 @@ func (t *Target) Step(in Input) Output {
 			t.retry = false
 			out.act(t.storeOp())
 		}
+	case Superseded:
+		if t.prep == nil || !in.Owner.After(t.prep.Owner) {
+			return out
+		}
+		if t.phase == tgtAssembling || t.phase == tgtRestoring {
+			t.fail(&out, "a move of the object from "+in.Owner.Host+", a later owner (owner generation "+
+				strconv.FormatUint(in.Owner.OwnerGen, 10)+"), began here: this move can no longer commit")
+		}
 	case StoreResult:
 		if t.phase != tgtCommitting || t.retry {
 			return out // late: it never revives a finished move

@@ -146,6 +146,13 @@ func (w *world) exec(t *testing.T, cmd string) []string {
 				err = errors.New(e)
 			}
 			tgt(Restored{Err: err})
+		case "superseded": // a move here from an owner of this object-gen and owner-gen
+			own := testOwner
+			own.Host = "C"
+			og, _ := strconv.ParseUint(a["owner-gen"], 10, 64)
+			obj, _ := strconv.ParseUint(a["object-gen"], 10, 64)
+			own.OwnerGen, own.ObjectGen = og, obj
+			tgt(Superseded{Owner: own})
 		case "tick":
 			ms, _ := strconv.Atoi(a["ms"])
 			w.now += int64(time.Duration(ms) * time.Millisecond)
