@@ -857,6 +857,7 @@ func (h *Host) Stats() Stats {
 		Jeopardy:               h.life.state.Load() == stateRunning && !h.gate.live(),
 		Jeopardies:             h.stats.jeopardies.Load(),
 		Rejoins:                h.stats.rejoins.Load(),
+		LostOnRejoin:           h.stats.lostOnRejoin.Load(),
 		LeaseLapses:            h.stats.lapses.Load(),
 		OwnershipChecks:        h.stats.checks.Load(),
 		TakenOver:              h.stats.takenOver.Load(),

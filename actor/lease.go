@@ -410,8 +410,7 @@ func (lk *leaseKeeper) newRun(why error) bool {
 		return false
 	}
 	gen := max(uint64(time.Now().UnixNano()), lk.run()+1)
-	_, onLinks := h.peers.tr.Pending() // what the old run's links had not delivered: lost with it (at most)
-	err := h.peers.tr.replace(func() (transport.Transport, error) { return h.peers.attachRun(gen, closedChan) })
+	onLinks, err := h.peers.tr.replace(func() (transport.Transport, error) { return h.peers.attachRun(gen, closedChan) })
 	if err == nil {
 		h.routes.newRun(gen)
 	}
@@ -422,13 +421,14 @@ func (lk *leaseKeeper) newRun(why error) bool {
 	}
 	lk.joining.Store(true)
 	h.stats.rejoins.Add(1)
+	h.stats.lostOnRejoin.Add(int64(onLinks))
 	failed := h.requests.failHanded(ErrRejoined)
 	h.in.newRun()
 	h.peers.dirMu.Lock()
 	h.peers.dir = nil // the new attachment knows no peer yet
 	h.peers.dirMu.Unlock()
 	h.peers.tellDirectory()
-	h.log.Warn("the membership ended this gateway's run (it was paused past its lease, and its peers saw it fail): it joins again as a new run; what the old run had on its links is lost with it",
+	h.log.Warn("the membership ended this gateway's run (it was paused past its lease, and its peers saw it fail): it joins again as a new run; what the old run had on its links is lost with it (Stats.LostOnRejoin)",
 		"why", why, "run", gen, "requests_ended", failed, "items_on_links", onLinks)
 	return true
 }

@@ -127,6 +127,7 @@ type Stats struct {
 	TakenOver              int64         // objects another host took over while this host's lease had lapsed, dropped here
 	DrainStateDropped      int64         // objects whose state moves (PreserveState, not persisted) that a drain or Stop deactivated because every host it tried refused or failed the move: their in-memory state ended (each logged at Warn)
 	Rejoins                int64         // times this gateway joined again as a new run after the membership ended its run (it was paused past its lease)
+	LostOnRejoin           int64         // messages and move records the old runs' links had not delivered when this gateway joined again: they were lost with the old run (at most this many accepted Tells never ran; each rejoin logged at Warn)
 	Payload                payload.Stats // copy accounting of the host's payload pool
 }
 

@@ -19,7 +19,8 @@ import (
 // Invariants: a Send that finds the attachment it used closed while a
 // successor is being made waits for it and sends there: nothing a sender
 // hands over in that window is refused for it; what the old attachment
-// had queued died with the old run (its peers saw that run fail).
+// had queued died with the old run (its peers saw that run fail), counted
+// by replace's caller (Stats.LostOnRejoin).
 type runLink struct {
 	cur atomic.Pointer[attachment]
 }
@@ -97,18 +98,21 @@ func (l *runLink) backlogged(to string) bool {
 
 // replace closes the current run's attachment, as a crash would (its
 // peers saw the run fail), and makes next the current one with attach.
-// Sends meanwhile wait for it. If attach fails, the old attachment stays
-// current, closed: sends fail with ErrClosed, and the caller closes the
-// host.
-func (l *runLink) replace(attach func() (transport.Transport, error)) error {
+// Sends meanwhile wait for it. It returns how many messages and move
+// records the old attachment's links had not delivered as it closed
+// (transport.Pending): they are lost with the old run. If attach fails,
+// the old attachment stays current, closed: sends fail with ErrClosed,
+// and the caller closes the host.
+func (l *runLink) replace(attach func() (transport.Transport, error)) (lost int, err error) {
 	old := l.cur.Load()
 	old.replacing.Store(true)
 	defer close(old.replaced)
+	_, lost = old.t.Pending()
 	_ = old.t.Close(false)
 	t, err := attach()
 	if err != nil {
-		return err
+		return lost, err
 	}
 	l.cur.Store(newAttachment(t))
-	return nil
+	return lost, nil
 }

@@ -29,6 +29,7 @@ type hostStats struct {
 	failedWithPeer atomic.Int64 // requests ended because the host their message was handed to failed (Stats.RequestsFailedWithPeer)
 	jeopardies     atomic.Int64 // times the lease ran out before a renewal was answered (Stats.Jeopardies)
 	rejoins        atomic.Int64 // times a gateway joined again as a new run (Stats.Rejoins)
+	lostOnRejoin   atomic.Int64 // items the old run's links had not delivered at a rejoin (Stats.LostOnRejoin)
 	lapses         atomic.Int64 // renewals that found the lease lapsed in the store (Stats.LeaseLapses)
 	checks         atomic.Int64 // ownership checks of all objects after a lapse or a lost answer (Stats.OwnershipChecks)
 	takenOver      atomic.Int64 // objects found taken over by another host after a lapse (Stats.TakenOver)

@@ -66,6 +66,7 @@
 //	berth_lease_jeopardy{host}                     1 while the host is in jeopardy (its objects paused)
 //	berth_lease_jeopardies_total{host}             times the host went into jeopardy
 //	berth_gateway_rejoins_total{host}              times a gateway joined again as a new run after the membership ended its run
+//	berth_gateway_lost_on_rejoin_total{host}       messages and move records the old run's links had not delivered then: lost
 //	berth_lease_lapses_total{host}                 renewals that found the host's lease lapsed in the store
 //	berth_lease_ownership_checks_total{host}       checks of the host's objects' ownership after a lapse
 //	berth_objects_taken_over_total{host}           objects other hosts took over during a lapse, dropped here

@@ -56,6 +56,7 @@ type hostCollector struct {
 	jeopardy         *prometheus.Desc
 	jeopardies       *prometheus.Desc
 	rejoins          *prometheus.Desc
+	lostOnRejoin     *prometheus.Desc
 	leaseLapses      *prometheus.Desc
 	ownershipChecks  *prometheus.Desc
 	takenOver        *prometheus.Desc
@@ -147,6 +148,8 @@ func newHostCollector() *hostCollector {
 			"1 while the host is in jeopardy: its lease ran out before a renewal was answered, and its objects run no turn."),
 		rejoins: desc("gateway_rejoins_total",
 			"Times this gateway joined again as a new run after the membership ended its run (it was paused past its lease)."),
+		lostOnRejoin: desc("gateway_lost_on_rejoin_total",
+			"Messages and move records the old run's links had not delivered when this gateway joined again as a new run: lost with that run."),
 		jeopardies: desc("lease_jeopardies_total",
 			"Times the host went into jeopardy."),
 		leaseLapses: desc("lease_lapses_total",
@@ -174,7 +177,7 @@ func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.requestsInFlight, c.requestsFailed, c.decodes, c.fullCopies, c.fullCopyBytes, c.views,
 		c.heldOutOfOrder, c.waitingToRoute, c.skipsLost, c.gapsClosed, c.late, c.oldestGap, c.overBound, c.pressureWaits, c.peerWaits, c.peerRefused, c.linkRefused, c.dropped, c.droppedOnClose, c.bounced, c.relocations, c.captured, c.relayed, c.forwarded,
 		c.stateWrites, c.stateFlushes, c.stateFenced, c.stateErrors, c.outputsHeld, c.outputsDropped,
-		c.suspicions, c.suspectsDead, c.jeopardy, c.jeopardies, c.rejoins, c.leaseLapses, c.ownershipChecks, c.takenOver, c.stateDropped,
+		c.suspicions, c.suspectsDead, c.jeopardy, c.jeopardies, c.rejoins, c.lostOnRejoin, c.leaseLapses, c.ownershipChecks, c.takenOver, c.stateDropped,
 	} {
 		ch <- d
 	}
@@ -249,6 +252,7 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.jeopardy, jeo)
 		counter(c.jeopardies, uint64(st.Jeopardies))
 		counter(c.rejoins, uint64(st.Rejoins))
+		counter(c.lostOnRejoin, uint64(st.LostOnRejoin))
 		counter(c.leaseLapses, uint64(st.LeaseLapses))
 		counter(c.ownershipChecks, uint64(st.OwnershipChecks))
 		counter(c.takenOver, uint64(st.TakenOver))

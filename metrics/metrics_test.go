@@ -62,6 +62,7 @@ var hostSeries = []string{
 	"berth_held_out_of_order",
 	"berth_waiting_to_route",
 	"berth_gateway_rejoins_total",
+	"berth_gateway_lost_on_rejoin_total",
 	"berth_order_skips_lost_total",
 	"berth_order_gaps_closed_total",
 	"berth_order_late_messages_total",
@@ -296,6 +297,7 @@ func TestHostGauges(t *testing.T) {
 		WaitingToRoute:         43,
 		SkipsLost:              44,
 		Rejoins:                45,
+		LostOnRejoin:           46,
 		DrainStateDropped:      46,
 		Payload:                payload.Stats{Decodes: 40, FullCopies: 6, FullCopyBytes: 600, Views: 70, Allocated: 1, Buffers: 2},
 	})
@@ -339,6 +341,9 @@ berth_payload_views_total{host="a"} 70
 # HELP berth_gateway_rejoins_total Times this gateway joined again as a new run after the membership ended its run (it was paused past its lease).
 # TYPE berth_gateway_rejoins_total counter
 berth_gateway_rejoins_total{host="a"} 45
+# HELP berth_gateway_lost_on_rejoin_total Messages and move records the old run's links had not delivered when this gateway joined again as a new run: lost with that run.
+# TYPE berth_gateway_lost_on_rejoin_total counter
+berth_gateway_lost_on_rejoin_total{host="a"} 46
 # HELP berth_held_out_of_order Messages held because an older message of their sending host has not arrived yet.
 # TYPE berth_held_out_of_order gauge
 berth_held_out_of_order{host="a"} 12
