@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -204,6 +205,7 @@ func TestANodePausedPastItsLeaseExitsAndItsObjectsGoOnElsewhere(t *testing.T) {
 	// node-2: the objects are polled all at once.)
 	var wg sync.WaitGroup
 	late := make([]bool, len(onN2))
+	last := make([]string, len(onN2))
 	for k, i := range onN2 {
 		wg.Add(1)
 		go func() {
@@ -215,6 +217,7 @@ func TestANodePausedPastItsLeaseExitsAndItsObjectsGoOnElsewhere(t *testing.T) {
 				if err == nil && c.Count["s"] == 0 {
 					return
 				}
+				last[k] = fmt.Sprintf("%+v, %v", c, err)
 				if time.Now().After(deadline) {
 					late[k] = true
 					return
@@ -226,7 +229,7 @@ func TestANodePausedPastItsLeaseExitsAndItsObjectsGoOnElsewhere(t *testing.T) {
 	wg.Wait()
 	for k, i := range onN2 {
 		if late[k] {
-			t.Fatalf("object %d not taken over a minute after node-2 paused", i)
+			t.Fatalf("object %d not taken over a minute after node-2 paused; its last answer: %s\nnode-1:\n%s", i, last[k], n1.stderr())
 		}
 	}
 	for _, i := range onN2 {
