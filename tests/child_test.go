@@ -410,8 +410,9 @@ func (c *childCtl) do(line string) (reply string, exit bool) {
 	}
 	ctx := context.Background()
 	switch f[0] {
-	case "peers": // peers → ok <n>
-		return "ok " + strconv.Itoa(len(c.h.Peers())), false
+	case "peers": // peers → ok <n> <names, comma-separated>
+		p := c.h.Peers()
+		return "ok " + strconv.Itoa(len(p)) + " " + strings.Join(p, ","), false
 	case "load": // load <objects> <senders> <askEvery> <seed> <rate per sender, 0: unpaced>
 		c.startLoad(atoi(f[1]), atoi(f[2]), atoi(f[3]), uint64(atoi(f[4])), atoi(f[5]))
 		return "ok", false

@@ -184,11 +184,12 @@ func (c *child) waitPeers(tb testing.TB, n int) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		r := c.must(tb, "peers")
-		if got, _ := strconv.Atoi(r); got >= n {
+		count, names, _ := strings.Cut(r, " ")
+		if got, _ := strconv.Atoi(count); got >= n {
 			return
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("child %s knows %s peers after a minute, want %d", c.name, r, n)
+			tb.Fatalf("child %s knows %s peers after a minute (%s), want %d; its log:\n%s", c.name, count, names, n, c.stderr())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
