@@ -219,9 +219,24 @@ type pjAnswered struct {
 	fresh          bool
 }
 
+// answerLog, given to runSenders, has every answer kept (pjSender.events)
+// and counts the fresh answers to messages sent after a time set while
+// the senders run, so that a test can wait for them.
+type answerLog struct {
+	after atomic.Int64 // unix nanoseconds; 0: count nothing yet
+	fresh atomic.Int64 // fresh answers to messages sent after it
+}
+
+// note records an answer of a message sent at sent.
+func (l *answerLog) note(sent time.Time, fresh bool) {
+	if a := l.after.Load(); fresh && a != 0 && sent.UnixNano() > a {
+		l.fresh.Add(1)
+	}
+}
+
 // runSenders starts n senders to objects 0..objects-1 through h, each Ask
-// within askTimeout, until stop is closed; record keeps every answer.
-func runSenders(t *testing.T, h *actor.Host, prefix string, n, objects int, seed uint64, askTimeout time.Duration, record bool, stop <-chan struct{}) ([]*pjSender, *sync.WaitGroup) {
+// within askTimeout, until stop is closed; with rec, every answer is kept.
+func runSenders(t *testing.T, h *actor.Host, prefix string, n, objects int, seed uint64, askTimeout time.Duration, rec *answerLog, stop <-chan struct{}) ([]*pjSender, *sync.WaitGroup) {
 	var wg sync.WaitGroup
 	ss := make([]*pjSender, n)
 	for si := range ss {
@@ -260,8 +275,9 @@ func runSenders(t *testing.T, h *actor.Host, prefix string, n, objects int, seed
 				}
 				s.acked[i] = seq
 				s.answered++
-				if record {
+				if rec != nil {
 					s.events = append(s.events, pjAnswered{sent: sentAt, answered: time.Now(), fresh: got.Fresh})
+					rec.note(sentAt, got.Fresh)
 				}
 			}
 		})
@@ -462,7 +478,7 @@ func TestDurableStateSurvivesSIGKILLAtRandomMoments(t *testing.T) {
 	c.activate(objects)
 
 	stop := make(chan struct{})
-	ss, swg := runSenders(t, c.gw, "s", senders, objects, seed, time.Second, false, stop)
+	ss, swg := runSenders(t, c.gw, "s", senders, objects, seed, time.Second, nil, stop)
 	moverStop := make(chan struct{})
 	moved, moveFailed, mwg := c.runMovers(objects, seed, moverStop)
 	start := time.Now()
@@ -578,7 +594,7 @@ func TestAPausedNodesWritesAreFencedAfterItsObjectsMoveOn(t *testing.T) {
 	}
 
 	stop := make(chan struct{})
-	ss, swg := runSenders(t, c.gw, "s", senders, objects, seed, 2*time.Second, false, stop)
+	ss, swg := runSenders(t, c.gw, "s", senders, objects, seed, 2*time.Second, nil, stop)
 	time.Sleep(500 * time.Millisecond) // the objects are written meanwhile
 	na.must(t, "pausewrite 3 3000")    // a batch of three or more writes, if one comes within 3 s
 	var paused []string
@@ -793,7 +809,8 @@ func TestPostgresRestartMidRunHoldsOutputsAndLosesNothing(t *testing.T) {
 	c.activate(objects)
 
 	stop := make(chan struct{})
-	ss, swg := runSenders(t, c.gw, "s", senders, objects, seed, 10*time.Second, true, stop)
+	rec := &answerLog{}
+	ss, swg := runSenders(t, c.gw, "s", senders, objects, seed, 10*time.Second, rec, stop)
 	moverStop := make(chan struct{})
 	moved, moveFailed, mwg := c.runMovers(objects, seed, moverStop)
 	start := time.Now()
@@ -805,15 +822,25 @@ func TestPostgresRestartMidRunHoldsOutputsAndLosesNothing(t *testing.T) {
 	restartAt := time.Now()
 	// Besides the closed-loop senders (each soon waits on one answer
 	// while the server is down), one-shot senders send one message each,
-	// one every 5 ms from now on for 1.5 s: messages sent while the server
-	// is down.
-	oneShots := make([]*pjSender, 300)
+	// one every 5 ms from now on until the restart is over (at least 300,
+	// at most 6,000): messages sent while the server is down, however long
+	// a loaded machine takes to stop it.
+	const minOneShots, maxOneShots = 300, 6000
+	var oneShots []*pjSender // the launcher's; read once owg is done
+	restartOver := make(chan struct{})
 	var owg sync.WaitGroup
 	owg.Go(func() {
-		for k := range oneShots {
+		for k := range maxOneShots {
+			if k >= minOneShots {
+				select {
+				case <-restartOver:
+					return
+				default:
+				}
+			}
 			time.Sleep(time.Until(restartAt.Add(time.Duration(k) * 5 * time.Millisecond)))
 			s := &pjSender{name: "w" + strconv.Itoa(k), acked: make([]int, objects), sent: make([]int, objects), errKinds: map[string]int{}}
-			oneShots[k] = s
+			oneShots = append(oneShots, s)
 			i := k % objects
 			s.sent[i] = 1
 			owg.Go(func() {
@@ -836,7 +863,9 @@ func TestPostgresRestartMidRunHoldsOutputsAndLosesNothing(t *testing.T) {
 		}
 	})
 	var stoppedAt time.Time // the server and every backend gone: nothing commits from then until it is back
-	if err := db.Server.RestartAfter(func() { stoppedAt = time.Now() }); err != nil {
+	err := db.Server.RestartAfter(func() { stoppedAt = time.Now() })
+	close(restartOver)
+	if err != nil {
 		t.Fatalf("restarting Postgres: %v", err)
 	}
 	restarted := time.Now()
@@ -849,6 +878,15 @@ func TestPostgresRestartMidRunHoldsOutputsAndLosesNothing(t *testing.T) {
 	})
 	close(probeStop)
 	pwg.Wait()
+	// Traffic resumes: the load goes on until 20 messages sent after the
+	// server came back were applied (a fact, however slow the machine),
+	// and for at least the rest of the run's duration.
+	if _, up, ok := probe.down(restartAt); ok {
+		rec.after.Store(up.UnixNano())
+		testutil.WaitForWithin(t, "20 fresh answers to messages sent after the server came back", 2*time.Minute, func() bool {
+			return rec.fresh.Load() >= 20
+		})
+	}
 	time.Sleep(time.Until(restarted.Add(max(d*2/3, 2*time.Second))))
 	close(moverStop)
 	mwg.Wait()

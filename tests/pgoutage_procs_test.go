@@ -158,7 +158,7 @@ func pgOutageRun(t *testing.T, pg *outagePG, v pgOutage, seed uint64) {
 	}
 	gl := startGatewayLoad(gw, objects, []int{8, 8, 0}, seed, rate, 10*time.Second)
 	pstop := make(chan struct{})
-	psenders, pwg := runSenders(t, gw, "gp", 2, pobjects, seed+100, 3*time.Second, false, pstop)
+	psenders, pwg := runSenders(t, gw, "gp", 2, pobjects, seed+100, 3*time.Second, nil, pstop)
 	var pstopped sync.Once
 	stopP := func() {
 		pstopped.Do(func() { close(pstop) })

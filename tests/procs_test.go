@@ -101,6 +101,7 @@ func startChildVia(tb testing.TB, prefix []string, role, name string, env ...str
 		close(c.done)
 	}()
 	tb.Cleanup(c.end)
+	testChildren.add(tb, c)
 	select {
 	case line, ok := <-c.lines:
 		f := strings.Fields(line)
@@ -114,6 +115,51 @@ func startChildVia(tb testing.TB, prefix []string, role, name string, env ...str
 		tb.Fatalf("child %s not ready after a minute; its log:\n%s", name, c.stderr())
 	}
 	return c
+}
+
+// testChildren is the children each test started, for its failure
+// reports.
+var testChildren childRegistry
+
+type childRegistry struct {
+	mu sync.Mutex
+	by map[testing.TB][]*child
+}
+
+// add notes that tb started c, until tb ends.
+func (r *childRegistry) add(tb testing.TB, c *child) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.by == nil {
+		r.by = map[testing.TB][]*child{}
+	}
+	if len(r.by[tb]) == 0 {
+		tb.Cleanup(func() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			delete(r.by, tb)
+		})
+	}
+	r.by[tb] = append(r.by[tb], c)
+}
+
+// report says, for each child tb started, whether it still runs and what
+// it logged.
+func (r *childRegistry) report(tb testing.TB) string {
+	r.mu.Lock()
+	cs := slices.Clone(r.by[tb])
+	r.mu.Unlock()
+	var b strings.Builder
+	for _, c := range cs {
+		state := "running"
+		select {
+		case <-c.done:
+			state = "exited: " + c.cmd.ProcessState.String()
+		default:
+		}
+		fmt.Fprintf(&b, "--- %s (%s); its log:\n%s", c.name, state, c.stderr())
+	}
+	return b.String()
 }
 
 // startNodeChild starts a node child named name on database db.
@@ -189,7 +235,7 @@ func (c *child) waitPeers(tb testing.TB, n int) {
 			return
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("child %s knows %s peers after a minute (%s), want %d; its log:\n%s", c.name, count, names, n, c.stderr())
+			tb.Fatalf("child %s knows %s peers after a minute (%s), want %d; the test's children:\n%s", c.name, count, names, n, testChildren.report(tb))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
