@@ -194,7 +194,9 @@ type Config struct {
 	// (docs/operations.md, "Jeopardy"). Longer leases pause less often and
 	// fail over more slowly. Default relocation.LeaseTTL (3.5 s). Give the
 	// membership the same TTL (membership.Options.TTL,
-	// pgstore.MembershipOptions.TTL).
+	// pgstore.MembershipOptions.TTL): Start refuses a membership whose
+	// lease is shorter (InvalidOperation), which would end the host's run
+	// after the shorter stall all the same.
 	LeaseTTL time.Duration
 	// LeaseRenew is how often the host renews its lease; default
 	// relocation.LeaseRenew (500 ms). It must be under LeaseTTL/2: a store

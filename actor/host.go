@@ -345,9 +345,19 @@ func (h *Host) join() error {
 	close(ready)
 	ctx, cancel := h.life.storeContext()
 	defer cancel()
-	if _, err := h.peers.members.Join(ctx, h.peers.member(h.lease.run())); err != nil {
+	ml, err := h.peers.members.Join(ctx, h.peers.member(h.lease.run()))
+	if err != nil {
 		h.leave(false)
 		return &payload.Error{Kind: payload.KindOf(err), Op: op, Detail: "cannot join the membership", Err: err}
+	}
+	if ml.TTL > 0 && ml.TTL < h.cfg.LeaseTTL {
+		// The membership would end this run after a stall of ml.TTL, long
+		// before the Location Store's lease runs out: the longer lease
+		// would buy nothing but slower takeovers.
+		h.leave(true)
+		return payload.NewError(payload.InvalidOperation, op, "Config.LeaseTTL "+h.cfg.LeaseTTL.String()+
+			" is longer than the membership's lease ("+ml.TTL.String()+"): a stall past "+ml.TTL.String()+
+			" would end the host's run all the same; give the membership the same TTL (membership.Options.TTL, pgstore.MembershipOptions.TTL)")
 	}
 	if err := h.lease.renewLease(); err != nil {
 		h.leave(true)

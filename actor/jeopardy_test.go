@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -1078,4 +1079,43 @@ func TestARenewalDuringCloseIsNotARunThatEnded(t *testing.T) {
 	if err := a.Err(); err != nil {
 		t.Fatalf("a.Err() = %v after Close, want nil: the renewal during the leave ended the run", err)
 	}
+}
+
+// A host whose Location Store lease is longer than its membership's lease
+// would have its run ended by the membership after a shorter stall than
+// the one its LeaseTTL is meant to ride out: Start refuses the
+// configuration, naming both settings, and leaves the membership; with
+// the membership's TTL at least as long, it starts.
+func TestStartRefusesALeaseTTLLongerThanTheMembershipsLease(t *testing.T) {
+	n := NewNetwork(nil)
+	h, err := NewHost(n.With(Config{Name: "long", LeaseTTL: 10 * time.Second}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = h.Start()
+	if !errors.Is(err, payload.InvalidOperation) || !strings.Contains(err.Error(), "Config.LeaseTTL 10s") ||
+		!strings.Contains(err.Error(), "membership's lease ("+membership.DefaultTTL.String()+")") {
+		t.Fatalf("Start with LeaseTTL 10s and the membership's default TTL: %v; want InvalidOperation naming both", err)
+	}
+	_ = h.Close()
+	ms, err := n.Membership.Members(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.Name == "long" {
+			t.Fatalf("the refused host is still a member: %+v", m)
+		}
+	}
+
+	n2 := NewNetwork(nil)
+	n2.Membership = membership.NewMemory(membership.Options{TTL: 10 * time.Second})
+	h2, err := NewHost(n2.With(Config{Name: "long", LeaseTTL: 10 * time.Second}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h2.Start(); err != nil {
+		t.Fatalf("Start with LeaseTTL 10s and a membership of the same TTL: %v", err)
+	}
+	_ = h2.Close()
 }

@@ -195,7 +195,7 @@ func nodeMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.httpAddr, "metrics", "", "the same as -http")
 	fs.DurationVar(&cfg.stopTimeout, "stop-timeout", time.Minute, "how long a graceful stop (drain) may take on SIGTERM; past it, or on a second SIGTERM, the node closes the host, dropping what it still holds")
 	fs.DurationVar(&cfg.nameWait, "name-wait", 0, "how long to wait for a previous run's lease on the name to run out (it crashed) before giving up (default: the lease's TTL + 5s)")
-	fs.DurationVar(&cfg.leaseTTL, "lease-ttl", relocation.LeaseTTL, "the host lease's length: a crashed node's objects are taken over about this long after its last renewal; "+
+	fs.DurationVar(&cfg.leaseTTL, "lease-ttl", relocation.LeaseTTL, "the host lease's length, in the Location Store and the membership: a crashed node's objects are taken over about this long after its last renewal; "+
 		"a node whose renewals go unanswered this long pauses its objects (jeopardy) until the database answers — it does not exit")
 	fs.DurationVar(&cfg.leaseRenew, "lease-renew", relocation.LeaseRenew, "how often the node renews its lease; under half of -lease-ttl")
 	certFile := fs.String("tls-cert", "", "PEM `file` of the node's certificate, which names it (-name among its DNS names); with -tls-key and -tls-ca")
@@ -275,7 +275,7 @@ func runNode(ctx context.Context, cfg nodeConfig, log *slog.Logger, stdout io.Wr
 		log.Error("cannot open the Location Store", "err", err)
 		return nodeExitFailed
 	}
-	members, err := pgstore.OpenMembership(octx, leasePool, pgstore.MembershipOptions{Logger: log})
+	members, err := pgstore.OpenMembership(octx, leasePool, pgstore.MembershipOptions{Logger: log, TTL: cfg.leaseTTL})
 	if err != nil {
 		log.Error("cannot open the membership", "err", err)
 		return nodeExitFailed

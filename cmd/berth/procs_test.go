@@ -403,3 +403,31 @@ func TestAGatewayThatCannotStartReturnsItsError(t *testing.T) {
 	}
 	testutil.CheckNoGoroutines(t)
 }
+
+// -lease-ttl sets the node's membership lease as well as its Location
+// Store lease: a node given a longer lease starts (a host refuses a
+// membership lease shorter than its own), and its membership row runs
+// out -lease-ttl after each renewal.
+func TestALongerLeaseTTLIsTheMembershipsLeaseToo(t *testing.T) {
+	db := pgtest.New(t)
+	bin := buildBerth(t)
+	ca := testCA(t, "node-1")
+	ctx := context.Background()
+	n1, err := startNode(ctx, bin, "node-1", db.URL, ca, "-lease-ttl", "9s", "-lease-renew", "1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = n1.cmd.Process.Kill(); <-n1.done }()
+	pool, err := pgxpool.New(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var ttl time.Duration
+	if err := pool.QueryRow(ctx, `SELECT deadline - renewed_at FROM pgstore_members WHERE name = 'node-1' AND live`).Scan(&ttl); err != nil {
+		t.Fatalf("node-1's membership row: %v", err)
+	}
+	if ttl != 9*time.Second {
+		t.Fatalf("node-1's membership lease runs out %v after its renewal, want 9s (-lease-ttl)", ttl)
+	}
+}
