@@ -229,7 +229,10 @@ func TestANodePausedPastItsLeaseExitsAndItsObjectsGoOnElsewhere(t *testing.T) {
 	wg.Wait()
 	for k, i := range onN2 {
 		if late[k] {
-			t.Fatalf("object %d not taken over a minute after node-2 paused; its last answer: %s\nnode-1:\n%s", i, last[k], n1.stderr())
+			row, rowErr := store.Get(ctx, relocation.Object{Kind: counter.Name, ID: strconv.Itoa(i)})
+			lease, held, leaseErr := store.Lease(ctx, "node-2")
+			t.Fatalf("object %d not taken over a minute after node-2 paused; its last answer: %s; its row: %+v, %v; node-2's lease: %+v (%v), %v; the client's stats: %+v\nnode-1:\n%s",
+				i, last[k], row, rowErr, lease, held, leaseErr, client.Stats(), n1.stderr())
 		}
 	}
 	for _, i := range onN2 {
