@@ -26,7 +26,9 @@
 // handled no Join (successful or not) or Renew for longer than half a TTL
 // (by its own clock) was silent: it expires nothing until the next Join
 // or Renew, which first gives every lease live when the silence began a
-// full TTL from then. (A crashed lone host's run so lasts one more TTL
+// full TTL from then. Where leases differ in length (each process's
+// membership grants its own TTL, as pgstore's do), each lease is judged
+// by its own length, whichever process judges it. (A crashed lone host's run so lasts one more TTL
 // after its replacement first asks to join.) Hosts renew every
 // fraction of a TTL (DefaultRenew), so a silence alone never ends a live
 // host's run; a run whose host had stopped renewing before the silence

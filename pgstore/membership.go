@@ -239,7 +239,7 @@ func (m *Membership) inChange(ctx context.Context, op string, contact bool,
 			return err
 		}
 		if contact {
-			if _, err := tx.Exec(ctx, memberSilenceSQL, frozen, off, m.ttl.Microseconds()); err != nil {
+			if _, err := tx.Exec(ctx, memberSilenceSQL, frozen, off); err != nil {
 				return err
 			}
 			if _, err := tx.Exec(ctx, `UPDATE pgstore_membership_rev SET contact_at = `+clockSQL, frozen, off); err != nil {
@@ -247,7 +247,7 @@ func (m *Membership) inChange(ctx context.Context, op string, contact bool,
 			}
 		}
 		var expired int64
-		if err := tx.QueryRow(ctx, sweepSQL, frozen, off, rev, m.ttl.Microseconds()).Scan(&expired); err != nil {
+		if err := tx.QueryRow(ctx, sweepSQL, frozen, off, rev).Scan(&expired); err != nil {
 			return err
 		}
 		next := uint64(rev + expired)
@@ -280,11 +280,20 @@ func (m *Membership) inChange(ctx context.Context, op string, contact bool,
 	return out.ev, out.result
 }
 
-// silentSQL is true when the membership is silent (membership,
-// "Silences"): no Join or Renew of any member for more than half a TTL
-// ($ttl in microseconds) by the clock clk.now.
-func silentSQL(ttl string) string {
-	return `(clk.now - ` + lastContactSQL + ` > ` + ttl + `::bigint * interval '1 microsecond' / 2)`
+// silentSQL is true when the membership is silent for the member row
+// row (membership, "Silences"): no Join or Renew of any member for more
+// than half of that row's lease by the clock clk.now. Each row is judged
+// by its own lease (rowTTLSQL), whichever process judges it: processes
+// whose hosts ask for leases of different lengths agree on every row.
+func silentSQL(row string) string {
+	return `(clk.now - ` + lastContactSQL + ` > ` + rowTTLSQL(row) + ` / 2)`
+}
+
+// rowTTLSQL is the length of the member row row's lease: its deadline is
+// set to the time of its last Join or Renew (renewed_at) + the TTL of the
+// membership that handled it, and the end of a silence keeps that length.
+func rowTTLSQL(row string) string {
+	return `(` + row + `.deadline - ` + row + `.renewed_at)`
 }
 
 // lastContactSQL is when the membership last heard from a host: the
@@ -292,8 +301,9 @@ func silentSQL(ttl string) string {
 // failed: a host reached the store all the same).
 const lastContactSQL = `greatest((SELECT max(renewed_at) FROM pgstore_members), (SELECT contact_at FROM pgstore_membership_rev))`
 
-// memberSilenceSQL ends a silence ($3 the TTL in microseconds): every run
-// that was live when it began gets a full TTL from now. Runs in a Join's
+// memberSilenceSQL ends a silence: every run that was live when it began,
+// and whose half lease it exceeded, gets its full lease (rowTTLSQL) from
+// now. Runs in a Join's
 // and a Renew's transaction, before anything else; rows are locked in name
 // order (two calls that both end the silence cannot deadlock), and a row
 // another call extended meanwhile is re-read and left alone.
@@ -302,16 +312,16 @@ WITH clk AS MATERIALIZED (SELECT ` + clockSQL + ` AS now),
 last AS MATERIALIZED (SELECT ` + lastContactSQL + ` AS at),
 due AS MATERIALIZED (
 	SELECT m.name FROM pgstore_members m, clk, last
-	WHERE m.live AND m.deadline > last.at AND clk.now - last.at > $3::bigint * interval '1 microsecond' / 2
-		AND m.deadline < clk.now + $3::bigint * interval '1 microsecond'
+	WHERE m.live AND m.deadline > last.at AND clk.now - last.at > ` + rowTTLSQL("m") + ` / 2
+		AND m.deadline < clk.now + ` + rowTTLSQL("m") + `
 	ORDER BY m.name COLLATE "C" FOR UPDATE OF m)
-UPDATE pgstore_members m SET deadline = clk.now + $3::bigint * interval '1 microsecond', renewed_at = clk.now
+UPDATE pgstore_members m SET deadline = clk.now + ` + rowTTLSQL("m") + `, renewed_at = clk.now
 FROM due, clk WHERE m.name = due.name`
 
 // sweepSQL expires the live runs whose lease ran out by the clock ($1, $2)
 // and records an Expired event for each, by deadline then name, from
-// revision $3+1; it returns how many. A silent membership ($4, the TTL)
-// expires nobody. It runs inside inChange's transaction. locked takes each
+// revision $3+1; it returns how many. A silent membership expires nobody
+// (silentSQL, row by row). It runs inside inChange's transaction. locked takes each
 // due row's lock (FOR UPDATE re-reads a row a concurrent Renew changed and
 // drops it if it is no longer due), so a renewal that committed first is
 // never undone.
@@ -319,7 +329,7 @@ var sweepSQL = `
 WITH clk AS MATERIALIZED (SELECT ` + clockSQL + ` AS now),
 locked AS MATERIALIZED (
 	SELECT m.name, m.address, m.state, m.kinds, m.lease_gen, m.max_message, m.deadline
-	FROM pgstore_members m, clk WHERE m.live AND m.deadline <= clk.now AND NOT ` + silentSQL("$4") + ` FOR UPDATE OF m),
+	FROM pgstore_members m, clk WHERE m.live AND m.deadline <= clk.now AND NOT ` + silentSQL("m") + ` FOR UPDATE OF m),
 due AS MATERIALIZED (
 	SELECT locked.*, row_number() OVER (ORDER BY deadline, name COLLATE "C") AS n FROM locked),
 upd AS (
@@ -333,11 +343,11 @@ SELECT count(*) FROM due`
 // against a concurrent Renew). ok is false when the name never joined. A
 // run whose lease ran out during a silence is live (membership,
 // "Silences").
-func readRun(ctx context.Context, tx pgx.Tx, frozen any, off int64, ttl time.Duration, name string) (run, bool, error) {
+func readRun(ctx context.Context, tx pgx.Tx, frozen any, off int64, name string) (run, bool, error) {
 	var r run
 	mem, err := scanMember(tx.QueryRow(ctx, `WITH clk AS MATERIALIZED (SELECT `+clockSQL+` AS now)
-		SELECT `+memberCols+`, live AND (deadline > clk.now OR `+silentSQL("$4")+`), departed
-		FROM pgstore_members, clk WHERE name = $3 FOR UPDATE OF pgstore_members`, frozen, off, name, ttl.Microseconds()), &r.live, &r.departed)
+		SELECT `+memberCols+`, live AND (deadline > clk.now OR `+silentSQL("pgstore_members")+`), departed
+		FROM pgstore_members, clk WHERE name = $3 FOR UPDATE OF pgstore_members`, frozen, off, name), &r.live, &r.departed)
 	if err == pgx.ErrNoRows {
 		return run{}, false, nil
 	}
@@ -369,7 +379,7 @@ func (m *Membership) Join(ctx context.Context, mem membership.Member) (membershi
 		mem.Kinds = slices.Clone(mem.Kinds)
 	}
 	_, err := m.inChange(ctx, op, true, func(tx pgx.Tx, frozen any, off int64, rev uint64) (change, error) {
-		r, ok, err := readRun(ctx, tx, frozen, off, m.ttl, mem.Name)
+		r, ok, err := readRun(ctx, tx, frozen, off, mem.Name)
 		if err != nil {
 			return change{}, err
 		}
@@ -434,7 +444,7 @@ func (m *Membership) Renew(ctx context.Context, name string, gen uint64) (member
 	)
 	found := true
 	err := pgx.BeginFunc(ctx, m.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, memberSilenceSQL, frozen, off, m.ttl.Microseconds()); err != nil {
+		if _, err := tx.Exec(ctx, memberSilenceSQL, frozen, off); err != nil {
 			return err
 		}
 		err := tx.QueryRow(ctx, renewSQL, frozen, off, name, i64(gen), m.ttl.Microseconds()).Scan(&cur, &live, &departed, &moved)
@@ -479,7 +489,7 @@ func (m *Membership) SetState(ctx context.Context, name string, gen uint64, to m
 	const op = "pgstore.Membership.SetState"
 	var now membership.Member
 	_, err := m.inChange(ctx, op, false, func(tx pgx.Tx, frozen any, off int64, rev uint64) (change, error) {
-		r, ok, err := readRun(ctx, tx, frozen, off, m.ttl, name)
+		r, ok, err := readRun(ctx, tx, frozen, off, name)
 		if err != nil {
 			return change{}, err
 		}
@@ -510,7 +520,7 @@ func (m *Membership) SetState(ctx context.Context, name string, gen uint64, to m
 func (m *Membership) Leave(ctx context.Context, name string, gen uint64) error {
 	const op = "pgstore.Membership.Leave"
 	_, err := m.inChange(ctx, op, false, func(tx pgx.Tx, frozen any, off int64, rev uint64) (change, error) {
-		r, ok, err := readRun(ctx, tx, frozen, off, m.ttl, name)
+		r, ok, err := readRun(ctx, tx, frozen, off, name)
 		switch {
 		case err != nil:
 			return change{}, err
@@ -535,8 +545,8 @@ func (m *Membership) sweepIfDue(ctx context.Context, op string) error {
 	frozen, off := m.clock.args()
 	var due bool
 	if err := m.pool.QueryRow(ctx, `WITH clk AS MATERIALIZED (SELECT `+clockSQL+` AS now)
-		SELECT EXISTS (SELECT 1 FROM pgstore_members, clk WHERE live AND deadline <= clk.now) AND NOT `+silentSQL("$3")+` FROM clk`,
-		frozen, off, m.ttl.Microseconds()).Scan(&due); err != nil {
+		SELECT EXISTS (SELECT 1 FROM pgstore_members m WHERE m.live AND m.deadline <= clk.now AND NOT `+silentSQL("m")+`) FROM clk`,
+		frozen, off).Scan(&due); err != nil {
 		return wrapErr(ctx, op, err)
 	}
 	if !due {
@@ -559,7 +569,7 @@ func (m *Membership) Members(ctx context.Context) ([]membership.Member, error) {
 	frozen, off := m.clock.args()
 	rows, err := m.pool.Query(ctx, `WITH clk AS MATERIALIZED (SELECT `+clockSQL+` AS now)
 		SELECT `+memberCols+` FROM pgstore_members, clk
-		WHERE live AND state <> 3 AND (deadline > clk.now OR `+silentSQL("$3")+`) ORDER BY name COLLATE "C"`, frozen, off, m.ttl.Microseconds())
+		WHERE live AND state <> 3 AND (deadline > clk.now OR `+silentSQL("pgstore_members")+`) ORDER BY name COLLATE "C"`, frozen, off)
 	if err != nil {
 		return nil, wrapErr(ctx, op, err)
 	}

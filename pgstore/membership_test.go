@@ -195,3 +195,57 @@ func TestCloseEndsWatchesAndLeavesNoGoroutine(t *testing.T) {
 	m.Close() // idempotent
 	testutil.CheckNoGoroutines(t)
 }
+
+// Hosts whose processes give their membership leases of different
+// lengths (berth node -lease-ttl, changed node by node) judge a silence
+// alike: each member row by its own lease. A silence longer than half of
+// a short lease but not of a long one expires nothing, whichever process
+// sweeps — a sweeper with the long TTL must not take the store's own
+// absence for the short member's death — and the short member, renewing
+// after it, keeps its run. A short member that then stops renewing while
+// the long one renews expires, found by the long one's sweep.
+func TestMembershipSilencesJudgeEachMemberByItsOwnLease(t *testing.T) {
+	ctx := context.Background()
+	pool, _ := newPool(t)
+	long := newMembership(t, pool, pgstore.MembershipOptions{TTL: 10 * time.Second})
+	short := newMembership(t, pool, pgstore.MembershipOptions{TTL: time.Second})
+	advance := func(d time.Duration) { long.Advance(d); short.Advance(d) }
+	if _, err := short.Join(ctx, membership.Member{Name: "short", Address: "s", LeaseGen: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := long.Join(ctx, membership.Member{Name: "long", Address: "l", LeaseGen: 1}); err != nil {
+		t.Fatal(err)
+	}
+	names := func(m *pgstore.Membership) []string {
+		t.Helper()
+		ms, err := m.Members(ctx) // sweeps first
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, mem := range ms {
+			out = append(out, mem.Name)
+		}
+		return out
+	}
+	advance(1500 * time.Millisecond) // the store hears from nobody: past short's lease and half of it
+	if got := names(long); len(got) != 2 {
+		t.Fatalf("after a silence of 1.5 s the sweeper with a 10 s TTL lists %v; want long and short (a silence expires nothing)", got)
+	}
+	if _, err := short.Renew(ctx, "short", 1); err != nil {
+		t.Fatalf("short's renewal after the silence: %v; want its run kept", err)
+	}
+	// short stops renewing; long renews often, as a live host does.
+	for range 12 {
+		advance(200 * time.Millisecond)
+		if _, err := long.Renew(ctx, "long", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := names(long); len(got) != 1 || got[0] != "long" {
+		t.Fatalf("2.4 s after short's last renewal, with long renewing every 200 ms, the membership lists %v; want long alone", got)
+	}
+	if _, err := short.Renew(ctx, "short", 1); !errors.Is(err, membership.ErrLeaseExpired) {
+		t.Fatalf("short's renewal after it expired: %v; want ErrLeaseExpired", err)
+	}
+}
