@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/berthrt/berth/examples/counter"
 	"github.com/berthrt/berth/internal/pgtest"
 	"github.com/berthrt/berth/internal/testutil"
+	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/pgstore"
 	"github.com/berthrt/berth/relocation"
 	"github.com/berthrt/berth/transport/tcp"
@@ -433,4 +435,90 @@ func TestALongerLeaseTTLIsTheMembershipsLeaseToo(t *testing.T) {
 	if ttl != 9*time.Second {
 		t.Fatalf("node-1's membership lease runs out %v after its renewal, want 9s (-lease-ttl)", ttl)
 	}
+}
+
+// A node started with a lease longer than its peers' (-lease-ttl 12s, the
+// others at the default 3.5 s) and paused (SIGSTOP) for 6 s — past the
+// default lease, within its own — rides the stall out: nobody takes its
+// objects over, the membership keeps its run, and once resumed it serves
+// them with their state and the Tells sent to them meanwhile, and goes on
+// running.
+func TestANodeWithALongerLeaseRidesOutAStallPastTheDefault(t *testing.T) {
+	db := pgtest.New(t)
+	bin := buildBerth(t)
+	ca := testCA(t, "node-1", "node-2")
+	ctx := context.Background()
+	n1, err := startNode(ctx, bin, "node-1", db.URL, ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = n1.cmd.Process.Kill(); <-n1.done }()
+	n2, err := startNode(ctx, bin, "node-2", db.URL, ca, "-lease-ttl", "12s", "-lease-renew", "1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = n2.cmd.Process.Signal(syscall.SIGCONT); _ = n2.cmd.Process.Kill(); <-n2.done }()
+	client, store, closeClient, err := startGateway(ctx, db.URL, "client", tcp.Options{TLS: testHostTLS(t, ca, "client")}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeClient()
+	ref := func(i int) actor.Ref { return actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)} }
+	const objects = 30
+	var onN2 []int
+	for i := range objects {
+		if err := actor.Tell(ctx, client, ref(i), counter.Add{Sender: "s", Seq: 1}); err != nil {
+			t.Fatal(err)
+		}
+		c, err := actor.Ask[counter.Read, counter.Counter](ctx, client, ref(i), counter.Read{})
+		if err != nil || c.Count["s"] != 1 {
+			t.Fatalf("object %d: %+v, %v", i, c, err)
+		}
+		if row, err := store.Get(ctx, relocation.Object{Kind: counter.Name, ID: strconv.Itoa(i)}); err == nil && row.Host == "node-2" {
+			onN2 = append(onN2, i)
+		}
+	}
+	if len(onN2) == 0 {
+		t.Fatal("no object on node-2")
+	}
+	t.Logf("%d of %d objects on node-2; pausing it for 6 s", len(onN2), objects)
+	if err := n2.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	told := map[int]bool{}
+	for _, i := range onN2 { // held on the link while node-2 is paused
+		if err := actor.Tell(ctx, client, ref(i), counter.Add{Sender: "u", Seq: 1}); err == nil {
+			told[i] = true
+		} else if !errors.Is(err, payload.Unavailable) && !errors.Is(err, payload.DeadlineExceeded) {
+			t.Fatalf("Tell to object %d while node-2 is paused: %v; want nil or a typed refusal", i, err)
+		}
+	}
+	time.Sleep(6 * time.Second) // the stall: past the default lease (3.5 s), within node-2's (12 s)
+	if err := n2.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	resumed := time.Now()
+	for _, i := range onN2 {
+		actx, cancel := context.WithTimeout(ctx, time.Minute)
+		c, err := actor.Ask[counter.Read, counter.Counter](actx, client, ref(i), counter.Read{})
+		cancel()
+		want := map[string]int{"s": 1}
+		if told[i] {
+			want["u"] = 1
+		}
+		if err != nil || c.Count["s"] != want["s"] || c.Count["u"] != want["u"] {
+			t.Fatalf("object %d after the stall: %+v, %v; want %v (its state kept, the Tells held for it run once)\nnode-2:\n%s", i, c, err, want, n2.stderr())
+		}
+		row, err := store.Get(ctx, relocation.Object{Kind: counter.Name, ID: strconv.Itoa(i)})
+		if err != nil || row.Host != "node-2" {
+			t.Fatalf("object %d after the stall: row %+v, %v; want it still on node-2", i, row, err)
+		}
+	}
+	select {
+	case <-n2.done:
+		t.Fatalf("node-2 exited (%v) after a stall within its lease:\n%s", n2.cmd.ProcessState, n2.stderr())
+	default:
+	}
+	t.Logf("%d of %d Tells sent during the stall accepted; every object answered %v after the resume; node-2 runs on",
+		len(told), len(onN2), time.Since(resumed).Round(time.Millisecond))
 }
