@@ -286,14 +286,17 @@ func (m *Membership) inChange(ctx context.Context, op string, contact bool,
 // by its own lease (rowTTLSQL), whichever process judges it: processes
 // whose hosts ask for leases of different lengths agree on every row.
 func silentSQL(row string) string {
-	return `(clk.now - ` + lastContactSQL + ` > ` + rowTTLSQL(row) + ` / 2)`
+	return `(` + rowTTLSQL(row) + ` > interval '0' AND clk.now - ` + lastContactSQL + ` > ` + rowTTLSQL(row) + ` / 2)`
 }
 
 // rowTTLSQL is the length of the member row row's lease: its deadline is
 // set to the time of its last Join or Renew (renewed_at) + the TTL of the
 // membership that handled it, and the end of a silence keeps that length.
+// A row whose length cannot be told (a deadline before its renewed_at,
+// which only a row written before renewed_at existed can have) has length
+// zero: no silence keeps it, and it expires by its deadline.
 func rowTTLSQL(row string) string {
-	return `(` + row + `.deadline - ` + row + `.renewed_at)`
+	return `greatest(` + row + `.deadline - ` + row + `.renewed_at, interval '0')`
 }
 
 // lastContactSQL is when the membership last heard from a host: the
@@ -312,7 +315,7 @@ WITH clk AS MATERIALIZED (SELECT ` + clockSQL + ` AS now),
 last AS MATERIALIZED (SELECT ` + lastContactSQL + ` AS at),
 due AS MATERIALIZED (
 	SELECT m.name FROM pgstore_members m, clk, last
-	WHERE m.live AND m.deadline > last.at AND clk.now - last.at > ` + rowTTLSQL("m") + ` / 2
+	WHERE m.live AND m.deadline > last.at AND ` + rowTTLSQL("m") + ` > interval '0' AND clk.now - last.at > ` + rowTTLSQL("m") + ` / 2
 		AND m.deadline < clk.now + ` + rowTTLSQL("m") + `
 	ORDER BY m.name COLLATE "C" FOR UPDATE OF m)
 UPDATE pgstore_members m SET deadline = clk.now + ` + rowTTLSQL("m") + `, renewed_at = clk.now

@@ -249,3 +249,34 @@ func TestMembershipSilencesJudgeEachMemberByItsOwnLease(t *testing.T) {
 		t.Fatalf("short's renewal after it expired: %v; want ErrLeaseExpired", err)
 	}
 }
+
+// A member row whose lease length cannot be told (its renewed_at after
+// its deadline: a row written before renewed_at existed, which the
+// migration stamped with its own time) is in no silence: it expires by
+// its deadline like any run that stopped renewing.
+func TestMembershipARowOfUnknownLeaseLengthExpiresByItsDeadline(t *testing.T) {
+	ctx := context.Background()
+	pool, _ := newPool(t)
+	m := newMembership(t, pool, pgstore.MembershipOptions{TTL: time.Second})
+	for _, name := range []string{"old", "keeper"} {
+		if _, err := m.Join(ctx, membership.Member{Name: name, Address: name, LeaseGen: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `UPDATE pgstore_members SET renewed_at = deadline + interval '10 milliseconds' WHERE name = 'old'`); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 { // keeper renews; old does not
+		m.Advance(200 * time.Millisecond)
+		if _, err := m.Renew(ctx, "keeper", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms, err := m.Members(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 1 || ms[0].Name != "keeper" {
+		t.Fatalf("2 s past old's deadline, with keeper renewing, the membership lists %v; want keeper alone", ms)
+	}
+}
