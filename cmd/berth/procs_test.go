@@ -153,49 +153,72 @@ func TestNodeNeedsANameAndADatabase(t *testing.T) {
 	}
 }
 
+// counterRef is the reference of counter object i.
+func counterRef(i int) actor.Ref { return actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)} }
+
+// nodePair is two berth node processes and a gateway client on one
+// database, with counter objects placed by the client.
+type nodePair struct {
+	n1, n2 *node
+	client *actor.Host
+	store  *pgstore.Store
+	onN2   []int // the objects node-2 hosts
+}
+
+// startNodePair starts node-1, node-2 (with the flags n2Flags) and a
+// gateway client in this process, all ending with t, and has the client
+// tell each of objects counter objects once (sender "s") and read it back.
+// At least one object must land on node-2.
+func startNodePair(t *testing.T, objects int, n2Flags ...string) *nodePair {
+	t.Helper()
+	db := pgtest.New(t)
+	bin := buildBerth(t)
+	ca := testCA(t, "node-1", "node-2")
+	ctx := context.Background()
+	p := &nodePair{}
+	var err error
+	if p.n1, err = startNode(ctx, bin, "node-1", db.URL, ca); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.n1.cmd.Process.Kill(); <-p.n1.done })
+	if p.n2, err = startNode(ctx, bin, "node-2", db.URL, ca, n2Flags...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.n2.cmd.Process.Signal(syscall.SIGCONT); _ = p.n2.cmd.Process.Kill(); <-p.n2.done })
+	var closeClient func()
+	p.client, p.store, closeClient, err = startGateway(ctx, db.URL, "client", tcp.Options{TLS: testHostTLS(t, ca, "client")}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeClient)
+	for i := range objects {
+		if err := actor.Tell(ctx, p.client, counterRef(i), counter.Add{Sender: "s", Seq: 1}); err != nil {
+			t.Fatal(err)
+		}
+		c, err := actor.Ask[counter.Read, counter.Counter](ctx, p.client, counterRef(i), counter.Read{})
+		if err != nil || c.Count["s"] != 1 {
+			t.Fatalf("object %d: %+v, %v", i, c, err)
+		}
+		if row, err := p.store.Get(ctx, relocation.Object{Kind: counter.Name, ID: strconv.Itoa(i)}); err == nil && row.Host == "node-2" {
+			p.onN2 = append(p.onN2, i)
+		}
+	}
+	if len(p.onN2) == 0 {
+		t.Fatal("no object on node-2")
+	}
+	return p
+}
+
 // A node whose process is paused (SIGSTOP) for longer than its lease:
 // meanwhile another node takes its objects over at their next message; when
 // the paused process resumes it finds its lease gone, runs no turn for
 // them and exits 3 (actor.ErrLeaseLost) — there is never a second live
 // activation. The objects go on, once, on the other node.
 func TestANodePausedPastItsLeaseExitsAndItsObjectsGoOnElsewhere(t *testing.T) {
-	db := pgtest.New(t)
-	bin := buildBerth(t)
-	ca := testCA(t, "node-1", "node-2")
-	ctx := context.Background()
-	n1, err := startNode(ctx, bin, "node-1", db.URL, ca)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = n1.cmd.Process.Kill(); <-n1.done }()
-	n2, err := startNode(ctx, bin, "node-2", db.URL, ca)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = n2.cmd.Process.Signal(syscall.SIGCONT); _ = n2.cmd.Process.Kill(); <-n2.done }()
-	client, store, closeClient, err := startGateway(ctx, db.URL, "client", tcp.Options{TLS: testHostTLS(t, ca, "client")}, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeClient()
-	ref := func(i int) actor.Ref { return actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)} }
 	const objects = 40
-	var onN2 []int
-	for i := range objects {
-		if err := actor.Tell(ctx, client, ref(i), counter.Add{Sender: "s", Seq: 1}); err != nil {
-			t.Fatal(err)
-		}
-		c, err := actor.Ask[counter.Read, counter.Counter](ctx, client, ref(i), counter.Read{})
-		if err != nil || c.Count["s"] != 1 {
-			t.Fatalf("object %d: %+v, %v", i, c, err)
-		}
-		if row, err := store.Get(ctx, relocation.Object{Kind: counter.Name, ID: strconv.Itoa(i)}); err == nil && row.Host == "node-2" {
-			onN2 = append(onN2, i)
-		}
-	}
-	if len(onN2) == 0 {
-		t.Fatal("no object on node-2")
-	}
+	p := startNodePair(t, objects)
+	n1, n2, client, store, onN2 := p.n1, p.n2, p.client, p.store, p.onN2
+	ctx, ref := context.Background(), counterRef
 	t.Logf("%d of %d objects on node-2; pausing it", len(onN2), objects)
 	if err := n2.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -444,43 +467,10 @@ func TestALongerLeaseTTLIsTheMembershipsLeaseToo(t *testing.T) {
 // them with their state and the Tells sent to them meanwhile, and goes on
 // running.
 func TestANodeWithALongerLeaseRidesOutAStallPastTheDefault(t *testing.T) {
-	db := pgtest.New(t)
-	bin := buildBerth(t)
-	ca := testCA(t, "node-1", "node-2")
-	ctx := context.Background()
-	n1, err := startNode(ctx, bin, "node-1", db.URL, ca)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = n1.cmd.Process.Kill(); <-n1.done }()
-	n2, err := startNode(ctx, bin, "node-2", db.URL, ca, "-lease-ttl", "12s", "-lease-renew", "1s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = n2.cmd.Process.Signal(syscall.SIGCONT); _ = n2.cmd.Process.Kill(); <-n2.done }()
-	client, store, closeClient, err := startGateway(ctx, db.URL, "client", tcp.Options{TLS: testHostTLS(t, ca, "client")}, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeClient()
-	ref := func(i int) actor.Ref { return actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)} }
 	const objects = 30
-	var onN2 []int
-	for i := range objects {
-		if err := actor.Tell(ctx, client, ref(i), counter.Add{Sender: "s", Seq: 1}); err != nil {
-			t.Fatal(err)
-		}
-		c, err := actor.Ask[counter.Read, counter.Counter](ctx, client, ref(i), counter.Read{})
-		if err != nil || c.Count["s"] != 1 {
-			t.Fatalf("object %d: %+v, %v", i, c, err)
-		}
-		if row, err := store.Get(ctx, relocation.Object{Kind: counter.Name, ID: strconv.Itoa(i)}); err == nil && row.Host == "node-2" {
-			onN2 = append(onN2, i)
-		}
-	}
-	if len(onN2) == 0 {
-		t.Fatal("no object on node-2")
-	}
+	p := startNodePair(t, objects, "-lease-ttl", "12s", "-lease-renew", "1s")
+	n2, client, store, onN2 := p.n2, p.client, p.store, p.onN2
+	ctx, ref := context.Background(), counterRef
 	t.Logf("%d of %d objects on node-2; pausing it for 6 s", len(onN2), objects)
 	if err := n2.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
