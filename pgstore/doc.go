@@ -57,8 +57,15 @@
 //     lost then, the changelog is not), and get a Sync when it no longer
 //     reaches back that far. A sweep goroutine expires leases while no call
 //     comes in; nothing runs after Close.
+//   - No transaction of more than one statement (a lease renewal, a
+//     membership renewal or change) holds its locks past the lease it
+//     serves: it tells the server to end it once its client is silent
+//     inside it that long (inTx). A client stopped mid-transaction would
+//     otherwise hold up every takeover of its objects and every expiry
+//     sweep until the server noticed its connection was gone.
 //   - Transient failures (connection refused or lost, serialization
-//     failure or deadlock, server shutting down) are errors of kind
+//     failure or deadlock, server shutting down, a transaction ended for
+//     its client's silence) are errors of kind
 //     payload.Unavailable: the call may be retried with the same
 //     arguments. A call whose context is done returns ctx.Err() and writes
 //     nothing; one cancelled in flight may or may not have written, as the

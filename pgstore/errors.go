@@ -54,6 +54,8 @@ func transient(err error) bool {
 			return true
 		case pgErr.Code == "55P03": // lock not available
 			return true
+		case pgErr.Code == "25P03": // idle in transaction past its bound: this client stalled inside one (inTx)
+			return true
 		}
 		return false
 	}

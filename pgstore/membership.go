@@ -233,7 +233,7 @@ func (m *Membership) inChange(ctx context.Context, op string, contact bool,
 	}
 	frozen, off := m.clock.args()
 	var out change
-	err := pgx.BeginFunc(ctx, m.pool, func(tx pgx.Tx) error {
+	err := inTx(ctx, m.pool, m.ttl, func(tx pgx.Tx) error {
 		var rev int64
 		if err := tx.QueryRow(ctx, `SELECT rev FROM pgstore_membership_rev FOR UPDATE`).Scan(&rev); err != nil {
 			return err
@@ -446,7 +446,7 @@ func (m *Membership) Renew(ctx context.Context, name string, gen uint64) (member
 		live, departed, moved bool
 	)
 	found := true
-	err := pgx.BeginFunc(ctx, m.pool, func(tx pgx.Tx) error {
+	err := inTx(ctx, m.pool, m.ttl, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, memberSilenceSQL, frozen, off); err != nil {
 			return err
 		}

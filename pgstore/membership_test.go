@@ -3,6 +3,8 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/berthrt/berth/membership/membershiptest"
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/pgstore"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -278,5 +281,110 @@ func TestMembershipARowOfUnknownLeaseLengthExpiresByItsDeadline(t *testing.T) {
 	}
 	if len(ms) != 1 || ms[0].Name != "keeper" {
 		t.Fatalf("2 s past old's deadline, with keeper renewing, the membership lists %v; want keeper alone", ms)
+	}
+}
+
+// stallTracer stops the statement of a pool's connection after a
+// statement matching its pattern ran, while armed: a client that stalled
+// inside a transaction (a SIGSTOP, a starved CPU) holding what that
+// statement locked.
+type stallTracer struct {
+	pattern string
+	armed   atomic.Bool
+	stalled chan struct{} // closed when a statement stalls
+	release chan struct{} // close to let it go on
+}
+
+type stallKey struct{}
+
+func (s *stallTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	return context.WithValue(ctx, stallKey{}, d.SQL)
+}
+
+func (s *stallTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryEndData) {
+	if sql, _ := ctx.Value(stallKey{}).(string); d.Err == nil && strings.Contains(sql, s.pattern) && s.armed.CompareAndSwap(true, false) {
+		close(s.stalled)
+		<-s.release
+	}
+}
+
+// A member whose client stops inside its renewal's transaction — after the
+// statement that locked its row, before the commit — holds that lock; the
+// sweep that would expire it waits for the lock holding the revision lock,
+// which every change needs. The transaction tells the server to end it
+// once it waits for its client longer than the lease: the member then
+// expires like any other that stopped renewing, and the stalled client,
+// let go, learns of it from its calls' errors.
+func TestAMemberStalledInsideItsRenewalStillExpires(t *testing.T) {
+	ctx := context.Background()
+	pool, db := newPool(t)
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &stallTracer{pattern: "SELECT lease_gen, live, departed, deadline FROM pgstore_members WHERE name = $3 FOR UPDATE",
+		stalled: make(chan struct{}), release: make(chan struct{})}
+	cfg.ConnConfig.Tracer = tr
+	spool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(spool.Close)
+	const ttl = time.Second
+	keeper := newMembership(t, pool, pgstore.MembershipOptions{TTL: ttl})
+	stalled := newMembership(t, spool, pgstore.MembershipOptions{TTL: ttl})
+	if _, err := keeper.Join(ctx, membership.Member{Name: "keeper", Address: "k", LeaseGen: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stalled.Join(ctx, membership.Member{Name: "stalled", Address: "s", LeaseGen: 1}); err != nil {
+		t.Fatal(err)
+	}
+	tr.armed.Store(true)
+	renewed := make(chan error, 1)
+	go func() {
+		_, err := stalled.Renew(ctx, "stalled", 1)
+		renewed <- err
+	}()
+	defer func() {
+		select {
+		case <-tr.release:
+		default:
+			close(tr.release)
+		}
+	}()
+	select {
+	case <-tr.stalled:
+	case err := <-renewed:
+		t.Fatalf("the renewal ended (%v) without stalling: its statement no longer matches %q", err, tr.pattern)
+	}
+	// stalled's lease runs out by the store's clock while keeper renews;
+	// the server's clock runs on.
+	advance := func(d time.Duration) { keeper.Advance(d); stalled.Advance(d) }
+	var names []string
+	testutil.WaitForWithin(t, "the sweep to expire the member stalled inside its renewal", time.Minute, func() bool {
+		advance(200 * time.Millisecond)
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if _, err := keeper.Renew(cctx, "keeper", 1); err != nil {
+			return false // behind the stalled lock: a silence, not an expiry
+		}
+		ms, err := keeper.Members(cctx)
+		if err != nil {
+			return false
+		}
+		names = names[:0]
+		for _, m := range ms {
+			names = append(names, m.Name)
+		}
+		return len(ms) == 1 && ms[0].Name == "keeper"
+	})
+	close(tr.release)
+	if err := <-renewed; err == nil {
+		t.Fatal("the stalled renewal committed after its member expired; want an error")
+	} else if payload.KindOf(err) != payload.Unavailable {
+		t.Errorf("the stalled renewal's error %v is of kind %v; want Unavailable (a stall its caller retries)", err, payload.KindOf(err))
+	}
+	if _, err := stalled.Renew(ctx, "stalled", 1); !errors.Is(err, membership.ErrLeaseExpired) {
+		t.Fatalf("the stalled member's next renewal: %v; want ErrLeaseExpired", err)
 	}
 }

@@ -389,7 +389,7 @@ func (s *Store) RenewLease(ctx context.Context, host string, gen uint64, ttl tim
 		oldGen              *int64
 		oldRanOut, newerRun bool
 	)
-	err := pgx.BeginFunc(ctx, s.leases, func(tx pgx.Tx) error {
+	err := inTx(ctx, s.leases, ttl, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, silenceSQL, frozen, off); err != nil {
 			return err
 		}

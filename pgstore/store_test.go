@@ -195,3 +195,70 @@ func TestConnectionRefusedIsUnavailable(t *testing.T) {
 		t.Fatalf("Open on a refused connection = %v, want kind Unavailable", err)
 	}
 }
+
+// A host whose client stops inside its lease renewal's transaction —
+// after the statement that locked its lease row, before the commit — does
+// not hold the row past the lease it renews: the server ends the stalled
+// transaction, and the host's next run (a restart under the same name)
+// takes its lease instead of waiting for ever.
+func TestAHostStalledInsideItsLeaseRenewalDoesNotHoldItsRow(t *testing.T) {
+	ctx := context.Background()
+	pool, db := newPool(t)
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &stallTracer{pattern: "FROM pgstore_leases WHERE host = $3 FOR UPDATE", stalled: make(chan struct{}), release: make(chan struct{})}
+	cfg.ConnConfig.Tracer = tr
+	spool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(spool.Close)
+	oldRun, err := pgstore.Open(ctx, spool, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newRun, err := pgstore.Open(ctx, pool, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = time.Second
+	if _, err := oldRun.RenewLease(ctx, "h", 1, ttl); err != nil {
+		t.Fatal(err)
+	}
+	tr.armed.Store(true)
+	renewed := make(chan error, 1)
+	go func() {
+		_, err := oldRun.RenewLease(ctx, "h", 1, ttl)
+		renewed <- err
+	}()
+	defer func() {
+		select {
+		case <-tr.release:
+		default:
+			close(tr.release)
+		}
+	}()
+	select {
+	case <-tr.stalled:
+	case err := <-renewed:
+		t.Fatalf("the renewal ended (%v) without stalling: its statement no longer matches %q", err, tr.pattern)
+	}
+	var l relocation.Lease
+	testutil.WaitForWithin(t, "the next run of the host to take its lease", time.Minute, func() bool {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		l, err = newRun.RenewLease(cctx, "h", 2, ttl)
+		return err == nil
+	})
+	if l.Gen != 2 {
+		t.Fatalf("the next run's lease is of generation %d; want 2", l.Gen)
+	}
+	close(tr.release)
+	if err := <-renewed; err == nil {
+		t.Fatal("the stalled renewal committed after a newer run took the lease; want an error")
+	} else if payload.KindOf(err) != payload.Unavailable {
+		t.Errorf("the stalled renewal's error %v is of kind %v; want Unavailable (a stall its caller retries)", err, payload.KindOf(err))
+	}
+}
