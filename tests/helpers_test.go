@@ -2,14 +2,18 @@ package tests
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/berthrt/berth/actor"
 	"github.com/berthrt/berth/internal/testutil"
 	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/pgstore"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -59,4 +63,43 @@ func startPair(t testing.TB, cfg actor.Config, kinds func(*actor.Host)) (a, b *a
 	a, b = start("a"), start("b")
 	testutil.WaitFor(t, "the hosts to know each other", func() bool { return len(a.Peers()) == 1 && len(b.Peers()) == 1 })
 	return a, b
+}
+
+// dbActivity describes, for a failing test's report, what database url is
+// doing: its sessions that are not idle (a transaction waiting for its
+// client, a statement waiting for a lock: a stalled process holding up
+// the others) and the membership's rows, by the database's clock.
+func dbActivity(url string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return "the database: " + err.Error()
+	}
+	defer conn.Close(ctx)
+	var b strings.Builder
+	rows, err := conn.Query(ctx, `SELECT state, coalesce(wait_event_type || '/' || wait_event, '-'),
+		coalesce(now() - xact_start, interval '0')::text, left(regexp_replace(query, '\s+', ' ', 'g'), 160)
+		FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND state <> 'idle'`)
+	if err == nil {
+		for rows.Next() {
+			var state, wait, age, query string
+			if rows.Scan(&state, &wait, &age, &query) == nil {
+				fmt.Fprintf(&b, "session %s, waiting %s, transaction %s old: %s\n", state, wait, age, query)
+			}
+		}
+		rows.Close()
+	}
+	rows, err = conn.Query(ctx, `SELECT name, live, (deadline - now())::text FROM pgstore_members ORDER BY name`)
+	if err == nil {
+		for rows.Next() {
+			var name, left string
+			var live bool
+			if rows.Scan(&name, &live, &left) == nil {
+				fmt.Fprintf(&b, "member %s: live %v, deadline in %s\n", name, live, left)
+			}
+		}
+		rows.Close()
+	}
+	return b.String()
 }

@@ -651,6 +651,9 @@ func TestAPausedNodesWritesAreFencedAfterItsObjectsMoveOn(t *testing.T) {
 		// What the gateway and the living nodes hold, to tell a stuck
 		// takeover from a message held for its order or for a look-up.
 		var b strings.Builder
+		l, ok, lerr := c.store.Lease(ctx, na.name)
+		fmt.Fprintf(&b, "%s's lease in the store: %+v (found %v, %v); the gateway's peers %v\nthe database:\n%s",
+			na.name, l, ok, lerr, c.gw.Peers(), dbActivity(c.db))
 		fmt.Fprintf(&b, "gateway: %+v\n", c.gw.Stats())
 		for _, n := range nodes[1:] {
 			fmt.Fprintf(&b, "%s: %s\n%s's log:\n%s\n", n.name, n.must(t, "stats"), n.name, tailString(n.stderr(), 3000))
