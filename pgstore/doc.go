@@ -57,12 +57,14 @@
 //     lost then, the changelog is not), and get a Sync when it no longer
 //     reaches back that far. A sweep goroutine expires leases while no call
 //     comes in; nothing runs after Close.
-//   - No transaction of more than one statement (a lease renewal, a
-//     membership renewal or change) holds its locks past the lease it
-//     serves: it tells the server to end it once its client is silent
-//     inside it that long (inTx). A client stopped mid-transaction would
-//     otherwise hold up every takeover of its objects and every expiry
-//     sweep until the server noticed its connection was gone.
+//   - No call holds locks across its client's stall past a lease: a
+//     renewal (Store.RenewLease, Membership.Renew) is one batch, which
+//     the server runs as one transaction without waiting for the client;
+//     a membership change, whose client decides between statements, has
+//     the server end its transaction once its client is silent inside it
+//     for longer than the membership's lease (batch.go). A client stopped
+//     mid-call would otherwise hold up every takeover of its objects and
+//     every expiry sweep until the server noticed its connection was gone.
 //   - Transient failures (connection refused or lost, serialization
 //     failure or deadlock, server shutting down, a transaction ended for
 //     its client's silence) are errors of kind

@@ -433,8 +433,9 @@ upd AS (
 	RETURNING 1)
 SELECT cur.lease_gen, cur.live AND cur.deadline > clk.now, cur.departed, EXISTS (SELECT 1 FROM upd) FROM cur, clk`
 
-// Renew implements membership.Membership. One transaction: the end of a
-// silence (memberSilenceSQL), then renewSQL.
+// Renew implements membership.Membership. One batch, run by the server
+// as one transaction: the end of a silence (memberSilenceSQL), then
+// renewSQL.
 func (m *Membership) Renew(ctx context.Context, name string, gen uint64) (membership.Lease, error) {
 	const op = "pgstore.Membership.Renew"
 	if err := m.begin(ctx); err != nil {
@@ -446,11 +447,16 @@ func (m *Membership) Renew(ctx context.Context, name string, gen uint64) (member
 		live, departed, moved bool
 	)
 	found := true
-	err := inTx(ctx, m.pool, m.ttl, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, memberSilenceSQL, frozen, off); err != nil {
+	// One batch, one implicit transaction that the server runs whole
+	// (batch.go).
+	var b pgx.Batch
+	b.Queue(memberSilenceSQL, frozen, off)
+	b.Queue(renewSQL, frozen, off, name, i64(gen), m.ttl.Microseconds())
+	err := sendBatch(ctx, m.pool, &b, func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
 			return err
 		}
-		err := tx.QueryRow(ctx, renewSQL, frozen, off, name, i64(gen), m.ttl.Microseconds()).Scan(&cur, &live, &departed, &moved)
+		err := br.QueryRow().Scan(&cur, &live, &departed, &moved)
 		if err == pgx.ErrNoRows {
 			found = false
 			return nil

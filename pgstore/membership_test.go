@@ -284,55 +284,97 @@ func TestMembershipARowOfUnknownLeaseLengthExpiresByItsDeadline(t *testing.T) {
 	}
 }
 
-// stallTracer stops the statement of a pool's connection after a
-// statement matching its pattern ran, while armed: a client that stalled
-// inside a transaction (a SIGSTOP, a starved CPU) holding what that
-// statement locked.
+// stallTracer stops the call of a pool's connection, while armed, once the
+// result of a statement matching its pattern is read — in a transaction,
+// after the statement ran and before the next one is sent; in a batch,
+// after the server ran the whole batch: a client that stalled there (a
+// SIGSTOP, a starved CPU).
 type stallTracer struct {
 	pattern string
 	armed   atomic.Bool
-	stalled chan struct{} // closed when a statement stalls
+	stalled chan struct{} // closed when a call stalls
 	release chan struct{} // close to let it go on
 }
 
 type stallKey struct{}
+
+func newStallTracer(pattern string) *stallTracer {
+	return &stallTracer{pattern: pattern, stalled: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (s *stallTracer) stall(sql string, err error) {
+	if err == nil && strings.Contains(sql, s.pattern) && s.armed.CompareAndSwap(true, false) {
+		close(s.stalled)
+		<-s.release
+	}
+}
 
 func (s *stallTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	return context.WithValue(ctx, stallKey{}, d.SQL)
 }
 
 func (s *stallTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryEndData) {
-	if sql, _ := ctx.Value(stallKey{}).(string); d.Err == nil && strings.Contains(sql, s.pattern) && s.armed.CompareAndSwap(true, false) {
-		close(s.stalled)
-		<-s.release
+	sql, _ := ctx.Value(stallKey{}).(string)
+	s.stall(sql, d.Err)
+}
+
+func (s *stallTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+
+func (s *stallTracer) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	s.stall(d.SQL, d.Err)
+}
+
+func (s *stallTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// letGo releases the tracer's stalled call, if it was not yet.
+func (s *stallTracer) letGo() {
+	select {
+	case <-s.release:
+	default:
+		close(s.release)
 	}
 }
 
-// A member whose client stops inside its renewal's transaction — after the
-// statement that locked its row, before the commit — holds that lock; the
-// sweep that would expire it waits for the lock holding the revision lock,
-// which every change needs. The transaction tells the server to end it
-// once it waits for its client longer than the lease: the member then
-// expires like any other that stopped renewing, and the stalled client,
-// let go, learns of it from its calls' errors.
+// stallingPool opens a pool on db whose connections stall as tr says.
+func stallingPool(t *testing.T, url string, tr *stallTracer) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// waitStalled waits until tr stalled a call, or fails if the call ended
+// first (done received its result).
+func waitStalled(t *testing.T, tr *stallTracer, done <-chan error) {
+	t.Helper()
+	select {
+	case <-tr.stalled:
+	case err := <-done:
+		t.Fatalf("the call ended (%v) without stalling: no statement of it matches %q", err, tr.pattern)
+	}
+}
+
+// A member whose client stalls inside its renewal — after the statement
+// that locks its row — holds nothing up: the renewal runs whole on the
+// server (one batch), the member stops renewing and expires like any
+// other, and the stalled call, let go, does not bring it back.
 func TestAMemberStalledInsideItsRenewalStillExpires(t *testing.T) {
 	ctx := context.Background()
 	pool, db := newPool(t)
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := &stallTracer{pattern: "SELECT lease_gen, live, departed, deadline FROM pgstore_members WHERE name = $3 FOR UPDATE",
-		stalled: make(chan struct{}), release: make(chan struct{})}
-	cfg.ConnConfig.Tracer = tr
-	spool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(spool.Close)
+	tr := newStallTracer("SELECT lease_gen, live, departed, deadline FROM pgstore_members WHERE name = $3 FOR UPDATE")
 	const ttl = time.Second
 	keeper := newMembership(t, pool, pgstore.MembershipOptions{TTL: ttl})
-	stalled := newMembership(t, spool, pgstore.MembershipOptions{TTL: ttl})
+	stalled := newMembership(t, stallingPool(t, db.URL, tr), pgstore.MembershipOptions{TTL: ttl})
 	if _, err := keeper.Join(ctx, membership.Member{Name: "keeper", Address: "k", LeaseGen: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -345,22 +387,14 @@ func TestAMemberStalledInsideItsRenewalStillExpires(t *testing.T) {
 		_, err := stalled.Renew(ctx, "stalled", 1)
 		renewed <- err
 	}()
-	defer func() {
-		select {
-		case <-tr.release:
-		default:
-			close(tr.release)
-		}
-	}()
-	select {
-	case <-tr.stalled:
-	case err := <-renewed:
-		t.Fatalf("the renewal ended (%v) without stalling: its statement no longer matches %q", err, tr.pattern)
-	}
-	// stalled's lease runs out by the store's clock while keeper renews;
-	// the server's clock runs on.
+	defer tr.letGo()
+	waitStalled(t, tr, renewed)
+	// stalled's lease runs out by the store's clock while keeper renews.
 	advance := func(d time.Duration) { keeper.Advance(d); stalled.Advance(d) }
-	var names []string
+	listsKeeperAlone := func(ctx context.Context) bool {
+		ms, err := keeper.Members(ctx)
+		return err == nil && len(ms) == 1 && ms[0].Name == "keeper"
+	}
 	testutil.WaitForWithin(t, "the sweep to expire the member stalled inside its renewal", time.Minute, func() bool {
 		advance(200 * time.Millisecond)
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -368,23 +402,49 @@ func TestAMemberStalledInsideItsRenewalStillExpires(t *testing.T) {
 		if _, err := keeper.Renew(cctx, "keeper", 1); err != nil {
 			return false // behind the stalled lock: a silence, not an expiry
 		}
-		ms, err := keeper.Members(cctx)
-		if err != nil {
-			return false
-		}
-		names = names[:0]
-		for _, m := range ms {
-			names = append(names, m.Name)
-		}
-		return len(ms) == 1 && ms[0].Name == "keeper"
+		return listsKeeperAlone(cctx)
 	})
-	close(tr.release)
-	if err := <-renewed; err == nil {
-		t.Fatal("the stalled renewal committed after its member expired; want an error")
-	} else if payload.KindOf(err) != payload.Unavailable {
-		t.Errorf("the stalled renewal's error %v is of kind %v; want Unavailable (a stall its caller retries)", err, payload.KindOf(err))
+	tr.letGo()
+	if err := <-renewed; err != nil && payload.KindOf(err) != payload.Unavailable {
+		t.Errorf("the stalled renewal's error %v is of kind %v; want none (it ran before the stall) or Unavailable (a stall its caller retries)", err, payload.KindOf(err))
+	}
+	if !listsKeeperAlone(ctx) {
+		t.Fatal("the stalled renewal, let go, brought its expired member back")
 	}
 	if _, err := stalled.Renew(ctx, "stalled", 1); !errors.Is(err, membership.ErrLeaseExpired) {
 		t.Fatalf("the stalled member's next renewal: %v; want ErrLeaseExpired", err)
+	}
+}
+
+// A member whose client stalls inside a membership change — after it took
+// the revision lock that every change and expiry sweep needs — holds the
+// others up no longer than the membership's lease: the server ends the
+// stalled transaction, another member joins, and the stalled call, let
+// go, fails with Unavailable (a stall its caller retries).
+func TestAMemberStalledInsideAChangeHoldsTheOthersUpNoLongerThanALease(t *testing.T) {
+	ctx := context.Background()
+	pool, db := newPool(t)
+	tr := newStallTracer("SELECT rev FROM pgstore_membership_rev FOR UPDATE")
+	const ttl = time.Second
+	keeper := newMembership(t, pool, pgstore.MembershipOptions{TTL: ttl})
+	// No sweeps of its own: the one change it makes is the Join below.
+	stalled := newMembership(t, stallingPool(t, db.URL, tr), pgstore.MembershipOptions{TTL: ttl, SweepEvery: time.Hour})
+	tr.armed.Store(true)
+	joined := make(chan error, 1)
+	go func() {
+		_, err := stalled.Join(ctx, membership.Member{Name: "stalled", Address: "s", LeaseGen: 1})
+		joined <- err
+	}()
+	defer tr.letGo()
+	waitStalled(t, tr, joined)
+	testutil.WaitForWithin(t, "another member to join while a change is stalled", time.Minute, func() bool {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := keeper.Join(cctx, membership.Member{Name: "other", Address: "o", LeaseGen: 1})
+		return err == nil
+	})
+	tr.letGo()
+	if err := <-joined; payload.KindOf(err) != payload.Unavailable {
+		t.Fatalf("the stalled Join ended with %v (kind %v); want Unavailable: the server ended its transaction", err, payload.KindOf(err))
 	}
 }

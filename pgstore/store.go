@@ -389,26 +389,13 @@ func (s *Store) RenewLease(ctx context.Context, host string, gen uint64, ttl tim
 		oldGen              *int64
 		oldRanOut, newerRun bool
 	)
-	err := inTx(ctx, s.leases, ttl, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, silenceSQL, frozen, off); err != nil {
-			return err
-		}
-		var ranOut *bool
-		err := tx.QueryRow(ctx, `SELECT gen, deadline <= `+clockSQL+` FROM pgstore_leases WHERE host = $3 FOR UPDATE`,
-			frozen, off, host).Scan(&oldGen, &ranOut)
-		switch {
-		case err == pgx.ErrNoRows:
-			oldGen = nil
-		case err != nil:
-			return err
-		default:
-			oldRanOut = ranOut != nil && *ranOut
-		}
-		if oldGen != nil && uint64(*oldGen) > gen {
-			newerRun = true
-			return nil
-		}
-		err = tx.QueryRow(ctx, `
+	// One batch, one implicit transaction that the server runs whole: the
+	// end of a silence, the old lease (locked), the renewal (batch.go).
+	var b pgx.Batch
+	b.Queue(silenceSQL, frozen, off)
+	b.Queue(`SELECT gen, deadline <= `+clockSQL+` FROM pgstore_leases WHERE host = $3 FOR UPDATE`, frozen, off, host)
+	// A newer run's lease is left alone (the WHERE): no row comes back.
+	b.Queue(`
 INSERT INTO pgstore_leases AS l (host, gen, deadline, renewed_at, ttl_us)
 VALUES ($3, $4, `+clockSQL+` + $5::bigint * interval '1 microsecond', `+clockSQL+`, $5)
 ON CONFLICT (host) DO UPDATE
@@ -417,8 +404,22 @@ SET gen = excluded.gen,
 	renewed_at = excluded.renewed_at, ttl_us = excluded.ttl_us
 WHERE l.gen <= excluded.gen
 RETURNING host, gen, deadline, (extract(epoch FROM deadline - `+clockSQL+`) * 1000000)::bigint`,
-			frozen, off, host, int64(gen), ttl.Microseconds()).Scan(&l.Host, &g, &l.Deadline, &remainingUS)
-		if err == pgx.ErrNoRows { // a newer run inserted its lease meanwhile
+		frozen, off, host, int64(gen), ttl.Microseconds())
+	err := sendBatch(ctx, s.leases, &b, func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		var ranOut *bool
+		switch err := br.QueryRow().Scan(&oldGen, &ranOut); {
+		case err == pgx.ErrNoRows:
+			oldGen = nil
+		case err != nil:
+			return err
+		default:
+			oldRanOut = ranOut != nil && *ranOut
+		}
+		err := br.QueryRow().Scan(&l.Host, &g, &l.Deadline, &remainingUS)
+		if err == pgx.ErrNoRows { // a newer run holds the lease
 			newerRun = true
 			return nil
 		}

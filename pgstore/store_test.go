@@ -196,26 +196,16 @@ func TestConnectionRefusedIsUnavailable(t *testing.T) {
 	}
 }
 
-// A host whose client stops inside its lease renewal's transaction —
-// after the statement that locked its lease row, before the commit — does
-// not hold the row past the lease it renews: the server ends the stalled
-// transaction, and the host's next run (a restart under the same name)
-// takes its lease instead of waiting for ever.
+// A host whose client stalls inside its lease renewal — after the
+// statement that locks its lease row — holds nothing up: the renewal runs
+// whole on the server (one batch), so the host's next run (a restart
+// under the same name) takes its lease at once, and the stalled call, let
+// go, does not take it back.
 func TestAHostStalledInsideItsLeaseRenewalDoesNotHoldItsRow(t *testing.T) {
 	ctx := context.Background()
 	pool, db := newPool(t)
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := &stallTracer{pattern: "FROM pgstore_leases WHERE host = $3 FOR UPDATE", stalled: make(chan struct{}), release: make(chan struct{})}
-	cfg.ConnConfig.Tracer = tr
-	spool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(spool.Close)
-	oldRun, err := pgstore.Open(ctx, spool, pgstore.Options{})
+	tr := newStallTracer("FROM pgstore_leases WHERE host = $3 FOR UPDATE")
+	oldRun, err := pgstore.Open(ctx, stallingPool(t, db.URL, tr), pgstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,23 +218,19 @@ func TestAHostStalledInsideItsLeaseRenewalDoesNotHoldItsRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr.armed.Store(true)
-	renewed := make(chan error, 1)
-	go func() {
-		_, err := oldRun.RenewLease(ctx, "h", 1, ttl)
-		renewed <- err
-	}()
-	defer func() {
-		select {
-		case <-tr.release:
-		default:
-			close(tr.release)
-		}
-	}()
-	select {
-	case <-tr.stalled:
-	case err := <-renewed:
-		t.Fatalf("the renewal ended (%v) without stalling: its statement no longer matches %q", err, tr.pattern)
+	type result struct {
+		l   relocation.Lease
+		err error
 	}
+	renewed := make(chan result, 1)
+	done := make(chan error, 1)
+	go func() {
+		l, err := oldRun.RenewLease(ctx, "h", 1, ttl)
+		renewed <- result{l, err}
+		done <- err
+	}()
+	defer tr.letGo()
+	waitStalled(t, tr, done)
 	var l relocation.Lease
 	testutil.WaitForWithin(t, "the next run of the host to take its lease", time.Minute, func() bool {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -255,10 +241,17 @@ func TestAHostStalledInsideItsLeaseRenewalDoesNotHoldItsRow(t *testing.T) {
 	if l.Gen != 2 {
 		t.Fatalf("the next run's lease is of generation %d; want 2", l.Gen)
 	}
-	close(tr.release)
-	if err := <-renewed; err == nil {
-		t.Fatal("the stalled renewal committed after a newer run took the lease; want an error")
-	} else if payload.KindOf(err) != payload.Unavailable {
-		t.Errorf("the stalled renewal's error %v is of kind %v; want Unavailable (a stall its caller retries)", err, payload.KindOf(err))
+	tr.letGo()
+	switch r := <-renewed; {
+	case r.err == nil && r.l.Gen != 1:
+		t.Fatalf("the stalled renewal returned a lease of generation %d; want 1 (it ran before the next run's)", r.l.Gen)
+	case r.err != nil && payload.KindOf(r.err) != payload.Unavailable:
+		t.Errorf("the stalled renewal's error %v is of kind %v; want none or Unavailable (a stall its caller retries)", r.err, payload.KindOf(r.err))
+	}
+	if cur, ok, err := newRun.Lease(ctx, "h"); err != nil || !ok || cur.Gen != 2 {
+		t.Fatalf("after the stalled renewal was let go the lease is %+v (found %v, %v); want the next run's, generation 2", cur, ok, err)
+	}
+	if _, err := oldRun.RenewLease(ctx, "h", 1, ttl); !errors.Is(err, payload.Rejected) {
+		t.Fatalf("the old run's next renewal: %v; want Rejected (a newer run holds the lease)", err)
 	}
 }
