@@ -388,8 +388,10 @@ func TestForgedItemsFromAnAuthenticatedMemberHaveNoEffect(t *testing.T) {
 	// Hellos from the highest incarnations: not ghost's run (n1's
 	// membership says which it is), so dropped as stale — no restart, not
 	// even of ghost's own session.
+	// One at a time: a newer connection of ghost's replaces an older one,
+	// whose frames not yet read go with it (a real peer sends them again).
 	before := x.stats(t)
-	for _, inc := range []uint64{math.MaxUint64 - 1, math.MaxUint64} {
+	for i, inc := range []uint64{math.MaxUint64 - 1, math.MaxUint64} {
 		c, err := x.dial("ghost", &x.ghost)
 		if err != nil {
 			t.Fatal(err)
@@ -397,10 +399,10 @@ func TestForgedItemsFromAnAuthenticatedMemberHaveNoEffect(t *testing.T) {
 		if _, err := c.Write(linkFrame(3, 0, inc, 0, nil)); err != nil {
 			t.Fatal(err)
 		}
+		if !waitFor(30*time.Second, func() bool { return x.stats(t).Stale >= before.Stale+uint64(i)+1 }) {
+			t.Fatalf("n1 did not drop the hello of run %d of ghost as stale: %+v, before %+v", inc, x.stats(t), before)
+		}
 		_ = c.Close()
-	}
-	if !waitFor(30*time.Second, func() bool { return x.stats(t).Stale >= before.Stale+2 }) {
-		t.Fatalf("n1 did not drop the hellos of other runs of ghost as stale: %+v, before %+v", x.stats(t), before)
 	}
 	if s := x.stats(t); s.Restarts != before.Restarts {
 		t.Fatalf("hellos of another run than the membership's restarted ghost's session: %+v, before %+v", s, before)
