@@ -423,7 +423,10 @@ func TestRelocationAcrossProcessesLosesDuplicatesAndReordersNothing(t *testing.T
 	}
 	staying, drained := nodes[:3], nodes[3]
 	seed := time.Now().UnixNano() % 1_000_000
-	t.Logf("seed %d", seed)
+	if v, err := strconv.ParseInt(os.Getenv("BERTH_MOVEKILL_SEED"), 10, 64); err == nil {
+		seed = v
+	}
+	t.Logf("seed %d (BERTH_MOVEKILL_SEED=%d to repeat)", seed, seed)
 	for i, n := range staying {
 		n.must(t, fmt.Sprintf("load %d 2 8 %d 2000", objects, seed+int64(i)))
 	}
@@ -573,7 +576,10 @@ func killAtStep(t *testing.T, kill, at string, kept bool, lastAt string) {
 	}
 
 	seed := time.Now().UnixNano() % 1_000_000
-	t.Logf("seed %d", seed)
+	if v, err := strconv.ParseInt(os.Getenv("BERTH_MOVEKILL_SEED"), 10, 64); err == nil {
+		seed = v
+	}
+	t.Logf("seed %d (BERTH_MOVEKILL_SEED=%d to repeat)", seed, seed)
 	client.must(t, fmt.Sprintf("load %d 2 8 %d 500", objects, seed))
 	nodes["nc"].must(t, fmt.Sprintf("load %d 1 8 %d 500", objects, seed+1))
 	time.Sleep(200 * time.Millisecond) // traffic runs in the children meanwhile
@@ -722,7 +728,10 @@ func TestAMoveAcrossProcessesWithASlowSourceReordersNothing(t *testing.T) {
 		t.Fatalf("object 0 is on %s, want na", o)
 	}
 	seed := time.Now().UnixNano() % 1_000_000
-	t.Logf("seed %d", seed)
+	if v, err := strconv.ParseInt(os.Getenv("BERTH_MOVEKILL_SEED"), 10, 64); err == nil {
+		seed = v
+	}
+	t.Logf("seed %d (BERTH_MOVEKILL_SEED=%d to repeat)", seed, seed)
 	client.must(t, fmt.Sprintf("load %d 2 4 %d 500", objects, seed))
 	nc.must(t, fmt.Sprintf("load %d 1 4 %d 500", objects, seed+1))
 	time.Sleep(300 * time.Millisecond)
@@ -784,7 +793,10 @@ func TestAMoveAcrossProcessesWithASlowNodeReordersNothing(t *testing.T) {
 		nodes[i%len(nodes)].must(t, "read "+strconv.Itoa(i))
 	}
 	seed := time.Now().UnixNano() % 1_000_000
-	t.Logf("seed %d", seed)
+	if v, err := strconv.ParseInt(os.Getenv("BERTH_MOVEKILL_SEED"), 10, 64); err == nil {
+		seed = v
+	}
+	t.Logf("seed %d (BERTH_MOVEKILL_SEED=%d to repeat)", seed, seed)
 	for i, n := range nodes {
 		n.must(t, fmt.Sprintf("load %d 2 8 %d 1000", objects, seed+int64(i)))
 	}
