@@ -363,8 +363,9 @@ due AS MATERIALIZED (
 UPDATE pgstore_leases l SET deadline = clk.now + l.ttl_us * interval '1 microsecond', renewed_at = clk.now
 FROM due, clk WHERE l.host = due.host`
 
-// RenewLease implements relocation.Store: one transaction on the lease
-// pool. It ends a silence first (silenceSQL), then locks the host's lease
+// RenewLease implements relocation.Store: one batch on the lease pool,
+// which the server runs as one transaction. It ends a silence first
+// (silenceSQL), then locks the host's lease
 // (FOR UPDATE: a takeover of one of its rows waits, or has committed and
 // is seen by Owned) and inserts it or, when the stored generation is not
 // above gen, replaces it; a renewal of the same generation never moves
