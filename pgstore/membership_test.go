@@ -353,15 +353,22 @@ func stallingPool(t *testing.T, url string, tr *stallTracer) *pgxpool.Pool {
 	return pool
 }
 
-// waitStalled waits until tr stalled a call, or fails if the call ended
-// first (done received its result).
-func waitStalled(t *testing.T, tr *stallTracer, done <-chan error) {
+// during arms tr, runs call on a goroutine of its own and returns once
+// tr stalled it (failing if it ended first: none of its statements matches
+// the pattern); the call's error comes on the channel once it is let go
+// (letGo, or at the end of the test).
+func (s *stallTracer) during(t *testing.T, call func() error) <-chan error {
 	t.Helper()
+	s.armed.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- call() }()
+	t.Cleanup(s.letGo)
 	select {
-	case <-tr.stalled:
+	case <-s.stalled:
 	case err := <-done:
-		t.Fatalf("the call ended (%v) without stalling: no statement of it matches %q", err, tr.pattern)
+		t.Fatalf("the call ended (%v) without stalling: no statement of it matches %q", err, s.pattern)
 	}
+	return done
 }
 
 // A member whose client stalls inside its renewal — after the statement
@@ -381,14 +388,10 @@ func TestAMemberStalledInsideItsRenewalStillExpires(t *testing.T) {
 	if _, err := stalled.Join(ctx, membership.Member{Name: "stalled", Address: "s", LeaseGen: 1}); err != nil {
 		t.Fatal(err)
 	}
-	tr.armed.Store(true)
-	renewed := make(chan error, 1)
-	go func() {
+	renewed := tr.during(t, func() error {
 		_, err := stalled.Renew(ctx, "stalled", 1)
-		renewed <- err
-	}()
-	defer tr.letGo()
-	waitStalled(t, tr, renewed)
+		return err
+	})
 	// stalled's lease runs out by the store's clock while keeper renews.
 	advance := func(d time.Duration) { keeper.Advance(d); stalled.Advance(d) }
 	listsKeeperAlone := func(ctx context.Context) bool {
@@ -400,7 +403,7 @@ func TestAMemberStalledInsideItsRenewalStillExpires(t *testing.T) {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		if _, err := keeper.Renew(cctx, "keeper", 1); err != nil {
-			return false // behind the stalled lock: a silence, not an expiry
+			return false // no renewal: a silence, which expires nobody
 		}
 		return listsKeeperAlone(cctx)
 	})
@@ -429,14 +432,10 @@ func TestAMemberStalledInsideAChangeHoldsTheOthersUpNoLongerThanALease(t *testin
 	keeper := newMembership(t, pool, pgstore.MembershipOptions{TTL: ttl})
 	// No sweeps of its own: the one change it makes is the Join below.
 	stalled := newMembership(t, stallingPool(t, db.URL, tr), pgstore.MembershipOptions{TTL: ttl, SweepEvery: time.Hour})
-	tr.armed.Store(true)
-	joined := make(chan error, 1)
-	go func() {
+	joined := tr.during(t, func() error {
 		_, err := stalled.Join(ctx, membership.Member{Name: "stalled", Address: "s", LeaseGen: 1})
-		joined <- err
-	}()
-	defer tr.letGo()
-	waitStalled(t, tr, joined)
+		return err
+	})
 	testutil.WaitForWithin(t, "another member to join while a change is stalled", time.Minute, func() bool {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()

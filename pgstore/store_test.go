@@ -217,20 +217,12 @@ func TestAHostStalledInsideItsLeaseRenewalDoesNotHoldItsRow(t *testing.T) {
 	if _, err := oldRun.RenewLease(ctx, "h", 1, ttl); err != nil {
 		t.Fatal(err)
 	}
-	tr.armed.Store(true)
-	type result struct {
-		l   relocation.Lease
-		err error
-	}
-	renewed := make(chan result, 1)
-	done := make(chan error, 1)
-	go func() {
-		l, err := oldRun.RenewLease(ctx, "h", 1, ttl)
-		renewed <- result{l, err}
-		done <- err
-	}()
-	defer tr.letGo()
-	waitStalled(t, tr, done)
+	var stalledLease relocation.Lease // written before the call's error is sent
+	renewed := tr.during(t, func() error {
+		var err error
+		stalledLease, err = oldRun.RenewLease(ctx, "h", 1, ttl)
+		return err
+	})
 	var l relocation.Lease
 	testutil.WaitForWithin(t, "the next run of the host to take its lease", time.Minute, func() bool {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -242,11 +234,11 @@ func TestAHostStalledInsideItsLeaseRenewalDoesNotHoldItsRow(t *testing.T) {
 		t.Fatalf("the next run's lease is of generation %d; want 2", l.Gen)
 	}
 	tr.letGo()
-	switch r := <-renewed; {
-	case r.err == nil && r.l.Gen != 1:
-		t.Fatalf("the stalled renewal returned a lease of generation %d; want 1 (it ran before the next run's)", r.l.Gen)
-	case r.err != nil && payload.KindOf(r.err) != payload.Unavailable:
-		t.Errorf("the stalled renewal's error %v is of kind %v; want none or Unavailable (a stall its caller retries)", r.err, payload.KindOf(r.err))
+	switch err := <-renewed; {
+	case err == nil && stalledLease.Gen != 1:
+		t.Fatalf("the stalled renewal returned a lease of generation %d; want 1 (it ran before the next run's)", stalledLease.Gen)
+	case err != nil && payload.KindOf(err) != payload.Unavailable:
+		t.Errorf("the stalled renewal's error %v is of kind %v; want none or Unavailable (a stall its caller retries)", err, payload.KindOf(err))
 	}
 	if cur, ok, err := newRun.Lease(ctx, "h"); err != nil || !ok || cur.Gen != 2 {
 		t.Fatalf("after the stalled renewal was let go the lease is %+v (found %v, %v); want the next run's, generation 2", cur, ok, err)

@@ -331,6 +331,18 @@ func (c seqCheck) String() string {
 }
 
 // TestCheckSeqs: the checker itself finds what it must.
+// loadSeed returns the seed of a cross-process test's load, logged:
+// BERTH_PROCS_SEED if set (to repeat a run), else one from the clock.
+func loadSeed(t *testing.T) int64 {
+	t.Helper()
+	seed := time.Now().UnixNano() % 1_000_000
+	if v, err := strconv.ParseInt(os.Getenv("BERTH_PROCS_SEED"), 10, 64); err == nil {
+		seed = v
+	}
+	t.Logf("seed %d (BERTH_PROCS_SEED=%d to repeat)", seed, seed)
+	return seed
+}
+
 func TestGapsIn(t *testing.T) {
 	for _, c := range []struct {
 		bad      []string
@@ -422,11 +434,7 @@ func TestRelocationAcrossProcessesLosesDuplicatesAndReordersNothing(t *testing.T
 		nodes[i%len(nodes)].must(t, "read "+strconv.Itoa(i))
 	}
 	staying, drained := nodes[:3], nodes[3]
-	seed := time.Now().UnixNano() % 1_000_000
-	if v, err := strconv.ParseInt(os.Getenv("BERTH_MOVEKILL_SEED"), 10, 64); err == nil {
-		seed = v
-	}
-	t.Logf("seed %d (BERTH_MOVEKILL_SEED=%d to repeat)", seed, seed)
+	seed := loadSeed(t)
 	for i, n := range staying {
 		n.must(t, fmt.Sprintf("load %d 2 8 %d 2000", objects, seed+int64(i)))
 	}
@@ -575,11 +583,7 @@ func killAtStep(t *testing.T, kill, at string, kept bool, lastAt string) {
 		t.Fatalf("object 0 is on %s, want na", owner[0])
 	}
 
-	seed := time.Now().UnixNano() % 1_000_000
-	if v, err := strconv.ParseInt(os.Getenv("BERTH_MOVEKILL_SEED"), 10, 64); err == nil {
-		seed = v
-	}
-	t.Logf("seed %d (BERTH_MOVEKILL_SEED=%d to repeat)", seed, seed)
+	seed := loadSeed(t)
 	client.must(t, fmt.Sprintf("load %d 2 8 %d 500", objects, seed))
 	nodes["nc"].must(t, fmt.Sprintf("load %d 1 8 %d 500", objects, seed+1))
 	time.Sleep(200 * time.Millisecond) // traffic runs in the children meanwhile
@@ -727,11 +731,7 @@ func TestAMoveAcrossProcessesWithASlowSourceReordersNothing(t *testing.T) {
 	if o := client.must(t, "owner seqlog 0"); o != "na" {
 		t.Fatalf("object 0 is on %s, want na", o)
 	}
-	seed := time.Now().UnixNano() % 1_000_000
-	if v, err := strconv.ParseInt(os.Getenv("BERTH_MOVEKILL_SEED"), 10, 64); err == nil {
-		seed = v
-	}
-	t.Logf("seed %d (BERTH_MOVEKILL_SEED=%d to repeat)", seed, seed)
+	seed := loadSeed(t)
 	client.must(t, fmt.Sprintf("load %d 2 4 %d 500", objects, seed))
 	nc.must(t, fmt.Sprintf("load %d 1 4 %d 500", objects, seed+1))
 	time.Sleep(300 * time.Millisecond)
@@ -792,11 +792,7 @@ func TestAMoveAcrossProcessesWithASlowNodeReordersNothing(t *testing.T) {
 	for i := range objects {
 		nodes[i%len(nodes)].must(t, "read "+strconv.Itoa(i))
 	}
-	seed := time.Now().UnixNano() % 1_000_000
-	if v, err := strconv.ParseInt(os.Getenv("BERTH_MOVEKILL_SEED"), 10, 64); err == nil {
-		seed = v
-	}
-	t.Logf("seed %d (BERTH_MOVEKILL_SEED=%d to repeat)", seed, seed)
+	seed := loadSeed(t)
 	for i, n := range nodes {
 		n.must(t, fmt.Sprintf("load %d 2 8 %d 1000", objects, seed+int64(i)))
 	}
