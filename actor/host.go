@@ -291,13 +291,19 @@ func (h *Host) Start() error {
 // part registers its periodic jobs on the schedule they belong to: the
 // tick runs the network's housekeeping (a host with no transport has
 // none), the lease has a schedule of its own (its renewal waits on the
-// store), and so has the janitor.
+// store), the membership's lease another (a slow store call must not
+// delay it, nor a slow membership the store's), and so has the janitor.
 func (h *Host) startServices() {
 	if !h.lease.private {
 		lease := &schedule{name: "lease"}
 		lease.every("renew the host lease", h.lease.every, h.lease.leaseTick)
 		h.svc.startSchedule(lease)
 		h.svc.start(h.lease.checkOwners) // ownership checks after a lapse
+	}
+	if h.peers.members != nil {
+		member := &schedule{name: "membership"}
+		member.every("renew the membership lease", h.lease.every, h.lease.memberTick)
+		h.svc.startSchedule(member)
 	}
 	if h.cfg.IdleTimeout > 0 {
 		janitor := &schedule{name: "janitor"}

@@ -476,6 +476,82 @@ func TestAHostWhoseRunTheMembershipEndedClosesItself(t *testing.T) {
 	}
 }
 
+// countedRenewals is a membership that counts the renewals of one name it
+// answered without an error.
+type countedRenewals struct {
+	membership.Membership
+	name    string
+	renewed atomic.Int64
+}
+
+func (m *countedRenewals) Renew(ctx context.Context, name string, gen uint64) (membership.Lease, error) {
+	l, err := m.Membership.Renew(ctx, name, gen)
+	if name == m.name && err == nil {
+		m.renewed.Add(1)
+	}
+	return l, err
+}
+
+// A host whose Location Store renewals hang (a slow database) or fail (a
+// pool's dead connections after an outage) goes into jeopardy, and keeps
+// renewing its membership lease all the while: the membership never ends
+// its run for a store that is slow or away, and when the store answers
+// the host resumes. Without a renewer of its own, the membership's
+// renewal waited behind a held store call, or was skipped after a failed
+// one, and the membership expired the host.
+func TestAStoreRenewalThatHangsOrFailsDoesNotHoldUpTheMembershipsRenewal(t *testing.T) {
+	for _, hang := range []bool{true, false} {
+		t.Run(map[bool]string{true: "hangs", false: "fails"}[hang], func(t *testing.T) {
+			store := &holdRenewals{MemoryStore: relocation.NewMemoryStore(nil), host: "a"}
+			n := NewNetwork(store)
+			cfg := shortLeases(n.With(Config{Name: "a", Logger: quietLogger()}))
+			members := &countedRenewals{Membership: cfg.Membership, name: "a"}
+			cfg.Membership = members
+			a := startHost(t, cfg, seqKind())
+			b := startHost(t, shortLeases(n.With(Config{Name: "b", Logger: quietLogger()})), seqKind())
+			waitViews(t, a, b)
+			if hang {
+				store.hold()
+				waitFor(t, "a store renewal of a's held", func() bool { return store.held.Load() > 0 })
+			} else {
+				store.Fault(func(_ context.Context, op string) error {
+					if op == "RenewLease" {
+						return errStoreDown
+					}
+					return nil
+				})
+			}
+			waitFor(t, "a in jeopardy", func() bool { return a.Stats().Jeopardy })
+			// Renewals answered while the store does not, for longer than
+			// the membership's lease: each answered without an error (a
+			// lease the membership had expired would have been refused).
+			from := members.renewed.Load()
+			need := int64(membership.DefaultTTL/cfg.LeaseRenew) + 5
+			waitFor(t, fmt.Sprintf("%d membership renewals of a while its store renewals do not answer", need), func() bool {
+				return members.renewed.Load()-from >= need || a.Err() != nil
+			})
+			if a.Err() != nil {
+				t.Fatalf("a closed while its store renewals did not answer: %v", a.Err())
+			}
+			if held := store.held.Load(); hang && held != 1 {
+				t.Fatalf("%d store renewals of a were held, want the one that hangs", held)
+			}
+			if hang {
+				store.release()
+			} else {
+				store.Fault(nil)
+			}
+			waitFor(t, "a out of jeopardy", func() bool { return !a.Stats().Jeopardy || a.Err() != nil })
+			if a.Err() != nil {
+				t.Fatalf("a closed after its store answered: %v", a.Err())
+			}
+			if got := b.Peers(); !slices.Contains(got, "a") {
+				t.Fatalf("b's peers %v: a is missing", got)
+			}
+		})
+	}
+}
+
 // lateRenewals is a Location Store whose lease renewals, once slowed, land
 // in the store at once and are answered after delay.
 type lateRenewals struct {

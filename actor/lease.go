@@ -16,7 +16,10 @@ import (
 // The lease part (leaseKeeper): this run's host lease, and jeopardy.
 //
 // Owns: the lease's generation, its local-time copy and deadline; the
-// ownership checks after a lapse; the turns waiting for the lease.
+// ownership checks after a lapse; the turns waiting for the lease. Two
+// renewers, each on a schedule of its own: the Location Store's lease
+// (leaseTick) and the membership's (memberTick), so that neither's slow
+// or failing call delays the other's renewal.
 // Lock: mu, a leaf (never held across a store call or a send).
 // May call: the Location Store, the membership, the owners (marking one
 // taken over, posting it a control item), the host's Close through
@@ -55,8 +58,9 @@ import (
 // The deadline and the lapse epoch every turn reads are in the gate.
 //
 // Owns: gen, ttl, every, private (set by Start), local, uncertain and
-// jeopardy (the renewer's: Start, then the lease's own service, one
-// goroutine).
+// jeopardy (the store renewer's: Start, then the lease's own service, one
+// goroutine). The membership's renewer touches none of them; a gateway's
+// new run (newRun, joinAgain) is its work.
 // Invariants: the gate's deadline never moves past local's deadline; the
 // gate's epoch grows by one for each renewal that found the lease lapsed
 // (or followed one whose answer was lost), before that renewal's deadline
@@ -197,8 +201,9 @@ func leaseMargin(ttl, every time.Duration) time.Duration {
 	return min(membership.DefaultMargin, (ttl-every)/2)
 }
 
-// renewLease renews this run's lease in the Location Store (and, once the
-// host joined, in the membership). The host's own deadline follows the
+// renewLease renews this run's lease in the Location Store. (The
+// membership's lease has a renewer of its own, renewMembership: a slow or
+// failing store call does not hold it up.) The host's own deadline follows the
 // local-time rule (membership.LocalLease): the send time of the renewal +
 // TTL − margin, by this machine's clock — never the deadline the store
 // computed on its clock, and a slow answer can only shorten it. Renewals
@@ -214,8 +219,13 @@ func (lk *leaseKeeper) renewLease() error {
 	h := lk.h
 	ctx, cancel := h.life.storeContext()
 	defer cancel()
-	sent := time.Now()
-	l, err := h.store.RenewLease(ctx, h.name, lk.run(), lk.ttl)
+	sent, run := time.Now(), lk.run()
+	l, err := h.store.RenewLease(ctx, h.name, run, lk.ttl)
+	if run != lk.run() {
+		// A gateway became a new run meanwhile (memberTick): this answer
+		// is about the old one. The next renewal is the new run's.
+		return nil
+	}
 	if err != nil {
 		if errors.Is(err, payload.Rejected) {
 			return errors.Join(errRunEnded, err) // a newer run of the name holds the lease
@@ -225,15 +235,6 @@ func (lk *leaseKeeper) renewLease() error {
 		lk.uncertain = true
 		return &payload.Error{Kind: payload.Unavailable, Op: "actor.Host", Detail: "cannot renew the host lease", Err: err}
 	}
-	if h.peers.members != nil && h.life.state.Load() != stateCreated {
-		if _, err := h.peers.members.Renew(ctx, h.name, lk.run()); err != nil {
-			var ge *membership.GenerationError
-			if errors.Is(err, membership.ErrLeaseExpired) || errors.Is(err, membership.ErrNotMember) || errors.As(err, &ge) {
-				return errors.Join(errRunEnded, err) // peers saw this run fail, or it left
-			}
-			h.log.Warn("membership lease renewal failed", "err", err)
-		}
-	}
 	if l.Lapsed {
 		h.stats.lapses.Add(1)
 	}
@@ -241,7 +242,7 @@ func (lk *leaseKeeper) renewLease() error {
 		lk.uncertain = false
 		lk.lapsed()
 	}
-	lk.local = lk.local.Renewed(sent, membership.Lease{Name: h.name, Gen: lk.run(), TTL: l.TTL})
+	lk.local = lk.local.Renewed(sent, membership.Lease{Name: h.name, Gen: run, TTL: l.TTL})
 	h.gate.publish(lk.local.Deadline().UnixNano())
 	return nil
 }
@@ -338,8 +339,10 @@ func (lk *leaseKeeper) leaseTick(now time.Time) (over bool) {
 	if h.life.state.Load() == stateClosed {
 		return true // Close runs: it leaves the membership, and nothing is renewed
 	}
-	if lk.joining.Load() && !lk.joinAgain() {
-		return h.life.lostErr.Load() != nil // else asked again at the next tick
+	if lk.joining.Load() {
+		// A gateway's new run renews its lease once it joined the
+		// membership (memberTick).
+		return h.life.lostErr.Load() != nil
 	}
 	if !lk.local.Valid(now) && lk.jeopardy.IsZero() {
 		lk.jeopardy = now
@@ -350,12 +353,7 @@ func (lk *leaseKeeper) leaseTick(now time.Time) (over bool) {
 	err := lk.renewLease()
 	switch {
 	case errors.Is(err, errRunEnded) && h.life.state.Load() == stateClosed:
-		return true // Close began meanwhile and left the membership: not a run that ended
-	case errors.Is(err, errRunEnded) && lk.mayRejoin(err):
-		if lk.newRun(err) && lk.joinAgain() {
-			_ = lk.renewLease() // the new run's lease (else at the next tick)
-		}
-		return h.life.lostErr.Load() != nil
+		return true
 	case errors.Is(err, errRunEnded):
 		lk.endRun(err)
 		return true
@@ -366,6 +364,62 @@ func (lk *leaseKeeper) leaseTick(now time.Time) (over bool) {
 		lk.jeopardy = time.Time{}
 	}
 	return false
+}
+
+// memberTick renews this run's membership lease, on a schedule of its own
+// beside the Location Store's (a store call that hangs or fails does not
+// delay it: after a database outage, the first calls on a pool's dead
+// connections fail while the membership's may already succeed). A
+// membership that refuses the renewal ended the run — it expired it, and
+// peers saw the host fail, or the run left: a gateway joins again as a new
+// run (newRun, joinAgain); any other host closes (endRun). It reports
+// whether the host's run is over.
+func (lk *leaseKeeper) memberTick(time.Time) (over bool) {
+	h := lk.h
+	if h.life.state.Load() == stateClosed {
+		return true // Close runs: it leaves the membership, and nothing is renewed
+	}
+	if lk.joining.Load() {
+		if lk.joinAgain() {
+			lk.takeNewRunLease()
+		}
+		return h.life.lostErr.Load() != nil // else asked again at the next tick
+	}
+	ctx, cancel := h.life.storeContext()
+	_, err := h.peers.members.Renew(ctx, h.name, lk.run())
+	cancel()
+	var ge *membership.GenerationError
+	switch {
+	case err == nil:
+		return false
+	case !errors.Is(err, membership.ErrLeaseExpired) && !errors.Is(err, membership.ErrNotMember) && !errors.As(err, &ge):
+		h.log.Warn("membership lease renewal failed; the host goes on and asks again", "err", err)
+		return false
+	case h.life.state.Load() == stateClosed:
+		return true // Close began meanwhile and left the membership: not a run that ended
+	}
+	why := errors.Join(errRunEnded, err) // peers saw this run fail, or it left
+	if lk.mayRejoin(why) {
+		if lk.newRun(why) && lk.joinAgain() {
+			lk.takeNewRunLease()
+		}
+		return h.life.lostErr.Load() != nil
+	}
+	lk.endRun(why)
+	return true
+}
+
+// takeNewRunLease takes the Location Store's lease for a gateway's new run
+// as soon as it joined, rather than at the renewer's next tick. The
+// answer is the renewer's to judge: its next renewal, under the new run,
+// finds the lease held.
+func (lk *leaseKeeper) takeNewRunLease() {
+	h := lk.h
+	ctx, cancel := h.life.storeContext()
+	defer cancel()
+	if _, err := h.store.RenewLease(ctx, h.name, lk.run(), lk.ttl); err != nil {
+		h.log.Warn("the gateway's new run cannot take its lease yet; its renewer asks again", "err", err)
+	}
 }
 
 // mayRejoin reports whether the host whose run ended (why) joins again as
@@ -470,9 +524,11 @@ func (lk *leaseKeeper) joinAgain() bool {
 // answer.
 func (lk *leaseKeeper) endRun(why error) {
 	h := lk.h
-	h.log.Error("the host's run is over: another run of its name holds the lease, or the membership ended this run; closing the host", "err", why)
 	err := fmt.Errorf("%w: %w", ErrLeaseLost, why)
-	h.life.lostErr.Store(&err)
+	if !h.life.lostErr.CompareAndSwap(nil, &err) {
+		return // the other renewer found the run over first
+	}
+	h.log.Error("the host's run is over: another run of its name holds the lease, or the membership ended this run; closing the host", "err", why)
 	h.gate.publish(1) // no turn starts from now on
 	go h.life.close() // not here: Close waits for this goroutine
 }
