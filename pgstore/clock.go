@@ -9,11 +9,22 @@ import (
 )
 
 // clockSQL is the store's time in every statement: $1 is NULL (the
-// database's now(), the start of the statement's transaction) unless the
+// database's statement_timestamp(), when the statement began) unless the
 // clock is manual, when it is the frozen database time; $2 is the test
 // offset in microseconds. Every statement that judges a lease uses it, and
 // only it: the caller's clock never enters a comparison.
-const clockSQL = `(coalesce($1::timestamptz, now()) + $2::bigint * interval '1 microsecond')`
+//
+// Not now(): that is when the transaction began, and a renewal or a
+// membership change is a transaction of several statements, which may
+// wait for a lock in one of them (the revision lock behind other changes;
+// a lease row behind a takeover). A lease dated from before that wait
+// would be short by it — a Join that waited a lease for the revision lock
+// would commit an expired member — and a lease judged by a time from
+// before a lock was granted could miss what the lock's holder did.
+// statement_timestamp() is taken again by each statement of a batch or
+// transaction, so a statement that follows the one that waited judges and
+// dates by a time after the wait.
+const clockSQL = `(coalesce($1::timestamptz, statement_timestamp()) + $2::bigint * interval '1 microsecond')`
 
 // clock is a store's view of the database's clock: the database's now(),
 // frozen at Open for a manual clock, plus the offset Advance adds. Safe for

@@ -17,8 +17,10 @@
 // # Invariants
 //
 //   - Leases are judged by one clock, the database's: every statement that
-//     compares a deadline computes "now" inside the statement (now() plus
-//     the test offset) and never takes a time from the caller's machine.
+//     compares a deadline computes "now" inside the statement (the
+//     statement's own start, statement_timestamp(), plus the test offset:
+//     a statement after one that waited for a lock judges by a time after
+//     the wait) and never takes a time from the caller's machine.
 //     Store and Membership return durations or the database's own
 //     deadlines; a host keeps its own lease by the local-time rule
 //     (membership.LocalLease). Options.ManualClock and Advance are a test

@@ -434,8 +434,8 @@ upd AS (
 SELECT cur.lease_gen, cur.live AND cur.deadline > clk.now, cur.departed, EXISTS (SELECT 1 FROM upd) FROM cur, clk`
 
 // Renew implements membership.Membership. One batch, run by the server
-// as one transaction: the end of a silence (memberSilenceSQL), then
-// renewSQL.
+// as one transaction: the end of a silence (memberSilenceSQL), the run's
+// row locked, then renewSQL.
 func (m *Membership) Renew(ctx context.Context, name string, gen uint64) (membership.Lease, error) {
 	const op = "pgstore.Membership.Renew"
 	if err := m.begin(ctx); err != nil {
@@ -451,10 +451,17 @@ func (m *Membership) Renew(ctx context.Context, name string, gen uint64) (member
 	// (batch.go).
 	var b pgx.Batch
 	b.Queue(memberSilenceSQL, frozen, off)
+	// The run's row is locked by a statement of its own: renewSQL's time
+	// (clockSQL) is taken once the lock is held, so a renewal that waited
+	// for it (behind a sweep, or another member's end of a silence) is
+	// judged and dated after the wait.
+	b.Queue(`SELECT 1 FROM pgstore_members WHERE name = $1 FOR UPDATE`, name)
 	b.Queue(renewSQL, frozen, off, name, i64(gen), m.ttl.Microseconds())
 	err := sendBatch(ctx, m.pool, &b, func(br pgx.BatchResults) error {
-		if _, err := br.Exec(); err != nil {
-			return err
+		for range 2 { // the silence; the lock
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
 		}
 		err := br.QueryRow().Scan(&cur, &live, &departed, &moved)
 		if err == pgx.ErrNoRows {

@@ -378,7 +378,7 @@ func (s *stallTracer) during(t *testing.T, call func() error) <-chan error {
 func TestAMemberStalledInsideItsRenewalStillExpires(t *testing.T) {
 	ctx := context.Background()
 	pool, db := newPool(t)
-	tr := newStallTracer("SELECT lease_gen, live, departed, deadline FROM pgstore_members WHERE name = $3 FOR UPDATE")
+	tr := newStallTracer("SELECT 1 FROM pgstore_members WHERE name = $1 FOR UPDATE")
 	const ttl = time.Second
 	keeper := newMembership(t, pool, pgstore.MembershipOptions{TTL: ttl})
 	stalled := newMembership(t, stallingPool(t, db.URL, tr), pgstore.MembershipOptions{TTL: ttl})

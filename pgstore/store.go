@@ -61,7 +61,7 @@ func Open(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error)
 
 // Advance moves the store's clock forward by d: every later statement
 // judges leases d later. A test facility (see Options.ManualClock); it also
-// works on the running clock, as an offset added to the database's now().
+// works on the running clock, as an offset added to the database's time.
 // It panics if d is negative.
 func (s *Store) Advance(d time.Duration) { s.clock.advance(d) }
 
@@ -367,7 +367,8 @@ FROM due, clk WHERE l.host = due.host`
 // which the server runs as one transaction. It ends a silence first
 // (silenceSQL), then locks the host's lease
 // (FOR UPDATE: a takeover of one of its rows waits, or has committed and
-// is seen by Owned) and inserts it or, when the stored generation is not
+// is seen by Owned), judges it, by a time after the lock was granted,
+// and inserts it or, when the stored generation is not
 // above gen, replaces it; a renewal of the same generation never moves
 // the deadline back. The answer says whether this run's lease had run out
 // (Lease.Lapsed). The refusal of an older generation is kind Rejected.
@@ -394,7 +395,13 @@ func (s *Store) RenewLease(ctx context.Context, host string, gen uint64, ttl tim
 	// end of a silence, the old lease (locked), the renewal (batch.go).
 	var b pgx.Batch
 	b.Queue(silenceSQL, frozen, off)
-	b.Queue(`SELECT gen, deadline <= `+clockSQL+` FROM pgstore_leases WHERE host = $3 FOR UPDATE`, frozen, off, host)
+	// The lease is locked first, and judged by a statement of its own:
+	// its time (clockSQL) is taken once the lock is held, after every
+	// takeover that held the lease before it (Reserve locks it FOR SHARE),
+	// so a takeover that found the lease run out is never followed by an
+	// answer that says it had not.
+	b.Queue(`SELECT 1 FROM pgstore_leases WHERE host = $1 FOR UPDATE`, host)
+	b.Queue(`SELECT gen, deadline <= `+clockSQL+` FROM pgstore_leases WHERE host = $3`, frozen, off, host)
 	// A newer run's lease is left alone (the WHERE): no row comes back.
 	b.Queue(`
 INSERT INTO pgstore_leases AS l (host, gen, deadline, renewed_at, ttl_us)
@@ -407,8 +414,10 @@ WHERE l.gen <= excluded.gen
 RETURNING host, gen, deadline, (extract(epoch FROM deadline - `+clockSQL+`) * 1000000)::bigint`,
 		frozen, off, host, int64(gen), ttl.Microseconds())
 	err := sendBatch(ctx, s.leases, &b, func(br pgx.BatchResults) error {
-		if _, err := br.Exec(); err != nil {
-			return err
+		for range 2 { // the silence; the lock
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
 		}
 		var ranOut *bool
 		switch err := br.QueryRow().Scan(&oldGen, &ranOut); {

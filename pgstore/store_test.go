@@ -204,7 +204,7 @@ func TestConnectionRefusedIsUnavailable(t *testing.T) {
 func TestAHostStalledInsideItsLeaseRenewalDoesNotHoldItsRow(t *testing.T) {
 	ctx := context.Background()
 	pool, db := newPool(t)
-	tr := newStallTracer("FROM pgstore_leases WHERE host = $3 FOR UPDATE")
+	tr := newStallTracer("FROM pgstore_leases WHERE host = $1 FOR UPDATE")
 	oldRun, err := pgstore.Open(ctx, stallingPool(t, db.URL, tr), pgstore.Options{})
 	if err != nil {
 		t.Fatal(err)
