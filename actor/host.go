@@ -351,7 +351,9 @@ func (h *Host) join() error {
 	close(ready)
 	ctx, cancel := h.life.storeContext()
 	defer cancel()
+	sent := time.Now()
 	ml, err := h.peers.members.Join(ctx, h.peers.member(h.lease.run()))
+	h.lease.memberRenewed, h.lease.memberTTL = sent, ml.TTL
 	if err != nil {
 		h.leave(false)
 		return &payload.Error{Kind: payload.KindOf(err), Op: op, Detail: "cannot join the membership", Err: err}

@@ -75,6 +75,9 @@ type leaseKeeper struct {
 	uncertain bool                  // a renewal's outcome is unknown: the next answer is checked as if it said Lapsed
 	jeopardy  time.Time             // local time the renewer saw the current jeopardy begin (zero: none)
 	joining   atomic.Bool           // a gateway's new run is attached and not yet in the membership (newRun; Ready reads it)
+
+	memberRenewed time.Time     // local time the last membership renewal answered without an error was sent (memberTick's own)
+	memberTTL     time.Duration // the membership's lease, as its last Join said (memberTick's own)
 }
 
 // run returns this run's lease generation: its run on the wire, kept as
@@ -386,11 +389,13 @@ func (lk *leaseKeeper) memberTick(time.Time) (over bool) {
 		return h.life.lostErr.Load() != nil // else asked again at the next tick
 	}
 	ctx, cancel := h.life.storeContext()
+	sent := time.Now()
 	_, err := h.peers.members.Renew(ctx, h.name, lk.run())
 	cancel()
 	var ge *membership.GenerationError
 	switch {
 	case err == nil:
+		lk.memberRenewed = sent
 		return false
 	case !errors.Is(err, membership.ErrLeaseExpired) && !errors.Is(err, membership.ErrNotMember) && !errors.As(err, &ge):
 		h.log.Warn("membership lease renewal failed; the host goes on and asks again", "err", err)
@@ -398,7 +403,11 @@ func (lk *leaseKeeper) memberTick(time.Time) (over bool) {
 	case h.life.state.Load() == stateClosed:
 		return true // Close began meanwhile and left the membership: not a run that ended
 	}
-	why := errors.Join(errRunEnded, err) // peers saw this run fail, or it left
+	// Peers saw this run fail, or it left. How long the membership had not
+	// heard from this host says whether it was a stall (the operator's
+	// answer: a longer lease) or something else.
+	why := errors.Join(errRunEnded, err, fmt.Errorf("the membership last renewed this run's lease %v before this renewal was sent, which it answered %v later (the membership's lease: %v)",
+		sent.Sub(lk.memberRenewed).Round(time.Millisecond), time.Since(sent).Round(time.Millisecond), lk.memberTTL))
 	if lk.mayRejoin(why) {
 		if lk.newRun(why) && lk.joinAgain() {
 			lk.takeNewRunLease()
@@ -503,7 +512,9 @@ func (lk *leaseKeeper) joinAgain() bool {
 	}
 	ctx, cancel := h.life.storeContext()
 	defer cancel()
-	if _, err := h.peers.members.Join(ctx, h.peers.member(lk.run())); err != nil {
+	sent := time.Now()
+	ml, err := h.peers.members.Join(ctx, h.peers.member(lk.run()))
+	if err != nil {
 		var ge *membership.GenerationError
 		if errors.Is(err, membership.ErrNameTaken) || errors.As(err, &ge) {
 			// Another run of the name is live, or joined after this one
@@ -514,6 +525,7 @@ func (lk *leaseKeeper) joinAgain() bool {
 		h.log.Warn("the gateway's new run cannot join the membership yet; asking again", "err", err)
 		return false
 	}
+	lk.memberRenewed, lk.memberTTL = sent, ml.TTL
 	lk.joining.Store(false)
 	return true
 }
