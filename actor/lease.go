@@ -205,7 +205,7 @@ func leaseMargin(ttl, every time.Duration) time.Duration {
 }
 
 // renewLease renews this run's lease in the Location Store. (The
-// membership's lease has a renewer of its own, renewMembership: a slow or
+// membership's lease has a renewer of its own, memberTick: a slow or
 // failing store call does not hold it up.) The host's own deadline follows the
 // local-time rule (membership.LocalLease): the send time of the renewal +
 // TTL − margin, by this machine's clock — never the deadline the store
@@ -356,7 +356,7 @@ func (lk *leaseKeeper) leaseTick(now time.Time) (over bool) {
 	err := lk.renewLease()
 	switch {
 	case errors.Is(err, errRunEnded) && h.life.state.Load() == stateClosed:
-		return true
+		return true // Close began meanwhile: not a run that ended
 	case errors.Is(err, errRunEnded):
 		lk.endRun(err)
 		return true
