@@ -283,6 +283,9 @@ func (h *Host) Start() error {
 		}
 	}
 	h.obs.Attach(h)
+	if h.peers.members != nil {
+		h.lease.renewMembershipWhileStarting()
+	}
 	h.startServices()
 	return nil
 }
@@ -371,11 +374,13 @@ func (h *Host) join() error {
 		h.leave(true)
 		return err
 	}
+	h.lease.renewMembershipWhileStarting()
 	ch, err := h.peers.members.Watch(h.life.ctx)
 	if err != nil {
 		h.leave(true)
 		return &payload.Error{Kind: payload.KindOf(err), Op: op, Detail: "cannot watch the membership", Err: err}
 	}
+	h.lease.renewMembershipWhileStarting()
 	h.peers.view.apply(<-ch) // the first event is the list as it is now
 	h.peers.tellDirectory()
 	h.svc.start(func(<-chan struct{}) { h.watchMembers(ch) }) // ends with the host's life

@@ -552,6 +552,48 @@ func TestAStoreRenewalThatHangsOrFailsDoesNotHoldUpTheMembershipsRenewal(t *test
 	}
 }
 
+// slowWatch is a membership whose Watch, once set, answers only after
+// delay: a slow database at start-up.
+type slowWatch struct {
+	*countedRenewals
+	delay time.Duration
+}
+
+func (m *slowWatch) Watch(ctx context.Context) (<-chan membership.Event, error) {
+	time.Sleep(m.delay)
+	return m.countedRenewals.Watch(ctx)
+}
+
+// A Start drawn out by a slow database — its first store renewal and its
+// membership watch each answering after most of the membership's lease —
+// keeps the Join's lease alive: the membership lease is renewed between
+// those steps, so the host does not find its run ended at its first
+// renewal. Before, the first membership renewal came only once Start had
+// finished, and the membership had expired the run meanwhile.
+func TestASlowStartKeepsTheMembershipLeaseItJoinedWith(t *testing.T) {
+	store := &holdRenewals{MemoryStore: relocation.NewMemoryStore(nil), host: "a"}
+	n := NewNetwork(store)
+	b := startHost(t, shortLeases(n.With(Config{Name: "b", Logger: quietLogger()})), seqKind())
+	cfg := shortLeases(n.With(Config{Name: "a", Logger: quietLogger()}))
+	step := membership.DefaultTTL * 7 / 10 // each slow step: most of the membership's lease
+	members := &slowWatch{countedRenewals: &countedRenewals{Membership: cfg.Membership, name: "a"}, delay: step}
+	cfg.Membership = members
+	store.hold()
+	go func() {
+		time.Sleep(step) // the store's first answer, late
+		store.release()
+	}()
+	a := startHost(t, cfg, seqKind())
+	from := members.renewed.Load()
+	waitFor(t, "a's membership renewer to renew the lease a few times", func() bool {
+		return members.renewed.Load()-from >= 5 || a.Err() != nil
+	})
+	if a.Err() != nil {
+		t.Fatalf("a closed after a slow Start: %v", a.Err())
+	}
+	waitViews(t, a, b)
+}
+
 // lateRenewals is a Location Store whose lease renewals, once slowed, land
 // in the store at once and are answered after delay.
 type lateRenewals struct {

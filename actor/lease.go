@@ -388,34 +388,62 @@ func (lk *leaseKeeper) memberTick(time.Time) (over bool) {
 		}
 		return h.life.lostErr.Load() != nil // else asked again at the next tick
 	}
-	ctx, cancel := h.life.storeContext()
-	sent := time.Now()
-	_, err := h.peers.members.Renew(ctx, h.name, lk.run())
-	cancel()
-	var ge *membership.GenerationError
+	err := lk.renewMembership()
 	switch {
 	case err == nil:
-		lk.memberRenewed = sent
 		return false
-	case !errors.Is(err, membership.ErrLeaseExpired) && !errors.Is(err, membership.ErrNotMember) && !errors.As(err, &ge):
+	case !errors.Is(err, errRunEnded):
 		h.log.Warn("membership lease renewal failed; the host goes on and asks again", "err", err)
 		return false
 	case h.life.state.Load() == stateClosed:
 		return true // Close began meanwhile and left the membership: not a run that ended
 	}
-	// Peers saw this run fail, or it left. How long the membership had not
-	// heard from this host says whether it was a stall (the operator's
-	// answer: a longer lease) or something else.
-	why := errors.Join(errRunEnded, err, fmt.Errorf("the membership last renewed this run's lease %v before this renewal was sent, which it answered %v later (the membership's lease: %v)",
-		sent.Sub(lk.memberRenewed).Round(time.Millisecond), time.Since(sent).Round(time.Millisecond), lk.memberTTL))
-	if lk.mayRejoin(why) {
-		if lk.newRun(why) && lk.joinAgain() {
+	if lk.mayRejoin(err) {
+		if lk.newRun(err) && lk.joinAgain() {
 			lk.takeNewRunLease()
 		}
 		return h.life.lostErr.Load() != nil
 	}
-	lk.endRun(why)
+	lk.endRun(err)
 	return true
+}
+
+// renewMembershipWhileStarting renews the membership lease between the
+// steps of Start that wait on the database (the first store renewal, the
+// membership watch, the rest of Start), before the renewer's schedule
+// runs: the Join's lease must not run out while a slow database or a
+// starved process draws Start out. A refusal is acted on by the
+// renewer's first tick (memberTick); a failure is logged, and the next
+// renewal asks again.
+func (lk *leaseKeeper) renewMembershipWhileStarting() {
+	if err := lk.renewMembership(); err != nil && !errors.Is(err, errRunEnded) {
+		lk.h.log.Warn("membership lease renewal failed while the host starts; it asks again", "err", err)
+	}
+}
+
+// renewMembership renews this run's membership lease once. It returns
+// the membership's error — transient (the host asks again), or, joined
+// with errRunEnded, a refusal that says the run is over: the membership
+// expired it (peers saw the host fail), or it left, or a newer run of the
+// name joined. The refusal says how long before the membership had last
+// renewed the run and how long this renewal took: a stall of the process
+// or of the database, or something else.
+func (lk *leaseKeeper) renewMembership() error {
+	h := lk.h
+	ctx, cancel := h.life.storeContext()
+	defer cancel()
+	sent := time.Now()
+	_, err := h.peers.members.Renew(ctx, h.name, lk.run())
+	var ge *membership.GenerationError
+	switch {
+	case err == nil:
+		lk.memberRenewed = sent
+		return nil
+	case !errors.Is(err, membership.ErrLeaseExpired) && !errors.Is(err, membership.ErrNotMember) && !errors.As(err, &ge):
+		return err
+	}
+	return errors.Join(errRunEnded, err, fmt.Errorf("the membership last renewed this run's lease %v before this renewal was sent, which it answered %v later (the membership's lease: %v)",
+		sent.Sub(lk.memberRenewed).Round(time.Millisecond), time.Since(sent).Round(time.Millisecond), lk.memberTTL))
 }
 
 // takeNewRunLease takes the Location Store's lease for a gateway's new run
