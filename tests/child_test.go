@@ -327,6 +327,11 @@ func childNode() int {
 			}
 		case <-h.Done():
 			fmt.Fprintf(os.Stderr, "host closed: %v\n", h.Err())
+			// Whether the lease pool made a renewal wait: the failure
+			// report shows it.
+			ls := leasePool.Stat()
+			fmt.Fprintf(os.Stderr, "lease pool: %d of %d connections acquired, %d acquires waited for one (%v waiting in all), %d acquires in all\n",
+				ls.AcquiredConns(), ls.MaxConns(), ls.EmptyAcquireCount(), ls.EmptyAcquireWaitTime(), ls.AcquireCount())
 			switch {
 			case h.Err() == nil:
 				return 0
