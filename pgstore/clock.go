@@ -26,7 +26,7 @@ import (
 // dates by a time after the wait.
 const clockSQL = `(coalesce($1::timestamptz, statement_timestamp()) + $2::bigint * interval '1 microsecond')`
 
-// clock is a store's view of the database's clock: the database's now(),
+// clock is a store's view of the database's clock: the database's time,
 // frozen at Open for a manual clock, plus the offset Advance adds. Safe for
 // concurrent use.
 type clock struct {
