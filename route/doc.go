@@ -45,6 +45,16 @@
 //     that arrives after its gap was given up on, or of an epoch older
 //     than the one the owner is in, is released at once and counted late.
 //     So a message runs late only after a host failure.
+//   - Nothing is delivered twice. The one message that can come twice is
+//     one sent again: a new run of its sender (a gateway that joins again
+//     after the membership ended its run) sends again what its old run's
+//     links had not seen taken, and a link may have delivered some of it.
+//     Such a message ([Inbox.Offer]'s again) that the order released
+//     already in the sender's current epoch is dropped ([StepRepeat],
+//     counted). Where that cannot be told — at or below a gap given up on,
+//     or in state restored from a snapshot, which does not carry the gaps
+//     given up on — it is checked as any other message, and runs late
+//     rather than being dropped on a doubt.
 //   - A newer epoch of a sender means the sender forgot its stream: the
 //     owner expects sequence 1 of it, and releases what still waited in
 //     the older epoch first.

@@ -72,7 +72,7 @@ func ExampleInbox() {
 	sender := []byte("host-a")
 	offer := func(seq uint64, msg string, now int64) {
 		st := route.Stamp{Epoch: 1, Seq: seq}
-		step, _ := in.Offer(sender, st, false, msg, now)
+		step, _ := in.Offer(sender, st, false, false, msg, now)
 		fmt.Println(step, msg)
 		if step == route.StepAdmit {
 			in.Admitted(sender, st, now)

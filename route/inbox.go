@@ -50,6 +50,10 @@ const (
 	StepKeep
 	// StepRefuse: the inbox is shut: the driver routes the message again.
 	StepRefuse
+	// StepRepeat: the message was sent again and the inbox released it
+	// already (Order.Repeat): the driver drops it, without running it or
+	// answering it. Counted (Counts.Repeats).
+	StepRepeat
 )
 
 // String returns the step's name.
@@ -65,6 +69,8 @@ func (s Step) String() string {
 		return "keep"
 	case StepRefuse:
 		return "refuse"
+	case StepRepeat:
+		return "repeat"
 	}
 	return "none"
 }
@@ -87,12 +93,14 @@ func (in *Inbox[T]) State() InboxState { return in.state }
 func (in *Inbox[T]) Order() *Order[T] { return &in.order }
 
 // Offer says what to do with an arriving message of sender stamped st
-// (skip: it is a skip notice). An unstamped message is StepAdmit while
-// open. On StepHeld and StepSkipped the inbox has taken item; the driver
+// (skip: it is a skip notice; again: its sender sent it again after a
+// new run of the sender began, and this inbox may have had it from the
+// old run). An unstamped message is StepAdmit while open; a message sent
+// again that the order released already is StepRepeat. On StepHeld and StepSkipped the inbox has taken item; the driver
 // then takes what became ready with Next. Over reports, on StepHeld,
 // whether sender is past its bound (Order.MaxHeld): the driver pushes
 // back on it; nothing is released out of order and nothing is dropped.
-func (in *Inbox[T]) Offer(sender []byte, st Stamp, skip bool, item T, now int64) (step Step, over bool) {
+func (in *Inbox[T]) Offer(sender []byte, st Stamp, skip, again bool, item T, now int64) (step Step, over bool) {
 	switch in.state {
 	case Shut:
 		return StepRefuse, false
@@ -103,6 +111,10 @@ func (in *Inbox[T]) Offer(sender []byte, st Stamp, skip bool, item T, now int64)
 		return StepAdmit, false
 	}
 	v := in.order.Check(sender, st)
+	if again && v == Late && in.order.Repeat(sender, st) {
+		in.order.Dropped()
+		return StepRepeat, false
+	}
 	if skip {
 		in.order.Skip(sender, st, item, now)
 		if v == Hold { // held in its place

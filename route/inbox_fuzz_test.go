@@ -58,7 +58,7 @@ func FuzzInbox(f *testing.F) {
 			it := name(a)
 			byName[it] = a
 			st := Stamp{Epoch: 1, Seq: a.seq}
-			switch step, _ := in.Offer([]byte(a.sender), st, a.skip, it, now); step {
+			switch step, _ := in.Offer([]byte(a.sender), st, a.skip, false, it, now); step {
 			case StepAdmit:
 				admit(it)
 				in.Admitted([]byte(a.sender), st, now)

@@ -96,6 +96,9 @@ type Counts struct {
 	Late uint64
 	// Skipped: skip notices taken in at or ahead of their turn.
 	Skipped uint64
+	// Repeats: messages sent again (Inbox.Offer's again) that this order
+	// had released already, dropped (see Repeat).
+	Repeats uint64
 }
 
 // Add adds d to c.
@@ -103,6 +106,7 @@ func (c *Counts) Add(d Counts) {
 	c.GapsClosed += d.GapsClosed
 	c.Late += d.Late
 	c.Skipped += d.Skipped
+	c.Repeats += d.Repeats
 }
 
 type senderOrder[T any] struct {
@@ -111,6 +115,12 @@ type senderOrder[T any] struct {
 	next  uint64
 	last  int64 // now of the last message seen
 	held  []heldItem[T]
+	// unsure: below it, in this epoch, a sequence number may have been
+	// given up on (a gap closed past it) rather than released, so a
+	// message sent again there may be new (Repeat). Restored state is
+	// unsure below its next: the gaps given up at the old place are not in
+	// the snapshot.
+	unsure uint64
 }
 
 type heldItem[T any] struct {
@@ -176,11 +186,31 @@ func (o *Order[T]) enter(sender []byte, epoch uint64, now int64) *senderOrder[T]
 	}
 	if epoch > s.epoch {
 		o.giveUp(s, len(s.held))
-		s.epoch, s.next = epoch, 1
+		s.epoch, s.next, s.unsure = epoch, 1, 0
 	}
 	s.last = now
 	return s
 }
+
+// Repeat reports whether a message of sender stamped st that was sent
+// again — its sender's new run sent it after the old run's links closed,
+// and the old run's link may have delivered it already — is one this
+// order released: it is of the sender's current epoch and behind its
+// turn, and no gap was given up at or after it. The caller drops it
+// (counted, Counts.Repeats, by Dropped) instead of running it a second
+// time. A message sent again that is not a repeat by this rule is checked
+// as any other: where it may have been given up on, it runs late (a
+// message is never dropped on a doubt).
+func (o *Order[T]) Repeat(sender []byte, st Stamp) bool {
+	if st.IsZero() {
+		return false
+	}
+	s := o.find(sender)
+	return s != nil && st.Epoch == s.epoch && st.Seq < s.next && st.Seq >= s.unsure
+}
+
+// Dropped counts a repeat (Repeat) the caller dropped.
+func (o *Order[T]) Dropped() { o.counts.Repeats++ }
 
 // Released records that a message checked Release or Late was handed on.
 // After a Release, messages held behind it whose turn has come are moved
@@ -298,7 +328,7 @@ func (o *Order[T]) giveUp(s *senderOrder[T], n int) {
 	for i := 0; i < n; i++ {
 		if seq := s.held[i].seq; seq > s.next {
 			o.counts.GapsClosed += seq - s.next
-			s.next = seq
+			s.next, s.unsure = seq, seq
 		}
 		if s.held[i].seq == s.next {
 			s.next++
@@ -482,7 +512,7 @@ func (o *Order[T]) Snapshot(now int64, frame func(T) []byte) Snapshot {
 func (o *Order[T]) Restore(snap Snapshot, now int64, item func(seq uint64, frame []byte) (T, bool)) {
 	*o = Order[T]{MaxHeld: o.MaxHeld}
 	for _, st := range snap.Senders {
-		s := &senderOrder[T]{name: st.Sender, epoch: st.Epoch, next: st.Next, last: now - st.Idle}
+		s := &senderOrder[T]{name: st.Sender, epoch: st.Epoch, next: st.Next, last: now - st.Idle, unsure: st.Next}
 		for _, h := range st.Held {
 			if it, ok := item(h.Seq, h.Frame); ok {
 				s.held = append(s.held, heldItem[T]{seq: h.Seq, at: now - st.Waited, item: it})

@@ -153,9 +153,9 @@ func (w *world) exec(t *testing.T, cmd string) []string {
 		if m, ok := kv["max-held"]; ok {
 			w.in.Order().MaxHeld = int(num(m))
 		}
-	case "offer":
+	case "offer", "again":
 		need(4)
-		w.offer(pos[0], Stamp{Epoch: unum(pos[1]), Seq: unum(pos[2])}, pos[3], "", emit)
+		w.offer(pos[0], Stamp{Epoch: unum(pos[1]), Seq: unum(pos[2])}, pos[3], fields[0] == "again", "", emit)
 	case "skip":
 		need(3)
 		w.skip(pos[0], Stamp{Epoch: unum(pos[1]), Seq: unum(pos[2])}, emit)
@@ -188,7 +188,7 @@ func (w *world) exec(t *testing.T, cmd string) []string {
 			if strings.HasPrefix(m.item, "skip") {
 				w.skip(m.sender, m.stamp, emit)
 			} else {
-				w.offer(m.sender, m.stamp, m.item, "", emit)
+				w.offer(m.sender, m.stamp, m.item, false, "", emit)
 			}
 		}
 	case "shut":
@@ -204,7 +204,7 @@ func (w *world) exec(t *testing.T, cmd string) []string {
 			emit("%s epoch=%d next=%d held=%s", s.Sender, e, n, fmtHeld(s.Held))
 		}
 		c := w.ord().TakeCounts()
-		emit("held %d, counts gaps-closed=%d late=%d skipped=%d", w.in.Held(), c.GapsClosed, c.Late, c.Skipped)
+		emit("held %d, counts gaps-closed=%d late=%d skipped=%d repeats=%d", w.in.Held(), c.GapsClosed, c.Late, c.Skipped, c.Repeats)
 	case "snapshot-restore":
 		var b []byte
 		w.in, b = roundTrip(t, w.in, nil, w.now)
@@ -362,13 +362,16 @@ func (w *world) lookup(host, name string) string {
 
 func (w *world) ord() *Order[string] { return w.in.Order() }
 
-// offer runs the driver for one arriving message: Offer, then admit
-// (Admitted), hold, keep (frozen) or refuse (shut), then drain what
-// became ready. who prefixes the lines (the owner host in the world, ""
+// offer runs the driver for one arriving message (again: sent again by a
+// new run of its sender): Offer, then admit (Admitted), hold, keep
+// (frozen), refuse (shut) or drop (a repeat), then drain what became
+// ready. who prefixes the lines (the owner host in the world, ""
 // otherwise).
-func (w *world) offer(sender string, st Stamp, item, who string, emit func(string, ...any)) {
+func (w *world) offer(sender string, st Stamp, item string, again bool, who string, emit func(string, ...any)) {
 	late := w.ord().Check([]byte(sender), st) == Late
-	switch step, over := w.in.Offer([]byte(sender), st, false, item, w.now); step {
+	switch step, over := w.in.Offer([]byte(sender), st, false, again, item, w.now); step {
+	case StepRepeat:
+		emit("%sdrop %s (a repeat)", who, item)
 	case StepAdmit:
 		tag := ""
 		if late {
@@ -397,7 +400,7 @@ func (w *world) offer(sender string, st Stamp, item, who string, emit func(strin
 func (w *world) skip(sender string, st Stamp, emit func(string, ...any)) {
 	item := fmt.Sprintf("skip%s.%d", sender, st.Seq)
 	v := w.ord().Check([]byte(sender), st)
-	switch step, _ := w.in.Offer([]byte(sender), st, true, item, w.now); {
+	switch step, _ := w.in.Offer([]byte(sender), st, true, false, item, w.now); {
 	case step == StepKeep:
 		w.kept = append(w.kept, kept{sender, st, item})
 		emit("keep %s (frozen)", item)
@@ -487,7 +490,7 @@ func (w *world) send(from, item string, emit func(string, ...any)) {
 	}
 	emit("%s sends %s (stamp %d.%d) to %s gen %d (%s)", from, item, m.stamp.Epoch, m.stamp.Seq, to, m.hop.Gen, how)
 	if how == "local" {
-		w.offer(m.origin, m.stamp, m.name, "  "+to+": ", emit)
+		w.offer(m.origin, m.stamp, m.name, false, "  "+to+": ", emit)
 		return
 	}
 	w.queue(from, to, m)
@@ -505,7 +508,7 @@ func (w *world) deliver(t *testing.T, from, to string, emit func(string, ...any)
 	w.links[k] = q[1:]
 	emit("%s receives %s (hops=%d gen=%d bounces=%d)", to, m.name, m.hop.Hops, m.hop.Gen, m.hop.Bounces)
 	if to == w.owner {
-		w.offer(m.origin, m.stamp, m.name, "  "+to+": ", emit)
+		w.offer(m.origin, m.stamp, m.name, false, "  "+to+": ", emit)
 		return
 	}
 	e, ok := w.table(to).Lookup(objO, w.now)
