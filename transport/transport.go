@@ -267,6 +267,21 @@ type Backlogger interface {
 	Backlogged(to string) bool
 }
 
+// Reclaimer is a Transport that can close as a crash closes it and hand
+// back what its links had not seen their peers take. A host whose run
+// ended while the process lived — a gateway its peers saw fail because it
+// was paused past its lease — sends those items again on its new run's
+// links, so that what it accepted does not die with the old run.
+type Reclaimer interface {
+	// CloseReclaim closes the transport as Close(false) does and returns,
+	// per peer, the items its links had not seen the peer's handler take,
+	// in the order they were sent. Items the peer took whose taking it had
+	// not reported yet are among them: a caller that sends them again marks
+	// them, so that the receiver can tell a repeat. The items are the
+	// caller's (Owned). A transport closed already returns nothing.
+	CloseReclaim() map[string][]Item
+}
+
 // IsRetryable reports whether a send failed because of its peer (unknown,
 // gone or leaving): the caller routes the item again.
 func IsRetryable(err error) bool {

@@ -31,6 +31,9 @@
 //     host that bounced it, which routes it again or drops it); the other
 //     kinds queued to it are dropped. A crash (Close(false), Kill) drops
 //     everything queued to and from the host.
+//   - Reclaim: CloseReclaim closes a host as a crash does, but hands back
+//     to the caller, per peer and in order, what its links had not
+//     delivered (transport.Reclaimer); nothing it delivered is among it.
 //   - Gone: a peer gets Event{Gone} for a closed host after the last item
 //     it receives from that host (a graceful close first delivers what the
 //     host sent, waiting out a broken link).
@@ -376,7 +379,7 @@ func (x *host) peerLocked(to string, k transport.Kind) (*host, error) {
 // of p's calls). Both hosts are live.
 func (x *host) newLinkLocked(p *host) {
 	n := x.net
-	l := &link{from: x, to: p, notify: make(chan struct{}, 1), stop: make(chan struct{}),
+	l := &link{from: x, to: p, notify: make(chan struct{}, 1), stop: make(chan struct{}), ended: make(chan struct{}),
 		broken: n.broken[pair(x.name, p.name)], delay: n.delay[pair(x.name, p.name)]}
 	x.out[p] = l
 	x.publishOutLocked()
@@ -504,6 +507,20 @@ func (x *host) peersLocked() []*host {
 // nil once no goroutine of the links to x runs and no handler call into x
 // is in progress; a second Close waits for the first.
 func (x *host) Close(graceful bool) error {
+	x.close(graceful, false)
+	return nil
+}
+
+// CloseReclaim closes x as Close(false) does, and returns what its links
+// had not delivered, per peer, in the order sent; see
+// transport.Reclaimer. What a link delivered is not among it: a peer
+// never gets an item twice from this transport.
+func (x *host) CloseReclaim() map[string][]transport.Item {
+	return x.close(false, true)
+}
+
+// close is Close and, with reclaim (not graceful), CloseReclaim.
+func (x *host) close(graceful, reclaim bool) map[string][]transport.Item {
 	n := x.net
 	n.mu.Lock()
 	if x.closing {
@@ -521,17 +538,19 @@ func (x *host) Close(graceful bool) error {
 			gone = append(gone, p)
 		}
 	}
-	var wake []*link
+	var wake, out []*link
 	for _, l := range x.out {
 		l.mu.Lock()
 		l.senderGone = true
 		if graceful {
 			l.flush = true
 		} else {
+			l.reclaim = reclaim
 			l.killLocked(false)
 		}
 		l.mu.Unlock()
 		wake = append(wake, l)
+		out = append(out, l)
 	}
 	for _, l := range x.in {
 		l.mu.Lock()
@@ -547,8 +566,20 @@ func (x *host) Close(graceful bool) error {
 		p.event(transport.Event{Peer: x.name, Kind: transport.Gone})
 	}
 	x.calls.Wait()
+	var back map[string][]transport.Item
+	if reclaim {
+		for _, l := range out {
+			<-l.ended
+			if len(l.reclaimed) > 0 {
+				if back == nil {
+					back = map[string][]transport.Item{}
+				}
+				back[l.to.name] = l.reclaimed
+			}
+		}
+	}
 	close(x.done)
-	return nil
+	return back
 }
 
 // link is the ordered link from one host to another. Its goroutine is one
@@ -557,6 +588,10 @@ type link struct {
 	from, to *host
 	notify   chan struct{} // one slot: look at the queue again
 	stop     chan struct{} // closed by killLocked: cuts a delay short
+	ended    chan struct{} // closed when the link's goroutine ends
+	// reclaimed is what the link had not delivered when it ended, if it
+	// was to keep it (reclaim); written before ended is closed.
+	reclaimed []transport.Item
 
 	mu         sync.Mutex
 	items      []transport.Item // queued from items[head]; guarded by mu
@@ -573,6 +608,7 @@ type link struct {
 	senderGone bool             // the sender closed: its peer gets Gone when the link ends; guarded by mu
 	dead       bool             // end now, undelivered items go as giveBack says; guarded by mu
 	giveBack   bool             // frames not delivered go back to the sender; guarded by mu
+	reclaim    bool             // the sender closes to send again what was not delivered: keep it (reclaimed); guarded by mu
 	room       chan struct{}    // closed when the queue falls below low; guarded by mu
 }
 
@@ -757,10 +793,17 @@ func (l *link) requeueLocked(rest []transport.Item) {
 // the sender is gone if it is. Called with l.mu held; unlocks it.
 func (l *link) end() {
 	rest, giveBack, senderGone := l.items[l.head:], l.giveBack, l.senderGone
+	if l.reclaim {
+		for i := range rest {
+			rest[i].Owned = true // the link is done with its buffers
+		}
+		l.reclaimed, rest = rest, nil
+	}
 	l.items, l.head = nil, 0
 	l.queued.Store(0)
 	l.openRoomLocked()
 	l.mu.Unlock()
+	defer close(l.ended)
 	n := l.from.net
 	n.mu.Lock()
 	if l.from.out[l.to] == l {

@@ -592,6 +592,26 @@ func (s *session) close(graceful bool, epoch uint32, seq uint64, o *output) {
 	s.envelope(opCrash, o)
 }
 
+// reclaim takes the items the peer has not taken out of the session, in
+// order, for a host that closes to send them again on a new run's links
+// (Transport.CloseReclaim): they are no longer the session's, nor lost.
+// An item the peer took since its last report is among them. Their data
+// stay on the wire until the connection ends: the caller hands them on
+// only after that.
+func (s *session) reclaim() []transport.Item {
+	if s.closing || s.state == stGone {
+		return nil
+	}
+	var out []transport.Item
+	for _, it := range s.out[s.outHead:] {
+		if it.op == opItem {
+			out = append(out, transport.Item{Kind: it.kind, Data: it.data, Owned: true})
+		}
+	}
+	s.dropOut(false)
+	return out
+}
+
 // closed reports whether this host's close is done with the peer: the peer
 // received the bye (or answered the crash), or is gone, or is not reached
 // and nothing but the bye and advice waits for it (a peer that died with

@@ -749,6 +749,25 @@ func (t *Transport) Leave() {
 // returns once no goroutine of the transport runs. A second Close waits
 // for the first and returns nil.
 func (t *Transport) Close(graceful bool) error {
+	return t.close(graceful, nil)
+}
+
+// CloseReclaim closes the transport as Close(false) does, and returns what
+// each peer's handler had not taken of what this host sent it, in the
+// order sent (transport.Reclaimer): the items of the peer's session from
+// the last taking the peer reported — so an item the peer took since may
+// be among them. A peer that is gone has nothing handed back: what it had
+// not taken was lost with it (Stats.Lost). The items are handed over
+// once no goroutine of the transport runs.
+func (t *Transport) CloseReclaim() map[string][]transport.Item {
+	back := map[string][]transport.Item{}
+	_ = t.close(false, back)
+	return back
+}
+
+// close is Close; a non-nil back (not graceful) gets what CloseReclaim
+// hands back.
+func (t *Transport) close(graceful bool, back map[string][]transport.Item) error {
 	t.mu.Lock()
 	if t.closing {
 		t.mu.Unlock()
@@ -761,6 +780,11 @@ func (t *Transport) Close(graceful bool) error {
 	for _, p := range peers {
 		epoch, seq := p.q.stop()
 		p.mu.Lock()
+		if back != nil {
+			if items := p.s.reclaim(); len(items) > 0 {
+				back[p.name] = items
+			}
+		}
 		p.s.close(graceful, epoch, seq, &p.o)
 		t.flushLocked(p)
 		p.mu.Unlock()

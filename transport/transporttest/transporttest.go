@@ -55,6 +55,7 @@ var rules = []rule{
 	{"GracefulCloseReturnsFrames", testGracefulCloseReturnsFrames},
 	{"CrashCloseSender", testCrashCloseSender},
 	{"CrashCloseReceiver", testCrashCloseReceiver},
+	{"CloseReclaimHandsBackWhatWasNotTaken", testCloseReclaimHandsBackWhatWasNotTaken},
 	{"WaitRoomBlocksWhenFull", testWaitRoomBlocksWhenFull},
 	{"NoGoroutineLeak", testNoGoroutineLeak},
 }
@@ -415,6 +416,79 @@ func testBreakLosesNothing(t *testing.T, s *suite) {
 	s.h.Heal(t, a.name, b.name)
 	checkSeq(t, a.name, b.rec.awaitDelivered(t, a.name, 2*n), 0)
 	checkSeq(t, b.name, a.rec.awaitDelivered(t, b.name, 2*n), 0)
+}
+
+// testCloseReclaimHandsBackWhatWasNotTaken (a transport.Reclaimer only):
+// a host that closes with CloseReclaim gets back, per peer and in the order
+// sent, every item its peers' handlers had not taken — each item is either
+// delivered or handed back, and only an item the peer took may be both
+// (its taking not reported yet) — and the items are the caller's. A peer
+// whose link works gets Gone after the last item it took, and nothing
+// after it.
+func testCloseReclaimHandsBackWhatWasNotTaken(t *testing.T, s *suite) {
+	s.needBreak(t)
+	const n = 300
+	hs := s.start(t, []string{"a", "b", "c"}, nil, holding())
+	a, b, c := hs[0], hs[1], hs[2]
+	rc, ok := a.tr.(transport.Reclaimer)
+	if !ok {
+		t.Skip("the transport is not a transport.Reclaimer")
+	}
+	// b's handler holds its first item; c takes n items, then its link
+	// breaks and n more wait.
+	sendMixed(t, a, b, 0, 2*n)
+	sendMixed(t, a, c, 0, n)
+	c.rec.awaitDelivered(t, a.name, n)
+	s.h.Break(t, a.name, c.name)
+	a.rec.awaitEvent(t, c.name, transport.Down)
+	sendMixed(t, a, c, n, 2*n)
+	<-b.rec.entered
+	var back map[string][]transport.Item
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		back = rc.CloseReclaim()
+	}()
+	b.rec.unhold()
+	<-done
+	log := b.rec.await(t, "Gone of the closed sender", func(log []entry) bool {
+		return indexEvent(log, a.name, transport.Gone) >= 0
+	})
+	if g := indexEvent(log, a.name, transport.Gone); len(delivered(log[g:], a.name)) != 0 {
+		t.Fatalf("%d items delivered to b after Gone", len(delivered(log[g:], a.name)))
+	}
+	for _, p := range []*host{b, c} {
+		got := delivered(p.rec.snapshot(), a.name)
+		checkSeq(t, a.name, got, 0)
+		re := back[p.name]
+		if len(got) == 2*n {
+			continue // it took everything (b, released before the close took hold)
+		}
+		if len(re) == 0 {
+			t.Fatalf("CloseReclaim handed back nothing for %s; it had taken %d of %d", p.name, len(got), 2*n)
+		}
+		from := seqOf(t, a.name, re[0])
+		if from > len(got) {
+			t.Fatalf("CloseReclaim handed back %s's items from #%d, but %s took only %d: #%d..#%d were neither taken nor handed back",
+				p.name, from, p.name, len(got), len(got), from-1)
+		}
+		checkSeq(t, a.name, re, from)
+		if end := from + len(re); end != 2*n {
+			t.Fatalf("CloseReclaim handed back %s's items #%d..#%d of %d", p.name, from, end-1, 2*n)
+		}
+		for _, it := range re {
+			if !it.Owned {
+				t.Fatalf("a handed-back item is not the caller's (Owned): %q", it.Data)
+			}
+		}
+	}
+	if len(back[c.name]) == 0 {
+		t.Fatal("nothing handed back for c, whose link was broken")
+	}
+	if again := rc.CloseReclaim(); len(again) != 0 {
+		t.Fatalf("a second CloseReclaim handed back %d peers' items", len(again))
+	}
+	s.h.Heal(t, a.name, c.name)
 }
 
 // testGracefulCloseDeliversSent: what a host sent before its graceful
