@@ -61,7 +61,10 @@
 // is taken — a hello of another, higher or lower (a forgery, or a new run
 // the membership has yet to report), is dropped as stale — and a peer
 // restarted when the membership reports a new run, never because its
-// bytes say so.
+// bytes say so. CloseReclaim (transport.Reclaimer) closes as a crash
+// does but hands the caller what each peer's session had not seen taken,
+// in order, from the last taking the peer reported: a new run of this
+// host sends it again, marked, and the receiver drops what it had.
 //
 // # Bounds and back-pressure
 //
