@@ -881,6 +881,8 @@ func (h *Host) Stats() Stats {
 		Jeopardies:             h.stats.jeopardies.Load(),
 		Rejoins:                h.stats.rejoins.Load(),
 		LostOnRejoin:           h.stats.lostOnRejoin.Load(),
+		SentAgain:              h.stats.sentAgain.Load(),
+		Repeats:                h.stats.repeats.Load(),
 		LeaseLapses:            h.stats.lapses.Load(),
 		OwnershipChecks:        h.stats.checks.Load(),
 		TakenOver:              h.stats.takenOver.Load(),

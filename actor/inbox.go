@@ -53,6 +53,15 @@ import (
 // to run.
 const flagSkip uint8 = 4
 
+// flagAgain marks a message frame that a new run of its sender sent again
+// after the old run's links closed (runlink.go): its owner may have had it
+// from the old run, and drops it if so (route.StepRepeat). On a reply
+// frame the same bit is flagError.
+const flagAgain uint8 = 2
+
+// sentAgain reports whether a frame's flags mark a message sent again.
+func sentAgain(flags uint8) bool { return flags&(flagReply|flagAgain) == flagAgain }
+
 // Bounces (how often a message went back to its origin) are kept in the
 // flags' upper nibble.
 const (
@@ -144,12 +153,13 @@ func (o *owner) admit(e *mailbox.Envelope, how admitHow) (ran bool, room <-chan 
 	var originBuf [64]byte
 	origin := append(originBuf[:0], hv.Origin()...)
 	skip := hv.Flags()&flagSkip != 0
+	again := sentAgain(hv.Flags())
 	now := h.routes.coarseNow()
 
 	o.seqMu.Lock()
 	var claimed bool
 	var a orderAfter
-	switch step, over := o.inbox.Offer(origin, st, skip, e, now); step {
+	switch step, over := o.inbox.Offer(origin, st, skip, again, e, now); step {
 	case route.StepRefuse:
 		o.seqMu.Unlock()
 		return false, nil, nil, mailbox.ErrClosed
@@ -170,6 +180,8 @@ func (o *owner) admit(e *mailbox.Envelope, how admitHow) (ran bool, room <-chan 
 		}
 	case route.StepSkipped:
 		a.stray = append(a.stray, e)
+	case route.StepRepeat:
+		a.repeats = append(a.repeats, e)
 	default:
 		if how == admitInline {
 			claimed, room, err = o.mb.AdmitOrClaim(e)
@@ -213,6 +225,7 @@ func (o *owner) admitBoxRoom(e *mailbox.Envelope, how admitHow) (<-chan struct{}
 // meanwhile); permits of held messages to give back; the gaps given up on.
 type orderAfter struct {
 	stray      []*mailbox.Envelope
+	repeats    []*mailbox.Envelope // messages sent again that ran already: dropped
 	permits    []*mailbox.Permits
 	gapsClosed uint64 // sequence numbers given up on, for the log (counted in readyLocked)
 	over       bool   // the sender is past the reorder bound
@@ -246,6 +259,9 @@ func (o *owner) readyLocked(a *orderAfter, into *[]*mailbox.Envelope) {
 	}
 	if c.Late > 0 {
 		o.host.stats.late.Add(int64(c.Late))
+	}
+	if c.Repeats > 0 {
+		o.host.stats.repeats.Add(int64(c.Repeats))
 	}
 	a.gapsClosed += c.GapsClosed
 	o.noteHeldLocked()
@@ -283,6 +299,9 @@ func (o *owner) finishOrder(a orderAfter) (stray []*mailbox.Envelope) {
 	}
 	if a.gapsClosed > 0 { // counted in readyLocked
 		h.log.Warn("gap in a sender's messages given up on after a host failure", "object", o.ref.String(), "messages", a.gapsClosed)
+	}
+	for _, e := range a.repeats {
+		e.Release() // it ran from the old run's link: nothing more is owed for it
 	}
 	for _, e := range a.stray {
 		if e.Msg.Header().Flags()&flagSkip != 0 {
@@ -328,7 +347,7 @@ func (o *owner) openOrderLocked(items, unchecked []*mailbox.Envelope) orderAfter
 	for _, e := range unchecked {
 		hv := e.Msg.Header()
 		st := route.Stamp{Epoch: hv.Epoch(), Seq: hv.Seq()}
-		switch step, over := o.inbox.Offer(hv.Origin(), st, hv.Flags()&flagSkip != 0, e, now); step {
+		switch step, over := o.inbox.Offer(hv.Origin(), st, hv.Flags()&flagSkip != 0, sentAgain(hv.Flags()), e, now); step {
 		case route.StepHeld:
 			if p := e.TakePermit(); p != nil {
 				a.permits = append(a.permits, p)
@@ -345,6 +364,8 @@ func (o *owner) openOrderLocked(items, unchecked []*mailbox.Envelope) orderAfter
 			continue
 		case route.StepSkipped:
 			a.stray = append(a.stray, e)
+		case route.StepRepeat:
+			a.repeats = append(a.repeats, e)
 		case route.StepAdmit:
 			o.inbox.Admitted(hv.Origin(), st, now)
 			items = append(items, e)

@@ -391,6 +391,7 @@ func (lk *leaseKeeper) memberTick(time.Time) (over bool) {
 	err := lk.renewMembership()
 	switch {
 	case err == nil:
+		h.peers.sendAgainToMembers()
 		return false
 	case !errors.Is(err, errRunEnded):
 		h.log.Warn("membership lease renewal failed; the host goes on and asks again", "err", err)
@@ -481,11 +482,16 @@ func (lk *leaseKeeper) mayRejoin(why error) bool {
 // name (why: the membership's refusal). The old run's links close as a
 // crash's would — its peers saw it fail, and take nothing more from it —
 // and the new run attaches under a new generation, higher than every
-// earlier one; sends from this host wait for it (runLink). Its streams
-// start afresh, its credit at every peer counts from zero, and the
-// requests it had handed to other hosts end with ErrRejoined (they may
-// have run; their replies would go to the old run). Requests whose
-// message is still on this host go on. The caller then joins the
+// earlier one; sends from this host wait for it (runLink). The messages
+// the old run's peers had not seen taken go to them again on the new
+// run's links, first and in order, marked so that an owner that had one
+// drops it (runLink.replace): so the new run's streams go on where the
+// old run's stopped, with no gap at the owners. (Over a transport that
+// cannot hand them back they are lost, and the streams start afresh, so
+// that no owner waits for them.) Its credit at every peer counts from
+// zero, and the requests it had handed to other hosts end with
+// ErrRejoined (they may have run; their replies would go to the old run).
+// Requests whose message is still on this host go on. The caller then joins the
 // membership as the new run (joinAgain) and renews its lease. It reports
 // false if the host is stopping or closing (it closes as the old run), or
 // cannot attach again (it closes: Host.Err says why).
@@ -501,9 +507,16 @@ func (lk *leaseKeeper) newRun(why error) bool {
 		return false
 	}
 	gen := max(uint64(time.Now().UnixNano()), lk.run()+1)
-	onLinks, err := h.peers.tr.replace(func() (transport.Transport, error) { return h.peers.attachRun(gen, closedChan) })
+	_, reclaims := h.peers.tr.current().t.(transport.Reclaimer)
+	again, lost, err := h.peers.tr.replace(func() (transport.Transport, error) {
+		t, err := h.peers.attachRun(gen, closedChan)
+		if err == nil {
+			h.in.newRun() // before anything is sent on the new run's links
+		}
+		return t, err
+	}, h.peers.sentAgain)
 	if err == nil {
-		h.routes.newRun(gen)
+		h.routes.newRun(gen, !reclaims)
 	}
 	h.life.mu.Unlock()
 	if err != nil {
@@ -512,15 +525,15 @@ func (lk *leaseKeeper) newRun(why error) bool {
 	}
 	lk.joining.Store(true)
 	h.stats.rejoins.Add(1)
-	h.stats.lostOnRejoin.Add(int64(onLinks))
+	h.stats.lostOnRejoin.Add(int64(lost))
 	failed := h.requests.failHanded(ErrRejoined)
-	h.in.newRun()
 	h.peers.dirMu.Lock()
 	h.peers.dir = nil // the new attachment knows no peer yet
 	h.peers.dirMu.Unlock()
 	h.peers.tellDirectory()
-	h.log.Warn("the membership ended this gateway's run (it was paused past its lease, and its peers saw it fail): it joins again as a new run; what the old run had on its links is lost with it (Stats.LostOnRejoin)",
-		"why", why, "run", gen, "requests_ended", failed, "items_on_links", onLinks)
+	h.peers.tr.current().sendAllAgain()
+	h.log.Warn("the membership ended this gateway's run (it was paused past its lease, and its peers saw it fail): it joins again as a new run; the messages its peers had not taken go to them again, and what cannot go again is lost with the old run (Stats.LostOnRejoin)",
+		"why", why, "run", gen, "requests_ended", failed, "sent_again", again, "lost", lost)
 	return true
 }
 

@@ -127,7 +127,9 @@ type Stats struct {
 	TakenOver              int64         // objects another host took over while this host's lease had lapsed, dropped here
 	DrainStateDropped      int64         // objects whose state moves (PreserveState, not persisted) that a drain or Stop deactivated because every host it tried refused or failed the move: their in-memory state ended (each logged at Warn)
 	Rejoins                int64         // times this gateway joined again as a new run after the membership ended its run (it was paused past its lease)
-	LostOnRejoin           int64         // messages and move records the old runs' links had not delivered when this gateway joined again: they were lost with the old run (at most this many accepted Tells never ran; each rejoin logged at Warn)
+	LostOnRejoin           int64         // items the old runs' links had not delivered when this gateway joined again that were not sent again — replies, move records, and messages to peers gone or no longer members meanwhile: lost with the old run (each rejoin logged at Warn)
+	SentAgain              int64         // messages the old runs' links had not seen taken when this gateway joined again, sent again by the new run, first and in order, marked so that their owners drop those they had (Repeats)
+	Repeats                int64         // messages sent again by a new run of their sender that this host had run already from the old run's link: dropped, not run twice
 	Payload                payload.Stats // copy accounting of the host's payload pool
 }
 

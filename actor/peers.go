@@ -899,6 +899,29 @@ func (pr *peers) sentFrame(to string, n int) {
 	c.sentB.Add(budgetLen(n))
 }
 
+// sentAgain counts a message the new run sent again from the old run's
+// links (runLink.replace): a frame sent to peer to.
+func (pr *peers) sentAgain(to string, it transport.Item) {
+	pr.h.stats.sentAgain.Add(1)
+	pr.sentFrame(to, len(it.Data))
+}
+
+// sendAgainToMembers sends what the new run still holds to send again
+// (its peers' links were not up yet), and drops what it holds for hosts
+// the membership no longer lists: what they had not taken was lost with
+// them (Stats.LostOnRejoin). The membership renewer calls it.
+func (pr *peers) sendAgainToMembers() {
+	if pr.tr == nil {
+		return
+	}
+	a := pr.tr.current()
+	a.sendAllAgain()
+	if n := a.dropAgain(func(name string) bool { _, ok := pr.view.member(name); return ok }); n > 0 {
+		pr.h.stats.lostOnRejoin.Add(int64(n))
+		pr.h.log.Warn("messages to send again to hosts that are no longer members were lost with them (Stats.LostOnRejoin)", "messages", n)
+	}
+}
+
 // push tells sender to pause or resume its outside sends to o's object.
 // Not under any lock of the owner.
 func (pr *peers) push(o *owner, sender string, pause bool) {

@@ -86,14 +86,18 @@ func (r *routes) startStreams() {
 // self returns this host's current run.
 func (r *routes) self() peerRun { return peerRun{name: r.selfName, run: r.selfRun.Load()} }
 
-// newRun makes run this host's run, and starts every sending stream
-// afresh: the next message to each object is sequence 1 of a new epoch
-// (base, a start time, later than every epoch of the old run's), with no
-// gap before it at the owner — what the old run sent died with its links
-// or arrived, and its peers saw that run fail.
-func (r *routes) newRun(run uint64) {
+// newRun makes run this host's run. The sending streams go on where the
+// old run's stopped: what the old run's links had not delivered is sent
+// again first, so the owners see no gap. With restart (what the old run
+// had on its links is lost), every stream starts afresh instead: the next
+// message to each object is sequence 1 of a new epoch (base, a start
+// time, later than every epoch of the old run's), with no gap before it
+// at the owner to wait for.
+func (r *routes) newRun(run uint64, restart bool) {
 	r.selfRun.Store(run)
-	r.startStreams()
+	if restart {
+		r.startStreams()
+	}
 }
 
 // coarseNow is nanotime as of the host's last tick (25 ms): reading the

@@ -3,8 +3,10 @@ package actor
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 
+	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/transport"
 )
 
@@ -15,12 +17,18 @@ import (
 // new run (lease.go, rejoin), whose links are a new attachment under the
 // new run's generation, which replaces the old one here.
 //
-// Owns: the current attachment. Lock: none (an atomic pointer).
+// Owns: the current attachment. Lock: none (an atomic pointer);
+// attachment.againMu, taken alone, around sends of what is sent again.
 // Invariants: a Send that finds the attachment it used closed while a
 // successor is being made waits for it and sends there: nothing a sender
-// hands over in that window is refused for it; what the old attachment
-// had queued died with the old run (its peers saw that run fail), counted
-// by replace's caller (Stats.LostOnRejoin).
+// hands over in that window is refused for it. The messages the old
+// attachment's peers had not seen taken (transport.Reclaimer) go to each
+// peer on the new one, marked as sent again (flagAgain), in their order
+// and before anything else the new run sends that peer: what a sender
+// handed the old run runs once, in its order, unless its peer is gone.
+// What cannot be sent again — other items, items for a peer that is no
+// longer a member — is lost with the old run, counted by replace's caller
+// and dropAgain (Stats.LostOnRejoin).
 type runLink struct {
 	cur atomic.Pointer[attachment]
 }
@@ -36,6 +44,15 @@ type attachment struct {
 	// failed: the host then closes).
 	replacing atomic.Bool
 	replaced  chan struct{}
+
+	// again is what the runs before this one sent and their peers had not
+	// seen taken, per peer, marked as sent again: it goes to the peer
+	// before anything else this run sends it (sendAgain). againN counts
+	// the peers it holds items for; sentAgain counts an item sent.
+	againMu   sync.Mutex
+	again     map[string][]transport.Item // guarded by againMu
+	againN    atomic.Int32
+	sentAgain func(to string, it transport.Item)
 }
 
 func newAttachment(t transport.Transport) *attachment {
@@ -61,7 +78,10 @@ func (l *runLink) current() *attachment { return l.cur.Load() }
 func (l *runLink) Send(to string, it transport.Item) error {
 	for {
 		a := l.cur.Load()
-		err := a.t.Send(to, it)
+		err := a.sendAgain(to)
+		if err == nil {
+			err = a.t.Send(to, it)
+		}
 		if err == nil || !errors.Is(err, transport.ErrClosed) || !a.replacing.Load() {
 			return err
 		}
@@ -98,21 +118,157 @@ func (l *runLink) backlogged(to string) bool {
 
 // replace closes the current run's attachment, as a crash would (its
 // peers saw the run fail), and makes next the current one with attach.
-// Sends meanwhile wait for it. It returns how many messages and move
-// records the old attachment's links had not delivered as it closed
-// (transport.Pending): they are lost with the old run. If attach fails,
-// the old attachment stays current, closed: sends fail with ErrClosed,
-// and the caller closes the host.
-func (l *runLink) replace(attach func() (transport.Transport, error)) (lost int, err error) {
+// Sends meanwhile wait for it. What the old attachment's peers had not
+// seen taken (a transport.Reclaimer hands it back), and what it still
+// held to send again itself, is to be sent again on the new one, first
+// (sendAgain; sent counts each item as it goes): its messages, marked.
+// replace returns how many of them it holds (again), and how many items
+// it cannot send again (lost): replies, records, and everything of a
+// transport that is not a Reclaimer (transport.Pending) — those are lost
+// with the old run. Advice (hints, control items) is dropped uncounted. If
+// attach fails, the old attachment stays current, closed: sends fail with
+// ErrClosed, and the caller closes the host.
+func (l *runLink) replace(attach func() (transport.Transport, error), sent func(to string, it transport.Item)) (again, lost int, err error) {
 	old := l.cur.Load()
 	old.replacing.Store(true)
 	defer close(old.replaced)
-	_, lost = old.t.Pending()
-	_ = old.t.Close(false)
+	held := old.takeAgain()
+	var back map[string][]transport.Item
+	if rc, ok := old.t.(transport.Reclaimer); ok {
+		back = rc.CloseReclaim()
+	} else {
+		_, lost = old.t.Pending()
+		_ = old.t.Close(false)
+	}
+	next := map[string][]transport.Item{}
+	for peer, items := range held {
+		next[peer] = items
+		again += len(items)
+	}
+	for peer, items := range back {
+		for _, it := range items {
+			switch it.Kind {
+			case transport.Frame, transport.Bounce:
+				if markAgain(it.Data) {
+					next[peer] = append(next[peer], it)
+					again++
+					continue
+				}
+				lost++
+			case transport.Hint, transport.Control:
+			default:
+				lost++
+			}
+		}
+	}
 	t, err := attach()
 	if err != nil {
-		return lost, err
+		return 0, lost + again, err
 	}
-	l.cur.Store(newAttachment(t))
-	return lost, nil
+	a := newAttachment(t)
+	a.sentAgain = sent
+	if len(next) > 0 {
+		a.again = next
+		a.againN.Store(int32(len(next)))
+	}
+	l.cur.Store(a)
+	return again, lost, nil
+}
+
+// markAgain marks a message frame as sent again (flagAgain); a reply
+// frame, or bytes that are not a frame, it leaves and reports false.
+func markAgain(frame []byte) bool {
+	hv, _, err := payload.DecodeHeader(frame)
+	if err != nil || hv.Flags()&flagReply != 0 {
+		return false
+	}
+	return payload.SetFlags(frame, hv.Flags()|flagAgain) == nil
+}
+
+// sendAgain sends what is to be sent again to peer to, in order, before
+// the caller's own send. An item the transport refuses stays, with those
+// after it, for the next try, and the caller's send fails as it did (a
+// retryable refusal routes it again), so nothing overtakes what is sent
+// again. Sends to to wait for one another meanwhile.
+func (a *attachment) sendAgain(to string) error {
+	if a.againN.Load() == 0 {
+		return nil
+	}
+	a.againMu.Lock()
+	defer a.againMu.Unlock()
+	items, ok := a.again[to]
+	if !ok {
+		return nil
+	}
+	for i, it := range items {
+		if err := a.t.Send(to, it); err != nil {
+			clear(items[:i])
+			a.again[to] = items[i:]
+			return err
+		}
+		a.sentAgain(to, it)
+	}
+	delete(a.again, to)
+	a.againN.Add(-1)
+	return nil
+}
+
+// sendAllAgain tries sendAgain for every peer it holds items for.
+func (a *attachment) sendAllAgain() {
+	if a.againN.Load() == 0 {
+		return
+	}
+	a.againMu.Lock()
+	peers := make([]string, 0, len(a.again))
+	for p := range a.again {
+		peers = append(peers, p)
+	}
+	a.againMu.Unlock()
+	for _, p := range peers {
+		_ = a.sendAgain(p)
+	}
+}
+
+// dropAgain drops what is held to send again to the peers member says are
+// not members any more (what they had not taken was lost with them) and
+// returns how many items it dropped.
+func (a *attachment) dropAgain(member func(string) bool) int {
+	if a.againN.Load() == 0 {
+		return 0
+	}
+	a.againMu.Lock()
+	defer a.againMu.Unlock()
+	n := 0
+	for p, items := range a.again {
+		if !member(p) {
+			n += len(items)
+			delete(a.again, p)
+			a.againN.Add(-1)
+		}
+	}
+	return n
+}
+
+// takeAgain takes what a is still to send again (it is being replaced).
+func (a *attachment) takeAgain() map[string][]transport.Item {
+	a.againMu.Lock()
+	defer a.againMu.Unlock()
+	m := a.again
+	a.again = nil
+	a.againN.Store(0)
+	return m
+}
+
+// pendingAgain returns how many items a holds to send again.
+func (a *attachment) pendingAgain() int {
+	if a.againN.Load() == 0 {
+		return 0
+	}
+	a.againMu.Lock()
+	defer a.againMu.Unlock()
+	n := 0
+	for _, items := range a.again {
+		n += len(items)
+	}
+	return n
 }

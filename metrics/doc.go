@@ -42,6 +42,7 @@
 //	berth_order_skips_lost_total{host}             skip notices that could not reach their object
 //	berth_order_gaps_closed_total{host}            sequence numbers given up on after a host failure
 //	berth_order_late_messages_total{host}          messages run after their gap was given up on
+//	berth_order_repeats_dropped_total{host}        messages sent again by a sender's new run that had run here: dropped
 //	berth_order_oldest_gap_seconds{host}           how long the oldest gap has waited
 //	berth_order_over_bound_total{host}             arrivals past an object's reorder bound
 //	berth_order_pressure_waits_total{host}         outside sends that waited for a reorder buffer
@@ -66,7 +67,8 @@
 //	berth_lease_jeopardy{host}                     1 while the host is in jeopardy (its objects paused)
 //	berth_lease_jeopardies_total{host}             times the host went into jeopardy
 //	berth_gateway_rejoins_total{host}              times a gateway joined again as a new run after the membership ended its run
-//	berth_gateway_lost_on_rejoin_total{host}       messages and move records the old run's links had not delivered then: lost
+//	berth_gateway_lost_on_rejoin_total{host}       what the old run's links had not delivered then and was not sent again: lost
+//	berth_gateway_sent_again_total{host}           messages the old run's links had not seen taken, sent again by the new run
 //	berth_lease_lapses_total{host}                 renewals that found the host's lease lapsed in the store
 //	berth_lease_ownership_checks_total{host}       checks of the host's objects' ownership after a lapse
 //	berth_objects_taken_over_total{host}           objects other hosts took over during a lapse, dropped here

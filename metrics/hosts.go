@@ -57,6 +57,8 @@ type hostCollector struct {
 	jeopardies       *prometheus.Desc
 	rejoins          *prometheus.Desc
 	lostOnRejoin     *prometheus.Desc
+	sentAgain        *prometheus.Desc
+	repeats          *prometheus.Desc
 	leaseLapses      *prometheus.Desc
 	ownershipChecks  *prometheus.Desc
 	takenOver        *prometheus.Desc
@@ -149,7 +151,11 @@ func newHostCollector() *hostCollector {
 		rejoins: desc("gateway_rejoins_total",
 			"Times this gateway joined again as a new run after the membership ended its run (it was paused past its lease)."),
 		lostOnRejoin: desc("gateway_lost_on_rejoin_total",
-			"Messages and move records the old run's links had not delivered when this gateway joined again as a new run: lost with that run."),
+			"Items the old run's links had not delivered when this gateway joined again as a new run that were not sent again: lost with that run."),
+		sentAgain: desc("gateway_sent_again_total",
+			"Messages the old run's links had not seen taken when this gateway joined again, sent again by the new run."),
+		repeats: desc("order_repeats_dropped_total",
+			"Messages sent again by a new run of their sender that had run here already: dropped."),
 		jeopardies: desc("lease_jeopardies_total",
 			"Times the host went into jeopardy."),
 		leaseLapses: desc("lease_lapses_total",
@@ -177,7 +183,7 @@ func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.requestsInFlight, c.requestsFailed, c.decodes, c.fullCopies, c.fullCopyBytes, c.views,
 		c.heldOutOfOrder, c.waitingToRoute, c.skipsLost, c.gapsClosed, c.late, c.oldestGap, c.overBound, c.pressureWaits, c.peerWaits, c.peerRefused, c.linkRefused, c.dropped, c.droppedOnClose, c.bounced, c.relocations, c.captured, c.relayed, c.forwarded,
 		c.stateWrites, c.stateFlushes, c.stateFenced, c.stateErrors, c.outputsHeld, c.outputsDropped,
-		c.suspicions, c.suspectsDead, c.jeopardy, c.jeopardies, c.rejoins, c.lostOnRejoin, c.leaseLapses, c.ownershipChecks, c.takenOver, c.stateDropped,
+		c.suspicions, c.suspectsDead, c.jeopardy, c.jeopardies, c.rejoins, c.lostOnRejoin, c.sentAgain, c.repeats, c.leaseLapses, c.ownershipChecks, c.takenOver, c.stateDropped,
 	} {
 		ch <- d
 	}
@@ -253,6 +259,8 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.jeopardies, uint64(st.Jeopardies))
 		counter(c.rejoins, uint64(st.Rejoins))
 		counter(c.lostOnRejoin, uint64(st.LostOnRejoin))
+		counter(c.sentAgain, uint64(st.SentAgain))
+		counter(c.repeats, uint64(st.Repeats))
 		counter(c.leaseLapses, uint64(st.LeaseLapses))
 		counter(c.ownershipChecks, uint64(st.OwnershipChecks))
 		counter(c.takenOver, uint64(st.TakenOver))

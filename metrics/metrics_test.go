@@ -63,6 +63,8 @@ var hostSeries = []string{
 	"berth_waiting_to_route",
 	"berth_gateway_rejoins_total",
 	"berth_gateway_lost_on_rejoin_total",
+	"berth_gateway_sent_again_total",
+	"berth_order_repeats_dropped_total",
 	"berth_order_skips_lost_total",
 	"berth_order_gaps_closed_total",
 	"berth_order_late_messages_total",
@@ -298,6 +300,8 @@ func TestHostGauges(t *testing.T) {
 		SkipsLost:              44,
 		Rejoins:                45,
 		LostOnRejoin:           46,
+		SentAgain:              47,
+		Repeats:                48,
 		DrainStateDropped:      46,
 		Payload:                payload.Stats{Decodes: 40, FullCopies: 6, FullCopyBytes: 600, Views: 70, Allocated: 1, Buffers: 2},
 	})
@@ -341,9 +345,12 @@ berth_payload_views_total{host="a"} 70
 # HELP berth_gateway_rejoins_total Times this gateway joined again as a new run after the membership ended its run (it was paused past its lease).
 # TYPE berth_gateway_rejoins_total counter
 berth_gateway_rejoins_total{host="a"} 45
-# HELP berth_gateway_lost_on_rejoin_total Messages and move records the old run's links had not delivered when this gateway joined again as a new run: lost with that run.
+# HELP berth_gateway_lost_on_rejoin_total Items the old run's links had not delivered when this gateway joined again as a new run that were not sent again: lost with that run.
 # TYPE berth_gateway_lost_on_rejoin_total counter
 berth_gateway_lost_on_rejoin_total{host="a"} 46
+# HELP berth_gateway_sent_again_total Messages the old run's links had not seen taken when this gateway joined again, sent again by the new run.
+# TYPE berth_gateway_sent_again_total counter
+berth_gateway_sent_again_total{host="a"} 47
 # HELP berth_held_out_of_order Messages held because an older message of their sending host has not arrived yet.
 # TYPE berth_held_out_of_order gauge
 berth_held_out_of_order{host="a"} 12
@@ -353,6 +360,9 @@ berth_order_gaps_closed_total{host="a"} 17
 # HELP berth_order_late_messages_total Messages run after a gap before them had been given up on.
 # TYPE berth_order_late_messages_total counter
 berth_order_late_messages_total{host="a"} 18
+# HELP berth_order_repeats_dropped_total Messages sent again by a new run of their sender that had run here already: dropped.
+# TYPE berth_order_repeats_dropped_total counter
+berth_order_repeats_dropped_total{host="a"} 48
 # HELP berth_order_oldest_gap_seconds How long the longest-waiting gap of any object on the host has waited for an older message.
 # TYPE berth_order_oldest_gap_seconds gauge
 berth_order_oldest_gap_seconds{host="a"} 2.5
