@@ -413,6 +413,11 @@ func (h *Host) leave(joined bool) {
 		// notice among it) within the transport's close timeout.
 		h.log.Warn("the transport's graceful close gave up on peers", "err", err)
 	}
+	for _, items := range h.peers.tr.current().takeAgain() {
+		// A new run's messages to send again whose peer it never reached:
+		// accepted messages Close ended unrun.
+		h.stats.closeDropped.Add(int64(len(items)))
+	}
 	if joined {
 		ctx, cancel := h.life.storeContext()
 		defer cancel()

@@ -100,8 +100,13 @@ func (l *runLink) WaitRoom(ctx context.Context, to string) error {
 // Peers is transport.Peers of the current run.
 func (l *runLink) Peers() []string { return l.cur.Load().t.Peers() }
 
-// Pending is transport.Pending of the current run.
-func (l *runLink) Pending() (in, out int) { return l.cur.Load().t.Pending() }
+// Pending is transport.Pending of the current run; out counts too what
+// the run holds to send again (its peers' links not up yet).
+func (l *runLink) Pending() (in, out int) {
+	a := l.cur.Load()
+	in, out = a.t.Pending()
+	return in, out + a.pendingAgain()
+}
 
 // Leave is transport.Leave of the current run.
 func (l *runLink) Leave() { l.cur.Load().t.Leave() }
