@@ -79,8 +79,10 @@ var (
 	// ErrRejoined: Ask from a gateway whose run the membership ended (it
 	// was paused past its lease, and its peers saw it fail), and whose
 	// request it had handed to another host: the gateway joined again as a
-	// new run, and the reply would have gone to the old one. The request
-	// may have run. Of kind Unavailable.
+	// new run, and the reply would have gone to the old one. (An Ask whose
+	// message the old run's link still held is sent again and answered;
+	// its owner answers ErrRejoined if it had taken it from the old run.)
+	// The request may have run. Of kind Unavailable.
 	ErrRejoined = payload.NewError(payload.Unavailable, "actor",
 		"this gateway's run ended (it was paused past its lease) and it joined again as a new run: the request had been handed on, and may have run")
 	// ErrPeerFailed: Ask whose request this host had handed to another

@@ -301,7 +301,13 @@ func (o *owner) finishOrder(a orderAfter) (stray []*mailbox.Envelope) {
 		h.log.Warn("gap in a sender's messages given up on after a host failure", "object", o.ref.String(), "messages", a.gapsClosed)
 	}
 	for _, e := range a.repeats {
-		e.Release() // it ran from the old run's link: nothing more is owed for it
+		// It ran here from the old run's link. An Ask's answer went to
+		// the old run: the new run, which waits for it, learns that it
+		// ran and that its answer is lost (ErrRejoined: "may have run").
+		if hv := e.Msg.Header(); len(hv.ReplyTo()) > 0 {
+			o.reply(hv.ReplyTo(), hv.Op(), reply{err: ErrRejoined})
+		}
+		e.Release()
 	}
 	for _, e := range a.stray {
 		if e.Msg.Header().Flags()&flagSkip != 0 {

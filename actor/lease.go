@@ -489,9 +489,12 @@ func (lk *leaseKeeper) mayRejoin(why error) bool {
 // old run's stopped, with no gap at the owners. (Over a transport that
 // cannot hand them back they are lost, and the streams start afresh, so
 // that no owner waits for them.) Its credit at every peer counts from
-// zero, and the requests it had handed to other hosts end with
-// ErrRejoined (they may have run; their replies would go to the old run).
-// Requests whose message is still on this host go on. The caller then joins the
+// zero. The requests it had handed to other hosts end with ErrRejoined
+// (they may have run; their replies would go to the old run) — but for
+// those whose message is among what goes again, whose answer comes to the
+// new run (an owner that had taken one from the old run answers it with
+// ErrRejoined: it ran, and its answer went to the old run). Requests
+// whose message is still on this host go on. The caller then joins the
 // membership as the new run (joinAgain) and renews its lease. It reports
 // false if the host is stopping or closing (it closes as the old run), or
 // cannot attach again (it closes: Host.Err says why).
@@ -508,7 +511,7 @@ func (lk *leaseKeeper) newRun(why error) bool {
 	}
 	gen := max(uint64(time.Now().UnixNano()), lk.run()+1)
 	_, reclaims := h.peers.tr.current().t.(transport.Reclaimer)
-	again, lost, err := h.peers.tr.replace(func() (transport.Transport, error) {
+	again, lost, asks, err := h.peers.tr.replace(func() (transport.Transport, error) {
 		t, err := h.peers.attachRun(gen, closedChan)
 		if err == nil {
 			h.in.newRun() // before anything is sent on the new run's links
@@ -526,7 +529,7 @@ func (lk *leaseKeeper) newRun(why error) bool {
 	lk.joining.Store(true)
 	h.stats.rejoins.Add(1)
 	h.stats.lostOnRejoin.Add(int64(lost))
-	failed := h.requests.failHanded(ErrRejoined)
+	failed := h.requests.failHanded(ErrRejoined, asks)
 	h.peers.dirMu.Lock()
 	h.peers.dir = nil // the new attachment knows no peer yet
 	h.peers.dirMu.Unlock()

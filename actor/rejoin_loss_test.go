@@ -2,12 +2,15 @@ package actor
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
 	"github.com/berthrt/berth/transport"
 )
@@ -76,7 +79,6 @@ func TestAGatewaysTellsOnItsOldRunsLinksRunOnceInOrderAfterItJoinsAgain(t *testi
 	tell(1)
 	tell(2)
 	waitFor(t, "Tells 1 and 2 to run on o", func() bool { return slices.Equal(ran(), []int{1, 2}) })
-	n.Transport.SetHook(nil)
 	mu.Lock()
 	if len(frames) != 2 {
 		t.Fatalf("saw %d frames from g to o, want Tells 1 and 2", len(frames))
@@ -94,6 +96,25 @@ func TestAGatewaysTellsOnItsOldRunsLinksRunOnceInOrderAfterItJoinsAgain(t *testi
 	if !slices.Equal(accepted, []int{1, 2, 3, 4, 5}) {
 		t.Fatalf("accepted %v before the rejoin, want 1..5", accepted)
 	}
+	// And an Ask, behind them on the link.
+	type answer struct {
+		seqs []int
+		err  error
+	}
+	asked := make(chan answer, 1)
+	go func() {
+		got, err := Ask[GetSeqs, []int](bg, g, x, GetSeqs{})
+		asked <- answer{got, err}
+	}()
+	var askFrame []byte
+	waitFor(t, "the Ask to wait on the link", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(frames) == 6 {
+			askFrame = frames[5]
+		}
+		return askFrame != nil && g.Stats().RequestsInFlight == 1
+	})
 
 	// The membership ends g's run (o sees it fail); g notices at its next
 	// renewal and joins again as a new run.
@@ -113,8 +134,13 @@ func TestAGatewaysTellsOnItsOldRunsLinksRunOnceInOrderAfterItJoinsAgain(t *testi
 	if !slices.Equal(got, accepted) {
 		t.Fatalf("o ran %v of g's accepted Tells %v%s: some lost, twice or out of order", got, accepted, missing(accepted, got))
 	}
-	if st.SentAgain < 3 || st.LostOnRejoin != 0 {
-		t.Fatalf("g sent %d messages again (want the 3 its old run's link held) and counted %d lost", st.SentAgain, st.LostOnRejoin)
+	if st.SentAgain < 4 || st.LostOnRejoin != 0 {
+		t.Fatalf("g sent %d messages again (want the 4 its old run's link held) and counted %d lost", st.SentAgain, st.LostOnRejoin)
+	}
+	// The Ask went again too, and its answer came to the new run: it saw
+	// Tells 1..5 before it.
+	if a := <-asked; a.err != nil || !slices.Equal(a.seqs, []int{1, 2, 3, 4, 5}) {
+		t.Fatalf("the Ask on the old run's link was answered %v, %v; want [1 2 3 4 5]", a.seqs, a.err)
 	}
 
 	// Tell 2 again, marked as sent again, as a tcp link would send it
@@ -132,6 +158,34 @@ func TestAGatewaysTellsOnItsOldRunsLinksRunOnceInOrderAfterItJoinsAgain(t *testi
 	}
 	if r := o.Stats().Repeats; r != 1 {
 		t.Fatalf("o counted %d repeats dropped, want 1 (Tell 2)", r)
+	}
+
+	// The Ask again, as if o had taken it from the old run and its answer
+	// had gone there while the new run waits for it: o answers at once
+	// that it ran and its answer is lost (ErrRejoined), not run it twice.
+	n.Transport.SetHook(nil)
+	if !markAgain(askFrame) {
+		t.Fatal("the Ask's frame could not be marked as sent again")
+	}
+	hv, _, err := payload.DecodeHeader(askFrame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pending{ch: make(chan reply, 1)}
+	g.requests.add(hv.Op(), p)
+	if err := g.peers.tr.Send("o", transport.Item{Kind: transport.Frame, Data: askFrame}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-p.ch:
+		if !errors.Is(r.err, payload.Unavailable) || r.err.Error() != ErrRejoined.Error() {
+			t.Fatalf("the Ask sent again that o had run was answered %v, want ErrRejoined (from o: of kind Unavailable, its text)", r.err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the Ask sent again that o had run was not answered within a minute")
+	}
+	if r := o.Stats().Repeats; r != 2 {
+		t.Fatalf("o counted %d repeats dropped, want 2 (Tell 2, the Ask)", r)
 	}
 }
 

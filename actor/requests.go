@@ -164,15 +164,17 @@ func (t *requestTable) failRun(r peerRun) {
 }
 
 // failHanded ends every request whose message this host had handed to
-// another host with err, and returns how many it ended: a gateway's new
-// run (lease.go, newRun) — their replies would come to the old run.
-func (t *requestTable) failHanded(err error) int {
+// another host with err, but those in except, and returns how many it
+// ended: a gateway's new run (lease.go, newRun) — their replies would come
+// to the old run. The requests in except are sent again by the new run:
+// their answers come to it.
+func (t *requestTable) failHanded(err error, except map[payload.OpID]bool) int {
 	var failed []*pending
 	for i := range t.shards {
 		s := &t.shards[i]
 		s.mu.Lock()
 		for op, p := range s.m {
-			if p.to != (peerRun{}) {
+			if p.to != (peerRun{}) && !except[op] {
 				delete(s.m, op)
 				failed = append(failed, p)
 			}

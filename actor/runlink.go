@@ -133,7 +133,7 @@ func (l *runLink) backlogged(to string) bool {
 // with the old run. Advice (hints, control items) is dropped uncounted. If
 // attach fails, the old attachment stays current, closed: sends fail with
 // ErrClosed, and the caller closes the host.
-func (l *runLink) replace(attach func() (transport.Transport, error), sent func(to string, it transport.Item)) (again, lost int, err error) {
+func (l *runLink) replace(attach func() (transport.Transport, error), sent func(to string, it transport.Item)) (again, lost int, asks map[payload.OpID]bool, err error) {
 	old := l.cur.Load()
 	old.replacing.Store(true)
 	defer close(old.replaced)
@@ -146,9 +146,15 @@ func (l *runLink) replace(attach func() (transport.Transport, error), sent func(
 		_ = old.t.Close(false)
 	}
 	next := map[string][]transport.Item{}
+	asks = map[payload.OpID]bool{}
 	for peer, items := range held {
 		next[peer] = items
 		again += len(items)
+		for _, it := range items {
+			if op, ask := askOf(it.Data); ask {
+				asks[op] = true
+			}
+		}
 	}
 	for peer, items := range back {
 		for _, it := range items {
@@ -157,6 +163,9 @@ func (l *runLink) replace(attach func() (transport.Transport, error), sent func(
 				if markAgain(it.Data) {
 					next[peer] = append(next[peer], it)
 					again++
+					if op, ask := askOf(it.Data); ask {
+						asks[op] = true
+					}
 					continue
 				}
 				lost++
@@ -168,7 +177,7 @@ func (l *runLink) replace(attach func() (transport.Transport, error), sent func(
 	}
 	t, err := attach()
 	if err != nil {
-		return 0, lost + again, err
+		return 0, lost + again, nil, err
 	}
 	a := newAttachment(t)
 	a.sentAgain = sent
@@ -177,7 +186,17 @@ func (l *runLink) replace(attach func() (transport.Transport, error), sent func(
 		a.againN.Store(int32(len(next)))
 	}
 	l.cur.Store(a)
-	return again, lost, nil
+	return again, lost, asks, nil
+}
+
+// askOf returns the request of a message frame that has a reply route (an
+// Ask's).
+func askOf(frame []byte) (payload.OpID, bool) {
+	hv, _, err := payload.DecodeHeader(frame)
+	if err != nil || len(hv.ReplyTo()) == 0 {
+		return payload.OpID{}, false
+	}
+	return hv.Op(), true
 }
 
 // markAgain marks a message frame as sent again (flagAgain); a reply

@@ -19,7 +19,11 @@ import (
 // carries them over, ahead of what its own old links held.
 func TestWhatIsSentAgainGoesToItsPeerBeforeAnythingElse(t *testing.T) {
 	frame := func(seq byte) []byte {
-		b, err := payload.AppendHeader(nil, &payload.Header{Op: payload.OpID{1}, Origin: "g", Epoch: 1, Seq: uint64(seq)})
+		h := payload.Header{Op: payload.OpID{seq}, Origin: "g", Epoch: 1, Seq: uint64(seq)}
+		if seq == 2 {
+			h.ReplyTo = "g" // an Ask
+		}
+		b, err := payload.AppendHeader(nil, &h)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -34,9 +38,12 @@ func TestWhatIsSentAgainGoesToItsPeerBeforeAnythingElse(t *testing.T) {
 	count := func(to string, it transport.Item) { sentAgain = append(sentAgain, to) }
 
 	second := &fakeLink{refuse: map[string]bool{"p": true}}
-	again, lost, err := l.replace(func() (transport.Transport, error) { return second, nil }, count)
+	again, lost, asks, err := l.replace(func() (transport.Transport, error) { return second, nil }, count)
 	if err != nil || again != 2 || lost != 0 {
 		t.Fatalf("replace: %d to send again, %d lost, %v; want 2, 0, nil (the hint is advice)", again, lost, err)
+	}
+	if len(asks) != 1 || !asks[payload.OpID{2}] {
+		t.Fatalf("replace named the Asks %v among what goes again, want only #2's", asks)
 	}
 	if err := l.Send("p", transport.Item{Kind: transport.Frame, Data: frame(3)}); err == nil {
 		t.Fatal("a send to p went while what is sent again to p was refused")
@@ -52,9 +59,9 @@ func TestWhatIsSentAgainGoesToItsPeerBeforeAnythingElse(t *testing.T) {
 	// then what the second held for p.
 	second.back = map[string][]transport.Item{"p": {{Kind: transport.Frame, Data: frame(4)}}}
 	third := &fakeLink{refuse: map[string]bool{"p": true}}
-	again, _, err = l.replace(func() (transport.Transport, error) { return third, nil }, count)
-	if err != nil || again != 3 {
-		t.Fatalf("second replace: %d to send again, %v; want 3", again, err)
+	again, _, asks, err = l.replace(func() (transport.Transport, error) { return third, nil }, count)
+	if err != nil || again != 3 || !asks[payload.OpID{2}] {
+		t.Fatalf("second replace: %d to send again (the Asks among them: %v), %v; want 3, with #2", again, asks, err)
 	}
 	l.current().sendAllAgain() // refused: they stay
 	// The peer becomes known: the next send to it takes them first.

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/berthrt/berth/actor"
 	"github.com/berthrt/berth/internal/localnet"
 	"github.com/berthrt/berth/internal/testutil"
+	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/transport/tcp"
 )
 
@@ -63,6 +65,20 @@ func TestAGatewaysTellsOnItsOldRunsTCPLinksRunOnceInOrderAfterItJoinsAgain(t *te
 	for i := range burst {
 		tell(i)
 	}
+	// Asks behind the burst, in flight when the link is cut: each is
+	// answered, or ends with ErrRejoined (Unavailable: its owner had run
+	// it from the old run's link), never left to its deadline.
+	const asks = 8
+	asked := make(chan error, asks)
+	for range asks {
+		go func() {
+			actx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+			defer cancel()
+			_, err := actor.Ask[seqGot, []int](actx, g, y, seqGot{})
+			asked <- err
+		}()
+	}
+	testutil.WaitFor(t, "the Asks to be handed on", func() bool { return g.Stats().RequestsInFlight == asks })
 	cut(true)
 	for i := burst; i < burst+waiting; i++ {
 		tell(i)
@@ -80,6 +96,18 @@ func TestAGatewaysTellsOnItsOldRunsTCPLinksRunOnceInOrderAfterItJoinsAgain(t *te
 		got, err = actor.Ask[seqGot, []int](ctx, o, y, seqGot{})
 		return err == nil && slices.Contains(got, last)
 	})
+	answered, rejoined := 0, 0
+	for range asks {
+		switch err := <-asked; {
+		case err == nil:
+			answered++
+		case errors.Is(err, payload.Unavailable) && err.Error() == actor.ErrRejoined.Error():
+			rejoined++
+		default:
+			t.Fatalf("an Ask in flight across the rejoin ended with %v", err)
+		}
+	}
+	t.Logf("of %d Asks in flight across the rejoin, %d were answered, %d ended with ErrRejoined", asks, answered, rejoined)
 	gs, os := g.Stats(), o.Stats()
 	t.Logf("%d Tells accepted, %d ran; g: Rejoins %d, SentAgain %d, LostOnRejoin %d; o: Repeats %d, Late %d",
 		len(accepted), len(got), gs.Rejoins, gs.SentAgain, gs.LostOnRejoin, os.Repeats, os.Late)
