@@ -93,13 +93,14 @@ func (in *Inbox[T]) State() InboxState { return in.state }
 func (in *Inbox[T]) Order() *Order[T] { return &in.order }
 
 // Offer says what to do with an arriving message of sender stamped st
-// (skip: it is a skip notice; again: its sender sent it again after a
-// new run of the sender began, and this inbox may have had it from the
-// old run). An unstamped message is StepAdmit while open; a message sent
-// again that the order released already is StepRepeat. On StepHeld and StepSkipped the inbox has taken item; the driver
-// then takes what became ready with Next. Over reports, on StepHeld,
-// whether sender is past its bound (Order.MaxHeld): the driver pushes
-// back on it; nothing is released out of order and nothing is dropped.
+// (skip: it is a skip notice; again: a new run of its sender sent it
+// again, and this inbox may have had it from the old run). An unstamped
+// message is StepAdmit while open; a message sent again that the order
+// released already is StepRepeat. On StepHeld and StepSkipped the inbox
+// has taken item; the driver then takes what became ready with Next. Over
+// reports, on StepHeld, whether sender is past its bound (Order.MaxHeld):
+// the driver pushes back on it; nothing is released out of order, and
+// nothing but a repeat is dropped.
 func (in *Inbox[T]) Offer(sender []byte, st Stamp, skip, again bool, item T, now int64) (step Step, over bool) {
 	switch in.state {
 	case Shut:
