@@ -51,10 +51,10 @@
 //     links had not seen taken, and a link may have delivered some of it.
 //     Such a message ([Inbox.Offer]'s again) that the order released
 //     already in the sender's current epoch is dropped ([StepRepeat],
-//     counted). Where that cannot be told — at or below a gap given up on,
-//     or in state restored from a snapshot, which does not carry the gaps
-//     given up on — it is checked as any other message, and runs late
-//     rather than being dropped on a doubt.
+//     counted). Where that cannot be told — below a gap given up on, in
+//     an older epoch, or in state restored from a snapshot written before
+//     snapshots carried where the order is unsure — it is checked as any
+//     other message, and runs late rather than being dropped on a doubt.
 //   - A newer epoch of a sender means the sender forgot its stream: the
 //     owner expects sequence 1 of it, and releases what still waited in
 //     the older epoch first.

@@ -14,7 +14,7 @@ import (
 func richSnapshot() Snapshot {
 	return Snapshot{
 		Senders: []SenderState{
-			{Sender: "host-a", Epoch: 1 << 40, Next: 7, Idle: 1500, Waited: 900, Held: []HeldFrame{
+			{Sender: "host-a", Epoch: 1 << 40, Next: 7, Idle: 1500, Waited: 900, Unsure: 5, Held: []HeldFrame{
 				{Seq: 9, Frame: []byte("m9")}, {Seq: 12, Frame: []byte{}}, {Seq: 13, Frame: bytes.Repeat([]byte{0xff}, 40)},
 			}},
 			{Sender: "", Epoch: 0, Next: 1},
@@ -42,7 +42,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		}
 		for i := range s.Senders {
 			w, g := s.Senders[i], got.Senders[i]
-			if g.Sender != w.Sender || g.Epoch != w.Epoch || g.Next != w.Next || g.Idle != w.Idle || g.Waited != w.Waited || len(g.Held) != len(w.Held) {
+			if g.Sender != w.Sender || g.Epoch != w.Epoch || g.Next != w.Next || g.Idle != w.Idle || g.Waited != w.Waited || g.Unsure != w.Unsure || len(g.Held) != len(w.Held) {
 				t.Errorf("sender %d: got %+v, want %+v", i, g, w)
 			}
 			for j := range w.Held {
@@ -60,30 +60,41 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	}
 }
 
-// A version 1 snapshot (before the takeover field) still decodes, with
-// no takeover.
-func TestDecodeSnapshotReadsVersion1(t *testing.T) {
+// A version 1 snapshot (before the takeover field) and a version 2 one
+// (before the senders' Unsure) still decode: with no takeover, and with
+// every sender unsure below its next (a message sent again there runs
+// rather than be dropped on a doubt).
+func TestDecodeSnapshotReadsVersions1And2(t *testing.T) {
 	s := richSnapshot()
 	s.Takeover = TakeoverAge{}
 	b := AppendSnapshot(nil, s)
-	v1 := append([]byte{1}, b[1:len(b)-1]...) // no takeover byte
-	got, err := DecodeSnapshot(v1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got.Senders) != len(s.Senders) || len(got.Trail) != len(s.Trail) || got.Takeover != (TakeoverAge{}) {
-		t.Fatalf("decoded %+v", got)
+	v2 := append([]byte{2}, b[1:len(b)-len(appendUnsure(nil, s.Senders))]...)
+	v1 := append([]byte{1}, v2[1:len(v2)-1]...) // no takeover byte
+	for _, old := range [][]byte{v1, v2} {
+		got, err := DecodeSnapshot(old)
+		if err != nil {
+			t.Fatalf("version %d: %v", old[0], err)
+		}
+		if len(got.Senders) != len(s.Senders) || len(got.Trail) != len(s.Trail) || got.Takeover != (TakeoverAge{}) {
+			t.Fatalf("version %d: decoded %+v", old[0], got)
+		}
+		for _, st := range got.Senders {
+			if st.Unsure != st.Next {
+				t.Fatalf("version %d: sender %q decoded unsure below %d, want its next %d", old[0], st.Sender, st.Unsure, st.Next)
+			}
+		}
 	}
 }
 
 func TestDecodeSnapshotRejects(t *testing.T) {
 	good := AppendSnapshot(nil, richSnapshot())
 	bad := map[string][]byte{
-		"version":        append([]byte{3}, good[1:]...),
+		"version":        append([]byte{4}, good[1:]...),
+		"unsure count":   append(append([]byte{}, good[:len(good)-8*3-2]...), append([]byte{0, 2}, good[len(good)-8*3:len(good)-8]...)...),
 		"trailing":       append(append([]byte{}, good...), 0),
 		"senders":        {1, 0xff, 0xff, 0, 0},
-		"takeover flag":  {2, 0, 0, 0, 0, 2},
-		"empty takeover": append([]byte{2, 0, 0, 0, 0, 1}, make([]byte, 24)...),
+		"takeover flag":  {3, 0, 0, 0, 0, 2, 0, 0},
+		"empty takeover": append(append([]byte{3, 0, 0, 0, 0, 1}, make([]byte, 24)...), 0, 0),
 	}
 	for n := 1; n < len(good); n++ {
 		bad[fmt.Sprintf("truncated at %d", n)] = good[:n]
@@ -121,9 +132,13 @@ func FuzzDecodeSnapshot(f *testing.F) {
 		if len(b) == 0 {
 			return
 		}
-		if b[0] == snapshotV1 {
-			// A version 1 snapshot re-encodes as version 2 with no takeover.
-			b = append(append([]byte{snapshotVersion}, b[1:]...), 0)
+		switch b[0] {
+		case snapshotV1:
+			// A version 1 snapshot re-encodes as the current version with
+			// no takeover, every sender unsure below its next.
+			b = appendUnsure(append(append([]byte{snapshotVersion}, b[1:]...), 0), s.Senders)
+		case snapshotV2:
+			b = appendUnsure(append([]byte{snapshotVersion}, b[1:]...), s.Senders)
 		}
 		re := AppendSnapshot(nil, s)
 		if bytes.Equal(re, b) {

@@ -117,9 +117,8 @@ type senderOrder[T any] struct {
 	held  []heldItem[T]
 	// unsure: below it, in this epoch, a sequence number may have been
 	// given up on (a gap closed past it) rather than released, so a
-	// message sent again there may be new (Repeat). Restored state is
-	// unsure below its next: the gaps given up at the old place are not in
-	// the snapshot.
+	// message sent again there may be new (Repeat). It travels in the
+	// snapshot (SenderState.Unsure).
 	unsure uint64
 }
 
@@ -494,7 +493,7 @@ func (o *Order[T]) Expected(sender string) (epoch, next uint64) {
 func (o *Order[T]) Snapshot(now int64, frame func(T) []byte) Snapshot {
 	var out Snapshot
 	for _, s := range o.senders {
-		st := SenderState{Sender: s.name, Epoch: s.epoch, Next: s.next, Idle: max(now-s.last, 0)}
+		st := SenderState{Sender: s.name, Epoch: s.epoch, Next: s.next, Idle: max(now-s.last, 0), Unsure: s.unsure}
 		if len(s.held) > 0 {
 			st.Waited = max(now-s.waitingSince(), 0)
 		}
@@ -512,7 +511,7 @@ func (o *Order[T]) Snapshot(now int64, frame func(T) []byte) Snapshot {
 func (o *Order[T]) Restore(snap Snapshot, now int64, item func(seq uint64, frame []byte) (T, bool)) {
 	*o = Order[T]{MaxHeld: o.MaxHeld}
 	for _, st := range snap.Senders {
-		s := &senderOrder[T]{name: st.Sender, epoch: st.Epoch, next: st.Next, last: now - st.Idle, unsure: st.Next}
+		s := &senderOrder[T]{name: st.Sender, epoch: st.Epoch, next: st.Next, last: now - st.Idle, unsure: st.Unsure}
 		for _, h := range st.Held {
 			if it, ok := item(h.Seq, h.Frame); ok {
 				s.held = append(s.held, heldItem[T]{seq: h.Seq, at: now - st.Waited, item: it})

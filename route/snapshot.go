@@ -35,6 +35,11 @@ type SenderState struct {
 	Idle   int64 // nanoseconds since its last message
 	Waited int64 // nanoseconds its oldest held message has waited
 	Held   []HeldFrame
+	// Unsure: below it, in Epoch, a sequence number may have been given
+	// up on rather than released, so a message sent again there may be
+	// new (Order.Repeat). A snapshot of version 2 or older does not carry
+	// it: it decodes as Next.
+	Unsure uint64
 }
 
 // HeldFrame is a held message as an encoded frame.
@@ -69,15 +74,18 @@ func (t *Trail) Restore(s []TrailAge, now int64) {
 }
 
 // Snapshot encodings: version 1 has no takeover; version 2 ends with a
-// byte (1: a takeover follows, its three durations; 0: none).
+// byte (1: a takeover follows, its three durations; 0: none); version 3
+// ends, after that, with the senders' Unsure: their count again, then one
+// each, in the senders' order.
 const (
 	snapshotV1      = 1
-	snapshotVersion = 2
+	snapshotV2      = 2
+	snapshotVersion = 3
 )
 
 // AppendSnapshot appends s's encoding to dst: a version byte, the
-// senders, the trail, the takeover. Names are at most 255 bytes (longer ones are cut);
-// integers are big-endian.
+// senders, the trail, the takeover, the senders' Unsure. Names are at
+// most 255 bytes (longer ones are cut); integers are big-endian.
 func AppendSnapshot(dst []byte, s Snapshot) []byte {
 	dst = append(dst, snapshotVersion)
 	dst = binary.BigEndian.AppendUint16(dst, uint16(len(s.Senders)))
@@ -100,11 +108,21 @@ func AppendSnapshot(dst []byte, s Snapshot) []byte {
 		dst = binary.BigEndian.AppendUint64(dst, uint64(max(t.Left, 0)))
 	}
 	if s.Takeover == (TakeoverAge{}) {
-		return append(dst, 0)
+		dst = append(dst, 0)
+	} else {
+		dst = append(dst, 1)
+		for _, v := range []int64{s.Takeover.Ago, s.Takeover.Window, s.Takeover.Wait} {
+			dst = binary.BigEndian.AppendUint64(dst, uint64(max(v, 0)))
+		}
 	}
-	dst = append(dst, 1)
-	for _, v := range []int64{s.Takeover.Ago, s.Takeover.Window, s.Takeover.Wait} {
-		dst = binary.BigEndian.AppendUint64(dst, uint64(max(v, 0)))
+	return appendUnsure(dst, s.Senders)
+}
+
+// appendUnsure appends version 3's last part: the senders' Unsure.
+func appendUnsure(dst []byte, senders []SenderState) []byte {
+	dst = binary.BigEndian.AppendUint16(dst, uint16(len(senders)))
+	for _, st := range senders {
+		dst = binary.BigEndian.AppendUint64(dst, st.Unsure)
 	}
 	return dst
 }
@@ -128,7 +146,7 @@ func DecodeSnapshot(b []byte) (Snapshot, error) {
 	}
 	d := decoder{b: b, ok: true}
 	v := d.u8()
-	if v != snapshotVersion && v != snapshotV1 {
+	if v != snapshotVersion && v != snapshotV2 && v != snapshotV1 {
 		return Snapshot{}, snapshotError("unknown snapshot version")
 	}
 	n := int(d.u16())
@@ -155,7 +173,7 @@ func DecodeSnapshot(b []byte) (Snapshot, error) {
 	for i := 0; i < t && d.ok; i++ {
 		s.Trail = append(s.Trail, TrailAge{Host: d.name(), Left: d.dur()})
 	}
-	if v == snapshotVersion {
+	if v >= snapshotV2 {
 		switch d.u8() {
 		case 0:
 		case 1:
@@ -165,6 +183,18 @@ func DecodeSnapshot(b []byte) (Snapshot, error) {
 			}
 		default:
 			return Snapshot{}, snapshotError("bad takeover flag")
+		}
+	}
+	if v >= snapshotVersion {
+		if d.ok && int(d.u16()) != len(s.Senders) {
+			return Snapshot{}, snapshotError("unsure count differs from the sender count")
+		}
+		for i := range s.Senders {
+			s.Senders[i].Unsure = d.u64()
+		}
+	} else {
+		for i := range s.Senders {
+			s.Senders[i].Unsure = s.Senders[i].Next
 		}
 	}
 	if !d.ok {

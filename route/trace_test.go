@@ -211,7 +211,7 @@ func (w *world) exec(t *testing.T, cmd string) []string {
 		emit("snapshot %d bytes", len(b))
 		snap, _ := DecodeSnapshot(b)
 		for _, s := range snap.Senders {
-			emit("  %s epoch=%d next=%d idle=%d waited=%d held=%s", s.Sender, s.Epoch, s.Next, s.Idle, s.Waited, fmtHeld(s.Held))
+			emit("  %s epoch=%d next=%d unsure=%d idle=%d waited=%d held=%s", s.Sender, s.Epoch, s.Next, s.Unsure, s.Idle, s.Waited, fmtHeld(s.Held))
 		}
 
 	// Streams of one sending host.
