@@ -101,7 +101,7 @@ type Stats struct {
 	PeerWaits              int64         // sends from outside the handlers that waited for credit at the object's host (Config.PeerInbound)
 	PeerRefused            int64         // messages from peers refused because this host kept Config.PeerInbound of theirs already
 	LinkRefused            int64         // items not sent because the link to their host was past its bound (the host did not take what was sent): a send got ErrPeerBacklog, a reply or advice was dropped
-	DroppedOnClose         int64         // accepted messages Close ended unrun (ShuttingDown): queued, held, or waiting in a sender
+	DroppedOnClose         int64         // accepted messages Close ended unrun (ShuttingDown): queued, held, waiting in a sender, or held by a gateway's new run to send again to a peer it never reached
 	Dropped                int64         // stamped messages this host could not deliver (their senders got an error; a skip notice followed)
 	Bounced                int64         // messages sent back to their origin to be routed again
 	WaitingToRoute         int           // messages waiting here to be routed again: their look-up waits for the Location Store to answer, or a skip notice for a way to its object
