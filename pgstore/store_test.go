@@ -173,6 +173,12 @@ func TestRestartGivesUnavailableThenTheSameStoreWorks(t *testing.T) {
 	if got.Ownership != r.Ownership || got.State != r.State {
 		t.Fatalf("row after the restart = %+v, want %+v", got, r)
 	}
+	// A's renewer runs again, as a host's would: a restart that took
+	// longer than the lease (a loaded machine) must not fail the Commit
+	// for a lease nobody renewed meanwhile.
+	if _, err := s.RenewLease(bg, "A", 1, 0); err != nil {
+		t.Fatalf("RenewLease after the restart = %v", err)
+	}
 	if _, err := s.Commit(bg, obj, r.Ownership); err != nil {
 		t.Fatalf("Commit after the restart = %v", err)
 	}
