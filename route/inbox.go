@@ -112,7 +112,7 @@ func (in *Inbox[T]) Offer(sender []byte, st Stamp, skip, again bool, item T, now
 		return StepAdmit, false
 	}
 	v := in.order.Check(sender, st)
-	if again && v == Late && in.order.Repeat(sender, st) {
+	if again && v != Release && in.order.Repeat(sender, st) {
 		in.order.Dropped()
 		return StepRepeat, false
 	}

@@ -9,14 +9,16 @@ import (
 // would bring them (any of three senders, any order, skip notices),
 // interleaved with freezes, thaws, snapshot round trips (moves), shuts
 // and gap closes, with or without failure facts. Each (sender, number) is
-// sent at most once, as a message or a skip notice. Whatever the input,
-// nothing panics, no message vanishes (each offered one is admitted,
-// ended, held or kept), and without a failure fact each sender's
-// messages are admitted in strictly increasing order, nothing is given
-// up on and nothing runs late.
+// sent at most once, as a message or a skip notice — and a message may
+// come again, marked as sent again (a sender's new run). Whatever the
+// input, nothing panics, no message vanishes (each offered one is
+// admitted, ended, held or kept), and without a failure fact each
+// sender's messages are admitted in strictly increasing order — none
+// twice —, nothing is given up on and nothing runs late.
 func FuzzInbox(f *testing.F) {
 	f.Add([]byte{0, 0, 1, 0, 0, 3, 0, 0, 2, 5, 6, 0}, false)
 	f.Add([]byte{0, 1, 2, 3, 0, 0, 0, 1, 5, 4, 0, 0, 5, 9, 9, 0, 1, 1}, true)
+	f.Add([]byte{0, 3, 1, 8, 3, 1, 0, 0, 1, 8, 0, 1, 8, 3, 1, 6, 0, 0, 8, 3, 1}, false)
 	f.Fuzz(func(t *testing.T, ops []byte, facts bool) {
 		newInbox := func() *Inbox[string] {
 			in := &Inbox[string]{}
@@ -28,8 +30,9 @@ func FuzzInbox(f *testing.F) {
 			sender string
 			seq    uint64
 			skip   bool
+			again  bool
 		}
-		name := func(a arrival) string { return fmt.Sprintf("%v/%s/%d", a.skip, a.sender, a.seq) }
+		name := func(a arrival) string { return fmt.Sprintf("%v/%s/%d/%v", a.skip, a.sender, a.seq, a.again) }
 		byName := map[string]arrival{}
 		sent := map[string]bool{}
 		last := map[string]uint64{}
@@ -45,6 +48,9 @@ func FuzzInbox(f *testing.F) {
 			}
 			admitted++
 			if !facts && a.seq <= last[a.sender] {
+				if a.again {
+					t.Fatalf("%s admitted again after %d without a failure fact: it ran twice", it, last[a.sender])
+				}
 				t.Fatalf("%s admitted after %d without a failure fact", it, last[a.sender])
 			}
 			last[a.sender] = max(last[a.sender], a.seq)
@@ -58,13 +64,13 @@ func FuzzInbox(f *testing.F) {
 			it := name(a)
 			byName[it] = a
 			st := Stamp{Epoch: 1, Seq: a.seq}
-			switch step, _ := in.Offer([]byte(a.sender), st, a.skip, false, it, now); step {
+			switch step, _ := in.Offer([]byte(a.sender), st, a.skip, a.again, it, now); step {
 			case StepAdmit:
 				admit(it)
 				in.Admitted([]byte(a.sender), st, now)
 			case StepKeep:
 				kept = append(kept, a)
-			case StepSkipped, StepRefuse:
+			case StepSkipped, StepRefuse, StepRepeat:
 				ended++
 			case StepHeld:
 			default:
@@ -74,11 +80,17 @@ func FuzzInbox(f *testing.F) {
 		}
 		for i := 0; i+2 < len(ops); i += 3 {
 			now += int64(ops[i+2])
-			switch ops[i] % 8 {
+			switch ops[i] % 9 {
 			case 0, 1, 2: // a message, or (2) a skip notice
-				a := arrival{sender: string(rune('a' + ops[i+1]%3)), seq: 1 + uint64(ops[i+1]/3%24), skip: ops[i]%8 == 2}
+				a := arrival{sender: string(rune('a' + ops[i+1]%3)), seq: 1 + uint64(ops[i+1]/3%24), skip: ops[i]%9 == 2}
 				if k := fmt.Sprint(a.sender, a.seq); !sent[k] {
 					sent[k] = true
+					offered++
+					offer(a)
+				}
+			case 8: // a message sent before comes again, marked
+				a := arrival{sender: string(rune('a' + ops[i+1]%3)), seq: 1 + uint64(ops[i+1]/3%24), again: true}
+				if k := fmt.Sprint(a.sender, a.seq); sent[k] && !byName[name(arrival{sender: a.sender, seq: a.seq, skip: true})].skip {
 					offered++
 					offer(a)
 				}

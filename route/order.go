@@ -1,6 +1,9 @@
 package route
 
-import "slices"
+import (
+	"cmp"
+	"slices"
+)
 
 // Stamp is a message's place in its sender's stream to one object. The
 // zero Stamp means "not stamped": such a message is not ordered.
@@ -194,18 +197,25 @@ func (o *Order[T]) enter(sender []byte, epoch uint64, now int64) *senderOrder[T]
 // Repeat reports whether a message of sender stamped st that was sent
 // again — its sender's new run sent it after the old run's links closed,
 // and the old run's link may have delivered it already — is one this
-// order released: it is of the sender's current epoch and behind its
-// turn, and no gap was given up at or after it. The caller drops it
-// (counted, Counts.Repeats, by Dropped) instead of running it a second
-// time. A message sent again that is not a repeat by this rule is checked
-// as any other: where it may have been given up on, it runs late (a
-// message is never dropped on a doubt).
+// order has: it is of the sender's current epoch, and either behind its
+// turn with no gap given up at or after it (released), or held. The
+// caller drops it (counted, Counts.Repeats, by Dropped) instead of running
+// it a second time. A message sent again that is not a repeat by this
+// rule is checked as any other: where it may have been given up on, it
+// runs late (a message is never dropped on a doubt).
 func (o *Order[T]) Repeat(sender []byte, st Stamp) bool {
 	if st.IsZero() {
 		return false
 	}
 	s := o.find(sender)
-	return s != nil && st.Epoch == s.epoch && st.Seq < s.next && st.Seq >= s.unsure
+	if s == nil || st.Epoch != s.epoch {
+		return false
+	}
+	if st.Seq < s.next {
+		return st.Seq >= s.unsure
+	}
+	_, held := slices.BinarySearchFunc(s.held, st.Seq, func(h heldItem[T], seq uint64) int { return cmp.Compare(h.seq, seq) })
+	return held
 }
 
 // Dropped counts a repeat (Repeat) the caller dropped.
@@ -276,8 +286,9 @@ func (o *Order[T]) Hold(sender []byte, st Stamp, item T, now int64) (over bool) 
 		return 0
 	})
 	if found {
-		// The same stamp twice cannot happen (nothing is resent); keep
-		// both rather than lose one, the later after the earlier.
+		// The same stamp twice comes only sent again, which the inbox
+		// drops (Repeat); keep both rather than lose one, the later after
+		// the earlier.
 		i++
 	}
 	s.held = slices.Insert(s.held, i, heldItem[T]{seq: st.Seq, at: now, item: item})
