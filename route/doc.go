@@ -49,9 +49,9 @@
 //     one sent again: a new run of its sender (a gateway that joins again
 //     after the membership ended its run) sends again what its old run's
 //     links had not seen taken, and a link may have delivered some of it.
-//     Such a message ([Inbox.Offer]'s again) that the order released
-//     already in the sender's current epoch is dropped ([StepRepeat],
-//     counted). Where that cannot be told — below a gap given up on, in
+//     Such a message ([Inbox.Offer]'s again) that the order has already
+//     in the sender's current epoch — released, or held ahead of a gap —
+//     is dropped ([StepRepeat], counted). Where that cannot be told — below a gap given up on, in
 //     an older epoch, or in state restored from a snapshot written before
 //     snapshots carried where the order is unsure — it is checked as any
 //     other message, and runs late rather than being dropped on a doubt.

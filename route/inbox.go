@@ -50,9 +50,9 @@ const (
 	StepKeep
 	// StepRefuse: the inbox is shut: the driver routes the message again.
 	StepRefuse
-	// StepRepeat: the message was sent again and the inbox released it
-	// already (Order.Repeat): the driver drops it, without running it or
-	// answering it. Counted (Counts.Repeats).
+	// StepRepeat: the message was sent again and the inbox has it
+	// already, released or held (Order.Repeat): the driver drops it,
+	// without running it. Counted (Counts.Repeats).
 	StepRepeat
 )
 
@@ -96,7 +96,7 @@ func (in *Inbox[T]) Order() *Order[T] { return &in.order }
 // (skip: it is a skip notice; again: a new run of its sender sent it
 // again, and this inbox may have had it from the old run). An unstamped
 // message is StepAdmit while open; a message sent again that the order
-// released already is StepRepeat. On StepHeld and StepSkipped the inbox
+// has already (released or held) is StepRepeat. On StepHeld and StepSkipped the inbox
 // has taken item; the driver then takes what became ready with Next. Over
 // reports, on StepHeld, whether sender is past its bound (Order.MaxHeld):
 // the driver pushes back on it; nothing is released out of order, and
