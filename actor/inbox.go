@@ -225,7 +225,7 @@ func (o *owner) admitBoxRoom(e *mailbox.Envelope, how admitHow) (<-chan struct{}
 // meanwhile); permits of held messages to give back; the gaps given up on.
 type orderAfter struct {
 	stray      []*mailbox.Envelope
-	repeats    []*mailbox.Envelope // messages sent again that ran already: dropped
+	repeats    []*mailbox.Envelope // messages sent again that the owner has already (ran, or held): dropped
 	permits    []*mailbox.Permits
 	gapsClosed uint64 // sequence numbers given up on, for the log (counted in readyLocked)
 	over       bool   // the sender is past the reorder bound
@@ -301,9 +301,10 @@ func (o *owner) finishOrder(a orderAfter) (stray []*mailbox.Envelope) {
 		h.log.Warn("gap in a sender's messages given up on after a host failure", "object", o.ref.String(), "messages", a.gapsClosed)
 	}
 	for _, e := range a.repeats {
-		// It ran here from the old run's link. An Ask's answer went to
-		// the old run: the new run, which waits for it, learns that it
-		// ran and that its answer is lost (ErrRejoined: "may have run").
+		// It came here from the old run's link already (it ran, or is
+		// held to run). An Ask's answer goes, or went, to the old run: the
+		// new run, which waits for it, learns that it may have run
+		// (ErrRejoined).
 		if hv := e.Msg.Header(); len(hv.ReplyTo()) > 0 {
 			o.reply(hv.ReplyTo(), hv.Op(), reply{err: ErrRejoined})
 		}
