@@ -302,9 +302,9 @@ func (o *owner) finishOrder(a orderAfter) (stray []*mailbox.Envelope) {
 	}
 	for _, e := range a.repeats {
 		// It came here from the old run's link already (it ran, or is
-		// held to run). An Ask's answer goes, or went, to the old run: the
-		// new run, which waits for it, learns that it may have run
-		// (ErrRejoined).
+		// held to run), and an Ask's answer may have gone to the old run:
+		// the new run, which waits for it, learns at once that it may have
+		// run (ErrRejoined); a later answer finds the request ended.
 		if hv := e.Msg.Header(); len(hv.ReplyTo()) > 0 {
 			o.reply(hv.ReplyTo(), hv.Op(), reply{err: ErrRejoined})
 		}
