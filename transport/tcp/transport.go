@@ -757,8 +757,10 @@ func (t *Transport) Close(graceful bool) error {
 // order sent (transport.Reclaimer): the items of the peer's session from
 // the last taking the peer reported — so an item the peer took since may
 // be among them. A peer that is gone has nothing handed back: what it had
-// not taken was lost with it (Stats.Lost). The items are handed over
-// once no goroutine of the transport runs.
+// not taken was lost with it (Stats.Lost). It does not wait for its peers
+// to answer its crash notice: a run that reclaims is one they saw fail,
+// and they drop what it sends. The items are handed over once no
+// goroutine of the transport runs.
 func (t *Transport) CloseReclaim() map[string][]transport.Item {
 	back := map[string][]transport.Item{}
 	_ = t.close(false, back)
@@ -792,6 +794,13 @@ func (t *Transport) close(graceful bool, back map[string][]transport.Item) error
 	wait := t.opts.CloseTimeout
 	if !graceful {
 		wait = min(wait, crashWait)
+	}
+	if back != nil {
+		// A run that reclaims what it sent is one its peers saw fail:
+		// they drop its envelopes (a stale incarnation), so none answers
+		// its crash notice. The notice is written (below); nobody waits
+		// for an answer that does not come.
+		wait = 0
 	}
 	unfinished := t.await(peers, wait, func(p *peer) bool { return p.s.closed() })
 	// What is queued to be written goes before the connections close:
