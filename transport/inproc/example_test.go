@@ -46,3 +46,28 @@ func Example() {
 	// a got hint "ack" from b
 	// transport.Send: shutting down: the transport is closed
 }
+
+// A host closes as a crash would, but takes back what its link had not
+// delivered (transport.Reclaimer), to send it again elsewhere.
+func Example_closeReclaim() {
+	n := inproc.NewNetwork(inproc.Options{})
+	got := make(chan struct{}, 8)
+	a, _ := n.Attach("a", printer{"a", got})
+	b, _ := n.Attach("b", printer{"b", got})
+	defer b.Close(false)
+
+	_ = a.Send("b", transport.Item{Kind: transport.Frame, Data: []byte("one")})
+	<-got
+	n.Break("a", "b") // what a sends now waits on the link
+	_ = a.Send("b", transport.Item{Kind: transport.Frame, Data: []byte("two")})
+	_ = a.Send("b", transport.Item{Kind: transport.Frame, Data: []byte("three")})
+
+	back := a.(transport.Reclaimer).CloseReclaim()
+	for _, it := range back["b"] {
+		fmt.Printf("taken back: %v %q\n", it.Kind, it.Data)
+	}
+	// Output:
+	// b got frame "one" from a
+	// taken back: frame "two"
+	// taken back: frame "three"
+}
