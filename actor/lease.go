@@ -510,8 +510,7 @@ func (lk *leaseKeeper) newRun(why error) bool {
 		return false
 	}
 	gen := max(uint64(time.Now().UnixNano()), lk.run()+1)
-	_, reclaims := h.peers.tr.current().t.(transport.Reclaimer)
-	again, lost, asks, err := h.peers.tr.replace(func() (transport.Transport, error) {
+	r, err := h.peers.tr.replace(func() (transport.Transport, error) {
 		t, err := h.peers.attachRun(gen, closedChan)
 		if err == nil {
 			h.in.newRun() // before anything is sent on the new run's links
@@ -519,7 +518,7 @@ func (lk *leaseKeeper) newRun(why error) bool {
 		return t, err
 	}, h.peers.sentAgain)
 	if err == nil {
-		h.routes.newRun(gen, !reclaims)
+		h.routes.newRun(gen, !r.reclaimed)
 	}
 	h.life.mu.Unlock()
 	if err != nil {
@@ -528,15 +527,15 @@ func (lk *leaseKeeper) newRun(why error) bool {
 	}
 	lk.joining.Store(true)
 	h.stats.rejoins.Add(1)
-	h.stats.lostOnRejoin.Add(int64(lost))
-	failed := h.requests.failHanded(ErrRejoined, asks)
+	h.stats.lostOnRejoin.Add(int64(r.lost))
+	failed := h.requests.failHanded(ErrRejoined, r.asks)
 	h.peers.dirMu.Lock()
 	h.peers.dir = nil // the new attachment knows no peer yet
 	h.peers.dirMu.Unlock()
 	h.peers.tellDirectory()
 	h.peers.tr.current().sendAllAgain()
 	h.log.Warn("the membership ended this gateway's run (it was paused past its lease, and its peers saw it fail): it joins again as a new run; the messages its peers had not taken go to them again, and what cannot go again is lost with the old run (Stats.LostOnRejoin)",
-		"why", why, "run", gen, "requests_ended", failed, "sent_again", again, "lost", lost)
+		"why", why, "run", gen, "requests_ended", failed, "sent_again", r.again, "lost", r.lost)
 	return true
 }
 

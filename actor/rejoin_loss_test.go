@@ -145,7 +145,7 @@ func TestAGatewaysTellsOnItsOldRunsLinksRunOnceInOrderAfterItJoinsAgain(t *testi
 
 	// Tell 2 again, marked as sent again, as a tcp link would send it
 	// had o's taking not reached g: o drops it.
-	if !markAgain(tell2) {
+	if _, _, ok := markAgain(tell2); !ok {
 		t.Fatal("Tell 2's frame could not be marked as sent again")
 	}
 	if err := g.peers.tr.Send("o", transport.Item{Kind: transport.Frame, Data: tell2}); err != nil {
@@ -164,7 +164,7 @@ func TestAGatewaysTellsOnItsOldRunsLinksRunOnceInOrderAfterItJoinsAgain(t *testi
 	// had gone there while the new run waits for it: o answers at once
 	// that it ran and its answer is lost (ErrRejoined), not run it twice.
 	n.Transport.SetHook(nil)
-	if !markAgain(askFrame) {
+	if _, _, ok := markAgain(askFrame); !ok {
 		t.Fatal("the Ask's frame could not be marked as sent again")
 	}
 	hv, _, err := payload.DecodeHeader(askFrame)

@@ -121,63 +121,78 @@ func (l *runLink) backlogged(to string) bool {
 	return a.backlog != nil && a.backlog.Backlogged(to)
 }
 
+// rejoined is what replace reports of the old run's links.
+type rejoined struct {
+	again     int                   // messages held to send again on the new run's links
+	lost      int                   // items that cannot go again: lost with the old run
+	asks      map[payload.OpID]bool // the requests whose messages go again: their answers come to the new run
+	reclaimed bool                  // the old transport handed back what its peers had not taken
+}
+
 // replace closes the current run's attachment, as a crash would (its
 // peers saw the run fail), and makes next the current one with attach.
 // Sends meanwhile wait for it. What the old attachment's peers had not
 // seen taken (a transport.Reclaimer hands it back), and what it still
 // held to send again itself, is to be sent again on the new one, first
 // (sendAgain; sent counts each item as it goes): its messages, marked.
-// replace returns how many of them it holds (again), and how many items
-// it cannot send again (lost): replies, records, and everything of a
-// transport that is not a Reclaimer (transport.Pending) — those are lost
-// with the old run. Advice (hints, control items) is dropped uncounted. If
-// attach fails, the old attachment stays current, closed: sends fail with
-// ErrClosed, and the caller closes the host.
-func (l *runLink) replace(attach func() (transport.Transport, error), sent func(to string, it transport.Item)) (again, lost int, asks map[payload.OpID]bool, err error) {
+// What cannot go again is lost with the old run: replies, records, and
+// everything of a transport that is not a Reclaimer (transport.Pending).
+// Advice (hints, control items) is dropped uncounted. If attach fails,
+// the old attachment stays current, closed: sends fail with ErrClosed,
+// and the caller closes the host.
+func (l *runLink) replace(attach func() (transport.Transport, error), sent func(to string, it transport.Item)) (rejoined, error) {
 	old := l.cur.Load()
 	old.replacing.Store(true)
 	defer close(old.replaced)
-	held := old.takeAgain()
+	r := rejoined{asks: map[payload.OpID]bool{}}
+	next := old.takeAgain() // marked by an earlier replace, and first
+	if next == nil {
+		next = map[string][]transport.Item{}
+	}
 	var back map[string][]transport.Item
 	if rc, ok := old.t.(transport.Reclaimer); ok {
+		r.reclaimed = true
 		back = rc.CloseReclaim()
 	} else {
-		_, lost = old.t.Pending()
+		_, r.lost = old.t.Pending()
 		_ = old.t.Close(false)
-	}
-	next := map[string][]transport.Item{}
-	asks = map[payload.OpID]bool{}
-	for peer, items := range held {
-		next[peer] = items
-		again += len(items)
-		for _, it := range items {
-			if op, ask := askOf(it.Data); ask {
-				asks[op] = true
-			}
-		}
 	}
 	for peer, items := range back {
 		for _, it := range items {
 			switch it.Kind {
 			case transport.Frame, transport.Bounce:
-				if markAgain(it.Data) {
-					next[peer] = append(next[peer], it)
-					again++
-					if op, ask := askOf(it.Data); ask {
-						asks[op] = true
-					}
-					continue
-				}
-				lost++
+				next[peer] = append(next[peer], it)
 			case transport.Hint, transport.Control:
 			default:
-				lost++
+				r.lost++
 			}
 		}
 	}
+	for peer, items := range next {
+		kept := items[:0]
+		for _, it := range items {
+			op, ask, ok := markAgain(it.Data)
+			if !ok {
+				r.lost++
+				continue
+			}
+			if ask {
+				r.asks[op] = true
+			}
+			kept = append(kept, it)
+		}
+		if len(kept) == 0 {
+			delete(next, peer)
+			continue
+		}
+		next[peer] = kept
+		r.again += len(kept)
+	}
 	t, err := attach()
 	if err != nil {
-		return 0, lost + again, nil, err
+		r.lost += r.again
+		r.again, r.asks = 0, nil
+		return r, err
 	}
 	a := newAttachment(t)
 	a.sentAgain = sent
@@ -186,27 +201,19 @@ func (l *runLink) replace(attach func() (transport.Transport, error), sent func(
 		a.againN.Store(int32(len(next)))
 	}
 	l.cur.Store(a)
-	return again, lost, asks, nil
+	return r, nil
 }
 
-// askOf returns the request of a message frame that has a reply route (an
-// Ask's).
-func askOf(frame []byte) (payload.OpID, bool) {
+// markAgain marks a message frame as sent again (flagAgain; marking one
+// twice changes nothing) and returns its request if it is an Ask's (it
+// has a reply route). A reply frame, or bytes that are not a frame, it
+// leaves and reports false.
+func markAgain(frame []byte) (op payload.OpID, ask, ok bool) {
 	hv, _, err := payload.DecodeHeader(frame)
-	if err != nil || len(hv.ReplyTo()) == 0 {
-		return payload.OpID{}, false
+	if err != nil || hv.Flags()&flagReply != 0 || payload.SetFlags(frame, hv.Flags()|flagAgain) != nil {
+		return payload.OpID{}, false, false
 	}
-	return hv.Op(), true
-}
-
-// markAgain marks a message frame as sent again (flagAgain); a reply
-// frame, or bytes that are not a frame, it leaves and reports false.
-func markAgain(frame []byte) bool {
-	hv, _, err := payload.DecodeHeader(frame)
-	if err != nil || hv.Flags()&flagReply != 0 {
-		return false
-	}
-	return payload.SetFlags(frame, hv.Flags()|flagAgain) == nil
+	return hv.Op(), len(hv.ReplyTo()) > 0, true
 }
 
 // sendAgain sends what is to be sent again to peer to, in order, before

@@ -38,12 +38,12 @@ func TestWhatIsSentAgainGoesToItsPeerBeforeAnythingElse(t *testing.T) {
 	count := func(to string, it transport.Item) { sentAgain = append(sentAgain, to) }
 
 	second := &fakeLink{refuse: map[string]bool{"p": true}}
-	again, lost, asks, err := l.replace(func() (transport.Transport, error) { return second, nil }, count)
-	if err != nil || again != 2 || lost != 0 {
-		t.Fatalf("replace: %d to send again, %d lost, %v; want 2, 0, nil (the hint is advice)", again, lost, err)
+	r, err := l.replace(func() (transport.Transport, error) { return second, nil }, count)
+	if err != nil || r.again != 2 || r.lost != 0 || !r.reclaimed {
+		t.Fatalf("replace: %+v, %v; want 2 to send again, 0 lost, reclaimed (the hint is advice)", r, err)
 	}
-	if len(asks) != 1 || !asks[payload.OpID{2}] {
-		t.Fatalf("replace named the Asks %v among what goes again, want only #2's", asks)
+	if len(r.asks) != 1 || !r.asks[payload.OpID{2}] {
+		t.Fatalf("replace named the Asks %v among what goes again, want only #2's", r.asks)
 	}
 	if err := l.Send("p", transport.Item{Kind: transport.Frame, Data: frame(3)}); err == nil {
 		t.Fatal("a send to p went while what is sent again to p was refused")
@@ -59,9 +59,9 @@ func TestWhatIsSentAgainGoesToItsPeerBeforeAnythingElse(t *testing.T) {
 	// then what the second held for p.
 	second.back = map[string][]transport.Item{"p": {{Kind: transport.Frame, Data: frame(4)}}}
 	third := &fakeLink{refuse: map[string]bool{"p": true}}
-	again, _, asks, err = l.replace(func() (transport.Transport, error) { return third, nil }, count)
-	if err != nil || again != 3 || !asks[payload.OpID{2}] {
-		t.Fatalf("second replace: %d to send again (the Asks among them: %v), %v; want 3, with #2", again, asks, err)
+	r, err = l.replace(func() (transport.Transport, error) { return third, nil }, count)
+	if err != nil || r.again != 3 || !r.asks[payload.OpID{2}] {
+		t.Fatalf("second replace: %d to send again (the Asks among them: %v), %v; want 3, with #2", r.again, r.asks, err)
 	}
 	l.current().sendAllAgain() // refused: they stay
 	// The peer becomes known: the next send to it takes them first.
