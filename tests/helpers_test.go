@@ -41,24 +41,31 @@ func openPostgres(tb testing.TB, url string) (store *pgstore.Store, members *pgs
 	return store, members, func() { members.Close(); pool.Close() }
 }
 
-// startPair starts hosts a and b with cfg (its Name and Logger set
-// here), their kinds registered by kinds, closed when the test ends, and
-// waits until they know each other.
+// startHost starts a host with cfg (its Logger set here, quiet), its
+// kinds registered by kinds, closed when the test ends.
+func startHost(t testing.TB, cfg actor.Config, kinds func(*actor.Host)) *actor.Host {
+	t.Helper()
+	cfg.Logger = quietLogger()
+	h, err := actor.NewHost(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds(h)
+	if err := h.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return h
+}
+
+// startPair starts hosts a and b with cfg (its Name set here; startHost),
+// and waits until they know each other.
 func startPair(t testing.TB, cfg actor.Config, kinds func(*actor.Host)) (a, b *actor.Host) {
 	t.Helper()
 	start := func(name string) *actor.Host {
 		c := cfg
-		c.Name, c.Logger = name, quietLogger()
-		h, err := actor.NewHost(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kinds(h)
-		if err := h.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { h.Close() })
-		return h
+		c.Name = name
+		return startHost(t, c, kinds)
 	}
 	a, b = start("a"), start("b")
 	testutil.WaitFor(t, "the hosts to know each other", func() bool { return len(a.Peers()) == 1 && len(b.Peers()) == 1 })

@@ -29,17 +29,7 @@ func TestAGatewaysTellsOnItsOldRunsTCPLinksRunOnceInOrderAfterItJoinsAgain(t *te
 	net := localnet.New(localnet.Options{})
 	att := newTLSAttacher(tcp.Options{})
 	start := func(name string, gateway bool) *actor.Host {
-		h, err := actor.NewHost(actor.Config{Name: name, Gateway: gateway, Transport: att, Store: net.Store,
-			Membership: net.Membership, Logger: quietLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		backlogKinds(h)
-		if err := h.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { h.Close() })
-		return h
+		return startHost(t, actor.Config{Name: name, Gateway: gateway, Transport: att, Store: net.Store, Membership: net.Membership}, backlogKinds)
 	}
 	o, g := start("o", false), start("g", true)
 	testutil.WaitFor(t, "the hosts to know each other", func() bool { return len(o.Peers()) == 1 && len(g.Peers()) == 1 })
