@@ -24,9 +24,17 @@ import (
 // rejoin behind them, and nothing is counted lost. A message the object's
 // host had run that comes from the gateway again, marked as sent again (a
 // tcp link may not have reported its taking before the old run closed),
-// is dropped, not run twice.
+// is dropped, not run twice. The same with every item on the link
+// between them delayed (a slow link: a rejoin cuts a delivery short).
 func TestAGatewaysTellsOnItsOldRunsLinksRunOnceInOrderAfterItJoinsAgain(t *testing.T) {
+	for _, delay := range []time.Duration{0, 3 * time.Millisecond} {
+		t.Run(fmt.Sprintf("delay %v", delay), func(t *testing.T) { testGatewayRejoinSendsAgain(t, delay) })
+	}
+}
+
+func testGatewayRejoinSendsAgain(t *testing.T, delay time.Duration) {
 	n := NewNetwork(nil)
+	n.Delay("g", "o", delay)
 	o := startHost(t, shortLeases(n.With(Config{Name: "o", Logger: quietLogger()})), seqKind())
 	g := startHost(t, shortLeases(n.With(Config{Name: "g", Logger: quietLogger(), Gateway: true})), seqKind())
 	waitViews(t, o, g)
