@@ -130,7 +130,7 @@ func (x *hostile) dial(from string, cert *tls.Certificate) (net.Conn, error) {
 		return nil, err
 	}
 	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	pre := append([]byte("berth/tcp/1\n"), byte(len(from)))
+	pre := append([]byte("berth/tcp/2\n"), byte(len(from)))
 	pre = append(append(pre, from...), 2)
 	pre = append(pre, "n1"...)
 	if _, err := c.Write(pre); err != nil {

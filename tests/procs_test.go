@@ -962,7 +962,7 @@ func TestANodeProcessRefusesUnauthenticatedConnectionsAndKeepsServing(t *testing
 	ends := func(what string, c net.Conn) {
 		t.Helper()
 		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-		_, _ = c.Write(append([]byte("berth/tcp/1\n\x07gateway\x02n1"), make([]byte, 64)...))
+		_, _ = c.Write(append([]byte("berth/tcp/2\n\x07gateway\x02n1"), make([]byte, 64)...))
 		if _, err := io.ReadAll(c); err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {

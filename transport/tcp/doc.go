@@ -42,6 +42,18 @@
 // are coalesced: its writer writes everything queued in one write (an
 // item of 16 KiB or more from where it lies, not copied).
 //
+// An item larger than 128 KiB goes in parts, and between each two parts
+// the writer puts a hello with this host's acknowledgements as they are
+// then. A connection carries one peer's items in one direction, so the
+// acknowledgements of what the other host sends travel behind a large
+// item: without the hellos, a 64 MiB item on a slow link would hold the
+// other host's sends (waiting for room, which the acknowledgements make)
+// and keep this host silent long enough for the link to be judged Down.
+// Items stay in order: a part is only ever followed by the next part of
+// the same item or a hello, and the receiver hands the item on whole.
+// The preamble's magic names the wire version (berth/tcp/2); a host
+// refuses, and logs, a connection of another version.
+//
 // # Session layer
 //
 // A session (session.go, a pure machine per peer: no goroutines, no

@@ -5,6 +5,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"net"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/berthrt/berth/payload"
@@ -38,6 +41,15 @@ func TestAMalformedFrameHeaderIsRefusedBeforeAllocating(t *testing.T) {
 	good := appendFrame(nil, &Envelope{Op: opItem, Kind: uint8(transport.Frame), Seq: 1, Data: []byte("x")})
 	set := func(i int, v byte) []byte { b := bytes.Clone(good); b[i] = v; return b }
 	length := func(n uint32) []byte { b := bytes.Clone(good); binary.BigEndian.PutUint32(b, n); return b }
+	hello := func(flags uint32) []byte { return appendFrame(nil, &Envelope{Op: opHello, Flags: flags}) }
+	part := func(flags uint32, seq uint64, n ...int) []byte {
+		return appendFrame(nil, &Envelope{Op: opPart, Flags: flags, Seq: seq, Data: make([]byte, append(n, 1)[0])})
+	}
+	for name, b := range map[string][]byte{"a part": part(flagMore, 1), "the last part": part(0, 1), "an item with more": set(5, flagMore)} {
+		if _, _, err := decodeHeader(header(b), 10); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
 	for name, c := range map[string]struct {
 		b    []byte
 		kind payload.Kind
@@ -46,8 +58,13 @@ func TestAMalformedFrameHeaderIsRefusedBeforeAllocating(t *testing.T) {
 		"past the limit":    {length(headerLen - 4 + 11), payload.CapacityExceeded},
 		"2^32-1 length":     {length(1<<32 - 1), payload.CapacityExceeded},
 		"op 0":              {set(4, 0), payload.ProtocolError},
-		"op 6":              {set(4, 6), payload.ProtocolError},
-		"unknown flag":      {set(5, 4), payload.ProtocolError},
+		"op 7":              {set(4, 7), payload.ProtocolError},
+		"unknown flag":      {set(5, 8), payload.ProtocolError},
+		"more on a hello":   {hello(flagMore), payload.ProtocolError},
+		"a kind on a part":  {set(4, opPart), payload.ProtocolError},
+		"leaving on a part": {part(flagLeaving, 1), payload.ProtocolError},
+		"part numbered 0":   {part(flagMore, 0), payload.ProtocolError},
+		"part past limit":   {part(0, 1, 11), payload.CapacityExceeded},
 		"kind 0 on an item": {set(6, 0), payload.ProtocolError},
 		"kind 7":            {set(6, 7), payload.ProtocolError},
 		"reserved byte":     {set(7, 1), payload.ProtocolError},
@@ -68,7 +85,7 @@ func TestAPreambleReadsBackAndBadOnesAreRefused(t *testing.T) {
 		t.Fatalf("readPreamble = %q %q %v", from, to, err)
 	}
 	for name, bad := range map[string][]byte{
-		"bad magic":  append([]byte("berth/tcp/2\n"), b[len(preambleMagic):]...),
+		"bad magic":  append([]byte("berth/tcq/2\n"), b[len(preambleMagic):]...),
 		"empty name": appendPreamble(nil, "", "n2"),
 		"truncated":  b[:len(b)-1],
 		"nothing":    nil,
@@ -76,6 +93,12 @@ func TestAPreambleReadsBackAndBadOnesAreRefused(t *testing.T) {
 		if _, _, err := readPreamble(bufio.NewReader(bytes.NewReader(bad))); err == nil {
 			t.Errorf("%s: read", name)
 		}
+	}
+	// A peer of another wire version is told apart from a stranger.
+	old := append([]byte("berth/tcp/1\n"), b[len(preambleMagic):]...)
+	_, _, err = readPreamble(bufio.NewReader(bytes.NewReader(old)))
+	if !errors.Is(err, payload.ProtocolError) || !strings.Contains(err.Error(), `wire version "berth/tcp/1"`) {
+		t.Errorf("another version: %v, want a protocol error naming it", err)
 	}
 }
 
@@ -91,6 +114,16 @@ func FuzzFrames(f *testing.F) {
 	seed = appendFrame(seed, &Envelope{Op: opHello, FromInc: 5, Ack: 1, Flags: flagGap})
 	seed = appendFrame(seed, &Envelope{Op: opBye, FromInc: 5, Seq: 4})
 	f.Add(seed)
+	// An item in parts with a hello between them, then one past the
+	// limit in parts, then a small one.
+	var parted []byte
+	parted = appendFrame(parted, &Envelope{Op: opItem, Flags: flagMore, Kind: uint8(transport.Frame), FromInc: 5, Seq: 1, Data: bytes.Repeat([]byte("a"), 600)})
+	parted = appendFrame(parted, &Envelope{Op: opHello, FromInc: 5, Ack: 0})
+	parted = appendFrame(parted, &Envelope{Op: opPart, FromInc: 5, Seq: 1, Data: []byte("bb")})
+	parted = appendFrame(parted, &Envelope{Op: opItem, Flags: flagMore, Kind: uint8(transport.Frame), FromInc: 5, Seq: 2, Data: bytes.Repeat([]byte("c"), 600)})
+	parted = appendFrame(parted, &Envelope{Op: opPart, FromInc: 5, Seq: 2, Data: bytes.Repeat([]byte("d"), 600)})
+	parted = appendFrame(parted, &Envelope{Op: opItem, Kind: uint8(transport.Frame), FromInc: 5, Seq: 3, Data: []byte("e")})
+	f.Add(parted)
 	f.Add(seed[:headerLen+1])
 	f.Add(appendFrame(nil, &Envelope{Op: opCrash, FromInc: 9}))
 	const maxData = 1 << 10
@@ -101,28 +134,31 @@ func FuzzFrames(f *testing.F) {
 		r := bufio.NewReader(bytes.NewReader(in))
 		var h [headerLen]byte
 		next := uint64(1)
+		asm := assembler{maxData: maxData}
 		for {
 			if _, err := readFullIO(r, h[:]); err != nil {
 				return
 			}
 			e, n, err := decodeHeader(&h, maxData)
+			over := errors.Is(err, payload.CapacityExceeded)
 			switch {
-			case errors.Is(err, payload.CapacityExceeded):
-				if e.Op != opItem || n <= maxData {
-					t.Fatalf("refused for its size: op %d, %d bytes", e.Op, n)
-				}
-				if _, err := r.Discard(n); err != nil {
-					return
-				}
-				e.refused = true // as the reader does: skipped, never kept
+			case over && (e.Op != opItem && e.Op != opPart || n <= maxData):
+				t.Fatalf("refused for its size: op %d, %d bytes", e.Op, n)
+			case err != nil && !over:
+				return // the connection closes
+			case n > maxData && !over:
+				t.Fatalf("data length %d past the limit", n)
+			}
+			e, ok, err := asm.next(r, e, n, over) // as the reader does
+			switch {
 			case err != nil:
 				return // the connection closes
-			case n > maxData:
-				t.Fatalf("data length %d past the limit", n)
-			case e.Op == opItem:
-				if e.Data, err = readData(r, n); err != nil {
-					return
-				}
+			case !ok:
+				continue
+			case e.Op == opPart || e.Flags&flagMore != 0:
+				t.Fatalf("a part handed on as a frame: op %d, flags %d", e.Op, e.Flags)
+			case len(e.Data) > maxData:
+				t.Fatalf("an item of %d bytes put together, past the limit", len(e.Data))
 			}
 			s.receive(&e, &o)
 			for _, d := range o.deliver {
@@ -193,3 +229,116 @@ func TestAPeersRestartIsCounted(t *testing.T) {
 		t.Fatalf("restarts %d, stale %d, peer incarnation %d; want 1, 1, 9", s.stats.restarts, s.stats.stale, s.peerInc)
 	}
 }
+
+// feed runs the frames of in through decodeHeader and an assembler, as
+// the reader does, and returns what it hands to the session, and the
+// error that closed the connection (nil: the bytes ran out).
+func feed(in []byte, maxData int) (out []Envelope, err error) {
+	r := bufio.NewReader(bytes.NewReader(in))
+	asm := assembler{maxData: maxData}
+	var h [headerLen]byte
+	for {
+		if _, err := readFullIO(r, h[:]); err != nil {
+			return out, nil
+		}
+		e, n, err := decodeHeader(&h, maxData)
+		over := errors.Is(err, payload.CapacityExceeded)
+		if err != nil && !over {
+			return out, err
+		}
+		e, ok, err := asm.next(r, e, n, over)
+		if err != nil {
+			return out, err
+		}
+		if ok {
+			out = append(out, e)
+		}
+	}
+}
+
+// TestAnItemInPartsIsHandedOnWholeAfterTheHellosBetweenThem: the frame
+// format's parts. The writer's queue splits an item past partSize into an
+// item frame and parts; the reader hands on the hellos between them as
+// they come and the item whole once its last part came; parts past the
+// limit in all refuse the item (its turn taken, no data); and a frame out
+// of place between parts, or a part of no item or of another, closes the
+// connection.
+func TestAnItemInPartsIsHandedOnWholeAfterTheHellosBetweenThem(t *testing.T) {
+	big := make([]byte, 2*partSize+5)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	var w writeQueue
+	w.push(&Envelope{Op: opItem, Kind: uint8(transport.Frame), FromInc: 5, Seq: 1, Data: big})
+	w.push(&Envelope{Op: opItem, Kind: uint8(transport.Frame), FromInc: 5, Seq: 2, Data: []byte("small")})
+	if len(w.parts) != 2 {
+		t.Fatalf("%d parts after the item's first frame, want 2", len(w.parts))
+	}
+	var wire bytes.Buffer
+	hellos := 0
+	conn := &bufConn{w: &wire}
+	if err := writeBatch(conn, &w, func(b []byte) []byte {
+		hellos++
+		return appendFrame(b, &Envelope{Op: opHello, FromInc: 5, Ack: uint64(hellos)})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := feed(wire.Bytes(), 4*partSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ops []uint32
+	for _, e := range out {
+		ops = append(ops, e.Op)
+	}
+	if want := []uint32{opHello, opHello, opItem, opItem}; !slices.Equal(ops, want) {
+		t.Fatalf("handed on ops %v, want %v (the hellos as they came, then the items)", ops, want)
+	}
+	if it := out[2]; it.Seq != 1 || it.Flags&flagMore != 0 || !bytes.Equal(it.Data, big) || it.refused {
+		t.Fatalf("item 1: seq %d, flags %d, %d bytes (equal %v), refused %v", it.Seq, it.Flags, len(it.Data), bytes.Equal(it.Data, big), it.refused)
+	}
+	if it := out[3]; it.Seq != 2 || string(it.Data) != "small" {
+		t.Fatalf("item 2: seq %d, %q", it.Seq, it.Data)
+	}
+
+	// Past the limit in all (each part under it): refused, its turn taken.
+	out, err = feed(wire.Bytes(), partSize+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 4 || !out[2].refused || out[2].Data != nil || out[2].Seq != 1 || out[3].refused {
+		t.Fatalf("past the limit in all: %d handed on, item 1 refused %v with %d bytes", len(out), len(out) > 2 && out[2].refused, len(out[2].Data))
+	}
+
+	item := func(seq uint64, more bool) []byte {
+		e := Envelope{Op: opItem, Kind: uint8(transport.Frame), FromInc: 5, Seq: seq, Data: []byte("x")}
+		if more {
+			e.Flags = flagMore
+		}
+		return appendFrame(nil, &e)
+	}
+	part := func(seq, inc uint64) []byte {
+		return appendFrame(nil, &Envelope{Op: opPart, FromInc: inc, Seq: seq, Data: []byte("y")})
+	}
+	for name, in := range map[string][]byte{
+		"an item between parts":    slices.Concat(item(1, true), item(2, false)),
+		"a bye between parts":      slices.Concat(item(1, true), appendFrame(nil, &Envelope{Op: opBye, FromInc: 5, Seq: 2})),
+		"a part of no item":        part(1, 5),
+		"a part after its last":    slices.Concat(item(1, true), part(1, 5), part(1, 5)),
+		"a part of another item":   slices.Concat(item(1, true), part(2, 5)),
+		"a part of another run":    slices.Concat(item(1, true), part(1, 6)),
+		"a part after a whole one": slices.Concat(item(1, false), part(1, 5)),
+	} {
+		if _, err := feed(in, 1<<10); !errors.Is(err, errFrame) {
+			t.Errorf("%s: %v, want the connection closed for a frame out of place", name, err)
+		}
+	}
+}
+
+// bufConn is a net.Conn that writes into a buffer.
+type bufConn struct {
+	net.Conn
+	w *bytes.Buffer
+}
+
+func (c *bufConn) Write(b []byte) (int, error) { return c.w.Write(b) }

@@ -105,7 +105,7 @@ func dialRaw(t *testing.T, tr *tcp.Transport, pool *devca.CA, cert *tls.Certific
 		return nil, err
 	}
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	pre := append([]byte("berth/tcp/1\n"), byte(len(from)))
+	pre := append([]byte("berth/tcp/2\n"), byte(len(from)))
 	pre = append(pre, from...)
 	pre = append(pre, byte(len(tr.Local())))
 	pre = append(pre, tr.Local()...)

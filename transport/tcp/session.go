@@ -49,12 +49,14 @@ const (
 	opHello  = 3 // acknowledgements and flags only (also the heartbeat)
 	opCrash  = 4 // the sender closes without grace
 	opByeAck = 5 // the answer to a crash: the sender of the crash may stop
+	opPart   = 6 // a further part of an item's data (its number: the item's)
 )
 
 // Envelope flags.
 const (
 	flagLeaving = 1 << 0 // the sender is leaving
 	flagGap     = 1 << 1 // the sender is missing the receiver's items after ack
+	flagMore    = 1 << 2 // of an item or a part: more of its data follows in parts
 )
 
 // linkState is what a session knows of its peer.
@@ -233,13 +235,33 @@ func (s *session) pendingOut() int {
 // envelope adds an envelope to the peer with this host's
 // acknowledgements and flags, and records that they were told.
 func (s *session) envelope(op uint32, o *output) *Envelope {
+	o.send = append(o.send, s.told(op))
+	return &o.send[len(o.send)-1] // valid until the next envelope is added
+}
+
+// told returns an envelope of op with this host's acknowledgements and
+// flags as they are now, and records that they were told.
+func (s *session) told(op uint32) Envelope {
 	e := Envelope{FromInc: s.cfg.inc, ToInc: s.peerInc, Op: op, Ack: s.recvd, Taken: s.taken}
 	if s.leaving {
 		e.Flags |= flagLeaving
 	}
 	s.ackedSent, s.takenSent, s.lastSendAt = s.recvd, s.taken, s.now
-	o.send = append(o.send, e)
-	return &o.send[len(o.send)-1] // valid until the next envelope is added
+	return e
+}
+
+// between returns the hello the writer puts between two parts of a large
+// item (ok false: none, the peer is gone): this host's acknowledgements
+// and flags as they are now. The peer hears this host and learns what it
+// received and took while the item is written, so its own sends are not
+// held for the item's length, nor is this host taken to be silent. It
+// bypasses the write queue, where hellos wait behind the item; the ones
+// there still go, and their older acknowledgements are ignored.
+func (s *session) between() (Envelope, bool) {
+	if s.state == stGone {
+		return Envelope{}, false
+	}
+	return s.told(opHello), true
 }
 
 func (s *session) hello(o *output) *Envelope { return s.envelope(opHello, o) }

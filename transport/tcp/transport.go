@@ -321,17 +321,43 @@ type peer struct {
 // is the session's, never changed) rather than copied.
 type writeQueue struct {
 	segs  [][]byte // written in order, then buf
+	parts []int    // the segments that begin a part: a hello goes before each
 	buf   []byte
 	n     int // bytes queued
 	items int // numbered envelopes (items, bye) queued: losing them needs a go-back
 }
 
 func (w *writeQueue) push(e *Envelope) {
-	if len(e.Data) < bigData {
+	switch {
+	case len(e.Data) < bigData:
 		w.buf = appendFrame(w.buf, e)
-	} else {
+	case len(e.Data) <= partSize:
 		w.segs = append(w.segs, appendHeader(w.buf, e), e.Data)
 		w.buf = nil
+	default:
+		// In parts (see partSize): the item's frame with the first, then
+		// a part frame for each further partSize bytes, their headers in
+		// one buffer.
+		first := *e
+		first.Flags |= flagMore
+		first.Data = e.Data[:partSize]
+		w.segs = append(w.segs, appendHeader(w.buf, &first), first.Data)
+		w.buf = nil
+		rest := e.Data[partSize:]
+		hdrs := make([]byte, 0, (len(rest)+partSize-1)/partSize*headerLen)
+		for len(rest) > 0 {
+			k := min(len(rest), partSize)
+			part := Envelope{Op: opPart, FromInc: e.FromInc, ToInc: e.ToInc, Seq: e.Seq, Data: rest[:k]}
+			if k < len(rest) {
+				part.Flags = flagMore
+			}
+			at := len(hdrs)
+			hdrs = appendHeader(hdrs, &part)
+			w.parts = append(w.parts, len(w.segs))
+			w.segs = append(w.segs, hdrs[at:], part.Data)
+			w.n += headerLen
+			rest = rest[k:]
+		}
 	}
 	w.n += headerLen + len(e.Data)
 	if e.Op == opItem || e.Op == opBye {
@@ -342,7 +368,7 @@ func (w *writeQueue) push(e *Envelope) {
 // reset empties w, keeping its buffer.
 func (w *writeQueue) reset() {
 	clear(w.segs)
-	w.segs, w.buf, w.n, w.items = w.segs[:0], w.buf[:0], 0, 0
+	w.segs, w.parts, w.buf, w.n, w.items = w.segs[:0], w.parts[:0], w.buf[:0], 0, 0
 }
 
 // Listen starts the transport of the host named name, listening at
@@ -562,7 +588,7 @@ func (t *Transport) Send(to string, it transport.Item) error {
 	p.carried = p.carried || batch.items > 0
 	p.writing = true
 	p.mu.Unlock()
-	werr := writeBatch(conn, &batch)
+	werr := writeBatch(conn, &batch, nil) // small: no parts
 	batch.reset()
 	p.mu.Lock()
 	p.writing, p.inlineSpare = false, batch
@@ -958,6 +984,18 @@ func (t *Transport) writeLoop(p *peer) {
 	defer t.wg.Done()
 	var spare writeQueue
 	backoff := time.Duration(0)
+	between := func(b []byte) []byte {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.removed || p.cut.Load() {
+			return b
+		}
+		e, ok := p.s.between()
+		if !ok {
+			return b
+		}
+		return appendFrame(b, &e)
+	}
 	for {
 		select {
 		case <-p.wake:
@@ -1017,7 +1055,7 @@ func (t *Transport) writeLoop(p *peer) {
 			p.carried = p.carried || batch.items > 0
 			p.writing = true
 			p.mu.Unlock()
-			err := writeBatch(conn, &batch)
+			err := writeBatch(conn, &batch, between)
 			batch.reset()
 			spare = batch
 			p.mu.Lock()
@@ -1035,9 +1073,22 @@ func (t *Transport) writeLoop(p *peer) {
 }
 
 // writeBatch writes what w holds to conn: its segments in order, then its
-// buffer.
-func writeBatch(conn net.Conn, w *writeQueue) error {
-	for _, s := range w.segs {
+// buffer. Before each part of a large item it writes what between
+// appends (a hello; nothing when nil).
+func writeBatch(conn net.Conn, w *writeQueue, between func([]byte) []byte) error {
+	var hello []byte
+	parts := w.parts
+	for i, s := range w.segs {
+		if len(parts) > 0 && parts[0] == i {
+			parts = parts[1:]
+			if between != nil {
+				if hello = between(hello[:0]); len(hello) > 0 {
+					if _, err := conn.Write(hello); err != nil {
+						return err
+					}
+				}
+			}
+		}
 		if _, err := conn.Write(s); err != nil {
 			return err
 		}
@@ -1254,6 +1305,7 @@ func (t *Transport) readLoop(p *peer, conn net.Conn) {
 	defer t.linkDown(p, conn)
 	br := bufio.NewReaderSize(conn, 64<<10)
 	var hdr [headerLen]byte
+	asm := assembler{maxData: t.opts.MaxItem}
 	for {
 		if !p.q.waitRoom(t.opts.InboundItems, t.opts.InboundBytes) {
 			return
@@ -1262,55 +1314,33 @@ func (t *Transport) readLoop(p *peer, conn net.Conn) {
 			return
 		}
 		e, n, err := decodeHeader(&hdr, t.opts.MaxItem)
-		switch {
-		case errors.Is(err, payload.CapacityExceeded):
-			// An item past the limit: its bytes are read and not kept,
-			// and it takes its turn without reaching the handler, so that
-			// the peer does not send it again (Stats.Oversized).
-			t.logs.oversized.Warn(t.log, "tcp: refused an item past the limit", "peer", p.name, "err", err)
-			if _, err := io.CopyN(io.Discard, br, int64(n)); err != nil {
-				return
+		over := errors.Is(err, payload.CapacityExceeded)
+		if err == nil || over {
+			var ok bool
+			e, ok, err = asm.next(br, e, n, over)
+			if !ok && err == nil {
+				continue // a part of an item still coming
 			}
-			e.refused = true
-		case err != nil:
+		}
+		switch {
+		case errors.Is(err, errFrame):
 			t.malformed.Add(1)
 			t.logs.malformed.Warn(t.log, "tcp: closed a peer's connection for a malformed frame", "peer", p.name, "err", err)
 			return
-		case e.Op == opItem:
-			if e.Data, err = readData(br, n); err != nil {
-				return
-			}
+		case err != nil:
+			return
+		case e.refused:
+			// An item past the limit: its bytes were read and not kept,
+			// and it takes its turn without reaching the handler, so that
+			// the peer does not send it again (Stats.Oversized).
+			t.logs.oversized.Warn(t.log, "tcp: refused an item past the limit", "peer", p.name,
+				"limit", t.opts.MaxItem, "setting", "tcp.Options.MaxItem")
 		}
 		if p.cut.Load() {
 			return
 		}
 		t.receive(p, &e)
 	}
-}
-
-// readData reads n bytes of an item's data into a slice of its own. A
-// large one grows as its bytes arrive, so a length alone allocates at most
-// a megabyte.
-func readData(r io.Reader, n int) ([]byte, error) {
-	const step = 1 << 20
-	if n <= step {
-		b := make([]byte, n)
-		_, err := io.ReadFull(r, b)
-		return b, err
-	}
-	b := make([]byte, 0, step)
-	for len(b) < n {
-		if len(b) == cap(b) {
-			b = slices.Grow(b, min(n-len(b), cap(b)))
-		}
-		m := min(n, cap(b))
-		k, err := io.ReadFull(r, b[len(b):m])
-		b = b[:len(b)+k]
-		if err != nil {
-			return nil, err
-		}
-	}
-	return b, nil
 }
 
 // receive hands an envelope from the peer to its session.
