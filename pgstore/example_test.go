@@ -187,8 +187,9 @@ func ExampleMembership_Advance() {
 	// true
 }
 
-// A host on Postgres opens two pools: the store's work on one, its leases
-// and its membership on the other, which that work cannot hold up.
+// A host on Postgres opens three pools: the store's work on one, the lease
+// checks and the membership on another, which that work cannot hold up,
+// and its renewals on a third, which nothing else uses.
 func ExampleOpenPools() {
 	url, drop, err := pgtest.NewDatabase()
 	if err != nil {
@@ -196,17 +197,16 @@ func ExampleOpenPools() {
 	}
 	defer drop()
 	ctx := context.Background()
-	work, leases, err := pgstore.OpenPools(ctx, url)
+	pools, err := pgstore.OpenPools(ctx, url)
 	if err != nil {
 		panic(err)
 	}
-	defer work.Close()
-	defer leases.Close()
-	s, err := pgstore.Open(ctx, work, pgstore.Options{LeasePool: leases})
+	defer pools.Close()
+	s, err := pgstore.Open(ctx, pools.Work, pgstore.Options{LeasePool: pools.Leases, RenewPool: pools.Renewals})
 	if err != nil {
 		panic(err)
 	}
-	m, err := pgstore.OpenMembership(ctx, leases, pgstore.MembershipOptions{})
+	m, err := pgstore.OpenMembership(ctx, pools.Leases, pgstore.MembershipOptions{RenewPool: pools.Renewals})
 	if err != nil {
 		panic(err)
 	}
@@ -218,7 +218,11 @@ func ExampleOpenPools() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(granted.Name, leases.Config().MaxConns == pgstore.LeasePoolConns)
+	if _, err := m.Renew(ctx, "host-a", 1); err != nil {
+		panic(err)
+	}
+	fmt.Println(granted.Name, pools.Leases.Config().MaxConns == pgstore.LeasePoolConns,
+		pools.Renewals.Stat().AcquireCount()) // the store's renewal and the membership's
 	// Output:
-	// host-a true
+	// host-a true 2
 }

@@ -55,6 +55,10 @@ type MembershipOptions struct {
 	// Logger receives background failures (a sweep or a changelog read
 	// that failed and will be retried). Nil: none are logged.
 	Logger *slog.Logger
+	// RenewPool, if set, runs Renew only: a pool of its own (see
+	// OpenPools), which the watch's reads, the sweeps and the other calls
+	// cannot hold up. Nil: Renew runs on the membership's pool.
+	RenewPool *pgxpool.Pool
 }
 
 // Membership is membership.Membership on Postgres. It is safe for
@@ -70,6 +74,7 @@ type MembershipOptions struct {
 // Lock order: Membership.mu → watcher.mu.
 type Membership struct {
 	pool       *pgxpool.Pool
+	renews     *pgxpool.Pool // Renew's (MembershipOptions.RenewPool, or pool)
 	clock      *clock
 	ttl        time.Duration
 	sweepEvery time.Duration
@@ -127,8 +132,12 @@ func OpenMembership(ctx context.Context, pool *pgxpool.Pool, opts MembershipOpti
 	if err != nil {
 		return nil, wrapErr(ctx, "pgstore.OpenMembership", err)
 	}
+	renews := opts.RenewPool
+	if renews == nil {
+		renews = pool
+	}
 	m := &Membership{
-		pool: pool, clock: c, ttl: opts.TTL, sweepEvery: opts.SweepEvery, pollEvery: opts.PollEvery,
+		pool: pool, renews: renews, clock: c, ttl: opts.TTL, sweepEvery: opts.SweepEvery, pollEvery: opts.PollEvery,
 		watchBuf: opts.WatchBuffer, keepEvents: opts.KeepEvents, log: opts.Logger,
 		watchers: map[*watcher]struct{}{},
 	}
@@ -457,7 +466,7 @@ func (m *Membership) Renew(ctx context.Context, name string, gen uint64) (member
 	// judged and dated after the wait.
 	b.Queue(`SELECT 1 FROM pgstore_members WHERE name = $1 FOR UPDATE`, name)
 	b.Queue(renewSQL, frozen, off, name, i64(gen), m.ttl.Microseconds())
-	err := sendBatch(ctx, m.pool, &b, func(br pgx.BatchResults) error {
+	err := sendBatch(ctx, m.renews, &b, func(br pgx.BatchResults) error {
 		for range 2 { // the silence; the lock
 			if _, err := br.Exec(); err != nil {
 				return err

@@ -9,31 +9,71 @@ import (
 // LeasePoolConns is the size of the lease pool OpenPools opens.
 const LeasePoolConns = 3
 
-// OpenPools opens the two pools a host on Postgres needs on database url:
-// work, as the URL says (pgxpool's defaults), for the store's other calls
-// and the objects' state; and leases, of LeasePoolConns connections, for
-// the lease calls (Options.LeasePool) and the membership (OpenMembership).
+// RenewPoolConns is the size of the renewal pool OpenPools opens: one
+// connection for each of a host's two renewals (the Location Store's lease
+// and the membership's), which run on schedules of their own.
+const RenewPoolConns = 2
+
+// Pools are the three pools a host on Postgres uses (OpenPools). Their
+// fields go to Options and MembershipOptions:
 //
-// A host's lease renewals and its membership's must never wait for a
-// connection behind a burst of store work: after a crash every object of
-// the dead host is taken over with a store read and durable writes, and
-// after an outage every held message is looked up and every waiting state
-// written at once. A renewal that waits past the lease ends the host's run
-// (its peers see it fail) though nothing is wrong with it. The caller
-// closes both pools; on an error neither is open.
-func OpenPools(ctx context.Context, url string) (work, leases *pgxpool.Pool, err error) {
+//	store, _ := pgstore.Open(ctx, p.Work, pgstore.Options{LeasePool: p.Leases, RenewPool: p.Renewals})
+//	members, _ := pgstore.OpenMembership(ctx, p.Leases, pgstore.MembershipOptions{RenewPool: p.Renewals})
+type Pools struct {
+	// Work runs the store's other calls and the objects' state (pgxpool's
+	// defaults, as the URL says).
+	Work *pgxpool.Pool
+	// Leases runs the peers' lease checks (Store.Lease) and the
+	// membership's calls other than renewals: its watch's reads, its
+	// sweeps, joins and state changes (LeasePoolConns connections).
+	Leases *pgxpool.Pool
+	// Renewals runs the host's renewals only (RenewPoolConns connections).
+	Renewals *pgxpool.Pool
+}
+
+// Close closes the three pools.
+func (p *Pools) Close() {
+	p.Renewals.Close()
+	p.Leases.Close()
+	p.Work.Close()
+}
+
+// OpenPools opens the pools a host on Postgres needs on database url; the
+// caller closes them (Pools.Close). On an error none is open.
+//
+// A host's renewals must never wait for a connection behind other calls.
+// After a crash every object of the dead host is taken over with a store
+// read and durable writes, and after an outage every held message is
+// looked up and every waiting state written at once: that is the work
+// pool's. While the database is slow, each of the membership's reads and
+// sweeps and each lease check of a suspected peer holds a lease pool
+// connection for a round trip, and there are more of them than
+// connections. A renewal that waits past the lease ends the host's run
+// (its peers see it fail) though nothing is wrong with it: on a database
+// answering in 2 s, a renewal that waited 2 s more for a lease pool
+// connection landed 4 s after the one before it, past a 3.5 s lease. The
+// renewals have a pool of their own, which nothing else uses.
+func OpenPools(ctx context.Context, url string) (*Pools, error) {
 	wcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	lcfg := wcfg.Copy()
 	lcfg.MaxConns, lcfg.MinConns = LeasePoolConns, 0
-	if work, err = pgxpool.NewWithConfig(ctx, wcfg); err != nil {
-		return nil, nil, err
+	rcfg := wcfg.Copy()
+	rcfg.MaxConns, rcfg.MinConns = RenewPoolConns, 0
+	p := &Pools{}
+	if p.Work, err = pgxpool.NewWithConfig(ctx, wcfg); err != nil {
+		return nil, err
 	}
-	if leases, err = pgxpool.NewWithConfig(ctx, lcfg); err != nil {
-		work.Close()
-		return nil, nil, err
+	if p.Leases, err = pgxpool.NewWithConfig(ctx, lcfg); err != nil {
+		p.Work.Close()
+		return nil, err
 	}
-	return work, leases, nil
+	if p.Renewals, err = pgxpool.NewWithConfig(ctx, rcfg); err != nil {
+		p.Leases.Close()
+		p.Work.Close()
+		return nil, err
+	}
+	return p, nil
 }

@@ -26,6 +26,10 @@ type Options struct {
 	// after a crash keeps every connection of a small pool busy. Nil: the
 	// lease calls share the Store's pool.
 	LeasePool *pgxpool.Pool
+	// RenewPool, if set, runs RenewLease only: a pool of its own (see
+	// OpenPools), which no lease check or other call can hold up. Nil:
+	// RenewLease runs on LeasePool (or the Store's pool).
+	RenewPool *pgxpool.Pool
 }
 
 // Store is the Location Store (relocation.Store) on Postgres. Its methods
@@ -35,6 +39,7 @@ type Options struct {
 type Store struct {
 	pool   *pgxpool.Pool
 	leases *pgxpool.Pool // the lease calls' pool (Options.LeasePool, or pool)
+	renews *pgxpool.Pool // RenewLease's pool (Options.RenewPool, or leases)
 	clock  *clock
 }
 
@@ -56,7 +61,11 @@ func Open(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error)
 	if leases == nil {
 		leases = pool
 	}
-	return &Store{pool: pool, leases: leases, clock: c}, nil
+	renews := opts.RenewPool
+	if renews == nil {
+		renews = leases
+	}
+	return &Store{pool: pool, leases: leases, renews: renews, clock: c}, nil
 }
 
 // Advance moves the store's clock forward by d: every later statement
@@ -363,7 +372,7 @@ due AS MATERIALIZED (
 UPDATE pgstore_leases l SET deadline = clk.now + l.ttl_us * interval '1 microsecond', renewed_at = clk.now
 FROM due, clk WHERE l.host = due.host`
 
-// RenewLease implements relocation.Store: one batch on the lease pool,
+// RenewLease implements relocation.Store: one batch on the renewal pool,
 // which the server runs as one transaction. It ends a silence first
 // (silenceSQL), then locks the host's lease
 // (FOR UPDATE: a takeover of one of its rows waits, or has committed and
@@ -413,7 +422,7 @@ SET gen = excluded.gen,
 WHERE l.gen <= excluded.gen
 RETURNING host, gen, deadline, (extract(epoch FROM deadline - `+clockSQL+`) * 1000000)::bigint`,
 		frozen, off, host, int64(gen), ttl.Microseconds())
-	err := sendBatch(ctx, s.leases, &b, func(br pgx.BatchResults) error {
+	err := sendBatch(ctx, s.renews, &b, func(br pgx.BatchResults) error {
 		for range 2 { // the silence; the lock
 			if _, err := br.Exec(); err != nil {
 				return err

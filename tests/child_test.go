@@ -57,6 +57,7 @@ import (
 	"github.com/berthrt/berth/relocation"
 	"github.com/berthrt/berth/transport"
 	"github.com/berthrt/berth/transport/tcp"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 const childEnv = "BERTH_TESTS_CHILD"
@@ -236,20 +237,21 @@ func childNode() int {
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	// As berth node: the leases and the membership on a pool of their own,
-	// which store work after an outage or a takeover cannot hold up.
-	pool, leasePool, err := pgstore.OpenPools(octx, db)
+	// which store work after an outage or a takeover cannot hold up, and
+	// the renewals on one of theirs.
+	pools, err := pgstore.OpenPools(octx, db)
 	if err != nil {
 		log.Error("open the database", "err", err)
 		return 1
 	}
-	defer pool.Close()
-	defer leasePool.Close()
-	store, err := pgstore.Open(octx, pool, pgstore.Options{LeasePool: leasePool})
+	defer pools.Close()
+	pool, leasePool := pools.Work, pools.Leases
+	store, err := pgstore.Open(octx, pool, pgstore.Options{LeasePool: leasePool, RenewPool: pools.Renewals})
 	if err != nil {
 		log.Error("open the store", "err", err)
 		return 1
 	}
-	members, err := pgstore.OpenMembership(octx, leasePool, pgstore.MembershipOptions{Logger: log})
+	members, err := pgstore.OpenMembership(octx, leasePool, pgstore.MembershipOptions{Logger: log, RenewPool: pools.Renewals})
 	if err != nil {
 		log.Error("open the membership", "err", err)
 		return 1
@@ -327,11 +329,16 @@ func childNode() int {
 			}
 		case <-h.Done():
 			fmt.Fprintf(os.Stderr, "host closed: %v\n", h.Err())
-			// Whether the lease pool made a renewal wait: the failure
-			// report shows it.
-			ls := leasePool.Stat()
-			fmt.Fprintf(os.Stderr, "lease pool: %d of %d connections acquired, %d acquires waited for one (%v waiting in all), %d acquires in all\n",
-				ls.AcquiredConns(), ls.MaxConns(), ls.EmptyAcquireCount(), ls.EmptyAcquireWaitTime(), ls.AcquireCount())
+			// Whether a pool made a renewal wait: the failure report
+			// shows it.
+			for _, p := range []struct {
+				name string
+				pool *pgxpool.Pool
+			}{{"lease", leasePool}, {"renewal", pools.Renewals}} {
+				ls := p.pool.Stat()
+				fmt.Fprintf(os.Stderr, "%s pool: %d of %d connections acquired, %d acquires waited for one (%v waiting in all), %d acquires in all\n",
+					p.name, ls.AcquiredConns(), ls.MaxConns(), ls.EmptyAcquireCount(), ls.EmptyAcquireWaitTime(), ls.AcquireCount())
+			}
 			switch {
 			case h.Err() == nil:
 				return 0

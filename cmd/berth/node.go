@@ -263,19 +263,18 @@ func nodeMain(args []string, stdout, stderr io.Writer) int {
 func runNode(ctx context.Context, cfg nodeConfig, log *slog.Logger, stdout io.Writer, sig <-chan os.Signal) int {
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	pool, leasePool, err := pgstore.OpenPools(octx, cfg.db)
+	pools, err := pgstore.OpenPools(octx, cfg.db)
 	if err != nil {
 		log.Error("cannot open the database", "err", err)
 		return nodeExitFailed
 	}
-	defer pool.Close()
-	defer leasePool.Close()
-	store, err := pgstore.Open(octx, pool, pgstore.Options{LeasePool: leasePool})
+	defer pools.Close()
+	store, err := pgstore.Open(octx, pools.Work, pgstore.Options{LeasePool: pools.Leases, RenewPool: pools.Renewals})
 	if err != nil {
 		log.Error("cannot open the Location Store", "err", err)
 		return nodeExitFailed
 	}
-	members, err := pgstore.OpenMembership(octx, leasePool, pgstore.MembershipOptions{Logger: log, TTL: cfg.leaseTTL})
+	members, err := pgstore.OpenMembership(octx, pools.Leases, pgstore.MembershipOptions{Logger: log, TTL: cfg.leaseTTL, RenewPool: pools.Renewals})
 	if err != nil {
 		log.Error("cannot open the membership", "err", err)
 		return nodeExitFailed

@@ -1,0 +1,79 @@
+package pgstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/berthrt/berth/internal/pgtest"
+	"github.com/berthrt/berth/membership"
+	"github.com/berthrt/berth/pgstore"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// TestRenewalsNeverWaitForALeasePoolConnection: with OpenPools' pools, a
+// host's renewals (Store.RenewLease, Membership.Renew) run on the renewal
+// pool, so they are answered while every connection of the lease pool is
+// held — as the membership's reads and sweeps and the lease checks of
+// suspected peers hold them while the database is slow. The lease pool's
+// calls (Store.Lease) still run there. The bound on each call is a
+// failure bound only: a renewal that waited for a lease pool connection
+// would wait until the test releases them, after the bound.
+func TestRenewalsNeverWaitForALeasePoolConnection(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	pools, err := pgstore.OpenPools(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pools.Close()
+	s, err := pgstore.Open(ctx, pools.Work, pgstore.Options{LeasePool: pools.Leases, RenewPool: pools.Renewals})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := pgstore.OpenMembership(ctx, pools.Leases, pgstore.MembershipOptions{RenewPool: pools.Renewals})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if _, err := m.Join(ctx, membership.Member{Name: "h", Address: "10.0.0.1:7000", LeaseGen: 1}); err != nil {
+		t.Fatal(err)
+	}
+	var held []*pgxpool.Conn
+	for range pgstore.LeasePoolConns {
+		c, err := pools.Leases.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	release := func() {
+		for _, c := range held {
+			c.Release()
+		}
+		held = nil
+	}
+	defer release() // before the pools close, which waits for them
+	bound := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 20*time.Second) }
+	c1, cancel1 := bound()
+	defer cancel1()
+	if _, err := s.RenewLease(c1, "h", 1, time.Minute); err != nil {
+		t.Fatalf("RenewLease with every lease pool connection held: %v", err)
+	}
+	c2, cancel2 := bound()
+	defer cancel2()
+	if _, err := m.Renew(c2, "h", 1); err != nil {
+		t.Fatalf("Membership.Renew with every lease pool connection held: %v", err)
+	}
+	// The lease checks are the lease pool's: with its connections held,
+	// one cannot be answered (whatever the machine's speed).
+	c3, cancel3 := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel3()
+	if _, _, err := s.Lease(c3, "h"); err == nil {
+		t.Fatal("Store.Lease answered with every lease pool connection held: it does not run on the lease pool")
+	}
+	release()
+	if _, _, err := s.Lease(ctx, "h"); err != nil {
+		t.Fatalf("Store.Lease: %v", err)
+	}
+}
