@@ -3,7 +3,10 @@
 // membership (membership.Membership) on Postgres, through a pgxpool.Pool
 // the caller owns. Store and Membership pass the same conformance suites
 // as the in-memory implementations (relocation/storetest,
-// membership/membershiptest).
+// membership/membershiptest). A host opens three pools (OpenPools): its
+// store work on one, its lease checks and membership on another, and its
+// renewals on a third that nothing else uses, so that no other call ever
+// makes a renewal wait for a connection.
 //
 // # Schema
 //
