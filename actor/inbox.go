@@ -304,9 +304,12 @@ func (o *owner) finishOrder(a orderAfter) (stray []*mailbox.Envelope) {
 		// It came here from the old run's link already (it ran, or is
 		// held to run), and an Ask's answer may have gone to the old run:
 		// the new run, which waits for it, learns at once that it may have
-		// run (ErrRejoined); a later answer finds the request ended.
+		// run (ErrRejoined); a later answer finds the request ended. Not
+		// o.reply: that is the running turn's (a persistent owner's gate
+		// holds it for the turn's write), and this runs on the admitting
+		// goroutine, outside any turn, promising nothing durable.
 		if hv := e.Msg.Header(); len(hv.ReplyTo()) > 0 {
-			o.reply(hv.ReplyTo(), hv.Op(), reply{err: ErrRejoined})
+			h.requests.routeReply(hv.ReplyTo(), hv.Op(), reply{err: ErrRejoined})
 		}
 		e.Release()
 	}
