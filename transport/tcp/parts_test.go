@@ -33,16 +33,25 @@ type valve struct {
 
 func newValve(t testing.TB, to string) *valve {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	v := &valve{ln: ln, to: to, allow: -1}
-	v.cond = sync.NewCond(&v.mu)
-	v.wg.Add(1)
-	go v.accept()
+	v := newPacedValve(t, to, 0)
 	t.Cleanup(v.close)
 	return v
+}
+
+// listenPair starts hosts a and b on loopback with opts and handlers ha
+// and hb, not yet each other's peers; the caller closes them.
+func listenPair(tb testing.TB, opts tcp.Options, ha, hb transport.Handler) (a, b *tcp.Transport) {
+	tb.Helper()
+	a, err := tcp.Listen("a", ha, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	b, err = tcp.Listen("b", hb, opts)
+	if err != nil {
+		_ = a.Close(false)
+		tb.Fatal(err)
+	}
+	return a, b
 }
 
 func (v *valve) addr() string { return v.ln.Addr().String() }
@@ -185,14 +194,7 @@ func (*counter) Event(transport.Event)           {}
 func TestAPeersSendsGoOnWhileALargeItemIsWrittenToIt(t *testing.T) {
 	opts := tcp.Options{Insecure: true, HighItems: 8, MaxPendingItems: 64}
 	ha, hb := &counter{}, &counter{}
-	a, err := tcp.Listen("a", ha, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := tcp.Listen("b", hb, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b := listenPair(t, opts, ha, hb)
 	v := newValve(t, b.Addr())
 	defer func() {
 		_ = a.Close(true)
@@ -301,16 +303,8 @@ func BenchmarkPeerSendsBesideALargeItem(bm *testing.B) {
 
 func benchBesideALargeItem(bm *testing.B, rate float64) {
 	opts := tcp.Options{Insecure: true, HighItems: 64}
-	ha := &counter{}
-	hb := &eventCounter{}
-	a, err := tcp.Listen("a", ha, opts)
-	if err != nil {
-		bm.Fatal(err)
-	}
-	b, err := tcp.Listen("b", hb, opts)
-	if err != nil {
-		bm.Fatal(err)
-	}
+	ha, hb := &counter{}, &eventCounter{}
+	a, b := listenPair(bm, opts, ha, hb)
 	v := newPacedValve(bm, b.Addr(), rate)
 	defer func() {
 		bm.StopTimer()
@@ -365,8 +359,9 @@ func (c *eventCounter) Event(e transport.Event) {
 }
 
 // newPacedValve is a valve that passes the dialer's bytes at rate bytes
-// a second.
+// a second (0: as fast as they come); the caller closes it.
 func newPacedValve(tb testing.TB, to string, rate float64) *valve {
+	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
@@ -384,14 +379,7 @@ func newPacedValve(tb testing.TB, to string, rate float64) *valve {
 func BenchmarkLargeItem(bm *testing.B) {
 	opts := tcp.Options{Insecure: true}
 	ha, hb := &counter{}, &eventCounter{}
-	a, err := tcp.Listen("a", ha, opts)
-	if err != nil {
-		bm.Fatal(err)
-	}
-	b, err := tcp.Listen("b", hb, opts)
-	if err != nil {
-		bm.Fatal(err)
-	}
+	a, b := listenPair(bm, opts, ha, hb)
 	defer func() {
 		bm.StopTimer()
 		_ = a.Close(true)
