@@ -408,15 +408,23 @@ func (h *Host) leave(joined bool) {
 	if h.peers.tr == nil {
 		return
 	}
-	if err := h.peers.tr.Close(h.Err() == nil); err != nil {
-		// Its peers did not all confirm what it sent last (its leave
-		// notice among it) within the transport's close timeout.
-		h.log.Warn("the transport's graceful close gave up on peers", "err", err)
-	}
-	for _, items := range h.peers.tr.current().takeAgain() {
-		// A new run's messages to send again whose peer it never reached:
-		// accepted messages Close ended unrun.
-		h.stats.closeDropped.Add(int64(len(items)))
+	if h.Err() != nil {
+		// Its run is over: its peers dropped its links and answer no
+		// crash notice, so none is waited for. What they had not taken
+		// is lost with the run.
+		h.stats.closeDropped.Add(int64(h.peers.tr.closeEnded()))
+	} else {
+		if err := h.peers.tr.Close(true); err != nil {
+			// Its peers did not all confirm what it sent last (its
+			// leave notice among it) within the transport's close
+			// timeout.
+			h.log.Warn("the transport's graceful close gave up on peers", "err", err)
+		}
+		for _, items := range h.peers.tr.current().takeAgain() {
+			// A new run's messages to send again whose peer it never
+			// reached: accepted messages Close ended unrun.
+			h.stats.closeDropped.Add(int64(len(items)))
+		}
 	}
 	if joined {
 		ctx, cancel := h.life.storeContext()

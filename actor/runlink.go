@@ -114,6 +114,33 @@ func (l *runLink) Leave() { l.cur.Load().t.Leave() }
 // Close is transport.Close of the current run.
 func (l *runLink) Close(graceful bool) error { return l.cur.Load().t.Close(graceful) }
 
+// closeEnded closes the current run's links as a run its peers saw fail
+// (the membership ended it): at once, without waiting for answers to its
+// crash notice, which peers that dropped the run never send. It returns
+// how many accepted messages its peers had not seen taken, or that it held
+// to send again: they are lost with the run. A transport that is not a
+// Reclaimer is closed as Close(false) is, and counts its own losses.
+func (l *runLink) closeEnded() (lost int) {
+	a := l.cur.Load()
+	rc, ok := a.t.(transport.Reclaimer)
+	if !ok {
+		_ = a.t.Close(false)
+		return 0
+	}
+	back := rc.CloseReclaim()
+	for _, items := range a.takeAgain() {
+		back[""] = append(back[""], items...)
+	}
+	for _, items := range back {
+		for _, it := range items {
+			if it.Kind == transport.Frame || it.Kind == transport.Bounce {
+				lost++
+			}
+		}
+	}
+	return lost
+}
+
 // backlogged reports whether the current run's link to host to is at its
 // bound (transport.Backlogger).
 func (l *runLink) backlogged(to string) bool {

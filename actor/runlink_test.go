@@ -87,6 +87,45 @@ func TestWhatIsSentAgainGoesToItsPeerBeforeAnythingElse(t *testing.T) {
 	}
 }
 
+// TestARunThatEndedClosesItsLinksWithoutWaitingAndCountsWhatIsLost: a
+// host whose run the membership ended closes its links as a reclaim does,
+// which waits for no answer to its crash notice (its peers dropped the
+// run and send none), and counts as lost the messages its peers had not
+// seen taken and those it held to send again; advice and replies are not
+// messages a sender handed it.
+func TestARunThatEndedClosesItsLinksWithoutWaitingAndCountsWhatIsLost(t *testing.T) {
+	frame := func(seq byte) []byte {
+		h := payload.Header{Op: payload.OpID{seq}, Origin: "g", Epoch: 1, Seq: uint64(seq)}
+		b, err := payload.AppendHeader(nil, &h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	first := &fakeLink{back: map[string][]transport.Item{
+		"p": {{Kind: transport.Frame, Data: frame(1)}, {Kind: transport.Hint, Data: []byte("advice")}},
+	}}
+	l := newRunLink(first)
+	second := &fakeLink{refuse: map[string]bool{"p": true}}
+	second.back = map[string][]transport.Item{
+		"q": {{Kind: transport.Bounce, Data: frame(2)}, {Kind: transport.Reply, Data: []byte("answer")}},
+	}
+	if _, err := l.replace(func() (transport.Transport, error) { return second, nil }, func(string, transport.Item) {}); err != nil {
+		t.Fatal(err)
+	}
+	// second holds #1 for p to send again (p is refused), and its peer q
+	// had not taken #2.
+	if lost := l.closeEnded(); lost != 2 {
+		t.Fatalf("closeEnded counted %d lost, want 2: the frame held to send again and the bounce q had not taken", lost)
+	}
+	if !second.reclaimed {
+		t.Fatal("the ended run's links were closed with Close, which waits for answers to the crash notice")
+	}
+	if n := second.seqs("p"); len(n) != 0 {
+		t.Fatalf("the ended run sent %v to p as it closed", n)
+	}
+}
+
 // isMarked reports whether frame is marked as sent again.
 func isMarked(t *testing.T, frame []byte) bool {
 	t.Helper()
@@ -106,6 +145,9 @@ type fakeLink struct {
 	items  map[string][]transport.Item
 	back   map[string][]transport.Item
 	closed bool
+	// reclaimed is set by CloseReclaim: it closed without waiting for
+	// answers to its crash notice.
+	reclaimed bool
 }
 
 func (f *fakeLink) Local() string { return "g" }
@@ -156,5 +198,10 @@ func (f *fakeLink) CloseReclaim() map[string][]transport.Item {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.closed = true
-	return f.back
+	f.reclaimed = true
+	back := map[string][]transport.Item{}
+	for peer, items := range f.back {
+		back[peer] = items
+	}
+	return back
 }
