@@ -182,7 +182,10 @@ type Config struct {
 	// are), the private in-memory store of a host without a Transport.
 	// It must live beside Store: its writes are fenced by Store's rows.
 	StateStore relocation.StateStore
-	// StoreTimeout bounds each Location Store call; default 5 s.
+	// StoreTimeout bounds each Location Store call; default 5 s. A lease
+	// renewal may take longer — up to three spacings of its lease (its
+	// length less its margin) — since on a slow store it is worth its
+	// landing there, however late it is answered.
 	StoreTimeout time.Duration
 	// LeaseTTL is the length of the host's lease in the Location Store
 	// (relocation.Store.RenewLease), and so how soon after a crash its

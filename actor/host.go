@@ -308,6 +308,13 @@ func (h *Host) startServices() {
 		member.every("renew the membership lease", h.lease.every, h.lease.memberTick)
 		h.svc.startSchedule(member)
 	}
+	// The renewals still in flight (renewals.go) end before Close returns:
+	// the host left the membership by then, and no turn starts.
+	h.svc.start(func(stop <-chan struct{}) {
+		<-stop
+		h.lease.endFlights()
+		h.lease.flights.Wait()
+	})
 	if h.cfg.IdleTimeout > 0 {
 		janitor := &schedule{name: "janitor"}
 		janitor.every("passivate idle objects", max(h.cfg.IdleTimeout/4, time.Millisecond), h.owners.passivateIdle)

@@ -1,6 +1,7 @@
 package actor
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -78,6 +79,16 @@ type leaseKeeper struct {
 
 	memberRenewed time.Time     // local time the last membership renewal answered without an error was sent (memberTick's own)
 	memberTTL     time.Duration // the membership's lease, as its last Join said (memberTick's own)
+
+	// The renewals in flight of each lease (renewals.go): the store's
+	// lease's are its renewer's, the membership's its renewer's. flights
+	// counts their goroutines; the host's services end them (endFlights)
+	// and wait for them as the host closes.
+	storeRenewals  *renewer[relocation.Lease]
+	memberRenewals *renewer[membership.Lease]
+	flights        sync.WaitGroup
+	flightCtx      context.Context // the renewals' parent: ends as the host's services stop
+	endFlights     context.CancelFunc
 }
 
 // run returns this run's lease generation: its run on the wire, kept as
@@ -187,6 +198,9 @@ func (lk *leaseKeeper) init(h *Host, private bool) {
 	lk.ttl, lk.every = h.cfg.LeaseTTL, h.cfg.LeaseRenew
 	lk.private = private
 	lk.local = membership.LocalLease{Margin: leaseMargin(lk.ttl, lk.every)}
+	lk.storeRenewals = newRenewer[relocation.Lease](&lk.flights)
+	lk.memberRenewals = newRenewer[membership.Lease](&lk.flights)
+	lk.flightCtx, lk.endFlights = context.WithCancel(context.Background())
 	h.gate.changed, h.gate.kick = make(chan struct{}), make(chan struct{}, 1)
 	if private {
 		lk.ttl = privateLease
@@ -204,48 +218,85 @@ func leaseMargin(ttl, every time.Duration) time.Duration {
 	return min(membership.DefaultMargin, (ttl-every)/2)
 }
 
-// renewLease renews this run's lease in the Location Store. (The
-// membership's lease has a renewer of its own, memberTick: a slow or
-// failing store call does not hold it up.) The host's own deadline follows the
-// local-time rule (membership.LocalLease): the send time of the renewal +
-// TTL − margin, by this machine's clock — never the deadline the store
-// computed on its clock, and a slow answer can only shorten it. Renewals
-// run one at a time (Start, then the renewer), so the lease needs no lock.
-//
-// A renewal that finds the lease lapsed — or follows one whose outcome is
-// unknown, which may have found it so — raises the epoch before the new
-// deadline is published: every owner is checked (checkOwners) before its
-// next turn. It returns errRunEnded (wrapped) when the run is over, and
-// another error when the store could not answer (the host stays or goes
-// into jeopardy and asks again at the next tick).
+// renewLease renews this run's lease in the Location Store once and
+// waits for the answer: Start's first renewal, before the renewer runs.
+// (The renewer, leaseTick, sends its renewals as renewals.go says.)
 func (lk *leaseKeeper) renewLease() error {
-	h := lk.h
-	ctx, cancel := h.life.storeContext()
-	defer cancel()
 	sent, run := time.Now(), lk.run()
-	l, err := h.store.RenewLease(ctx, h.name, run, lk.ttl)
-	if run != lk.run() {
+	l, err := lk.callRenewLease(run)
+	return lk.leaseAnswer(renewed[relocation.Lease]{sent: sent, run: run, v: l, err: err}, true)
+}
+
+// callRenewLease is one renewal of run's lease in the Location Store. It
+// may take as long as renewalsInFlight spacings (or StoreTimeout, if
+// longer): it keeps the lease live in the store for as long as it is in
+// flight, however late its answer comes.
+func (lk *leaseKeeper) callRenewLease(run uint64) (relocation.Lease, error) {
+	h := lk.h
+	ctx, cancel := context.WithTimeout(lk.flightCtx, lk.renewTimeout(lk.storeSpacing()))
+	defer cancel()
+	return h.store.RenewLease(ctx, h.name, run, lk.ttl)
+}
+
+// renewTimeout bounds one renewal of a lease whose renewals are spacing
+// apart: StoreTimeout, or as long as renewalsInFlight of them may be in
+// flight, if longer.
+func (lk *leaseKeeper) renewTimeout(spacing time.Duration) time.Duration {
+	return max(lk.h.life.storeTimeout, renewalsInFlight*spacing)
+}
+
+// storeSpacing is how long the Location Store lease's renewal is out
+// before another is sent beside it: the lease less its margin, past which
+// its answer can no longer extend the lease by this host's clock.
+func (lk *leaseKeeper) storeSpacing() time.Duration { return lk.ttl - lk.local.Margin }
+
+// leaseAnswer judges a renewal's answer (renewLease, leaseTick). The
+// host's own deadline follows the local-time rule
+// (membership.LocalLease): the send time of the renewal + TTL − margin,
+// by this machine's clock — never the deadline the store computed on its
+// clock, and a slow answer can only shorten it. Only an alone answer (no
+// other renewal in flight: renewals.answered) extends it.
+//
+// A renewal that finds the lease lapsed raises the epoch at once: every
+// owner is checked (checkOwners) before its next turn. So does the first
+// alone answer after one whose outcome is unknown (which may have found
+// it so), before the new deadline is published. It returns errRunEnded
+// (wrapped) when the run is over, and another error when the store could
+// not answer (the host stays or goes into jeopardy and asks again).
+func (lk *leaseKeeper) leaseAnswer(a renewed[relocation.Lease], alone bool) error {
+	h := lk.h
+	if a.run != lk.run() {
 		// A gateway became a new run meanwhile (memberTick): this answer
 		// is about the old one. The next renewal is the new run's.
 		return nil
 	}
-	if err != nil {
-		if errors.Is(err, payload.Rejected) {
-			return errors.Join(errRunEnded, err) // a newer run of the name holds the lease
+	if a.err != nil {
+		if errors.Is(a.err, payload.Rejected) {
+			return errors.Join(errRunEnded, a.err) // a newer run of the name holds the lease
 		}
 		// The store may have handled it, and found the lease lapsed, with
 		// the answer lost: the next answer is checked as if it said so.
 		lk.uncertain = true
-		return &payload.Error{Kind: payload.Unavailable, Op: "actor.Host", Detail: "cannot renew the host lease", Err: err}
+		return &payload.Error{Kind: payload.Unavailable, Op: "actor.Host", Detail: "cannot renew the host lease", Err: a.err}
 	}
+	l := a.v
 	if l.Lapsed {
 		h.stats.lapses.Add(1)
+	}
+	if !alone {
+		// Another renewal is in flight: it may have landed first and
+		// found the lease lapsed, so this answer cannot extend the lease.
+		// A lapse it found starts the checks now.
+		if l.Lapsed {
+			lk.lapsed()
+		}
+		return nil
 	}
 	if l.Lapsed || lk.uncertain {
 		lk.uncertain = false
 		lk.lapsed()
 	}
-	lk.local = lk.local.Renewed(sent, membership.Lease{Name: h.name, Gen: run, TTL: l.TTL})
+	lk.local = lk.local.Renewed(a.sent, membership.Lease{Name: h.name, Gen: a.run, TTL: l.TTL})
 	h.gate.publish(lk.local.Deadline().UnixNano())
 	return nil
 }
@@ -353,7 +404,17 @@ func (lk *leaseKeeper) leaseTick(now time.Time) (over bool) {
 		h.log.Warn("the host's lease ran out before a renewal was answered: jeopardy — its objects run no turn, and keep what arrives, until the Location Store answers",
 			"deadline", lk.local.Deadline())
 	}
-	err := lk.renewLease()
+	run := lk.run()
+	return lk.storeRenewals.tick(lk.storeSpacing(), run,
+		func() (relocation.Lease, error) { return lk.callRenewLease(run) },
+		lk.leaseAnswered, h.life.done)
+}
+
+// leaseAnswered handles a renewal's answer on the lease's renewer: it
+// judges it (leaseAnswer) and reports whether the host's run is over.
+func (lk *leaseKeeper) leaseAnswered(a renewed[relocation.Lease], alone bool) (over bool) {
+	h := lk.h
+	err := lk.leaseAnswer(a, alone)
 	switch {
 	case errors.Is(err, errRunEnded) && h.life.state.Load() == stateClosed:
 		return true // Close began meanwhile: not a run that ended
@@ -388,7 +449,31 @@ func (lk *leaseKeeper) memberTick(time.Time) (over bool) {
 		}
 		return h.life.lostErr.Load() != nil // else asked again at the next tick
 	}
-	err := lk.renewMembership()
+	run := lk.run()
+	return lk.memberRenewals.tick(lk.memberSpacing(), run,
+		func() (membership.Lease, error) { return lk.callRenewMembership(run) },
+		lk.memberAnswered, h.life.done)
+}
+
+// memberSpacing is how long the membership lease's renewal is out before
+// another is sent beside it: the membership's lease less its margin.
+func (lk *leaseKeeper) memberSpacing() time.Duration {
+	ttl := lk.memberTTL
+	if ttl <= 0 {
+		ttl = lk.ttl
+	}
+	return ttl - leaseMargin(ttl, lk.every)
+}
+
+// memberAnswered handles a membership renewal's answer on the
+// membership's renewer (every answer is judged: the membership's lease
+// gates no turn) and reports whether the host's run is over.
+func (lk *leaseKeeper) memberAnswered(a renewed[membership.Lease], _ bool) (over bool) {
+	h := lk.h
+	if a.run != lk.run() {
+		return h.life.lostErr.Load() != nil // about a gateway's old run: its new run renews its own
+	}
+	err := lk.judgeMembership(a.sent, a.err)
 	switch {
 	case err == nil:
 		h.peers.sendAgainToMembers()
@@ -430,15 +515,29 @@ func (lk *leaseKeeper) renewMembershipWhileStarting() {
 // renewed the run and how long this renewal took: a stall of the process
 // or of the database, or something else.
 func (lk *leaseKeeper) renewMembership() error {
+	sent, run := time.Now(), lk.run()
+	_, err := lk.callRenewMembership(run)
+	return lk.judgeMembership(sent, err)
+}
+
+// callRenewMembership is one renewal of run's membership lease; like a
+// store renewal (callRenewLease), it may be out for several spacings.
+func (lk *leaseKeeper) callRenewMembership(run uint64) (membership.Lease, error) {
 	h := lk.h
-	ctx, cancel := h.life.storeContext()
+	ctx, cancel := context.WithTimeout(lk.flightCtx, lk.renewTimeout(lk.memberSpacing()))
 	defer cancel()
-	sent := time.Now()
-	_, err := h.peers.members.Renew(ctx, h.name, lk.run())
+	return h.peers.members.Renew(ctx, h.name, run)
+}
+
+// judgeMembership judges the answer of a membership renewal sent at sent
+// (renewMembership says what it returns).
+func (lk *leaseKeeper) judgeMembership(sent time.Time, err error) error {
 	var ge *membership.GenerationError
 	switch {
 	case err == nil:
-		lk.memberRenewed = sent
+		if sent.After(lk.memberRenewed) {
+			lk.memberRenewed = sent
+		}
 		return nil
 	case !errors.Is(err, membership.ErrLeaseExpired) && !errors.Is(err, membership.ErrNotMember) && !errors.As(err, &ge):
 		return err

@@ -9,10 +9,14 @@ import (
 // LeasePoolConns is the size of the lease pool OpenPools opens.
 const LeasePoolConns = 3
 
-// RenewPoolConns is the size of the renewal pool OpenPools opens: one
-// connection for each of a host's two renewals (the Location Store's lease
-// and the membership's), which run on schedules of their own.
-const RenewPoolConns = 2
+// RenewPoolConns is the size of the renewal pool OpenPools opens, all of
+// them opened at once and kept: three connections for each of a host's
+// two leases (the Location Store's and the membership's), which renew on
+// schedules of their own. A host sends one renewal at a time, and on a
+// database whose round trip is longer than the lease up to three of each
+// lease's beside each other, so that they land once per spacing; a
+// connection opened then would take round trips more to open.
+const RenewPoolConns = 6
 
 // Pools are the three pools a host on Postgres uses (OpenPools). Their
 // fields go to Options and MembershipOptions:
@@ -27,7 +31,8 @@ type Pools struct {
 	// membership's calls other than renewals: its watch's reads, its
 	// sweeps, joins and state changes (LeasePoolConns connections).
 	Leases *pgxpool.Pool
-	// Renewals runs the host's renewals only (RenewPoolConns connections).
+	// Renewals runs the host's renewals only (RenewPoolConns connections,
+	// opened at once and kept open).
 	Renewals *pgxpool.Pool
 }
 
@@ -61,7 +66,7 @@ func OpenPools(ctx context.Context, url string) (*Pools, error) {
 	lcfg := wcfg.Copy()
 	lcfg.MaxConns, lcfg.MinConns = LeasePoolConns, 0
 	rcfg := wcfg.Copy()
-	rcfg.MaxConns, rcfg.MinConns = RenewPoolConns, 0
+	rcfg.MaxConns, rcfg.MinConns = RenewPoolConns, RenewPoolConns
 	p := &Pools{}
 	if p.Work, err = pgxpool.NewWithConfig(ctx, wcfg); err != nil {
 		return nil, err

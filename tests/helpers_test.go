@@ -14,7 +14,6 @@ import (
 	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/pgstore"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func limits(items int) mailbox.Limits { return mailbox.Limits{Items: items, Bytes: 64 << 20} }
@@ -22,23 +21,23 @@ func limits(items int) mailbox.Limits { return mailbox.Limits{Items: items, Byte
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // openPostgres opens the Location Store and the membership on database
-// url (pgstore, one pool); close closes the membership and the pool —
-// after the hosts, before a goroutine check.
+// url on the pools a host uses (pgstore.OpenPools); close closes the
+// membership and the pools — after the hosts, before a goroutine check.
 func openPostgres(tb testing.TB, url string) (store *pgstore.Store, members *pgstore.Membership, close func()) {
 	tb.Helper()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, url)
+	pools, err := pgstore.OpenPools(ctx, url)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if store, err = pgstore.Open(ctx, pool, pgstore.Options{}); err == nil {
-		members, err = pgstore.OpenMembership(ctx, pool, pgstore.MembershipOptions{})
+	if store, err = pgstore.Open(ctx, pools.Work, pgstore.Options{LeasePool: pools.Leases, RenewPool: pools.Renewals}); err == nil {
+		members, err = pgstore.OpenMembership(ctx, pools.Leases, pgstore.MembershipOptions{RenewPool: pools.Renewals})
 	}
 	if err != nil {
-		pool.Close()
+		pools.Close()
 		tb.Fatal(err)
 	}
-	return store, members, func() { members.Close(); pool.Close() }
+	return store, members, func() { members.Close(); pools.Close() }
 }
 
 // startHost starts a host with cfg (its Logger set here, quiet), its

@@ -89,6 +89,7 @@ func TestAPostgresOutagePausesTheNodesAndTheyResumeLosingNothing(t *testing.T) {
 		{name: "down_15s", down: 15 * time.Second, run: !testing.Short(), why: "-short"},
 		{name: "down_30s", down: 30 * time.Second, run: pgOutageLong(), why: "runs with -long or BERTH_LONG=1"},
 		{name: "slow_2s_per_round_trip_for_8s", slowFor: 8 * time.Second, slowBy: 2 * time.Second, run: !testing.Short(), why: "-short"},
+		{name: "slow_5s_per_round_trip_for_15s", slowFor: 15 * time.Second, slowBy: 5 * time.Second, run: !testing.Short(), why: "-short"},
 	} {
 		t.Run(v.name, func(t *testing.T) {
 			if !v.run {
