@@ -210,3 +210,67 @@ func missing(accepted, got []int) string {
 	}
 	return fmt.Sprintf(" (%v)", out)
 }
+
+// TestARepeatedAskToAPersistentObjectIsAnsweredAtOnce: an Ask that comes
+// to a persistent object's owner again, marked as sent again, after its
+// first coming ran (a gateway's new run sends again what its old run's
+// link had not seen taken) is dropped and answered at once with
+// ErrRejoined, from the goroutine that admits it — not through the
+// persistent owner's output gate, which holds a turn's answers until the
+// turn's write: outside a turn the answer waited for some later turn's
+// write, and the gate was touched from two goroutines (a data race under
+// -race).
+func TestARepeatedAskToAPersistentObjectIsAnsweredAtOnce(t *testing.T) {
+	n := NewNetwork(nil)
+	o := startHost(t, n.With(Config{Name: "o", Logger: quietLogger()}), ledgerKind(nil))
+	g := startHost(t, n.With(Config{Name: "g", Logger: quietLogger(), Gateway: true}), ledgerKind(nil))
+	waitViews(t, o, g)
+	var mu sync.Mutex
+	var frames [][]byte
+	n.Transport.SetHook(func(from, to string, it transport.Item) bool {
+		if from == "g" && to == "o" && it.Kind == transport.Frame {
+			mu.Lock()
+			frames = append(frames, bytes.Clone(it.Data))
+			mu.Unlock()
+		}
+		return true
+	})
+	x := Ref{"ledger", "x"}
+	if got, err := Ask[Add, int](bg, g, x, Add{By: 1}); err != nil || got != 1 {
+		t.Fatalf("the Ask: %d, %v; want 1", got, err)
+	}
+	n.Transport.SetHook(nil)
+	mu.Lock()
+	if len(frames) != 1 {
+		mu.Unlock()
+		t.Fatalf("saw %d frames from g to o, want the Ask's", len(frames))
+	}
+	askFrame := frames[0]
+	mu.Unlock()
+	if _, _, ok := markAgain(askFrame); !ok {
+		t.Fatal("the Ask's frame could not be marked as sent again")
+	}
+	hv, _, err := payload.DecodeHeader(askFrame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pending{ch: make(chan reply, 1)}
+	g.requests.add(hv.Op(), p)
+	if err := g.peers.tr.Send("o", transport.Item{Kind: transport.Frame, Data: askFrame}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-p.ch:
+		if !errors.Is(r.err, payload.Unavailable) || r.err.Error() != ErrRejoined.Error() {
+			t.Fatalf("the Ask sent again was answered %v, want ErrRejoined (of kind Unavailable, its text)", r.err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the Ask sent again was not answered within a minute: its answer waits for a later turn's write")
+	}
+	if l, err := Ask[Peek, Ledger](bg, g, x, Peek{}); err != nil || l.N != 1 {
+		t.Fatalf("the ledger after the Ask came again: %+v, %v; want N 1 (it ran once)", l, err)
+	}
+	if r := o.Stats().Repeats; r != 1 {
+		t.Fatalf("o counted %d repeats dropped, want 1", r)
+	}
+}
