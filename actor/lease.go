@@ -398,16 +398,25 @@ func (lk *leaseKeeper) leaseTick(now time.Time) (over bool) {
 		// membership (memberTick).
 		return h.life.lostErr.Load() != nil
 	}
-	if !lk.local.Valid(now) && lk.jeopardy.IsZero() {
-		lk.jeopardy = now
-		h.stats.jeopardies.Add(1)
-		h.log.Warn("the host's lease ran out before a renewal was answered: jeopardy — its objects run no turn, and keep what arrives, until the Location Store answers",
-			"deadline", lk.local.Deadline())
-	}
+	lk.noteJeopardy(now)
 	run := lk.run()
 	return lk.storeRenewals.tick(lk.storeSpacing(), run,
 		func() (relocation.Lease, error) { return lk.callRenewLease(run) },
-		lk.leaseAnswered, h.life.done)
+		lk.leaseAnswered, h.life.done,
+		lk.local.Deadline(), func() { lk.noteJeopardy(time.Now()) })
+}
+
+// noteJeopardy notes, once, a jeopardy that began by now: the lease ran
+// out before a renewal was answered. The renewer checks at each tick, and
+// at the lease's deadline if that passes while a renewal is out.
+func (lk *leaseKeeper) noteJeopardy(now time.Time) {
+	if lk.local.Valid(now) || !lk.jeopardy.IsZero() {
+		return
+	}
+	lk.jeopardy = now
+	lk.h.stats.jeopardies.Add(1)
+	lk.h.log.Warn("the host's lease ran out before a renewal was answered: jeopardy — its objects run no turn, and keep what arrives, until the Location Store answers",
+		"deadline", lk.local.Deadline())
 }
 
 // leaseAnswered handles a renewal's answer on the lease's renewer: it
@@ -452,7 +461,7 @@ func (lk *leaseKeeper) memberTick(time.Time) (over bool) {
 	run := lk.run()
 	return lk.memberRenewals.tick(lk.memberSpacing(), run,
 		func() (membership.Lease, error) { return lk.callRenewMembership(run) },
-		lk.memberAnswered, h.life.done)
+		lk.memberAnswered, h.life.done, time.Time{}, nil)
 }
 
 // memberSpacing is how long the membership lease's renewal is out before

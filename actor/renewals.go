@@ -113,12 +113,14 @@ func newRenewer[A any](flights *sync.WaitGroup) *renewer[A] {
 
 // tick handles the answers that came since the last tick, sends a renewal
 // if one is due (call, for run; its send time is this machine's clock
-// just before), and waits for its answer for at most
-// spacing, or until closing is closed. handle judges an answer (alone: it
-// may stand for the lease) and reports whether the run is over; tick then
-// returns true at once.
+// just before), and waits for its answer for at most spacing, or until
+// closing is closed. handle judges an answer (alone: it may stand for the
+// lease) and reports whether the run is over; tick then returns true at
+// once. If the wait passes deadline (not zero), atDeadline runs then: the
+// lease's own deadline, which may pass while a renewal is out.
 func (rn *renewer[A]) tick(spacing time.Duration, run uint64, call func() (A, error),
-	handle func(a renewed[A], alone bool) (over bool), closing <-chan struct{}) (over bool) {
+	handle func(a renewed[A], alone bool) (over bool), closing <-chan struct{},
+	deadline time.Time, atDeadline func()) (over bool) {
 	for {
 		select {
 		case a := <-rn.answers:
@@ -143,8 +145,17 @@ func (rn *renewer[A]) tick(spacing time.Duration, run uint64, call func() (A, er
 	}()
 	wait := time.NewTimer(spacing)
 	defer wait.Stop()
+	var passed <-chan time.Time
+	if !deadline.IsZero() && deadline.Before(now.Add(spacing)) {
+		dl := time.NewTimer(time.Until(deadline))
+		defer dl.Stop()
+		passed = dl.C
+	}
 	for {
 		select {
+		case <-passed:
+			atDeadline()
+			passed = nil
 		case a := <-rn.answers:
 			if handle(a, rn.plan.answered(a.id)) {
 				return true

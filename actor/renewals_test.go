@@ -229,3 +229,26 @@ func TestAnAnswerBesideAnotherRenewalInFlightNeverExtendsTheLease(t *testing.T) 
 		t.Fatalf("the alone answer after an unknown outcome: %v, epoch %d; want it checked as a lapse (epoch 2) and the deadline moved on", err, h.gate.epoch.Load())
 	}
 }
+
+// A lease that runs out while a renewal is out, and is renewed again by
+// that renewal's answer before the next tick, is a jeopardy all the same:
+// the host counts it and says so, at the lease's deadline. Before, a
+// renewer that checked only as each tick began missed every such one: on
+// a store answering in most of the lease, the host was in jeopardy for
+// part of every renewal and counted none.
+func TestAJeopardyThatEndsBeforeTheNextTickIsCounted(t *testing.T) {
+	store := &lateRenewals{MemoryStore: relocation.NewMemoryStore(nil)}
+	cfg := shortLeases(Config{Name: "a", Store: store, Logger: quietLogger()})
+	h := startHost(t, cfg, seqKind())
+	// Each answer comes after most of the lease less its margin: the
+	// lease it earned runs out before the next renewal's answer comes,
+	// though no tick begins in the gap.
+	margin := leaseMargin(cfg.LeaseTTL, cfg.LeaseRenew)
+	store.delay.Store(int64((cfg.LeaseTTL - margin) * 8 / 10))
+	waitFor(t, "a jeopardy counted", func() bool { return h.Stats().Jeopardies >= 1 })
+	store.delay.Store(0)
+	waitFor(t, "the host out of jeopardy", func() bool { return !h.Stats().Jeopardy })
+	if err := h.Err(); err != nil {
+		t.Fatalf("the host closed: %v", err)
+	}
+}
