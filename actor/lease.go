@@ -233,16 +233,18 @@ func (lk *leaseKeeper) renewLease() error {
 // flight, however late its answer comes.
 func (lk *leaseKeeper) callRenewLease(run uint64) (relocation.Lease, error) {
 	h := lk.h
-	ctx, cancel := context.WithTimeout(lk.flightCtx, lk.renewTimeout(lk.storeSpacing()))
+	ctx, cancel := context.WithTimeout(lk.flightCtx, lk.renewTimeout())
 	defer cancel()
 	return h.store.RenewLease(ctx, h.name, run, lk.ttl)
 }
 
-// renewTimeout bounds one renewal of a lease whose renewals are spacing
-// apart: StoreTimeout, or as long as renewalsInFlight of them may be in
-// flight, if longer.
-func (lk *leaseKeeper) renewTimeout(spacing time.Duration) time.Duration {
-	return max(lk.h.life.storeTimeout, renewalsInFlight*spacing)
+// renewTimeout bounds one renewal: StoreTimeout, or renewalsInFlight
+// spacings of the store's lease, if longer — as long as a renewal keeps
+// the lease live in the store where the round trip is that long. (A
+// renewal whose context ends on a slow database closes its connection,
+// and a new one takes round trips more to open.)
+func (lk *leaseKeeper) renewTimeout() time.Duration {
+	return max(lk.h.life.storeTimeout, renewalsInFlight*lk.storeSpacing())
 }
 
 // storeSpacing is how long the Location Store lease's renewal is out
@@ -465,13 +467,20 @@ func (lk *leaseKeeper) memberTick(time.Time) (over bool) {
 }
 
 // memberSpacing is how long the membership lease's renewal is out before
-// another is sent beside it: the membership's lease less its margin.
+// another is sent beside it: a third of the membership's lease (at least
+// a renewal interval). Its answers gate no turn, so they may overlap
+// freely, and the shorter spacing keeps one renewal that lands late — a
+// round trip spent on a ping of a connection idle for a second, a wait
+// for a row lock — from leaving the lease without a renewal for longer
+// than the lease: another lands meanwhile. With renewalsInFlight of them
+// in flight, they land in time on a round trip of up to the lease plus
+// two spacings.
 func (lk *leaseKeeper) memberSpacing() time.Duration {
 	ttl := lk.memberTTL
 	if ttl <= 0 {
 		ttl = lk.ttl
 	}
-	return ttl - leaseMargin(ttl, lk.every)
+	return max(lk.every, ttl/renewalsInFlight)
 }
 
 // memberAnswered handles a membership renewal's answer on the
@@ -533,7 +542,7 @@ func (lk *leaseKeeper) renewMembership() error {
 // store renewal (callRenewLease), it may be out for several spacings.
 func (lk *leaseKeeper) callRenewMembership(run uint64) (membership.Lease, error) {
 	h := lk.h
-	ctx, cancel := context.WithTimeout(lk.flightCtx, lk.renewTimeout(lk.memberSpacing()))
+	ctx, cancel := context.WithTimeout(lk.flightCtx, lk.renewTimeout())
 	defer cancel()
 	return h.peers.members.Renew(ctx, h.name, run)
 }

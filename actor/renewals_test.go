@@ -2,6 +2,7 @@ package actor
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -88,11 +89,18 @@ type slowRenewals struct {
 	land, answer atomic.Int64    // ns
 	most         [2]atomic.Int64 // the most renewals of host's leases out at once: the store's, the membership's
 	out          [2]atomic.Int64
+	// straggle, if set, is how much later than land every third
+	// renewal of the membership's lease lands.
+	straggle atomic.Int64
+	renewals atomic.Int64 // the membership's renewals of host
 }
 
 // renew runs call, a renewal of host, as the slow store does.
 func (s *slowRenewals) renew(ctx context.Context, lease int, call func() error) error {
 	land, answer := time.Duration(s.land.Load()), time.Duration(s.answer.Load())
+	if lease == 1 && s.renewals.Add(1)%3 == 0 {
+		land += time.Duration(s.straggle.Load())
+	}
 	if land+answer == 0 {
 		return call()
 	}
@@ -250,5 +258,39 @@ func TestAJeopardyThatEndsBeforeTheNextTickIsCounted(t *testing.T) {
 	waitFor(t, "the host out of jeopardy", func() bool { return !h.Stats().Jeopardy })
 	if err := h.Err(); err != nil {
 		t.Fatalf("the host closed: %v", err)
+	}
+}
+
+// On a store that answers the membership's renewals in most of half its
+// lease, one renewal in three landing a further round trip late (a ping
+// of a connection idle for a second, a wait for a row lock) does not let
+// the membership's lease run out: its renewals go beside each other a
+// third of the lease apart, so others land meanwhile. Before, with one
+// renewal out at a time, the late one landed more than a lease after the
+// one before it, and the membership ended the run.
+func TestAMembershipRenewalThatLandsARoundTripLateEndsNoRun(t *testing.T) {
+	mem := relocation.NewMemoryStore(nil)
+	n := NewNetwork(mem)
+	cfg := n.With(Config{Name: "a", Logger: quietLogger()})
+	slow := &slowRenewals{MemoryStore: mem, Membership: cfg.Membership, host: "a"}
+	cfg.Membership = slow
+	a := startHost(t, cfg, seqKind())
+	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger()}), seqKind())
+	waitViews(t, a, b)
+	rt := membership.DefaultTTL * 4 / 7 // 2 s of the default 3.5 s
+	slow.land.Store(int64(rt))
+	slow.straggle.Store(int64(rt))
+	from := slow.renewals.Load()
+	waitFor(t, "nine membership renewals of a sent on the slow store", func() bool {
+		return slow.renewals.Load()-from >= 9 || a.Err() != nil
+	})
+	slow.land.Store(0)
+	slow.straggle.Store(0)
+	waitFor(t, "a membership renewal answered at once", func() bool { return slow.out[1].Load() == 0 || a.Err() != nil })
+	if err := a.Err(); err != nil {
+		t.Fatalf("a's run ended: %v", err)
+	}
+	if got := b.Peers(); !slices.Contains(got, "a") {
+		t.Fatalf("b's peers %v: a is missing", got)
 	}
 }
