@@ -308,13 +308,6 @@ func (h *Host) startServices() {
 		member.every("renew the membership lease", h.lease.every, h.lease.memberTick)
 		h.svc.startSchedule(member)
 	}
-	// The renewals still in flight (renewals.go) end before Close returns:
-	// the host left the membership by then, and no turn starts.
-	h.svc.start(func(stop <-chan struct{}) {
-		<-stop
-		h.lease.endFlights()
-		h.lease.flights.Wait()
-	})
 	if h.cfg.IdleTimeout > 0 {
 		janitor := &schedule{name: "janitor"}
 		janitor.every("passivate idle objects", max(h.cfg.IdleTimeout/4, time.Millisecond), h.owners.passivateIdle)
@@ -752,6 +745,7 @@ func (h *Host) Close() error {
 	}
 	h.suspects.stop()
 	h.svc.stopAll()
+	h.lease.stopFlights()
 	h.svc.lanes.Wait() // the links are closed: no more work comes to the lanes
 	// What Close dropped is noted as it returns, once the rest is counted.
 	defer h.noteDropped(&dropped)

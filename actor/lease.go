@@ -82,8 +82,8 @@ type leaseKeeper struct {
 
 	// The renewals in flight of each lease (renewals.go): the store's
 	// lease's are its renewer's, the membership's its renewer's. flights
-	// counts their goroutines; the host's services end them (endFlights)
-	// and wait for them as the host closes.
+	// counts their goroutines; Close ends them and waits for them
+	// (stopFlights) once the renewers have stopped.
 	storeRenewals  *renewer[relocation.Lease]
 	memberRenewals *renewer[membership.Lease]
 	flights        sync.WaitGroup
@@ -227,6 +227,18 @@ func (lk *leaseKeeper) renewLease() error {
 	return lk.leaseAnswer(renewed[relocation.Lease]{sent: sent, run: run, v: l, err: err}, true)
 }
 
+// stopFlights ends the renewals still in flight (renewals.go) and waits
+// for their goroutines: Close calls it once the renewers have stopped (no
+// renewal starts after), when the host has left the membership and no
+// turn starts.
+func (lk *leaseKeeper) stopFlights() {
+	if lk.endFlights == nil {
+		return // never started
+	}
+	lk.endFlights()
+	lk.flights.Wait()
+}
+
 // callRenewLease is one renewal of run's lease in the Location Store. It
 // may take as long as renewalsInFlight spacings (or StoreTimeout, if
 // longer): it keeps the lease live in the store for as long as it is in
@@ -250,7 +262,10 @@ func (lk *leaseKeeper) renewTimeout() time.Duration {
 // storeSpacing is how long the Location Store lease's renewal is out
 // before another is sent beside it: the lease less its margin, past which
 // its answer can no longer extend the lease by this host's clock.
-func (lk *leaseKeeper) storeSpacing() time.Duration { return lk.ttl - lk.local.Margin }
+// (It reads only what Start set: the renewals' own goroutines call it.)
+func (lk *leaseKeeper) storeSpacing() time.Duration {
+	return lk.ttl - leaseMargin(lk.ttl, lk.every)
+}
 
 // leaseAnswer judges a renewal's answer (renewLease, leaseTick). The
 // host's own deadline follows the local-time rule

@@ -6,6 +6,19 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// pingIfBroken is the renewal pool's ShouldPing: it pings a connection
+// before a renewal uses it only if a read of what is already there (no
+// round trip: pgconn's CheckConn) finds it broken — after a database
+// restart, the server closed it — so that the ping fails and the pool
+// takes another. pgxpool's default pings every connection idle for a
+// second: on a database whose round trip is 5 s, that doubled a renewal,
+// made it outlast its bound, and the connection it closed took round
+// trips more to open again. (pgx prefers Ping to CheckConn except on a
+// high latency connection, which is the case this pool is for.)
+func pingIfBroken(_ context.Context, p pgxpool.ShouldPingParams) bool {
+	return p.Conn.PgConn().CheckConn() != nil //nolint:staticcheck // see above: no round trip on a slow database
+}
+
 // LeasePoolConns is the size of the lease pool OpenPools opens.
 const LeasePoolConns = 3
 
@@ -67,6 +80,7 @@ func OpenPools(ctx context.Context, url string) (*Pools, error) {
 	lcfg.MaxConns, lcfg.MinConns = LeasePoolConns, 0
 	rcfg := wcfg.Copy()
 	rcfg.MaxConns, rcfg.MinConns = RenewPoolConns, RenewPoolConns
+	rcfg.ShouldPing = pingIfBroken
 	p := &Pools{}
 	if p.Work, err = pgxpool.NewWithConfig(ctx, wcfg); err != nil {
 		return nil, err

@@ -77,3 +77,38 @@ func TestRenewalsNeverWaitForALeasePoolConnection(t *testing.T) {
 		t.Fatalf("Store.Lease: %v", err)
 	}
 }
+
+// TestTheRenewalPoolPingsOnlyAConnectionFoundBroken: the renewal pool does
+// not ping a healthy connection before a renewal, however long it was
+// idle — a ping is a round trip, which on a slow database doubles the
+// renewal — but does ping one whose server closed it (a restart), so the
+// pool takes another instead of failing the renewal.
+func TestTheRenewalPoolPingsOnlyAConnectionFoundBroken(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	pools, err := pgstore.OpenPools(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pools.Close()
+	should := pools.Renewals.Config().ShouldPing
+	c, err := pools.Renewals.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	if should(ctx, pgxpool.ShouldPingParams{Conn: c.Conn(), IdleDuration: time.Hour}) {
+		t.Fatal("a healthy connection idle for an hour is pinged")
+	}
+	pid := c.Conn().PgConn().PID()
+	if _, err := pools.Work.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute) // a failure bound: the server's close arrives at once
+	for !should(ctx, pgxpool.ShouldPingParams{Conn: c.Conn(), IdleDuration: time.Millisecond}) {
+		if time.Now().After(deadline) {
+			t.Fatal("a connection whose server closed it is not pinged")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
