@@ -87,7 +87,7 @@ type leaseKeeper struct {
 	storeRenewals  *renewer[relocation.Lease]
 	memberRenewals *renewer[membership.Lease]
 	flights        sync.WaitGroup
-	flightCtx      context.Context // the renewals' parent: ends as the host's services stop
+	flightCtx      context.Context // the renewals' parent: ends when Close stops them (stopFlights)
 	endFlights     context.CancelFunc
 }
 
