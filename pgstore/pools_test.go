@@ -20,13 +20,8 @@ import (
 // failure bound only: a renewal that waited for a lease pool connection
 // would wait until the test releases them, after the bound.
 func TestRenewalsNeverWaitForALeasePoolConnection(t *testing.T) {
-	db := pgtest.New(t)
 	ctx := context.Background()
-	pools, err := pgstore.OpenPools(ctx, db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pools.Close()
+	pools := openPools(t)
 	s, err := pgstore.Open(ctx, pools.Work, pgstore.Options{LeasePool: pools.Leases, RenewPool: pools.Renewals})
 	if err != nil {
 		t.Fatal(err)
@@ -84,13 +79,8 @@ func TestRenewalsNeverWaitForALeasePoolConnection(t *testing.T) {
 // renewal — but does ping one whose server closed it (a restart), so the
 // pool takes another instead of failing the renewal.
 func TestTheRenewalPoolPingsOnlyAConnectionFoundBroken(t *testing.T) {
-	db := pgtest.New(t)
 	ctx := context.Background()
-	pools, err := pgstore.OpenPools(ctx, db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pools.Close()
+	pools := openPools(t)
 	should := pools.Renewals.Config().ShouldPing
 	c, err := pools.Renewals.Acquire(ctx)
 	if err != nil {
@@ -111,4 +101,17 @@ func TestTheRenewalPoolPingsOnlyAConnectionFoundBroken(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// openPools opens OpenPools' pools on a throwaway database, closed when
+// the test ends (after its deferred calls: connections it holds are
+// released first).
+func openPools(t *testing.T) *pgstore.Pools {
+	t.Helper()
+	pools, err := pgstore.OpenPools(context.Background(), pgtest.New(t).URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pools.Close)
+	return pools
 }
