@@ -42,6 +42,8 @@ import (
 	"time"
 
 	"github.com/berthrt/berth/actor/admin"
+	"github.com/berthrt/berth/internal/token"
+	"github.com/berthrt/berth/node"
 )
 
 // adminClient speaks a node's admin API.
@@ -101,28 +103,28 @@ func adminMain(ctx context.Context, args []string, getenv func(string) string, s
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
-		return nodeExitUsage
+		return node.ExitUsage
 	}
 	if *addr == "" || fs.NArg() == 0 {
 		fs.Usage()
-		return nodeExitUsage
+		return node.ExitUsage
 	}
-	token, err := adminToken(*tokenFile, getenv)
+	tok, err := token.Require(*tokenFile, getenv)
 	if err != nil {
 		fmt.Fprintln(stderr, "berth admin:", err)
-		return nodeExitUsage
+		return node.ExitUsage
 	}
-	c := &adminClient{base: "http://" + *addr, token: token, http: &http.Client{Timeout: *timeout}}
+	c := &adminClient{base: "http://" + *addr, token: tok, http: &http.Client{Timeout: *timeout}}
 	if *caFile != "" {
 		pem, err := os.ReadFile(*caFile)
 		if err != nil {
 			fmt.Fprintln(stderr, "berth admin:", err)
-			return nodeExitUsage
+			return node.ExitUsage
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
 			fmt.Fprintln(stderr, "berth admin: no certificate in", *caFile)
-			return nodeExitUsage
+			return node.ExitUsage
 		}
 		c.base = "https://" + *addr
 		c.http.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: *nodeName, MinVersion: tls.VersionTLS13}}
@@ -132,12 +134,12 @@ func adminMain(ctx context.Context, args []string, getenv func(string) string, s
 		if errors.As(err, &usage) {
 			fmt.Fprintln(stderr, "berth admin:", err)
 			fs.Usage()
-			return nodeExitUsage
+			return node.ExitUsage
 		}
 		fmt.Fprintln(stderr, "berth admin:", err)
-		return nodeExitFailed
+		return node.ExitFailed
 	}
-	return nodeExitOK
+	return node.ExitOK
 }
 
 // usageError is a command line runAdmin cannot run.

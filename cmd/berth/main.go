@@ -2,7 +2,7 @@
 //
 //	go run ./cmd/berth demo [flags]            the live-relocation demo, in one process
 //	go run ./cmd/berth demo -procs 3 [flags]   the same across node processes, on Postgres
-//	go run ./cmd/berth node -name n1 -db URL   one host per process (see node.go)
+//	go run ./cmd/berth node -name n1          one host per process (see package node)
 //	go run ./cmd/berth pgdemo [flags]          Postgres inbox tables through objects
 //	go run ./cmd/berth certs -dir DIR n1 n2    a development CA and node certificates (see certs.go)
 //	go run ./cmd/berth admin -addr A members   a node's admin API from the command line (see admin.go)

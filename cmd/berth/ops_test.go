@@ -20,6 +20,7 @@ import (
 	"github.com/berthrt/berth/actor/admin"
 	"github.com/berthrt/berth/examples/counter"
 	"github.com/berthrt/berth/internal/pgtest"
+	"github.com/berthrt/berth/node"
 	"github.com/berthrt/berth/pgstore"
 	"github.com/berthrt/berth/relocation"
 	"github.com/berthrt/berth/transport/tcp"
@@ -111,7 +112,7 @@ func TestANodeRestartedRightAfterACrashWaitsForItsOldLeaseThenServes(t *testing.
 // node-2 and puts objects on node-1, then stops node-2's process
 // (SIGSTOP): a drain of node-1 toward node-2 waits for it — a slow peer is
 // not a dead one. It returns node-1 and a function that lets node-2 go on.
-func stoppedPeerSetup(t *testing.T, extra ...string) (n1 *node, cont func()) {
+func stoppedPeerSetup(t *testing.T, extra ...string) (n1 *nodeProc, cont func()) {
 	db := pgtest.New(t)
 	bin := buildBerth(t)
 	ca := testCA(t, "node-1", "node-2")
@@ -149,7 +150,7 @@ func stoppedPeerSetup(t *testing.T, extra ...string) (n1 *node, cont func()) {
 
 // waitNotReady waits until n's /readyz answers 503 (its body saying why),
 // while /healthz still answers 200.
-func waitNotReady(t *testing.T, n *node) {
+func waitNotReady(t *testing.T, n *nodeProc) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		code, body := get(t, "http://"+n.http+"/readyz")
@@ -181,8 +182,8 @@ func TestSIGTERMEndsReadinessAtOnceAndASecondSIGTERMClosesTheNode(t *testing.T) 
 	second := time.Now()
 	st := n1.signal(syscall.SIGTERM, 30*time.Second)
 	t.Logf("node-1 %s %v after the second SIGTERM", st, time.Since(second).Round(time.Millisecond))
-	if code := n1.cmd.ProcessState.ExitCode(); code != nodeExitFailed {
-		t.Fatalf("node-1 exited %d (%s), want %d:\n%s", code, st, nodeExitFailed, n1.stderr())
+	if code := n1.cmd.ProcessState.ExitCode(); code != node.ExitFailed {
+		t.Fatalf("node-1 exited %d (%s), want %d:\n%s", code, st, node.ExitFailed, n1.stderr())
 	}
 	if log := n1.stderr(); !strings.Contains(log, "second signal") || !strings.Contains(log, "dropped=") {
 		t.Fatalf("node-1 did not log the second signal and what closing dropped:\n%s", log)
@@ -199,15 +200,15 @@ func TestAStopPastItsGracePeriodClosesTheNode(t *testing.T) {
 	st := n1.signal(syscall.SIGTERM, 60*time.Second)
 	took := time.Since(term)
 	t.Logf("node-1 %s %v after SIGTERM with -stop-timeout %v", st, took.Round(time.Millisecond), grace)
-	if code := n1.cmd.ProcessState.ExitCode(); code != nodeExitFailed {
-		t.Fatalf("node-1 exited %d (%s), want %d:\n%s", code, st, nodeExitFailed, n1.stderr())
+	if code := n1.cmd.ProcessState.ExitCode(); code != node.ExitFailed {
+		t.Fatalf("node-1 exited %d (%s), want %d:\n%s", code, st, node.ExitFailed, n1.stderr())
 	}
 	if log := n1.stderr(); !strings.Contains(log, "graceful stop did not finish") {
 		t.Fatalf("node-1 did not log the end of its grace period:\n%s", log)
 	}
-	// The grace period, then at most closeBound for the close: the slack
-	// is for a slow machine.
-	if limit := grace + closeBound + 10*time.Second; took > limit {
+	// The grace period, then at most the 5 s a node gives its host's close
+	// (package node's closeBound): the slack is for a slow machine.
+	if limit := grace + 5*time.Second + 10*time.Second; took > limit {
 		t.Fatalf("node-1 exited %v after SIGTERM with -stop-timeout %v; want at most %v\n%s", took, grace, limit, n1.stderr())
 	}
 }
@@ -221,7 +222,7 @@ func TestANodeStoppedRightAfterAPeerWasKilledDrainsToTheLivePeers(t *testing.T) 
 	bin := buildBerth(t)
 	ca := testCA(t, "node-1", "node-2", "node-3")
 	ctx := context.Background()
-	var ns []*node
+	var ns []*nodeProc
 	for _, name := range []string{"node-1", "node-2", "node-3"} {
 		n, err := startNode(ctx, bin, name, db.URL, ca)
 		if err != nil {
@@ -245,7 +246,7 @@ func TestANodeStoppedRightAfterAPeerWasKilledDrainsToTheLivePeers(t *testing.T) 
 	term := time.Now()
 	st := ns[1].signal(syscall.SIGTERM, time.Minute)
 	t.Logf("node-2 (%d objects) %s %v after SIGTERM, node-1 killed just before", onN2, st, time.Since(term).Round(time.Millisecond))
-	if code := ns[1].cmd.ProcessState.ExitCode(); code != nodeExitOK {
+	if code := ns[1].cmd.ProcessState.ExitCode(); code != node.ExitOK {
 		t.Fatalf("node-2 exited %d (%s), want 0:\n%s", code, st, ns[1].stderr())
 	}
 	if !slices.Contains(client.Peers(), "node-1") {
@@ -268,7 +269,7 @@ func TestANodeStoppedRightAfterAPeerWasKilledDrainsToTheLivePeers(t *testing.T) 
 // admin runs berth admin against n's admin API (HTTPS, checked against
 // ca and the node's name) with the credential cred; it returns the exit
 // code, standard output and standard error.
-func adminRun(t *testing.T, n *node, ca *demoCA, cred string, args ...string) (int, string, string) {
+func adminRun(t *testing.T, n *nodeProc, ca *demoCA, cred string, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errOut strings.Builder
 	env := func(k string) string {
@@ -345,10 +346,10 @@ func TestBerthAdminSeesAndSteersAClusterOfNodes(t *testing.T) {
 		t.Fatalf("locate %s: %d %q %q", id, code, out, errOut)
 	}
 	// Refused: no credential; writes on node-2, which does not allow them.
-	if code, _, errOut = adminRun(t, n1, ca, "not-the-admin-credential", "members"); code != nodeExitFailed || !strings.Contains(errOut, "401") {
+	if code, _, errOut = adminRun(t, n1, ca, "not-the-admin-credential", "members"); code != node.ExitFailed || !strings.Contains(errOut, "401") {
 		t.Fatalf("members with a wrong credential: %d %q", code, errOut)
 	}
-	if code, _, errOut = adminRun(t, n2, ca, cred, "move", counter.Name+"/"+id, "node-1"); code != nodeExitFailed || !strings.Contains(errOut, "403") {
+	if code, _, errOut = adminRun(t, n2, ca, cred, "move", counter.Name+"/"+id, "node-1"); code != node.ExitFailed || !strings.Contains(errOut, "403") {
 		t.Fatalf("move through node-2 (no -admin-write): %d %q", code, errOut)
 	}
 	// Moves from any node: node-1 moves node-2's object to itself.
@@ -364,7 +365,7 @@ func TestBerthAdminSeesAndSteersAClusterOfNodes(t *testing.T) {
 		t.Fatalf("moves at node-2: %d %q %q", code, out, errOut)
 	}
 	// drain checks the name first.
-	if code, _, errOut = adminRun(t, n1, ca, cred, "drain", "node-2"); code != nodeExitFailed || !strings.Contains(errOut, "not node-2") {
+	if code, _, errOut = adminRun(t, n1, ca, cred, "drain", "node-2"); code != node.ExitFailed || !strings.Contains(errOut, "not node-2") {
 		t.Fatalf("drain node-2 at node-1's address: %d %q", code, errOut)
 	}
 	if code, out, errOut = adminRun(t, n1, ca, cred, "drain", "node-1"); code != 0 || !strings.Contains(out, "drained node-1") {
@@ -375,7 +376,7 @@ func TestBerthAdminSeesAndSteersAClusterOfNodes(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("node-1 still runs 30 s after its drain:\n%s", n1.stderr())
 	}
-	if c := n1.cmd.ProcessState.ExitCode(); c != nodeExitOK {
+	if c := n1.cmd.ProcessState.ExitCode(); c != node.ExitOK {
 		t.Fatalf("node-1 exited %d after its drain, want 0:\n%s", c, n1.stderr())
 	}
 	for i := range objects {
@@ -389,7 +390,7 @@ func TestBerthAdminSeesAndSteersAClusterOfNodes(t *testing.T) {
 
 // checkDashboardStream reads the first snapshot of a node's dashboard
 // stream: it names the node and lists members members.
-func checkDashboardStream(t *testing.T, url, node string, members int) {
+func checkDashboardStream(t *testing.T, url, name string, members int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -404,8 +405,8 @@ func checkDashboardStream(t *testing.T, url, node string, members int) {
 	for sc.Scan() {
 		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
 			var s admin.Snapshot
-			if err := json.Unmarshal([]byte(data), &s); err != nil || s.Host != node || len(s.Members) != members || s.Total == 0 {
-				t.Fatalf("the dashboard's first snapshot: %+v, %v; want %s with %d members and objects", s, err, node, members)
+			if err := json.Unmarshal([]byte(data), &s); err != nil || s.Host != name || len(s.Members) != members || s.Total == 0 {
+				t.Fatalf("the dashboard's first snapshot: %+v, %v; want %s with %d members and objects", s, err, name, members)
 			}
 			return
 		}

@@ -95,8 +95,8 @@ func (r *procsReport) failed() bool {
 	return r.lost+r.duplicated+r.outOfOrder+r.depositsLost+r.depositsTwice+r.holes > 0 || r.accepted == 0
 }
 
-// node is one berth node process.
-type node struct {
+// nodeProc is one berth node process.
+type nodeProc struct {
 	name, addr string
 	http       string // its -http address, if it serves one
 	admin      string // its -admin address, if it serves one
@@ -152,12 +152,18 @@ func (d *demoCA) hostTLS(name string) (*tcp.TLS, error) {
 // startNode starts a berth node process named name on loopback, on
 // database db, with the TLS files of ca and the flags extra, and waits
 // until it is serving.
-func startNode(ctx context.Context, binary, name, db string, ca *demoCA, extra ...string) (*node, error) {
-	n := &node{name: name, log: &strings.Builder{}, logMu: &sync.Mutex{}, done: make(chan struct{})}
+func startNode(ctx context.Context, binary, name, db string, ca *demoCA, extra ...string) (*nodeProc, error) {
+	return startNodeCommand(ctx, []string{binary, "node"}, name, db, ca, extra...)
+}
+
+// startNodeCommand is startNode for a node that command runs (a program
+// and its first arguments): berth node, or a program of package node.
+func startNodeCommand(ctx context.Context, command []string, name, db string, ca *demoCA, extra ...string) (*nodeProc, error) {
+	n := &nodeProc{name: name, log: &strings.Builder{}, logMu: &sync.Mutex{}, done: make(chan struct{})}
 	// The database URL goes in the environment, not on the command line:
 	// any local user can read a process's arguments.
-	args := append([]string{"node", "-name", name, "-listen", "127.0.0.1:0"}, ca.nodeFlags(name)...)
-	n.cmd = exec.Command(binary, append(args, extra...)...)
+	args := append(append(command[1:len(command):len(command)], "-name", name, "-listen", "127.0.0.1:0"), ca.nodeFlags(name)...)
+	n.cmd = exec.Command(command[0], append(args, extra...)...)
 	n.cmd.Env = append(os.Environ(), "BERTH_DB="+db)
 	n.cmd.Stderr = lockedWriter{n.logMu, n.log}
 	out, err := n.cmd.StdoutPipe()
@@ -203,7 +209,7 @@ func startNode(ctx context.Context, binary, name, db string, ca *demoCA, extra .
 	}
 }
 
-func (n *node) stderr() string {
+func (n *nodeProc) stderr() string {
 	n.logMu.Lock()
 	defer n.logMu.Unlock()
 	return n.log.String()
@@ -211,7 +217,7 @@ func (n *node) stderr() string {
 
 // signal sends s and waits up to d for the node to exit; it returns how it
 // exited.
-func (n *node) signal(s syscall.Signal, d time.Duration) string {
+func (n *nodeProc) signal(s syscall.Signal, d time.Duration) string {
 	_ = n.cmd.Process.Signal(s)
 	select {
 	case <-n.done:
@@ -278,7 +284,7 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 	fmt.Fprintf(w, "development CA and the hosts' certificates in %s (removed at the end)\n", caDir)
 
 	// The nodes.
-	nodes := make([]*node, cfg.procs)
+	nodes := make([]*nodeProc, cfg.procs)
 	defer func() {
 		for _, n := range nodes {
 			if n != nil {
@@ -649,8 +655,9 @@ func probeFailover(ctx context.Context, client *actor.Host, killed string, held 
 // database db (it hosts no object; it has the counter kind's message
 // types) on a transport/tcp transport with opts (which set TLS or
 // Insecure; Listen defaults to a free port on loopback), and waits until
-// it knows nodes nodes. close closes it and its database resources.
-func startGateway(ctx context.Context, db, name string, opts tcp.Options, nodes int) (client *actor.Host, store *pgstore.Store, close func(), err error) {
+// it knows nodes nodes. It has the message types of kinds too. close
+// closes it and its database resources.
+func startGateway(ctx context.Context, db, name string, opts tcp.Options, nodes int, kinds ...actor.Registrable) (client *actor.Host, store *pgstore.Store, close func(), err error) {
 	var closers []func()
 	closeAll := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -680,7 +687,7 @@ func startGateway(ctx context.Context, db, name string, opts tcp.Options, nodes 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if err := client.Register(counter.Kind(), account.Kind()); err != nil { // its message types; it hosts no object
+	if err := client.Register(append([]actor.Registrable{counter.Kind(), account.Kind()}, kinds...)...); err != nil { // its message types; it hosts no object
 		return nil, nil, nil, err
 	}
 	if err := client.Start(); err != nil {
@@ -712,18 +719,6 @@ func parseStats(line string) (moves int, pauses []time.Duration) {
 		}
 	}
 	return moves, pauses
-}
-
-// nodeStats is the line a node prints when it stops gracefully: the moves
-// it was the source of and their pauses (Host.Pauses), for the demo's
-// report.
-func nodeStats(h *actor.Host) string {
-	p := h.Pauses()
-	us := make([]string, len(p))
-	for i, d := range p {
-		us[i] = strconv.FormatInt(d.Microseconds(), 10)
-	}
-	return "stats moves=" + strconv.Itoa(len(p)) + " pauses-us=" + strings.Join(us, ",")
 }
 
 // accountRef names persistent account i.

@@ -19,6 +19,7 @@ import (
 	"github.com/berthrt/berth/examples/counter"
 	"github.com/berthrt/berth/internal/pgtest"
 	"github.com/berthrt/berth/internal/testutil"
+	"github.com/berthrt/berth/node"
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/pgstore"
 	"github.com/berthrt/berth/relocation"
@@ -106,60 +107,13 @@ func TestDemoAcrossProcesses(t *testing.T) {
 	testutil.CheckNoGoroutines(t)
 }
 
-// A node's database comes from -db, else $BERTH_DB, else pgx's own PG*
-// variables (the URL left empty for pgx to read them and .pgpass); with
-// none of them there is none.
-func TestNodeDatabaseComesFromTheFlagThenBerthDBThenPGVariables(t *testing.T) {
-	env := func(kv ...string) func(string) string {
-		return func(k string) string {
-			for i := 0; i+1 < len(kv); i += 2 {
-				if kv[i] == k {
-					return kv[i+1]
-				}
-			}
-			return ""
-		}
-	}
-	for _, c := range []struct {
-		flag string
-		env  func(string) string
-		want string
-		ok   bool
-	}{
-		{"postgres://f", env("BERTH_DB", "postgres://e", "PGHOST", "h"), "postgres://f", true},
-		{"", env("BERTH_DB", "postgres://e", "PGHOST", "h"), "postgres://e", true},
-		{"", env("PGHOST", "/run/postgresql"), "", true},
-		{"", env("PGSERVICE", "berth"), "", true},
-		{"", env("PGPASSWORD", "secret"), "", false}, // a password names no database
-		{"", env(), "", false},
-	} {
-		if got, ok := nodeDatabase(c.flag, c.env); got != c.want || ok != c.ok {
-			t.Errorf("nodeDatabase(%q, ...) = %q, %v; want %q, %v", c.flag, got, ok, c.want, c.ok)
-		}
-	}
-}
-
-// berth node refuses to start without a name or a database.
-func TestNodeNeedsANameAndADatabase(t *testing.T) {
-	for _, v := range append([]string{"BERTH_DB"}, pgEnv...) {
-		t.Setenv(v, "")
-	}
-	var stderr bytes.Buffer
-	if code := nodeMain([]string{"-name", "n1"}, &bytes.Buffer{}, &stderr); code != nodeExitUsage {
-		t.Fatalf("exit %d, want %d; stderr %s", code, nodeExitUsage, stderr.String())
-	}
-	if !strings.Contains(stderr.String(), "-name and a database are required") {
-		t.Fatalf("stderr %q", stderr.String())
-	}
-}
-
 // counterRef is the reference of counter object i.
 func counterRef(i int) actor.Ref { return actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)} }
 
 // nodePair is two berth node processes and a gateway client on one
 // database, with counter objects placed by the client.
 type nodePair struct {
-	n1, n2 *node
+	n1, n2 *nodeProc
 	client *actor.Host
 	store  *pgstore.Store
 	onN2   []int // the objects node-2 hosts
@@ -282,8 +236,8 @@ func TestANodePausedPastItsLeaseExitsAndItsObjectsGoOnElsewhere(t *testing.T) {
 		t.Fatalf("node-2 still runs 30 s after it resumed past its lease:\n%s", n2.stderr())
 	}
 	t.Logf("node-2 exited %v after it resumed", time.Since(resumed).Round(time.Millisecond))
-	if code := n2.cmd.ProcessState.ExitCode(); code != nodeExitLeaseLost {
-		t.Fatalf("node-2 exited %d, want %d (lease lost):\n%s", code, nodeExitLeaseLost, n2.stderr())
+	if code := n2.cmd.ProcessState.ExitCode(); code != node.ExitLeaseLost {
+		t.Fatalf("node-2 exited %d, want %d (lease lost):\n%s", code, node.ExitLeaseLost, n2.stderr())
 	}
 	// The objects live on node-1 alone: each ran the one message sent
 	// after the takeover, once.
