@@ -286,7 +286,7 @@ func (dr *drainer) drainOne(ctx context.Context, kr *kindRuntime, o *owner, targ
 				if ctx.Err() != nil {
 					return
 				}
-				h.log.Info("drain: move failed; trying another host", "object", ref.String(), "err", err)
+				h.tallies.drainRetry.Add(h.log, 0, "object", ref.String(), "err", err)
 				lastErr = err
 			}
 		}
@@ -298,8 +298,7 @@ func (dr *drainer) drainOne(ctx context.Context, kr *kindRuntime, o *owner, targ
 		// Not silent: the state a move would have kept ends here (counted
 		// once: a later round may find the owner before it deactivated).
 		h.stats.stateDropped.Add(1)
-		h.log.Warn("drain: no host took the object; it is deactivated and its in-memory state ends",
-			"object", ref.String(), "hosts", len(targets), "err", lastErr)
+		h.tallies.drainEnded.Add(h.log, 0, "object", ref.String(), "hosts", len(targets), "err", lastErr)
 	}
 	o.requestDeactivate()
 }

@@ -65,6 +65,7 @@ type Host struct {
 	gaps     gapFacts      // failure facts and the gaps' gauge and log (gaps.go)
 	suspects suspicions    // failure suspicions from the links, checked against the Location Store (suspect.go)
 	peerLogs peerLogs      // rate limits of the lines peers' input causes (peerlog.go)
+	tallies  *tallies      // lines that sum bursts of per-object events (peerlog.go)
 	metrics  metricsServer // the /metrics server, if Config.MetricsAddr is set
 
 	// afterRelease, set by tests only, runs after held messages are
@@ -145,6 +146,7 @@ func NewHost(cfg Config) (*Host, error) {
 		owners:  ownerTable{seed: maphash.MakeSeed(), kinds: map[string]*kindRuntime{}, channels: map[string]*channelRuntime{}},
 		workers: workerPool{handoff: make(chan func()), stop: make(chan struct{})},
 		drainer: drainer{stopTurn: make(chan struct{}, 1)},
+		tallies: newTallies(),
 	}
 	h.life.close = h.Close
 	h.owners.handOn = h.router.handOn
@@ -699,6 +701,7 @@ func (h *Host) Close() error {
 	}
 	h.life.mu.Unlock()
 	defer close(h.life.closed)
+	defer h.tallies.flush() // what the close itself added too
 
 	// Handlers' sends waiting for a leaving host end first: from now on
 	// none defers itself, and those counted here end once, whether here or

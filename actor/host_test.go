@@ -3,6 +3,7 @@ package actor
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"runtime"
 	"strconv"
 	"strings"
@@ -145,9 +146,13 @@ func TestRequestsInFlightAreBounded(t *testing.T) {
 	}
 }
 
+// A handler's panic is the sender's InternalFailure, and the host's log
+// has it with the stack of the goroutine that panicked, down to the
+// handler.
 func TestPanicBecomesInternalFailureAndOwnerKeepsRunningWithItsState(t *testing.T) {
 	l := newLedger()
-	h := startHost(t, Config{OnPayloadRelease: l.Observe}, counterKind(newGates()))
+	var log syncBuffer
+	h := startHost(t, Config{OnPayloadRelease: l.Observe, Logger: slog.New(slog.NewTextHandler(&log, nil))}, counterKind(newGates()))
 	ref := Ref{"counter", "p"}
 	Tell(bg, h, ref, Inc{By: 5})
 	_, err := Ask[Boom, int](bg, h, ref, Boom{})
@@ -157,6 +162,9 @@ func TestPanicBecomesInternalFailureAndOwnerKeepsRunningWithItsState(t *testing.
 	}
 	if n, err := Ask[Get, int](bg, h, ref, Get{}); err != nil || n != 5 {
 		t.Fatalf("after the panic: %d, %v; want the state kept (5)", n, err)
+	}
+	if s := log.String(); !strings.Contains(s, `msg="handler panicked"`) || !strings.Contains(s, "stack=") || !strings.Contains(s, "actor.counterKind") {
+		t.Fatalf("the log does not have the panic with the handler's stack:\n%s", s)
 	}
 	h.Close()
 	l.CheckExactlyOnce(t, h.Stats().Payload.Buffers)

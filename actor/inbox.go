@@ -298,7 +298,7 @@ func (o *owner) finishOrder(a orderAfter) (stray []*mailbox.Envelope) {
 		o.sendPushes()
 	}
 	if a.gapsClosed > 0 { // counted in readyLocked
-		h.log.Warn("gap in a sender's messages given up on after a host failure", "object", o.ref.String(), "messages", a.gapsClosed)
+		h.tallies.gapsGivenUp.Add(h.log, int64(a.gapsClosed), "object", o.ref.String(), "messages", a.gapsClosed)
 	}
 	for _, e := range a.repeats {
 		// It came here from the old run's link already (it ran, or is

@@ -3,6 +3,7 @@ package actor
 import (
 	"context"
 	"errors"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"sync"
@@ -1105,6 +1106,7 @@ func (d *moveDriver) restore(rec relocation.MoveRecord) error {
 	func() {
 		defer func() {
 			if r := recover(); r != nil {
+				d.h.log.Error("restore panicked", "object", d.obj.String(), "panic", r, "stack", string(debug.Stack()))
 				err = payload.NewError(payload.InternalFailure, "actor", "restore panicked")
 			}
 		}()
@@ -1191,7 +1193,7 @@ func (d *moveDriver) discardTemp(extra [][]byte, reason string) {
 	queued, outOfOrder := o.closeBox()
 	held := append(queued, outOfOrder...)
 	o.state, o.ready = nil, false
-	h.log.Info("relocation: temporary queue discarded", "object", d.obj.String(), "reason", reason, "messages", len(held))
+	h.tallies.queueDiscard.Add(h.log, int64(len(held)), "object", d.obj.String(), "reason", reason, "messages", len(held))
 	d.later(func() {
 		for _, e := range held {
 			h.router.redispatch(e)

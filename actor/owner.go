@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -369,7 +370,7 @@ func (o *owner) turnMsg(e *mailbox.Envelope) {
 func (o *owner) run(hd *handler, e *mailbox.Envelope) (outcome Outcome) {
 	defer func() {
 		if r := recover(); r != nil {
-			o.host.log.Error("handler panicked", "owner", o.ref.String(), "type", hd.typeName, "panic", r)
+			o.host.log.Error("handler panicked", "owner", o.ref.String(), "type", hd.typeName, "panic", r, "stack", string(debug.Stack()))
 			o.fail(e, &payload.Error{Kind: payload.InternalFailure, Op: "actor", Detail: fmt.Sprintf("%s: handler for %s panicked: %v", o.ref, hd.typeName, r)})
 			outcome = OutcomePanic
 		}
@@ -479,7 +480,7 @@ func (kr *kindRuntime) endTaken(o *owner, first *payload.Message) {
 	if !ended {
 		return
 	}
-	h.log.Info("an object another host took over while this host's lease had lapsed is dropped here", "object", o.ref.String(), "handed_on", len(msgs))
+	h.tallies.droppedLapsed.Add(h.log, int64(len(msgs)), "object", o.ref.String(), "handed_on", len(msgs))
 	o.state = nil
 	close(o.gone)
 	h.obs.Deactivated(kr.spec.name)
@@ -600,7 +601,7 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 		func() {
 			defer func() {
 				if r := recover(); r != nil {
-					h.log.Error("deactivate hook panicked", "owner", o.ref.String(), "panic", r)
+					h.log.Error("deactivate hook panicked", "owner", o.ref.String(), "panic", r, "stack", string(debug.Stack()))
 				}
 			}()
 			kr.spec.deactivate(context.WithoutCancel(&o.ctx), o.ref.ID, o.state)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -191,27 +193,45 @@ func TestALaterMoveOfAnObjectEndsAnEarlierOneItsSourceGaveUp(t *testing.T) {
 // a drain tries refuses an object's move (here: another application
 // version), the object is deactivated — and for a kind whose in-memory
 // state moves, that ending of its state is counted and logged at Warn,
-// not silent.
+// not silent: a line a second with how many objects (not a line per
+// object), and each object named at Debug.
 func TestADrainThatNoHostTakesAnObjectFromSaysItsStateEnded(t *testing.T) {
+	const objects = 300
 	n := NewNetwork(nil)
 	var aLog syncBuffer
 	a := startHost(t, Config{Name: "a", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, AppVersion: "1",
-		Logger: slog.New(slog.NewTextHandler(&aLog, &slog.HandlerOptions{Level: slog.LevelWarn}))}, movableKind(newGates()))
+		Logger: slog.New(slog.NewTextHandler(&aLog, &slog.HandlerOptions{Level: slog.LevelDebug}))}, movableKind(newGates()))
 	b := startHost(t, Config{Name: "b", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, AppVersion: "2",
 		Logger: quietLogger()}, movableKind(newGates()))
 	waitViews(t, a, b)
-	ref := Ref{"counter", "refused"}
-	if err := Tell(bg, a, ref, Inc{By: 7}); err != nil { // activates on a
-		t.Fatal(err)
+	ref := func(i int) Ref { return Ref{"counter", "refused-" + strconv.Itoa(i)} }
+	for i := range objects {
+		if err := Tell(bg, a, ref(i), Inc{By: 7}); err != nil { // activates on a
+			t.Fatal(err)
+		}
 	}
+	began := time.Now()
 	if err := a.Stop(bg); err != nil {
 		t.Fatal(err)
 	}
-	if got := a.Stats().DrainStateDropped; got != 1 {
-		t.Fatalf("DrainStateDropped = %d; want 1 (the object b refused)\n%s", got, aLog.String())
+	most := 2 + int(time.Since(began)/time.Second) // a line a second, and the close's
+	if got := a.Stats().DrainStateDropped; got != objects {
+		t.Fatalf("DrainStateDropped = %d; want %d (the objects b refused)\n%s", got, objects, aLog.String())
 	}
-	if l := aLog.String(); !strings.Contains(l, "no host took the object") || !strings.Contains(l, ref.String()) {
-		t.Fatalf("a's Warn log does not name the object whose state ended:\n%s", l)
+	l := aLog.String()
+	lines := regexp.MustCompile(`level=WARN msg="drain: no host took these objects; they are deactivated and their in-memory state ends" host=a objects=(\d+)`).FindAllStringSubmatch(l, -1)
+	sum := 0
+	for _, m := range lines {
+		k, _ := strconv.Atoi(m[1])
+		sum += k
+	}
+	if len(lines) == 0 || len(lines) > most || sum != objects {
+		t.Fatalf("%d Warn lines (want 1 to %d) counting %d objects (want %d):\n%s", len(lines), most, sum, objects, l)
+	}
+	for i := range objects {
+		if !strings.Contains(l, "object="+ref(i).String()) {
+			t.Fatalf("a's Debug log does not name %s, whose state ended:\n%s", ref(i), l)
+		}
 	}
 }
 
@@ -306,7 +326,7 @@ func TestAnAbortTheLinkRefusedIsSentAgain(t *testing.T) {
 // laterOwnerHosts starts hosts a, b and c with the counter kind whose
 // state moves, a cutover wait no test run reaches (a target past
 // relay-ready waits for its source's word), and an object on a with 10
-// Tells run; b logs to bLog.
+// Tells run; b logs to bLog, each object's detail (Debug) too.
 func laterOwnerHosts(t *testing.T, bLog *syncBuffer) (n *Network, a, b, c *Host, ref Ref) {
 	t.Helper()
 	n = NewNetwork(nil)
@@ -317,7 +337,7 @@ func laterOwnerHosts(t *testing.T, bLog *syncBuffer) (n *Network, a, b, c *Host,
 	}
 	a = startHost(t, cfg("a"), restoreGateKind(g, false))
 	bc := cfg("b")
-	bc.Logger = slog.New(slog.NewTextHandler(bLog, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	bc.Logger = slog.New(slog.NewTextHandler(bLog, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	b = startHost(t, bc, restoreGateKind(g, false))
 	c = startHost(t, cfg("c"), restoreGateKind(g, false))
 	waitViews(t, a, b, c)

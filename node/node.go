@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/berthrt/berth/actor"
 	"github.com/berthrt/berth/actor/admin"
@@ -106,7 +107,10 @@ func Start(ctx context.Context, cfg Config, kinds ...actor.Registrable) (_ *Node
 	var current atomic.Pointer[actor.Host]
 	var obs actor.Observer
 	if cfg.HTTP != "" {
-		m = metrics.New(prometheus.NewRegistry())
+		// The Go runtime's and the process's own series beside berth's.
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m = metrics.New(reg)
 		obs = m
 		if err := n.serveHTTP(m, &dashboard, func() error {
 			if n.stopping.Load() {

@@ -3,6 +3,9 @@
 // delivered): a peer that sends garbage flat out must not flood the log,
 // nor slow the host down writing it.
 //
+// A Tally sums a burst of events of one kind, one per object, into a line
+// per Every that counts them (Tally's doc).
+//
 // Invariants: a Limiter lets at most one line through per Every; the next
 // line that passes carries, as "suppressed", how many were held back
 // since the last one. It never blocks and is safe for concurrent use.

@@ -1,0 +1,159 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berthrt/berth/actor"
+	"github.com/berthrt/berth/examples/counter"
+	"github.com/berthrt/berth/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// lockedBuffer is a bytes.Buffer safe for concurrent use.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// get fetches url and returns its status and body.
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// A node started in a program serves its kinds through its host; its
+// /metrics has the Go runtime's and the process's series beside berth's;
+// Stop drains it (no object left, the stats line written) and ends its
+// servers; a second node of the same name, once the first stopped,
+// starts at once.
+func TestANodeServesItsKindsAndStopsGracefully(t *testing.T) {
+	db := pgtest.New(t)
+	var out, log lockedBuffer
+	cfg := Config{Name: "n1", Listen: "127.0.0.1:0", Database: db.URL, HTTP: "127.0.0.1:0", Stdout: &out,
+		Logger: slog.New(slog.NewJSONHandler(&log, nil))}
+	ctx := context.Background()
+	n, err := Start(ctx, cfg, counter.Kind())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := actor.Ref{Kind: counter.Name, ID: "c1"}
+	for seq := 1; seq <= 3; seq++ {
+		if err := actor.Tell(ctx, n.Host(), ref, counter.Add{Sender: "s", Seq: seq}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c, err := actor.Ask[counter.Read, counter.Counter](ctx, n.Host(), ref, counter.Read{}); err != nil || c.Count["s"] != 3 || c.OutOfOrder != 0 {
+		t.Fatalf("the counter: %+v, %v", c, err)
+	}
+	if code, body := get(t, "http://"+n.HTTPAddr()+"/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz: %d %q", code, body)
+	}
+	_, metrics := get(t, "http://"+n.HTTPAddr()+"/metrics")
+	for _, series := range []string{"go_goroutines ", "go_memstats_heap_alloc_bytes ", "process_cpu_seconds_total ", "process_resident_memory_bytes ", "berth_messages_handled_total"} {
+		if !strings.Contains(metrics, "\n"+series) {
+			t.Errorf("/metrics has no %s", strings.TrimSpace(series))
+		}
+	}
+	for _, line := range []string{"http " + n.HTTPAddr() + "\n", "ready n1 " + n.Addr() + "\n"} {
+		if !strings.Contains(out.String(), line) {
+			t.Errorf("stdout %q has no line %q", out.String(), line)
+		}
+	}
+	if err := n.Stop(ctx); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if !strings.Contains(out.String(), "stats moves=0 pauses-us=") {
+		t.Errorf("stdout %q has no stats line", out.String())
+	}
+	if n.Host().Stats().OwnersActive != 0 {
+		t.Errorf("%d objects active after the stop", n.Host().Stats().OwnersActive)
+	}
+	if _, err := http.Get("http://" + n.HTTPAddr() + "/healthz"); err == nil {
+		t.Error("the HTTP server still answers after Stop")
+	}
+	// The name is free at once: the first node left.
+	cfg.HTTP = ""
+	began := time.Now()
+	n2, err := Start(ctx, cfg, counter.Kind())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n2.Close()
+	if strings.Contains(log.String(), "waiting for its lease to run out") {
+		t.Errorf("the second node waited %v for the name the first had left", time.Since(began))
+	}
+	if c, err := actor.Ask[counter.Read, counter.Counter](ctx, n2.Host(), ref, counter.Read{}); err != nil || c.Count["s"] != 0 {
+		t.Errorf("the counter after the stop: %+v, %v; want it fresh (it had nowhere to move, so the stop ended its state)", c, err)
+	}
+}
+
+// Run returns nil once its Context ends and the node has stopped; a node
+// whose name a live node holds gives up after NameWait with ErrNameHeld,
+// exit 1, having left the live node alone.
+func TestRunStopsWhenItsContextEndsAndANameHeldByALiveNodeIsLeftAlone(t *testing.T) {
+	db := pgtest.New(t)
+	quiet := slog.New(slog.DiscardHandler)
+	live, err := Start(context.Background(), Config{Name: "n1", Listen: "127.0.0.1:0", Database: db.URL, Logger: quiet}, counter.Kind())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	_, err = Start(context.Background(), Config{Name: "n1", Listen: "127.0.0.1:0", Database: db.URL, Logger: quiet, NameWait: 500 * time.Millisecond}, counter.Kind())
+	if !errors.Is(err, ErrNameHeld) || ExitCode(err) != ExitFailed {
+		t.Fatalf("a second n1: %v; want ErrNameHeld, exit %d", err, ExitFailed)
+	}
+	if err := live.Host().Ready(); err != nil {
+		t.Fatalf("the live n1 after the second gave up: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var out lockedBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Config{Name: "n2", Listen: "127.0.0.1:0", Database: db.URL, Logger: quiet, Stdout: &out}, counter.Kind())
+	}()
+	for !strings.Contains(out.String(), "ready n2 ") {
+		select {
+		case err := <-done:
+			t.Fatalf("Run ended before it served: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after its Context ended: %v; want nil (a graceful stop)", err)
+	}
+	if !strings.Contains(out.String(), "stats moves=") {
+		t.Errorf("no stats line after Run's stop: %q", out.String())
+	}
+}
