@@ -18,7 +18,8 @@ package main
 //	locate KIND/ID       where an object lives
 //	moves                the last moves the node was the source of, oldest first
 //	move KIND/ID NODE    move an object to NODE (the node needs -admin-write)
-//	drain NODE           drain the node at -addr, which must be NODE (-admin-write);
+//	drain [NODE]         drain the node at -addr, which must be NODE (default $BERTH_NAME: in a
+//	                     node's own container, as a Kubernetes preStop hook) (-admin-write);
 //	                     it goes on if this command ends first (-timeout)
 //
 // It prints what the API answers, one line per item; an error answer is
@@ -94,12 +95,12 @@ func adminMain(ctx context.Context, args []string, getenv func(string) string, s
 	fs := flag.NewFlagSet("admin", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", getenv("BERTH_ADMIN_ADDR"), "host:port of the node's admin API (default $BERTH_ADMIN_ADDR)")
-	tokenFile := fs.String("token-file", "", "`file` holding the admin credential (default $BERTH_ADMIN_TOKEN)")
+	tokenFile := fs.String("token-file", getenv("BERTH_ADMIN_TOKEN_FILE"), "`file` holding the admin credential (default $BERTH_ADMIN_TOKEN_FILE, else the credential in $BERTH_ADMIN_TOKEN)")
 	caFile := fs.String("ca", "", "PEM `file` of the CA the node's certificate chains to: HTTPS (without it, plain HTTP)")
-	nodeName := fs.String("node", "", "the name the node's certificate must carry (with -ca; default the host of -addr)")
+	nodeName := fs.String("node", getenv("BERTH_NAME"), "the name the node's certificate must carry (with -ca; default $BERTH_NAME, else the host of -addr)")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long one request may take (move and drain may take long)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: berth admin [flags] members|objects|top|stats|locate KIND/ID|moves|move KIND/ID NODE|drain NODE")
+		fmt.Fprintln(stderr, "usage: berth admin [flags] members|objects|top|stats|locate KIND/ID|moves|move KIND/ID NODE|drain [NODE]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -129,7 +130,7 @@ func adminMain(ctx context.Context, args []string, getenv func(string) string, s
 		c.base = "https://" + *addr
 		c.http.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: *nodeName, MinVersion: tls.VersionTLS13}}
 	}
-	if err := runAdmin(ctx, c, fs.Args(), stdout); err != nil {
+	if err := runAdmin(ctx, c, fs.Args(), getenv, stdout); err != nil {
 		var usage usageError
 		if errors.As(err, &usage) {
 			fmt.Fprintln(stderr, "berth admin:", err)
@@ -159,7 +160,7 @@ func splitRef(s string) (kind, id string, err error) {
 func quoted(s string) string { return fmt.Sprintf("%q", s) }
 
 // runAdmin runs one command.
-func runAdmin(ctx context.Context, c *adminClient, args []string, w io.Writer) error {
+func runAdmin(ctx context.Context, c *adminClient, args []string, getenv func(string) string, w io.Writer) error {
 	cmd, rest := args[0], args[1:]
 	need := func(n int, form string) error {
 		if len(rest) != n {
@@ -291,7 +292,10 @@ func runAdmin(ctx context.Context, c *adminClient, args []string, w io.Writer) e
 		}
 		fmt.Fprintln(w, d.Done)
 	case "drain":
-		if err := need(1, "NODE (the node at -addr)"); err != nil {
+		if len(rest) == 0 && getenv("BERTH_NAME") != "" {
+			rest = []string{getenv("BERTH_NAME")} // a node's own container
+		}
+		if err := need(1, "NODE (the node at -addr; default $BERTH_NAME)"); err != nil {
 			return err
 		}
 		var st admin.Stats

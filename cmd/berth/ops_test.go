@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -283,6 +284,24 @@ func adminRun(t *testing.T, n *nodeProc, ca *demoCA, cred string, args ...string
 	return code, out.String(), errOut.String()
 }
 
+// adminRunInNode is adminRun the way a node's own container runs berth
+// admin (a Kubernetes preStop hook): the node's name from $BERTH_NAME
+// (name), the credential from the file $BERTH_ADMIN_TOKEN_FILE names.
+func adminRunInNode(t *testing.T, n *nodeProc, ca *demoCA, name, cred string, args ...string) (int, string, string) {
+	t.Helper()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(cred+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut strings.Builder
+	env := func(k string) string {
+		return map[string]string{"BERTH_NAME": name, "BERTH_ADMIN_TOKEN_FILE": tokenFile}[k]
+	}
+	flags := []string{"-addr", n.admin, "-ca", filepath.Join(ca.dir, "ca.pem")}
+	code := adminMain(context.Background(), append(flags, args...), env, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
 // berth admin, against two node processes that serve the admin API over
 // TLS: it lists the members and the objects per host, locates an object,
 // moves it and lists the move, and drains a node (which then exits 0);
@@ -368,7 +387,9 @@ func TestBerthAdminSeesAndSteersAClusterOfNodes(t *testing.T) {
 	if code, _, errOut = adminRun(t, n1, ca, cred, "drain", "node-2"); code != node.ExitFailed || !strings.Contains(errOut, "not node-2") {
 		t.Fatalf("drain node-2 at node-1's address: %d %q", code, errOut)
 	}
-	if code, out, errOut = adminRun(t, n1, ca, cred, "drain", "node-1"); code != 0 || !strings.Contains(out, "drained node-1") {
+	// In a node's own container (a preStop hook), drain drains the node
+	// $BERTH_NAME names, whose certificate the node at -addr must have.
+	if code, out, errOut = adminRunInNode(t, n1, ca, "node-1", cred, "drain"); code != 0 || !strings.Contains(out, "drained node-1") {
 		t.Fatalf("drain: %d %q %q", code, out, errOut)
 	}
 	select {
