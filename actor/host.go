@@ -896,6 +896,7 @@ func (h *Host) Stats() Stats {
 		RequestsFailedWithPeer: h.stats.failedWithPeer.Load(),
 		Jeopardy:               h.life.state.Load() == stateRunning && !h.gate.live(),
 		Jeopardies:             h.stats.jeopardies.Load(),
+		JeopardyTime:           h.stats.jeopardyTime.total(time.Now()),
 		Rejoins:                h.stats.rejoins.Load(),
 		LostOnRejoin:           h.stats.lostOnRejoin.Load(),
 		SentAgain:              h.stats.sentAgain.Load(),

@@ -1247,3 +1247,58 @@ func TestStartRefusesALeaseTTLLongerThanTheMembershipsLease(t *testing.T) {
 	}
 	_ = h2.Close()
 }
+
+// leaseRecorder is an Observer that records each lease renewal it is told
+// of (LeaseObserver).
+type leaseRecorder struct {
+	noObserver
+	mu   sync.Mutex
+	took map[string][]time.Duration
+	errs map[string]int
+}
+
+func (r *leaseRecorder) LeaseRenewed(lease string, took time.Duration, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.took[lease] = append(r.took[lease], took)
+	if err != nil {
+		r.errs[lease]++
+	}
+}
+
+// renewals returns how many renewals of lease were observed, and the
+// longest.
+func (r *leaseRecorder) renewals(lease string) (n int, longest time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, d := range r.took[lease] {
+		longest = max(longest, d)
+	}
+	return len(r.took[lease]), longest
+}
+
+// An Observer that is a LeaseObserver is told of each renewal with how
+// long its call took; the time in jeopardy grows while the host is in it
+// (the current spell counts) and stops when the host resumes.
+func TestTheTimeInJeopardyAndEachRenewalAreObserved(t *testing.T) {
+	store := &lateRenewals{MemoryStore: relocation.NewMemoryStore(nil)}
+	rec := &leaseRecorder{took: map[string][]time.Duration{}, errs: map[string]int{}}
+	h := startHost(t, shortLeases(Config{Name: "a", Store: store, Logger: quietLogger(), Observer: rec}), seqKind())
+	waitFor(t, "a renewal observed", func() bool { n, _ := rec.renewals(LeaseStore); return n > 0 })
+	if st := h.Stats(); st.JeopardyTime != 0 {
+		t.Fatalf("%v in jeopardy before any", st.JeopardyTime)
+	}
+	store.delay.Store(int64(h.cfg.LeaseTTL)) // every answer comes after its own lease's end
+	waitFor(t, "the host in jeopardy", func() bool { return h.Stats().Jeopardy })
+	during := h.Stats().JeopardyTime
+	waitFor(t, "the time in jeopardy to grow while the host is in it", func() bool { return h.Stats().JeopardyTime > during })
+	waitFor(t, "a renewal observed to take a lease", func() bool { _, l := rec.renewals(LeaseStore); return l >= h.cfg.LeaseTTL })
+	store.delay.Store(0)
+	waitFor(t, "the host out of jeopardy", func() bool { return !h.Stats().Jeopardy })
+	after := h.Stats().JeopardyTime
+	n, _ := rec.renewals(LeaseStore)
+	waitFor(t, "two more renewals", func() bool { m, _ := rec.renewals(LeaseStore); return m >= n+2 })
+	if st := h.Stats(); st.JeopardyTime != after || after <= during || st.Jeopardy {
+		t.Fatalf("time in jeopardy %v, then %v once out of it (%v while in it); want it grown, then still", after, st.JeopardyTime, during)
+	}
+}

@@ -198,8 +198,13 @@ func (lk *leaseKeeper) init(h *Host, private bool) {
 	lk.ttl, lk.every = h.cfg.LeaseTTL, h.cfg.LeaseRenew
 	lk.private = private
 	lk.local = membership.LocalLease{Margin: leaseMargin(lk.ttl, lk.every)}
-	lk.storeRenewals = newRenewer[relocation.Lease](&lk.flights)
-	lk.memberRenewals = newRenewer[membership.Lease](&lk.flights)
+	var storeObs, memberObs func(time.Duration, error)
+	if o, ok := h.cfg.Observer.(LeaseObserver); ok {
+		storeObs = func(d time.Duration, err error) { o.LeaseRenewed(LeaseStore, d, err) }
+		memberObs = func(d time.Duration, err error) { o.LeaseRenewed(LeaseMembership, d, err) }
+	}
+	lk.storeRenewals = newRenewer[relocation.Lease](&lk.flights, storeObs)
+	lk.memberRenewals = newRenewer[membership.Lease](&lk.flights, memberObs)
 	lk.flightCtx, lk.endFlights = context.WithCancel(context.Background())
 	h.gate.changed, h.gate.kick = make(chan struct{}), make(chan struct{}, 1)
 	if private {
@@ -432,6 +437,7 @@ func (lk *leaseKeeper) noteJeopardy(now time.Time) {
 	}
 	lk.jeopardy = now
 	lk.h.stats.jeopardies.Add(1)
+	lk.h.stats.jeopardyTime.begin(now)
 	lk.h.log.Warn("the host's lease ran out before a renewal was answered: jeopardy — its objects run no turn, and keep what arrives, until the Location Store answers",
 		"deadline", lk.local.Deadline())
 }
@@ -452,6 +458,7 @@ func (lk *leaseKeeper) leaseAnswered(a renewed[relocation.Lease], alone bool) (o
 	case err == nil && !lk.jeopardy.IsZero() && lk.local.Valid(time.Now()):
 		h.log.Warn("the lease is live again: the host's objects run again", "jeopardy", time.Since(lk.jeopardy).Round(time.Millisecond))
 		lk.jeopardy = time.Time{}
+		h.stats.jeopardyTime.end(time.Now())
 	}
 	return false
 }

@@ -75,6 +75,22 @@ type Observer interface {
 	Deactivated(kind string)
 }
 
+// The leases a host renews, as LeaseObserver names them.
+const (
+	LeaseStore      = "store"      // the host lease in the Location Store: its objects' turns wait on it
+	LeaseMembership = "membership" // this run's lease in the membership: its peers judge it by that
+)
+
+// LeaseObserver is an Observer that is told of each lease renewal too
+// (package metrics implements it). LeaseRenewed is called as a renewal's
+// call returns, on the renewal's own goroutine: lease is LeaseStore or
+// LeaseMembership, took how long the call took, err its error (nil: the
+// store answered; a lapse it reported is not an error here). A host whose
+// Config.Observer implements it calls it; it must be fast.
+type LeaseObserver interface {
+	LeaseRenewed(lease string, took time.Duration, err error)
+}
+
 // StatsSource is what an Observer reads the host's gauges from.
 type StatsSource interface {
 	// Name returns the host name.
@@ -122,6 +138,7 @@ type Stats struct {
 	RequestsFailedWithPeer int64         // requests ended with ErrPeerFailed once the host their message was handed to was declared failed, before their deadline (they may have run)
 	Jeopardy               bool          // the host is in jeopardy now: its lease ran out before a renewal was answered, and its objects run no turn
 	Jeopardies             int64         // times the host went into jeopardy
+	JeopardyTime           time.Duration // time the host spent in jeopardy, the current spell included
 	LeaseLapses            int64         // renewals that found the host's lease lapsed in the Location Store
 	OwnershipChecks        int64         // times the host checked its objects' ownership before they ran again: after a lapse, or a renewal whose answer was lost (it may have found one)
 	TakenOver              int64         // objects another host took over while this host's lease had lapsed, dropped here

@@ -93,8 +93,9 @@ func (r *renewals) inFlight() int { return len(r.out) }
 // next one.
 type renewer[A any] struct {
 	plan    renewals
-	answers chan renewed[A] // room for every renewal in flight: a renewal's goroutine never waits
-	flights *sync.WaitGroup // the renewals' goroutines (the host's Close waits for them)
+	answers chan renewed[A]                     // room for every renewal in flight: a renewal's goroutine never waits
+	flights *sync.WaitGroup                     // the renewals' goroutines (the host's Close waits for them)
+	observe func(took time.Duration, err error) // told of each call as it returns (LeaseObserver); nil: none
 }
 
 // renewed is the answer of one renewal: what the call returned, for the
@@ -107,8 +108,8 @@ type renewed[A any] struct {
 	err  error
 }
 
-func newRenewer[A any](flights *sync.WaitGroup) *renewer[A] {
-	return &renewer[A]{answers: make(chan renewed[A], renewalsInFlight), flights: flights}
+func newRenewer[A any](flights *sync.WaitGroup, observe func(time.Duration, error)) *renewer[A] {
+	return &renewer[A]{answers: make(chan renewed[A], renewalsInFlight), flights: flights, observe: observe}
 }
 
 // tick handles the answers that came since the last tick, sends a renewal
@@ -141,6 +142,9 @@ func (rn *renewer[A]) tick(spacing time.Duration, run uint64, call func() (A, er
 	go func() {
 		defer rn.flights.Done()
 		v, err := call()
+		if rn.observe != nil {
+			rn.observe(time.Since(now), err)
+		}
 		rn.answers <- renewed[A]{id: id, sent: now, run: run, v: v, err: err}
 	}()
 	wait := time.NewTimer(spacing)

@@ -1,11 +1,17 @@
 package actor
 
-import "sync/atomic"
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
 
 // hostStats holds the host's counters and gauges that no single part owns:
 // they are bumped on the paths of many parts and read only by Host.Stats.
 //
-// Lock: none; every field is atomic and may be touched from any goroutine.
+// Lock: none but jeopardyTime's own mutex, a leaf (spells: nothing is
+// called under it); every other field is atomic and may be touched from
+// any goroutine.
 // May call: nothing.
 // Invariants: counters only grow; the gauges (inflight, owners, running,
 // heldOut) return to zero when the host is idle.
@@ -36,4 +42,41 @@ type hostStats struct {
 	checks         atomic.Int64 // ownership checks of all objects after a lapse or a lost answer (Stats.OwnershipChecks)
 	takenOver      atomic.Int64 // objects found taken over by another host after a lapse (Stats.TakenOver)
 	stateDropped   atomic.Int64 // objects whose in-memory state a drain ended: no host took them (Stats.DrainStateDropped)
+	jeopardyTime   spells       // time spent in jeopardy (Stats.JeopardyTime)
+}
+
+// spells sums the time spent in spells of a state (jeopardy), the
+// current one included, so that the sum only grows.
+type spells struct {
+	mu    sync.Mutex
+	ended time.Duration // the spells that ended
+	since time.Time     // the current spell's start; zero: none
+}
+
+// begin starts a spell at now.
+func (s *spells) begin(now time.Time) {
+	s.mu.Lock()
+	s.since = now
+	s.mu.Unlock()
+}
+
+// end ends the current spell at now.
+func (s *spells) end(now time.Time) {
+	s.mu.Lock()
+	if !s.since.IsZero() {
+		s.ended += now.Sub(s.since)
+		s.since = time.Time{}
+	}
+	s.mu.Unlock()
+}
+
+// total is the time of every spell up to now.
+func (s *spells) total(now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.ended
+	if !s.since.IsZero() {
+		t += now.Sub(s.since)
+	}
+	return t
 }

@@ -66,6 +66,9 @@
 //	berth_peer_suspicions_confirmed_total{host}    of those, peers whose run the check found ended
 //	berth_lease_jeopardy{host}                     1 while the host is in jeopardy (its objects paused)
 //	berth_lease_jeopardies_total{host}             times the host went into jeopardy
+//	berth_lease_jeopardy_seconds_total{host}       time the host spent in jeopardy, the current spell included
+//	berth_lease_renewal_seconds{lease}             histogram: a lease renewal's call time (lease: store or membership)
+//	berth_lease_renewal_failures_total{lease}      lease renewals whose call failed
 //	berth_gateway_rejoins_total{host}              times a gateway joined again as a new run after the membership ended its run
 //	berth_gateway_lost_on_rejoin_total{host}       what the old run's links had not delivered then and was not sent again: lost
 //	berth_gateway_sent_again_total{host}           messages the old run's links had not seen taken, sent again by the new run

@@ -55,6 +55,7 @@ type hostCollector struct {
 	suspectsDead     *prometheus.Desc
 	jeopardy         *prometheus.Desc
 	jeopardies       *prometheus.Desc
+	jeopardyTime     *prometheus.Desc
 	rejoins          *prometheus.Desc
 	lostOnRejoin     *prometheus.Desc
 	sentAgain        *prometheus.Desc
@@ -158,6 +159,8 @@ func newHostCollector() *hostCollector {
 			"Messages sent again by a new run of their sender that had run here already: dropped."),
 		jeopardies: desc("lease_jeopardies_total",
 			"Times the host went into jeopardy."),
+		jeopardyTime: desc("lease_jeopardy_seconds_total",
+			"Time the host spent in jeopardy, its objects paused, the current spell included."),
 		leaseLapses: desc("lease_lapses_total",
 			"Renewals that found the host's lease lapsed in the Location Store."),
 		ownershipChecks: desc("lease_ownership_checks_total",
@@ -183,7 +186,7 @@ func (c *hostCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.requestsInFlight, c.requestsFailed, c.decodes, c.fullCopies, c.fullCopyBytes, c.views,
 		c.heldOutOfOrder, c.waitingToRoute, c.skipsLost, c.gapsClosed, c.late, c.oldestGap, c.overBound, c.pressureWaits, c.peerWaits, c.peerRefused, c.linkRefused, c.dropped, c.droppedOnClose, c.bounced, c.relocations, c.captured, c.relayed, c.forwarded,
 		c.stateWrites, c.stateFlushes, c.stateFenced, c.stateErrors, c.outputsHeld, c.outputsDropped,
-		c.suspicions, c.suspectsDead, c.jeopardy, c.jeopardies, c.rejoins, c.lostOnRejoin, c.sentAgain, c.repeats, c.leaseLapses, c.ownershipChecks, c.takenOver, c.stateDropped,
+		c.suspicions, c.suspectsDead, c.jeopardy, c.jeopardies, c.jeopardyTime, c.rejoins, c.lostOnRejoin, c.sentAgain, c.repeats, c.leaseLapses, c.ownershipChecks, c.takenOver, c.stateDropped,
 	} {
 		ch <- d
 	}
@@ -257,6 +260,7 @@ func (c *hostCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(c.jeopardy, jeo)
 		counter(c.jeopardies, uint64(st.Jeopardies))
+		ch <- prometheus.MustNewConstMetric(c.jeopardyTime, prometheus.CounterValue, st.JeopardyTime.Seconds(), host)
 		counter(c.rejoins, uint64(st.Rejoins))
 		counter(c.lostOnRejoin, uint64(st.LostOnRejoin))
 		counter(c.sentAgain, uint64(st.SentAgain))

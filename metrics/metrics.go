@@ -51,14 +51,17 @@ type Metrics struct {
 	handled        cache[labelPair, handledSeries]
 	activated      cache[string, prometheus.Counter]
 	deactivated    cache[string, prometheus.Counter]
+	renewVec       *prometheus.HistogramVec // lease renewals' call time, by lease
+	renewFailVec   *prometheus.CounterVec   // lease renewals that failed, by lease
 	hosts          *hostCollector
 	handler        http.Handler
 	turns          atomic.Int64 // Handled calls, all kinds (Turns)
 }
 
 var (
-	_ actor.Observer = (*Metrics)(nil)
-	_ http.Handler   = (*Metrics)(nil)
+	_ actor.Observer      = (*Metrics)(nil)
+	_ actor.LeaseObserver = (*Metrics)(nil)
+	_ http.Handler        = (*Metrics)(nil)
 )
 
 // labelPair keys the caches of the series labelled by kind and one more
@@ -119,6 +122,15 @@ func New(reg prometheus.Registerer) *Metrics {
 			"Owners (objects and channel subscribers) that came.", "kind"),
 		deactivatedVec: counter("deactivations_total",
 			"Owners (objects and channel subscribers) that went.", "kind"),
+		renewVec: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "lease_renewal_seconds",
+			Help: "Time a lease renewal's call took, answered or failed, by lease (store: the Location Store's host lease; membership: the run's lease).",
+			// 1 ms to 32 s: a renewal on a database that answers in
+			// seconds is a stall to see, not an outlier to cut off.
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}, []string{"lease"}),
+		renewFailVec: counter("lease_renewal_failures_total",
+			"Lease renewals whose call failed (the store did not answer, or with an error), by lease.", "lease"),
 		hosts: newHostCollector(),
 	}
 	m.admitted.create = func(k labelPair) admittedSeries {
@@ -141,7 +153,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.deactivated.create = func(kind string) prometheus.Counter { return m.deactivatedVec.WithLabelValues(kind) }
 
 	reg.MustRegister(m.admittedVec, m.rejectedVec, m.handledVec, m.runVec, m.waitVec,
-		m.bytesVec, m.activatedVec, m.deactivatedVec, m.hosts)
+		m.bytesVec, m.activatedVec, m.deactivatedVec, m.renewVec, m.renewFailVec, m.hosts)
 
 	if g, ok := reg.(prometheus.Gatherer); ok {
 		m.handler = promhttp.HandlerFor(g, promhttp.HandlerOpts{})
@@ -230,3 +242,12 @@ func (m *Metrics) Activated(kind string) { m.activated.get(kind).Inc() }
 
 // Deactivated counts an owner of kind that went.
 func (m *Metrics) Deactivated(kind string) { m.deactivated.get(kind).Inc() }
+
+// LeaseRenewed observes how long a renewal of lease took, and counts it
+// if it failed (actor.LeaseObserver).
+func (m *Metrics) LeaseRenewed(lease string, took time.Duration, err error) {
+	m.renewVec.WithLabelValues(lease).Observe(took.Seconds())
+	if err != nil {
+		m.renewFailVec.WithLabelValues(lease).Inc()
+	}
+}

@@ -91,6 +91,7 @@ var hostSeries = []string{
 	"berth_peer_suspicions_confirmed_total",
 	"berth_lease_jeopardy",
 	"berth_lease_jeopardies_total",
+	"berth_lease_jeopardy_seconds_total",
 	"berth_lease_lapses_total",
 	"berth_lease_ownership_checks_total",
 	"berth_objects_taken_over_total",
@@ -107,6 +108,8 @@ var eventSeries = []string{
 	"berth_payload_admitted_bytes_total",
 	"berth_activations_total",
 	"berth_deactivations_total",
+	"berth_lease_renewal_seconds",
+	"berth_lease_renewal_failures_total",
 }
 
 func compare(t *testing.T, reg prometheus.Gatherer, want string, names ...string) {
@@ -169,6 +172,8 @@ func TestEventCounters(t *testing.T) {
 	m.Activated("counter")
 	m.Activated("counter")
 	m.Deactivated("counter")
+	m.LeaseRenewed(actor.LeaseStore, time.Millisecond, nil)
+	m.LeaseRenewed(actor.LeaseMembership, time.Second, errors.New("no answer"))
 	if got := m.Turns(); got != 4 {
 		t.Fatalf("Turns = %d after 4 Handled, want 4", got)
 	}
@@ -293,6 +298,7 @@ func TestHostGauges(t *testing.T) {
 		SuspectsConfirmed:      37,
 		Jeopardy:               true,
 		Jeopardies:             38,
+		JeopardyTime:           2500 * time.Millisecond,
 		LeaseLapses:            39,
 		OwnershipChecks:        41,
 		TakenOver:              42,
@@ -438,6 +444,9 @@ berth_lease_jeopardy{host="a"} 1
 # HELP berth_lease_jeopardies_total Times the host went into jeopardy.
 # TYPE berth_lease_jeopardies_total counter
 berth_lease_jeopardies_total{host="a"} 38
+# HELP berth_lease_jeopardy_seconds_total Time the host spent in jeopardy, its objects paused, the current spell included.
+# TYPE berth_lease_jeopardy_seconds_total counter
+berth_lease_jeopardy_seconds_total{host="a"} 2.5
 # HELP berth_lease_lapses_total Renewals that found the host's lease lapsed in the Location Store.
 # TYPE berth_lease_lapses_total counter
 berth_lease_lapses_total{host="a"} 39
@@ -516,6 +525,8 @@ func TestServeHTTP(t *testing.T) {
 	m.Handled("counter", time.Millisecond, time.Millisecond, actor.OutcomeOK)
 	m.Activated("counter")
 	m.Deactivated("counter")
+	m.LeaseRenewed(actor.LeaseStore, time.Millisecond, nil)
+	m.LeaseRenewed(actor.LeaseMembership, time.Second, errors.New("no answer"))
 
 	rec := httptest.NewRecorder()
 	m.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
@@ -585,6 +596,8 @@ func TestLint(t *testing.T) {
 	m.Handled("counter", time.Millisecond, time.Millisecond, actor.OutcomeOK)
 	m.Activated("counter")
 	m.Deactivated("counter")
+	m.LeaseRenewed(actor.LeaseStore, time.Millisecond, nil)
+	m.LeaseRenewed(actor.LeaseMembership, time.Second, errors.New("no answer"))
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -781,6 +794,8 @@ func TestDocListsEverySeries(t *testing.T) {
 	m.Handled("k", time.Millisecond, time.Millisecond, actor.OutcomeOK)
 	m.Activated("k")
 	m.Deactivated("k")
+	m.LeaseRenewed(actor.LeaseStore, time.Millisecond, nil)
+	m.LeaseRenewed(actor.LeaseMembership, time.Second, errors.New("no answer"))
 	h := &fakeHost{name: "a"}
 	h.set(actor.Stats{})
 	m.Attach(h)

@@ -48,6 +48,7 @@ type Node struct {
 	store   *pgstore.Store
 	members *pgstore.Membership
 
+	links               *tcpCollector // the transport's counts on /metrics (nil without HTTP)
 	httpAddr, adminAddr string
 	stopping            atomic.Bool // Stop began: /readyz answers 503
 	stopHTTP, stopAdmin func()      // nil: not serving
@@ -109,7 +110,8 @@ func Start(ctx context.Context, cfg Config, kinds ...actor.Registrable) (_ *Node
 	if cfg.HTTP != "" {
 		// The Go runtime's and the process's own series beside berth's.
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		n.links = newTCPCollector(cfg.Name)
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), n.links)
 		m = metrics.New(reg)
 		obs = m
 		if err := n.serveHTTP(m, &dashboard, func() error {
@@ -178,9 +180,10 @@ func (n *Node) startHost(ctx context.Context, obs actor.Observer, kinds []actor.
 	cfg := n.cfg
 	began := time.Now()
 	for attempt := 1; ; attempt++ {
+		links := tcp.New(tcp.Options{Listen: cfg.Listen, Advertise: cfg.Advertise, TLS: cfg.TLS, Insecure: cfg.TLS == nil, Logger: n.log})
 		host, err := actor.NewHost(actor.Config{
 			Name:       cfg.Name,
-			Transport:  tcp.New(tcp.Options{Listen: cfg.Listen, Advertise: cfg.Advertise, TLS: cfg.TLS, Insecure: cfg.TLS == nil, Logger: n.log}),
+			Transport:  links,
 			Store:      n.store,
 			Membership: n.members,
 			Logger:     n.log,
@@ -200,6 +203,9 @@ func (n *Node) startHost(ctx context.Context, obs actor.Observer, kinds []actor.
 				n.log.Info("the previous run's lease ran out; the name is this node's now", "waited", time.Since(began).Round(time.Millisecond))
 			}
 			n.host = host
+			if n.links != nil {
+				n.links.attacher.Store(links)
+			}
 			return nil
 		}
 		_ = host.Close()

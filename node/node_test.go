@@ -79,10 +79,25 @@ func TestANodeServesItsKindsAndStopsGracefully(t *testing.T) {
 	if code, body := get(t, "http://"+n.HTTPAddr()+"/readyz"); code != http.StatusOK {
 		t.Fatalf("/readyz: %d %q", code, body)
 	}
-	_, metrics := get(t, "http://"+n.HTTPAddr()+"/metrics")
-	for _, series := range []string{"go_goroutines ", "go_memstats_heap_alloc_bytes ", "process_cpu_seconds_total ", "process_resident_memory_bytes ", "berth_messages_handled_total"} {
-		if !strings.Contains(metrics, "\n"+series) {
-			t.Errorf("/metrics has no %s", strings.TrimSpace(series))
+	// The series of renewals appear once the first renewals have been
+	// answered: scrape until they have been.
+	series := []string{"go_goroutines ", "go_memstats_heap_alloc_bytes ", "process_cpu_seconds_total ", "process_resident_memory_bytes ",
+		"berth_messages_handled_total", "berth_tcp_resent_items_total ", "berth_tcp_refused_connections_total ",
+		"berth_lease_renewal_seconds_count{lease=\"store\"} ", "berth_lease_renewal_seconds_count{lease=\"membership\"} ",
+		"berth_lease_jeopardy_seconds_total{host=\"n1\"} "}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		_, metrics := get(t, "http://"+n.HTTPAddr()+"/metrics")
+		var missing []string
+		for _, s := range series {
+			if !strings.Contains(metrics, "\n"+s) {
+				missing = append(missing, strings.TrimSpace(s))
+			}
+		}
+		if len(missing) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics has no %v a minute after the start", missing)
 		}
 	}
 	for _, line := range []string{"http " + n.HTTPAddr() + "\n", "ready n1 " + n.Addr() + "\n"} {

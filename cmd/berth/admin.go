@@ -14,7 +14,7 @@ package main
 //	members              the cluster's members
 //	objects              objects per host and kind
 //	top [-n N] [-every D] objects per host, again every D (N times; 0: until interrupted)
-//	stats                the node's counters
+//	stats                the node's counters, one row each
 //	locate KIND/ID       where an object lives
 //	moves                the last moves the node was the source of, oldest first
 //	move KIND/ID NODE    move an object to NODE (the node needs -admin-write)
@@ -22,8 +22,10 @@ package main
 //	                     node's own container, as a Kubernetes preStop hook) (-admin-write);
 //	                     it goes on if this command ends first (-timeout)
 //
-// It prints what the API answers, one line per item; an error answer is
-// printed on standard error, with exit code 1 (2 for usage).
+// It prints what the API answers as a table, one row per item, or with
+// -o json the answer itself (top: one JSON object per line per sample);
+// an error answer is printed on standard error, with exit code 1 (2 for
+// usage).
 
 import (
 	"context"
@@ -37,6 +39,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"reflect"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -99,6 +102,7 @@ func adminMain(ctx context.Context, args []string, getenv func(string) string, s
 	caFile := fs.String("ca", "", "PEM `file` of the CA the node's certificate chains to: HTTPS (without it, plain HTTP)")
 	nodeName := fs.String("node", getenv("BERTH_NAME"), "the name the node's certificate must carry (with -ca; default $BERTH_NAME, else the host of -addr)")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long one request may take (move and drain may take long)")
+	output := fs.String("o", "table", "output: table (for people), or json (the API's answer, indented; top: one object per line per sample)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: berth admin [flags] members|objects|top|stats|locate KIND/ID|moves|move KIND/ID NODE|drain [NODE]")
 		fs.PrintDefaults()
@@ -108,6 +112,10 @@ func adminMain(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	if *addr == "" || fs.NArg() == 0 {
 		fs.Usage()
+		return node.ExitUsage
+	}
+	if *output != "table" && *output != "json" {
+		fmt.Fprintf(stderr, "berth admin: -o %q: table or json\n", *output)
 		return node.ExitUsage
 	}
 	tok, err := token.Require(*tokenFile, getenv)
@@ -130,7 +138,7 @@ func adminMain(ctx context.Context, args []string, getenv func(string) string, s
 		c.base = "https://" + *addr
 		c.http.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: *nodeName, MinVersion: tls.VersionTLS13}}
 	}
-	if err := runAdmin(ctx, c, fs.Args(), getenv, stdout); err != nil {
+	if err := runAdmin(ctx, c, fs.Args(), getenv, *output == "json", stdout); err != nil {
 		var usage usageError
 		if errors.As(err, &usage) {
 			fmt.Fprintln(stderr, "berth admin:", err)
@@ -141,6 +149,21 @@ func adminMain(ctx context.Context, args []string, getenv func(string) string, s
 		return node.ExitFailed
 	}
 	return node.ExitOK
+}
+
+// statsRows writes a row per field of the struct v (a host's
+// actor.Stats), in the order of its fields; a struct field's rows are
+// named prefix.Field.
+func statsRows(w io.Writer, prefix string, v reflect.Value) {
+	for i := range v.NumField() {
+		f, name := v.Field(i), prefix+v.Type().Field(i).Name
+		switch f.Kind() {
+		case reflect.Struct:
+			statsRows(w, name+".", f)
+		default:
+			fmt.Fprintf(w, "%s\t%v\n", name, f.Interface())
+		}
+	}
 }
 
 // usageError is a command line runAdmin cannot run.
@@ -160,8 +183,14 @@ func splitRef(s string) (kind, id string, err error) {
 func quoted(s string) string { return fmt.Sprintf("%q", s) }
 
 // runAdmin runs one command.
-func runAdmin(ctx context.Context, c *adminClient, args []string, getenv func(string) string, w io.Writer) error {
+// With asJSON it prints the API's answer as JSON instead of a table.
+func runAdmin(ctx context.Context, c *adminClient, args []string, getenv func(string) string, asJSON bool, w io.Writer) error {
 	cmd, rest := args[0], args[1:]
+	printJSON := func(v any) error {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
 	need := func(n int, form string) error {
 		if len(rest) != n {
 			return usageError(cmd + " takes " + form)
@@ -179,6 +208,9 @@ func runAdmin(ctx context.Context, c *adminClient, args []string, getenv func(st
 		if err := c.do(ctx, "GET", "/admin/v1/members", &ms); err != nil {
 			return err
 		}
+		if asJSON {
+			return printJSON(ms)
+		}
 		fmt.Fprintln(tw, "NAME\tSTATE\tADDRESS\tKINDS\t")
 		for _, m := range ms.Members {
 			self := ""
@@ -194,6 +226,9 @@ func runAdmin(ctx context.Context, c *adminClient, args []string, getenv func(st
 		var objs admin.Objects
 		if err := c.do(ctx, "GET", "/admin/v1/objects", &objs); err != nil {
 			return err
+		}
+		if asJSON {
+			return printJSON(objs)
 		}
 		fmt.Fprintln(tw, "HOST\tKIND\tOBJECTS")
 		for _, n := range objs.Counts {
@@ -224,6 +259,18 @@ func runAdmin(ctx context.Context, c *adminClient, args []string, getenv func(st
 			for _, o := range objs.Counts {
 				per[o.Host] += o.Objects
 			}
+			if asJSON {
+				line, err := json.Marshal(struct {
+					Time  time.Time      `json:"time"`
+					Total int            `json:"total"`
+					Hosts map[string]int `json:"hosts"`
+				}{time.Now(), objs.Total, per})
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(w, "%s\n", line)
+				continue
+			}
 			hosts := make([]string, 0, len(per))
 			for h := range per {
 				hosts = append(hosts, h)
@@ -244,8 +291,14 @@ func runAdmin(ctx context.Context, c *adminClient, args []string, getenv func(st
 		if err := c.do(ctx, "GET", "/admin/v1/stats", &st); err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "host %s ready=%q drain=%s moves: %d under way, %d done; pauses of the last %d: p50 %dµs p99 %dµs max %dµs\n%+v\n",
-			st.Host, st.Ready, st.DrainState, st.Stats.MovesUnderWay, st.Stats.Relocations, st.Pauses.Count, st.Pauses.P50, st.Pauses.P99, st.Pauses.Max, st.Stats)
+		if asJSON {
+			return printJSON(st)
+		}
+		fmt.Fprintln(tw, "STAT\tVALUE")
+		fmt.Fprintf(tw, "host\t%s\nready\t%s\ndrain\t%s\n", st.Host, st.Ready, st.DrainState)
+		fmt.Fprintf(tw, "pauses (last %d moves)\tp50 %v, p99 %v, max %v\n", st.Pauses.Count,
+			time.Duration(st.Pauses.P50)*time.Microsecond, time.Duration(st.Pauses.P99)*time.Microsecond, time.Duration(st.Pauses.Max)*time.Microsecond)
+		statsRows(tw, "", reflect.ValueOf(st.Stats))
 	case "locate":
 		if err := need(1, "KIND/ID"); err != nil {
 			return err
@@ -258,6 +311,9 @@ func runAdmin(ctx context.Context, c *adminClient, args []string, getenv func(st
 		if err := c.do(ctx, "GET", "/admin/v1/locate/"+url.PathEscape(kind)+"/"+url.PathEscape(id), &loc); err != nil {
 			return err
 		}
+		if asJSON {
+			return printJSON(loc)
+		}
 		fmt.Fprintf(w, "%s/%s on %s (object gen %d, owner gen %d)\n", loc.Kind, loc.ID, loc.Host, loc.ObjectGen, loc.OwnerGen)
 	case "moves":
 		if err := need(0, "no argument"); err != nil {
@@ -266,6 +322,9 @@ func runAdmin(ctx context.Context, c *adminClient, args []string, getenv func(st
 		var ms admin.Moves
 		if err := c.do(ctx, "GET", "/admin/v1/moves", &ms); err != nil {
 			return err
+		}
+		if asJSON {
+			return printJSON(ms)
 		}
 		fmt.Fprintln(tw, "SEQ\tENDED\tOBJECT\tFROM\tTO\tPAUSE\tOUTCOME")
 		for _, m := range ms.Moves {
@@ -290,6 +349,9 @@ func runAdmin(ctx context.Context, c *adminClient, args []string, getenv func(st
 		if err := c.do(ctx, "POST", "/admin/v1/move/"+url.PathEscape(kind)+"/"+url.PathEscape(id)+"?to="+url.QueryEscape(rest[1]), &d); err != nil {
 			return err
 		}
+		if asJSON {
+			return printJSON(d)
+		}
 		fmt.Fprintln(w, d.Done)
 	case "drain":
 		if len(rest) == 0 && getenv("BERTH_NAME") != "" {
@@ -312,6 +374,9 @@ func runAdmin(ctx context.Context, c *adminClient, args []string, getenv func(st
 				return fmt.Errorf("%w (the drain goes on at %s: see berth admin stats, or wait for it to exit)", err, st.Host)
 			}
 			return err
+		}
+		if asJSON {
+			return printJSON(d)
 		}
 		fmt.Fprintln(w, d.Done)
 	default:

@@ -364,6 +364,34 @@ func TestBerthAdminSeesAndSteersAClusterOfNodes(t *testing.T) {
 	if code != 0 || !strings.Contains(out, " on node-2 ") {
 		t.Fatalf("locate %s: %d %q %q", id, code, out, errOut)
 	}
+	// stats is a table, a row per count; -o json prints the API's answers.
+	code, out, errOut = adminRun(t, n1, ca, cred, "stats")
+	if code != 0 || !regexp.MustCompile(`(?m)^host\s+node-1$`).MatchString(out) ||
+		!regexp.MustCompile(fmt.Sprintf(`(?m)^OwnersActive\s+%d$`, len(onN1))).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^Jeopardy\s+false$`).MatchString(out) || !regexp.MustCompile(`(?m)^Payload\.Decodes\s+\d+$`).MatchString(out) {
+		t.Fatalf("stats: %d %q %q", code, out, errOut)
+	}
+	var ms admin.Members
+	code, out, errOut = adminRun(t, n1, ca, cred, "-o", "json", "members")
+	if err := json.Unmarshal([]byte(out), &ms); code != 0 || err != nil || ms.Self != "node-1" || len(ms.Members) != 3 { // the nodes and the client
+		t.Fatalf("-o json members: %d %q %q (%v)", code, out, errOut, err)
+	}
+	var st admin.Stats
+	code, out, errOut = adminRun(t, n1, ca, cred, "-o", "json", "stats")
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || st.Host != "node-1" || st.Stats.OwnersActive != len(onN1) {
+		t.Fatalf("-o json stats: %d %q %q (%v)", code, out, errOut, err)
+	}
+	var sample struct {
+		Total int            `json:"total"`
+		Hosts map[string]int `json:"hosts"`
+	}
+	code, out, errOut = adminRun(t, n1, ca, cred, "-o", "json", "top", "-n", "1")
+	if err := json.Unmarshal([]byte(out), &sample); code != 0 || err != nil || sample.Total != objects || sample.Hosts["node-1"] != len(onN1) {
+		t.Fatalf("-o json top: %d %q %q (%v)", code, out, errOut, err)
+	}
+	if code, _, errOut = adminRun(t, n1, ca, cred, "-o", "yaml", "members"); code != node.ExitUsage || !strings.Contains(errOut, "table or json") {
+		t.Fatalf("-o yaml: %d %q", code, errOut)
+	}
 	// Refused: no credential; writes on node-2, which does not allow them.
 	if code, _, errOut = adminRun(t, n1, ca, "not-the-admin-credential", "members"); code != node.ExitFailed || !strings.Contains(errOut, "401") {
 		t.Fatalf("members with a wrong credential: %d %q", code, errOut)

@@ -1,0 +1,66 @@
+package node
+
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/berthrt/berth/transport/tcp"
+)
+
+// tcpCollector exports the node's transport/tcp counts (tcp.Stats) at
+// each scrape: what its links sent again, dropped and refused.
+type tcpCollector struct {
+	attacher atomic.Pointer[tcp.Attacher] // the host's, once it started
+	name     string
+	descs    []tcpSeries
+}
+
+// tcpSeries is one count of tcp.Stats and its series.
+type tcpSeries struct {
+	desc *prometheus.Desc
+	get  func(tcp.Stats) uint64
+}
+
+func newTCPCollector(name string) *tcpCollector {
+	d := func(metric, help string, get func(tcp.Stats) uint64) tcpSeries {
+		return tcpSeries{prometheus.NewDesc("berth_tcp_"+metric, help, nil, nil), get}
+	}
+	return &tcpCollector{name: name, descs: []tcpSeries{
+		d("resent_items_total", "Items sent on a link again, after a connection ended or a gap.", func(s tcp.Stats) uint64 { return s.Resent }),
+		d("duplicate_items_total", "Items received again and dropped.", func(s tcp.Stats) uint64 { return s.Duplicates }),
+		d("gap_items_total", "Items that arrived after a missing one and were dropped (they come again).", func(s tcp.Stats) uint64 { return s.Gaps }),
+		d("stale_items_total", "Envelopes of another incarnation of a peer, dropped.", func(s tcp.Stats) uint64 { return s.Stale }),
+		d("lost_items_total", "Sent items a peer had not taken when it crashed, restarted or was removed.", func(s tcp.Stats) uint64 { return s.Lost }),
+		d("dropped_items_total", "Items other than frames a gracefully closed peer had not taken.", func(s tcp.Stats) uint64 { return s.Dropped }),
+		d("unknown_connections_total", "Authenticated connections from members that were not peers yet.", func(s tcp.Stats) uint64 { return s.Unknown }),
+		d("refused_connections_total", "Connections refused before they carried anything: a failed TLS handshake, a certificate that does not name the member, a bad preamble, too many handshakes.", func(s tcp.Stats) uint64 { return s.Refused }),
+		d("malformed_connections_total", "Connections closed for a malformed frame.", func(s tcp.Stats) uint64 { return s.Malformed }),
+		d("oversized_items_total", "Items past the transport's item limit that were received (read and dropped).", func(s tcp.Stats) uint64 { return s.Oversized }),
+		d("peer_restarts_total", "Times a peer's frames carried a new incarnation of it.", func(s tcp.Stats) uint64 { return s.Restarts }),
+		d("backlog_refused_items_total", "Items a send refused because their link held as much of what its peer had not taken as it may.", func(s tcp.Stats) uint64 { return s.Backlog }),
+	}}
+}
+
+// Describe implements prometheus.Collector.
+func (c *tcpCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, s := range c.descs {
+		ch <- s.desc
+	}
+}
+
+// Collect implements prometheus.Collector: nothing until the host started.
+func (c *tcpCollector) Collect(ch chan<- prometheus.Metric) {
+	a := c.attacher.Load()
+	if a == nil {
+		return
+	}
+	t := a.Transport(c.name)
+	if t == nil {
+		return
+	}
+	st := t.Stats()
+	for _, s := range c.descs {
+		ch <- prometheus.MustNewConstMetric(s.desc, prometheus.CounterValue, float64(s.get(st)))
+	}
+}
