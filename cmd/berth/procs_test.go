@@ -29,12 +29,16 @@ import (
 
 // buildBerth builds this command into a temporary directory: the nodes of
 // the multi-process demo run it.
-func buildBerth(t *testing.T) string {
+func buildBerth(t *testing.T) string { return buildProgram(t, "berth", ".") }
+
+// buildProgram builds the main package pkg into a temporary directory as
+// name, and returns its path.
+func buildProgram(t *testing.T, name, pkg string) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "berth")
-	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".").CombinedOutput()
+	bin := filepath.Join(t.TempDir(), name)
+	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, pkg).CombinedOutput()
 	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
 	}
 	return bin
 }

@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,13 +25,7 @@ import (
 // buildCartNode builds the example program of package node's users,
 // examples/cart/cartnode, into a temporary directory.
 func buildCartNode(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "cartnode")
-	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "github.com/berthrt/berth/examples/cart/cartnode").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	return buildProgram(t, "cartnode", "github.com/berthrt/berth/examples/cart/cartnode")
 }
 
 // A program's own kind runs as a cluster of nodes beside berth node: two
