@@ -2,6 +2,7 @@ package node
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -62,5 +63,35 @@ func (c *tcpCollector) Collect(ch chan<- prometheus.Metric) {
 	st := t.Stats()
 	for _, s := range c.descs {
 		ch <- prometheus.MustNewConstMetric(s.desc, prometheus.CounterValue, float64(s.get(st)))
+	}
+}
+
+// statementMetrics time the database's statements by pool
+// (pgstore.PoolsOptions.OnStatement).
+type statementMetrics struct {
+	took   *prometheus.HistogramVec
+	failed *prometheus.CounterVec
+}
+
+func newStatementMetrics() *statementMetrics {
+	return &statementMetrics{
+		took: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "berth_store_statement_seconds",
+			Help: "Time a statement of the Location Store, the membership or the objects' state took, by pool (work, leases, renewals; a batch counts as one).",
+			// 0.25 ms to 16 s: a slow database is a stall to see.
+			Buckets: prometheus.ExponentialBuckets(0.00025, 2, 17),
+		}, []string{"pool"}),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "berth_store_statement_failures_total",
+			Help: "Statements that failed, by pool.",
+		}, []string{"pool"}),
+	}
+}
+
+// observe records one statement.
+func (s *statementMetrics) observe(pool string, took time.Duration, err error) {
+	s.took.WithLabelValues(pool).Observe(took.Seconds())
+	if err != nil {
+		s.failed.WithLabelValues(pool).Inc()
 	}
 }

@@ -100,19 +100,27 @@ func Start(ctx context.Context, cfg Config, kinds ...actor.Registrable) (_ *Node
 			n.closeAll()
 		}
 	}()
-	if err := n.open(ctx); err != nil {
+	var m *metrics.Metrics
+	var reg *prometheus.Registry
+	var onStatement func(pool string, took time.Duration, err error)
+	if cfg.HTTP != "" {
+		// The Go runtime's and the process's own series beside berth's,
+		// the transport's counts and the database's statements.
+		reg = prometheus.NewRegistry()
+		n.links = newTCPCollector(cfg.Name)
+		statements := newStatementMetrics()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), n.links,
+			statements.took, statements.failed)
+		onStatement = statements.observe
+		m = metrics.New(reg)
+	}
+	if err := n.open(ctx, onStatement); err != nil {
 		return nil, err
 	}
-	var m *metrics.Metrics
 	var dashboard atomic.Pointer[http.Handler]
 	var current atomic.Pointer[actor.Host]
 	var obs actor.Observer
-	if cfg.HTTP != "" {
-		// The Go runtime's and the process's own series beside berth's.
-		reg := prometheus.NewRegistry()
-		n.links = newTCPCollector(cfg.Name)
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), n.links)
-		m = metrics.New(reg)
+	if m != nil {
 		obs = m
 		if err := n.serveHTTP(m, &dashboard, func() error {
 			if n.stopping.Load() {
@@ -149,12 +157,12 @@ func Start(ctx context.Context, cfg Config, kinds ...actor.Registrable) (_ *Node
 	return n, nil
 }
 
-// open opens the database's pools, the Location Store and the
-// membership.
-func (n *Node) open(ctx context.Context) error {
+// open opens the database's pools (each statement told to onStatement,
+// if not nil), the Location Store and the membership.
+func (n *Node) open(ctx context.Context, onStatement func(string, time.Duration, error)) error {
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	pools, err := pgstore.OpenPools(octx, n.cfg.Database)
+	pools, err := pgstore.OpenPoolsWith(octx, n.cfg.Database, pgstore.PoolsOptions{OnStatement: onStatement})
 	if err != nil {
 		return fmt.Errorf("node: cannot open the database: %w", err)
 	}

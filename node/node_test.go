@@ -84,7 +84,8 @@ func TestANodeServesItsKindsAndStopsGracefully(t *testing.T) {
 	series := []string{"go_goroutines ", "go_memstats_heap_alloc_bytes ", "process_cpu_seconds_total ", "process_resident_memory_bytes ",
 		"berth_messages_handled_total", "berth_tcp_resent_items_total ", "berth_tcp_refused_connections_total ",
 		"berth_lease_renewal_seconds_count{lease=\"store\"} ", "berth_lease_renewal_seconds_count{lease=\"membership\"} ",
-		"berth_lease_jeopardy_seconds_total{host=\"n1\"} "}
+		"berth_lease_jeopardy_seconds_total{host=\"n1\"} ", "berth_store_statement_seconds_count{pool=\"renewals\"} ",
+		"berth_store_statement_seconds_count{pool=\"work\"} ", "berth_store_statement_seconds_count{pool=\"leases\"} "}
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
 		_, metrics := get(t, "http://"+n.HTTPAddr()+"/metrics")
 		var missing []string

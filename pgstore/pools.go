@@ -2,7 +2,9 @@ package pgstore
 
 import (
 	"context"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -72,6 +74,29 @@ func (p *Pools) Close() {
 // connection landed 4 s after the one before it, past a 3.5 s lease. The
 // renewals have a pool of their own, which nothing else uses.
 func OpenPools(ctx context.Context, url string) (*Pools, error) {
+	return OpenPoolsWith(ctx, url, PoolsOptions{})
+}
+
+// The pools' names, as PoolsOptions.OnStatement names them.
+const (
+	PoolWork     = "work"
+	PoolLeases   = "leases"
+	PoolRenewals = "renewals"
+)
+
+// PoolsOptions are the options of OpenPoolsWith.
+type PoolsOptions struct {
+	// OnStatement, when set, is called as each statement (a Query,
+	// QueryRow or Exec; a batch, such as a renewal, as one) of the pools
+	// ends: pool is PoolWork, PoolLeases
+	// or PoolRenewals, took its time from the call to its end (the wait
+	// for a connection not included), err its error. It runs on the
+	// caller's goroutine and must be fast (a histogram's Observe).
+	OnStatement func(pool string, took time.Duration, err error)
+}
+
+// OpenPoolsWith is OpenPools with opts.
+func OpenPoolsWith(ctx context.Context, url string, opts PoolsOptions) (*Pools, error) {
 	wcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, err
@@ -81,6 +106,11 @@ func OpenPools(ctx context.Context, url string) (*Pools, error) {
 	rcfg := wcfg.Copy()
 	rcfg.MaxConns, rcfg.MinConns = RenewPoolConns, RenewPoolConns
 	rcfg.ShouldPing = pingIfBroken
+	if opts.OnStatement != nil {
+		wcfg.ConnConfig.Tracer = statementTimer{PoolWork, opts.OnStatement}
+		lcfg.ConnConfig.Tracer = statementTimer{PoolLeases, opts.OnStatement}
+		rcfg.ConnConfig.Tracer = statementTimer{PoolRenewals, opts.OnStatement}
+	}
 	p := &Pools{}
 	if p.Work, err = pgxpool.NewWithConfig(ctx, wcfg); err != nil {
 		return nil, err
@@ -95,4 +125,42 @@ func OpenPools(ctx context.Context, url string) (*Pools, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// statementTimer is a pgx.QueryTracer and BatchTracer that times each
+// statement (a batch as one) of one pool for PoolsOptions.OnStatement.
+type statementTimer struct {
+	pool string
+	on   func(pool string, took time.Duration, err error)
+}
+
+// statementStart is the context key of a statement's start.
+type statementStart struct{}
+
+// TraceQueryStart notes when the statement began (pgx.QueryTracer).
+func (s statementTimer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return context.WithValue(ctx, statementStart{}, time.Now())
+}
+
+// TraceQueryEnd reports the statement's time and error (pgx.QueryTracer).
+func (s statementTimer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
+	if began, ok := ctx.Value(statementStart{}).(time.Time); ok {
+		s.on(s.pool, time.Since(began), data.Err)
+	}
+}
+
+// TraceBatchStart notes when a batch began (pgx.BatchTracer): a batch is
+// timed as one statement.
+func (s statementTimer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return context.WithValue(ctx, statementStart{}, time.Now())
+}
+
+// TraceBatchQuery does nothing: the batch is timed as a whole.
+func (s statementTimer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+// TraceBatchEnd reports the batch's time and error (pgx.BatchTracer).
+func (s statementTimer) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchEndData) {
+	if began, ok := ctx.Value(statementStart{}).(time.Time); ok {
+		s.on(s.pool, time.Since(began), data.Err)
+	}
 }

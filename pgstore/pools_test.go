@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -114,4 +115,53 @@ func openPools(t *testing.T) *pgstore.Pools {
 	}
 	t.Cleanup(pools.Close)
 	return pools
+}
+
+// OpenPoolsWith's OnStatement is told of each statement, with its pool,
+// its time and its error: a renewal's on the renewal pool, a statement
+// that fails with its error.
+func TestEachStatementIsTimedWithItsPool(t *testing.T) {
+	type seen struct {
+		pool string
+		took time.Duration
+		err  error
+	}
+	var mu sync.Mutex
+	var all []seen
+	ctx := context.Background()
+	pools, err := pgstore.OpenPoolsWith(ctx, pgtest.New(t).URL, pgstore.PoolsOptions{OnStatement: func(pool string, took time.Duration, err error) {
+		mu.Lock()
+		all = append(all, seen{pool, took, err})
+		mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pools.Close()
+	store, err := pgstore.Open(ctx, pools.Work, pgstore.Options{LeasePool: pools.Leases, RenewPool: pools.Renewals})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.RenewLease(ctx, "h", 1, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pools.Leases.Exec(ctx, "SELECT 1/0"); err == nil {
+		t.Fatal("1/0 did not fail")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	count := map[string]int{}
+	failed := map[string]int{}
+	for _, s := range all {
+		count[s.pool]++
+		if s.err != nil {
+			failed[s.pool]++
+		}
+		if s.took <= 0 {
+			t.Errorf("a statement on %s took %v", s.pool, s.took)
+		}
+	}
+	if count[pgstore.PoolWork] == 0 || count[pgstore.PoolRenewals] == 0 || failed[pgstore.PoolLeases] != 1 || failed[pgstore.PoolRenewals] != 0 {
+		t.Fatalf("statements %v, failed %v; want some on the work and renewal pools, one failed on the lease pool", count, failed)
+	}
 }
