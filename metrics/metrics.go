@@ -154,6 +154,9 @@ func New(reg prometheus.Registerer) *Metrics {
 
 	reg.MustRegister(m.admittedVec, m.rejectedVec, m.handledVec, m.runVec, m.waitVec,
 		m.bytesVec, m.activatedVec, m.deactivatedVec, m.renewVec, m.renewFailVec, m.hosts)
+	for _, lease := range []string{actor.LeaseStore, actor.LeaseMembership} {
+		m.renewFailVec.WithLabelValues(lease) // served at 0 before the first failure: a rate sees it from the start
+	}
 
 	if g, ok := reg.(prometheus.Gatherer); ok {
 		m.handler = promhttp.HandlerFor(g, promhttp.HandlerOpts{})

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/berthrt/berth/pgstore"
 	"github.com/berthrt/berth/transport/tcp"
 )
 
@@ -74,7 +75,7 @@ type statementMetrics struct {
 }
 
 func newStatementMetrics() *statementMetrics {
-	return &statementMetrics{
+	s := &statementMetrics{
 		took: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "berth_store_statement_seconds",
 			Help: "Time a statement of the Location Store, the membership or the objects' state took, by pool (work, leases, renewals; a batch counts as one).",
@@ -86,6 +87,10 @@ func newStatementMetrics() *statementMetrics {
 			Help: "Statements that failed, by pool.",
 		}, []string{"pool"}),
 	}
+	for _, pool := range []string{pgstore.PoolWork, pgstore.PoolLeases, pgstore.PoolRenewals} {
+		s.failed.WithLabelValues(pool) // served at 0 before the first failure
+	}
+	return s
 }
 
 // observe records one statement.

@@ -3,10 +3,14 @@ package node
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -52,6 +56,28 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// scrapeWith scrapes n's /metrics until it has a line starting with each
+// of series (the series of renewals appear once the first renewals have
+// been answered), and returns that scrape.
+func scrapeWith(t *testing.T, n *Node, series []string) string {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		_, metrics := get(t, "http://"+n.HTTPAddr()+"/metrics")
+		var missing []string
+		for _, s := range series {
+			if !strings.Contains(metrics, "\n"+s) {
+				missing = append(missing, strings.TrimSpace(s))
+			}
+		}
+		if len(missing) == 0 {
+			return metrics
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics has no %v a minute after the start", missing)
+		}
+	}
+}
+
 // A node started in a program serves its kinds through its host; its
 // /metrics has the Go runtime's and the process's series beside berth's;
 // Stop drains it (no object left, the stats line written) and ends its
@@ -79,28 +105,12 @@ func TestANodeServesItsKindsAndStopsGracefully(t *testing.T) {
 	if code, body := get(t, "http://"+n.HTTPAddr()+"/readyz"); code != http.StatusOK {
 		t.Fatalf("/readyz: %d %q", code, body)
 	}
-	// The series of renewals appear once the first renewals have been
-	// answered: scrape until they have been.
 	series := []string{"go_goroutines ", "go_memstats_heap_alloc_bytes ", "process_cpu_seconds_total ", "process_resident_memory_bytes ",
 		"berth_messages_handled_total", "berth_tcp_resent_items_total ", "berth_tcp_refused_connections_total ",
 		"berth_lease_renewal_seconds_count{lease=\"store\"} ", "berth_lease_renewal_seconds_count{lease=\"membership\"} ",
 		"berth_lease_jeopardy_seconds_total{host=\"n1\"} ", "berth_store_statement_seconds_count{pool=\"renewals\"} ",
 		"berth_store_statement_seconds_count{pool=\"work\"} ", "berth_store_statement_seconds_count{pool=\"leases\"} "}
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		_, metrics := get(t, "http://"+n.HTTPAddr()+"/metrics")
-		var missing []string
-		for _, s := range series {
-			if !strings.Contains(metrics, "\n"+s) {
-				missing = append(missing, strings.TrimSpace(s))
-			}
-		}
-		if len(missing) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics has no %v a minute after the start", missing)
-		}
-	}
+	scrapeWith(t, n, series)
 	for _, line := range []string{"http " + n.HTTPAddr() + "\n", "ready n1 " + n.Addr() + "\n"} {
 		if !strings.Contains(out.String(), line) {
 			t.Errorf("stdout %q has no line %q", out.String(), line)
@@ -171,5 +181,66 @@ func TestRunStopsWhenItsContextEndsAndANameHeldByALiveNodeIsLeftAlone(t *testing
 	}
 	if !strings.Contains(out.String(), "stats moves=") {
 		t.Errorf("no stats line after Run's stop: %q", out.String())
+	}
+}
+
+// Every series the Grafana dashboard in docs/grafana names is one a node
+// serves (a histogram's by its _bucket, _sum or _count), once it has run
+// a message and renewed its leases: a query of the dashboard never comes
+// back empty for want of a series.
+func TestTheGrafanaDashboardNamesOnlySeriesANodeServes(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "docs", "grafana", "berth.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatal(err)
+	}
+	names := regexp.MustCompile(`\b(?:berth|go|process)_[a-z0-9_]+\b`)
+	used := map[string]string{} // series: the panel that names it
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, q := range p.Targets {
+			for _, name := range names.FindAllString(q.Expr, -1) {
+				used[name] = p.Title
+			}
+		}
+	}
+	if len(used) < 20 {
+		t.Fatalf("the dashboard names %d series: %v", len(used), used)
+	}
+	db := pgtest.New(t)
+	n, err := Start(context.Background(), Config{Name: "n1", Listen: "127.0.0.1:0", Database: db.URL, HTTP: "127.0.0.1:0",
+		Logger: slog.New(slog.DiscardHandler)}, counter.Kind())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	ref := actor.Ref{Kind: counter.Name, ID: "c1"}
+	if _, err := actor.Ask[counter.Read, counter.Counter](context.Background(), n.Host(), ref, counter.Read{}); err != nil {
+		t.Fatal(err)
+	}
+	scrape := scrapeWith(t, n, []string{"berth_lease_renewal_seconds_count{lease=\"store\"} ", "berth_store_statement_seconds_count{pool=\"renewals\"} "})
+	families := map[string]string{} // name: type
+	for _, m := range regexp.MustCompile(`(?m)^# TYPE (\S+) (\S+)$`).FindAllStringSubmatch(scrape, -1) {
+		families[m[1]] = m[2]
+	}
+	for name, panel := range used {
+		if _, ok := families[name]; ok {
+			continue
+		}
+		base := regexp.MustCompile(`_(bucket|sum|count)$`).ReplaceAllString(name, "")
+		if families[base] == "histogram" && base != name {
+			continue
+		}
+		t.Errorf("panel %q names %s, which a node does not serve", panel, name)
 	}
 }
