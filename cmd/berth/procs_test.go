@@ -101,6 +101,17 @@ func TestDemoAcrossProcesses(t *testing.T) {
 	if !strings.Contains(rep.killExit, "killed") {
 		t.Errorf("the SIGKILLed node ended %q", rep.killExit)
 	}
+	// The kill is a handful of lines in the others' logs, not a line per
+	// object taken over: the objects whose senders' gaps were given up on
+	// are counted in a line a second.
+	for name, l := range rep.nodeLogs {
+		if name == rep.killedNode {
+			continue
+		}
+		if n := strings.Count(l.String(), "given up on after a host failure"); n > 10 {
+			t.Errorf("%s logged %d lines of gaps given up on after the kill (of %d objects on the killed node); want a handful", name, n, rep.killedObjects)
+		}
+	}
 	if len(rep.failover) == 0 || rep.failoverMissed != 0 || rep.detected == 0 {
 		t.Errorf("failover: %d objects answered elsewhere, %d did not within %v, detected after %v; want every object of the killed node to answer",
 			len(rep.failover), rep.failoverMissed, failoverLimit, rep.detected)
