@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/berthrt/berth/actor"
@@ -64,7 +65,7 @@ func Command(args []string, stdout, stderr io.Writer, kinds ...actor.Registrable
 	cfg, err := Load(args, os.Getenv, stderr)
 	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(stderr, "berth node:", err)
+			fmt.Fprintf(stderr, "%s: %v\n", program(), err)
 		}
 		return ExitCode(err)
 	}
@@ -93,13 +94,13 @@ func run(cfg Config, sig <-chan os.Signal, kinds []actor.Registrable) int {
 		select {
 		case s := <-signalled:
 			if errors.Is(err, context.Canceled) {
-				fmt.Fprintln(cfg.withDefaults().Stderr, "berth node: signal while starting; exiting:", s)
+				fmt.Fprintf(cfg.withDefaults().Stderr, "%s: signal while starting; exiting: %v\n", program(), s)
 				return ExitOK
 			}
 		default:
 		}
 		if errors.Is(err, ErrConfig) {
-			fmt.Fprintln(cfg.withDefaults().Stderr, "berth node:", err)
+			fmt.Fprintf(cfg.withDefaults().Stderr, "%s: %v\n", program(), err)
 		}
 		return ExitCode(err) // Start logged any other error
 	}
@@ -130,3 +131,6 @@ func run(cfg Config, sig <-chan os.Signal, kinds []actor.Registrable) int {
 		return ExitCode(n.ended())
 	}
 }
+
+// program is the running program's name, for the lines Command writes.
+func program() string { return filepath.Base(os.Args[0]) }
