@@ -110,6 +110,7 @@ type senderReport struct {
 type moverReport struct {
 	Moved, Aborted, Busy int
 	Errors               []string // unexpected ones, the first few
+	Aborts               []string // the errors of the first few aborted moves
 }
 
 func childMain(role string) int {
@@ -725,6 +726,9 @@ func (c *childCtl) startMovers(n, objects int, targets []string, seed uint64, pe
 					c.moverStats.Busy++
 				case errors.Is(err, payload.Unavailable):
 					c.moverStats.Aborted++ // aborted: the object resumed where it was
+					if len(c.moverStats.Aborts) < 5 {
+						c.moverStats.Aborts = append(c.moverStats.Aborts, fmt.Sprintf("%s Relocate %d to %s: %v", time.Now().Format("15:04:05.000"), i, dst, err))
+					}
 				default:
 					if len(c.moverStats.Errors) < 5 {
 						c.moverStats.Errors = append(c.moverStats.Errors, fmt.Sprintf("Relocate %d to %s: %v", i, dst, err))

@@ -462,7 +462,7 @@ func TestRelocationAcrossProcessesLosesDuplicatesAndReordersNothing(t *testing.T
 		return
 	}
 	if moves.Moved == 0 || len(moves.Errors) > 0 || moves.Aborted > 0 {
-		t.Errorf("movers: %+v; want moves, none aborted (every host is up), no unexpected error", moves)
+		t.Errorf("movers: %+v; want moves, none aborted (every host is up), no unexpected error; the test's children:\n%s", moves, testChildren.report(t))
 	}
 	for _, n := range staying {
 		n.stop(t)
@@ -821,6 +821,7 @@ func TestAMoveAcrossProcessesWithASlowNodeReordersNothing(t *testing.T) {
 	moves.Moved += m2.Moved
 	moves.Aborted += m2.Aborted
 	moves.Errors = append(moves.Errors, m2.Errors...)
+	moves.Aborts = append(moves.Aborts, m2.Aborts...)
 	reports := loadReports(t, nodes...)
 	var tells, asks, refused int
 	for _, r := range reports {
