@@ -37,7 +37,9 @@ var (
 	// lease (it was restarted elsewhere), or the membership refused its
 	// renewal — it expired the run, which its peers saw fail, after the
 	// process was paused or cut off from the other hosts for longer than
-	// the lease. A slow or unreachable store, or a starved process, never
+	// the lease — while the host owned objects (one that owns none, a
+	// gateway or a node yet to receive any, joins again as a new run:
+	// Stats.Rejoins). A slow or unreachable store, or a starved process, never
 	// ends a run: the host pauses in jeopardy and resumes (Config.LeaseTTL).
 	// Other hosts may own its objects by now; a program that wants the host
 	// back starts a new one (a new run).
@@ -76,9 +78,9 @@ var (
 	// again once the host resumes (Stats.Jeopardy). Of kind Unavailable.
 	ErrPaused = payload.NewError(payload.Unavailable, "actor",
 		"the host is paused (jeopardy: its lease is not renewed yet) and every job permit is held: nothing was sent")
-	// ErrRejoined: Ask from a gateway whose run the membership ended (it
-	// was paused past its lease, and its peers saw it fail), and whose
-	// request it had handed to another host: the gateway joined again as a
+	// ErrRejoined: Ask from a host owning no object (a gateway) whose run
+	// the membership ended (it was paused past its lease, and its peers saw
+	// it fail), and whose request it had handed to another host: the host joined again as a
 	// new run, and the reply would have gone to the old one. (An Ask whose
 	// message the old run's link still held is sent again and answered;
 	// its owner answers ErrRejoined if it had taken it from the old run.)

@@ -475,8 +475,8 @@ func (h *Host) Ready() error {
 	if s := h.DrainState(); s != Serving {
 		return payload.NewError(payload.ShuttingDown, op, "draining ("+s.String()+")")
 	}
-	if h.lease.joining.Load() {
-		return payload.NewError(payload.Unavailable, op, "the membership ended this gateway's run: it is joining again as a new run")
+	if h.lease.joining.Load() || h.lease.betweenRuns.Load() {
+		return payload.NewError(payload.Unavailable, op, "the membership ended this host's run: it is joining again as a new run")
 	}
 	if !h.gate.live() {
 		return payload.NewError(payload.Unavailable, op, "the host's lease is not live: it is in jeopardy (its renewals were not answered in time), its objects paused")

@@ -454,14 +454,16 @@ func TestAMoveCommittedWhileAnOwnershipCheckIsOutIsNotTakenOver(t *testing.T) {
 	}
 }
 
-// A host whose run the membership ended (it expired the run: peers saw the
-// host fail) closes itself at its next renewal — a fact, not a timer:
-// Err is ErrLeaseLost, and its objects live on elsewhere.
-func TestAHostWhoseRunTheMembershipEndedClosesItself(t *testing.T) {
+// A host that owns objects when the membership ends its run (it expired
+// the run: peers saw the host fail, and take its objects over) closes
+// itself at its next renewal — a fact, not a timer: Err is ErrLeaseLost,
+// and its objects live on elsewhere.
+func TestAHostThatOwnsObjectsWhoseRunTheMembershipEndedClosesItself(t *testing.T) {
 	n := NewNetwork(nil)
 	a := startHost(t, shortLeases(n.With(Config{Name: "a", Logger: quietLogger()})), movableKind(newGates()))
 	b := startHost(t, shortLeases(n.With(Config{Name: "b", Logger: quietLogger()})), movableKind(newGates()))
 	waitViews(t, a, b)
+	x := objectOn(t, a, n.Net.Store)
 	n.Membership.Expire("a")
 	select {
 	case <-a.Done():
@@ -471,8 +473,99 @@ func TestAHostWhoseRunTheMembershipEndedClosesItself(t *testing.T) {
 	if !errors.Is(a.Err(), ErrLeaseLost) || !errors.Is(a.Err(), membership.ErrLeaseExpired) {
 		t.Fatalf("a.Err() = %v, want ErrLeaseLost, caused by membership.ErrLeaseExpired", a.Err())
 	}
+	if st := a.Stats(); st.Rejoins != 0 {
+		t.Fatalf("a.Stats().Rejoins = %d, want 0 (it owned %v)", st.Rejoins, x)
+	}
+	// Until a's lease runs out in the store, a send to x is refused with
+	// Unavailable (send again); then x is taken over on b.
+	waitFor(t, "x to answer on b", func() bool {
+		_, err := Ask[Get, int](bg, b, x, Get{})
+		return err == nil
+	})
 	if b.Err() != nil {
 		t.Fatalf("b.Err() = %v", b.Err())
+	}
+}
+
+// A node that owns no object when the membership ends its run — one
+// starved past its lease while it started, or drained — has nothing to
+// fence: it joins again as a new run, as a gateway does, instead of
+// closing, and objects activate on it under the new run.
+func TestAHostThatOwnsNoObjectWhoseRunTheMembershipEndedJoinsAgainAsANewRun(t *testing.T) {
+	n := NewNetwork(nil)
+	a := startHost(t, shortLeases(n.With(Config{Name: "a", Logger: quietLogger()})), movableKind(newGates()))
+	b := startHost(t, shortLeases(n.With(Config{Name: "b", Logger: quietLogger()})), movableKind(newGates()))
+	waitViews(t, a, b)
+	oldRun := a.lease.run()
+	n.Membership.Expire("a")
+	waitFor(t, "a to join again as a new run", func() bool { return a.Stats().Rejoins == 1 && a.Ready() == nil || a.Err() != nil })
+	if err := a.Err(); err != nil {
+		t.Fatalf("a closed: %v", err)
+	}
+	if run := a.lease.run(); run <= oldRun {
+		t.Fatalf("a's new run %d is not above its old run %d", run, oldRun)
+	}
+	waitViews(t, a, b)
+	x := objectOn(t, a, n.Net.Store)
+	row, err := n.Net.Store.Get(bg, relocation.Object{Kind: x.Kind, ID: x.ID})
+	if err != nil || row.LeaseGen != a.lease.run() {
+		t.Fatalf("the row of %v on a: %+v, %v; want it to name a's new run %d", x, row, err, a.lease.run())
+	}
+	if got, err := Ask[Get, int](bg, b, x, Get{}); err != nil || got != 1 {
+		t.Fatalf("%v asked from b = %d, %v; want 1", x, got, err)
+	}
+}
+
+// heldReserve is a Location Store whose Reserve for one host lands and
+// then, while armed, waits for release before it answers.
+type heldReserve struct {
+	*relocation.MemoryStore
+	host    string
+	armed   atomic.Bool
+	landed  chan struct{} // closed when an armed Reserve has landed
+	release chan struct{}
+}
+
+func (s *heldReserve) Reserve(ctx context.Context, obj relocation.Object, host string) (relocation.Row, error) {
+	row, err := s.MemoryStore.Reserve(ctx, obj, host)
+	if host == s.host && s.armed.CompareAndSwap(true, false) {
+		close(s.landed)
+		<-s.release
+	}
+	return row, err
+}
+
+// An activation that races the host becoming a new run — its Reserve
+// landed under the old run before the count of the host's objects, its
+// owner installed after — never runs a turn under the old run, whose row
+// any host may take over once the new run holds the lease: the owner is
+// checked under the new run and dropped, and its message runs under a
+// row that names the new run.
+func TestAnActivationThatRacesANewRunNeverRunsUnderTheOldRun(t *testing.T) {
+	store := &heldReserve{MemoryStore: relocation.NewMemoryStore(nil), host: "a", landed: make(chan struct{}), release: make(chan struct{})}
+	n := NewNetwork(store)
+	a := startHost(t, shortLeases(n.With(Config{Name: "a", Logger: quietLogger()})), movableKind(newGates()))
+	oldRun := a.lease.run()
+	x := Ref{"counter", "racer"}
+	store.armed.Store(true)
+	told := make(chan error, 1)
+	go func() { told <- Tell(bg, a, x, Inc{By: 1}) }()
+	<-store.landed
+	n.Membership.Expire("a")
+	waitFor(t, "a to join again as a new run", func() bool { return a.Stats().Rejoins == 1 && a.Ready() == nil || a.Err() != nil })
+	close(store.release)
+	if err := <-told; err != nil {
+		t.Fatalf("Tell(%v) = %v", x, err)
+	}
+	if got, err := Ask[Get, int](bg, a, x, Get{}); err != nil || got != 1 {
+		t.Fatalf("%v = %d, %v; want 1 (its message ran once)", x, got, err)
+	}
+	row, err := store.Get(bg, relocation.Object{Kind: x.Kind, ID: x.ID})
+	if err != nil || row.LeaseGen != a.lease.run() || row.LeaseGen == oldRun {
+		t.Fatalf("the row of %v: %+v, %v; want it to name a's new run %d, not the old run %d", x, row, err, a.lease.run(), oldRun)
+	}
+	if st := a.Stats(); st.TakenOver != 1 || a.Err() != nil {
+		t.Fatalf("a: taken over %d, Err %v; want 1 (the owner installed under the old run dropped), nil", st.TakenOver, a.Err())
 	}
 }
 

@@ -60,7 +60,7 @@ import (
 //
 // Owns: gen, ttl, every, private (set by Start), local, uncertain and
 // jeopardy (the store renewer's: Start, then the lease's own service, one
-// goroutine). The membership's renewer touches none of them; a gateway's
+// goroutine). The membership's renewer touches none of them; a host's
 // new run (newRun, joinAgain) is its work.
 // Invariants: the gate's deadline never moves past local's deadline; the
 // gate's epoch grows by one for each renewal that found the lease lapsed
@@ -75,7 +75,13 @@ type leaseKeeper struct {
 	local     membership.LocalLease // the lease as this host's clock holds it
 	uncertain bool                  // a renewal's outcome is unknown: the next answer is checked as if it said Lapsed
 	jeopardy  time.Time             // local time the renewer saw the current jeopardy begin (zero: none)
-	joining   atomic.Bool           // a gateway's new run is attached and not yet in the membership (newRun; Ready reads it)
+	joining   atomic.Bool           // a new run is attached and not yet in the membership (newRun; Ready reads it)
+	// betweenRuns: the host is becoming a new run and the store has not
+	// yet confirmed the new run's lease. No activation or move into the
+	// host commits meanwhile (a row it wrote would name the old run,
+	// which the new run's lease ends): router.activate and the move's
+	// store lane read it after the epoch (newRun says why that order).
+	betweenRuns atomic.Bool
 
 	memberRenewed time.Time     // local time the last membership renewal answered without an error was sent (memberTick's own)
 	memberTTL     time.Duration // the membership's lease, as its last Join said (memberTick's own)
@@ -93,7 +99,7 @@ type leaseKeeper struct {
 
 // run returns this run's lease generation: its run on the wire, kept as
 // the routes' own run (routes.self), which the lower parts read. It
-// changes only when a gateway joins again as a new run (newRun).
+// changes only when the host joins again as a new run (newRun).
 func (lk *leaseKeeper) run() uint64 { return lk.h.routes.selfRun.Load() }
 
 // The lease gate (leaseGate): what every turn of an object reads of the
@@ -288,7 +294,7 @@ func (lk *leaseKeeper) storeSpacing() time.Duration {
 func (lk *leaseKeeper) leaseAnswer(a renewed[relocation.Lease], alone bool) error {
 	h := lk.h
 	if a.run != lk.run() {
-		// A gateway became a new run meanwhile (memberTick): this answer
+		// The host became a new run meanwhile (memberTick): this answer
 		// is about the old one. The next renewal is the new run's.
 		return nil
 	}
@@ -302,6 +308,7 @@ func (lk *leaseKeeper) leaseAnswer(a renewed[relocation.Lease], alone bool) erro
 		return &payload.Error{Kind: payload.Unavailable, Op: "actor.Host", Detail: "cannot renew the host lease", Err: a.err}
 	}
 	l := a.v
+	lk.betweenRuns.Store(false) // the store holds this run's lease: its rows name it
 	if l.Lapsed {
 		h.stats.lapses.Add(1)
 	}
@@ -416,7 +423,7 @@ func (lk *leaseKeeper) leaseTick(now time.Time) (over bool) {
 		return true // Close runs: it leaves the membership, and nothing is renewed
 	}
 	if lk.joining.Load() {
-		// A gateway's new run renews its lease once it joined the
+		// A new run renews its lease once it joined the
 		// membership (memberTick).
 		return h.life.lostErr.Load() != nil
 	}
@@ -468,8 +475,9 @@ func (lk *leaseKeeper) leaseAnswered(a renewed[relocation.Lease], alone bool) (o
 // delay it: after a database outage, the first calls on a pool's dead
 // connections fail while the membership's may already succeed). A
 // membership that refuses the renewal ended the run — it expired it, and
-// peers saw the host fail, or the run left: a gateway joins again as a new
-// run (newRun, joinAgain); any other host closes (endRun). It reports
+// peers saw the host fail, or the run left: a host that owns no object
+// joins again as a new run (newRun, joinAgain); one that owns objects
+// closes (endRun). It reports
 // whether the host's run is over.
 func (lk *leaseKeeper) memberTick(time.Time) (over bool) {
 	h := lk.h
@@ -511,7 +519,7 @@ func (lk *leaseKeeper) memberSpacing() time.Duration {
 func (lk *leaseKeeper) memberAnswered(a renewed[membership.Lease], _ bool) (over bool) {
 	h := lk.h
 	if a.run != lk.run() {
-		return h.life.lostErr.Load() != nil // about a gateway's old run: its new run renews its own
+		return h.life.lostErr.Load() != nil // about the host's old run: its new run renews its own
 	}
 	err := lk.judgeMembership(a.sent, a.err)
 	switch {
@@ -586,28 +594,32 @@ func (lk *leaseKeeper) judgeMembership(sent time.Time, err error) error {
 		sent.Sub(lk.memberRenewed).Round(time.Millisecond), time.Since(sent).Round(time.Millisecond), lk.memberTTL))
 }
 
-// takeNewRunLease takes the Location Store's lease for a gateway's new run
-// as soon as it joined, rather than at the renewer's next tick. The
-// answer is the renewer's to judge: its next renewal, under the new run,
-// finds the lease held.
+// takeNewRunLease takes the Location Store's lease for the host's new run
+// as soon as it joined, rather than at the renewer's next tick. Its
+// success ends betweenRuns (so does any renewal of the new run answered);
+// the rest of the answer is the renewer's to judge: its next renewal,
+// under the new run, finds the lease held.
 func (lk *leaseKeeper) takeNewRunLease() {
 	h := lk.h
 	ctx, cancel := h.life.storeContext()
 	defer cancel()
 	if _, err := h.store.RenewLease(ctx, h.name, lk.run(), lk.ttl); err != nil {
-		h.log.Warn("the gateway's new run cannot take its lease yet; its renewer asks again", "err", err)
+		h.log.Warn("the host's new run cannot take its lease yet; its renewer asks again", "err", err)
+		return
 	}
+	lk.betweenRuns.Store(false) // activations and moves in commit under the new run from now on
 }
 
-// mayRejoin reports whether the host whose run ended (why) joins again as
-// a new run rather than closing: a gateway — it owns no objects, so there
-// is nothing to fence — whose run the membership ended (its lease expired
-// while it was paused, or it was swept out). A newer run of its name (the
-// store's lease, or the membership's generation) is another process of
-// that name: the host closes.
+// mayRejoin reports whether the host whose run ended (why) may join again
+// as a new run rather than closing: its run was ended by the membership
+// (its lease expired while the host was paused or starved, or it was
+// swept out). Whether it does depends on what it owns (newRun: a host
+// with objects closes). A newer run of its name (the store's lease, or
+// the membership's generation) is another process of that name: the
+// host closes.
 func (lk *leaseKeeper) mayRejoin(why error) bool {
 	h := lk.h
-	if !h.cfg.Gateway || h.peers.tr == nil || errors.Is(why, payload.Rejected) {
+	if h.peers.tr == nil || errors.Is(why, payload.Rejected) {
 		return false
 	}
 	var ge *membership.GenerationError
@@ -617,8 +629,26 @@ func (lk *leaseKeeper) mayRejoin(why error) bool {
 	return errors.Is(why, membership.ErrLeaseExpired) || errors.Is(why, membership.ErrNotMember) || ge != nil
 }
 
-// newRun makes a gateway whose run the membership ended a new run of its
-// name (why: the membership's refusal). The old run's links close as a
+// newRun makes a host whose run the membership ended a new run of its
+// name (why: the membership's refusal), if it owns no object: a gateway,
+// or a node with none yet (one starved past its lease while it started)
+// or none left (drained). There is nothing to fence, so a stall is not
+// a death. A host that owns objects closes instead (Host.Err is
+// ErrLeaseLost, and a node exits): its peers saw it fail and take its
+// objects over, and its in-memory state of them is gone.
+//
+// An activation may race the count: its Reserve lands under the old run
+// (the store still holds the old run's lease), and its owner appears
+// after the count. So betweenRuns is set before the count, and after the
+// run changed the epoch grows and every owner is checked against the new
+// run (checkOwners), which drops one whose row names the old run. An
+// activation reads the epoch and then betweenRuns: one that read the
+// epoch before it grew is checked; one that read it after finds
+// betweenRuns set and does not reserve (router.activate; a move's commit
+// likewise) until the store holds the new run's lease, under which its
+// row names the new run.
+//
+// The old run's links close as a
 // crash's would — its peers saw it fail, and take nothing more from it —
 // and the new run attaches under a new generation, higher than every
 // earlier one; sends from this host wait for it (runLink). The messages
@@ -648,6 +678,12 @@ func (lk *leaseKeeper) newRun(why error) bool {
 		lk.endRun(why)
 		return false
 	}
+	lk.betweenRuns.Store(true)
+	if n := h.owners.count(); n > 0 {
+		h.life.mu.Unlock()
+		lk.endRun(errors.Join(why, fmt.Errorf("the host owns %d objects: its peers saw it fail, and take them over", n)))
+		return false
+	}
 	gen := max(uint64(time.Now().UnixNano()), lk.run()+1)
 	r, err := h.peers.tr.replace(func() (transport.Transport, error) {
 		t, err := h.peers.attachRun(gen, closedChan)
@@ -664,6 +700,14 @@ func (lk *leaseKeeper) newRun(why error) bool {
 		lk.endRun(errors.Join(why, fmt.Errorf("cannot attach as a new run: %w", err)))
 		return false
 	}
+	// An owner that appeared after the count is checked under the new
+	// run (see above).
+	h.gate.epoch.Add(1)
+	for _, kr := range h.owners.kinds {
+		for _, o := range kr.all() {
+			h.gate.request(o)
+		}
+	}
 	lk.joining.Store(true)
 	h.stats.rejoins.Add(1)
 	h.stats.lostOnRejoin.Add(int64(r.lost))
@@ -673,14 +717,14 @@ func (lk *leaseKeeper) newRun(why error) bool {
 	h.peers.dirMu.Unlock()
 	h.peers.tellDirectory()
 	h.peers.tr.current().sendAllAgain()
-	h.log.Warn("the membership ended this gateway's run (it was paused past its lease, and its peers saw it fail): it joins again as a new run; the messages its peers had not taken go to them again, and what cannot go again is lost with the old run (Stats.LostOnRejoin)",
+	h.log.Warn("the membership ended this host's run (it was paused or starved past its lease, and its peers saw it fail); it owns no object, so it joins again as a new run: the messages its peers had not taken go to them again, and what cannot go again is lost with the old run (Stats.LostOnRejoin)",
 		"why", why, "run", gen, "requests_ended", failed, "sent_again", r.again, "lost", r.lost)
 	return true
 }
 
 // joinAgain joins the membership as the new run newRun made, and reports
 // whether it did (a membership that cannot answer is asked again at the
-// next tick; the gateway stays in jeopardy meanwhile). A membership that
+// next tick; the host is not ready meanwhile). A membership that
 // names another live run of the name, or a newer one, is a fact: the host
 // closes (endRun). It joins under
 // life.mu, on a running host only: a Close that began leaves the
@@ -704,7 +748,7 @@ func (lk *leaseKeeper) joinAgain() bool {
 			lk.endRun(errors.Join(errRunEnded, err))
 			return false
 		}
-		h.log.Warn("the gateway's new run cannot join the membership yet; asking again", "err", err)
+		h.log.Warn("the host's new run cannot join the membership yet; asking again", "err", err)
 		return false
 	}
 	lk.memberRenewed, lk.memberTTL = sent, ml.TTL

@@ -572,7 +572,16 @@ func (d *moveDriver) advance(in relocation.Input) {
 		d.storeLane.add(func() {
 			ctx, cancel := d.h.life.storeContext()
 			epoch := d.h.gate.epoch.Load() // as an activation's (router.activate)
-			row, err := d.h.store.NewOwner(ctx, op.Object, op.Expect, op.NewHost)
+			var row relocation.Row
+			var err error
+			if d.h.lease.betweenRuns.Load() {
+				// The host is becoming a new run (leaseKeeper.newRun): the
+				// commit waits for the new run's lease, asked again at the
+				// next tick as a store that did not answer.
+				err = payload.NewError(payload.Unavailable, "actor", "the host is joining the cluster again as a new run")
+			} else {
+				row, err = d.h.store.NewOwner(ctx, op.Object, op.Expect, op.NewHost)
+			}
 			cancel()
 			d.lane.tryHere(func() {
 				d.epoch = epoch

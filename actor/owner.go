@@ -534,6 +534,21 @@ func (kr *kindRuntime) shard(id string) *ownerShard {
 	return &kr.shards[maphash.String(kr.host.owners.seed, id)%uint64(len(kr.shards))]
 }
 
+// count returns how many objects of every kind have an owner on this
+// host, those passivating included (their rows may still name this run).
+func (ot *ownerTable) count() int {
+	n := 0
+	for _, kr := range ot.kinds {
+		for i := range kr.shards {
+			sh := &kr.shards[i]
+			sh.mu.RLock()
+			n += len(sh.m) + len(sh.passivating)
+			sh.mu.RUnlock()
+		}
+	}
+	return n
+}
+
 // all returns a snapshot of the kind's owners.
 func (kr *kindRuntime) all() []*owner {
 	var out []*owner

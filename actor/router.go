@@ -246,6 +246,11 @@ func (rt *router) activate(kr *kindRuntime, id string, takeover bool) (place, er
 	// installed, the row may be another host's by then, and the owner's
 	// first turn waits for a check (lease.go).
 	epoch := h.gate.epoch.Load()
+	if h.lease.betweenRuns.Load() { // after the epoch (leaseKeeper.newRun)
+		// Placed again later, as when the store cannot answer (errStoreAway).
+		return place{}, &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: "cannot activate " + obj.String(),
+			Err: fmt.Errorf("%w: the host is joining the cluster again as a new run", errStoreAway)}
+	}
 	row, err := h.store.Reserve(ctx, obj, h.name)
 	if err == nil {
 		row, err = h.store.Commit(ctx, obj, row.Ownership)

@@ -69,12 +69,12 @@
 //	berth_lease_jeopardy_seconds_total{host}       time the host spent in jeopardy, the current spell included
 //	berth_lease_renewal_seconds{lease}             histogram: a lease renewal's call time (lease: store or membership)
 //	berth_lease_renewal_failures_total{lease}      lease renewals whose call failed
-//	berth_gateway_rejoins_total{host}              times a gateway joined again as a new run after the membership ended its run
-//	berth_gateway_lost_on_rejoin_total{host}       what the old run's links had not delivered then and was not sent again: lost
-//	berth_gateway_sent_again_total{host}           messages the old run's links had not seen taken, sent again by the new run
+//	berth_rejoins_total{host}                      times the host (owning no object) joined again as a new run after the membership ended its run
+//	berth_lost_on_rejoin_total{host}               what the old run's links had not delivered then and was not sent again: lost
+//	berth_sent_again_total{host}                   messages the old run's links had not seen taken, sent again by the new run
 //	berth_lease_lapses_total{host}                 renewals that found the host's lease lapsed in the store
 //	berth_lease_ownership_checks_total{host}       checks of the host's objects' ownership after a lapse
-//	berth_objects_taken_over_total{host}           objects other hosts took over during a lapse, dropped here
+//	berth_objects_taken_over_total{host}           objects a check found no longer this run's, dropped here
 //	berth_drain_state_dropped_total{host}          objects whose state moves that a drain deactivated: no host took them (their state ended)
 //
 // A pgbridge.Broker's series (berth_pgbridge_…: claimed and settled rows,

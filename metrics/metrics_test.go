@@ -61,9 +61,9 @@ var hostSeries = []string{
 	"berth_payload_views_total",
 	"berth_held_out_of_order",
 	"berth_waiting_to_route",
-	"berth_gateway_rejoins_total",
-	"berth_gateway_lost_on_rejoin_total",
-	"berth_gateway_sent_again_total",
+	"berth_rejoins_total",
+	"berth_lost_on_rejoin_total",
+	"berth_sent_again_total",
 	"berth_order_repeats_dropped_total",
 	"berth_order_skips_lost_total",
 	"berth_order_gaps_closed_total",
@@ -348,15 +348,15 @@ berth_payload_full_copy_bytes_total{host="a"} 600
 # HELP berth_payload_views_total Zero-copy views of payload bytes handed out.
 # TYPE berth_payload_views_total counter
 berth_payload_views_total{host="a"} 70
-# HELP berth_gateway_rejoins_total Times this gateway joined again as a new run after the membership ended its run (it was paused past its lease).
-# TYPE berth_gateway_rejoins_total counter
-berth_gateway_rejoins_total{host="a"} 45
-# HELP berth_gateway_lost_on_rejoin_total Items the old run's links had not delivered when this gateway joined again as a new run that were not sent again: lost with that run.
-# TYPE berth_gateway_lost_on_rejoin_total counter
-berth_gateway_lost_on_rejoin_total{host="a"} 46
-# HELP berth_gateway_sent_again_total Messages the old run's links had not seen taken when this gateway joined again, sent again by the new run.
-# TYPE berth_gateway_sent_again_total counter
-berth_gateway_sent_again_total{host="a"} 47
+# HELP berth_rejoins_total Times this host joined again as a new run after the membership ended its run while it owned no object (a gateway, or a node paused or starved past its lease while it held none).
+# TYPE berth_rejoins_total counter
+berth_rejoins_total{host="a"} 45
+# HELP berth_lost_on_rejoin_total Items the old run's links had not delivered when this host joined again as a new run that were not sent again: lost with that run.
+# TYPE berth_lost_on_rejoin_total counter
+berth_lost_on_rejoin_total{host="a"} 46
+# HELP berth_sent_again_total Messages the old run's links had not seen taken when this host joined again, sent again by the new run.
+# TYPE berth_sent_again_total counter
+berth_sent_again_total{host="a"} 47
 # HELP berth_held_out_of_order Messages held because an older message of their sending host has not arrived yet.
 # TYPE berth_held_out_of_order gauge
 berth_held_out_of_order{host="a"} 12

@@ -259,7 +259,9 @@ func (n *Node) Done() <-chan struct{} { return n.host.Done() }
 
 // Err is why the host closed itself: nil while it runs and after a
 // graceful stop; an error wrapping actor.ErrLeaseLost when the membership
-// ended its run (its lease ran out: its objects may run elsewhere by now).
+// ended its run while it owned objects (its lease ran out: its objects may
+// run elsewhere by now). A node that owned none joins again as a new run
+// instead and goes on.
 func (n *Node) Err() error { return n.host.Err() }
 
 // Stop stops the node gracefully: /readyz answers 503 at once, its
