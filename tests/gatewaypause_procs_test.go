@@ -114,6 +114,96 @@ func TestAGatewayPausedPastItsLeaseJoinsAgainAsANewRun(t *testing.T) {
 	}
 }
 
+// TestANodeWithNoObjectPausedPastItsLeaseJoinsAgainAsANewRun: two node
+// processes hold 40 objects under traffic; a third node joins after them
+// and is given none. It is stopped (SIGSTOP) until the membership has
+// ended its run, then resumed. It owns nothing to fence, so it does not
+// exit (a node that owned objects would): it joins again as a new run,
+// an object first sent to from it activates on it, and every accepted message of
+// the others' senders ran once and in order.
+func TestANodeWithNoObjectPausedPastItsLeaseJoinsAgainAsANewRun(t *testing.T) {
+	const objects = 40
+	db := pgtestNew(t)
+	_, members, closePG := openPostgres(t, db)
+	t.Cleanup(closePG)
+	nodes := []*child{
+		startChild(t, "node", "n1", "BERTH_CHILD_NAME=n1", "BERTH_CHILD_DB="+db),
+		startChild(t, "node", "n2", "BERTH_CHILD_NAME=n2", "BERTH_CHILD_DB="+db),
+	}
+	for _, n := range nodes {
+		n.waitPeers(t, 1)
+	}
+	for i := range objects {
+		nodes[i%len(nodes)].must(t, "read "+strconv.Itoa(i))
+	}
+	n3 := startChild(t, "node", "n3", "BERTH_CHILD_NAME=n3", "BERTH_CHILD_DB="+db)
+	n3.waitPeers(t, 2)
+	for _, n := range nodes {
+		n.waitPeers(t, 2)
+	}
+	seed := loadSeed(t)
+	for i, n := range nodes {
+		n.must(t, fmt.Sprintf("load %d 2 8 %d 100", objects, seed+int64(i)))
+	}
+	if st := decode[actor.Stats](t, n3.must(t, "stats")); st.OwnersActive != 0 {
+		t.Fatalf("n3 owns %d objects before its pause, want 0 (they were placed before it joined)", st.OwnersActive)
+	}
+	listed := func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ms, err := members.Members(ctx)
+		if err != nil {
+			return true // not known: ask again
+		}
+		for _, m := range ms {
+			if m.Name == "n3" {
+				return true
+			}
+		}
+		return false
+	}
+	if err := n3.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	testutil.WaitForWithin(t, "the membership to end the stopped node's run", time.Minute, func() bool { return !listed() })
+	if err := n3.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	resumed := time.Now()
+	testutil.WaitForWithin(t, "n3 to join again as a new run", time.Minute, func() bool {
+		select {
+		case <-n3.done:
+			t.Fatalf("n3 exited after it was resumed (%v); its log:\n%s", n3.cmd.ProcessState, tailString(n3.stderr(), 4000))
+		default:
+		}
+		return decode[actor.Stats](t, n3.must(t, "stats")).Rejoins == 1 && listed()
+	})
+	t.Logf("MEASURED n3 was stopped %v (until the membership ended its run); it joined again as a new run %v after it was resumed",
+		resumed.Sub(stopped).Round(time.Millisecond), time.Since(resumed).Round(time.Millisecond))
+	// An object sent to first from n3 activates there (PlaceLocal),
+	// under its new run, and answers from the other nodes.
+	n3.must(t, "read "+strconv.Itoa(objects))
+	if st := decode[actor.Stats](t, n3.must(t, "stats")); st.OwnersActive != 1 {
+		t.Fatalf("n3 owns %d objects after it activated one, want 1", st.OwnersActive)
+	}
+	nodes[0].must(t, "read "+strconv.Itoa(objects))
+	for _, n := range nodes {
+		n.must(t, "mark")
+	}
+	time.Sleep(time.Second) // traffic after the rejoin
+	reports := loadReports(t, nodes...)
+	if !checkObjects(t, objects, reports, nodes...) {
+		return
+	}
+	if st := decode[actor.Stats](t, n3.must(t, "stats")); st.Rejoins != 1 {
+		t.Fatalf("n3 joined again %d times, want 1", st.Rejoins)
+	}
+	for _, n := range append(nodes, n3) {
+		n.stop(t)
+	}
+}
+
 // repeatsOf returns how many messages sent again the nodes dropped as
 // repeats.
 func repeatsOf(t *testing.T, nodes []*child) int64 {
