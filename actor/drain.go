@@ -147,12 +147,14 @@ func (dr *drainer) drain(ctx context.Context, op string) error {
 				Detail: "no other host serves kind " + name + ": its objects have nowhere to go (the host keeps serving)", Err: ErrNowhereToDrain}
 		}
 		if dr.state.CompareAndSwap(int32(Serving), int32(Relocating)) {
+			h.events.addSelf(EventDrainStarted, h.lease.run(), h.owners.count(), "")
 			dr.draining.Store(true)
 			h.peers.setMemberState(membership.Draining) // peers place no new objects here
 		}
 		for round := 0; round < 5; round++ {
 			n, err := dr.drainRoundUntil(ctx, op)
 			if err != nil {
+				h.events.addSelf(EventDrainEnded, h.lease.run(), h.owners.count(), err.Error())
 				return err
 			}
 			if n == 0 {
@@ -160,8 +162,11 @@ func (dr *drainer) drain(ctx context.Context, op string) error {
 			}
 		}
 		if ctx.Err() != nil {
-			return dr.cutShort(ctx, op)
+			err := dr.cutShort(ctx, op)
+			h.events.addSelf(EventDrainEnded, h.lease.run(), h.owners.count(), err.Error())
+			return err
 		}
+		h.events.addSelf(EventDrainEnded, h.lease.run(), h.owners.count(), "")
 		dr.state.Store(int32(Relocated))
 	}
 	dr.state.Store(int32(Draining))

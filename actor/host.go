@@ -66,6 +66,7 @@ type Host struct {
 	suspects suspicions    // failure suspicions from the links, checked against the Location Store (suspect.go)
 	peerLogs peerLogs      // rate limits of the lines peers' input causes (peerlog.go)
 	tallies  *tallies      // lines that sum bursts of per-object events (peerlog.go)
+	events   eventLog      // what happened to the cluster as this host saw it (events.go)
 	metrics  metricsServer // the /metrics server, if Config.MetricsAddr is set
 
 	// afterRelease, set by tests only, runs after held messages are
@@ -147,6 +148,7 @@ func NewHost(cfg Config) (*Host, error) {
 		workers: workerPool{handoff: make(chan func()), stop: make(chan struct{})},
 		drainer: drainer{stopTurn: make(chan struct{}, 1)},
 		tallies: newTallies(),
+		events:  eventLog{self: cfg.Name},
 	}
 	h.life.close = h.Close
 	h.owners.handOn = h.router.handOn
@@ -320,6 +322,10 @@ func (h *Host) startServices() {
 		h.router.orderJobs(tick)
 		h.admit.deferredJobs(tick)
 		h.peers.peerJobs(tick)
+		tick.every("record the event log's bursts", eventFlushEvery, func(time.Time) bool {
+			h.events.flush()
+			return false
+		})
 		h.moves.moveJobs(tick)
 		h.svc.startSchedule(tick)
 		again := &schedule{name: "route again"}
@@ -702,6 +708,7 @@ func (h *Host) Close() error {
 	h.life.mu.Unlock()
 	defer close(h.life.closed)
 	defer h.tallies.flush() // what the close itself added too
+	defer h.events.flush()
 
 	// Handlers' sends waiting for a leaving host end first: from now on
 	// none defers itself, and those counted here end once, whether here or
@@ -1014,6 +1021,32 @@ func (m minLevel) WithAttrs(a []slog.Attr) slog.Handler {
 }
 func (m minLevel) WithGroup(g string) slog.Handler { return minLevel{m.Handler.WithGroup(g), m.min} }
 
+// noteMemberEvent records in the event log what a membership event
+// applied to the view says: a join, a drain, a leave that handed its
+// work on, and the runs that failed.
+func (h *Host) noteMemberEvent(ev membership.Event, failed []peerRun) {
+	switch {
+	case ev.Type == membership.Joined:
+		h.events.add(EventJoined, ev.Member.Name, ev.Member.LeaseGen, 0, "")
+	case ev.Type == membership.StateChanged && ev.Member.State == membership.Draining:
+		h.events.add(EventDraining, ev.Member.Name, ev.Member.LeaseGen, 0, "")
+	case ev.Type == membership.Left && len(failed) == 0:
+		h.events.add(EventLeft, ev.Member.Name, ev.Member.LeaseGen, 0, "")
+	}
+	for _, r := range failed {
+		how := "its lease expired in the membership"
+		switch ev.Type {
+		case membership.Left:
+			how = "it left without handing its work on"
+		case membership.Sync:
+			how = "the membership no longer lists this run"
+		case membership.Joined, membership.StateChanged:
+			how = "a new run of its name joined"
+		}
+		h.events.add(EventFailed, r.name, r.run, 0, how)
+	}
+}
+
 // watchMembers keeps the view up to date from the membership watch until
 // the watch ends (the host closes).
 // It also applies the runs a suspicion showed dead (suspect.go) as the
@@ -1035,7 +1068,9 @@ func (h *Host) watchMembers(ch <-chan membership.Event) {
 			h.peers.view.markDead(m.Name, m.LeaseGen)
 			ev = confirmedExpiry(m)
 		}
-		for _, r := range h.peers.view.apply(ev) {
+		failed := h.peers.view.apply(ev)
+		h.noteMemberEvent(ev, failed)
+		for _, r := range failed {
 			if r.name != h.name {
 				// The requests handed to the failed run end now, not
 				// at their deadlines (the view already shows the run

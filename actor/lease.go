@@ -445,6 +445,7 @@ func (lk *leaseKeeper) noteJeopardy(now time.Time) {
 	lk.jeopardy = now
 	lk.h.stats.jeopardies.Add(1)
 	lk.h.stats.jeopardyTime.begin(now)
+	lk.h.events.addSelf(EventJeopardy, lk.run(), 0, "")
 	lk.h.log.Warn("the host's lease ran out before a renewal was answered: jeopardy — its objects run no turn, and keep what arrives, until the Location Store answers",
 		"deadline", lk.local.Deadline())
 }
@@ -464,6 +465,7 @@ func (lk *leaseKeeper) leaseAnswered(a renewed[relocation.Lease], alone bool) (o
 		h.log.Warn("lease renewal failed; the host goes on while its lease lasts", "err", err, "left", lk.local.Remaining(time.Now()))
 	case err == nil && !lk.jeopardy.IsZero() && lk.local.Valid(time.Now()):
 		h.log.Warn("the lease is live again: the host's objects run again", "jeopardy", time.Since(lk.jeopardy).Round(time.Millisecond))
+		h.events.addSelf(EventResumed, lk.run(), 0, "in jeopardy "+time.Since(lk.jeopardy).Round(time.Millisecond).String())
 		lk.jeopardy = time.Time{}
 		h.stats.jeopardyTime.end(time.Now())
 	}
@@ -710,6 +712,7 @@ func (lk *leaseKeeper) newRun(why error) bool {
 	}
 	lk.joining.Store(true)
 	h.stats.rejoins.Add(1)
+	h.events.addSelf(EventRejoined, gen, 0, "the membership had ended its run: "+why.Error())
 	h.stats.lostOnRejoin.Add(int64(r.lost))
 	failed := h.requests.failHanded(ErrRejoined, r.asks)
 	h.peers.dirMu.Lock()
@@ -767,6 +770,7 @@ func (lk *leaseKeeper) endRun(why error) {
 		return // the other renewer found the run over first
 	}
 	h.log.Error("the host's run is over: another run of its name holds the lease, or the membership ended this run; closing the host", "err", why)
+	h.events.addSelf(EventRunEnded, lk.run(), 0, why.Error())
 	h.gate.publish(1) // no turn starts from now on
 	go h.life.close() // not here: Close waits for this goroutine
 }

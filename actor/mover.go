@@ -1138,6 +1138,7 @@ func (d *moveDriver) restore(rec relocation.MoveRecord) error {
 // host the object left recently learns where it went.
 func (d *moveDriver) open(a relocation.OpenQueue) {
 	h, o := d.h, d.o
+	h.events.count(EventMovedIn, d.peer, 1)
 	o.row = a.Owner
 	o.epoch.Store(d.epoch)
 	var captured, unchecked []*mailbox.Envelope

@@ -195,6 +195,10 @@ func (rt *router) resolve(kr *kindRuntime, id string, mode lookupMode) (place, e
 	// (which has no owner for it): its owner crashed (or was this host's
 	// previous run), and an activation takes the object over.
 	takeover := err == nil && row.State != relocation.Preserved
+	var crashed string // the owner it takes over from
+	if takeover {
+		crashed = row.Host
+	}
 	if h.cfg.Gateway {
 		// Never here: the kind's placement among the hosts that serve it.
 		other := rt.placeNew(kr.spec, id)
@@ -223,7 +227,7 @@ func (rt *router) resolve(kr *kindRuntime, id string, mode lookupMode) (place, e
 	// The activation itself is one flight per object on this host, whatever
 	// the look-ups' modes: two of them (a local send and a message off a
 	// link) must not both reserve and commit.
-	v, err, _ := rt.lookups.Do(kr.spec.name+"\x00"+id+"\x00activate", func() (any, error) { return rt.activate(kr, id, takeover) })
+	v, err, _ := rt.lookups.Do(kr.spec.name+"\x00"+id+"\x00activate", func() (any, error) { return rt.activate(kr, id, crashed) })
 	if err != nil {
 		return place{}, err
 	}
@@ -232,9 +236,9 @@ func (rt *router) resolve(kr *kindRuntime, id string, mode lookupMode) (place, e
 
 // activate reserves and commits object id for this host in the store and
 // installs its owner; if another live host owns it, it returns that host.
-// takeover: its row named a crashed owner (its gaps are messages that
-// died with it: TakeoverGapTimeout).
-func (rt *router) activate(kr *kindRuntime, id string, takeover bool) (place, error) {
+// crashed: the owner its row named, which crashed (its gaps are messages
+// that died with it: TakeoverGapTimeout); "" if none.
+func (rt *router) activate(kr *kindRuntime, id string, crashed string) (place, error) {
 	h := kr.host
 	if o := kr.local(id); o != nil {
 		return place{o: o}, nil // a flight that ended just before this one
@@ -279,7 +283,8 @@ func (rt *router) activate(kr *kindRuntime, id string, takeover bool) (place, er
 	o.row = row.Ownership
 	o.epoch.Store(epoch)
 	o.prev = sh.passivating[id]
-	if takeover {
+	if crashed != "" {
+		h.events.count(EventTookOver, crashed, 1)
 		// The crashed owner is a failure fact for this object (not yet
 		// published: no lock needed).
 		o.inbox.TakenOver(nanotime(), h.gaps.factWindow(), int64(h.cfg.TakeoverGapTimeout))
