@@ -12,6 +12,8 @@
 //	GET  locate/{kind}/{id}    where an object lives (actor.Host.Locate)
 //	GET  stats                 this host's counters (actor.Host.Stats: moves under way among them), drain state, recent move pauses
 //	GET  moves?after=          the last moves this host was the source of, oldest first (actor.Host.RecentMoves): after a Seq, only newer ones
+//	GET  events?after=         the host's event log, oldest first (actor.Host.Events): members joined, draining, left, failed;
+//	                           its jeopardy, new run, drains; objects taken over and moved in. After a Seq, only newer ones
 //	POST move/{kind}/{id}?to=  move an object to a host (actor.Host.Relocate): Options.AllowWrites
 //	POST drain                 drain this host (actor.Host.Drain), then it stops: Options.AllowWrites;
 //	                           the drain goes on if the asker leaves; the answer comes when it ends
@@ -85,6 +87,7 @@ func New(o Options) (http.Handler, error) {
 	mux.HandleFunc("GET /admin/v1/locate/{kind}/{id}", a.locate)
 	mux.HandleFunc("GET /admin/v1/stats", a.stats)
 	mux.HandleFunc("GET /admin/v1/moves", a.moves)
+	mux.HandleFunc("GET /admin/v1/events", a.events)
 	mux.HandleFunc("POST /admin/v1/move/{kind}/{id}", a.write(a.move))
 	mux.HandleFunc("POST /admin/v1/drain", a.write(a.drain))
 	return a.auth(mux), nil
@@ -282,17 +285,46 @@ func (a *api) stats(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (a *api) moves(w http.ResponseWriter, r *http.Request) {
-	var after uint64
-	if v := r.URL.Query().Get("after"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			writeErr(w, payload.NewError(payload.InvalidOperation, "admin", "moves?after= takes a move's seq, not "+strconv.Quote(v)))
-			return
-		}
-		after = n
+	after, ok := afterParam(w, r, "moves", "a move's seq")
+	if !ok {
+		return
 	}
 	h := a.o.Host
 	writeJSON(w, http.StatusOK, Moves{Host: h.Name(), Moves: movesOf(h.RecentMoves(after))})
+}
+
+// Events is the events route's answer.
+type Events struct {
+	Host   string        `json:"host"`
+	Events []actor.Event `json:"events"` // oldest first
+}
+
+func (a *api) events(w http.ResponseWriter, r *http.Request) {
+	after, ok := afterParam(w, r, "events", "an event's seq")
+	if !ok {
+		return
+	}
+	h := a.o.Host
+	es := h.Events(after)
+	if es == nil {
+		es = []actor.Event{}
+	}
+	writeJSON(w, http.StatusOK, Events{Host: h.Name(), Events: es})
+}
+
+// afterParam reads the ?after= of route (what: what it numbers); a bad
+// one is answered InvalidOperation and ok is false.
+func afterParam(w http.ResponseWriter, r *http.Request, route, what string) (after uint64, ok bool) {
+	v := r.URL.Query().Get("after")
+	if v == "" {
+		return 0, true
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		writeErr(w, payload.NewError(payload.InvalidOperation, "admin", route+"?after= takes "+what+", not "+strconv.Quote(v)))
+		return 0, false
+	}
+	return n, true
 }
 
 func (a *api) move(w http.ResponseWriter, r *http.Request) {

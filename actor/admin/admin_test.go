@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -105,7 +106,7 @@ func TestEveryRouteNeedsTheAdminCredential(t *testing.T) {
 	a, _, _, srv := cluster(t, true)
 	for _, r := range []struct{ method, path string }{
 		{"GET", "/admin/v1/members"}, {"GET", "/admin/v1/objects"}, {"GET", "/admin/v1/locate/counter/1"},
-		{"GET", "/admin/v1/stats"}, {"GET", "/admin/v1/moves"}, {"POST", "/admin/v1/move/counter/1?to=b"}, {"POST", "/admin/v1/drain"},
+		{"GET", "/admin/v1/stats"}, {"GET", "/admin/v1/moves"}, {"GET", "/admin/v1/events"}, {"POST", "/admin/v1/move/counter/1?to=b"}, {"POST", "/admin/v1/drain"},
 	} {
 		for _, cred := range []string{"", "wrong-token-of-enough-bytes", token + "x"} {
 			var e admin.Error
@@ -232,6 +233,63 @@ func TestTheMovesRouteListsTheMovesFromThisHost(t *testing.T) {
 	var e admin.Error
 	if code := call(t, srv, "GET", "/admin/v1/moves?after=x", token, &e); code != http.StatusBadRequest || e.Kind != "invalid operation" {
 		t.Fatalf("moves?after=x: %d %+v; want 400", code, e)
+	}
+}
+
+// The events route lists the host's event log, oldest first, and after a
+// seq only the newer events: here b's join as a saw it, and objects
+// moved in from b.
+func TestTheEventsRouteListsTheHostsEventLog(t *testing.T) {
+	_, b, _, srv := cluster(t, false)
+	var es admin.Events
+	if code := call(t, srv, "GET", "/admin/v1/events", token, &es); code != http.StatusOK || es.Host != "a" || es.Events == nil {
+		t.Fatalf("events: %d %+v", code, es)
+	}
+	joined := slices.IndexFunc(es.Events, func(e actor.Event) bool { return e.Kind == actor.EventJoined && e.Host == "b" })
+	if joined < 0 {
+		t.Fatalf("events: %+v; want b's join", es.Events)
+	}
+	last := es.Events[len(es.Events)-1].Seq
+	moved := 0
+	for i := 0; moved < 3; i++ {
+		ref := actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)}
+		if _, err := actor.Ask[counter.Read, counter.Counter](bg, b, ref, counter.Read{}); err != nil {
+			t.Fatal(err)
+		}
+		if loc, _ := b.Locate(bg, ref); loc.Host == "b" {
+			if err := b.Relocate(bg, ref, "a"); err != nil {
+				t.Fatal(err)
+			}
+			moved++
+		}
+	}
+	var newer admin.Events
+	deadline := time.Now().Add(time.Minute)
+	for {
+		newer = admin.Events{}
+		if code := call(t, srv, "GET", "/admin/v1/events?after="+strconv.FormatUint(last, 10), token, &newer); code != http.StatusOK {
+			t.Fatalf("events?after=%d: %d", last, code)
+		}
+		n := 0
+		for _, e := range newer.Events {
+			if e.Seq <= last {
+				t.Fatalf("events?after=%d lists event %d", last, e.Seq)
+			}
+			if e.Kind == actor.EventMovedIn && e.Host == "b" {
+				n += e.Count
+			}
+		}
+		if n == moved {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("events?after=%d: %+v; want %d objects moved in from b", last, newer.Events, moved)
+		}
+		time.Sleep(50 * time.Millisecond) // the log counts a burst once a second: ask again
+	}
+	var e admin.Error
+	if code := call(t, srv, "GET", "/admin/v1/events?after=-1", token, &e); code != http.StatusBadRequest || e.Kind != "invalid operation" {
+		t.Fatalf("events?after=-1: %d %+v; want 400", code, e)
 	}
 }
 

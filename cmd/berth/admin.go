@@ -17,6 +17,7 @@ package main
 //	stats                the node's counters, one row each
 //	locate KIND/ID       where an object lives
 //	moves                the last moves the node was the source of, oldest first
+//	events [-f] [-every D] the node's event log, oldest first (-f: then follow it, asking every D)
 //	move KIND/ID NODE    move an object to NODE (the node needs -admin-write)
 //	drain [NODE]         drain the node at -addr, which must be NODE (default $BERTH_NAME: in a
 //	                     node's own container, as a Kubernetes preStop hook) (-admin-write);
@@ -41,6 +42,7 @@ import (
 	"os"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -104,7 +106,7 @@ func adminMain(ctx context.Context, args []string, getenv func(string) string, s
 	timeout := fs.Duration("timeout", 30*time.Second, "how long one request may take (move and drain may take long)")
 	output := fs.String("o", "table", "output: table (for people), or json (the API's answer, indented; top: one object per line per sample)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: berth admin [flags] members|objects|top|stats|locate KIND/ID|moves|move KIND/ID NODE|drain [NODE]")
+		fmt.Fprintln(stderr, "usage: berth admin [flags] members|objects|top|stats|locate KIND/ID|moves|events [-f]|move KIND/ID NODE|drain [NODE]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -336,6 +338,65 @@ func runAdmin(ctx context.Context, c *adminClient, args []string, getenv func(st
 				outcome += ": " + m.Reason
 			}
 			fmt.Fprintf(tw, "%d\t%s\t%s/%s\t%s\t%s\t%s\t%s\n", m.Seq, m.Ended.Local().Format("15:04:05.000"), m.Kind, m.ID, m.From, m.To, pause, outcome)
+		}
+	case "events":
+		fs := flag.NewFlagSet("events", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		follow := fs.Bool("f", false, "")
+		every := fs.Duration("every", 500*time.Millisecond, "")
+		if err := fs.Parse(rest); err != nil || fs.NArg() > 0 || *every <= 0 {
+			return usageError("events takes [-f] [-every D]")
+		}
+		var after uint64
+		for first := true; ; first = false {
+			if !first {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(*every):
+				}
+			}
+			var es admin.Events
+			if err := c.do(ctx, "GET", fmt.Sprintf("/admin/v1/events?after=%d", after), &es); err != nil {
+				if !first && ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			if len(es.Events) > 0 {
+				if es.Events[0].Seq > after+1 && !first {
+					fmt.Fprintf(w, "(%d events not shown: the node keeps only its newest)\n", es.Events[0].Seq-after-1)
+				}
+				after = es.Events[len(es.Events)-1].Seq
+			}
+			if asJSON {
+				if *follow {
+					for _, e := range es.Events { // one object per line
+						line, err := json.Marshal(e)
+						if err != nil {
+							return err
+						}
+						fmt.Fprintf(w, "%s\n", line)
+					}
+				} else if err := printJSON(es); err != nil {
+					return err
+				}
+			} else {
+				if first {
+					fmt.Fprintln(tw, "SEQ\tTIME\tEVENT\tHOST\tCOUNT\tDETAIL")
+				}
+				for _, e := range es.Events {
+					count := ""
+					if e.Count != 0 {
+						count = strconv.Itoa(e.Count)
+					}
+					fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", e.Seq, e.Time.Local().Format("15:04:05.000"), e.Kind, e.Host, count, e.Detail)
+				}
+				tw.Flush()
+			}
+			if !*follow {
+				return nil
+			}
 		}
 	case "move":
 		if err := need(2, "KIND/ID NODE"); err != nil {

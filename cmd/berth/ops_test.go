@@ -21,6 +21,7 @@ import (
 	"github.com/berthrt/berth/actor/admin"
 	"github.com/berthrt/berth/examples/counter"
 	"github.com/berthrt/berth/internal/pgtest"
+	"github.com/berthrt/berth/internal/testutil"
 	"github.com/berthrt/berth/node"
 	"github.com/berthrt/berth/pgstore"
 	"github.com/berthrt/berth/relocation"
@@ -427,6 +428,36 @@ func TestBerthAdminSeesAndSteersAClusterOfNodes(t *testing.T) {
 	}
 	if c := n1.cmd.ProcessState.ExitCode(); c != node.ExitOK {
 		t.Fatalf("node-1 exited %d after its drain, want 0:\n%s", c, n1.stderr())
+	}
+	// node-2's event log tells of node-1's drain: it began, node-2
+	// received its objects (counted: node-1 held onN1 and the one moved
+	// to it), and node-1 left — no failure.
+	testutil.WaitForWithin(t, "node-2's events to tell node-1's drain", time.Minute, func() bool {
+		var es admin.Events
+		code, out, errOut := adminRun(t, n2, ca, cred, "-o", "json", "events")
+		if err := json.Unmarshal([]byte(out), &es); code != 0 || err != nil {
+			t.Fatalf("-o json events: %d %q %q (%v)", code, out, errOut, err)
+		}
+		in, draining, left := 0, false, false
+		for _, e := range es.Events {
+			switch {
+			case e.Host != "node-1":
+			case e.Kind == actor.EventMovedIn:
+				in += e.Count
+			case e.Kind == actor.EventDraining:
+				draining = true
+			case e.Kind == actor.EventLeft:
+				left = true
+			case e.Kind == actor.EventFailed:
+				t.Fatalf("node-2's events name node-1 failed after a drain: %+v", e)
+			}
+		}
+		return in == len(onN1)+1 && draining && left
+	})
+	code, out, errOut = adminRun(t, n2, ca, cred, "events")
+	if code != 0 || !regexp.MustCompile(`(?m)^\d+\s+\S+\s+moved-in\s+node-1\s+\d+\s*$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^\d+\s+\S+\s+left\s+node-1\s*$`).MatchString(out) {
+		t.Fatalf("events at node-2: %d %q %q", code, out, errOut)
 	}
 	for i := range objects {
 		ref := actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)}
