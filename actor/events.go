@@ -37,6 +37,13 @@ const (
 	// lease) or it left without draining. Its objects are taken over by
 	// the hosts their next messages reach. Detail says how it was seen.
 	EventFailed EventKind = "failed"
+	// EventUnreachable: this host's link to Event.Host broke; it checks
+	// the host's lease in the Location Store (a crash is confirmed when
+	// the lease runs out: EventFailed).
+	EventUnreachable EventKind = "unreachable"
+	// EventReachable: the link to Event.Host, unreachable before, is up
+	// again.
+	EventReachable EventKind = "reachable"
 	// EventTookOver: this host took over Event.Count objects whose owner,
 	// Event.Host, had failed (one event per second of a burst).
 	EventTookOver EventKind = "took-over"

@@ -109,9 +109,13 @@ func (s *suspicions) check(m membership.Member) {
 		s.mu.Unlock()
 	}()
 	h.stats.suspicions.Add(1)
+	h.events.add(EventUnreachable, m.Name, m.LeaseGen, 0, "its link broke: its lease is checked in the Location Store")
 	ctx := h.life.ctx
 	for {
 		if !s.stillSuspect(m) {
+			if s.linkUp(m) {
+				h.events.add(EventReachable, m.Name, m.LeaseGen, 0, "its link is up again")
+			}
 			return
 		}
 		wait, dead := s.leaseGone(m)
@@ -144,6 +148,19 @@ func (s *suspicions) stillSuspect(m membership.Member) bool {
 	defer v.mu.RUnlock()
 	p := v.links[m.Name]
 	return p != nil && p.down && !p.leaving && !p.gone
+}
+
+// linkUp reports whether m's run is still a member whose link is up.
+func (s *suspicions) linkUp(m membership.Member) bool {
+	v := &s.h.peers.view
+	cur, ok := v.member(m.Name)
+	if !ok || cur.LeaseGen != m.LeaseGen {
+		return false
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	p := v.links[m.Name]
+	return p != nil && !p.down
 }
 
 // leaseGone asks the Location Store for m's lease: dead when the store

@@ -53,8 +53,19 @@ type Snapshot struct {
 	// last 256 (actor.Host.RecentMoves keeps no more; a drain may end
 	// more between two snapshots). A stream's first snapshot carries the
 	// last 50. Moves to this host are in their sources' lists.
-	RecentMoves []Move   `json:"recent_moves"`
-	Errors      []string `json:"errors,omitempty"` // what could not be read this time
+	RecentMoves []Move `json:"recent_moves"`
+	// Events are the host's events (actor.Host.Events) recorded since
+	// the stream's previous snapshot, oldest first; a stream's first
+	// snapshot carries the last 50.
+	Events []actor.Event `json:"events"`
+	// Unreachable are the members whose link to this host broke and
+	// whose lease it is checking: a crash, until the lease runs out.
+	Unreachable []string `json:"unreachable"`
+	// Failed are the hosts whose run this host saw fail and that no run
+	// of the name joined since. Their objects still count in Objects
+	// until they are taken over (each at its next message).
+	Failed []string `json:"failed"`
+	Errors []string `json:"errors,omitempty"` // what could not be read this time
 }
 
 // firstMoves is how many of the last moves a stream's first snapshot
@@ -109,7 +120,8 @@ func streamSnapshots(w http.ResponseWriter, r *http.Request, o DashboardOptions)
 	defer tick.Stop()
 	var last Snapshot
 	var lastMsgs int64
-	var seen uint64 // the last move the stream sent
+	var seen uint64   // the last move the stream sent
+	var seenEv uint64 // the last event the stream sent
 	for first := true; ; first = false {
 		s := snapshot(r.Context(), o)
 		moves := o.Host.RecentMoves(seen)
@@ -120,6 +132,16 @@ func streamSnapshots(w http.ResponseWriter, r *http.Request, o DashboardOptions)
 			seen = moves[len(moves)-1].Seq
 		}
 		s.RecentMoves = movesOf(moves)
+		evs := o.Host.Events(seenEv)
+		if first && len(evs) > firstMoves {
+			evs = evs[len(evs)-firstMoves:]
+		}
+		if len(evs) > 0 {
+			seenEv = evs[len(evs)-1].Seq
+		}
+		if evs != nil {
+			s.Events = evs
+		}
 		var msgs int64
 		if o.Messages != nil {
 			msgs = o.Messages()
@@ -154,7 +176,8 @@ func snapshot(ctx context.Context, o DashboardOptions) Snapshot {
 	h := o.Host
 	st := h.Stats()
 	s := Snapshot{Host: h.Name(), Time: time.Now(), Here: st.OwnersActive, Moves: st.Relocations, UnderWay: st.MovesUnderWay, Members: []Member{}, Objects: []ObjectCount{},
-		RecentMoves: []Move{}}
+		RecentMoves: []Move{}, Events: []actor.Event{}}
+	s.Unreachable, s.Failed = hostsDown(h.Events(0))
 	ctx, cancel := context.WithTimeout(ctx, o.Every)
 	defer cancel()
 	if o.Membership != nil {
@@ -176,6 +199,32 @@ func snapshot(ctx context.Context, o DashboardOptions) Snapshot {
 	}
 	s.Pauses = summarize(h.RecentPauses())
 	return s
+}
+
+// hostsDown reads an event log, oldest first, for the hosts whose last
+// word is that their link broke (unreachable), or that their run failed
+// with no run of the name joined since (failed). Both lists are sorted
+// and never nil.
+func hostsDown(events []actor.Event) (unreachable, failed []string) {
+	last := map[string]actor.EventKind{}
+	for _, e := range events {
+		switch e.Kind {
+		case actor.EventJoined, actor.EventLeft, actor.EventFailed, actor.EventUnreachable, actor.EventReachable:
+			last[e.Host] = e.Kind
+		}
+	}
+	unreachable, failed = []string{}, []string{}
+	for host, k := range last {
+		switch k {
+		case actor.EventUnreachable:
+			unreachable = append(unreachable, host)
+		case actor.EventFailed:
+			failed = append(failed, host)
+		}
+	}
+	sort.Strings(unreachable)
+	sort.Strings(failed)
+	return unreachable, failed
 }
 
 // pauseBuckets is how many buckets a PauseSummary has: below 1 µs … below

@@ -208,7 +208,8 @@ func chromiumPath() string {
 
 // In a real browser (headless Chromium), the page lists the three members
 // and their objects, and shows a move's change of the counts and the move
-// itself in its Moves panel. A
+// itself in its Moves panel; when a member fails, it marks it failed with
+// the objects it still holds, and lists the failure in its Events panel. A
 // screenshot is saved in $BERTH_TEST_ARTIFACTS (default: the test's
 // temporary directory). Without Chromium the test skips, unless
 // BERTH_REQUIRE_BROWSER=1 (CI installs it and sets that).
@@ -221,7 +222,8 @@ func TestTheDashboardShowsTheClusterInABrowser(t *testing.T) {
 		t.Skip("no Chromium on PATH (set BERTH_REQUIRE_BROWSER=1 to fail instead)")
 	}
 	hs, net, srv := threeHosts(t)
-	defer load(t, hs[0])()
+	stopLoad := load(t, hs[0])
+	defer stopLoad()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox,
 		chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1280, 760))
 	actx, cancelAlloc := chromedp.NewExecAllocator(bg, opts...)
@@ -294,6 +296,34 @@ func TestTheDashboardShowsTheClusterInABrowser(t *testing.T) {
 			t.Fatalf("the Moves panel's newest row is %q; want %s/%s, a → b, moved, its pause: %s", row, counter.Name, id, html)
 		}
 	}
+
+	// c fails — the membership ends its run, and it closes (it owns
+	// objects): the page marks it failed, still with its objects (they
+	// are taken over at their next message, and none comes), and the
+	// Events panel lists the failure.
+	stopLoad()
+	wantC := strconv.Itoa(onHost(t, net, "c"))
+	net.Membership.Expire("c")
+	<-hs[2].Done()
+	eval := func(js string) string {
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
+		if err != nil {
+			t.Fatalf("%s: %v", js, err)
+		}
+		return v
+	}
+	testutil.WaitFor(t, "the page to mark c failed", func() bool {
+		return eval(`(document.querySelector('#members tbody tr[data-member="c"]') || {dataset: {}}).dataset.state || ""`) == "failed"
+	})
+	if got := eval(`document.querySelector('#members tbody tr[data-member="c"]').cells[2].innerText`); got != wantC {
+		t.Fatalf("the page lists failed c with %s objects, want %s (none taken over yet)", got, wantC)
+	}
+	if got := eval(`String(document.querySelector('#objects [data-host="c"]').classList.contains("failed"))`); got != "true" {
+		t.Fatalf("c's bar is not marked failed")
+	}
+	testutil.WaitFor(t, "the Events panel to list c's failure", func() bool {
+		return eval(`String(!!document.querySelector('#timeline tbody tr[data-kind="failed"][data-host="c"]'))`) == "true"
+	})
 
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // quality 100: PNG
 	if err != nil {
