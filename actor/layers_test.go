@@ -25,8 +25,8 @@ import (
 // parts and holds the API. Types not listed are values any part may use.
 var partRank = map[string]int{
 	// Leaves: serial work runners, the route table, counters, the
-	// background services, the peer view, the move log.
-	"serial": 0, "routes": 0, "hostStats": 0, "services": 0, "schedule": 0, "peerView": 0, "moveLog": 0,
+	// background services, the peer view, the move log, the event log.
+	"serial": 0, "routes": 0, "hostStats": 0, "services": 0, "schedule": 0, "peerView": 0, "moveLog": 0, "eventLog": 0,
 	// What is sent to peers, and the credit to send.
 	"peers": 1,
 	// Failure suspicions from the links, checked against the store.
