@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/berthrt/berth/actor"
@@ -248,4 +250,42 @@ func ExampleHost_Addr() {
 	defer h.Close()
 	fmt.Printf("%q\n", h.Addr())
 	// Output: ""
+}
+
+// The event log: what a host saw happen to the cluster. Here b drains
+// away, and a records the drain, the objects it received and b's leave.
+func ExampleHost_Events() {
+	ctx := context.Background()
+	hosts, closeAll := startHosts(cartKind, "a", "b")
+	defer closeAll()
+	a, b := hosts[0], hosts[1]
+	for _, id := range []string{"alice", "bob", "carol"} {
+		actor.Tell(ctx, b, actor.Ref{Kind: "cart", ID: id}, AddItem{SKU: "apple", Qty: 1}) // activate on b
+	}
+	b.Drain(ctx) // the carts move to a; b stops
+
+	// a's log names b's leave at once; the objects it received are
+	// counted once a second.
+	var seen []string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		seen = nil
+		moved := 0
+		for _, e := range a.Events(0) {
+			if e.Host != "b" {
+				continue
+			}
+			if e.Kind == actor.EventMovedIn {
+				moved += e.Count
+				continue
+			}
+			seen = append(seen, string(e.Kind))
+		}
+		if moved == 3 && slices.Contains(seen, string(actor.EventLeft)) {
+			fmt.Println(strings.Join(seen, ", "), "— moved in from b:", moved)
+			return
+		}
+	}
+	fmt.Println("not seen:", seen)
+	// Output:
+	// joined, draining, left — moved in from b: 3
 }
