@@ -7,7 +7,8 @@
 //
 // Routes (all under /admin/v1/, JSON answers):
 //
-//	GET  members               the membership: name, state, address, kinds, lease generation
+//	GET  members               the membership: name, state, address, kinds, lease generation; and what the host saw:
+//	                           members unreachable, and hosts failed since (listed as failed)
 //	GET  objects               objects per host and kind, from the Location Store (relocation.Counter)
 //	GET  locate/{kind}/{id}    where an object lives (actor.Host.Locate)
 //	GET  stats                 this host's counters (actor.Host.Stats: moves under way among them), drain state, recent move pauses
@@ -38,6 +39,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -105,6 +107,12 @@ type Member struct {
 	Address  string   `json:"address"`
 	Kinds    []string `json:"kinds"`
 	LeaseGen uint64   `json:"lease_gen"`
+	// Seen is what the asked host's event log last says of the member
+	// when it is down: "unreachable" (its link broke; its lease is being
+	// checked), or "failed" (its run ended without handing its work on;
+	// such a host is listed, with State "failed", until a run of its
+	// name joins again, though the membership no longer lists it).
+	Seen string `json:"seen,omitempty"`
 }
 
 // Members is the members route's answer.
@@ -243,8 +251,20 @@ func (a *api) members(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := Members{Self: a.o.Host.Name(), Members: make([]Member, 0, len(list))}
+	unreachable, failed := hostsDown(a.o.Host.Events(0))
+	listed := map[string]bool{}
 	for _, m := range list {
-		out.Members = append(out.Members, Member{Name: m.Name, State: m.State.String(), Address: m.Address, Kinds: m.Kinds, LeaseGen: m.LeaseGen})
+		listed[m.Name] = true
+		mb := Member{Name: m.Name, State: m.State.String(), Address: m.Address, Kinds: m.Kinds, LeaseGen: m.LeaseGen}
+		if slices.Contains(unreachable, m.Name) {
+			mb.Seen = string(actor.EventUnreachable)
+		}
+		out.Members = append(out.Members, mb)
+	}
+	for _, f := range failed {
+		if !listed[f] {
+			out.Members = append(out.Members, Member{Name: f, State: "failed", Kinds: []string{}, Seen: string(actor.EventFailed)})
+		}
 	}
 	sort.Slice(out.Members, func(i, j int) bool { return out.Members[i].Name < out.Members[j].Name })
 	writeJSON(w, http.StatusOK, out)

@@ -236,6 +236,27 @@ func TestTheMovesRouteListsTheMovesFromThisHost(t *testing.T) {
 	}
 }
 
+// The members route adds what the asked host saw: a host whose run
+// failed is listed as failed (the membership no longer lists it) until
+// a run of its name joins again.
+func TestTheMembersRouteListsAFailedHostUntilItJoinsAgain(t *testing.T) {
+	_, b, net, srv := cluster(t, false)
+	if _, err := actor.Ask[counter.Read, counter.Counter](bg, b, actor.Ref{Kind: counter.Name, ID: "on-b"}, counter.Read{}); err != nil {
+		t.Fatal(err)
+	}
+	net.Membership.Expire("b") // b owns an object: its run ends, and it closes
+	<-b.Done()
+	var ms admin.Members
+	testutil.WaitFor(t, "a to list b as failed", func() bool {
+		ms = admin.Members{}
+		if code := call(t, srv, "GET", "/admin/v1/members", token, &ms); code != http.StatusOK {
+			t.Fatalf("members: %d", code)
+		}
+		i := slices.IndexFunc(ms.Members, func(m admin.Member) bool { return m.Name == "b" })
+		return i >= 0 && ms.Members[i].State == "failed" && ms.Members[i].Seen == "failed"
+	})
+}
+
 // The events route lists the host's event log, oldest first, and after a
 // seq only the newer events: here b's join as a saw it, and objects
 // moved in from b.

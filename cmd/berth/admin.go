@@ -11,7 +11,7 @@ package main
 // -node (berth node serves its admin API with its own certificate);
 // without it, plain HTTP. Commands:
 //
-//	members              the cluster's members
+//	members              the cluster's members, as the node sees them (unreachable, failed)
 //	objects              objects per host and kind
 //	top [-n N] [-every D] objects per host, again every D (N times; 0: until interrupted)
 //	stats                the node's counters, one row each
@@ -219,7 +219,11 @@ func runAdmin(ctx context.Context, c *adminClient, args []string, getenv func(st
 			if m.Name == ms.Self {
 				self = "(asked)"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.Name, m.State, m.Address, strings.Join(m.Kinds, ","), self)
+			state := m.State
+			if m.Seen == "unreachable" {
+				state += " (unreachable)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.Name, state, m.Address, strings.Join(m.Kinds, ","), self)
 		}
 	case "objects":
 		if err := need(0, "no argument"); err != nil {
