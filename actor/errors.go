@@ -34,12 +34,12 @@ var (
 	ErrShuttingDown = payload.NewError(payload.ShuttingDown, "actor", "host is not running")
 	// ErrLeaseLost: Host.Err of a host that closed itself because its run
 	// is over: the Location Store says a newer run of its name holds the
-	// lease (it was restarted elsewhere), or the membership refused its
-	// renewal — it expired the run, which its peers saw fail, after the
-	// process was paused or cut off from the other hosts for longer than
-	// the lease — while the host owned objects (one that owns none, a
-	// gateway or a node yet to receive any, joins again as a new run:
-	// Stats.Rejoins). A slow or unreachable store, or a starved process, never
+	// lease (it was restarted elsewhere), or the membership names another
+	// live run of its name when the host joins again. (A host whose run
+	// the membership expired — its peers saw it fail, after the process
+	// was paused or cut off for longer than the lease — drops that run's
+	// objects and joins again as a new run: Stats.Rejoins.) A slow or
+	// unreachable store, or a starved process, never
 	// ends a run: the host pauses in jeopardy and resumes (Config.LeaseTTL).
 	// Other hosts may own its objects by now; a program that wants the host
 	// back starts a new one (a new run).

@@ -64,10 +64,12 @@ const (
 	// EventResumed: this host's lease is live again after a jeopardy
 	// (Detail: how long it lasted).
 	EventResumed EventKind = "resumed"
-	// EventRejoined: the membership had ended this host's run while it
-	// owned no object; it joined again as run Event.Run.
+	// EventRejoined: the membership had ended this host's run (a stall
+	// past its lease); it dropped the Event.Count objects of that run and
+	// joined again as run Event.Run.
 	EventRejoined EventKind = "rejoined"
-	// EventRunEnded: this host's run is over (Host.Err): it closes.
+	// EventRunEnded: this host's run is over (Host.Err: a newer run of
+	// its name holds the lease): it closes.
 	EventRunEnded EventKind = "run-ended"
 )
 

@@ -38,8 +38,8 @@ func describeEvents(h *Host) string {
 // A host's event log says what happened to the cluster as it saw it: the
 // members that joined; a drain (the drained host's own start and end,
 // its peers' "draining" and "left", and the objects each peer received
-// from it, counted); a host that failed (its own "run-ended", its peers'
-// "failed", and the objects they took over from it, counted). A burst
+// from it, counted); a host whose run failed (its own "rejoined", its
+// peers' "failed", and the objects they took over from it, counted). A burst
 // over many objects is a few counted events, not one per object.
 func TestTheEventLogSaysWhoJoinedDrainedLeftAndFailed(t *testing.T) {
 	const objects = 40
@@ -86,15 +86,20 @@ func TestTheEventLogSaysWhoJoinedDrainedLeftAndFailed(t *testing.T) {
 		t.Fatalf("%d moved-in events for %d objects: a burst is to be counted, not listed:%s", in, objects, describeEvents(a))
 	}
 
-	// b's run ends while it owns objects: it closes, and a takes them over.
+	// b's run ends while it owns objects (the membership expires it): a
+	// records the failure, b joins again as a new run, dropping them,
+	// and a takes them over.
+	oldB, onB := b.lease.run(), b.Stats().OwnersActive // its own and some of c's
 	n.Membership.Expire("b")
-	<-b.Done()
-	if len(eventsOf(b, EventRunEnded, "b")) != 1 {
-		t.Fatalf("b's events: want one run-ended:%s", describeEvents(b))
+	waitFor(t, "b to join again", func() bool { return len(eventsOf(b, EventRejoined, "b")) == 1 })
+	if r := eventsOf(b, EventRejoined, "b")[0]; r.Count != onB || r.Run != b.lease.run() {
+		t.Fatalf("b's rejoined event: %+v, want its new run %d, counting the %d objects of the old", r, b.lease.run(), onB)
 	}
-	waitFor(t, "a to record b's failure", func() bool { return len(eventsOf(a, EventFailed, "b")) == 1 })
-	if f := eventsOf(a, EventFailed, "b")[0]; f.Run != b.lease.run() || f.Detail == "" {
-		t.Fatalf("a's failure event of b: %+v, want b's run %d and how it was seen", f, b.lease.run())
+	waitFor(t, "a to record b's failure and its new run", func() bool {
+		return len(eventsOf(a, EventFailed, "b")) == 1 && len(eventsOf(a, EventJoined, "b")) == 2
+	})
+	if f := eventsOf(a, EventFailed, "b")[0]; f.Run != oldB || f.Detail == "" {
+		t.Fatalf("a's failure event of b: %+v, want b's old run %d and how it was seen", f, oldB)
 	}
 	for i := range objects {
 		waitFor(t, "an object of b to answer on a", func() bool {

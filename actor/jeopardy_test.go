@@ -454,36 +454,47 @@ func TestAMoveCommittedWhileAnOwnershipCheckIsOutIsNotTakenOver(t *testing.T) {
 	}
 }
 
-// A host that owns objects when the membership ends its run (it expired
-// the run: peers saw the host fail, and take its objects over) closes
-// itself at its next renewal — a fact, not a timer: Err is ErrLeaseLost,
-// and its objects live on elsewhere.
-func TestAHostThatOwnsObjectsWhoseRunTheMembershipEndedClosesItself(t *testing.T) {
+// A host whose run the membership ended while it owned objects (it
+// expired the run: peers saw the host fail) does not close — a stall is
+// no death: it drops the old run's objects, with their in-memory state,
+// as a crash would have lost them, and joins again as a new run. The
+// objects answer again, activated anew; Err stays nil.
+func TestAHostWhoseRunTheMembershipEndedDropsItsObjectsAndJoinsAgain(t *testing.T) {
 	n := NewNetwork(nil)
 	a := startHost(t, shortLeases(n.With(Config{Name: "a", Logger: quietLogger()})), movableKind(newGates()))
 	b := startHost(t, shortLeases(n.With(Config{Name: "b", Logger: quietLogger()})), movableKind(newGates()))
 	waitViews(t, a, b)
 	x := objectOn(t, a, n.Net.Store)
+	if err := Tell(bg, a, x, Inc{By: 5}); err != nil {
+		t.Fatal(err)
+	}
+	oldRun := a.lease.run()
 	n.Membership.Expire("a")
-	select {
-	case <-a.Done():
-	case <-time.After(time.Minute):
-		t.Fatal("a did not close itself after the membership ended its run")
+	waitFor(t, "a to join again as a new run with no object of its old run", func() bool {
+		return a.Stats().Rejoins == 1 && a.Ready() == nil && a.Stats().OwnersActive == 0 || a.Err() != nil
+	})
+	if err := a.Err(); err != nil {
+		t.Fatalf("a closed: %v", err)
 	}
-	if !errors.Is(a.Err(), ErrLeaseLost) || !errors.Is(a.Err(), membership.ErrLeaseExpired) {
-		t.Fatalf("a.Err() = %v, want ErrLeaseLost, caused by membership.ErrLeaseExpired", a.Err())
+	if st := a.Stats(); st.TakenOver != 1 || a.lease.run() <= oldRun {
+		t.Fatalf("a: dropped %d objects, run %d (old %d); want 1, a newer run", st.TakenOver, a.lease.run(), oldRun)
 	}
-	if st := a.Stats(); st.Rejoins != 0 {
-		t.Fatalf("a.Stats().Rejoins = %d, want 0 (it owned %v)", st.Rejoins, x)
+	if ev := eventsOf(a, EventRejoined, "a"); len(ev) != 1 || ev[0].Count != 1 || ev[0].Run != a.lease.run() {
+		t.Fatalf("a's rejoined events: %+v, want one, of its new run, counting the object it owned", ev)
 	}
-	// Until a's lease runs out in the store, a send to x is refused with
-	// Unavailable (send again); then x is taken over on b.
-	waitFor(t, "x to answer on b", func() bool {
-		_, err := Ask[Get, int](bg, b, x, Get{})
+	// x answers again, activated anew: its in-memory state ended with the
+	// old run.
+	var got int
+	waitFor(t, "x to answer again", func() bool {
+		v, err := Ask[Get, int](bg, b, x, Get{})
+		got = v
 		return err == nil
 	})
-	if b.Err() != nil {
-		t.Fatalf("b.Err() = %v", b.Err())
+	if got != 0 {
+		t.Fatalf("x = %d after a's old run ended, want 0 (activated anew)", got)
+	}
+	if a.Err() != nil || b.Err() != nil {
+		t.Fatalf("a.Err() = %v, b.Err() = %v", a.Err(), b.Err())
 	}
 }
 

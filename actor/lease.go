@@ -477,9 +477,8 @@ func (lk *leaseKeeper) leaseAnswered(a renewed[relocation.Lease], alone bool) (o
 // delay it: after a database outage, the first calls on a pool's dead
 // connections fail while the membership's may already succeed). A
 // membership that refuses the renewal ended the run — it expired it, and
-// peers saw the host fail, or the run left: a host that owns no object
-// joins again as a new run (newRun, joinAgain); one that owns objects
-// closes (endRun). It reports
+// peers saw the host fail, or the run left: the host joins again as a
+// new run (newRun, joinAgain), dropping the old run's objects. It reports
 // whether the host's run is over.
 func (lk *leaseKeeper) memberTick(time.Time) (over bool) {
 	h := lk.h
@@ -612,13 +611,11 @@ func (lk *leaseKeeper) takeNewRunLease() {
 	lk.betweenRuns.Store(false) // activations and moves in commit under the new run from now on
 }
 
-// mayRejoin reports whether the host whose run ended (why) may join again
-// as a new run rather than closing: its run was ended by the membership
-// (its lease expired while the host was paused or starved, or it was
-// swept out). Whether it does depends on what it owns (newRun: a host
-// with objects closes). A newer run of its name (the store's lease, or
-// the membership's generation) is another process of that name: the
-// host closes.
+// mayRejoin reports whether the host whose run ended (why) joins again as
+// a new run rather than closing: its run was ended by the membership (its
+// lease expired while the host was paused or starved, or it was swept
+// out). A newer run of its name (the store's lease, or the membership's
+// generation) is another process of that name: the host closes.
 func (lk *leaseKeeper) mayRejoin(why error) bool {
 	h := lk.h
 	if h.peers.tr == nil || errors.Is(why, payload.Rejected) {
@@ -632,23 +629,25 @@ func (lk *leaseKeeper) mayRejoin(why error) bool {
 }
 
 // newRun makes a host whose run the membership ended a new run of its
-// name (why: the membership's refusal), if it owns no object: a gateway,
-// or a node with none yet (one starved past its lease while it started)
-// or none left (drained). There is nothing to fence, so a stall is not
-// a death. A host that owns objects closes instead (Host.Err is
-// ErrLeaseLost, and a node exits): its peers saw it fail and take its
-// objects over, and its in-memory state of them is gone.
+// name (why: the membership's refusal): a stall is not a death (DESIGN
+// §9c), and the host goes on. Its peers saw the old run fail: every
+// object it owned belongs to that run, whose rows any host may take over
+// once the new run holds the lease. So it drops them all, as a lapse
+// drops the objects another host took over: after the run changed, the
+// epoch grows and every owner is checked under the new run
+// (checkOwners); none is the new run's, and each is dropped (with its
+// in-memory state, as a crash would lose it; a persistent object
+// restores from its last write), the messages it held handed on to
+// where the object activates next (owner.takenOver). No turn runs
+// meanwhile: an owner checked at an older epoch runs none.
 //
-// An activation may race the count: its Reserve lands under the old run
-// (the store still holds the old run's lease), and its owner appears
-// after the count. So betweenRuns is set before the count, and after the
-// run changed the epoch grows and every owner is checked against the new
-// run (checkOwners), which drops one whose row names the old run. An
-// activation reads the epoch and then betweenRuns: one that read the
-// epoch before it grew is checked; one that read it after finds
-// betweenRuns set and does not reserve (router.activate; a move's commit
-// likewise) until the store holds the new run's lease, under which its
-// row names the new run.
+// An activation may race the change: its Reserve lands under the old
+// run (the store still holds the old run's lease). So betweenRuns is
+// set first; an activation reads the epoch and then betweenRuns: one
+// that read the epoch before it grew is checked, and dropped; one that
+// read it after finds betweenRuns set and does not reserve
+// (router.activate; a move's commit likewise) until the store holds the
+// new run's lease, under which its row names the new run.
 //
 // The old run's links close as a
 // crash's would — its peers saw it fail, and take nothing more from it —
@@ -681,11 +680,7 @@ func (lk *leaseKeeper) newRun(why error) bool {
 		return false
 	}
 	lk.betweenRuns.Store(true)
-	if n := h.owners.count(); n > 0 {
-		h.life.mu.Unlock()
-		lk.endRun(errors.Join(why, fmt.Errorf("the host owns %d objects: its peers saw it fail, and take them over", n)))
-		return false
-	}
+	owned := h.owners.count()
 	gen := max(uint64(time.Now().UnixNano()), lk.run()+1)
 	r, err := h.peers.tr.replace(func() (transport.Transport, error) {
 		t, err := h.peers.attachRun(gen, closedChan)
@@ -702,8 +697,7 @@ func (lk *leaseKeeper) newRun(why error) bool {
 		lk.endRun(errors.Join(why, fmt.Errorf("cannot attach as a new run: %w", err)))
 		return false
 	}
-	// An owner that appeared after the count is checked under the new
-	// run (see above).
+	// Every owner is checked under the new run, and dropped (see above).
 	h.gate.epoch.Add(1)
 	for _, kr := range h.owners.kinds {
 		for _, o := range kr.all() {
@@ -712,7 +706,7 @@ func (lk *leaseKeeper) newRun(why error) bool {
 	}
 	lk.joining.Store(true)
 	h.stats.rejoins.Add(1)
-	h.events.addSelf(EventRejoined, gen, 0, "the membership had ended its run: "+why.Error())
+	h.events.addSelf(EventRejoined, gen, owned, "the membership had ended its run: "+why.Error())
 	h.stats.lostOnRejoin.Add(int64(r.lost))
 	failed := h.requests.failHanded(ErrRejoined, r.asks)
 	h.peers.dirMu.Lock()
@@ -720,8 +714,8 @@ func (lk *leaseKeeper) newRun(why error) bool {
 	h.peers.dirMu.Unlock()
 	h.peers.tellDirectory()
 	h.peers.tr.current().sendAllAgain()
-	h.log.Warn("the membership ended this host's run (it was paused or starved past its lease, and its peers saw it fail); it owns no object, so it joins again as a new run: the messages its peers had not taken go to them again, and what cannot go again is lost with the old run (Stats.LostOnRejoin)",
-		"why", why, "run", gen, "requests_ended", failed, "sent_again", r.again, "lost", r.lost)
+	h.log.Warn("the membership ended this host's run (it was paused or starved past its lease, and its peers saw it fail): it joins again as a new run; the objects of the old run are dropped (their messages handed on), the messages its peers had not taken go to them again, and what cannot go again is lost with the old run (Stats.LostOnRejoin)",
+		"why", why, "run", gen, "objects_dropped", owned, "requests_ended", failed, "sent_again", r.again, "lost", r.lost)
 	return true
 }
 

@@ -143,7 +143,7 @@ type Stats struct {
 	OwnershipChecks        int64         // times the host checked its objects' ownership before they ran again: after a lapse, or a renewal whose answer was lost (it may have found one)
 	TakenOver              int64         // objects whose ownership check found them no longer this run's — another host took them over while this host's lease had lapsed, or an activation landed under the run the host had just replaced — dropped here
 	DrainStateDropped      int64         // objects whose state moves (PreserveState, not persisted) that a drain or Stop deactivated because every host it tried refused or failed the move: their in-memory state ended (each logged at Warn)
-	Rejoins                int64         // times this host joined again as a new run after the membership ended its run while it owned no object (it was paused or starved past its lease)
+	Rejoins                int64         // times this host joined again as a new run after the membership ended its run (it was paused or starved past its lease), dropping the old run's objects
 	LostOnRejoin           int64         // items the old runs' links had not delivered when this host joined again that were not sent again — replies, move records, and messages to peers gone or no longer members meanwhile: lost with the old run (each rejoin logged at Warn)
 	SentAgain              int64         // messages the old runs' links had not seen taken when this host joined again, sent again by the new run, first and in order, marked so that their owners drop those they had (Repeats)
 	Repeats                int64         // messages sent again by a new run of their sender that this host had run already from the old run's link: dropped, not run twice

@@ -69,7 +69,7 @@
 //	berth_lease_jeopardy_seconds_total{host}       time the host spent in jeopardy, the current spell included
 //	berth_lease_renewal_seconds{lease}             histogram: a lease renewal's call time (lease: store or membership)
 //	berth_lease_renewal_failures_total{lease}      lease renewals whose call failed
-//	berth_rejoins_total{host}                      times the host (owning no object) joined again as a new run after the membership ended its run
+//	berth_rejoins_total{host}                      times the host joined again as a new run after the membership ended its run
 //	berth_lost_on_rejoin_total{host}               what the old run's links had not delivered then and was not sent again: lost
 //	berth_sent_again_total{host}                   messages the old run's links had not seen taken, sent again by the new run
 //	berth_lease_lapses_total{host}                 renewals that found the host's lease lapsed in the store

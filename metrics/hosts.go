@@ -150,7 +150,7 @@ func newHostCollector() *hostCollector {
 		jeopardy: desc("lease_jeopardy",
 			"1 while the host is in jeopardy: its lease ran out before a renewal was answered, and its objects run no turn."),
 		rejoins: desc("rejoins_total",
-			"Times this host joined again as a new run after the membership ended its run while it owned no object (a gateway, or a node paused or starved past its lease while it held none)."),
+			"Times this host joined again as a new run after the membership ended its run (it was paused or starved past its lease), dropping the old run's objects."),
 		lostOnRejoin: desc("lost_on_rejoin_total",
 			"Items the old run's links had not delivered when this host joined again as a new run that were not sent again: lost with that run."),
 		sentAgain: desc("sent_again_total",

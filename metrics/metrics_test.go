@@ -348,7 +348,7 @@ berth_payload_full_copy_bytes_total{host="a"} 600
 # HELP berth_payload_views_total Zero-copy views of payload bytes handed out.
 # TYPE berth_payload_views_total counter
 berth_payload_views_total{host="a"} 70
-# HELP berth_rejoins_total Times this host joined again as a new run after the membership ended its run while it owned no object (a gateway, or a node paused or starved past its lease while it held none).
+# HELP berth_rejoins_total Times this host joined again as a new run after the membership ended its run (it was paused or starved past its lease), dropping the old run's objects.
 # TYPE berth_rejoins_total counter
 berth_rejoins_total{host="a"} 45
 # HELP berth_lost_on_rejoin_total Items the old run's links had not delivered when this host joined again as a new run that were not sent again: lost with that run.

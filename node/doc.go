@@ -61,10 +61,11 @@
 //
 // A stall is not a death: a node whose database is slow or out of reach,
 // or whose process is starved or paused, pauses its objects while its
-// lease is in doubt (jeopardy) and resumes when the database answers. Only
-// a fact ends its run: the membership ending it once its lease ran out in
-// the database. Its objects may then run elsewhere, so the node closes and
-// exits 3 (ExitLeaseLost); start it again, as a new run.
+// lease is in doubt (jeopardy) and resumes when the database answers. A
+// stall past its lease ends its run in the membership: its objects may run
+// elsewhere by then, so the node drops them and joins again as a new run.
+// Only another run of its name holding the lease makes it close and exit 3
+// (ExitLeaseLost).
 //
 // On SIGTERM or SIGINT (Main, Command) or when Run's Context ends, the
 // node stops being ready at once, then stops gracefully: its objects move

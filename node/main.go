@@ -19,7 +19,7 @@ const (
 	ExitOK        = 0 // stopped gracefully
 	ExitFailed    = 1 // could not start, or closed without finishing its stop
 	ExitUsage     = 2 // a bad configuration
-	ExitLeaseLost = 3 // its lease ran out: start it again
+	ExitLeaseLost = 3 // its run is over: a newer run of its name holds the lease
 )
 
 // ExitCode is the exit code of a process whose node ended with err (from
@@ -57,9 +57,10 @@ func Main(kinds ...actor.Registrable) {
 // Command returns ExitOK. Past -stop-timeout, or on a second signal, it
 // closes the host, logs how many accepted messages that dropped unrun,
 // and returns ExitFailed; a third signal exits the process at once. A
-// drain through the admin API ends with ExitOK too. A node whose lease
-// ran out before it could renew it returns ExitLeaseLost: its objects may
-// run elsewhere by now; start it again. A signal while the node waits for
+// drain through the admin API ends with ExitOK too. A node whose run is
+// over because a newer run of its name holds the lease returns
+// ExitLeaseLost (a stall past its lease does not end the process: the
+// node joins again as a new run). A signal while the node waits for
 // its name returns ExitOK.
 func Command(args []string, stdout, stderr io.Writer, kinds ...actor.Registrable) int {
 	cfg, err := Load(args, os.Getenv, stderr)

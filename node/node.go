@@ -258,10 +258,10 @@ func (n *Node) Logger() *slog.Logger { return n.log }
 func (n *Node) Done() <-chan struct{} { return n.host.Done() }
 
 // Err is why the host closed itself: nil while it runs and after a
-// graceful stop; an error wrapping actor.ErrLeaseLost when the membership
-// ended its run while it owned objects (its lease ran out: its objects may
-// run elsewhere by now). A node that owned none joins again as a new run
-// instead and goes on.
+// graceful stop; an error wrapping actor.ErrLeaseLost when a newer run of
+// its name holds the lease (another process of that name). A node whose
+// run the membership ended (a stall past its lease) joins again as a new
+// run instead and goes on.
 func (n *Node) Err() error { return n.host.Err() }
 
 // Stop stops the node gracefully: /readyz answers 503 at once, its

@@ -117,8 +117,8 @@ func TestAGatewayPausedPastItsLeaseJoinsAgainAsANewRun(t *testing.T) {
 // TestANodeWithNoObjectPausedPastItsLeaseJoinsAgainAsANewRun: two node
 // processes hold 40 objects under traffic; a third node joins after them
 // and is given none. It is stopped (SIGSTOP) until the membership has
-// ended its run, then resumed. It owns nothing to fence, so it does not
-// exit (a node that owned objects would): it joins again as a new run,
+// ended its run, then resumed. It does not exit: it joins again as a
+// new run (it had no object to drop),
 // an object first sent to from it activates on it, and every accepted message of
 // the others' senders ran once and in order.
 func TestANodeWithNoObjectPausedPastItsLeaseJoinsAgainAsANewRun(t *testing.T) {

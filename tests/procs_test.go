@@ -717,7 +717,8 @@ func killAtStep(t *testing.T, kill, at string, kept bool, lastAt string) {
 // in for a failure.
 // slowPause is how long the slow-node tests keep a node stopped: three
 // times their gap timeout, and within the node's lease (a pause past it
-// makes the node stop itself: TestANodePausedPastItsLeaseExitsAndItsObjectsGoOnElsewhere).
+// makes the node join again as a new run, dropping its objects:
+// TestANodePausedPastItsLeaseJoinsAgainAndItsObjectsGoOnElsewhere).
 const slowPause = 1500 * time.Millisecond
 
 func TestAMoveAcrossProcessesWithASlowSourceReordersNothing(t *testing.T) {
