@@ -58,6 +58,13 @@ const (
 	// Event.Count objects were still here (0: every one moved), Detail
 	// the error if it was cut short. The host then stops.
 	EventDrainEnded EventKind = "drain-ended"
+	// EventStoreUnreachable: a renewal of this host's lease in the
+	// Location Store failed (Detail: why); the host goes on while its
+	// lease lasts, then pauses (EventJeopardy).
+	EventStoreUnreachable EventKind = "store-unreachable"
+	// EventStoreReachable: the Location Store answers this host's
+	// renewals again.
+	EventStoreReachable EventKind = "store-reachable"
 	// EventJeopardy: this host's lease ran out before the Location Store
 	// answered a renewal: its objects run no turn until it does.
 	EventJeopardy EventKind = "jeopardy"

@@ -170,6 +170,21 @@ func TestAStoreOutagePausesTheHostsAndTheyResumeLosingNothing(t *testing.T) {
 			t.Errorf("%s after the outage: Err %v, lapses %d, taken over %d, jeopardies %d; want a pause and nothing lost",
 				h.Name(), h.Err(), st.LeaseLapses, st.TakenOver, st.Jeopardies)
 		}
+		// Its event log tells the outage: the store unreachable, the
+		// pause, the resumption, the store back — in that order.
+		var seen []EventKind
+		for _, e := range h.Events(0) {
+			switch e.Kind {
+			case EventStoreUnreachable, EventJeopardy, EventResumed, EventStoreReachable:
+				if e.Host == h.Name() && (len(seen) == 0 || seen[len(seen)-1] != e.Kind) {
+					seen = append(seen, e.Kind)
+				}
+			}
+		}
+		want := []EventKind{EventStoreUnreachable, EventJeopardy, EventResumed, EventStoreReachable}
+		if !slices.Equal(seen, want) && !slices.Equal(seen, []EventKind{EventStoreUnreachable, EventJeopardy, EventStoreReachable, EventResumed}) {
+			t.Errorf("%s's events of the outage: %v, want %v:%s", h.Name(), seen, want, describeEvents(h))
+		}
 	}
 }
 

@@ -75,6 +75,7 @@ type leaseKeeper struct {
 	local     membership.LocalLease // the lease as this host's clock holds it
 	uncertain bool                  // a renewal's outcome is unknown: the next answer is checked as if it said Lapsed
 	jeopardy  time.Time             // local time the renewer saw the current jeopardy begin (zero: none)
+	storeAway bool                  // the last store renewal answered failed (the renewer's own: the event log's store-unreachable)
 	joining   atomic.Bool           // a new run is attached and not yet in the membership (newRun; Ready reads it)
 	// betweenRuns: the host is becoming a new run and the store has not
 	// yet confirmed the new run's lease. No activation or move into the
@@ -455,6 +456,14 @@ func (lk *leaseKeeper) noteJeopardy(now time.Time) {
 func (lk *leaseKeeper) leaseAnswered(a renewed[relocation.Lease], alone bool) (over bool) {
 	h := lk.h
 	err := lk.leaseAnswer(a, alone)
+	switch {
+	case err != nil && !errors.Is(err, errRunEnded) && !lk.storeAway:
+		lk.storeAway = true
+		h.events.addSelf(EventStoreUnreachable, lk.run(), 0, err.Error())
+	case err == nil && lk.storeAway && a.err == nil:
+		lk.storeAway = false
+		h.events.addSelf(EventStoreReachable, lk.run(), 0, "")
+	}
 	switch {
 	case errors.Is(err, errRunEnded) && h.life.state.Load() == stateClosed:
 		return true // Close began meanwhile: not a run that ended

@@ -15,6 +15,8 @@
 //	GET  moves?after=          the last moves this host was the source of, oldest first (actor.Host.RecentMoves): after a Seq, only newer ones
 //	GET  events?after=         the host's event log, oldest first (actor.Host.Events): members joined, draining, left, failed;
 //	                           its jeopardy, new run, drains; objects taken over and moved in. After a Seq, only newer ones
+//	GET  events/stream?after=  the same as server-sent events ("event: event", the Seq as its id), then each new one as
+//	                           it is recorded, until the asker leaves
 //	POST move/{kind}/{id}?to=  move an object to a host (actor.Host.Relocate): Options.AllowWrites
 //	POST drain                 drain this host (actor.Host.Drain), then it stops: Options.AllowWrites;
 //	                           the drain goes on if the asker leaves; the answer comes when it ends
@@ -38,6 +40,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"sort"
@@ -90,6 +93,7 @@ func New(o Options) (http.Handler, error) {
 	mux.HandleFunc("GET /admin/v1/stats", a.stats)
 	mux.HandleFunc("GET /admin/v1/moves", a.moves)
 	mux.HandleFunc("GET /admin/v1/events", a.events)
+	mux.HandleFunc("GET /admin/v1/events/stream", a.eventStream)
 	mux.HandleFunc("POST /admin/v1/move/{kind}/{id}", a.write(a.move))
 	mux.HandleFunc("POST /admin/v1/drain", a.write(a.drain))
 	return a.auth(mux), nil
@@ -330,6 +334,52 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 		es = []actor.Event{}
 	}
 	writeJSON(w, http.StatusOK, Events{Host: h.Name(), Events: es})
+}
+
+// eventStreamEvery is how often the events stream looks for new events.
+const eventStreamEvery = 250 * time.Millisecond
+
+// eventStream sends the host's events after ?after= (or after the
+// Last-Event-ID a reconnecting EventSource sends), then each new one, as
+// server-sent events until the request ends.
+func (a *api) eventStream(w http.ResponseWriter, r *http.Request) {
+	after, ok := afterParam(w, r, "events/stream", "an event's seq")
+	if !ok {
+		return
+	}
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		if n, err := strconv.ParseUint(id, 10, 64); err == nil {
+			after = n
+		}
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		writeErr(w, payload.NewError(payload.NotConfigured, "admin", "the server cannot stream"))
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	tick := time.NewTicker(eventStreamEvery)
+	defer tick.Stop()
+	for {
+		for _, e := range a.o.Host.Events(after) {
+			b, err := json.Marshal(e)
+			if err != nil {
+				return
+			}
+			if _, err := fmt.Fprintf(w, "id: %d\nevent: event\ndata: %s\n\n", e.Seq, b); err != nil {
+				return
+			}
+			after = e.Seq
+		}
+		flusher.Flush()
+		select {
+		case <-r.Context().Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // afterParam reads the ?after= of route (what: what it numbers); a bad

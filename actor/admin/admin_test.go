@@ -1,6 +1,7 @@
 package admin_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -106,7 +107,7 @@ func TestEveryRouteNeedsTheAdminCredential(t *testing.T) {
 	a, _, _, srv := cluster(t, true)
 	for _, r := range []struct{ method, path string }{
 		{"GET", "/admin/v1/members"}, {"GET", "/admin/v1/objects"}, {"GET", "/admin/v1/locate/counter/1"},
-		{"GET", "/admin/v1/stats"}, {"GET", "/admin/v1/moves"}, {"GET", "/admin/v1/events"}, {"POST", "/admin/v1/move/counter/1?to=b"}, {"POST", "/admin/v1/drain"},
+		{"GET", "/admin/v1/stats"}, {"GET", "/admin/v1/moves"}, {"GET", "/admin/v1/events"}, {"GET", "/admin/v1/events/stream"}, {"POST", "/admin/v1/move/counter/1?to=b"}, {"POST", "/admin/v1/drain"},
 	} {
 		for _, cred := range []string{"", "wrong-token-of-enough-bytes", token + "x"} {
 			var e admin.Error
@@ -310,6 +311,70 @@ func TestTheEventsRouteListsTheHostsEventLog(t *testing.T) {
 	var e admin.Error
 	if code := call(t, srv, "GET", "/admin/v1/events?after=-1", token, &e); code != http.StatusBadRequest || e.Kind != "invalid operation" {
 		t.Fatalf("events?after=-1: %d %+v; want 400", code, e)
+	}
+}
+
+// The events stream sends the events the host has, then each new one as
+// it is recorded, as server-sent events numbered by their Seq.
+func TestTheEventsStreamSendsEachNewEvent(t *testing.T) {
+	_, b, _, srv := cluster(t, false)
+	ctx, cancel := context.WithTimeout(bg, time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", srv.URL+"/admin/v1/events/stream", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("events/stream: %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	lines := bufio.NewScanner(resp.Body)
+	// next reads the stream until an event that want accepts.
+	next := func(what string, want func(actor.Event) bool) actor.Event {
+		t.Helper()
+		var id string
+		for lines.Scan() {
+			line := lines.Text()
+			if v, ok := strings.CutPrefix(line, "id: "); ok {
+				id = v
+				continue
+			}
+			v, ok := strings.CutPrefix(line, "data: ")
+			if !ok {
+				continue
+			}
+			var e actor.Event
+			if err := json.Unmarshal([]byte(v), &e); err != nil || strconv.FormatUint(e.Seq, 10) != id {
+				t.Fatalf("events/stream sent %q (id %s): %v", v, id, err)
+			}
+			if want(e) {
+				return e
+			}
+		}
+		t.Fatalf("events/stream ended before %s: %v", what, lines.Err())
+		return actor.Event{}
+	}
+	next("b's join", func(e actor.Event) bool { return e.Kind == actor.EventJoined && e.Host == "b" })
+	// A move from b to a: a records it, and the stream sends it.
+	for i := 0; ; i++ {
+		ref := actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)}
+		if _, err := actor.Ask[counter.Read, counter.Counter](bg, b, ref, counter.Read{}); err != nil {
+			t.Fatal(err)
+		}
+		if loc, _ := b.Locate(bg, ref); loc.Host == "b" {
+			if err := b.Relocate(bg, ref, "a"); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	if e := next("the object moved in from b", func(e actor.Event) bool { return e.Kind == actor.EventMovedIn }); e.Host != "b" || e.Count != 1 {
+		t.Fatalf("events/stream: %+v, want one object moved in from b", e)
 	}
 }
 
