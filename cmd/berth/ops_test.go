@@ -493,3 +493,100 @@ func checkDashboardStream(t *testing.T, url, name string, members int) {
 	}
 	t.Fatalf("the dashboard's stream ended: %v", sc.Err())
 }
+
+// A node SIGKILLed: its peer's event log and members (berth admin) say it
+// is unreachable as soon as its links break, then failed once its lease
+// ran out — within the failover time — and the objects the peer took
+// over from it are counted, a few events for them all.
+func TestASIGKILLedNodeIsMarkedUnreachableThenFailedAndItsTakeoversCounted(t *testing.T) {
+	const cred = "the-admin-credential-of-the-test"
+	t.Setenv("BERTH_ADMIN_TOKEN", cred)
+	db := pgtest.New(t)
+	bin := buildBerth(t)
+	ca := testCA(t, "node-1", "node-2")
+	ctx := context.Background()
+	n1, err := startNode(ctx, bin, "node-1", db.URL, ca, "-admin", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n1.signal(syscall.SIGKILL, 10*time.Second)
+	n2, err := startNode(ctx, bin, "node-2", db.URL, ca, "-admin", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, store, closeClient, err := startGateway(ctx, db.URL, "client", tcp.Options{TLS: testHostTLS(t, ca, "client")}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeClient()
+	const objects = 40
+	var onN2 []int
+	for i, h := range placeObjects(t, client, store, objects) {
+		if h == "node-2" {
+			onN2 = append(onN2, i)
+		}
+	}
+	if len(onN2) == 0 {
+		t.Fatal("no object on node-2")
+	}
+	// seen returns what node-1's members answer says of node-2.
+	seen := func() admin.Member {
+		var ms admin.Members
+		code, out, errOut := adminRun(t, n1, ca, cred, "-o", "json", "members")
+		if err := json.Unmarshal([]byte(out), &ms); code != 0 || err != nil {
+			t.Fatalf("members: %d %q %q (%v)", code, out, errOut, err)
+		}
+		for _, m := range ms.Members {
+			if m.Name == "node-2" {
+				return m
+			}
+		}
+		return admin.Member{}
+	}
+	killed := time.Now()
+	n2.signal(syscall.SIGKILL, 10*time.Second)
+	testutil.WaitForWithin(t, "node-1 to see node-2 unreachable or failed", time.Minute, func() bool { return seen().Seen != "" })
+	sawDown := time.Since(killed)
+	testutil.WaitForWithin(t, "node-1 to list node-2 failed", time.Minute, func() bool { return seen().State == "failed" })
+	sawFailed := time.Since(killed)
+	t.Logf("MEASURED node-1 listed node-2 down %v after the SIGKILL, failed %v after it (lease: %v)",
+		sawDown.Round(time.Millisecond), sawFailed.Round(time.Millisecond), relocation.LeaseTTL)
+	// The client's next messages have node-1 take node-2's objects over.
+	for _, i := range onN2 {
+		testutil.WaitForWithin(t, "an object of node-2 to answer on node-1", time.Minute, func() bool {
+			_, err := actor.Ask[counter.Read, counter.Counter](ctx, client, actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)}, counter.Read{})
+			return err == nil
+		})
+	}
+	var es admin.Events
+	testutil.WaitForWithin(t, "node-1's events to count the objects it took over", time.Minute, func() bool {
+		es = admin.Events{}
+		code, out, errOut := adminRun(t, n1, ca, cred, "-o", "json", "events")
+		if err := json.Unmarshal([]byte(out), &es); code != 0 || err != nil {
+			t.Fatalf("events: %d %q %q (%v)", code, out, errOut, err)
+		}
+		n := 0
+		for _, e := range es.Events {
+			if e.Kind == actor.EventTookOver && e.Host == "node-2" {
+				n += e.Count
+			}
+		}
+		return n == len(onN2)
+	})
+	var kinds []string
+	events := 0
+	for _, e := range es.Events {
+		if e.Host == "node-2" {
+			events++
+			if len(kinds) == 0 || kinds[len(kinds)-1] != string(e.Kind) {
+				kinds = append(kinds, string(e.Kind))
+			}
+		}
+	}
+	if want := "joined unreachable failed took-over"; strings.Join(kinds, " ") != want {
+		t.Fatalf("node-1's events about node-2: %v, want %s", kinds, want)
+	}
+	if events > 3+10 {
+		t.Fatalf("node-1 has %d events about node-2 for %d objects taken over: a burst is counted, not listed", events, len(onN2))
+	}
+}
