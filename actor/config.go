@@ -115,8 +115,15 @@ type Config struct {
 	// hosts, their states and kinds (membership.NewMemory for hosts in one
 	// process).
 	Membership membership.Membership
-	// AppVersion is compared in a move's preflight: objects move only
-	// between hosts of the same application version.
+	// AppVersion is the application version the host runs, announced in
+	// the membership (membership.Member.Version). While the hosts serving
+	// a kind run several — a rolling upgrade — new objects are placed and
+	// drains move objects onto hosts of the newest version only (a kind
+	// placed PlaceLocal too), so that each object moves once per rollout;
+	// and a move to a host of an older version than its source is
+	// refused (its code may not read the newer state). Versions compare
+	// part by part, numbers as numbers ("v1.10.0" is newer than
+	// "v1.9.2"); "" is older than any other.
 	AppVersion string
 	// FollowDuration is how long a host forwards messages for an object
 	// that moved away (Message Follow); default 30 s.

@@ -564,8 +564,8 @@ func TestRelocateFromAnyHostMovesTheObjectWithTheSameResultAndErrors(t *testing.
 	start := func(name, version string) *Host {
 		return startHost(t, Config{Name: name, Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger(), AppVersion: version}, seqKind())
 	}
-	a, b, c := start("a", "v1"), start("b", "v1"), start("c", "v1")
-	start("other-version", "v2")
+	a, b, c := start("a", "v2"), start("b", "v2"), start("c", "v2")
+	start("other-version", "v1")
 	ref := Ref{"seq", "x"}
 	for i := 1; i <= 3; i++ {
 		if err := Tell(bg, a, ref, SeqMsg{Seq: i}); err != nil { // lives on a

@@ -270,9 +270,9 @@ func TestRelocationPolicies(t *testing.T) {
 
 func TestRelocateRefusals(t *testing.T) {
 	n := NewNetwork(nil)
-	a := startHost(t, Config{Name: "a", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger(), AppVersion: "v1"}, movableKind(newGates()))
-	startHost(t, Config{Name: "other-version", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger(), AppVersion: "v2"}, movableKind(newGates()))
-	startHost(t, Config{Name: "no-kind", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger(), AppVersion: "v1"}, seqKind())
+	a := startHost(t, Config{Name: "a", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger(), AppVersion: "v2"}, movableKind(newGates()))
+	startHost(t, Config{Name: "other-version", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger(), AppVersion: "v1"}, movableKind(newGates()))
+	startHost(t, Config{Name: "no-kind", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, Logger: quietLogger(), AppVersion: "v2"}, seqKind())
 	ref := Ref{"counter", "r"}
 	Tell(bg, a, ref, Inc{By: 1})
 	for _, c := range []struct {
@@ -282,7 +282,7 @@ func TestRelocateRefusals(t *testing.T) {
 		{"nowhere", payload.NotFound},       // no such host
 		{"a", payload.InvalidOperation},     // itself: it already lives there
 		{"no-kind", payload.Rejected},       // preflight: the kind is unknown there
-		{"other-version", payload.Rejected}, // preflight: another application version
+		{"other-version", payload.Rejected}, // preflight: an older application version
 	} {
 		if err := a.Relocate(bg, ref, c.target); !errors.Is(err, c.kind) {
 			t.Errorf("Relocate to %s = %v, want kind %v", c.target, err, c.kind)

@@ -352,8 +352,9 @@ func (mt *moveTable) onRecord(from string, obj relocation.Object, rec relocation
 			reply.OK, reply.Reason = false, "kind "+r.Object.Kind+" does not relocate"
 		case h.drainer.draining.Load() || !h.life.acceptsExternal():
 			reply.OK, reply.Reason = false, "host "+h.name+" is draining or stopping"
-		case h.cfg.AppVersion != r.AppVersion:
-			reply.OK, reply.Reason = false, "application version "+h.cfg.AppVersion+" here, "+r.AppVersion+" at the source"
+		case compareVersions(h.cfg.AppVersion, r.AppVersion) < 0:
+			// An older version may not read a newer one's state.
+			reply.OK, reply.Reason = false, "application version "+h.cfg.AppVersion+" here, older than "+r.AppVersion+" at the source"
 		}
 		h.peers.sendRecords(from, r.Object, nil, reply)
 		return

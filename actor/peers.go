@@ -682,12 +682,15 @@ func (v *peerView) reachable(name string) bool {
 
 // candidate is a host that can take a new activation, with its load.
 type candidate struct {
-	name string
-	load int64 // active owners
+	name    string
+	load    int64  // active owners
+	version string // its application version (Config.AppVersion)
 }
 
 // candidates returns the serving hosts that have kind and take frames,
-// sorted by name; self (with its own live load) only if takeSelf.
+// sorted by name; self (with its own live load) only if takeSelf. While
+// hosts of several application versions serve the kind, only those of
+// the newest are candidates (version.go).
 func (pr *peers) candidates(kind string, takeSelf bool) []candidate {
 	h := pr.h
 	v := &pr.view
@@ -699,7 +702,7 @@ func (pr *peers) candidates(kind string, takeSelf bool) []candidate {
 		}
 		if name == h.name {
 			if takeSelf {
-				out = append(out, candidate{name: name, load: h.stats.owners.Load()})
+				out = append(out, candidate{name: name, load: h.stats.owners.Load(), version: h.cfg.AppVersion})
 			}
 			continue
 		}
@@ -707,13 +710,14 @@ func (pr *peers) candidates(kind string, takeSelf bool) []candidate {
 		if p != nil && (p.leaving || p.gone) {
 			continue
 		}
-		c := candidate{name: name}
+		c := candidate{name: name, version: m.Version}
 		if p != nil {
 			c.load = p.load + p.placed
 		}
 		out = append(out, c)
 	}
 	v.mu.RUnlock()
+	out = newest(out)
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out
 }
@@ -760,7 +764,7 @@ func (pr *peers) member(gen uint64) membership.Member {
 		addr = d.Addr()
 	}
 	return membership.Member{Name: h.name, Address: addr, Kinds: pr.kinds, LeaseGen: gen,
-		MaxMessage: h.cfg.ApplicationLimits.Bytes - mailbox.ItemOverhead}
+		MaxMessage: h.cfg.ApplicationLimits.Bytes - mailbox.ItemOverhead, Version: h.cfg.AppVersion}
 }
 
 // tellDirectory tells a transport that needs its peers' addresses
@@ -838,9 +842,10 @@ func (pr *peers) knownHost(name string) bool {
 	return err == nil && slices.ContainsFunc(list, func(m membership.Member) bool { return m.Name == name })
 }
 
-// otherHostsWithKind returns the other serving hosts that have kind,
-// sorted by name, asking the membership afresh (Drain, once per round:
-// it must see hosts that joined a moment ago).
+// otherHostsWithKind returns the other serving hosts that have kind —
+// of the newest application version among them — sorted by name, asking
+// the membership afresh (Drain, once per round: it must see hosts that
+// joined a moment ago).
 func (pr *peers) otherHostsWithKind(kind string) []string {
 	h := pr.h
 	ctx, cancel := h.life.storeContext()
@@ -854,14 +859,18 @@ func (pr *peers) otherHostsWithKind(kind string) []string {
 		}
 		return out
 	}
-	var out []string
+	var cands []candidate
 	for _, m := range list {
 		if m.Name != h.name && m.State == membership.Serving && slices.Contains(m.Kinds, kind) {
 			if pr.view.leavingOrGone(m.Name) {
 				continue
 			}
-			out = append(out, m.Name)
+			cands = append(cands, candidate{name: m.Name, version: m.Version})
 		}
+	}
+	var out []string
+	for _, c := range newest(cands) { // a rolling upgrade: onto the newest version only
+		out = append(out, c.name)
 	}
 	sort.Strings(out)
 	return out

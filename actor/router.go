@@ -757,12 +757,20 @@ func (rt *router) placeNew(s *spec, id string) string {
 	if h.cfg.Gateway && placement == PlaceLocal {
 		placement = PlaceHashed // a gateway hosts nothing
 	}
-	if placement == PlaceLocal || h.peers.tr == nil {
+	if h.peers.tr == nil {
 		return ""
 	}
 	cands := h.peers.candidates(s.name, !h.drainer.draining.Load() && !h.cfg.Gateway)
 	if len(cands) == 0 {
 		return ""
+	}
+	if placement == PlaceLocal {
+		// Here — unless hosts of a newer application version serve the
+		// kind (a rolling upgrade): then on one of them, by the id's hash.
+		if compareVersions(cands[0].version, h.cfg.AppVersion) <= 0 || h.drainer.draining.Load() {
+			return "" // (cands are of one version, the newest)
+		}
+		placement = PlaceHashed
 	}
 	switch placement {
 	case PlaceRandom:

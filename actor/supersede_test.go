@@ -190,7 +190,7 @@ func TestALaterMoveOfAnObjectEndsAnEarlierOneItsSourceGaveUp(t *testing.T) {
 }
 
 // TestADrainThatNoHostTakesAnObjectFromSaysItsStateEnded: when every host
-// a drain tries refuses an object's move (here: another application
+// a drain tries refuses an object's move (here: an older application
 // version), the object is deactivated — and for a kind whose in-memory
 // state moves, that ending of its state is counted and logged at Warn,
 // not silent: a line a second with how many objects (not a line per
@@ -199,9 +199,9 @@ func TestADrainThatNoHostTakesAnObjectFromSaysItsStateEnded(t *testing.T) {
 	const objects = 300
 	n := NewNetwork(nil)
 	var aLog syncBuffer
-	a := startHost(t, Config{Name: "a", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, AppVersion: "1",
+	a := startHost(t, Config{Name: "a", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, AppVersion: "2",
 		Logger: slog.New(slog.NewTextHandler(&aLog, &slog.HandlerOptions{Level: slog.LevelDebug}))}, movableKind(newGates()))
-	b := startHost(t, Config{Name: "b", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, AppVersion: "2",
+	b := startHost(t, Config{Name: "b", Transport: n.Transport, Store: n.Net.Store, Membership: n.Membership, AppVersion: "1",
 		Logger: quietLogger()}, movableKind(newGates()))
 	waitViews(t, a, b)
 	ref := func(i int) Ref { return Ref{"counter", "refused-" + strconv.Itoa(i)} }

@@ -142,6 +142,10 @@ type Member struct {
 	// admits (0: not stated). A peer refuses a larger one to its sender at
 	// once rather than send it to be dropped.
 	MaxMessage int64
+	// Version is the application version the host runs ("" : not
+	// stated). While a cluster runs several, hosts place new objects and
+	// drain onto those of the newest (actor.Config.AppVersion).
+	Version string
 }
 
 // clone returns m with its own copy of Kinds.

@@ -332,7 +332,7 @@ func (m *Memory) Join(ctx context.Context, mem Member) (Lease, error) {
 	if e != nil {
 		switch {
 		case e.live && e.m.LeaseGen == mem.LeaseGen:
-			if e.m.Address != mem.Address || e.m.MaxMessage != mem.MaxMessage || !slices.Equal(e.m.Kinds, mem.Kinds) {
+			if e.m.Address != mem.Address || e.m.MaxMessage != mem.MaxMessage || e.m.Version != mem.Version || !slices.Equal(e.m.Kinds, mem.Kinds) {
 				return Lease{}, ErrNameTaken
 			}
 			e.expires = m.now().Add(m.ttl) // a retried Join: renew

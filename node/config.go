@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -84,6 +85,14 @@ type Config struct {
 	// LeaseTTL (-lease-renew; default relocation.LeaseRenew).
 	LeaseRenew time.Duration
 
+	// AppVersion is the application version the node runs (-app-version;
+	// default: the main module's version in the binary's build
+	// information, else its VCS revision, else none). While the nodes of
+	// a cluster run several — a rolling upgrade — new objects are placed
+	// and drains move objects onto the newest only, so that each object
+	// moves once per rollout (actor.Config.AppVersion).
+	AppVersion string
+
 	// LogFormat is "text" (the default) or "json" (-log-format): the
 	// format of the log the node writes on Stderr when Logger is nil.
 	LogFormat string
@@ -127,6 +136,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LogFormat == "" {
 		c.LogFormat = "text"
+	}
+	if c.AppVersion == "" {
+		c.AppVersion = buildVersion()
 	}
 	if c.Stderr == nil {
 		c.Stderr = os.Stderr
@@ -238,6 +250,36 @@ func isLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// buildVersion is the version of the running binary's main module when
+// it is a release (go install module@version), else the commit time and
+// revision of its VCS checkout ("2026-12-07T11:04:05Z+0123456789ab":
+// builds order by the time of their commit), else "" (not stated).
+func buildVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev, at string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		}
+	}
+	if at == "" {
+		return ""
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	return at + "+" + rev
+}
+
 // Flags registers the node's settings on fs, each writing its field of c.
 // Their defaults are c's values. Load uses it; a program with flags of its
 // own may call it on its own FlagSet and then LoadFrom.
@@ -261,6 +303,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", d.LeaseTTL, "the host lease's length, in the Location Store and the membership: a crashed node's objects are taken over about this long after its last renewal; "+
 		"a node whose renewals go unanswered this long pauses its objects (jeopardy) until the database answers — it does not exit")
 	fs.DurationVar(&c.LeaseRenew, "lease-renew", d.LeaseRenew, "how often the node renews its lease; under half of -lease-ttl")
+	fs.StringVar(&c.AppVersion, "app-version", d.AppVersion, "the application version this node runs: while nodes run several (a rolling upgrade), new objects and drains go to the newest only, so each object moves once (default: from the binary's build information)")
 	fs.StringVar(&c.LogFormat, "log-format", d.LogFormat, "the log's format on standard error: text or json")
 	fs.TextVar(&c.LogLevel, "log-level", c.LogLevel, "the least level logged: debug, info, warn or error (debug adds detail per object)")
 	fs.StringVar(&c.configFile, "config", "", "`file` of settings, one \"name = value\" per line (default $BERTH_CONFIG); flags and variables override it")

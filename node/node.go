@@ -198,6 +198,7 @@ func (n *Node) startHost(ctx context.Context, obs actor.Observer, kinds []actor.
 			Observer:   obs,
 			LeaseTTL:   cfg.LeaseTTL,
 			LeaseRenew: cfg.LeaseRenew,
+			AppVersion: cfg.AppVersion,
 		})
 		if err != nil {
 			return fmt.Errorf("%w: %v", ErrConfig, err)

@@ -186,7 +186,7 @@ func (m *Membership) lease(name string, gen uint64) membership.Lease {
 
 // memberCols are a member's columns in the order scanMember reads; the
 // changelog has the same ones.
-const memberCols = `name, address, state, kinds, lease_gen, max_message`
+const memberCols = `name, address, state, kinds, lease_gen, max_message, version`
 
 func scanMember(r pgx.Row, extra ...any) (membership.Member, error) {
 	var (
@@ -194,7 +194,7 @@ func scanMember(r pgx.Row, extra ...any) (membership.Member, error) {
 		state      int16
 		gen, limit int64
 	)
-	if err := r.Scan(append([]any{&mem.Name, &mem.Address, &state, &mem.Kinds, &gen, &limit}, extra...)...); err != nil {
+	if err := r.Scan(append([]any{&mem.Name, &mem.Address, &state, &mem.Kinds, &gen, &limit, &mem.Version}, extra...)...); err != nil {
 		return membership.Member{}, err
 	}
 	mem.State, mem.LeaseGen, mem.MaxMessage = membership.State(state), uint64(gen), limit
@@ -210,7 +210,7 @@ func memberArgs(mem membership.Member) []any {
 	if kinds == nil {
 		kinds = []string{}
 	}
-	return []any{mem.Name, mem.Address, int16(mem.State), kinds, int64(mem.LeaseGen), mem.MaxMessage}
+	return []any{mem.Name, mem.Address, int16(mem.State), kinds, int64(mem.LeaseGen), mem.MaxMessage, mem.Version}
 }
 
 // change is what a call decided inside its transaction: the event to
@@ -271,7 +271,7 @@ func (m *Membership) inChange(ctx context.Context, op string, contact bool,
 			out.ev.Rev = next
 			args := append([]any{int64(next), int16(out.ev.Type), int16(out.ev.From)}, memberArgs(out.ev.Member)...)
 			if _, err := tx.Exec(ctx, `INSERT INTO pgstore_member_events (rev, type, from_state, `+memberCols+`)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, args...); err != nil {
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, args...); err != nil {
 				return err
 			}
 		}
@@ -340,7 +340,7 @@ FROM due, clk WHERE m.name = due.name`
 var sweepSQL = `
 WITH clk AS MATERIALIZED (SELECT ` + clockSQL + ` AS now),
 locked AS MATERIALIZED (
-	SELECT m.name, m.address, m.state, m.kinds, m.lease_gen, m.max_message, m.deadline
+	SELECT m.name, m.address, m.state, m.kinds, m.lease_gen, m.max_message, m.version, m.deadline
 	FROM pgstore_members m, clk WHERE m.live AND m.deadline <= clk.now AND NOT ` + silentSQL("m") + ` FOR UPDATE OF m),
 due AS MATERIALIZED (
 	SELECT locked.*, row_number() OVER (ORDER BY deadline, name COLLATE "C") AS n FROM locked),
@@ -398,7 +398,7 @@ func (m *Membership) Join(ctx context.Context, mem membership.Member) (membershi
 		args := append([]any{frozen, off, m.ttl.Microseconds()}, memberArgs(mem)...)
 		switch {
 		case ok && r.live && r.m.LeaseGen == mem.LeaseGen:
-			if r.m.Address != mem.Address || r.m.MaxMessage != mem.MaxMessage || !slices.Equal(r.m.Kinds, mem.Kinds) {
+			if r.m.Address != mem.Address || r.m.MaxMessage != mem.MaxMessage || r.m.Version != mem.Version || !slices.Equal(r.m.Kinds, mem.Kinds) {
 				return change{result: membership.ErrNameTaken}, nil
 			}
 			// A retried Join: renew, no event.
@@ -412,9 +412,9 @@ func (m *Membership) Join(ctx context.Context, mem membership.Member) (membershi
 		}
 		// A new name, or a higher generation of one whose last run is out.
 		_, err = tx.Exec(ctx, `INSERT INTO pgstore_members (`+memberCols+`, deadline, live, departed, renewed_at)
-			VALUES ($4, $5, $6, $7, $8, $9, `+clockSQL+` + $3::bigint * interval '1 microsecond', true, false, `+clockSQL+`)
+			VALUES ($4, $5, $6, $7, $8, $9, $10, `+clockSQL+` + $3::bigint * interval '1 microsecond', true, false, `+clockSQL+`)
 			ON CONFLICT (name) DO UPDATE SET address = excluded.address, state = excluded.state, kinds = excluded.kinds,
-				lease_gen = excluded.lease_gen, max_message = excluded.max_message, deadline = excluded.deadline,
+				lease_gen = excluded.lease_gen, max_message = excluded.max_message, version = excluded.version, deadline = excluded.deadline,
 				live = true, departed = false, renewed_at = excluded.renewed_at`, args...)
 		return change{ev: membership.Event{Type: membership.Joined, Member: mem}}, err
 	})

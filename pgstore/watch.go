@@ -76,8 +76,9 @@ func (m *Membership) readSync(ctx context.Context) (membership.Event, error) {
 			state      *int16
 			kinds      []string
 			gen, limit *int64
+			version    *string
 		)
-		if err := rows.Scan(&rev, &name, &addr, &state, &kinds, &gen, &limit); err != nil {
+		if err := rows.Scan(&rev, &name, &addr, &state, &kinds, &gen, &limit, &version); err != nil {
 			return membership.Event{}, err
 		}
 		ev.Rev = uint64(rev)
@@ -85,7 +86,7 @@ func (m *Membership) readSync(ctx context.Context) (membership.Event, error) {
 			continue // no member: the LEFT JOIN's one row
 		}
 		mem := membership.Member{Name: *name, Address: *addr, State: membership.State(*state), Kinds: kinds,
-			LeaseGen: uint64(*gen), MaxMessage: *limit}
+			LeaseGen: uint64(*gen), MaxMessage: *limit, Version: *version}
 		if len(mem.Kinds) == 0 {
 			mem.Kinds = nil
 		}

@@ -54,6 +54,7 @@ func Run(t *testing.T, h Harness) {
 		f    func(t *testing.T)
 	}{
 		{"JoinedMemberIsListed", s.joinedMemberIsListed},
+		{"AMembersVersionAndMessageLimitAreKept", s.aMembersVersionAndMessageLimitAreKept},
 		{"JoinRefusesAnInvalidMember", s.joinRefusesAnInvalidMember},
 		{"DuplicateNameWithLiveLeaseRefused", s.duplicateNameWithLiveLeaseRefused},
 		{"ConcurrentJoinsOfOneNameHaveOneWinner", s.concurrentJoinsOfOneNameHaveOneWinner},
@@ -307,10 +308,37 @@ func (s *suite) joinedMemberIsListed(t *testing.T) {
 	}
 }
 
+// A member's Version and MaxMessage are kept as joined: Members lists
+// them, and a watch's Sync and Joined event carry them. A Join of the
+// live generation with another version is another process: refused.
+func (s *suite) aMembersVersionAndMessageLimitAreKept(t *testing.T) {
+	m, _ := s.h.New(t)
+	ctx := s.ctx(t)
+	a := membership.Member{Name: "a", Address: "addr-a", State: membership.Serving, Kinds: []string{"cart"}, LeaseGen: 3, MaxMessage: 1 << 20, Version: "v1.4.2"}
+	mustJoin(t, ctx, m, a)
+	ch, sync := s.watch(t, ctx, m)
+	if len(sync.Members) != 1 || !sameMember(sync.Members[0], a) {
+		t.Fatalf("the watch's sync lists %+v, want %+v", sync.Members, a)
+	}
+	b := membership.Member{Name: "b", Address: "addr-b", State: membership.Serving, LeaseGen: 5, MaxMessage: 4096, Version: "v1.5.0"}
+	mustJoin(t, ctx, m, b)
+	if ev := s.next(t, ch); ev.Type != membership.Joined || !sameMember(ev.Member, b) {
+		t.Fatalf("the watch's event after b joined: %s %+v, want b joined as %+v", describe(ev), ev.Member, b)
+	}
+	got := mustMembers(t, ctx, m)
+	if len(got) != 2 || !sameMember(got[0], a) || !sameMember(got[1], b) {
+		t.Fatalf("Members = %+v, want %+v and %+v", got, a, b)
+	}
+	other := b
+	other.Version = "v1.6.0"
+	_, err := m.Join(ctx, other)
+	wantErr(t, "a Join of b's live generation with another version", err, membership.ErrNameTaken)
+}
+
 // sameMember compares members, taking nil and empty Kinds as equal.
 func sameMember(a, b membership.Member) bool {
 	return a.Name == b.Name && a.Address == b.Address && a.State == b.State &&
-		a.LeaseGen == b.LeaseGen && slices.Equal(a.Kinds, b.Kinds)
+		a.LeaseGen == b.LeaseGen && a.MaxMessage == b.MaxMessage && a.Version == b.Version && slices.Equal(a.Kinds, b.Kinds)
 }
 
 func (s *suite) joinRefusesAnInvalidMember(t *testing.T) {
