@@ -12,7 +12,8 @@ package tests
 //	node     a berth host on transport/tcp (TLS, the tests' CA) and pgstore (database
 //	         BERTH_CHILD_DB, name BERTH_CHILD_NAME; BERTH_CHILD_GATEWAY=1:
 //	         a gateway, hosting nothing; BERTH_CHILD_INSECURE=1: without
-//	         TLS), with the seqlog, tally and bench kinds.
+//	         TLS; BERTH_CHILD_VERSION: its application version), with the
+//	         seqlog, tally and bench kinds.
 //	         BERTH_CHILD_KILL_AT="send Prepare" (or "recv Cutover",
 //	         ...) SIGKILLs the process when it is about to send, or has just
 //	         received, that relocation record.
@@ -104,6 +105,9 @@ type senderReport struct {
 	// Marked is Sent as the sender found it at its first send after the
 	// last mark command (nil: none).
 	Marked []int `json:"marked,omitempty"`
+	// AskUS are the answered Asks' round trips in microseconds, by the
+	// number of mark commands before each was sent (a phase of the run).
+	AskUS map[int][]int `json:"askUS,omitempty"`
 }
 
 // moverReport is what a child's movers did.
@@ -289,7 +293,7 @@ func childNode() int {
 	if n, _ := strconv.Atoi(os.Getenv("BERTH_CHILD_PEER_INBOUND")); n > 0 {
 		peerInbound = mailbox.Limits{Items: n, Bytes: 64 << 20}
 	}
-	h, err := actor.NewHost(actor.Config{Name: name, Transport: att, Store: store, Membership: members,
+	h, err := actor.NewHost(actor.Config{Name: name, Transport: att, Store: store, Membership: members, AppVersion: os.Getenv("BERTH_CHILD_VERSION"),
 		Logger: log, Gateway: os.Getenv("BERTH_CHILD_GATEWAY") == "1", GapTimeout: gapTimeout, PeerInbound: peerInbound,
 		StateStore: &pausingStates{StateStore: store, rows: store}})
 	if err != nil {
@@ -619,7 +623,7 @@ func (c *childCtl) startLoad(objects, senders, askEvery int, seed uint64, rate i
 	c.senders = map[string]*senderReport{}
 	for s := range senders {
 		name := c.h.Name() + "/" + strconv.Itoa(s)
-		r := &senderReport{Sent: make([]int, objects), Uncertain: map[int][]int{}}
+		r := &senderReport{Sent: make([]int, objects), Uncertain: map[int][]int{}, AskUS: map[int][]int{}}
 		c.senders[name] = r
 		c.loadWG.Add(1)
 		go func() {
@@ -654,7 +658,11 @@ func (c *childCtl) startLoad(objects, senders, askEvery int, seed uint64, rate i
 					}
 				}
 				i := rng.IntN(objects)
-				r.sendOne(c.h, name, i, askEvery > 0 && rng.IntN(askEvery) == 0, 20*time.Second, fail)
+				ask := askEvery > 0 && rng.IntN(askEvery) == 0
+				began := time.Now()
+				if r.sendOne(c.h, name, i, ask, 20*time.Second, fail) && ask {
+					r.AskUS[int(marked)] = append(r.AskUS[int(marked)], int(time.Since(began).Microseconds()))
+				}
 			}
 		}()
 	}
