@@ -58,7 +58,7 @@ func TestARollingUpgradeMovesEachObjectAtMostOnce(t *testing.T) {
 	gw.waitPeers(t, 3)
 	seed := loadSeed(t)
 	gw.must(t, fmt.Sprintf("load %d 8 4 %d 0", objects, seed)) // closed loop: each sender's next send after its last
-	time.Sleep(2 * time.Second)                                  // steady state, the first phase of the Asks' round trips
+	time.Sleep(2 * time.Second)                                // steady state, the first phase of the Asks' round trips
 
 	// The rollout: a surge node first, then each old node drained and
 	// replaced by a node of the new version under its name.
