@@ -11,11 +11,20 @@ import (
 )
 
 // tcpCollector exports the node's transport/tcp counts (tcp.Stats) at
-// each scrape: what its links sent again, dropped and refused.
+// each scrape: what its links sent again, dropped and refused; and each
+// link's traffic (tcp.Links), by peer.
 type tcpCollector struct {
 	attacher atomic.Pointer[tcp.Attacher] // the host's, once it started
 	name     string
 	descs    []tcpSeries
+	links    []linkSeries
+}
+
+// linkSeries is one count of tcp.LinkStats and its series, by peer.
+type linkSeries struct {
+	desc *prometheus.Desc
+	kind prometheus.ValueType
+	get  func(tcp.LinkStats) float64
 }
 
 // tcpSeries is one count of tcp.Stats and its series.
@@ -41,12 +50,36 @@ func newTCPCollector(name string) *tcpCollector {
 		d("oversized_items_total", "Items past the transport's item limit that were received (read and dropped).", func(s tcp.Stats) uint64 { return s.Oversized }),
 		d("peer_restarts_total", "Times a peer's frames carried a new incarnation of it.", func(s tcp.Stats) uint64 { return s.Restarts }),
 		d("backlog_refused_items_total", "Items a send refused because their link held as much of what its peer had not taken as it may.", func(s tcp.Stats) uint64 { return s.Backlog }),
-	}}
+	}, links: newLinkSeries()}
+}
+
+func newLinkSeries() []linkSeries {
+	l := func(metric, help string, kind prometheus.ValueType, get func(tcp.LinkStats) float64) linkSeries {
+		return linkSeries{prometheus.NewDesc("berth_link_"+metric, help, []string{"peer"}, nil), kind, get}
+	}
+	c := prometheus.CounterValue
+	return []linkSeries{
+		l("sent_items_total", "Items sent to the peer (each once, however often it went on the wire).", c, func(s tcp.LinkStats) float64 { return float64(s.SentItems) }),
+		l("sent_bytes_total", "Bytes of the items sent to the peer.", c, func(s tcp.LinkStats) float64 { return float64(s.SentBytes) }),
+		l("received_items_total", "Items received from the peer and handed to the host.", c, func(s tcp.LinkStats) float64 { return float64(s.ReceivedItems) }),
+		l("received_bytes_total", "Bytes of the items received from the peer.", c, func(s tcp.LinkStats) float64 { return float64(s.ReceivedBytes) }),
+		l("resent_items_total", "Items sent to the peer again in its current session (after a connection ended, or a gap).", c, func(s tcp.LinkStats) float64 { return float64(s.Resent) }),
+		l("backlog_refused_items_total", "Items refused because the link to the peer held as much as it may, in its current session.", c, func(s tcp.LinkStats) float64 { return float64(s.Backlog) }),
+		l("up", "1 while the link to the peer is up.", prometheus.GaugeValue, func(s tcp.LinkStats) float64 {
+			if s.Up {
+				return 1
+			}
+			return 0
+		}),
+	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *tcpCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, s := range c.descs {
+		ch <- s.desc
+	}
+	for _, s := range c.links {
 		ch <- s.desc
 	}
 }
@@ -64,6 +97,11 @@ func (c *tcpCollector) Collect(ch chan<- prometheus.Metric) {
 	st := t.Stats()
 	for _, s := range c.descs {
 		ch <- prometheus.MustNewConstMetric(s.desc, prometheus.CounterValue, float64(s.get(st)))
+	}
+	for _, l := range t.Links() {
+		for _, s := range c.links {
+			ch <- prometheus.MustNewConstMetric(s.desc, s.kind, s.get(l), l.Peer)
+		}
 	}
 }
 

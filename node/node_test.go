@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -242,5 +243,59 @@ func TestTheGrafanaDashboardNamesOnlySeriesANodeServes(t *testing.T) {
 			continue
 		}
 		t.Errorf("panel %q names %s, which a node does not serve", panel, name)
+	}
+}
+
+// A node's /metrics counts each link's traffic by peer: two nodes on one
+// database, an object moved to the second and told through the first —
+// the first's series for its link to the second count the items and
+// bytes it sent, and say the link is up.
+func TestANodesMetricsCountEachLinksTraffic(t *testing.T) {
+	db := pgtest.New(t)
+	ctx := context.Background()
+	start := func(name string) *Node {
+		n, err := Start(ctx, Config{Name: name, Listen: "127.0.0.1:0", Database: db.URL, HTTP: "127.0.0.1:0", Stdout: io.Discard,
+			Logger: slog.New(slog.DiscardHandler)}, counter.Kind())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = n.Close() })
+		return n
+	}
+	n1, n2 := start("n1"), start("n2")
+	ref := actor.Ref{Kind: counter.Name, ID: "linked"}
+	if err := actor.Tell(ctx, n1.Host(), ref, counter.Add{Sender: "s", Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		err := n1.Host().Relocate(ctx, ref, "n2")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Relocate to n2: %v", err)
+		}
+	}
+	for seq := 2; seq <= 21; seq++ {
+		if err := actor.Tell(ctx, n1.Host(), ref, counter.Add{Sender: "s", Seq: seq}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c, err := actor.Ask[counter.Read, counter.Counter](ctx, n1.Host(), ref, counter.Read{}); err != nil || c.Count["s"] != 21 {
+		t.Fatalf("the counter on n2: %+v, %v", c, err)
+	}
+	metrics := scrapeWith(t, n1, []string{`berth_link_up{peer="n2"} 1`, `berth_link_sent_items_total{peer="n2"} `,
+		`berth_link_sent_bytes_total{peer="n2"} `, `berth_link_received_items_total{peer="n2"} `, `berth_link_resent_items_total{peer="n2"} `})
+	var sent float64
+	for _, line := range strings.Split(metrics, "\n") {
+		if v, ok := strings.CutPrefix(line, `berth_link_sent_items_total{peer="n2"} `); ok {
+			sent, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	if sent < 21 { // the move's records, 20 Tells and an Ask at least
+		t.Fatalf("n1 counts %v items sent to n2, want at least 21", sent)
+	}
+	if got := n2.Host().Stats().OwnersActive; got != 1 {
+		t.Fatalf("n2 owns %d objects, want the one moved there", got)
 	}
 }

@@ -604,3 +604,27 @@ func TestAPeerThatTakesNothingIsRefusedPastTheHardBound(t *testing.T) {
 		})
 	}
 }
+
+// Each link counts what went each way: the items Send accepted for the
+// peer and their bytes, and the items from it handed to the handler.
+func TestEachLinkCountsItsItemsAndBytesEachWay(t *testing.T) {
+	a, b, sa, sb := pairOf(t, tcp.Options{})
+	checkExchange(t, a, b, sa, sb, "x", 50) // 50 items each way, "x#0".."x#49"
+	var bytes uint64
+	for i := range 50 {
+		bytes += uint64(len("x#" + strconv.Itoa(i)))
+	}
+	for _, c := range []struct {
+		tr   *tcp.Transport
+		peer string
+	}{{a, "b"}, {b, "a"}} {
+		links := c.tr.Links()
+		if len(links) != 1 || links[0].Peer != c.peer {
+			t.Fatalf("%s's links: %+v, want one, to %s", c.tr.Local(), links, c.peer)
+		}
+		l := links[0]
+		if l.SentItems != 50 || l.SentBytes != bytes || l.ReceivedItems != 50 || l.ReceivedBytes != bytes || !l.Up {
+			t.Fatalf("%s's link to %s: %+v, want 50 items and %d bytes each way, up", c.tr.Local(), c.peer, l, bytes)
+		}
+	}
+}

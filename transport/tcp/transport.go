@@ -302,6 +302,11 @@ type peer struct {
 	state   atomic.Uint32 // the session's linkState, for Peers
 	cut     atomic.Bool   // a test fault: no connection to or from the peer
 
+	// The link's traffic (Links): items Send accepted for the peer and
+	// their bytes; items delivered from it to the handler and theirs.
+	sentItems, sentBytes atomic.Uint64
+	recvItems, recvBytes atomic.Uint64
+
 	mu          sync.Mutex
 	addr        string        // guarded by mu
 	s           *session      // guarded by mu
@@ -571,6 +576,10 @@ func (t *Transport) Send(to string, it transport.Item) error {
 	}
 	p.mu.Lock()
 	err := p.s.send(it, &p.o)
+	if err == nil {
+		p.sentItems.Add(1)
+		p.sentBytes.Add(uint64(len(it.Data)))
+	}
 	t.flush(p, false, false)
 	if err != nil || p.out == nil || p.writing || p.wq.n == 0 || p.wq.n > inlineWrite || !p.s.caughtUp() {
 		queued := p.wq.n > 0
@@ -935,6 +944,7 @@ func (t *Transport) deliverLoop(p *peer) {
 		switch d.what {
 		case dItem:
 			if !d.refused {
+				p.delivered(d.item)
 				t.h.Deliver(p.name, d.item)
 			}
 			unreported++
@@ -1362,6 +1372,7 @@ func (t *Transport) receive(p *peer, e *Envelope) {
 	// The item came in while its handler had nothing to do: deliver it
 	// here, on the reader.
 	if !d.refused {
+		p.delivered(d.item)
 		t.h.Deliver(p.name, d.item)
 	}
 	if p.q.inlineDone() {
@@ -1433,6 +1444,46 @@ func (t *Transport) Stats() Stats {
 	return Stats{Resent: sum.resent, Duplicates: sum.duplicates, Gaps: sum.gaps, Stale: sum.stale,
 		Lost: sum.lost, Dropped: sum.dropped, Unknown: t.unknown.Load(), Refused: t.refused.Load(), Malformed: t.malformed.Load(),
 		Oversized: sum.oversized, Restarts: sum.restarts, Backlog: sum.backlog}
+}
+
+// delivered counts an item handed to the handler.
+func (p *peer) delivered(it transport.Item) {
+	p.recvItems.Add(1)
+	p.recvBytes.Add(uint64(len(it.Data)))
+}
+
+// LinkStats are one link's counts (Links): what this host sent its peer
+// and received from it, and the session's counts for that peer.
+type LinkStats struct {
+	Peer string
+	// SentItems and SentBytes count the items Send accepted for the peer
+	// (each once, however often it went on the wire) and their data.
+	SentItems, SentBytes uint64
+	// ReceivedItems and ReceivedBytes count the items from the peer
+	// handed to the handler, and their data.
+	ReceivedItems, ReceivedBytes uint64
+	// Resent, Duplicates, Gaps and Backlog are Stats' counts of this
+	// link alone (since its current session began: a restart of the
+	// peer starts them again).
+	Resent, Duplicates, Gaps, Backlog uint64
+	// Up reports whether the link is up now.
+	Up bool
+}
+
+// Links returns each current peer's link counts, by peer name.
+func (t *Transport) Links() []LinkStats {
+	var out []LinkStats
+	for _, p := range t.peerList() {
+		l := LinkStats{Peer: p.name, SentItems: p.sentItems.Load(), SentBytes: p.sentBytes.Load(),
+			ReceivedItems: p.recvItems.Load(), ReceivedBytes: p.recvBytes.Load(), Up: linkState(p.state.Load()) == stUp}
+		p.mu.Lock()
+		st := p.s.stats
+		p.mu.Unlock()
+		l.Resent, l.Duplicates, l.Gaps, l.Backlog = st.resent, st.duplicates, st.gaps, st.backlog
+		out = append(out, l)
+	}
+	slices.SortFunc(out, func(a, b LinkStats) int { return strings.Compare(a.Peer, b.Peer) })
+	return out
 }
 
 // Cut cuts (cut true) or restores the link between this host and its peer
