@@ -139,28 +139,31 @@ func (s *suspicions) check(m membership.Member) {
 // stillSuspect reports whether m's run is still a member whose link is
 // down (up again, or no longer listed: nothing to confirm).
 func (s *suspicions) stillSuspect(m membership.Member) bool {
-	v := &s.h.peers.view
-	cur, ok := v.member(m.Name)
-	if !ok || cur.LeaseGen != m.LeaseGen {
-		return false
-	}
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	p := v.links[m.Name]
-	return p != nil && p.down && !p.leaving && !p.gone
+	down, leaving, listed := s.link(m)
+	return listed && down && !leaving
 }
 
 // linkUp reports whether m's run is still a member whose link is up.
 func (s *suspicions) linkUp(m membership.Member) bool {
+	down, _, listed := s.link(m)
+	return listed && !down
+}
+
+// link reports whether m's run is still a member with a link (listed),
+// and whether that link is down, or its peer leaving or gone.
+func (s *suspicions) link(m membership.Member) (down, leaving, listed bool) {
 	v := &s.h.peers.view
 	cur, ok := v.member(m.Name)
 	if !ok || cur.LeaseGen != m.LeaseGen {
-		return false
+		return false, false, false
 	}
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	p := v.links[m.Name]
-	return p != nil && !p.down
+	if p == nil {
+		return false, false, false
+	}
+	return p.down, p.leaving || p.gone, true
 }
 
 // leaseGone asks the Location Store for m's lease: dead when the store

@@ -11,6 +11,8 @@ import (
 
 	"github.com/berthrt/berth/actor"
 	"github.com/berthrt/berth/internal/testutil"
+	"github.com/berthrt/berth/membership"
+	"github.com/berthrt/berth/pgstore"
 )
 
 // TestAGatewayPausedPastItsLeaseJoinsAgainAsANewRun: two node processes
@@ -48,39 +50,7 @@ func TestAGatewayPausedPastItsLeaseJoinsAgainAsANewRun(t *testing.T) {
 	gw.must(t, fmt.Sprintf("load %d 3 8 %d 100", objects, seed+10))
 	time.Sleep(time.Second) // traffic
 
-	listed := func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		ms, err := members.Members(ctx)
-		if err != nil {
-			return true // not known: ask again
-		}
-		for _, m := range ms {
-			if m.Name == "gw" {
-				return true
-			}
-		}
-		return false
-	}
-	if err := gw.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	stopped := time.Now()
-	testutil.WaitForWithin(t, "the membership to end the stopped gateway's run", time.Minute, func() bool { return !listed() })
-	if err := gw.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	resumed := time.Now()
-	testutil.WaitForWithin(t, "the gateway to join again as a new run", time.Minute, func() bool {
-		select {
-		case <-gw.done:
-			t.Fatalf("the gateway exited after it was resumed (%v); its log:\n%s", gw.cmd.ProcessState, tailString(gw.stderr(), 4000))
-		default:
-		}
-		return decode[actor.Stats](t, gw.must(t, "stats")).Rejoins == 1 && listed()
-	})
-	t.Logf("MEASURED the gateway was stopped %v (until the membership ended its run); it joined again as a new run %v after it was resumed",
-		resumed.Sub(stopped).Round(time.Millisecond), time.Since(resumed).Round(time.Millisecond))
+	pausePastItsRun(t, gw, members)
 	gw.must(t, "mark")
 	time.Sleep(2 * time.Second) // traffic from the new run
 
@@ -118,25 +88,22 @@ func TestAGatewayPausedPastItsLeaseJoinsAgainAsANewRun(t *testing.T) {
 // processes hold 40 objects under traffic; a third node joins after them
 // and is given none. It is stopped (SIGSTOP) until the membership has
 // ended its run, then resumed. It does not exit: it joins again as a
-// new run (it had no object to drop),
-// an object first sent to from it activates on it, and every accepted message of
-// the others' senders ran once and in order.
+// new run (it had no object to drop), an object first sent to from it
+// activates on it, and every accepted message of the others' senders
+// ran once and in order.
 func TestANodeWithNoObjectPausedPastItsLeaseJoinsAgainAsANewRun(t *testing.T) {
 	const objects = 40
 	db := pgtestNew(t)
 	_, members, closePG := openPostgres(t, db)
 	t.Cleanup(closePG)
-	nodes := []*child{
-		startChild(t, "node", "n1", "BERTH_CHILD_NAME=n1", "BERTH_CHILD_DB="+db),
-		startChild(t, "node", "n2", "BERTH_CHILD_NAME=n2", "BERTH_CHILD_DB="+db),
-	}
+	nodes := []*child{startNodeChild(t, db, "n1"), startNodeChild(t, db, "n2")}
 	for _, n := range nodes {
 		n.waitPeers(t, 1)
 	}
 	for i := range objects {
 		nodes[i%len(nodes)].must(t, "read "+strconv.Itoa(i))
 	}
-	n3 := startChild(t, "node", "n3", "BERTH_CHILD_NAME=n3", "BERTH_CHILD_DB="+db)
+	n3 := startNodeChild(t, db, "n3")
 	n3.waitPeers(t, 2)
 	for _, n := range nodes {
 		n.waitPeers(t, 2)
@@ -148,39 +115,7 @@ func TestANodeWithNoObjectPausedPastItsLeaseJoinsAgainAsANewRun(t *testing.T) {
 	if st := decode[actor.Stats](t, n3.must(t, "stats")); st.OwnersActive != 0 {
 		t.Fatalf("n3 owns %d objects before its pause, want 0 (they were placed before it joined)", st.OwnersActive)
 	}
-	listed := func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		ms, err := members.Members(ctx)
-		if err != nil {
-			return true // not known: ask again
-		}
-		for _, m := range ms {
-			if m.Name == "n3" {
-				return true
-			}
-		}
-		return false
-	}
-	if err := n3.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	stopped := time.Now()
-	testutil.WaitForWithin(t, "the membership to end the stopped node's run", time.Minute, func() bool { return !listed() })
-	if err := n3.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	resumed := time.Now()
-	testutil.WaitForWithin(t, "n3 to join again as a new run", time.Minute, func() bool {
-		select {
-		case <-n3.done:
-			t.Fatalf("n3 exited after it was resumed (%v); its log:\n%s", n3.cmd.ProcessState, tailString(n3.stderr(), 4000))
-		default:
-		}
-		return decode[actor.Stats](t, n3.must(t, "stats")).Rejoins == 1 && listed()
-	})
-	t.Logf("MEASURED n3 was stopped %v (until the membership ended its run); it joined again as a new run %v after it was resumed",
-		resumed.Sub(stopped).Round(time.Millisecond), time.Since(resumed).Round(time.Millisecond))
+	pausePastItsRun(t, n3, members)
 	// An object sent to first from n3 activates there (PlaceLocal),
 	// under its new run, and answers from the other nodes.
 	n3.must(t, "read "+strconv.Itoa(objects))
@@ -202,6 +137,42 @@ func TestANodeWithNoObjectPausedPastItsLeaseJoinsAgainAsANewRun(t *testing.T) {
 	for _, n := range append(nodes, n3) {
 		n.stop(t)
 	}
+}
+
+// pausePastItsRun stops child c (SIGSTOP) until the membership has ended
+// its run, resumes it, and waits until it has joined again as a new run
+// (Stats.Rejoins 1, listed again); c exiting fails t. It logs how long c
+// was stopped and how long after its resume it joined again.
+func pausePastItsRun(t *testing.T, c *child, members *pgstore.Membership) {
+	t.Helper()
+	listed := func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ms, err := members.Members(ctx)
+		if err != nil {
+			return true // not known: ask again
+		}
+		return slices.ContainsFunc(ms, func(m membership.Member) bool { return m.Name == c.name })
+	}
+	if err := c.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	testutil.WaitForWithin(t, "the membership to end the stopped "+c.name+"'s run", time.Minute, func() bool { return !listed() })
+	if err := c.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	resumed := time.Now()
+	testutil.WaitForWithin(t, c.name+" to join again as a new run", time.Minute, func() bool {
+		select {
+		case <-c.done:
+			t.Fatalf("%s exited after it was resumed (%v); its log:\n%s", c.name, c.cmd.ProcessState, tailString(c.stderr(), 4000))
+		default:
+		}
+		return decode[actor.Stats](t, c.must(t, "stats")).Rejoins == 1 && listed()
+	})
+	t.Logf("MEASURED %s was stopped %v (until the membership ended its run); it joined again as a new run %v after it was resumed",
+		c.name, resumed.Sub(stopped).Round(time.Millisecond), time.Since(resumed).Round(time.Millisecond))
 }
 
 // repeatsOf returns how many messages sent again the nodes dropped as

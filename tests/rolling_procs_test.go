@@ -68,7 +68,7 @@ func TestARollingUpgradeMovesEachObjectAtMostOnce(t *testing.T) {
 	news[0].waitPeers(t, 4)
 	var drainLogs []string
 	for _, old := range olds {
-		old.waitPeers(t, 4) // it knows the new nodes
+		old.waitPeers(t, 4)                                // it knows the new nodes
 		ms, _, _ := strings.Cut(old.must(t, "drain"), " ") // its time, then its moves' pauses
 		old.exited(t)
 		t.Logf("%s drained in %s ms", old.name, ms)

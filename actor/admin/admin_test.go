@@ -205,19 +205,7 @@ func TestTheMovesRouteListsTheMovesFromThisHost(t *testing.T) {
 	if code := call(t, srv, "GET", "/admin/v1/moves", token, &ms); code != http.StatusOK || ms.Host != "a" || ms.Moves == nil || len(ms.Moves) != 0 {
 		t.Fatalf("moves before any: %d %+v; want an empty list", code, ms)
 	}
-	var ids []string
-	for i := 0; len(ids) < 2; i++ {
-		ref := actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)}
-		if _, err := actor.Ask[counter.Read, counter.Counter](bg, a, ref, counter.Read{}); err != nil {
-			t.Fatal(err)
-		}
-		if loc, _ := a.Locate(bg, ref); loc.Host == "a" {
-			if err := a.Relocate(bg, ref, "b"); err != nil {
-				t.Fatal(err)
-			}
-			ids = append(ids, ref.ID)
-		}
-	}
+	ids := moveObjects(t, a, "b", 2)
 	if code := call(t, srv, "GET", "/admin/v1/moves", token, &ms); code != http.StatusOK || len(ms.Moves) != 2 {
 		t.Fatalf("moves: %d %+v; want the two", code, ms)
 	}
@@ -271,19 +259,7 @@ func TestTheEventsRouteListsTheHostsEventLog(t *testing.T) {
 		t.Fatalf("events: %+v; want b's join", es.Events)
 	}
 	last := es.Events[len(es.Events)-1].Seq
-	moved := 0
-	for i := 0; moved < 3; i++ {
-		ref := actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)}
-		if _, err := actor.Ask[counter.Read, counter.Counter](bg, b, ref, counter.Read{}); err != nil {
-			t.Fatal(err)
-		}
-		if loc, _ := b.Locate(bg, ref); loc.Host == "b" {
-			if err := b.Relocate(bg, ref, "a"); err != nil {
-				t.Fatal(err)
-			}
-			moved++
-		}
-	}
+	moved := len(moveObjects(t, b, "a", 3))
 	var newer admin.Events
 	deadline := time.Now().Add(time.Minute)
 	for {
@@ -361,21 +337,30 @@ func TestTheEventsStreamSendsEachNewEvent(t *testing.T) {
 	}
 	next("b's join", func(e actor.Event) bool { return e.Kind == actor.EventJoined && e.Host == "b" })
 	// A move from b to a: a records it, and the stream sends it.
-	for i := 0; ; i++ {
-		ref := actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)}
-		if _, err := actor.Ask[counter.Read, counter.Counter](bg, b, ref, counter.Read{}); err != nil {
-			t.Fatal(err)
-		}
-		if loc, _ := b.Locate(bg, ref); loc.Host == "b" {
-			if err := b.Relocate(bg, ref, "a"); err != nil {
-				t.Fatal(err)
-			}
-			break
-		}
-	}
+	moveObjects(t, b, "a", 1)
 	if e := next("the object moved in from b", func(e actor.Event) bool { return e.Kind == actor.EventMovedIn }); e.Host != "b" || e.Count != 1 {
 		t.Fatalf("events/stream: %+v, want one object moved in from b", e)
 	}
+}
+
+// moveObjects activates counters through from until n of them live on
+// it, and moves each to host to; it returns their ids, in order.
+func moveObjects(t *testing.T, from *actor.Host, to string, n int) []string {
+	t.Helper()
+	var ids []string
+	for i := 0; len(ids) < n; i++ {
+		ref := actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)}
+		if _, err := actor.Ask[counter.Read, counter.Counter](bg, from, ref, counter.Read{}); err != nil {
+			t.Fatal(err)
+		}
+		if loc, _ := from.Locate(bg, ref); loc.Host == from.Name() {
+			if err := from.Relocate(bg, ref, to); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, ref.ID)
+		}
+	}
+	return ids
 }
 
 // Errors carry their payload kind and the status it maps to.
