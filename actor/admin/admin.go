@@ -7,7 +7,7 @@
 //
 // Routes (all under /admin/v1/, JSON answers):
 //
-//	GET  members               the membership: name, state, address, kinds, lease generation; and what the host saw:
+//	GET  members               the membership: name, state, address, kinds, lease generation, version; and what the host saw:
 //	                           members unreachable, and hosts failed since (listed as failed)
 //	GET  objects               objects per host and kind, from the Location Store (relocation.Counter)
 //	GET  locate/{kind}/{id}    where an object lives (actor.Host.Locate)
@@ -111,6 +111,9 @@ type Member struct {
 	Address  string   `json:"address"`
 	Kinds    []string `json:"kinds"`
 	LeaseGen uint64   `json:"lease_gen"`
+	// Version is the application version the member runs (""
+	// when it states none).
+	Version string `json:"version,omitempty"`
 	// Seen is what the asked host's event log last says of the member
 	// when it is down: "unreachable" (its link broke; its lease is being
 	// checked), or "failed" (its run ended without handing its work on;
@@ -259,7 +262,7 @@ func (a *api) members(w http.ResponseWriter, r *http.Request) {
 	listed := map[string]bool{}
 	for _, m := range list {
 		listed[m.Name] = true
-		mb := Member{Name: m.Name, State: m.State.String(), Address: m.Address, Kinds: m.Kinds, LeaseGen: m.LeaseGen}
+		mb := Member{Name: m.Name, State: m.State.String(), Address: m.Address, Kinds: m.Kinds, LeaseGen: m.LeaseGen, Version: m.Version}
 		if slices.Contains(unreachable, m.Name) {
 			mb.Seen = string(actor.EventUnreachable)
 		}

@@ -185,7 +185,7 @@ func snapshot(ctx context.Context, o DashboardOptions) Snapshot {
 			s.Errors = append(s.Errors, "members: "+err.Error())
 		} else {
 			for _, m := range list {
-				s.Members = append(s.Members, Member{Name: m.Name, State: m.State.String(), Address: m.Address, Kinds: m.Kinds, LeaseGen: m.LeaseGen})
+				s.Members = append(s.Members, Member{Name: m.Name, State: m.State.String(), Address: m.Address, Kinds: m.Kinds, LeaseGen: m.LeaseGen, Version: m.Version})
 			}
 			sort.Slice(s.Members, func(i, j int) bool { return s.Members[i].Name < s.Members[j].Name })
 		}

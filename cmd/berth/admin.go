@@ -213,7 +213,7 @@ func runAdmin(ctx context.Context, c *adminClient, args []string, getenv func(st
 		if asJSON {
 			return printJSON(ms)
 		}
-		fmt.Fprintln(tw, "NAME\tSTATE\tADDRESS\tKINDS\t")
+		fmt.Fprintln(tw, "NAME\tSTATE\tVERSION\tADDRESS\tKINDS\t")
 		for _, m := range ms.Members {
 			self := ""
 			if m.Name == ms.Self {
@@ -223,7 +223,11 @@ func runAdmin(ctx context.Context, c *adminClient, args []string, getenv func(st
 			if m.Seen == "unreachable" {
 				state += " (unreachable)"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", m.Name, state, m.Address, strings.Join(m.Kinds, ","), self)
+			version := m.Version
+			if version == "" {
+				version = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Name, state, version, m.Address, strings.Join(m.Kinds, ","), self)
 		}
 	case "objects":
 		if err := need(0, "no argument"); err != nil {

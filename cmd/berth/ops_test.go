@@ -315,12 +315,12 @@ func TestBerthAdminSeesAndSteersAClusterOfNodes(t *testing.T) {
 	bin := buildBerth(t)
 	ca := testCA(t, "node-1", "node-2")
 	ctx := context.Background()
-	n1, err := startNode(ctx, bin, "node-1", db.URL, ca, "-admin", "127.0.0.1:0", "-admin-write")
+	n1, err := startNode(ctx, bin, "node-1", db.URL, ca, "-admin", "127.0.0.1:0", "-admin-write", "-app-version", "v1.4.0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer n1.signal(syscall.SIGKILL, 10*time.Second)
-	n2, err := startNode(ctx, bin, "node-2", db.URL, ca, "-admin", "127.0.0.1:0") // no writes
+	n2, err := startNode(ctx, bin, "node-2", db.URL, ca, "-admin", "127.0.0.1:0", "-app-version", "v1.4.0") // no writes
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +342,7 @@ func TestBerthAdminSeesAndSteersAClusterOfNodes(t *testing.T) {
 	}
 
 	code, out, errOut := adminRun(t, n1, ca, cred, "members")
-	if code != 0 || !strings.Contains(out, "node-1") || !strings.Contains(out, "node-2") || !strings.Contains(out, "serving") {
+	if code != 0 || !regexp.MustCompile(`(?m)^node-1\s+serving\s+v1\.4\.0\s`).MatchString(out) || !regexp.MustCompile(`(?m)^node-2\s+serving\s+v1\.4\.0\s`).MatchString(out) {
 		t.Fatalf("members: %d %q %q", code, out, errOut)
 	}
 	code, out, errOut = adminRun(t, n1, ca, cred, "objects")
