@@ -427,6 +427,11 @@ func (c *childCtl) do(line string) (reply string, exit bool) {
 	}
 	ctx := context.Background()
 	switch f[0] {
+	case "ready": // ready → ok, or err <why the host is not ready> (Host.Ready)
+		if err := c.h.Ready(); err != nil {
+			return "err " + err.Error(), false
+		}
+		return "ok", false
 	case "peers": // peers → ok <n> <names, comma-separated>
 		p := c.h.Peers()
 		return "ok " + strconv.Itoa(len(p)) + " " + strings.Join(p, ","), false

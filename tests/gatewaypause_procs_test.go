@@ -141,7 +141,8 @@ func TestANodeWithNoObjectPausedPastItsLeaseJoinsAgainAsANewRun(t *testing.T) {
 
 // pausePastItsRun stops child c (SIGSTOP) until the membership has ended
 // its run, resumes it, and waits until it has joined again as a new run
-// (Stats.Rejoins 1, listed again); c exiting fails t. It logs how long c
+// (Stats.Rejoins 1, listed again, and ready: its new run holds its lease
+// in the Location Store); c exiting fails t. It logs how long c
 // was stopped and how long after its resume it joined again.
 func pausePastItsRun(t *testing.T, c *child, members *pgstore.Membership) {
 	t.Helper()
@@ -169,7 +170,11 @@ func pausePastItsRun(t *testing.T, c *child, members *pgstore.Membership) {
 			t.Fatalf("%s exited after it was resumed (%v); its log:\n%s", c.name, c.cmd.ProcessState, tailString(c.stderr(), 4000))
 		default:
 		}
-		return decode[actor.Stats](t, c.must(t, "stats")).Rejoins == 1 && listed()
+		if decode[actor.Stats](t, c.must(t, "stats")).Rejoins != 1 || !listed() {
+			return false
+		}
+		_, err := c.call(t, 10*time.Second, "ready") // its new run's lease held too
+		return err == nil
 	})
 	t.Logf("MEASURED %s was stopped %v (until the membership ended its run); it joined again as a new run %v after it was resumed",
 		c.name, resumed.Sub(stopped).Round(time.Millisecond), time.Since(resumed).Round(time.Millisecond))
