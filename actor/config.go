@@ -219,11 +219,11 @@ type Config struct {
 	// host places objects on it, and it places each new object on a host
 	// that serves the kind — by the kind's placement, PlaceHashed for
 	// PlaceLocal; with none serving it, the send fails with Unavailable.
-	// It needs a Transport. Owning no objects, it never closes itself for
-	// a lease: when the membership ends its run (it was paused past its
+	// It needs a Transport. Like any host, it never closes itself for a
+	// lease: when the membership ends its run (it was paused past its
 	// lease), it joins again as a new run and serves on (Stats.Rejoins;
-	// what its old run had on its links is lost with it, and the Asks it
-	// had handed on end with ErrRejoined).
+	// what its old run's links held goes again, what cannot is lost with
+	// it, and the Asks it had handed on end with ErrRejoined).
 	Gateway bool
 	// StopDeactivates makes Stop deactivate the host's objects (their
 	// deactivate hooks run; they activate afresh on their next message)

@@ -49,10 +49,11 @@ import (
 //     state is in the store) and what it held goes to its new owner.
 //
 // A host closes itself only when its run is over: the store says a newer
-// run of its name holds the lease, or the membership refuses the run's
+// run of its name holds the lease. When the membership refuses the run's
 // renewal (it expired the run, which peers then saw fail, or the run
-// left). A host with its private in-memory store (no transport, no Store)
-// holds a lease nobody else can take and never enters jeopardy.
+// left), the host drops that run's objects and joins again as a new run
+// (newRun). A host with its private in-memory store (no transport, no
+// Store) holds a lease nobody else can take and never enters jeopardy.
 
 // leaseKeeper is this run's host lease: its generation, the local-time
 // lease the renewals earned, and the ownership checks a lapse calls for.
@@ -193,8 +194,9 @@ func (g *leaseGate) broadcast() {
 	g.mu.Unlock()
 }
 
-// errRunEnded: the host's run is over — a newer run holds the lease, or
-// the membership refuses this run's renewal. The host closes itself.
+// errRunEnded: the host's run is over — a newer run holds the lease (the
+// host closes itself), or the membership refuses this run's renewal (it
+// joins again as a new run: mayRejoin, newRun).
 var errRunEnded = errors.New("the host's run is over")
 
 // init sets the lease up for Start.
