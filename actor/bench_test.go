@@ -514,6 +514,28 @@ func BenchmarkActivateNewObject(b *testing.B) {
 	b.StopTimer()
 }
 
+// BenchmarkActivateNewObjectOnNetwork is BenchmarkActivateNewObject on a
+// host of a two-host Network (the kind placed PlaceLocal): each new
+// object is placed, reserved and committed in the Location Store, and
+// activated here. Its floor is BenchmarkRawProtoSpawnAndSend.
+func BenchmarkActivateNewObjectOnNetwork(b *testing.B) {
+	b.ReportAllocs()
+	_, hs := startBenchNetwork(b, func() actor.Registrable { return counterKind() }, "a", "b")
+	h := hs[0]
+	ctx := context.Background()
+	names := ids("n", b.N)
+
+	l := arm(b.N)
+	b.ResetTimer()
+	for _, id := range names {
+		if err := actor.Tell(ctx, h, actor.Ref{Kind: "counter", ID: id}, benchInc{N: 1}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	l.wait(b, "first turns")
+	b.StopTimer()
+}
+
 // BenchmarkRawProtoSpawnAndSend is BenchmarkActivateNewObject on raw
 // protoactor: Root.Spawn of a new actor and one Root.Send to it per op.
 func BenchmarkRawProtoSpawnAndSend(b *testing.B) {

@@ -155,6 +155,7 @@ func NewHost(cfg Config) (*Host, error) {
 	h.suspects.h, h.suspects.confirm = h, make(chan membership.Member)
 	h.moves.h, h.moves.remote.h = h, h
 	h.peers.h, h.in.h, h.router.h, h.requests.h, h.owners.h, h.gaps.h, h.drainer.h, h.lease.h, h.admit.h = h, h, h, h, h, h, h, h, h
+	h.peers.view.selfVersion = cfg.AppVersion
 	if h.obs.Observer == nil {
 		h.obs.Observer = noObserver{}
 	}

@@ -320,6 +320,12 @@ type peerView struct {
 	// where its request went sees every failure reported before
 	// (requestTable.handedTo).
 	now atomic.Pointer[map[string]peerNow]
+	// selfVersion is this host's application version (set before
+	// Start); newer reports, without a lock, whether some member runs a
+	// newer one (rebuilt with now): only then does a PlaceLocal
+	// placement look at the candidates (router.placeNew).
+	selfVersion string
+	newer       atomic.Bool
 	// failed is the newest run of each name a failure fact was about
 	// (apply): one per name that ever failed, like dead.
 	failed map[string]uint64
@@ -519,6 +525,14 @@ func (v *peerView) publishLocked() {
 		m[name] = p
 	}
 	v.now.Store(&m)
+	newer := false
+	for _, mem := range v.members {
+		if mem.Version != v.selfVersion && compareVersions(mem.Version, v.selfVersion) > 0 {
+			newer = true
+			break
+		}
+	}
+	v.newer.Store(newer)
 }
 
 // at returns what the view knows of name now, without a lock.

@@ -757,8 +757,8 @@ func (rt *router) placeNew(s *spec, id string) string {
 	if h.cfg.Gateway && placement == PlaceLocal {
 		placement = PlaceHashed // a gateway hosts nothing
 	}
-	if h.peers.tr == nil {
-		return ""
+	if h.peers.tr == nil || placement == PlaceLocal && !h.peers.view.newer.Load() {
+		return "" // here: no member runs a newer application version (the common case, one atomic load)
 	}
 	cands := h.peers.candidates(s.name, !h.drainer.draining.Load() && !h.cfg.Gateway)
 	if len(cands) == 0 {
