@@ -151,22 +151,15 @@ func (dr *drainer) drain(ctx context.Context, op string) error {
 			dr.draining.Store(true)
 			h.peers.setMemberState(membership.Draining) // peers place no new objects here
 		}
-		for round := 0; round < 5; round++ {
-			n, err := dr.drainRoundUntil(ctx, op)
-			if err != nil {
-				h.events.addSelf(EventDrainEnded, h.lease.run(), h.owners.count(), err.Error())
-				return err
-			}
-			if n == 0 {
-				break
-			}
+		err := dr.relocateAll(ctx, op)
+		detail := ""
+		if err != nil {
+			detail = err.Error()
 		}
-		if ctx.Err() != nil {
-			err := dr.cutShort(ctx, op)
-			h.events.addSelf(EventDrainEnded, h.lease.run(), h.owners.count(), err.Error())
+		h.events.addSelf(EventDrainEnded, h.lease.run(), h.owners.count(), detail)
+		if err != nil {
 			return err
 		}
-		h.events.addSelf(EventDrainEnded, h.lease.run(), h.owners.count(), "")
 		dr.state.Store(int32(Relocated))
 	}
 	dr.state.Store(int32(Draining))
@@ -175,6 +168,25 @@ func (dr *drainer) drain(ctx context.Context, op string) error {
 		dr.state.Store(int32(Stopped))
 	}
 	return err
+}
+
+// relocateAll moves the host's objects to other hosts, round after round
+// (at most five) until a round finds none; its error is the one that cut
+// it short (ctx ended, the host closed, a round failed).
+func (dr *drainer) relocateAll(ctx context.Context, op string) error {
+	for round := 0; round < 5; round++ {
+		n, err := dr.drainRoundUntil(ctx, op)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			break
+		}
+	}
+	if ctx.Err() != nil {
+		return dr.cutShort(ctx, op)
+	}
+	return nil
 }
 
 // drainRoundUntil runs a drain round on a goroutine of its own and returns

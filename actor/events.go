@@ -112,6 +112,7 @@ type eventLog struct {
 	start   int
 	seq     uint64
 	pending map[eventKey]int // bursts counted since the last flush
+	flushed time.Time        // when the last flush recorded bursts
 }
 
 // add records an event now.
@@ -147,14 +148,20 @@ func (l *eventLog) count(kind EventKind, host string, n int) {
 	l.mu.Unlock()
 }
 
-// flush records each burst counted since the last flush as one event.
-func (l *eventLog) flush() {
+// flush records each burst counted since the last flush as one event. A
+// flush less than eventFlushEvery after the one before records nothing
+// (the bursts wait for the next), whenever the tick that calls it runs:
+// so a burst is at most one event per eventFlushEvery, on a late or
+// starved schedule too. The final flush, at the close, records what is
+// left at once.
+func (l *eventLog) flush(final bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.pending) == 0 {
+	now := time.Now()
+	if len(l.pending) == 0 || !final && !l.flushed.IsZero() && now.Sub(l.flushed) < eventFlushEvery {
 		return
 	}
-	now := time.Now()
+	l.flushed = now
 	for k, n := range l.pending {
 		l.addLocked(Event{Time: now, Kind: k.kind, Host: k.host, Count: n})
 	}

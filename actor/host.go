@@ -324,7 +324,7 @@ func (h *Host) startServices() {
 		h.admit.deferredJobs(tick)
 		h.peers.peerJobs(tick)
 		tick.every("record the event log's bursts", eventFlushEvery, func(time.Time) bool {
-			h.events.flush()
+			h.events.flush(false)
 			return false
 		})
 		h.moves.moveJobs(tick)
@@ -709,7 +709,7 @@ func (h *Host) Close() error {
 	h.life.mu.Unlock()
 	defer close(h.life.closed)
 	defer h.tallies.flush() // what the close itself added too
-	defer h.events.flush()
+	defer h.events.flush(true)
 
 	// Handlers' sends waiting for a leaving host end first: from now on
 	// none defers itself, and those counted here end once, whether here or

@@ -578,7 +578,10 @@ func (d *moveDriver) advance(in relocation.Input) {
 			if d.h.lease.betweenRuns.Load() {
 				// The host is becoming a new run (leaseKeeper.newRun): the
 				// commit waits for the new run's lease, asked again at the
-				// next tick as a store that did not answer.
+				// next tick as a store that did not answer. (The machine
+				// then counts this attempt as maybe written; it was not,
+				// so a later conflict's row is never this move's own and
+				// that check changes nothing.)
 				err = payload.NewError(payload.Unavailable, "actor", "the host is joining the cluster again as a new run")
 			} else {
 				row, err = d.h.store.NewOwner(ctx, op.Object, op.Expect, op.NewHost)
