@@ -22,9 +22,10 @@ type tcpCollector struct {
 
 // linkSeries is one count of tcp.LinkStats and its series, by peer.
 type linkSeries struct {
-	desc *prometheus.Desc
-	kind prometheus.ValueType
-	get  func(tcp.LinkStats) float64
+	desc          *prometheus.Desc
+	kind          prometheus.ValueType
+	get           func(tcp.LinkStats) float64
+	unknownAtZero bool // 0 means unknown: no sample
 }
 
 // tcpSeries is one count of tcp.Stats and its series.
@@ -55,9 +56,12 @@ func newTCPCollector(name string) *tcpCollector {
 
 func newLinkSeries() []linkSeries {
 	l := func(metric, help string, kind prometheus.ValueType, get func(tcp.LinkStats) float64) linkSeries {
-		return linkSeries{prometheus.NewDesc("berth_link_"+metric, help, []string{"peer"}, nil), kind, get}
+		return linkSeries{desc: prometheus.NewDesc("berth_link_"+metric, help, []string{"peer"}, nil), kind: kind, get: get}
 	}
 	c := prometheus.CounterValue
+	rtt := l("rtt_seconds", "The smoothed round-trip time the kernel measures on the connection to the peer (Linux); absent while unknown.",
+		prometheus.GaugeValue, func(s tcp.LinkStats) float64 { return s.RTT.Seconds() })
+	rtt.unknownAtZero = true
 	return []linkSeries{
 		l("sent_items_total", "Items sent to the peer (each once, however often it went on the wire).", c, func(s tcp.LinkStats) float64 { return float64(s.SentItems) }),
 		l("sent_bytes_total", "Bytes of the items sent to the peer.", c, func(s tcp.LinkStats) float64 { return float64(s.SentBytes) }),
@@ -65,6 +69,7 @@ func newLinkSeries() []linkSeries {
 		l("received_bytes_total", "Bytes of the items received from the peer.", c, func(s tcp.LinkStats) float64 { return float64(s.ReceivedBytes) }),
 		l("resent_items_total", "Items sent to the peer again in its current session (after a connection ended, or a gap).", c, func(s tcp.LinkStats) float64 { return float64(s.Resent) }),
 		l("backlog_refused_items_total", "Items refused because the link to the peer held as much as it may, in its current session.", c, func(s tcp.LinkStats) float64 { return float64(s.Backlog) }),
+		rtt,
 		l("up", "1 while the link to the peer is up.", prometheus.GaugeValue, func(s tcp.LinkStats) float64 {
 			if s.Up {
 				return 1
@@ -100,7 +105,11 @@ func (c *tcpCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, l := range t.Links() {
 		for _, s := range c.links {
-			ch <- prometheus.MustNewConstMetric(s.desc, s.kind, s.get(l), l.Peer)
+			v := s.get(l)
+			if s.unknownAtZero && v == 0 {
+				continue // unknown: no sample rather than a 0 s round trip
+			}
+			ch <- prometheus.MustNewConstMetric(s.desc, s.kind, v, l.Peer)
 		}
 	}
 }

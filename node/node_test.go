@@ -187,7 +187,7 @@ func TestRunStopsWhenItsContextEndsAndANameHeldByALiveNodeIsLeftAlone(t *testing
 
 // Every series the Grafana dashboard in docs/grafana names is one a node
 // serves (a histogram's by its _bucket, _sum or _count), once it has run
-// a message and renewed its leases: a query of the dashboard never comes
+// a message, renewed its leases and linked to a peer: a query of the dashboard never comes
 // back empty for want of a series.
 func TestTheGrafanaDashboardNamesOnlySeriesANodeServes(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("..", "docs", "grafana", "berth.json"))
@@ -225,11 +225,18 @@ func TestTheGrafanaDashboardNamesOnlySeriesANodeServes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
+	peer, err := Start(context.Background(), Config{Name: "n2", Listen: "127.0.0.1:0", Database: db.URL,
+		Logger: slog.New(slog.DiscardHandler)}, counter.Kind())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
 	ref := actor.Ref{Kind: counter.Name, ID: "c1"}
 	if _, err := actor.Ask[counter.Read, counter.Counter](context.Background(), n.Host(), ref, counter.Read{}); err != nil {
 		t.Fatal(err)
 	}
-	scrape := scrapeWith(t, n, []string{"berth_lease_renewal_seconds_count{lease=\"store\"} ", "berth_store_statement_seconds_count{pool=\"renewals\"} "})
+	scrape := scrapeWith(t, n, []string{"berth_lease_renewal_seconds_count{lease=\"store\"} ", "berth_store_statement_seconds_count{pool=\"renewals\"} ",
+		"berth_link_rtt_seconds{peer=\"n2\"} "})
 	families := map[string]string{} // name: type
 	for _, m := range regexp.MustCompile(`(?m)^# TYPE (\S+) (\S+)$`).FindAllStringSubmatch(scrape, -1) {
 		families[m[1]] = m[2]
@@ -285,7 +292,7 @@ func TestANodesMetricsCountEachLinksTraffic(t *testing.T) {
 		t.Fatalf("the counter on n2: %+v, %v", c, err)
 	}
 	metrics := scrapeWith(t, n1, []string{`berth_link_up{peer="n2"} 1`, `berth_link_sent_items_total{peer="n2"} `,
-		`berth_link_sent_bytes_total{peer="n2"} `, `berth_link_received_items_total{peer="n2"} `, `berth_link_resent_items_total{peer="n2"} `})
+		`berth_link_sent_bytes_total{peer="n2"} `, `berth_link_received_items_total{peer="n2"} `, `berth_link_resent_items_total{peer="n2"} `, `berth_link_rtt_seconds{peer="n2"} `})
 	var sent float64
 	for _, line := range strings.Split(metrics, "\n") {
 		if v, ok := strings.CutPrefix(line, `berth_link_sent_items_total{peer="n2"} `); ok {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -606,7 +607,8 @@ func TestAPeerThatTakesNothingIsRefusedPastTheHardBound(t *testing.T) {
 }
 
 // Each link counts what went each way: the items Send accepted for the
-// peer and their bytes, and the items from it handed to the handler.
+// peer and their bytes, and the items from it handed to the handler; and
+// its round-trip time, on Linux.
 func TestEachLinkCountsItsItemsAndBytesEachWay(t *testing.T) {
 	a, b, sa, sb := pairOf(t, tcp.Options{})
 	checkExchange(t, a, b, sa, sb, "x", 50) // 50 items each way, "x#0".."x#49"
@@ -625,6 +627,9 @@ func TestEachLinkCountsItsItemsAndBytesEachWay(t *testing.T) {
 		l := links[0]
 		if l.SentItems != 50 || l.SentBytes != bytes || l.ReceivedItems != 50 || l.ReceivedBytes != bytes || !l.Up {
 			t.Fatalf("%s's link to %s: %+v, want 50 items and %d bytes each way, up", c.tr.Local(), c.peer, l, bytes)
+		}
+		if linux := runtime.GOOS == "linux"; linux && l.RTT <= 0 || !linux && l.RTT != 0 {
+			t.Fatalf("%s's link to %s has round-trip time %v: want the kernel's (above 0) on Linux, 0 elsewhere", c.tr.Local(), c.peer, l.RTT)
 		}
 	}
 }

@@ -1468,6 +1468,10 @@ type LinkStats struct {
 	Resent, Duplicates, Gaps, Backlog uint64
 	// Up reports whether the link is up now.
 	Up bool
+	// RTT is the smoothed round-trip time the kernel measures on the
+	// connection this host writes to the peer on (TCP_INFO, Linux only;
+	// 0: unknown — no connection, or another system).
+	RTT time.Duration
 }
 
 // Links returns each current peer's link counts, by peer name.
@@ -1477,9 +1481,12 @@ func (t *Transport) Links() []LinkStats {
 		l := LinkStats{Peer: p.name, SentItems: p.sentItems.Load(), SentBytes: p.sentBytes.Load(),
 			ReceivedItems: p.recvItems.Load(), ReceivedBytes: p.recvBytes.Load(), Up: linkState(p.state.Load()) == stUp}
 		p.mu.Lock()
-		st := p.s.stats
+		st, conn := p.s.stats, p.out
 		p.mu.Unlock()
 		l.Resent, l.Duplicates, l.Gaps, l.Backlog = st.resent, st.duplicates, st.gaps, st.backlog
+		if conn != nil {
+			l.RTT, _ = connRTT(conn) // a connection closed since: unknown
+		}
 		out = append(out, l)
 	}
 	slices.SortFunc(out, func(a, b LinkStats) int { return strings.Compare(a.Peer, b.Peer) })
