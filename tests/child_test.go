@@ -510,6 +510,8 @@ func (c *childCtl) do(line string) (reply string, exit bool) {
 		return "ok " + string(b), false
 	case "stats": // stats → ok <json actor.Stats>
 		return jsonLine("ok", c.h.Stats()), false
+	case "events": // events → ok <json []actor.Event>: the host's event log
+		return jsonLine("ok", c.h.Events(0)), false
 	case "cpuprofile": // cpuprofile <file> | cpuprofile stop → ok: a CPU profile of the child from now until stop
 		if f[1] == "stop" {
 			pprof.StopCPUProfile()

@@ -350,8 +350,8 @@ func pgOutageRun(t *testing.T, pg *outagePG, v pgOutage, seed uint64) {
 				t.Errorf("%s never went into jeopardy with Postgres down %v (past its lease)", n.name, v.down)
 			}
 			if st.LeaseLapses != 0 || st.TakenOver != 0 {
-				t.Errorf("%s found its lease lapsed %d times, %d objects taken over: a silence of the store takes nothing over",
-					n.name, st.LeaseLapses, st.TakenOver)
+				t.Errorf("%s found its lease lapsed %d times, %d objects taken over: a silence of the store takes nothing over; its events: %s\nits log:\n%s",
+					n.name, st.LeaseLapses, st.TakenOver, n.must(t, "events"), n.stderr())
 			}
 		}
 	}
