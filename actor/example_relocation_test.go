@@ -289,3 +289,26 @@ func ExampleHost_Events() {
 	// Output:
 	// joined, draining, left — moved in from b: 3
 }
+
+// Inspect asks an object, in a turn of its own on the host that runs it,
+// where it runs and how; Summarize gives its kind's summary of the state.
+func ExampleHost_Inspect() {
+	ctx := context.Background()
+	hosts, closeAll := startHosts(func() *actor.Kind[Cart] {
+		k := cartKind()
+		k.Summarize(func(c *Cart) string { return fmt.Sprintf("%d SKUs", len(c.Items)) })
+		return k
+	}, "a", "b")
+	defer closeAll()
+	a, b := hosts[0], hosts[1]
+	cart := actor.Ref{Kind: "cart", ID: "alice"}
+	_, err := a.Inspect(ctx, cart)
+	fmt.Println("before:", errors.Is(err, actor.ErrNotActive)) // and not activated by it
+	actor.Tell(ctx, b, cart, AddItem{SKU: "apple", Qty: 1})    // activates on b
+	actor.Tell(ctx, b, cart, AddItem{SKU: "pear", Qty: 2})
+	in, _ := a.Inspect(ctx, cart)
+	fmt.Println("runs on:", in.Host, "messages run:", in.Turns, "queued:", in.Queued, "summary:", in.Summary)
+	// Output:
+	// before: true
+	// runs on: b messages run: 2 queued: 0 summary: 2 SKUs
+}

@@ -28,6 +28,7 @@ type handler struct {
 	typeName  string
 	request   bool
 	replyType string // request handlers: the type name of R
+	builtin   bool   // berth's own (inspectHandler): not counted as the object's turns
 	run       func(c *Context, state any, e *mailbox.Envelope) error
 }
 
@@ -48,6 +49,7 @@ type spec struct {
 	restore   func(c *Context, id string, data []byte) (any, error) // PreserveState
 	persist   bool                                                  // PersistState: the state is durable
 	spanName  string                                                // its turns' span name (trace.go)
+	summary   func(state any) string                                // Kind.Summarize
 }
 
 // RelocationPolicy says what a kind's objects do when their owner moves to
@@ -128,6 +130,7 @@ func NewKind[S any](name string, factory func(ctx *Context, id string) (*S, erro
 			return st, err
 		}
 	}
+	s.add(inspectHandler())
 	return &Kind[S]{s: s}
 }
 

@@ -99,6 +99,10 @@ type owner struct {
 	yieldBeforePush func() // tests: widens sendPushes' window between the lock and the sends; guarded by seqMu
 
 	lastActive atomic.Int64  // nanotime of the last accepted message or turn's end (with IdleTimeout)
+	since      time.Time     // when the activation (or the move here) began
+	sinceNano  int64         // since, by nanotime
+	turns      uint64        // messages this activation ran, berth's own not counted; its turns only
+	lastTurn   int64         // nanotime of the end of the last of them (0: none); its turns only
 	gone       chan struct{} // closed when the deactivation finished
 	out        outbox        // sends from this owner's handlers awaiting permits
 	gate       *stateGate    // a persistent kind's writes and output gate (persist.go); nil otherwise
@@ -119,7 +123,7 @@ const (
 // newOwner makes an owner and spawns its actor. Callers serialize per object.
 func (ow *ownerTable) newOwner(s *spec, kr *kindRuntime, ref Ref) *owner {
 	h := ow.h
-	o := &owner{host: h, spec: s, ref: ref, kr: kr, gone: make(chan struct{})}
+	o := &owner{host: h, spec: s, ref: ref, kr: kr, gone: make(chan struct{}), since: time.Now(), sinceNano: nanotime()}
 	o.ctx = Context{host: h, owner: o}
 	o.out.host, o.out.o = h, o
 	o.mb = mailbox.New(h.cfg.ApplicationLimits, h.cfg.LifecycleLimits, &h.jobs.counters)
@@ -357,8 +361,13 @@ func (o *owner) turnMsg(e *mailbox.Envelope) {
 		o.ctx.endTurnSpan()
 	}
 	o.ctx.env = nil
+	if hd.builtin {
+		return // an inspection: not the object's activity
+	}
+	end := nanotime()
+	o.turns++
+	o.lastTurn = end
 	if h.cfg.IdleTimeout > 0 || h.obs.timed {
-		end := nanotime()
 		o.lastActive.Store(end)
 		if h.obs.timed {
 			h.obs.Handled(o.spec.name, durationNs(start-e.Admitted), durationNs(end-start), outcome)

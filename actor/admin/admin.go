@@ -90,6 +90,7 @@ func New(o Options) (http.Handler, error) {
 	mux.HandleFunc("GET /admin/v1/members", a.members)
 	mux.HandleFunc("GET /admin/v1/objects", a.objects)
 	mux.HandleFunc("GET /admin/v1/locate/{kind}/{id}", a.locate)
+	mux.HandleFunc("GET /admin/v1/inspect/{kind}/{id}", a.inspect)
 	mux.HandleFunc("GET /admin/v1/stats", a.stats)
 	mux.HandleFunc("GET /admin/v1/moves", a.moves)
 	mux.HandleFunc("GET /admin/v1/events", a.events)
@@ -167,6 +168,23 @@ type Location struct {
 	ObjectGen uint64 `json:"object_gen"`
 	OwnerGen  uint64 `json:"owner_gen"`
 	Asked     string `json:"asked"` // the host whose API answered
+}
+
+// Inspection is the inspect route's answer (actor.Host.Inspect): what the
+// object's owner found in a turn of its own.
+type Inspection struct {
+	Kind      string    `json:"kind"`
+	ID        string    `json:"id"`
+	Host      string    `json:"host"` // the owner, which ran the inspection
+	ObjectGen uint64    `json:"object_gen"`
+	OwnerGen  uint64    `json:"owner_gen"`
+	Since     time.Time `json:"since"`              // the activation, or the move to host
+	Queued    int       `json:"queued"`             // application messages queued behind the inspection
+	Turns     uint64    `json:"turns"`              // messages this activation ran
+	LastTurn  time.Time `json:"last_turn,omitzero"` // when the last of them ended
+	Summary   string    `json:"summary,omitempty"`  // the kind's summary of the state
+	Moves     []Move    `json:"moves"`              // its moves from host and from the asked host, by end
+	Asked     string    `json:"asked"`              // the host whose API answered
 }
 
 // Stats is the stats route's answer.
@@ -299,6 +317,30 @@ func (a *api) locate(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, Location{Kind: ref.Kind, ID: ref.ID, Host: loc.Host, ObjectGen: loc.ObjectGeneration,
 		OwnerGen: loc.OwnerGeneration, Asked: a.o.Host.Name()})
+}
+
+func (a *api) inspect(w http.ResponseWriter, r *http.Request) {
+	ref := actor.Ref{Kind: r.PathValue("kind"), ID: r.PathValue("id")}
+	ctx, cancel := a.ctx(r)
+	defer cancel()
+	h := a.o.Host
+	in, err := h.Inspect(ctx, ref)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	moves := in.Moves
+	if in.Host != h.Name() {
+		for _, m := range h.RecentMoves(0) {
+			if m.Ref == ref {
+				moves = append(moves, m)
+			}
+		}
+		sort.SliceStable(moves, func(i, j int) bool { return moves[i].Ended.Before(moves[j].Ended) })
+	}
+	writeJSON(w, http.StatusOK, Inspection{Kind: ref.Kind, ID: ref.ID, Host: in.Host, ObjectGen: in.ObjectGeneration,
+		OwnerGen: in.OwnerGeneration, Since: in.Since, Queued: in.Queued, Turns: in.Turns, LastTurn: in.LastTurn,
+		Summary: in.Summary, Moves: movesOf(moves), Asked: h.Name()})
 }
 
 func (a *api) stats(w http.ResponseWriter, _ *http.Request) {

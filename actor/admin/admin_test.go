@@ -106,7 +106,7 @@ func call(t *testing.T, srv *httptest.Server, method, path, cred string, out any
 func TestEveryRouteNeedsTheAdminCredential(t *testing.T) {
 	a, _, _, srv := cluster(t, true)
 	for _, r := range []struct{ method, path string }{
-		{"GET", "/admin/v1/members"}, {"GET", "/admin/v1/objects"}, {"GET", "/admin/v1/locate/counter/1"},
+		{"GET", "/admin/v1/members"}, {"GET", "/admin/v1/objects"}, {"GET", "/admin/v1/locate/counter/1"}, {"GET", "/admin/v1/inspect/counter/1"},
 		{"GET", "/admin/v1/stats"}, {"GET", "/admin/v1/moves"}, {"GET", "/admin/v1/events"}, {"GET", "/admin/v1/events/stream"}, {"POST", "/admin/v1/move/counter/1?to=b"}, {"POST", "/admin/v1/drain"},
 	} {
 		for _, cred := range []string{"", "wrong-token-of-enough-bytes", token + "x"} {
@@ -222,6 +222,46 @@ func TestTheMovesRouteListsTheMovesFromThisHost(t *testing.T) {
 	var e admin.Error
 	if code := call(t, srv, "GET", "/admin/v1/moves?after=x", token, &e); code != http.StatusBadRequest || e.Kind != "invalid operation" {
 		t.Fatalf("moves?after=x: %d %+v; want 400", code, e)
+	}
+}
+
+// The inspect route answers from the object's owner (a turn of its
+// own there): where it runs, the messages it ran, its kind's summary, and
+// its moves from the owner and from the asked host. An object that runs
+// nowhere is 404, and is not activated.
+func TestTheInspectRouteAnswersFromTheObjectsOwner(t *testing.T) {
+	a, b, _, srv := cluster(t, false)
+	ids := moveObjects(t, a, "b", 1) // asked once on a, then moved to b
+	ref := actor.Ref{Kind: counter.Name, ID: ids[0]}
+	for seq := 1; seq <= 3; seq++ {
+		if err := actor.Tell(bg, a, ref, counter.Add{Sender: "s", Seq: seq}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := actor.Ask[counter.Read, counter.Counter](bg, a, ref, counter.Read{}); err != nil {
+		t.Fatal(err)
+	}
+	var in admin.Inspection
+	if code := call(t, srv, "GET", "/admin/v1/inspect/counter/"+ref.ID, token, &in); code != http.StatusOK {
+		t.Fatalf("inspect: %d %+v", code, in)
+	}
+	loc, err := b.Locate(bg, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Kind != ref.Kind || in.ID != ref.ID || in.Host != "b" || in.Asked != "a" || in.OwnerGen != loc.OwnerGeneration || in.Turns != 4 ||
+		in.Queued != 0 || in.LastTurn.IsZero() || in.Summary != "3 adds from 1 senders, 0 out of order" {
+		t.Fatalf("inspect: %+v; want it on b (owner gen %d), asked at a, 4 messages run, the counter's summary", in, loc.OwnerGeneration)
+	}
+	if len(in.Moves) != 1 || in.Moves[0].From != "a" || in.Moves[0].To != "b" || in.Moves[0].Outcome != "moved" {
+		t.Fatalf("inspect's moves: %+v; want the move from a to b (in a's log)", in.Moves)
+	}
+	var e admin.Error
+	if code := call(t, srv, "GET", "/admin/v1/inspect/counter/never", token, &e); code != http.StatusNotFound || e.Kind != "not found" {
+		t.Fatalf("inspect of an object that never ran: %d %+v; want 404", code, e)
+	}
+	if _, err := a.Locate(bg, actor.Ref{Kind: counter.Name, ID: "never"}); !errors.Is(err, actor.ErrNotActive) {
+		t.Fatalf("after inspecting it, an object that never ran: %v; want ErrNotActive (not activated)", err)
 	}
 }
 

@@ -16,6 +16,8 @@ package main
 //	top [-n N] [-every D] objects per host, again every D (N times; 0: until interrupted)
 //	stats                the node's counters, one row each
 //	locate KIND/ID       where an object lives
+//	inspect KIND/ID      where an object runs and how: its queue, the messages it ran and the
+//	                     last one's end, its moves, its kind's summary (a request to it)
 //	moves                the last moves the node was the source of, oldest first
 //	events [-f] [-every D] the node's event log, oldest first (-f: then follow it, asking every D)
 //	move KIND/ID NODE    move an object to NODE (the node needs -admin-write)
@@ -106,7 +108,7 @@ func adminMain(ctx context.Context, args []string, getenv func(string) string, s
 	timeout := fs.Duration("timeout", 30*time.Second, "how long one request may take (move and drain may take long)")
 	output := fs.String("o", "table", "output: table (for people), or json (the API's answer, indented; top: one object per line per sample)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: berth admin [flags] members|objects|top|stats|locate KIND/ID|moves|events [-f]|move KIND/ID NODE|drain [NODE]")
+		fmt.Fprintln(stderr, "usage: berth admin [flags] members|objects|top|stats|locate KIND/ID|inspect KIND/ID|moves|events [-f]|move KIND/ID NODE|drain [NODE]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -325,6 +327,53 @@ func runAdmin(ctx context.Context, c *adminClient, args []string, getenv func(st
 			return printJSON(loc)
 		}
 		fmt.Fprintf(w, "%s/%s on %s (object gen %d, owner gen %d)\n", loc.Kind, loc.ID, loc.Host, loc.ObjectGen, loc.OwnerGen)
+	case "inspect":
+		if err := need(1, "KIND/ID"); err != nil {
+			return err
+		}
+		kind, id, err := splitRef(rest[0])
+		if err != nil {
+			return err
+		}
+		var in admin.Inspection
+		if err := c.do(ctx, "GET", "/admin/v1/inspect/"+url.PathEscape(kind)+"/"+url.PathEscape(id), &in); err != nil {
+			return err
+		}
+		if asJSON {
+			return printJSON(in)
+		}
+		now := time.Now()
+		ago := func(t time.Time) string {
+			return t.Local().Format("15:04:05.000") + " (" + now.Sub(t).Round(time.Millisecond).String() + " ago)"
+		}
+		last := "-"
+		if !in.LastTurn.IsZero() {
+			last = ago(in.LastTurn)
+		}
+		fmt.Fprintf(tw, "object\t%s/%s\n", in.Kind, in.ID)
+		fmt.Fprintf(tw, "runs on\t%s (object gen %d, owner gen %d)\n", in.Host, in.ObjectGen, in.OwnerGen)
+		fmt.Fprintf(tw, "there since\t%s\n", ago(in.Since))
+		fmt.Fprintf(tw, "queued\t%d\n", in.Queued)
+		fmt.Fprintf(tw, "messages run\t%d\n", in.Turns)
+		fmt.Fprintf(tw, "last turn ended\t%s\n", last)
+		if in.Summary != "" {
+			fmt.Fprintf(tw, "summary\t%s\n", in.Summary)
+		}
+		if len(in.Moves) == 0 {
+			fmt.Fprintf(tw, "moves\tnone in the logs of %s and %s\n", in.Host, in.Asked)
+			break
+		}
+		fmt.Fprintln(tw, "moves\t")
+		for _, m := range in.Moves {
+			pause, outcome := "-", m.Outcome
+			if m.Outcome == "moved" {
+				pause = (time.Duration(m.PauseUS) * time.Microsecond).String()
+			}
+			if m.Reason != "" {
+				outcome += ": " + m.Reason
+			}
+			fmt.Fprintf(tw, "  %s\t%s -> %s, pause %s, %s\n", m.Ended.Local().Format("15:04:05.000"), m.From, m.To, pause, outcome)
+		}
 	case "moves":
 		if err := need(0, "no argument"); err != nil {
 			return err

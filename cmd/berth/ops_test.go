@@ -365,6 +365,17 @@ func TestBerthAdminSeesAndSteersAClusterOfNodes(t *testing.T) {
 	if code != 0 || !strings.Contains(out, " on node-2 ") {
 		t.Fatalf("locate %s: %d %q %q", id, code, out, errOut)
 	}
+	// inspect asks the object on node-2, through node-1: one Add and one
+	// Read ran, and the counter's summary says so.
+	code, out, errOut = adminRun(t, n1, ca, cred, "inspect", counter.Name+"/"+id)
+	if code != 0 || !regexp.MustCompile(`(?m)^runs on\s+node-2 \(object gen \d+, owner gen \d+\)$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^messages run\s+2$`).MatchString(out) || !regexp.MustCompile(`(?m)^queued\s+0$`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^summary\s+1 adds from 1 senders, 0 out of order$`).MatchString(out) {
+		t.Fatalf("inspect %s: %d %q %q", id, code, out, errOut)
+	}
+	if code, out, errOut = adminRun(t, n1, ca, cred, "inspect", counter.Name+"/nowhere"); code != 1 || !strings.Contains(errOut, "not active") {
+		t.Fatalf("inspect of an object that never ran: %d %q %q; want exit 1, not active", code, out, errOut)
+	}
 	// stats is a table, a row per count; -o json prints the API's answers.
 	code, out, errOut = adminRun(t, n1, ca, cred, "stats")
 	if code != 0 || !regexp.MustCompile(`(?m)^host\s+node-1$`).MatchString(out) ||

@@ -10,7 +10,11 @@
 // lost, whatever crashes.
 package account
 
-import "github.com/berthrt/berth/actor"
+import (
+	"fmt"
+
+	"github.com/berthrt/berth/actor"
+)
 
 // Name is the kind's name: refer to an account as actor.Ref{Kind: Name, ID: ...}.
 const Name = "account"
@@ -59,5 +63,8 @@ func Kind() *actor.Kind[Account] {
 		return *a, nil
 	})
 	k.PersistStateJSON()
+	k.Summarize(func(a *Account) string { // berth admin inspect shows it
+		return fmt.Sprintf("balance %d after %d deposits from %d senders", a.Balance, a.Applied, len(a.Last))
+	})
 	return k
 }

@@ -57,6 +57,13 @@ func Kind() *actor.Kind[Counter] {
 		return nil
 	})
 	actor.HandleRequest(k, func(ctx *actor.Context, c *Counter, _ Read) (Counter, error) { return *c, nil })
-	k.PreserveStateJSON() // the state moves with the object
+	k.PreserveStateJSON()                 // the state moves with the object
+	k.Summarize(func(c *Counter) string { // berth admin inspect shows it
+		total := 0
+		for _, n := range c.Count {
+			total += n
+		}
+		return fmt.Sprintf("%d adds from %d senders, %d out of order", total, len(c.Count), c.OutOfOrder)
+	})
 	return k
 }
