@@ -42,6 +42,8 @@ type Host struct {
 	trace *tracing // the Config's TracerProvider's tracer; nil if none (trace.go)
 	log   *slog.Logger
 
+	windowWait func(ctx context.Context, d time.Duration) error // tests: Busiest's window (nil: waitWindow)
+
 	pool     *payload.Pool
 	reg      *payload.Registry
 	jobs     jobQueue     // the host-wide application job queue (mailbox.Permits) and the lanes' counts

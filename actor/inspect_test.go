@@ -1,6 +1,7 @@
 package actor
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/berthrt/berth/mailbox"
+	"github.com/berthrt/berth/payload"
 )
 
 // Inspect answers from the host that runs the object, in a turn of its
@@ -129,5 +131,54 @@ func TestAnInspectionsSummaryIsCutAtMaxSummary(t *testing.T) {
 	}
 	if s := "short"; cutSummary(s) != s {
 		t.Fatalf("a short summary changed: %q", cutSummary(s))
+	}
+}
+
+// Busiest lists the objects that ran the most messages in its window,
+// most first, and counts what all of them ran: an object activated in the
+// window counts all it ran; inspections are not counted.
+func TestBusiestListsTheObjectsThatRanTheMostMessagesInItsWindow(t *testing.T) {
+	n := NewNetwork(nil)
+	a := startHost(t, n.With(Config{Name: "a", Logger: quietLogger()}), movableKind(newGates()))
+	x, y, z, w := Ref{"counter", "x"}, Ref{"counter", "y"}, Ref{"counter", "z"}, Ref{"counter", "w"}
+	for _, r := range []Ref{x, y, z} {
+		if _, err := Ask[Get, int](bg, a, r, Get{}); err != nil { // activated before the window
+			t.Fatal(err)
+		}
+	}
+	tell := func(r Ref, times int) {
+		for range times {
+			if err := Tell(bg, a, r, Inc{By: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := Ask[Get, int](bg, a, r, Get{}); err != nil { // they ran
+			t.Fatal(err)
+		}
+	}
+	a.windowWait = func(context.Context, time.Duration) error {
+		tell(x, 5) // 6 turns
+		tell(y, 2) // 3
+		tell(w, 1) // 2, activated in the window
+		if _, err := a.Inspect(bg, z); err != nil {
+			t.Error(err)
+		}
+		return nil
+	}
+	top, total, err := a.Busiest(bg, 2, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total != 11 || len(top) != 2 || top[0].Ref != x || top[0].Messages != 6 || top[1].Ref != y || top[1].Messages != 3 ||
+		top[0].PerSecond <= 0 || top[0].Queued != 0 {
+		t.Fatalf("Busiest: %+v, %d messages; want x 6, y 3 of 11 (w's 2 counted, z's inspection not)", top, total)
+	}
+	for _, bad := range []struct {
+		n      int
+		window time.Duration
+	}{{2, 0}, {2, MaxBusiestWindow + 1}, {0, time.Second}} {
+		if _, _, err := a.Busiest(bg, bad.n, bad.window); payload.KindOf(err) != payload.InvalidOperation {
+			t.Fatalf("Busiest(%d, %v): %v, want InvalidOperation", bad.n, bad.window, err)
+		}
 	}
 }

@@ -101,8 +101,8 @@ type owner struct {
 	lastActive atomic.Int64  // nanotime of the last accepted message or turn's end (with IdleTimeout)
 	since      time.Time     // when the activation (or the move here) began
 	sinceNano  int64         // since, by nanotime
-	turns      uint64        // messages this activation ran, berth's own not counted; its turns only
-	lastTurn   int64         // nanotime of the end of the last of them (0: none); its turns only
+	turns      atomic.Uint64 // messages this activation ran, berth's own not counted (written by its turns)
+	lastTurn   atomic.Int64  // nanotime of the end of the last of them (0: none; written by its turns)
 	gone       chan struct{} // closed when the deactivation finished
 	out        outbox        // sends from this owner's handlers awaiting permits
 	gate       *stateGate    // a persistent kind's writes and output gate (persist.go); nil otherwise
@@ -365,8 +365,8 @@ func (o *owner) turnMsg(e *mailbox.Envelope) {
 		return // an inspection: not the object's activity
 	}
 	end := nanotime()
-	o.turns++
-	o.lastTurn = end
+	o.turns.Add(1)
+	o.lastTurn.Store(end)
 	if h.cfg.IdleTimeout > 0 || h.obs.timed {
 		o.lastActive.Store(end)
 		if h.obs.timed {

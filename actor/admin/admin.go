@@ -91,6 +91,7 @@ func New(o Options) (http.Handler, error) {
 	mux.HandleFunc("GET /admin/v1/objects", a.objects)
 	mux.HandleFunc("GET /admin/v1/locate/{kind}/{id}", a.locate)
 	mux.HandleFunc("GET /admin/v1/inspect/{kind}/{id}", a.inspect)
+	mux.HandleFunc("GET /admin/v1/busiest", a.busiest)
 	mux.HandleFunc("GET /admin/v1/stats", a.stats)
 	mux.HandleFunc("GET /admin/v1/moves", a.moves)
 	mux.HandleFunc("GET /admin/v1/events", a.events)
@@ -185,6 +186,24 @@ type Inspection struct {
 	Summary   string    `json:"summary,omitempty"`  // the kind's summary of the state
 	Moves     []Move    `json:"moves"`              // its moves from host and from the asked host, by end
 	Asked     string    `json:"asked"`              // the host whose API answered
+}
+
+// ObjectRate is one object of the busiest route's answer.
+type ObjectRate struct {
+	Kind      string  `json:"kind"`
+	ID        string  `json:"id"`
+	Messages  uint64  `json:"messages"`   // run in the window
+	PerSecond float64 `json:"per_second"` // the same a second
+	Queued    int     `json:"queued"`     // at the window's end
+}
+
+// Busiest is the busiest route's answer (actor.Host.Busiest).
+type Busiest struct {
+	Host      string       `json:"host"`
+	WindowMS  int64        `json:"window_ms"`
+	Messages  uint64       `json:"messages"`   // all the host's objects ran in the window
+	PerSecond float64      `json:"per_second"` // the same a second
+	Objects   []ObjectRate `json:"objects"`    // the busiest, most first
 }
 
 // Stats is the stats route's answer.
@@ -341,6 +360,44 @@ func (a *api) inspect(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, Inspection{Kind: ref.Kind, ID: ref.ID, Host: in.Host, ObjectGen: in.ObjectGeneration,
 		OwnerGen: in.OwnerGeneration, Since: in.Since, Queued: in.Queued, Turns: in.Turns, LastTurn: in.LastTurn,
 		Summary: in.Summary, Moves: movesOf(moves), Asked: h.Name()})
+}
+
+func (a *api) busiest(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	n, window := 10, time.Second
+	if v := q.Get("n"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil {
+			writeErr(w, payload.NewError(payload.InvalidOperation, "admin", "busiest?n= takes a number of objects, not "+strconv.Quote(v)))
+			return
+		}
+	}
+	if v := q.Get("window"); v != "" {
+		var err error
+		if window, err = time.ParseDuration(v); err != nil {
+			writeErr(w, payload.NewError(payload.InvalidOperation, "admin", "busiest?window= takes a duration (1s), not "+strconv.Quote(v)))
+			return
+		}
+	}
+	if window >= a.o.Timeout {
+		writeErr(w, payload.NewError(payload.InvalidOperation, "admin", "busiest?window="+window.String()+
+			" is not below the admin API's request timeout ("+a.o.Timeout.String()+", Options.Timeout)"))
+		return
+	}
+	ctx, cancel := a.ctx(r)
+	defer cancel()
+	h := a.o.Host
+	top, total, err := h.Busiest(ctx, n, window)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	out := Busiest{Host: h.Name(), WindowMS: window.Milliseconds(), Messages: total, PerSecond: float64(total) / window.Seconds(),
+		Objects: make([]ObjectRate, 0, len(top))}
+	for _, o := range top {
+		out.Objects = append(out.Objects, ObjectRate{Kind: o.Ref.Kind, ID: o.Ref.ID, Messages: o.Messages, PerSecond: o.PerSecond, Queued: o.Queued})
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (a *api) stats(w http.ResponseWriter, _ *http.Request) {

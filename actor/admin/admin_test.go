@@ -106,7 +106,7 @@ func call(t *testing.T, srv *httptest.Server, method, path, cred string, out any
 func TestEveryRouteNeedsTheAdminCredential(t *testing.T) {
 	a, _, _, srv := cluster(t, true)
 	for _, r := range []struct{ method, path string }{
-		{"GET", "/admin/v1/members"}, {"GET", "/admin/v1/objects"}, {"GET", "/admin/v1/locate/counter/1"}, {"GET", "/admin/v1/inspect/counter/1"},
+		{"GET", "/admin/v1/members"}, {"GET", "/admin/v1/objects"}, {"GET", "/admin/v1/locate/counter/1"}, {"GET", "/admin/v1/inspect/counter/1"}, {"GET", "/admin/v1/busiest"},
 		{"GET", "/admin/v1/stats"}, {"GET", "/admin/v1/moves"}, {"GET", "/admin/v1/events"}, {"GET", "/admin/v1/events/stream"}, {"POST", "/admin/v1/move/counter/1?to=b"}, {"POST", "/admin/v1/drain"},
 	} {
 		for _, cred := range []string{"", "wrong-token-of-enough-bytes", token + "x"} {
@@ -262,6 +262,55 @@ func TestTheInspectRouteAnswersFromTheObjectsOwner(t *testing.T) {
 	}
 	if _, err := a.Locate(bg, actor.Ref{Kind: counter.Name, ID: "never"}); !errors.Is(err, actor.ErrNotActive) {
 		t.Fatalf("after inspecting it, an object that never ran: %v; want ErrNotActive (not activated)", err)
+	}
+}
+
+// The busiest route lists the objects of the asked host that ran the most
+// messages in its window, and what all of them ran; a bad n or window,
+// or a window not below the API's timeout, is 400.
+func TestTheBusiestRouteListsTheObjectsThatRanTheMost(t *testing.T) {
+	a, _, _, srv := cluster(t, false)
+	ref := actor.Ref{Kind: counter.Name, ID: "busy"}
+	if _, err := actor.Ask[counter.Read, counter.Counter](bg, a, ref, counter.Read{}); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	sent := make(chan error, 1)
+	go func() {
+		for seq := 1; ; seq++ {
+			select {
+			case <-stop:
+				sent <- nil
+				return
+			default:
+			}
+			if err := actor.Tell(bg, a, ref, counter.Add{Sender: "s", Seq: seq}); err != nil {
+				sent <- err
+				return
+			}
+		}
+	}()
+	var top admin.Busiest
+	testutil.WaitFor(t, "the busiest route to list the object sent to", func() bool {
+		top = admin.Busiest{}
+		if code := call(t, srv, "GET", "/admin/v1/busiest?n=1&window=200ms", token, &top); code != http.StatusOK {
+			t.Fatalf("busiest: %d %+v", code, top)
+		}
+		return len(top.Objects) == 1 && top.Objects[0].ID == ref.ID
+	})
+	close(stop)
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	if o := top.Objects[0]; top.Host != "a" || top.WindowMS != 200 || o.Kind != ref.Kind || o.Messages == 0 || top.Messages < o.Messages ||
+		o.PerSecond != float64(o.Messages)/0.2 {
+		t.Fatalf("busiest: %+v; want a's, over 200 ms, the object sent to first, with its messages and their rate", top)
+	}
+	for _, q := range []string{"n=0", "n=x", "window=x", "window=0s", "window=10s"} {
+		var e admin.Error
+		if code := call(t, srv, "GET", "/admin/v1/busiest?"+q, token, &e); code != http.StatusBadRequest || e.Kind != "invalid operation" {
+			t.Fatalf("busiest?%s: %d %+v; want 400", q, code, e)
+		}
 	}
 }
 

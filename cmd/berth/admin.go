@@ -13,7 +13,10 @@ package main
 //
 //	members              the cluster's members, as the node sees them (unreachable, failed)
 //	objects              objects per host and kind
-//	top [-n N] [-every D] objects per host, again every D (N times; 0: until interrupted)
+//	top [-n N] [-every D] [-objects K]
+//	                     objects per host, and the messages a second the node ran and its
+//	                     K busiest objects (default 5; 0: none), again every D (N times;
+//	                     0: until interrupted)
 //	stats                the node's counters, one row each
 //	locate KIND/ID       where an object lives
 //	inspect KIND/ID      where an object runs and how: its queue, the messages it ran and the
@@ -252,11 +255,24 @@ func runAdmin(ctx context.Context, c *adminClient, args []string, getenv func(st
 		fs.SetOutput(io.Discard)
 		n := fs.Int("n", 0, "")
 		every := fs.Duration("every", time.Second, "")
-		if err := fs.Parse(rest); err != nil || fs.NArg() > 0 || *every <= 0 {
-			return usageError("top takes [-n N] [-every D]")
+		busiest := fs.Int("objects", 5, "")
+		if err := fs.Parse(rest); err != nil || fs.NArg() > 0 || *every <= 0 || *busiest < 0 {
+			return usageError("top takes [-n N] [-every D] [-objects K]")
 		}
 		for i := 0; *n == 0 || i < *n; i++ {
-			if i > 0 {
+			var rate *admin.Busiest
+			if *busiest > 0 {
+				// The node watches its objects for the interval: this
+				// request is the wait between samples.
+				rate = &admin.Busiest{}
+				path := "/admin/v1/busiest?n=" + strconv.Itoa(*busiest) + "&window=" + url.QueryEscape(every.String())
+				if err := c.do(ctx, "GET", path, rate); err != nil {
+					if ctx.Err() != nil {
+						return nil
+					}
+					return err
+				}
+			} else if i > 0 {
 				select {
 				case <-ctx.Done():
 					return nil
@@ -276,7 +292,8 @@ func runAdmin(ctx context.Context, c *adminClient, args []string, getenv func(st
 					Time  time.Time      `json:"time"`
 					Total int            `json:"total"`
 					Hosts map[string]int `json:"hosts"`
-				}{time.Now(), objs.Total, per})
+					Node  *admin.Busiest `json:"node,omitempty"`
+				}{time.Now(), objs.Total, per, rate})
 				if err != nil {
 					return err
 				}
@@ -292,6 +309,19 @@ func runAdmin(ctx context.Context, c *adminClient, args []string, getenv func(st
 			fmt.Fprintf(&b, "%s total=%d", time.Now().Format("15:04:05"), objs.Total)
 			for _, h := range hosts {
 				fmt.Fprintf(&b, " %s=%d", h, per[h])
+			}
+			if rate != nil {
+				fmt.Fprintf(&b, "\n  %s ran %.0f messages/s", rate.Host, rate.PerSecond)
+				for j, o := range rate.Objects {
+					sep := ", "
+					if j == 0 {
+						sep = "; busiest: "
+					}
+					fmt.Fprintf(&b, "%s%s/%s %.0f/s", sep, o.Kind, o.ID, o.PerSecond)
+					if o.Queued > 0 {
+						fmt.Fprintf(&b, " (%d queued)", o.Queued)
+					}
+				}
 			}
 			fmt.Fprintln(w, b.String())
 		}

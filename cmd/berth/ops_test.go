@@ -350,9 +350,41 @@ func TestBerthAdminSeesAndSteersAClusterOfNodes(t *testing.T) {
 		!regexp.MustCompile(fmt.Sprintf(`(?m)^node-1\s+%s\s+%d$`, counter.Name, len(onN1))).MatchString(out) {
 		t.Fatalf("objects: %d %q %q", code, out, errOut)
 	}
-	code, out, errOut = adminRun(t, n1, ca, cred, "top", "-n", "1")
-	if code != 0 || !strings.Contains(out, fmt.Sprintf("total=%d", objects)) || !strings.Contains(out, fmt.Sprintf("node-1=%d", len(onN1))) {
-		t.Fatalf("top: %d %q %q", code, out, errOut)
+	// top: objects per host, and node-1's message rate and busiest
+	// objects, polled while a sender keeps one object of node-1 busy
+	// until top names it.
+	var busy string
+	for id := range onN1 {
+		busy = id
+		break
+	}
+	stopSend, sendErr, busySent := make(chan struct{}), make(chan error, 1), 0
+	go func() {
+		for seq := 1; ; seq++ {
+			select {
+			case <-stopSend:
+				sendErr <- nil
+				return
+			default:
+			}
+			if err := actor.Tell(ctx, client, actor.Ref{Kind: counter.Name, ID: busy}, counter.Add{Sender: "top", Seq: seq}); err != nil {
+				sendErr <- err
+				return
+			}
+			busySent = seq
+		}
+	}()
+	busiest := regexp.MustCompile(`(?m)^  node-1 ran \d+ messages/s; busiest: ` + counter.Name + `/` + busy + ` \d+/s`)
+	testutil.WaitForWithin(t, "top to name the object kept busy on node-1", time.Minute, func() bool {
+		code, out, errOut = adminRun(t, n1, ca, cred, "top", "-n", "1", "-every", "300ms", "-objects", "1")
+		if code != 0 || !strings.Contains(out, fmt.Sprintf("total=%d", objects)) || !strings.Contains(out, fmt.Sprintf("node-1=%d", len(onN1))) {
+			t.Fatalf("top: %d %q %q", code, out, errOut)
+		}
+		return busiest.MatchString(out)
+	})
+	close(stopSend)
+	if err := <-sendErr; err != nil {
+		t.Fatal(err)
 	}
 	var id string
 	for i := range objects {
@@ -473,8 +505,8 @@ func TestBerthAdminSeesAndSteersAClusterOfNodes(t *testing.T) {
 	for i := range objects {
 		ref := actor.Ref{Kind: counter.Name, ID: strconv.Itoa(i)}
 		c, err := actor.Ask[counter.Read, counter.Counter](ctx, client, ref, counter.Read{})
-		if err != nil || c.Count["s"] != 1 {
-			t.Fatalf("object %d after node-1's drain: %+v, %v; want its state (s once)", i, c, err)
+		if err != nil || c.Count["s"] != 1 || ref.ID == busy && (c.Count["top"] != busySent || c.OutOfOrder != 0) {
+			t.Fatalf("object %d after node-1's drain: %+v, %v; want its state (s once; top's %d in order on %s)", i, c, err, busySent, busy)
 		}
 	}
 }
