@@ -500,6 +500,11 @@ func BenchmarkActivateNewObject(b *testing.B) {
 	b.ReportAllocs()
 	h := newBenchHost(b, counterKind())
 	defer closeHost(b, h)
+	activateNew(b, h)
+}
+
+// activateNew times b.N Tells to new counters on h, until each ran.
+func activateNew(b *testing.B, h *actor.Host) {
 	ctx := context.Background()
 	names := ids("n", b.N)
 
@@ -521,19 +526,7 @@ func BenchmarkActivateNewObject(b *testing.B) {
 func BenchmarkActivateNewObjectOnNetwork(b *testing.B) {
 	b.ReportAllocs()
 	_, hs := startBenchNetwork(b, func() actor.Registrable { return counterKind() }, "a", "b")
-	h := hs[0]
-	ctx := context.Background()
-	names := ids("n", b.N)
-
-	l := arm(b.N)
-	b.ResetTimer()
-	for _, id := range names {
-		if err := actor.Tell(ctx, h, actor.Ref{Kind: "counter", ID: id}, benchInc{N: 1}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	l.wait(b, "first turns")
-	b.StopTimer()
+	activateNew(b, hs[0])
 }
 
 // BenchmarkRawProtoSpawnAndSend is BenchmarkActivateNewObject on raw

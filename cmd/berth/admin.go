@@ -204,6 +204,17 @@ func runAdmin(ctx context.Context, c *adminClient, args []string, getenv func(st
 		}
 		return nil
 	}
+	// refPath is the path of route for the command's one KIND/ID argument.
+	refPath := func(route string) (string, error) {
+		if err := need(1, "KIND/ID"); err != nil {
+			return "", err
+		}
+		kind, id, err := splitRef(rest[0])
+		if err != nil {
+			return "", err
+		}
+		return "/admin/v1/" + route + "/" + url.PathEscape(kind) + "/" + url.PathEscape(id), nil
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	defer tw.Flush()
 	switch cmd {
@@ -342,15 +353,12 @@ func runAdmin(ctx context.Context, c *adminClient, args []string, getenv func(st
 			time.Duration(st.Pauses.P50)*time.Microsecond, time.Duration(st.Pauses.P99)*time.Microsecond, time.Duration(st.Pauses.Max)*time.Microsecond)
 		statsRows(tw, "", reflect.ValueOf(st.Stats))
 	case "locate":
-		if err := need(1, "KIND/ID"); err != nil {
-			return err
-		}
-		kind, id, err := splitRef(rest[0])
+		path, err := refPath("locate")
 		if err != nil {
 			return err
 		}
 		var loc admin.Location
-		if err := c.do(ctx, "GET", "/admin/v1/locate/"+url.PathEscape(kind)+"/"+url.PathEscape(id), &loc); err != nil {
+		if err := c.do(ctx, "GET", path, &loc); err != nil {
 			return err
 		}
 		if asJSON {
@@ -358,15 +366,12 @@ func runAdmin(ctx context.Context, c *adminClient, args []string, getenv func(st
 		}
 		fmt.Fprintf(w, "%s/%s on %s (object gen %d, owner gen %d)\n", loc.Kind, loc.ID, loc.Host, loc.ObjectGen, loc.OwnerGen)
 	case "inspect":
-		if err := need(1, "KIND/ID"); err != nil {
-			return err
-		}
-		kind, id, err := splitRef(rest[0])
+		path, err := refPath("inspect")
 		if err != nil {
 			return err
 		}
 		var in admin.Inspection
-		if err := c.do(ctx, "GET", "/admin/v1/inspect/"+url.PathEscape(kind)+"/"+url.PathEscape(id), &in); err != nil {
+		if err := c.do(ctx, "GET", path, &in); err != nil {
 			return err
 		}
 		if asJSON {
