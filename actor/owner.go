@@ -101,7 +101,7 @@ type owner struct {
 	lastActive atomic.Int64  // nanotime of the last accepted message or turn's end (with IdleTimeout)
 	since      time.Time     // when the activation (or the move here) began
 	sinceNano  int64         // since, by nanotime
-	turns      atomic.Uint64 // messages this activation ran, berth's own not counted (written by its turns)
+	turns      atomic.Uint64 // messages this activation began to run, berth's own not counted (written by its turns, before the handler)
 	lastTurn   atomic.Int64  // nanotime of the end of the last of them (0: none; written by its turns)
 	gone       chan struct{} // closed when the deactivation finished
 	out        outbox        // sends from this owner's handlers awaiting permits
@@ -351,6 +351,9 @@ func (o *owner) turnMsg(e *mailbox.Envelope) {
 		o.fail(e, ErrRequestTimeout)
 		return
 	}
+	if !hd.builtin {
+		o.turns.Add(1) // before the handler: whoever it answers sees it counted
+	}
 	o.ctx.env = e
 	var outcome Outcome
 	if h.trace == nil {
@@ -365,7 +368,6 @@ func (o *owner) turnMsg(e *mailbox.Envelope) {
 		return // an inspection: not the object's activity
 	}
 	end := nanotime()
-	o.turns.Add(1)
 	o.lastTurn.Store(end)
 	if h.cfg.IdleTimeout > 0 || h.obs.timed {
 		o.lastActive.Store(end)
