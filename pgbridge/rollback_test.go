@@ -35,7 +35,11 @@ func TestRowLockAStatementRefusedInTheClaimsTransactionIsACountedRetry(t *testin
 			}
 			return Ack // the statement's failure rolls the claim back all the same
 		}))
-	waitFor(t, "the row dead-lettered", func() bool { return count(t, pool, "inbox_dead") == 1 })
+	// The dead-lettering commits before the broker counts it: wait for the
+	// count too, or Close may cut the settlement's answer first.
+	waitFor(t, "the row dead-lettered and counted", func() bool {
+		return count(t, pool, "inbox_dead") == 1 && b.Stats().DeadLettered == 1
+	})
 	b.Close()
 	mu.Lock()
 	defer mu.Unlock()
