@@ -59,8 +59,10 @@ type Config struct {
 	// SendTimeout bounds the wait for room in a full owner lane; then the
 	// send fails with DeadlineExceeded. Default 1 s.
 	SendTimeout time.Duration
-	// RequestTimeout is the deadline of an Ask whose context has none.
-	// Default 30 s.
+	// RequestTimeout bounds every Ask: its deadline is the sooner of
+	// RequestTimeout from the call and its context's (and, from a
+	// handler, the deadline of the message the handler runs). Default
+	// 30 s.
 	RequestTimeout time.Duration
 	// IdleTimeout passivates an object that has had no message for this
 	// long (its deactivate hook runs, and its next message activates it
