@@ -400,13 +400,7 @@ func runAdmin(ctx context.Context, c *adminClient, args []string, getenv func(st
 		}
 		fmt.Fprintln(tw, "moves\t")
 		for _, m := range in.Moves {
-			pause, outcome := "-", m.Outcome
-			if m.Outcome == "moved" {
-				pause = (time.Duration(m.PauseUS) * time.Microsecond).String()
-			}
-			if m.Reason != "" {
-				outcome += ": " + m.Reason
-			}
+			pause, outcome := moveCells(m)
 			fmt.Fprintf(tw, "  %s\t%s -> %s, pause %s, %s\n", m.Ended.Local().Format("15:04:05.000"), m.From, m.To, pause, outcome)
 		}
 	case "moves":
@@ -422,13 +416,7 @@ func runAdmin(ctx context.Context, c *adminClient, args []string, getenv func(st
 		}
 		fmt.Fprintln(tw, "SEQ\tENDED\tOBJECT\tFROM\tTO\tPAUSE\tOUTCOME")
 		for _, m := range ms.Moves {
-			pause, outcome := "-", m.Outcome
-			if m.Outcome == "moved" {
-				pause = (time.Duration(m.PauseUS) * time.Microsecond).String()
-			}
-			if m.Reason != "" {
-				outcome += ": " + m.Reason
-			}
+			pause, outcome := moveCells(m)
 			fmt.Fprintf(tw, "%d\t%s\t%s/%s\t%s\t%s\t%s\t%s\n", m.Seq, m.Ended.Local().Format("15:04:05.000"), m.Kind, m.ID, m.From, m.To, pause, outcome)
 		}
 	case "events":
@@ -536,4 +524,17 @@ func runAdmin(ctx context.Context, c *adminClient, args []string, getenv func(st
 		return usageError("no command " + quoted(cmd))
 	}
 	return nil
+}
+
+// moveCells returns a move's pause ("-" unless it moved) and its outcome
+// with the reason, as the moves and inspect tables print them.
+func moveCells(m admin.Move) (pause, outcome string) {
+	pause, outcome = "-", m.Outcome
+	if m.Outcome == "moved" {
+		pause = (time.Duration(m.PauseUS) * time.Microsecond).String()
+	}
+	if m.Reason != "" {
+		outcome += ": " + m.Reason
+	}
+	return pause, outcome
 }
