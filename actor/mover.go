@@ -782,7 +782,7 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 		// misses the owner once it left must find the route (the store
 		// still names this host until the target commits; the sender
 		// would otherwise activate the object here again).
-		h.routes.learn(d.obj, a.Target, d.row.OwnerGen+1, true)
+		h.routes.learn(d.obj, a.Target, d.followGen(), true)
 	case relocation.TakeHeld:
 		return relocation.HeldTaken{Frames: d.takeHeld()}
 	case relocation.DropFollow:
@@ -965,6 +965,12 @@ func (d *moveDriver) takeHeld() [][]byte {
 	if sh.m[d.obj.ID] == o {
 		delete(sh.m, d.obj.ID)
 	}
+	// Until the move ends, the store still names this run: the object is
+	// never activated here again meanwhile (router.activate).
+	if sh.leaving == nil {
+		sh.leaving = map[string]leavingMove{}
+	}
+	sh.leaving[d.obj.ID] = leavingMove{id: d.id, to: d.peer, gen: d.followGen()}
 	o.left.Store(true)
 	sh.mu.Unlock()
 	late, copies := o.closeBox()
@@ -1009,6 +1015,7 @@ func (d *moveDriver) finish(f relocation.Finish) {
 	d.ended = true
 	h.moves.removeMove(d)
 	if d.src != nil {
+		d.departed()
 		var err error
 		out, reason := MoveDone, f.Reason
 		switch f.Outcome {
@@ -1063,6 +1070,22 @@ func (d *moveDriver) finish(f relocation.Finish) {
 		h.owners.system.Root.Stop(d.o.pid)
 	}
 }
+
+// departed ends the source's hold on its object's id (takeHeld): the
+// target committed (the store names it), or the move ended without it.
+func (d *moveDriver) departed() {
+	sh := d.kr.shard(d.obj.ID)
+	sh.mu.Lock()
+	if m, ok := sh.leaving[d.obj.ID]; ok && m.id == d.id {
+		delete(sh.leaving, d.obj.ID)
+		sh.departed++
+	}
+	sh.mu.Unlock()
+}
+
+// followGen is the owner generation the object has once this move (from
+// here) commits: the forwarding route's.
+func (d *moveDriver) followGen() uint64 { return d.row.OwnerGen + 1 }
 
 // logEnd notes in the host's move log the end of this move from here
 // (its pause, if paused).

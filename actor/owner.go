@@ -538,7 +538,30 @@ type ownerShard struct {
 	mu          sync.RWMutex
 	m           map[string]*owner // guarded by mu
 	passivating map[string]*owner // deactivating owners, guarded by mu
-	_           [16]byte
+	// leaving holds the moves from here past relay-ready whose target has
+	// not committed yet: their objects are still this run's in the
+	// Location Store but have no owner here, and are never activated here
+	// again meanwhile (router.activate). departed counts the ends of such
+	// moves. Both guarded by mu.
+	leaving  map[string]leavingMove
+	departed uint64
+	_        [8]byte
+}
+
+// leavingMove is a move from here past relay-ready: its id, its target and
+// the owner generation its commit gives the object.
+type leavingMove struct {
+	id  relocation.MoveID
+	to  string
+	gen uint64
+}
+
+// leavingLocked returns the move of object id from here that is past
+// relay-ready and not yet ended (ok false if none), and how many such
+// moves of the shard's objects ended so far; under the shard's lock.
+func (sh *ownerShard) leavingLocked(id string) (m leavingMove, ok bool, departed uint64) {
+	m, ok = sh.leaving[id]
+	return m, ok, sh.departed
 }
 
 func (kr *kindRuntime) shard(id string) *ownerShard {
@@ -660,6 +683,40 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 }
 
 // local returns the owner of object id on this host, or nil.
+// here finds object id on this host: its owner, or the move of it from
+// here that is past relay-ready and not yet committed, as a route to its
+// target (the forwarding route, learnt again: a look-up that found none
+// had lost it). ok is false if neither: the store decides.
+func (kr *kindRuntime) here(id string) (place, bool) {
+	sh := kr.shard(id)
+	sh.mu.RLock()
+	p, ok := kr.hereLocked(sh, id)
+	sh.mu.RUnlock()
+	kr.follow(id, p)
+	return p, ok
+}
+
+// hereLocked is here under the shard's lock (read or write), without
+// learning the route: the caller calls follow after the lock.
+func (kr *kindRuntime) hereLocked(sh *ownerShard, id string) (place, bool) {
+	if o := sh.m[id]; o != nil {
+		return place{o: o}, true
+	}
+	m, ok, _ := sh.leavingLocked(id)
+	if !ok {
+		return place{}, false
+	}
+	return place{host: m.to, gen: m.gen, stored: true}, true
+}
+
+// follow learns again the forwarding route of a move from here that here
+// found (p names a host); a no-op otherwise.
+func (kr *kindRuntime) follow(id string, p place) {
+	if p.o == nil && p.host != "" {
+		kr.host.routes.learn(relocation.Object{Kind: kr.spec.name, ID: id}, p.host, p.gen, true)
+	}
+}
+
 func (kr *kindRuntime) local(id string) *owner {
 	sh := kr.shard(id)
 	sh.mu.RLock()

@@ -174,8 +174,8 @@ func storeAway(err error) error {
 
 func (rt *router) resolve(kr *kindRuntime, id string, mode lookupMode) (place, error) {
 	h := kr.host
-	if o := kr.local(id); o != nil {
-		return place{o: o}, nil
+	if p, ok := kr.here(id); ok {
+		return p, nil
 	}
 	if (mode == fromOutside && !h.life.acceptsExternal()) || (mode != fromOutside && !h.life.acceptsInternal()) {
 		return place{}, ErrShuttingDown
@@ -240,12 +240,22 @@ func (rt *router) resolve(kr *kindRuntime, id string, mode lookupMode) (place, e
 // that died with it: TakeoverGapTimeout); "" if none.
 func (rt *router) activate(kr *kindRuntime, id string, crashed string) (place, error) {
 	h := kr.host
-	if o := kr.local(id); o != nil {
-		return place{o: o}, nil // a flight that ended just before this one
-	}
 	obj := relocation.Object{Kind: kr.spec.name, ID: id}
 	ctx, cancel := h.life.storeContext()
 	defer cancel()
+again:
+	// A flight that ended just before this one, or a move from here past
+	// relay-ready: the store names this run until its target commits, and
+	// the Reserve below would find the row "already ours".
+	sh := kr.shard(id)
+	sh.mu.RLock()
+	p, ok := kr.hereLocked(sh, id)
+	_, _, departed := sh.leavingLocked(id)
+	sh.mu.RUnlock()
+	if ok {
+		kr.follow(id, p)
+		return p, nil
+	}
 	// The lapses seen so far: if one is seen before the owner is
 	// installed, the row may be another host's by then, and the owner's
 	// first turn waits for a check (lease.go).
@@ -256,7 +266,10 @@ func (rt *router) activate(kr *kindRuntime, id string, crashed string) (place, e
 			Err: fmt.Errorf("%w: the host is joining the cluster again as a new run", errStoreAway)}
 	}
 	row, err := h.store.Reserve(ctx, obj, h.name)
-	if err == nil {
+	if err == nil && row.State != relocation.Active {
+		// An Active row that Reserve returns is this run's already: no
+		// write (a write would change the version a move's commit from
+		// here expects).
 		row, err = h.store.Commit(ctx, obj, row.Ownership)
 	}
 	if err != nil {
@@ -273,12 +286,20 @@ func (rt *router) activate(kr *kindRuntime, id string, crashed string) (place, e
 			h.log.Warn("order state in the store row is malformed; starting without it", "object", obj.String(), "err", err)
 		}
 	}
-	sh := kr.shard(id)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if o := sh.m[id]; o != nil {
-		return place{o: o}, nil // an incoming move's owner, or a racing activation
+	if p, ok := kr.hereLocked(sh, id); ok {
+		sh.mu.Unlock()
+		kr.follow(id, p)
+		return p, nil // an incoming move's owner, a racing activation, or a move from here
 	}
+	if _, _, now := sh.leavingLocked(id); now != departed {
+		// A move from here may have ended since the look before the
+		// store: the row Reserve found "already ours" may be its target's
+		// by now. Ask again.
+		sh.mu.Unlock()
+		goto again
+	}
+	defer sh.mu.Unlock()
 	o := h.owners.newOwner(kr.spec, kr, Ref{Kind: kr.spec.name, ID: id})
 	o.row = row.Ownership
 	o.epoch.Store(epoch)
