@@ -95,8 +95,11 @@
 //     peer's WaitRoom blocks its senders.
 //   - Connections: at most Options.MaxHandshakes accepted connections are
 //     in their handshake at once, each for at most
-//     Options.HandshakeTimeout; one connection per peer is read (a new
-//     one from the same peer replaces the old).
+//     Options.HandshakeTimeout; when they are full a new connection takes
+//     the slot of one of them (door.go: of the address holding the most
+//     slots, silent before heard, oldest first), so idle sockets push out
+//     each other rather than a member's handshake. One connection per
+//     peer is read (a new one from the same peer replaces the old).
 //
 // Invariants, beyond those of package transport:
 //

@@ -29,3 +29,22 @@ func connRTT(c net.Conn) (time.Duration, bool) {
 	}
 	return time.Duration(info.Rtt) * time.Microsecond, true
 }
+
+// bytesWaiting reports whether bytes received on the TCP connection under
+// c wait to be read (SIOCINQ): a client that sent its first bytes, which
+// the host has not read yet.
+func bytesWaiting(c net.Conn) bool {
+	tc := tcpConnOf(c)
+	if tc == nil {
+		return false
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n := 0
+	_ = rc.Control(func(fd uintptr) {
+		n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+	})
+	return n > 0
+}

@@ -119,8 +119,10 @@ type Options struct {
 	// preamble (both ways).
 	HandshakeTimeout time.Duration
 	// MaxHandshakes is how many accepted connections may be in their
-	// handshake at once; more are closed at once (counted in
-	// Stats.Refused).
+	// handshake at once. A connection accepted when they are full takes
+	// the slot of one of them, which is closed (counted in
+	// Stats.Refused): one of the address holding the most slots, one that
+	// has sent nothing before one that has, the oldest first.
 	MaxHandshakes int
 	// Logger receives the transport's log lines (refused connections,
 	// malformed frames; rate-limited per kind). Nil discards them.
@@ -262,12 +264,13 @@ type Transport struct {
 	serverTLS *tls.Config
 
 	mu         sync.RWMutex
-	peers      map[string]*peer      // guarded by mu
-	handshakes map[net.Conn]struct{} // accepted, not yet attributed to a peer; guarded by mu
-	closing    bool                  // Close began; guarded by mu
-	shut       bool                  // Close ends the links: no connection is taken; guarded by mu
-	leaving    bool                  // guarded by mu
-	removed    sessionStats          // of removed peers; guarded by mu
+	peers      map[string]*peer   // guarded by mu
+	handshakes map[net.Conn]*slot // accepted, not yet attributed to a peer; guarded by mu
+	accepted   uint64             // connections accepted so far (slot order); guarded by mu
+	closing    bool               // Close began; guarded by mu
+	shut       bool               // Close ends the links: no connection is taken; guarded by mu
+	leaving    bool               // guarded by mu
+	removed    sessionStats       // of removed peers; guarded by mu
 
 	unknown   atomic.Uint64 // connections from members that are not peers (yet)
 	refused   atomic.Uint64 // connections refused: handshake, certificate, preamble, too many
@@ -416,7 +419,7 @@ func Listen(name string, h transport.Handler, opts Options) (*Transport, error) 
 			maxItems: opts.MaxPendingItems, maxBytes: opts.MaxPendingBytes,
 		},
 		ln: ln, addr: ln.Addr().String(),
-		peers: map[string]*peer{}, handshakes: map[net.Conn]struct{}{},
+		peers: map[string]*peer{}, handshakes: map[net.Conn]*slot{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), stopTick: make(chan struct{}), done: make(chan struct{}),
 	}
 	if opts.Advertise != "" {
@@ -1183,23 +1186,53 @@ func (t *Transport) acceptLoop() {
 			}
 			continue
 		}
+		s := &slot{conn: c, addr: remoteHost(c)}
 		t.mu.Lock()
-		switch {
-		case t.shut:
+		if t.shut {
 			t.mu.Unlock()
 			_ = c.Close()
-			continue
-		case len(t.handshakes) >= t.opts.MaxHandshakes:
-			t.mu.Unlock()
-			_ = c.Close()
-			t.refuse("too many connections in their handshake", c, nil)
 			continue
 		}
-		t.handshakes[c] = struct{}{}
+		var out *slot
+		if len(t.handshakes) >= t.opts.MaxHandshakes {
+			out = t.makeRoomLocked(s.addr)
+		}
+		t.accepted++
+		s.seq = t.accepted
+		t.handshakes[c] = s
 		t.wg.Add(1)
 		t.mu.Unlock()
-		go t.serve(c)
+		if out != nil {
+			// Its serve sees the connection fail and counts nothing more.
+			t.refuse("closed to make room for a new connection (too many in their handshake)", out.conn, nil)
+			_ = out.conn.Close()
+		}
+		go t.serve(s)
 	}
+}
+
+// makeRoomLocked takes the door's victim (door.go) out of the handshakes
+// for a newcomer from addr, marked evicted; the caller closes it after
+// the lock. Under t.mu.
+func (t *Transport) makeRoomLocked(addr string) *slot {
+	all := make([]*slot, 0, len(t.handshakes))
+	info := make([]slotInfo, 0, len(t.handshakes))
+	for _, s := range t.handshakes {
+		all = append(all, s)
+		info = append(info, slotInfo{addr: s.addr, seq: s.seq, heard: s.heard.Load()})
+	}
+	// A slot not marked heard may have bytes waiting that its goroutine
+	// has not read yet (a starved host reads late): heard, then.
+	i := victim(info, addr)
+	for n := 0; n < len(all) && !info[i].heard && bytesWaiting(all[i].conn); n++ {
+		all[i].heard.Store(true)
+		info[i].heard = true
+		i = victim(info, addr)
+	}
+	out := all[i]
+	out.evicted.Store(true)
+	delete(t.handshakes, out.conn)
+	return out
 }
 
 // refuse counts and logs (rate-limited) a refused connection.
@@ -1211,11 +1244,14 @@ func (t *Transport) refuse(why string, c net.Conn, err error) {
 // serve runs one accepted connection: its handshake and preamble, within
 // Options.HandshakeTimeout, then its frames, attributed to the peer it was
 // authenticated as.
-func (t *Transport) serve(raw net.Conn) {
+func (t *Transport) serve(s *slot) {
 	defer t.wg.Done()
-	conn, p, ok := t.identify(raw)
+	raw := s.conn
+	conn, p, ok := t.identify(s)
 	t.mu.Lock()
-	delete(t.handshakes, raw)
+	if t.handshakes[raw] == s {
+		delete(t.handshakes, raw)
+	}
 	t.mu.Unlock()
 	if !ok {
 		_ = raw.Close()
@@ -1226,14 +1262,20 @@ func (t *Transport) serve(raw net.Conn) {
 
 // identify runs the handshake and preamble of an accepted connection and
 // attaches it to its peer as the connection the peer writes on.
-func (t *Transport) identify(raw net.Conn) (net.Conn, *peer, bool) {
+func (t *Transport) identify(s *slot) (net.Conn, *peer, bool) {
+	raw := s.conn
 	_ = raw.SetDeadline(time.Now().Add(t.opts.HandshakeTimeout))
-	conn := raw
+	refuse := func(why string, err error) {
+		if !s.evicted.Load() { // else counted when it was closed
+			t.refuse(why, raw, err)
+		}
+	}
+	conn := net.Conn(&heardConn{Conn: raw, s: s})
 	var cert *tls.ConnectionState
 	if t.serverTLS != nil {
-		tc := tls.Server(raw, t.serverTLS)
+		tc := tls.Server(conn, t.serverTLS)
 		if err := tc.HandshakeContext(t.dialCtx); err != nil {
-			t.refuse("TLS handshake", raw, err)
+			refuse("TLS handshake", err)
 			return nil, nil, false
 		}
 		cs := tc.ConnectionState()
@@ -1242,15 +1284,15 @@ func (t *Transport) identify(raw net.Conn) (net.Conn, *peer, bool) {
 	br := bufio.NewReaderSize(conn, len(preambleMagic)+2+2*maxName)
 	from, to, err := readPreamble(br)
 	if err != nil {
-		t.refuse("preamble", raw, err)
+		refuse("preamble", err)
 		return nil, nil, false
 	}
 	if to != t.name {
-		t.refuse("meant for "+strconv.Quote(to), raw, nil)
+		refuse("meant for "+strconv.Quote(to), nil)
 		return nil, nil, false
 	}
 	if cert != nil && (len(cert.PeerCertificates) == 0 || !names(cert.PeerCertificates[0], from)) {
-		t.refuse("the certificate does not name "+strconv.Quote(from), raw, nil)
+		refuse("the certificate does not name "+strconv.Quote(from), nil)
 		return nil, nil, false
 	}
 	if br.Buffered() > 0 {
@@ -1258,10 +1300,19 @@ func (t *Transport) identify(raw net.Conn) (net.Conn, *peer, bool) {
 		conn = &bufferedConn{Conn: conn, r: br}
 	}
 	// A closing host still takes connections: its peers' byes and acks
-	// come on them. Only once its links end (shut) does it refuse.
-	t.mu.RLock()
+	// come on them. Only once its links end (shut) does it refuse. The
+	// connection leaves the door's slots here (unless the door closed it
+	// to make room: then it is over).
+	t.mu.Lock()
 	p, shut := t.peers[from], t.shut
-	t.mu.RUnlock()
+	evicted := s.evicted.Load()
+	if !evicted {
+		delete(t.handshakes, raw)
+	}
+	t.mu.Unlock()
+	if evicted {
+		return nil, nil, false
+	}
 	if p == nil || shut || p.cut.Load() {
 		if p == nil {
 			t.unknown.Add(1)
