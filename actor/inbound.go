@@ -247,6 +247,7 @@ func (iq *inbounds) peerGone(name string) {
 	h.routes.forgetHost(name)
 	h.gaps.pressure.resumeBy(name)
 	h.moves.moveEvent(name, relocation.TargetDead{})
+	h.moves.forgetPreflights(name)
 	h.moves.remote.remotePeerGone(name)
 }
 

@@ -134,7 +134,10 @@ type moveDriver struct {
 // while sending); remote and log have their own leaf locks.
 // Invariants: a target move is counted in incoming, and found in pending
 // (the latest one of its object from its source), from its Prepare until
-// it opens or ends, at most maxIncomingPerPeer per source.
+// it opens or ends, at most maxIncomingPerPeer per source. A target move
+// begins only at a Prepare whose Preflight this host answered OK after
+// the Location Store named the source as the object's owner (checked), at
+// most maxIncomingPerPeer kept per source and as many checks under way.
 type moveTable struct {
 	h        *Host
 	mu       sync.Mutex
@@ -143,6 +146,8 @@ type moveTable struct {
 	incoming map[string]int                    // moves to here not yet open or ended, by source; guarded by mu
 	pending  map[incomingKey]*moveDriver       // the latest move to here of each object from each source, until it opens or ends; guarded by mu
 	owed     []owedAbort                       // Aborts the links refused, sent again at every tick (payOwed); guarded by mu
+	checked  map[string]*checkedPreflights     // the Preflights this host answered OK, by source; guarded by mu
+	checking map[string]int                    // Preflights of each source whose store check is under way; guarded by mu
 	remote   remoteOps                         // Relocate across hosts (remotemove.go)
 	log      moveLog                           // moves from here: their pauses and ends (Host.Pauses, Host.RecentMoves)
 	// times, set by tests only (nil otherwise) before a move, sees the
@@ -356,6 +361,12 @@ func (mt *moveTable) onRecord(from string, obj relocation.Object, rec relocation
 			// An older version may not read a newer one's state.
 			reply.OK, reply.Reason = false, "application version "+h.cfg.AppVersion+" here, older than "+r.AppVersion+" at the source"
 		}
+		if reply.OK {
+			// The store says who owns the object before this host keeps
+			// anything of a move of it (off the link: a store call).
+			mt.checkPreflight(from, r)
+			return
+		}
 		h.peers.sendRecords(from, r.Object, nil, reply)
 		return
 	case *relocation.Prepare:
@@ -378,6 +389,13 @@ func (mt *moveTable) onRecord(from string, obj relocation.Object, rec relocation
 			kr := h.owners.kinds[r.Object.Kind]
 			if kr == nil || !h.life.acceptsInternal() {
 				h.peers.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move, Reason: "host " + h.name + " cannot take " + r.Object.String()})
+				return
+			}
+			if why := mt.takePreflight(from, r); why != "" {
+				// Nothing is kept for a move the store did not show to be
+				// the sender's: its chunks find no move and are dropped.
+				h.peers.malformedItem(from, payload.NewError(payload.ProtocolError, "actor", "a Prepare from "+from+" of "+r.Object.String()+": "+why))
+				h.peers.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move, Reason: why})
 				return
 			}
 			d = &moveDriver{h: h, lane: serial{wg: &h.svc.lanes}, storeLane: serial{wg: &h.svc.lanes}, id: r.Move, obj: r.Object, kr: kr, peer: from, started: time.Now(),
@@ -414,6 +432,130 @@ func (mt *moveTable) onRecord(from string, obj relocation.Object, rec relocation
 		// on to wherever its object runs.
 		h.router.redispatchFrame(c.Frame)
 	}
+}
+
+// checkedPreflights is what a host keeps of one source's Preflights that
+// it answered OK: the owner the Location Store named, by object, and the
+// order they were answered in (the oldest is forgotten past the bound).
+type checkedPreflights struct {
+	m     map[relocation.Object]checkedPreflight
+	order []relocation.Object
+}
+
+// checkedPreflight is a Preflight answered OK: its move and the object's
+// ownership in the store when it was checked.
+type checkedPreflight struct {
+	move  relocation.MoveID
+	owner relocation.Ownership
+}
+
+// checkPreflight answers a Preflight from source from whose other checks
+// passed, once the Location Store says from owns the object: OK (and the
+// answer is kept for the move's Prepare), or not, with the reason. The
+// store call runs off the link, at most maxIncomingPerPeer per source at
+// once (past it the Preflight is answered not OK at once).
+func (mt *moveTable) checkPreflight(from string, r *relocation.Preflight) {
+	h := mt.h
+	mt.mu.Lock()
+	busy := mt.checking[from] >= maxIncomingPerPeer
+	if !busy {
+		if mt.checking == nil {
+			mt.checking = map[string]int{}
+		}
+		mt.checking[from]++
+	}
+	mt.mu.Unlock()
+	if busy {
+		h.peers.sendRecords(from, r.Object, nil, &relocation.PreflightReply{Move: r.Move,
+			Reason: "host " + h.name + " checks " + strconv.Itoa(maxIncomingPerPeer) + " moves from " + from + " already"})
+		return
+	}
+	lane := &serial{wg: &h.svc.lanes}
+	lane.add(func() {
+		reply := &relocation.PreflightReply{Move: r.Move, OK: true}
+		ctx, cancel := h.life.storeContext()
+		row, err := h.store.Get(ctx, r.Object)
+		cancel()
+		switch {
+		case err != nil:
+			reply.OK, reply.Reason = false, "host "+h.name+" cannot confirm that "+from+" owns "+r.Object.String()+": "+err.Error()
+		case row.State != relocation.Active || row.Host != from:
+			reply.OK, reply.Reason = false, "the Location Store does not name "+from+" as the owner of "+r.Object.String()+" (it names "+strconv.Quote(row.Host)+")"
+		}
+		mt.mu.Lock()
+		if mt.checking[from]--; mt.checking[from] <= 0 {
+			delete(mt.checking, from)
+		}
+		if reply.OK {
+			mt.keepPreflightLocked(from, r.Object, checkedPreflight{move: r.Move, owner: row.Ownership})
+		}
+		mt.mu.Unlock()
+		h.peers.sendRecords(from, r.Object, nil, reply)
+	})
+}
+
+// keepPreflightLocked keeps c for from's Prepare of obj, forgetting from's
+// oldest past maxIncomingPerPeer (its Prepare, if one comes, is refused:
+// the move aborts at its source, which keeps the object). Under mt.mu.
+func (mt *moveTable) keepPreflightLocked(from string, obj relocation.Object, c checkedPreflight) {
+	if mt.checked == nil {
+		mt.checked = map[string]*checkedPreflights{}
+	}
+	cp := mt.checked[from]
+	if cp == nil {
+		cp = &checkedPreflights{m: map[relocation.Object]checkedPreflight{}}
+		mt.checked[from] = cp
+	}
+	if _, ok := cp.m[obj]; !ok {
+		cp.order = append(cp.order, obj)
+	}
+	cp.m[obj] = c
+	for len(cp.m) > maxIncomingPerPeer {
+		delete(cp.m, cp.order[0])
+		cp.order = cp.order[1:]
+	}
+	if len(cp.order) > 2*maxIncomingPerPeer { // taken ones leave holes: compact
+		kept := cp.order[:0]
+		for _, o := range cp.order {
+			if _, ok := cp.m[o]; ok {
+				kept = append(kept, o)
+			}
+		}
+		cp.order = kept
+	}
+}
+
+// takePreflight takes the kept answer to the Preflight of Prepare r from
+// source from: "" if this host answered it OK and r names the ownership
+// the store showed then; else why the Prepare is refused.
+func (mt *moveTable) takePreflight(from string, r *relocation.Prepare) string {
+	mt.mu.Lock()
+	defer mt.mu.Unlock()
+	cp := mt.checked[from]
+	if cp == nil {
+		return "no Preflight of this move was answered here"
+	}
+	c, ok := cp.m[r.Object]
+	if !ok || c.move != r.Move {
+		return "no Preflight of this move was answered here"
+	}
+	delete(cp.m, r.Object)
+	if len(cp.m) == 0 {
+		delete(mt.checked, from)
+	}
+	o, w := c.owner, r.Owner
+	if o.Host != w.Host || o.LeaseGen != w.LeaseGen || o.ObjectGen != w.ObjectGen || o.OwnerGen != w.OwnerGen {
+		return "the Prepare names an owner other than the one the Location Store named at its Preflight"
+	}
+	return ""
+}
+
+// forgetPreflights drops what this host kept of source's Preflights (it
+// left: its moves' Prepares will not come).
+func (mt *moveTable) forgetPreflights(source string) {
+	mt.mu.Lock()
+	delete(mt.checked, source)
+	mt.mu.Unlock()
 }
 
 // behind makes target move d, whose Prepare just arrived, begin only once

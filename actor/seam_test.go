@@ -356,7 +356,8 @@ func TestIncomingMovesFromOnePeerAreCapped(t *testing.T) {
 	obj := func(i int) relocation.Object { return relocation.Object{Kind: "counter", ID: "in" + itoa(i)} }
 	prepare := func(i int) {
 		t.Helper()
-		p := &relocation.Prepare{Move: moveID(i), Object: obj(i), Source: "x", Owner: relocation.Ownership{Host: "x"}, TotalLen: 8, ChunkCount: 1, CRC: 1}
+		owner := preflightAs(t, n, b, tr, "x", obj(i), moveID(i))
+		p := &relocation.Prepare{Move: moveID(i), Object: obj(i), Source: "x", Owner: owner, TotalLen: 8, ChunkCount: 1, CRC: 1}
 		if err := tr.Send("b", transport.Item{Kind: transport.Record, Data: relocation.AppendRecord(nil, obj(i), p)}); err != nil {
 			t.Fatal(err)
 		}
@@ -415,7 +416,11 @@ func TestAPrepareNamingAnotherSourceThanItsLinkIsRefused(t *testing.T) {
 	prepare := func(id byte, source, owner string) relocation.MoveID {
 		t.Helper()
 		mv := relocation.MoveID{0xfa, id}
-		p := &relocation.Prepare{Move: mv, Object: obj, Source: source, Owner: relocation.Ownership{Host: owner}, TotalLen: 8, ChunkCount: 1, CRC: 1}
+		o := relocation.Ownership{Host: owner}
+		if source == "x" && owner == "x" {
+			o = preflightAs(t, n, b, tr, "x", obj, mv)
+		}
+		p := &relocation.Prepare{Move: mv, Object: obj, Source: source, Owner: o, TotalLen: 8, ChunkCount: 1, CRC: 1}
 		if err := tr.Send("b", transport.Item{Kind: transport.Record, Data: relocation.AppendRecord(nil, obj, p)}); err != nil {
 			t.Fatal(err)
 		}
@@ -447,6 +452,36 @@ func TestAPrepareNamingAnotherSourceThanItsLinkIsRefused(t *testing.T) {
 	if failed(mv) {
 		t.Fatal("the Prepare naming x was refused")
 	}
+}
+
+// preflightAs makes peer name the owner of obj in the Location Store (a
+// lease of its own, a row it reserved and committed) and sends b the
+// Preflight of move mv on tr, waiting until b answered it OK; it returns
+// the ownership the move's Prepare names.
+func preflightAs(t *testing.T, n *Network, b *Host, tr transport.Transport, name string, obj relocation.Object, mv relocation.MoveID) relocation.Ownership {
+	t.Helper()
+	st := n.Store()
+	if _, err := st.RenewLease(bg, name, 1, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	row, err := st.Reserve(bg, obj, name)
+	if err == nil && row.State != relocation.Active {
+		row, err = st.Commit(bg, obj, row.Ownership)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	pf := &relocation.Preflight{Move: mv, Object: obj}
+	if err := tr.Send(b.Name(), transport.Item{Kind: transport.Record, Data: relocation.AppendRecord(nil, obj, pf)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b to answer the Preflight of "+obj.String(), func() bool {
+		b.moves.mu.Lock()
+		defer b.moves.mu.Unlock()
+		cp := b.moves.checked[name]
+		return cp != nil && cp.m[obj].move == mv
+	})
+	return row.Ownership
 }
 
 // rawLink attaches a peer named name to n that speaks the wire by hand
@@ -539,7 +574,7 @@ func TestABounceOfAnotherOriginsMessageIsRefused(t *testing.T) {
 func TestARelocationRecordFromAnotherPeerThanTheMovesIsDropped(t *testing.T) {
 	n := NewNetwork(nil)
 	obs := &rejections{}
-	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger(), Observer: obs}), counterKind(newGates()))
+	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger(), Observer: obs}), movableKind(newGates()))
 	x, y := rawLink(t, n, "x"), rawLink(t, n, "y")
 	obj := relocation.Object{Kind: "counter", ID: "moving"}
 	move := relocation.MoveID{7}
@@ -550,8 +585,8 @@ func TestARelocationRecordFromAnotherPeerThanTheMovesIsDropped(t *testing.T) {
 		}
 	}
 	// x starts a move of obj to b (its record never comes: the move waits).
-	send(x, &relocation.Prepare{Move: move, Object: obj, Source: "x",
-		Owner: relocation.Ownership{Host: "x", LeaseGen: 1, ObjectGen: 1, OwnerGen: 1}, TotalLen: 8, ChunkCount: 1})
+	owner := preflightAs(t, n, b, x, "x", obj, move)
+	send(x, &relocation.Prepare{Move: move, Object: obj, Source: "x", Owner: owner, TotalLen: 8, ChunkCount: 1})
 	waitFor(t, "b to take the move", func() bool { return b.moves.move(move) != nil })
 	send(y, &relocation.Abort{Move: move, Reason: "forged"})
 	waitFor(t, "y's record to be dropped", func() bool { return obs.snapshot()[RejectProtocol] == 1 })
@@ -597,5 +632,97 @@ func TestAForwardedFrameNamingAnOriginThatIsNoMemberIsDropped(t *testing.T) {
 	o.seqMu.Unlock()
 	if senders > 2 { // b (its own Tell and Ask) and c
 		t.Fatalf("the object's order knows %d senders; want at most 2 (no unknown origin)", senders)
+	}
+}
+
+// A host keeps something of an incoming move only for a Prepare whose
+// Preflight it answered OK once the Location Store named the sender as
+// the object's owner, and that names the ownership the store showed: a
+// Preflight of an object the store names another host (or no host) the
+// owner of is answered not OK; a Prepare with no Preflight answered, of
+// another move than the one answered, or naming another owner generation
+// is answered Failed, counted, and nothing is kept for it. The control:
+// the Prepare that matches is taken.
+func TestAPrepareIsTakenOnlyAfterAPreflightTheStoreConfirmed(t *testing.T) {
+	n := NewNetwork(nil)
+	obs := &rejections{}
+	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger(), Observer: obs}), movableKind(newGates()))
+	x := &rawPeer{}
+	tr, err := n.Transport.Attach("x", x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tr.Close(false) }()
+	send := func(obj relocation.Object, rec relocation.Record) {
+		t.Helper()
+		if err := tr.Send("b", transport.Item{Kind: transport.Record, Data: relocation.AppendRecord(nil, obj, rec)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// answer returns b's answer to move mv: its PreflightReply, or its
+	// Failed if failed is set.
+	answer := func(mv relocation.MoveID, failed bool) relocation.Record {
+		for _, it := range x.items() {
+			if it.Kind != transport.Record {
+				continue
+			}
+			if _, r, err := relocation.DecodeRecord(it.Data); err == nil && r.MoveID() == mv {
+				switch r.(type) {
+				case *relocation.PreflightReply:
+					if !failed {
+						return r
+					}
+				case *relocation.Failed:
+					if failed {
+						return r
+					}
+				}
+			}
+		}
+		return nil
+	}
+	// b's own object, and one no host owns: x's Preflights are answered
+	// not OK.
+	if err := Tell(bg, b, Ref{"counter", "bs"}, Inc{By: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range []string{"bs", "nobodys"} {
+		obj := relocation.Object{Kind: "counter", ID: id}
+		mv := relocation.MoveID{0xb0, byte(i)}
+		send(obj, &relocation.Preflight{Move: mv, Object: obj})
+		waitFor(t, "the Preflight of "+id+" answered", func() bool { return answer(mv, false) != nil })
+		if r := answer(mv, false).(*relocation.PreflightReply); r.OK {
+			t.Fatalf("the Preflight of %s, which x does not own, was answered %+v", id, r)
+		}
+	}
+	// Prepares b must refuse.
+	obj := relocation.Object{Kind: "counter", ID: "xs"}
+	answered := relocation.MoveID{0xb1}
+	owner := preflightAs(t, n, b, tr, "x", obj, answered)
+	newer := owner
+	newer.OwnerGen++
+	for _, tc := range []struct {
+		what  string
+		move  relocation.MoveID
+		owner relocation.Ownership
+	}{
+		{"another move than the one answered", relocation.MoveID{0xb2}, owner},
+		{"another owner generation than the store's", answered, newer}, // uses the answer up
+	} {
+		before := obs.snapshot()[RejectProtocol]
+		send(obj, &relocation.Prepare{Move: tc.move, Object: obj, Source: "x", Owner: tc.owner, TotalLen: 8, ChunkCount: 1, CRC: 1})
+		waitFor(t, tc.what+": refused", func() bool { return answer(tc.move, true) != nil && obs.snapshot()[RejectProtocol] > before })
+		if b.moves.move(tc.move) != nil {
+			t.Fatalf("%s: a move was kept", tc.what)
+		}
+	}
+	// The Prepare that named the answered move used the answer up: the
+	// matching Prepare needs a Preflight again.
+	again := relocation.MoveID{0xb3}
+	owner = preflightAs(t, n, b, tr, "x", obj, again)
+	send(obj, &relocation.Prepare{Move: again, Object: obj, Source: "x", Owner: owner, TotalLen: 8, ChunkCount: 1, CRC: 1})
+	waitFor(t, "the matching Prepare to be taken", func() bool { return b.moves.move(again) != nil })
+	if r := answer(again, true); r != nil {
+		t.Fatalf("the matching Prepare was refused: %+v", r)
 	}
 }

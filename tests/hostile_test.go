@@ -421,6 +421,41 @@ func TestForgedItemsFromAnAuthenticatedMemberHaveNoEffect(t *testing.T) {
 	x.alive(t)
 }
 
+// Incoming moves of objects the sender does not own keep nothing: a
+// member's Prepares, each declaring a 1 GiB move record of an object the
+// Location Store does not name it the owner of (no Preflight answered
+// them), and 24 MiB of chunks of each — 384 MiB in all, no record ever
+// whole — are refused and dropped as they arrive; the node's memory does not grow by them (at most 256 MiB
+// above where it was, and the node serves on). Before, the node kept every
+// chunk of up to 256 such moves per peer, each up to MaxMoveRecord (1 GiB):
+// 758 MiB of them took a node from 110 MB to 1.6 GB, and it died.
+func TestIncomingMovesOfObjectsTheSenderDoesNotOwnKeepNothing(t *testing.T) {
+	x := newHostile(t)
+	rss := x.n1RSS(t)
+	const moves, chunks, chunkLen, declared = 16, 384, 64 << 10, 1 << 30
+	data := make([]byte, chunkLen)
+	for m := range moves {
+		obj := relocation.Object{Kind: x.ref.Kind, ID: "fake-" + strconv.Itoa(m)}
+		mv := relocation.MoveID{0xa1, byte(m)}
+		its := [][]byte{item(transport.Record, relocation.AppendRecord(nil, obj, &relocation.Prepare{Move: mv, Object: obj,
+			Source: "ghost", Owner: relocation.Ownership{Host: "ghost", LeaseGen: x.run, ObjectGen: 1, OwnerGen: 1},
+			TotalLen: declared, ChunkCount: declared / chunkLen}))}
+		for c := range chunks {
+			its = append(its, item(transport.Record, relocation.AppendRecord(nil, obj, &relocation.Chunk{Move: mv, Index: uint32(c), Data: data})))
+		}
+		x.session(t, append(its, item(transport.Frame, tellFrame(t, x.ref, "ghost", "after-move-"+strconv.Itoa(m))))...)
+		if !waitFor(time.Minute, func() bool { return x.tally(t).Count["after-move-"+strconv.Itoa(m)] == 1 }) {
+			t.Fatalf("the message after fake move %d did not run: %+v", m, x.tally(t))
+		}
+	}
+	grown := x.n1RSS(t) - rss
+	t.Logf("n1's RSS grew by %d MiB under %d MiB of chunks of fake moves", grown>>20, moves*chunks*chunkLen>>20)
+	if grown > 256<<20 {
+		t.Fatalf("n1 grew by %d MiB under %d MiB of chunks of moves it never accepted", grown>>20, moves*chunks*chunkLen>>20)
+	}
+	x.ask(t, 2) // the node serves on
+}
+
 // A flood from an authenticated member is bounded by what n1 keeps of
 // that member's messages (Config.PeerInbound, 500 here): its messages for
 // objects that need a look-up (an activation, a store call each) wait on
