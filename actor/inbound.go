@@ -3,6 +3,7 @@ package actor
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -534,7 +535,18 @@ func (iq *inbounds) onCreditAsk(from string) {
 func (iq *inbounds) onPressure(from string, p *pressureItem) {
 	h := iq.h
 	if p.paused {
-		h.gaps.pressure.pause(p.obj, from)
+		// Only for an object this host sends to (a sending stream: it
+		// stamped a message for it lately), and a bounded number per
+		// peer: a member cannot pause sends this host does not make, nor
+		// make it keep pauses without end.
+		switch {
+		case !h.routes.sending(p.obj):
+			h.peers.malformedItem(from, payload.NewError(payload.ProtocolError, "actor",
+				"a pause of "+p.obj.String()+" from "+from+": this host sends nothing to it"))
+		case !h.gaps.pressure.pause(p.obj, from, true):
+			h.peers.malformedItem(from, payload.NewError(payload.CapacityExceeded, "actor",
+				"a pause of "+p.obj.String()+" from "+from+": it has "+strconv.Itoa(maxPausesPerPeer)+" objects paused here already"))
+		}
 	} else {
 		h.gaps.pressure.resume(p.obj, from)
 	}

@@ -952,7 +952,7 @@ func (pr *peers) push(o *owner, sender string, pause bool) {
 	obj := relocation.Object{Kind: o.ref.Kind, ID: o.ref.ID}
 	if sender == h.name || sender == "" {
 		if pause {
-			h.gaps.pressure.pause(obj, h.name)
+			h.gaps.pressure.pause(obj, h.name, false)
 		} else {
 			h.gaps.pressure.resume(obj, h.name)
 		}

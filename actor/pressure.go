@@ -40,31 +40,64 @@ import (
 // when this host closes.
 
 // pressureSet is the objects this host's outside senders must wait for.
-// Lock order: mu is a leaf.
+// Lock order: mu is a leaf. Bounds: a pause is taken only for an object
+// this host sends to (inbounds.onPressure), and at most maxPausesPerPeer
+// objects are paused by one host.
 type pressureSet struct {
-	n  atomic.Int32 // len(m): the send path reads it without the lock
-	mu sync.Mutex
-	m  map[relocation.Object]*paused // guarded by mu
+	n     atomic.Int32 // len(m): the send path reads it without the lock
+	mu    sync.Mutex
+	m     map[relocation.Object]*paused // guarded by mu
+	byMap map[string]int                // objects each host's pauses are on; guarded by mu
 }
+
+// maxPausesPerPeer bounds the objects one host may have paused here at
+// once: an object's owner pushes back on a sender only for the objects
+// the sender floods, a few at a time.
+const maxPausesPerPeer = 4096
 
 type paused struct {
 	by      map[string]struct{} // the hosts whose pause is on
 	resumed chan struct{}       // closed when the last of them resumes
 }
 
-// pause records that by asked this host's senders to obj to wait.
-func (p *pressureSet) pause(obj relocation.Object, by string) {
+// pause records that by asked this host's senders to obj to wait, and
+// reports false (recording nothing) if by is a peer (bounded) that has
+// maxPausesPerPeer objects paused here already. This host's own pauses
+// (an owner here pushing back on its local senders) are not bounded:
+// there is one per object it owns at most.
+func (p *pressureSet) pause(obj relocation.Object, by string, bounded bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if cur := p.m[obj]; cur != nil {
+	cur := p.m[obj]
+	if cur != nil {
+		if _, on := cur.by[by]; on {
+			return true
+		}
+	}
+	if bounded && p.byMap[by] >= maxPausesPerPeer {
+		return false
+	}
+	if p.byMap == nil {
+		p.byMap = map[string]int{}
+	}
+	p.byMap[by]++
+	if cur != nil {
 		cur.by[by] = struct{}{}
-		return
+		return true
 	}
 	if p.m == nil {
 		p.m = map[relocation.Object]*paused{}
 	}
 	p.m[obj] = &paused{by: map[string]struct{}{by: {}}, resumed: make(chan struct{})}
 	p.n.Store(int32(len(p.m)))
+	return true
+}
+
+// unpauseLocked notes that by's pause of one object ended. Under mu.
+func (p *pressureSet) unpauseLocked(by string) {
+	if p.byMap[by]--; p.byMap[by] <= 0 {
+		delete(p.byMap, by)
+	}
 }
 
 // resume ends by's pause of obj; the senders go on when no other host's
@@ -73,7 +106,11 @@ func (p *pressureSet) resume(obj relocation.Object, by string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if cur := p.m[obj]; cur != nil {
+		if _, on := cur.by[by]; !on {
+			return
+		}
 		delete(cur.by, by)
+		p.unpauseLocked(by)
 		if len(cur.by) == 0 {
 			close(cur.resumed)
 			delete(p.m, obj)
@@ -93,6 +130,11 @@ func (p *pressureSet) resumeBy(host string) {
 			close(cur.resumed)
 			delete(p.m, obj)
 		}
+	}
+	if host == "" {
+		clear(p.byMap)
+	} else {
+		delete(p.byMap, host)
 	}
 	p.n.Store(int32(len(p.m)))
 }

@@ -120,6 +120,16 @@ func (r *routes) stamp(obj relocation.Object, to peerRun) route.Stamp {
 	return st
 }
 
+// sending reports whether this host keeps a sending stream for obj: it
+// stamped a message for it within the streams' idle time.
+func (r *routes) sending(obj relocation.Object) bool {
+	sh := r.streamShard(obj)
+	sh.mu.Lock()
+	ok := sh.s.Live(obj, r.coarseNow())
+	sh.mu.Unlock()
+	return ok
+}
+
 // handed notes that a message of this host for obj, stamped st, was
 // handed (again) to run to: routed afresh after its first hop.
 func (r *routes) handed(obj relocation.Object, st route.Stamp, to peerRun) {

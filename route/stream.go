@@ -147,5 +147,12 @@ func (s *Streams) Prune(now int64) int {
 	return len(s.m)
 }
 
+// Live reports whether obj has a stream not idle at now: a message was
+// stamped for it within the idle time.
+func (s *Streams) Live(obj Object, now int64) bool {
+	st := s.m[obj]
+	return st != nil && st.seq > 0 && now-st.last < s.idle
+}
+
 // Len returns the number of streams.
 func (s *Streams) Len() int { return len(s.m) }
