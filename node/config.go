@@ -47,8 +47,14 @@ type Config struct {
 	Database string
 
 	// HTTP is the address of /metrics, /healthz, /readyz and /dashboard/
-	// (-http; "": not served).
+	// (-http; "": not served). They ask for no credential, and the
+	// dashboard shows member addresses and object names: a non-loopback
+	// address needs HTTPPublic.
 	HTTP string
+	// HTTPPublic allows HTTP on an address other than loopback
+	// (-http-public): for a Prometheus scraper or a Kubernetes probe that
+	// reaches the node over the network, behind the network's controls.
+	HTTPPublic bool
 	// Admin is the address of the admin API (-admin; "": not served).
 	Admin string
 	// AdminToken is the admin API's credential, at least 16 bytes; Load
@@ -179,6 +185,9 @@ func (c Config) check() (security, error) {
 	if err != nil {
 		return 0, err
 	}
+	if c.HTTP != "" && !c.HTTPPublic && !isLoopback(c.HTTP) {
+		return 0, configErr("-http %q is not a loopback address: /metrics, /healthz, /readyz and /dashboard/ ask for no credential and the dashboard shows member addresses and object names; give -http-public to serve them there, behind your network's controls", c.HTTP)
+	}
 	if c.Admin != "" {
 		if len(c.AdminToken) < token.MinLen {
 			return 0, configErr("-admin needs a credential of at least %d bytes: -admin-token-file, or $BERTH_ADMIN_TOKEN", token.MinLen)
@@ -292,6 +301,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 		"a password in it is refused on the command line, where ps shows it: give it in $BERTH_DB or the -config file")
 	fs.StringVar(&c.HTTP, "http", c.HTTP, "serve /metrics, /healthz, /readyz and /dashboard/ on this address (e.g. :9090)")
 	fs.StringVar(&c.HTTP, "metrics", c.HTTP, "the same as -http")
+	fs.BoolVar(&c.HTTPPublic, "http-public", c.HTTPPublic, "allow -http on an address other than loopback: its routes ask for no credential and the dashboard shows member addresses and object names, so keep it behind your network's controls")
 	fs.StringVar(&c.Admin, "admin", c.Admin, "serve the admin API (berth admin) on this address: HTTPS with the node's certificate, or plain HTTP on loopback or with -insecure")
 	fs.BoolVar(&c.AdminWrite, "admin-write", c.AdminWrite, "allow the admin API's routes that change the cluster (move, drain)")
 	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM `file` of the node's certificate, which names it (-name among its DNS names); with -tls-key and -tls-ca")

@@ -178,3 +178,40 @@ func TestAProgramsOwnFlagsSitBesideTheNodes(t *testing.T) {
 		t.Fatalf("-region us: %q, %v", *region, err)
 	}
 }
+
+// -http on loopback needs nothing more; on any other address (every
+// interface included) it needs -http-public, from a flag or the file:
+// New refuses the settings otherwise, with an ErrConfig naming it.
+func TestHTTPOffLoopbackNeedsHTTPPublic(t *testing.T) {
+	db := env("BERTH_DB", "postgres://db/x")
+	for _, c := range []struct {
+		args []string
+		file string
+		ok   bool
+	}{
+		{[]string{"-http", "127.0.0.1:9090"}, "", true},
+		{[]string{"-http", "localhost:9090"}, "", true},
+		{[]string{"-http", "[::1]:9090"}, "", true},
+		{[]string{"-http", ":9090"}, "", false},
+		{[]string{"-http", "0.0.0.0:9090"}, "", false},
+		{[]string{"-http", "10.0.0.7:9090"}, "", false},
+		{[]string{"-http", ":9090", "-http-public"}, "", true},
+		{nil, "http = :9090\nhttp-public = true\n", true},
+		{nil, "http = :9090\n", false},
+	} {
+		args := append([]string{"-name", "n"}, c.args...)
+		if c.file != "" {
+			args = append(args, "-config", writeFile(t, "node.conf", c.file))
+		}
+		cfg, err := Load(args, db, &bytes.Buffer{})
+		if err == nil {
+			_, err = cfg.check() // as New does
+		}
+		if c.ok && err != nil {
+			t.Errorf("Load(%q, file %q) = %v; want it taken", c.args, c.file, err)
+		}
+		if !c.ok && (!errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "-http-public")) {
+			t.Errorf("Load(%q, file %q) = %v; want ErrConfig naming -http-public", c.args, c.file, err)
+		}
+	}
+}

@@ -46,7 +46,7 @@ func newTCPCollector(name string) *tcpCollector {
 		d("lost_items_total", "Sent items a peer had not taken when it crashed, restarted or was removed.", func(s tcp.Stats) uint64 { return s.Lost }),
 		d("dropped_items_total", "Items other than frames a gracefully closed peer had not taken.", func(s tcp.Stats) uint64 { return s.Dropped }),
 		d("unknown_connections_total", "Authenticated connections from members that were not peers yet.", func(s tcp.Stats) uint64 { return s.Unknown }),
-		d("refused_connections_total", "Connections refused before they carried anything: a failed TLS handshake, a certificate that does not name the member, a bad preamble, too many handshakes.", func(s tcp.Stats) uint64 { return s.Refused }),
+		d("refused_connections_total", "Connections refused before they carried anything: a failed TLS handshake, a certificate that does not name the member, a bad preamble, or closed in its handshake to make room for a new connection (the door was full).", func(s tcp.Stats) uint64 { return s.Refused }),
 		d("malformed_connections_total", "Connections closed for a malformed frame.", func(s tcp.Stats) uint64 { return s.Malformed }),
 		d("oversized_items_total", "Items past the transport's item limit that were received (read and dropped).", func(s tcp.Stats) uint64 { return s.Oversized }),
 		d("peer_restarts_total", "Times a peer's frames carried a new incarnation of it.", func(s tcp.Stats) uint64 { return s.Restarts }),
