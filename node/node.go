@@ -398,7 +398,7 @@ func (n *Node) serveHTTP(m http.Handler, dashboard *atomic.Pointer[http.Handler]
 // serveAdmin serves the admin API (actor/admin) on Config.Admin: over TLS
 // with the node's certificate when it has one.
 func (n *Node) serveAdmin() error {
-	h, err := admin.New(admin.Options{Host: n.host, Membership: n.members, Store: n.store, Token: n.cfg.AdminToken, AllowWrites: n.cfg.AdminWrite})
+	h, err := admin.New(admin.Options{Host: n.host, Membership: n.members, Store: n.store, Token: n.cfg.AdminToken, AllowWrites: n.cfg.AdminWrite, Audit: n.log})
 	if err != nil {
 		return fmt.Errorf("node: the admin API: %w", err)
 	}

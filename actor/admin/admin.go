@@ -41,6 +41,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"sort"
@@ -71,6 +72,11 @@ type Options struct {
 	// Timeout bounds each read route's calls (default 10 s); move is
 	// bounded by the request's own context, and drain runs to its end.
 	Timeout time.Duration
+	// Audit receives one line per request of a route that changes the
+	// cluster, allowed or not, when it ends: its method and path (the
+	// object and the target host), the remote address, the status and
+	// the error (nil: slog.Default()).
+	Audit *slog.Logger
 }
 
 // ErrBadOptions: New's Options lack the host, or a token of at least 16
@@ -84,6 +90,9 @@ func New(o Options) (http.Handler, error) {
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 10 * time.Second
+	}
+	if o.Audit == nil {
+		o.Audit = slog.Default()
 	}
 	a := &api{o: o, token: []byte("Bearer " + o.Token)}
 	mux := http.NewServeMux()
@@ -270,12 +279,30 @@ func (a *api) auth(next http.Handler) http.Handler {
 
 func (a *api) write(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		began := time.Now()
+		rec := &recorder{ResponseWriter: w, status: http.StatusOK}
+		defer func() {
+			a.o.Audit.Info("admin: a request to change the cluster", "route", r.Method+" "+r.URL.Path, "query", r.URL.RawQuery,
+				"remote", r.RemoteAddr, "status", rec.status, "error", rec.err, "took", time.Since(began).Round(time.Millisecond))
+		}()
 		if !a.o.AllowWrites {
-			writeJSON(w, http.StatusForbidden, Error{Error: "routes that change the cluster are off (berth node -admin-write)", Kind: "forbidden"})
+			writeJSON(rec, http.StatusForbidden, Error{Error: "routes that change the cluster are off (berth node -admin-write)", Kind: "forbidden"})
 			return
 		}
-		h(w, r)
+		h(rec, r)
 	}
+}
+
+// recorder keeps a write route's status and error for its audit line.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	err    string
+}
+
+func (r *recorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
 }
 
 func (a *api) ctx(r *http.Request) (context.Context, context.CancelFunc) {
@@ -548,6 +575,9 @@ func status(err error) (int, string) {
 }
 
 func writeErr(w http.ResponseWriter, err error) {
+	if rec, ok := w.(*recorder); ok {
+		rec.err = err.Error()
+	}
 	code, kind := status(err)
 	writeJSON(w, code, Error{Error: err.Error(), Kind: kind})
 }

@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,15 +68,75 @@ func startHosts(t *testing.T, net *localnet.Net, obs actor.Observer, names ...st
 // server.
 func cluster(t *testing.T, allowWrites bool) (a, b *actor.Host, net *localnet.Net, srv *httptest.Server) {
 	t.Helper()
+	a, b, net, srv, _ = auditedCluster(t, allowWrites)
+	return a, b, net, srv
+}
+
+// auditedCluster is cluster, with the API's audit lines kept in audit.
+func auditedCluster(t *testing.T, allowWrites bool) (a, b *actor.Host, net *localnet.Net, srv *httptest.Server, audit *syncBuffer) {
+	t.Helper()
 	net = localnet.New(localnet.Options{})
 	hs := startHosts(t, net, nil, "a", "b")
-	handler, err := admin.New(admin.Options{Host: hs[0], Membership: net.Membership, Store: net.Store, Token: token, AllowWrites: allowWrites})
+	audit = &syncBuffer{}
+	handler, err := admin.New(admin.Options{Host: hs[0], Membership: net.Membership, Store: net.Store, Token: token, AllowWrites: allowWrites,
+		Audit: slog.New(slog.NewTextHandler(audit, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv = httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
-	return hs[0], hs[1], net, srv
+	return hs[0], hs[1], net, srv, audit
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Every request of a route that changes the cluster leaves one audit line
+// when it ends — refused, failed or done — with its route, object and
+// target, the remote address, its status and error; a read leaves none.
+func TestEveryRequestToChangeTheClusterLeavesAnAuditLine(t *testing.T) {
+	for _, allowed := range []bool{false, true} {
+		a, _, _, srv, audit := auditedCluster(t, allowed)
+		ref := actor.Ref{Kind: counter.Name, ID: "audited"}
+		if _, err := actor.Ask[counter.Read, counter.Counter](bg, a, ref, counter.Read{}); err != nil {
+			t.Fatal(err)
+		}
+		call(t, srv, "GET", "/admin/v1/stats", token, nil)
+		code := call(t, srv, "POST", "/admin/v1/move/counter/audited?to=b", token, nil)
+		call(t, srv, "POST", "/admin/v1/move/counter/audited?to=nowhere", token, nil)
+		lines := strings.Split(strings.TrimSpace(audit.String()), "\n")
+		if len(lines) != 2 {
+			t.Fatalf("allowed %v: %d audit lines for two write requests and a read:\n%s", allowed, len(lines), audit)
+		}
+		for i, want := range []string{"status=" + strconv.Itoa(code), "to=nowhere"} {
+			for _, w := range []string{"route=\"POST /admin/v1/move/counter/audited\"", "remote=127.0.0.1:", want} {
+				if !strings.Contains(lines[i], w) {
+					t.Errorf("allowed %v: audit line %d %q lacks %s", allowed, i, lines[i], w)
+				}
+			}
+		}
+		if !allowed && (code != http.StatusForbidden || !strings.Contains(lines[0], "status=403")) {
+			t.Errorf("a refused move: %d, audit %q", code, lines[0])
+		}
+		if allowed && (code != http.StatusOK || !strings.Contains(lines[1], "error=")) {
+			t.Errorf("a move: %d; the failed one's audit line %q names no error", code, lines[1])
+		}
+	}
 }
 
 // call makes a request with the credential (cred "" sends none) and
