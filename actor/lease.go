@@ -119,7 +119,7 @@ func (lk *leaseKeeper) run() uint64 { return lk.h.routes.selfRun.Load() }
 // the owners waiting for a check, and the broadcast that wakes turns
 // waiting for either.
 type leaseGate struct {
-	deadline atomic.Int64  // wall clock, Unix ns; past it no turn starts (0: no lease check)
+	deadline atomic.Int64  // on wallNano's scale (monotonic from the start); past it no turn starts (0: no lease check)
 	epoch    atomic.Uint64 // lapses seen: an owner checked at an older one waits for a check
 
 	mu      sync.Mutex
@@ -329,7 +329,7 @@ func (lk *leaseKeeper) leaseAnswer(a renewed[relocation.Lease], alone bool) erro
 		lk.lapsed()
 	}
 	lk.local = lk.local.Renewed(a.sent, membership.Lease{Name: h.name, Gen: a.run, TTL: l.TTL})
-	h.gate.publish(lk.local.Deadline().UnixNano())
+	h.gate.publish(wallNanoOf(lk.local.Deadline())) // monotonic: a wall clock step does not stretch it
 	return nil
 }
 

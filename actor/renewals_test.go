@@ -294,3 +294,26 @@ func TestAMembershipRenewalThatLandsARoundTripLateEndsNoRun(t *testing.T) {
 		t.Fatalf("b's peers %v: a is missing", got)
 	}
 }
+
+// The lease's deadline is kept on the monotonic clock: a wall clock that
+// stepped since the process started (here, as if it jumped 10 s ahead)
+// does not move it. A deadline read from the wall clock would lie 10 s
+// past the lease's true end, and turns would run there.
+func TestTheLeaseDeadlineIsKeptOnTheMonotonicClock(t *testing.T) {
+	base := time.Now()
+	const step = 10 * time.Second
+	baseWall := base.UnixNano() - int64(step) // the wall clock read this at the start, then jumped ahead
+	deadline := time.Now().Add(3 * time.Second)
+	got := wallNanoOfFrom(deadline, base, baseWall)
+	want := baseWall + int64(deadline.Sub(base))
+	if got != want {
+		t.Fatalf("deadline %d on the start's scale, want %d (off by %v)", got, want, time.Duration(got-want))
+	}
+	if off := deadline.UnixNano() - got - int64(step); off < -int64(time.Millisecond) || off > int64(time.Millisecond) {
+		wrong := deadline.UnixNano()
+		t.Fatalf("the wall clock's reading differs by %v, want the step %v: the test does not tell the two apart", time.Duration(wrong-got), step)
+	}
+	if d := wallNanoOf(time.Now()) - wallNano(); d < -int64(time.Second) || d > int64(time.Second) {
+		t.Fatalf("wallNanoOf(now) − wallNano() = %v", time.Duration(d))
+	}
+}
