@@ -3,6 +3,7 @@ package actor
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/berthrt/berth/relocation"
@@ -79,4 +80,44 @@ func TestAMovesSourceNeverActivatesTheObjectAgainBeforeTheCommit(t *testing.T) {
 		t.Fatal("a has an owner of the object after the move")
 	}
 	waitFor(t, "no owner on a", func() bool { return a.Stats().OwnersActive == 0 })
+}
+
+// A move's Preflight waits for a Location Store that cannot answer (an
+// outage, a restart): the target asks again until the store answers, and
+// the move then goes on. It is not refused for a store that is away.
+func TestAPreflightWaitsForAStoreThatCannotAnswer(t *testing.T) {
+	store := relocation.NewMemoryStore(nil)
+	n := NewNetwork(store)
+	a := startHost(t, n.With(Config{Name: "a", Logger: quietLogger()}), seqKind())
+	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger()}), seqKind())
+	waitViews(t, a, b)
+	ref := Ref{"seq", "o"}
+	if err := Tell(bg, a, ref, SeqMsg{Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// The source's own look at the row (its first Get) is answered; the
+	// store then stops answering, as in a restart.
+	var gets, refusedGets atomic.Int64
+	store.Fault(func(_ context.Context, op string) error {
+		if op == "Get" && gets.Add(1) > 1 {
+			refusedGets.Add(1)
+			return errStoreDown
+		}
+		return nil
+	})
+	moved := make(chan error, 1)
+	go func() { moved <- a.Relocate(bg, ref, "b") }()
+	waitFor(t, "the target's check refused by the store a few times", func() bool { return refusedGets.Load() >= 3 })
+	select {
+	case err := <-moved:
+		t.Fatalf("the move ended while the store could not answer: %v", err)
+	default:
+	}
+	store.Fault(nil)
+	if err := <-moved; err != nil {
+		t.Fatalf("the move after the store answered again: %v", err)
+	}
+	if got, err := Ask[GetSeqs, []int](bg, b, ref, GetSeqs{}); err != nil || !slices.Equal(got, []int{1}) {
+		t.Fatalf("the object on b: %v, %v", got, err)
+	}
 }

@@ -473,9 +473,28 @@ func (mt *moveTable) checkPreflight(from string, r *relocation.Preflight) {
 	lane := &serial{wg: &h.svc.lanes}
 	lane.add(func() {
 		reply := &relocation.PreflightReply{Move: r.Move, OK: true}
-		ctx, cancel := h.life.storeContext()
-		row, err := h.store.Get(ctx, r.Object)
-		cancel()
+		var row relocation.Row
+		var err error
+		// A store that cannot answer for now (an outage, a restart) is a
+		// stall, not an answer: the check asks again until it answers
+		// or this host closes; the source's Relocate waits meanwhile, as
+		// a move's commit waits for the store.
+		for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+			ctx, cancel := h.life.storeContext()
+			row, err = h.store.Get(ctx, r.Object)
+			cancel()
+			if err == nil || !errors.Is(storeAway(err), errStoreAway) {
+				break
+			}
+			timer := time.NewTimer(wait)
+			select {
+			case <-timer.C:
+				continue
+			case <-h.life.done:
+				timer.Stop()
+			}
+			break
+		}
 		switch {
 		case err != nil:
 			reply.OK, reply.Reason = false, "host "+h.name+" cannot confirm that "+from+" owns "+r.Object.String()+": "+err.Error()
