@@ -682,7 +682,6 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 	h.owners.system.Root.Stop(o.pid)
 }
 
-// local returns the owner of object id on this host, or nil.
 // here finds object id on this host: its owner, or the move of it from
 // here that is past relay-ready and not yet committed, as a route to its
 // target (the forwarding route, learnt again: a look-up that found none
@@ -717,6 +716,7 @@ func (kr *kindRuntime) follow(id string, p place) {
 	}
 }
 
+// local returns the owner of object id on this host, or nil.
 func (kr *kindRuntime) local(id string) *owner {
 	sh := kr.shard(id)
 	sh.mu.RLock()
