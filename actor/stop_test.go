@@ -1,7 +1,6 @@
 package actor
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berthrt/berth/internal/testutil"
 	"github.com/berthrt/berth/membership"
 	"github.com/berthrt/berth/payload"
 )
@@ -78,7 +78,7 @@ type stopRig struct {
 	movable bool
 	a, b    *Host
 	g       *gates
-	bLog    *syncBuffer
+	bLog    *testutil.Buffer
 
 	mu       sync.Mutex
 	ran      map[StopInc]int // guarded by mu
@@ -95,29 +95,12 @@ type stopRig struct {
 	bad        error // a send error a sender cannot act on; guarded by badMu
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // newStopRig starts hosts a and b; sendTimeout is how long a's senders wait
 // for b to hand an object on once it leaves.
 func newStopRig(t *testing.T, movable bool, sendTimeout time.Duration) *stopRig {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
-	r := &stopRig{t: t, seed: seed, movable: movable, g: newGates(), bLog: &syncBuffer{},
+	r := &stopRig{t: t, seed: seed, movable: movable, g: newGates(), bLog: &testutil.Buffer{},
 		ran: map[StopInc]int{}, ranOnB: map[int]int{}, last: map[[2]int]int{}, halted: make(chan struct{}),
 		acceptedBy: make([][]StopInc, stopSenders)}
 	kind := func() Registrable {
@@ -780,3 +763,6 @@ func TestDrainCutShortKeepsTheObjectsItCouldNotMove(t *testing.T) {
 		t.Fatalf("%d objects deactivated by the drains; want 0 (all moved)", d)
 	}
 }
+
+// syncBuffer is the tests' concurrency-safe buffer.
+type syncBuffer = testutil.Buffer

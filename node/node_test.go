@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,34 +12,16 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/berthrt/berth/actor"
 	"github.com/berthrt/berth/examples/counter"
 	"github.com/berthrt/berth/internal/pgtest"
+	"github.com/berthrt/berth/internal/testutil"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
-
-// lockedBuffer is a bytes.Buffer safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // get fetches url and returns its status and body.
 func get(t *testing.T, url string) (int, string) {
@@ -86,7 +67,7 @@ func scrapeWith(t *testing.T, n *Node, series []string) string {
 // starts at once.
 func TestANodeServesItsKindsAndStopsGracefully(t *testing.T) {
 	db := pgtest.New(t)
-	var out, log lockedBuffer
+	var out, log testutil.Buffer
 	cfg := Config{Name: "n1", Listen: "127.0.0.1:0", Database: db.URL, HTTP: "127.0.0.1:0", Stdout: &out,
 		Logger: slog.New(slog.NewJSONHandler(&log, nil))}
 	ctx := context.Background()
@@ -164,7 +145,7 @@ func TestRunStopsWhenItsContextEndsAndANameHeldByALiveNodeIsLeftAlone(t *testing
 		t.Fatalf("the live n1 after the second gave up: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var out lockedBuffer
+	var out testutil.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- Run(ctx, Config{Name: "n2", Listen: "127.0.0.1:0", Database: db.URL, Logger: quiet, Stdout: &out}, counter.Kind())

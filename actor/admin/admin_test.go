@@ -2,7 +2,6 @@ package admin_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -73,11 +71,11 @@ func cluster(t *testing.T, allowWrites bool) (a, b *actor.Host, net *localnet.Ne
 }
 
 // auditedCluster is cluster, with the API's audit lines kept in audit.
-func auditedCluster(t *testing.T, allowWrites bool) (a, b *actor.Host, net *localnet.Net, srv *httptest.Server, audit *syncBuffer) {
+func auditedCluster(t *testing.T, allowWrites bool) (a, b *actor.Host, net *localnet.Net, srv *httptest.Server, audit *testutil.Buffer) {
 	t.Helper()
 	net = localnet.New(localnet.Options{})
 	hs := startHosts(t, net, nil, "a", "b")
-	audit = &syncBuffer{}
+	audit = &testutil.Buffer{}
 	handler, err := admin.New(admin.Options{Host: hs[0], Membership: net.Membership, Store: net.Store, Token: token, AllowWrites: allowWrites,
 		Audit: slog.New(slog.NewTextHandler(audit, nil))})
 	if err != nil {
@@ -86,24 +84,6 @@ func auditedCluster(t *testing.T, allowWrites bool) (a, b *actor.Host, net *loca
 	srv = httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
 	return hs[0], hs[1], net, srv, audit
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // Every request of a route that changes the cluster leaves one audit line
