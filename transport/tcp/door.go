@@ -18,7 +18,13 @@ import (
 //     before one that has (a client starts its handshake the moment it
 //     connects; an idle socket never does), and the oldest first.
 //
-// A legitimate handshake takes milliseconds: it is then neither silent nor
+// On Linux the listener sets TCP_DEFER_ACCEPT (listenDeferred): the kernel
+// hands a connection over only once its first bytes arrived, or after a
+// second of silence. A legitimate dialer speaks first (its ClientHello or
+// preamble), so it reaches a slot heard, however late its process got to
+// send, and an idle socket reaches one only after its silence: a full
+// door of idle sockets never closes a dialer that has spoken. Elsewhere a
+// legitimate handshake, which takes milliseconds, is neither silent nor
 // old, and loses its slot only if the door fills with newer connections
 // that send bytes faster than it completes.
 

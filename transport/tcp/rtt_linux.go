@@ -3,7 +3,9 @@
 package tcp
 
 import (
+	"context"
 	"net"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -47,4 +49,26 @@ func bytesWaiting(c net.Conn) bool {
 		n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ)
 	})
 	return n > 0
+}
+
+// deferAcceptSeconds is how long the kernel holds a new connection that
+// has sent nothing before it hands it to Accept anyway (TCP_DEFER_ACCEPT).
+const deferAcceptSeconds = 1
+
+// listenDeferred listens on addr with TCP_DEFER_ACCEPT: the kernel hands
+// a connection to Accept only once its first bytes arrived (a dialer's
+// ClientHello or preamble, sent the moment it connects), or after about
+// deferAcceptSeconds of silence. So a legitimate dialer reaches the
+// door's slots with its first bytes waiting — heard, never the victim
+// while a silent slot exists — however late its own process gets to
+// send them, and an idle socket reaches them only after its silence.
+// Where the option cannot be set the listener works without it.
+func listenDeferred(addr string) (net.Listener, error) {
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		_ = c.Control(func(fd uintptr) {
+			_ = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT, deferAcceptSeconds)
+		})
+		return nil
+	}}
+	return lc.Listen(context.Background(), "tcp", addr)
 }

@@ -402,7 +402,7 @@ func Listen(name string, h transport.Handler, opts Options) (*Transport, error) 
 			return nil, payload.NewError(payload.InvalidOperation, op, "the TLS certificate does not name "+name+" (its DNS names: "+strings.Join(leaf.DNSNames, ", ")+")")
 		}
 	}
-	ln, err := net.Listen("tcp", opts.Listen)
+	ln, err := listenDeferred(opts.Listen)
 	if err != nil {
 		return nil, payload.NewError(payload.Unavailable, op, err.Error())
 	}
