@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
 	"github.com/berthrt/berth/route"
+	"github.com/berthrt/berth/transport"
 )
 
 // Host states.
@@ -325,6 +327,7 @@ func (h *Host) startServices() {
 		h.router.orderJobs(tick)
 		h.admit.deferredJobs(tick)
 		h.peers.peerJobs(tick)
+		h.in.pauseJobs(tick)
 		tick.every("record the event log's bursts", eventFlushEvery, func(time.Time) bool {
 			h.events.flush(false)
 			return false
@@ -359,6 +362,12 @@ func (h *Host) join() error {
 	tr, err := h.peers.attachRun(h.lease.run(), ready)
 	if err != nil {
 		return err
+	}
+	if r, ok := tr.(transport.Roles); ok && r.Role() == transport.RoleGateway && len(h.peers.kinds) > 0 {
+		_ = tr.Close(false)
+		return payload.NewError(payload.InvalidOperation, "actor.Host.Start",
+			"host "+h.name+"'s certificate names it a gateway, which may not offer kinds ("+strings.Join(h.peers.kinds, ", ")+
+				"): start it with Config.Gateway, or give it a node's certificate")
 	}
 	h.peers.tr = newRunLink(tr)
 	h.peers.attached.Store(true)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
@@ -298,6 +299,9 @@ func (iq *inbounds) deliver(from string, it transport.Item) {
 	case transport.Bounce:
 		iq.onBounceFrom(from, iq.keep(it))
 	case transport.Record:
+		if iq.fromGateway(from, it.Kind.String()) {
+			return
+		}
 		decode := relocation.DecodeRecord // copies what it keeps: the bytes are lent
 		if it.Owned {
 			decode = relocation.DecodeRecordOwned // the bytes are this host's
@@ -309,6 +313,9 @@ func (iq *inbounds) deliver(from string, it transport.Item) {
 		}
 		h.moves.onRecord(from, obj, rec)
 	case transport.Hint:
+		if iq.fromGateway(from, it.Kind.String()) {
+			return
+		}
 		obj, hint, err := decodeHint(it.Data)
 		if err != nil {
 			h.peers.malformedItem(from, err)
@@ -326,6 +333,9 @@ func (iq *inbounds) deliver(from string, it transport.Item) {
 			h.peers.view.setLoad(from, c.load)
 			return
 		case *pressureItem:
+			if iq.fromGateway(from, "pause") {
+				return
+			}
 			iq.onPressure(from, c)
 			return
 		case *creditReport:
@@ -335,10 +345,27 @@ func (iq *inbounds) deliver(from string, it transport.Item) {
 			iq.onCreditAsk(from)
 			return
 		}
+		if iq.fromGateway(from, "control item") {
+			return
+		}
 		h.moves.remote.onControl(from, ctl)
 	default:
 		h.peers.malformedItem(from, payload.NewError(payload.ProtocolError, "actor", "item of unknown kind "+it.Kind.String()))
 	}
+}
+
+// fromGateway reports whether from authenticated as a gateway
+// (transport.RoleGateway), and if so drops its item of kind what, counted:
+// a gateway sends messages, asks and replies (and its flow control and
+// load report), nothing a node does — no relocation record, route hint,
+// pause or relocation request. Only items other than frames ask.
+func (iq *inbounds) fromGateway(from, what string) bool {
+	if iq.h.peers.peerRole(from) != transport.RoleGateway {
+		return false
+	}
+	iq.h.peers.malformedItem(from, payload.NewError(payload.Rejected, "actor",
+		"a "+what+" from "+from+", whose certificate names it a gateway: a gateway sends messages, asks and replies only"))
+	return true
 }
 
 // keep returns a frame item's bytes as a buffer of this host: adopted if
@@ -534,20 +561,112 @@ func (iq *inbounds) onCreditAsk(from string) {
 // onPressure applies a pressure item from peer from.
 func (iq *inbounds) onPressure(from string, p *pressureItem) {
 	h := iq.h
-	if p.paused {
-		// Only for an object this host sends to (a sending stream: it
-		// stamped a message for it lately), and a bounded number per
-		// peer: a member cannot pause sends this host does not make, nor
-		// make it keep pauses without end.
-		switch {
-		case !h.routes.sending(p.obj):
-			h.peers.malformedItem(from, payload.NewError(payload.ProtocolError, "actor",
-				"a pause of "+p.obj.String()+" from "+from+": this host sends nothing to it"))
-		case !h.gaps.pressure.pause(p.obj, from, true):
-			h.peers.malformedItem(from, payload.NewError(payload.CapacityExceeded, "actor",
-				"a pause of "+p.obj.String()+" from "+from+": it has "+strconv.Itoa(maxPausesPerPeer)+" objects paused here already"))
-		}
-	} else {
+	if !p.paused {
 		h.gaps.pressure.resume(p.obj, from)
+		return
+	}
+	// Only for an object this host sends to (a sending stream: it stamped
+	// a message for it lately), only from the object's owner, and a
+	// bounded number per peer: a member cannot pause sends this host does
+	// not make, nor another member's object, nor make it keep pauses
+	// without end.
+	if !h.routes.sending(p.obj) {
+		iq.refusePause(from, p.obj, payload.ProtocolError, "this host sends nothing to it")
+		return
+	}
+	switch iq.pauserOwns(from, p.obj) {
+	case ownsYes:
+		iq.takePause(from, p.obj)
+	case ownsNo:
+		iq.refusePause(from, p.obj, payload.Rejected, "this host runs the object itself")
+	default:
+		// The routes name another owner or none (the pause may have come
+		// before the forwarder's route hint): the Location Store decides.
+		if !h.gaps.pressure.check(p.obj, from) {
+			iq.refusePause(from, p.obj, payload.CapacityExceeded,
+				"it has "+strconv.Itoa(maxPauseChecksPerPeer)+" pauses waiting for the Location Store here already")
+			return
+		}
+		lane := &serial{wg: &h.svc.lanes}
+		lane.add(func() { iq.checkPause(from, p.obj) })
+	}
+}
+
+type owns int
+
+const (
+	ownsUnknown owns = iota
+	ownsYes
+	ownsNo
+)
+
+// pauserOwns reports whether this host's own knowledge shows host by as
+// obj's owner: yes if its route names by, no if obj runs here.
+func (iq *inbounds) pauserOwns(by string, obj relocation.Object) owns {
+	h := iq.h
+	if kr := h.owners.kinds[obj.Kind]; kr != nil && kr.local(obj.ID) != nil {
+		return ownsNo
+	}
+	if e, ok := h.routes.lookup(obj); ok && e.Host == by {
+		return ownsYes
+	}
+	return ownsUnknown
+}
+
+// checkPause takes by's pause of obj if the Location Store names by the
+// owner (one look-up; a store that cannot answer refuses the pause, which
+// is advice: the owner's reorder bound still holds), unless a resume came
+// meanwhile. Off the link.
+func (iq *inbounds) checkPause(by string, obj relocation.Object) {
+	h := iq.h
+	ctx, cancel := h.life.storeContext()
+	row, err := h.store.Get(ctx, obj)
+	cancel()
+	if !h.gaps.pressure.checked(obj, by) {
+		return // resumed meanwhile, or by is gone
+	}
+	switch {
+	case err != nil:
+		iq.refusePause(by, obj, payload.Unavailable, "the Location Store could not say who owns it: "+err.Error())
+	case row.Host != by:
+		iq.refusePause(by, obj, payload.Rejected, "the Location Store names "+strconv.Quote(row.Host)+" its owner")
+	case !h.routes.sending(obj):
+		iq.refusePause(by, obj, payload.ProtocolError, "this host sends nothing to it")
+	default:
+		iq.takePause(by, obj)
+	}
+}
+
+// takePause takes by's pause of obj, within maxPausesPerPeer.
+func (iq *inbounds) takePause(by string, obj relocation.Object) {
+	if !iq.h.gaps.pressure.pause(obj, by, true) {
+		iq.refusePause(by, obj, payload.CapacityExceeded, "it has "+strconv.Itoa(maxPausesPerPeer)+" objects paused here already")
+	}
+}
+
+// refusePause drops by's pause of obj, counted as a rejected item.
+func (iq *inbounds) refusePause(by string, obj relocation.Object, code payload.Kind, why string) {
+	iq.h.peers.malformedItem(by, payload.NewError(code, "actor", "a pause of "+obj.String()+" from "+by+": "+why))
+}
+
+// pauseJobs registers the ending of stale pauses on the host's tick.
+func (iq *inbounds) pauseJobs(tick *schedule) {
+	tick.every("end the pauses that no longer hold", time.Second, func(time.Time) bool { iq.endStalePauses(); return false })
+}
+
+// endStalePauses ends the pauses of other hosts that no longer hold: this
+// host stopped sending to the object (its stream idled out: a pause lasts
+// at most the streams' idle time after the last send it held back), or
+// it learnt that another host owns it, or it runs it itself.
+func (iq *inbounds) endStalePauses() {
+	h := iq.h
+	for _, k := range h.gaps.pressure.pauses(h.name) {
+		if !h.routes.sending(k.obj) || iq.pauserOwns(k.by, k.obj) == ownsNo {
+			h.gaps.pressure.resume(k.obj, k.by)
+			continue
+		}
+		if e, ok := h.routes.lookup(k.obj); ok && e.Host != k.by {
+			h.gaps.pressure.resume(k.obj, k.by)
+		}
 	}
 }

@@ -731,9 +731,26 @@ func (pr *peers) candidates(kind string, takeSelf bool) []candidate {
 		out = append(out, c)
 	}
 	v.mu.RUnlock()
+	// A member whose certificate names it a gateway hosts nothing, whatever
+	// kinds it claims (its role is read after the view's lock: the
+	// transport's locks are not taken under it).
+	out = slices.DeleteFunc(out, func(c candidate) bool { return c.name != h.name && pr.peerRole(c.name) == transport.RoleGateway })
 	out = newest(out)
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out
+}
+
+// peerRole returns the role peer authenticated as on its latest connection
+// (transport.Roles), RoleNode where the transport has no roles.
+func (pr *peers) peerRole(peer string) transport.Role {
+	a := pr.tr.current()
+	if a == nil {
+		return transport.RoleNode
+	}
+	if r, ok := a.t.(transport.Roles); ok {
+		return r.PeerRole(peer)
+	}
+	return transport.RoleNode
 }
 
 // placed notes that this host sent a new object to host name: until name

@@ -48,6 +48,78 @@ type pressureSet struct {
 	mu    sync.Mutex
 	m     map[relocation.Object]*paused // guarded by mu
 	byMap map[string]int                // objects each host's pauses are on; guarded by mu
+	// checking is the pauses whose sender's ownership the Location Store
+	// is asked about (this host's routes did not name it the owner); a
+	// resume meanwhile takes its pause out. Guarded by mu.
+	checking   map[pauseKey]struct{}
+	checksOfBy map[string]int // len of checking per host; guarded by mu
+}
+
+// pauseKey is one host's pause of one object.
+type pauseKey struct {
+	obj relocation.Object
+	by  string
+}
+
+// maxPauseChecksPerPeer bounds the store look-ups one host's pauses may
+// have under way here at once; past it a pause is refused, counted.
+const maxPauseChecksPerPeer = 64
+
+// check notes that by's pause of obj waits for a store look-up, and
+// reports false (noting nothing) if by has maxPauseChecksPerPeer under
+// way already.
+func (p *pressureSet) check(obj relocation.Object, by string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	k := pauseKey{obj, by}
+	if _, on := p.checking[k]; on {
+		return true
+	}
+	if p.checksOfBy[by] >= maxPauseChecksPerPeer {
+		return false
+	}
+	if p.checking == nil {
+		p.checking, p.checksOfBy = map[pauseKey]struct{}{}, map[string]int{}
+	}
+	p.checking[k] = struct{}{}
+	p.checksOfBy[by]++
+	return true
+}
+
+// checked ends by's look-up for obj and reports whether its pause still
+// stands (no resume came meanwhile).
+func (p *pressureSet) checked(obj relocation.Object, by string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.uncheckLocked(pauseKey{obj, by})
+}
+
+// uncheckLocked takes k out of the look-ups under way and reports whether
+// it was there. Under mu.
+func (p *pressureSet) uncheckLocked(k pauseKey) bool {
+	if _, on := p.checking[k]; !on {
+		return false
+	}
+	delete(p.checking, k)
+	if p.checksOfBy[k.by]--; p.checksOfBy[k.by] <= 0 {
+		delete(p.checksOfBy, k.by)
+	}
+	return true
+}
+
+// pauses returns every pause of another host than self that is on.
+func (p *pressureSet) pauses(self string) []pauseKey {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []pauseKey
+	for obj, cur := range p.m {
+		for by := range cur.by {
+			if by != self {
+				out = append(out, pauseKey{obj, by})
+			}
+		}
+	}
+	return out
 }
 
 // maxPausesPerPeer bounds the objects one host may have paused here at
@@ -105,6 +177,7 @@ func (p *pressureSet) unpauseLocked(by string) {
 func (p *pressureSet) resume(obj relocation.Object, by string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.uncheckLocked(pauseKey{obj, by})
 	if cur := p.m[obj]; cur != nil {
 		if _, on := cur.by[by]; !on {
 			return
@@ -133,8 +206,15 @@ func (p *pressureSet) resumeBy(host string) {
 	}
 	if host == "" {
 		clear(p.byMap)
+		clear(p.checking)
+		clear(p.checksOfBy)
 	} else {
 		delete(p.byMap, host)
+		for k := range p.checking {
+			if k.by == host {
+				p.uncheckLocked(k)
+			}
+		}
 	}
 	p.n.Store(int32(len(p.m)))
 }

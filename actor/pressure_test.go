@@ -291,6 +291,67 @@ func TestAPauseIsTakenOnlyForAnObjectThisHostSendsTo(t *testing.T) {
 	if err := Tell(bg, a, ref, Inc{By: 1}); err != nil {
 		t.Fatal(err)
 	}
-	pause(relocation.Object{Kind: ref.Kind, ID: ref.ID})
-	waitFor(t, "the pause of the object a sends to taken", func() bool { return a.gaps.pressure.len() == 1 })
+	a.in.onPressure("b", &pressureItem{obj: relocation.Object{Kind: ref.Kind, ID: ref.ID}, paused: true}) // from its owner
+	waitFor(t, "the owner's pause of the object a sends to taken", func() bool { return a.gaps.pressure.len() == 1 })
+}
+
+// A pause is taken only from the object's owner: a member's pause of an
+// object a host sends to but another member owns is refused, counted,
+// whether the host's routes name the owner or the Location Store must
+// (the routes may lag a move: the pause can come before the forwarder's
+// route hint). The owner's pause is taken either way, and ends once the
+// host learns that another host owns the object. Before, a member's one
+// 30-byte pause made all of a gateway's sends to an object it did not own
+// fail for as long as the member stayed up.
+func TestAPauseIsTakenOnlyFromTheObjectsOwner(t *testing.T) {
+	n := NewNetwork(nil)
+	obs := &rejections{}
+	a := startHost(t, n.With(Config{Name: "a", Logger: quietLogger(), Observer: obs}), counterKind(newGates()))
+	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger()}), counterKind(newGates()))
+	waitViews(t, a, b)
+	x := rawLink(t, n, "x")
+	ref := Ref{"counter", "on-b"}
+	obj := relocation.Object{Kind: ref.Kind, ID: ref.ID}
+	if err := Tell(bg, b, ref, Inc{By: 1}); err != nil { // activates on b
+		t.Fatal(err)
+	}
+	if err := Tell(bg, a, ref, Inc{By: 1}); err != nil { // a sends to it: a route to b, a live stream
+		t.Fatal(err)
+	}
+	if e, ok := a.routes.lookup(obj); !ok || e.Host != "b" {
+		t.Fatalf("a's route to %v is %+v, %v: want b", obj, e, ok)
+	}
+	// A member that does not own it: refused though a sends to it.
+	if err := x.Send("a", transport.Item{Kind: transport.Control, Data: appendControl(nil, &pressureItem{obj: obj, paused: true})}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "x's pause refused", func() bool { return obs.snapshot()[RejectProtocol] == 1 })
+	if got := a.gaps.pressure.len(); got != 0 {
+		t.Fatalf("%d objects paused on a by a member that owns none of them", got)
+	}
+	// Its owner, named by a's routes: taken at once.
+	a.in.onPressure("b", &pressureItem{obj: obj, paused: true})
+	if a.gaps.pressure.wait(obj) == nil {
+		t.Fatal("the owner's pause, its route known, was not taken")
+	}
+	a.in.onPressure("b", &pressureItem{obj: obj})
+	if a.gaps.pressure.len() != 0 {
+		t.Fatal("the owner's resume did not end its pause")
+	}
+	// Its owner while a's route names another host: the store says b.
+	row, err := a.store.Get(bg, obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.routes.update(obj, "x", row.OwnerGen+1)
+	a.in.onPressure("b", &pressureItem{obj: obj, paused: true})
+	waitFor(t, "the owner's pause taken on the store's word", func() bool { return a.gaps.pressure.wait(obj) != nil })
+	// The routes naming another owner than the pause's sender end it.
+	a.in.endStalePauses()
+	if a.gaps.pressure.wait(obj) != nil {
+		t.Fatal("b's pause outlived a's routes naming another owner")
+	}
+	if got := obs.snapshot()[RejectProtocol]; got != 1 {
+		t.Fatalf("%d pauses refused, want x's one", got)
+	}
 }

@@ -35,7 +35,9 @@ package transport
 import (
 	"context"
 	"errors"
+	"net/url"
 	"strconv"
+	"strings"
 
 	"github.com/berthrt/berth/payload"
 )
@@ -91,6 +93,77 @@ type Item struct {
 	// transport may keep it rather than copy it. On Deliver and Returned:
 	// the handler may keep Data (it is not lent).
 	Owned bool
+}
+
+// Role is what a peer may do, as its credential says (a TLS certificate's
+// identity URI, package tcp). The zero Role is a node's.
+type Role uint8
+
+// The roles.
+const (
+	// RoleNode is a full member: it hosts objects, moves them, and sends
+	// every kind of item.
+	RoleNode Role = iota
+	// RoleGateway is a client of the cluster: it sends messages and asks
+	// and takes replies, and hosts no object. A node refuses from it
+	// every other item (relocation records, route hints, control items
+	// but its flow control and load report), and places nothing on it.
+	RoleGateway
+)
+
+// String returns the role's name as identity URIs spell it.
+func (r Role) String() string {
+	switch r {
+	case RoleNode:
+		return "node"
+	case RoleGateway:
+		return "gateway"
+	}
+	return "role(" + strconv.Itoa(int(r)) + ")"
+}
+
+// IdentityURI returns the URI SAN that names member name with role in a
+// TLS certificate: "urn:berth:node:n1", "urn:berth:gateway:c1". A CA that
+// issues certificates for berth's hosts puts it in each certificate's
+// URIs; a certificate with such URIs names exactly those members (its DNS
+// names then name none, so names added for hostname checks confer no
+// identity). A certificate with none names each of its DNS names, as a
+// node: what certificates of earlier versions did.
+func IdentityURI(role Role, name string) *url.URL {
+	return &url.URL{Scheme: "urn", Opaque: identityPrefix + role.String() + ":" + name}
+}
+
+const identityPrefix = "berth:"
+
+// ParseIdentityURI returns the role and member name u names, if it is an
+// identity URI (IdentityURI) of a known role.
+func ParseIdentityURI(u *url.URL) (Role, string, bool) {
+	if u == nil || u.Scheme != "urn" || !strings.HasPrefix(u.Opaque, identityPrefix) {
+		return 0, "", false
+	}
+	r, name, ok := strings.Cut(strings.TrimPrefix(u.Opaque, identityPrefix), ":")
+	if !ok || name == "" {
+		return 0, "", false
+	}
+	switch r {
+	case RoleNode.String():
+		return RoleNode, name, true
+	case RoleGateway.String():
+		return RoleGateway, name, true
+	}
+	return 0, "", false
+}
+
+// Roles is implemented by a transport whose peers have authenticated
+// roles (package tcp with TLS). A transport without it gives every peer
+// RoleNode.
+type Roles interface {
+	// Role returns this host's own role, as its credential says.
+	Role() Role
+	// PeerRole returns the role peer authenticated as on its latest
+	// connection (RoleNode while none was made). An item Deliver hands
+	// over came on a connection whose role PeerRole reports by then.
+	PeerRole(peer string) Role
 }
 
 // EventKind is what happened to a link or a peer.

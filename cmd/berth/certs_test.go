@@ -134,3 +134,34 @@ func TestCertsRefusesBadUsage(t *testing.T) {
 		t.Errorf("half a CA: exit %d, stderr %q", code, errOut)
 	}
 }
+
+// berth certs -gateway gives the names it lists a gateway's certificate
+// and the others a node's: each names its member and role in its one
+// identity URI, and -hosts names are DNS names only (no member). A
+// -gateway name that is not among the names is refused, writing nothing.
+func TestCertsGivesGatewaysTheirRole(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "certs")
+	if code, _, errOut := certsRun("-dir", dir, "-hosts", "n2", "-gateway", "c1", "n1", "c1"); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for name, want := range map[string]string{"n1": "urn:berth:node:n1", "c1": "urn:berth:gateway:c1"} {
+		pair, err := tls.LoadX509KeyPair(filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if us := pair.Leaf.URIs; len(us) != 1 || us[0].String() != want {
+			t.Errorf("%s: URIs %v, want [%s]", name, us, want)
+		}
+		if !slices.Contains(pair.Leaf.DNSNames, "n2") {
+			t.Errorf("%s: DNS names %v lack the -hosts name", name, pair.Leaf.DNSNames)
+		}
+	}
+	dir2 := filepath.Join(t.TempDir(), "certs")
+	code, _, errOut := certsRun("-dir", dir2, "-gateway", "c9", "n1")
+	if code == 0 || !strings.Contains(errOut, `gateway "c9" is not among the names`) {
+		t.Fatalf("a -gateway name not among the names: exit %d, %s", code, errOut)
+	}
+	if _, err := os.Stat(dir2); err == nil {
+		t.Fatal("files were written for a refused run")
+	}
+}

@@ -306,6 +306,9 @@ func runProcs(ctx context.Context, cfg procsConfig, w io.Writer) (rep procsRepor
 	rep.drainedNode, rep.killedNode = drained.name, killed.name
 
 	// The client host: joins the cluster, owns no objects.
+	// The client asks for moves (Relocate) besides sending messages: that
+	// takes a node's certificate, though it hosts nothing (a gateway's
+	// certificate, berth certs -gateway, allows messages and asks only).
 	clientTLS, err := ca.hostTLS("client")
 	if err != nil {
 		return rep, err

@@ -43,10 +43,14 @@ import (
 	"io/fs"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/berthrt/berth/transport"
 )
 
 // Validity periods; backdate tolerates clock skew between the issuing
@@ -223,12 +227,21 @@ func (c *CA) Pool() *x509.CertPool {
 
 // Issue makes a node certificate for the member name, signed by the CA,
 // with a fresh P-256 key, and returns both PEM-encoded ("CERTIFICATE",
-// "EC PRIVATE KEY"). Its DNS SANs are name followed by the hosts that are
-// DNS names; hosts that are IP literals become IP SANs. Name and the DNS
-// hosts must be label sequences of letters, digits, '-' and '_' separated
-// by '.', at most 253 bytes; Issue fails otherwise, and if the CA has
-// expired.
+// "EC PRIVATE KEY"). It names the member in its one identity URI
+// (transport.IdentityURI: "urn:berth:node:NAME"), so it names that member
+// and no other. Its DNS SANs, for hostname checks only, are name followed
+// by the hosts that are DNS names; hosts that are IP literals become IP
+// SANs. Name and the DNS hosts must be label sequences of letters,
+// digits, '-' and '_' separated by '.', at most 253 bytes; Issue fails
+// otherwise, and if the CA has expired.
 func (c *CA) Issue(name string, hosts ...string) (certPEM, keyPEM []byte, err error) {
+	return c.IssueAs(transport.RoleNode, name, hosts...)
+}
+
+// IssueAs is Issue for a member of role: a gateway's certificate
+// ("urn:berth:gateway:NAME") lets its holder send messages and asks and
+// take replies, and nothing a node does (transport.RoleGateway).
+func (c *CA) IssueAs(role transport.Role, name string, hosts ...string) (certPEM, keyPEM []byte, err error) {
 	c.check()
 	if err := checkName(name); err != nil {
 		return nil, nil, fmt.Errorf("devca: member name: %w", err)
@@ -272,6 +285,7 @@ func (c *CA) Issue(name string, hosts ...string) (certPEM, keyPEM []byte, err er
 		BasicConstraintsValid: true,
 		DNSNames:              dnsNames,
 		IPAddresses:           ips,
+		URIs:                  []*url.URL{transport.IdentityURI(role, name)},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
 	if err != nil {
@@ -287,7 +301,12 @@ func (c *CA) Issue(name string, hosts ...string) (certPEM, keyPEM []byte, err er
 // IssueTLS is Issue, returning the certificate and key as a
 // tls.Certificate (with Leaf set) for a tls.Config's Certificates.
 func (c *CA) IssueTLS(name string, hosts ...string) (tls.Certificate, error) {
-	certPEM, keyPEM, err := c.Issue(name, hosts...)
+	return c.IssueTLSAs(transport.RoleNode, name, hosts...)
+}
+
+// IssueTLSAs is IssueTLS for a member of role (IssueAs).
+func (c *CA) IssueTLSAs(role transport.Role, name string, hosts ...string) (tls.Certificate, error) {
+	certPEM, keyPEM, err := c.IssueAs(role, name, hosts...)
 	if err != nil {
 		return tls.Certificate{}, err
 	}
@@ -313,7 +332,19 @@ func (c *CA) IssueTLS(name string, hosts ...string) (tls.Certificate, error) {
 // anything. A failure to write (a full disk) can leave the files written
 // before it.
 func WriteFiles(dir string, ca *CA, names []string, hosts ...string) error {
+	return WriteFilesAs(dir, ca, names, nil, hosts...)
+}
+
+// WriteFilesAs is WriteFiles with gateways too: the names in gateways get
+// a gateway's certificate (IssueAs with transport.RoleGateway), the others
+// a node's. A name in gateways that is not in names is an error.
+func WriteFilesAs(dir string, ca *CA, names, gateways []string, hosts ...string) error {
 	ca.check()
+	for _, g := range gateways {
+		if !slices.Contains(names, g) {
+			return fmt.Errorf("devca: gateway %q is not among the names %q", g, names)
+		}
+	}
 	if dir == "" {
 		return errors.New("devca: empty directory")
 	}
@@ -365,7 +396,11 @@ func WriteFiles(dir string, ca *CA, names []string, hosts ...string) error {
 		}
 	}
 	for _, n := range names {
-		certPEM, keyPEM, err := ca.Issue(n, hosts...)
+		role := transport.RoleNode
+		if slices.Contains(gateways, n) {
+			role = transport.RoleGateway
+		}
+		certPEM, keyPEM, err := ca.IssueAs(role, n, hosts...)
 		if err != nil {
 			return err
 		}

@@ -103,8 +103,8 @@ func TestAnIssuedCertificateVerifiesForClientAndServerAuth(t *testing.T) {
 	if len(c.IPAddresses) != 2 || !c.IPAddresses[0].Equal(net.ParseIP("127.0.0.1")) || !c.IPAddresses[1].Equal(net.IPv6loopback) {
 		t.Errorf("IPAddresses %v, want [127.0.0.1 ::1]", c.IPAddresses)
 	}
-	if len(c.URIs) != 0 || len(c.EmailAddresses) != 0 {
-		t.Errorf("URIs %v, emails %v: want none", c.URIs, c.EmailAddresses)
+	if len(c.URIs) != 1 || c.URIs[0].String() != "urn:berth:node:n1" || len(c.EmailAddresses) != 0 {
+		t.Errorf("URIs %v, emails %v: want the one identity URI urn:berth:node:n1 and no email", c.URIs, c.EmailAddresses)
 	}
 	if c.IsCA || c.KeyUsage != x509.KeyUsageDigitalSignature {
 		t.Errorf("IsCA %v, KeyUsage %b: want a leaf for digital signatures", c.IsCA, c.KeyUsage)

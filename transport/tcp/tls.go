@@ -4,14 +4,18 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"net/url"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/berthrt/berth/payload"
+	"github.com/berthrt/berth/transport"
 )
 
 // TLS is a host's identity and what it trusts: its certificate (which must
-// name the host: its member name among the certificate's DNS names) and the
+// name the host: an identity URI, see IdentityURI, or for certificates
+// without one its member name among the DNS names) and the
 // pool of certificate authorities its peers' certificates must chain to.
 // Both ends of every connection present a certificate (mutual TLS 1.3).
 type TLS struct {
@@ -45,11 +49,33 @@ func LoadTLS(certFile, keyFile, caFile string) (*TLS, error) {
 // the member the connection is for.
 var errNotNamed = errors.New("the certificate does not name the member")
 
-// names reports whether cert names member exactly: the member name is one
-// of its DNS names, compared as they stand (a wildcard name names no
-// member).
+// identity reports whether cert names member exactly, and as which role:
+// by its identity URIs (transport.IdentityURI) if it has any — then its
+// DNS names, added for hostname checks, name no member — with a gateway's
+// role winning if it is named both ways; else by its DNS names, compared
+// as they stand (a wildcard name names no member), as a node.
+func identity(cert *x509.Certificate, member string) (transport.Role, bool) {
+	found, named, role := false, false, transport.RoleNode
+	for _, u := range cert.URIs {
+		r, name, ok := transport.ParseIdentityURI(u)
+		if !ok {
+			continue
+		}
+		found = true
+		if name == member {
+			named, role = true, max(role, r)
+		}
+	}
+	if found {
+		return role, named
+	}
+	return transport.RoleNode, slices.Contains(cert.DNSNames, member)
+}
+
+// names reports whether cert names member exactly (identity).
 func names(cert *x509.Certificate, member string) bool {
-	return slices.Contains(cert.DNSNames, member)
+	_, ok := identity(cert, member)
+	return ok
 }
 
 // serverConfig is the listener's TLS configuration: TLS 1.3 only, a client
@@ -82,4 +108,16 @@ func (c *TLS) clientConfig(peer string) *tls.Config {
 			return nil
 		},
 	}
+}
+
+// uriList spells a certificate's URIs for an error message.
+func uriList(us []*url.URL) string {
+	if len(us) == 0 {
+		return "none"
+	}
+	out := make([]string, len(us))
+	for i, u := range us {
+		out[i] = u.String()
+	}
+	return strings.Join(out, ", ")
 }

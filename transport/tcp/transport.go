@@ -254,6 +254,7 @@ func (a *Attacher) Transport(name string) *Transport {
 // package doc. Safe for concurrent use.
 type Transport struct {
 	name string
+	role transport.Role // this host's, as its certificate names it
 	h    transport.Handler
 	opts Options
 	cfg  sessionConfig
@@ -304,6 +305,7 @@ type peer struct {
 	maxItem atomic.Int64  // the largest item the peer takes, from its answer to the last connection (0: not known yet)
 	state   atomic.Uint32 // the session's linkState, for Peers
 	cut     atomic.Bool   // a test fault: no connection to or from the peer
+	role    atomic.Uint32 // the transport.Role its certificate names, on its latest connection
 
 	// The link's traffic (Links): items Send accepted for the peer and
 	// their bytes; items delivered from it to the handler and theirs.
@@ -393,13 +395,15 @@ func Listen(name string, h transport.Handler, opts Options) (*Transport, error) 
 	if err != nil {
 		return nil, err
 	}
+	role := transport.RoleNode
 	if opts.TLS != nil {
 		leaf := opts.TLS.Certificate.Leaf
 		if leaf == nil {
 			return nil, payload.NewError(payload.InvalidOperation, op, "the TLS certificate has no parsed leaf")
 		}
-		if !names(leaf, name) {
-			return nil, payload.NewError(payload.InvalidOperation, op, "the TLS certificate does not name "+name+" (its DNS names: "+strings.Join(leaf.DNSNames, ", ")+")")
+		var named bool
+		if role, named = identity(leaf, name); !named {
+			return nil, payload.NewError(payload.InvalidOperation, op, "the TLS certificate does not name "+name+" (its DNS names: "+strings.Join(leaf.DNSNames, ", ")+"; its URIs: "+uriList(leaf.URIs)+")")
 		}
 	}
 	ln, err := listenDeferred(opts.Listen)
@@ -422,6 +426,7 @@ func Listen(name string, h transport.Handler, opts Options) (*Transport, error) 
 		peers: map[string]*peer{}, handshakes: map[net.Conn]*slot{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), stopTick: make(chan struct{}), done: make(chan struct{}),
 	}
+	t.role = role
 	if opts.Advertise != "" {
 		t.addr = opts.Advertise
 	}
@@ -1146,6 +1151,14 @@ func (t *Transport) dial(name, addr string) (net.Conn, int, error) {
 			return nil, 0, err
 		}
 		c = tc
+		if cs := tc.ConnectionState(); len(cs.PeerCertificates) > 0 {
+			role, _ := identity(cs.PeerCertificates[0], name)
+			t.mu.RLock()
+			if p := t.peers[name]; p != nil {
+				p.role.Store(uint32(role))
+			}
+			t.mu.RUnlock()
+		}
 	}
 	if _, err := c.Write(appendPreamble(nil, t.name, name)); err != nil {
 		_ = c.Close()
@@ -1165,6 +1178,23 @@ func (t *Transport) dial(name, addr string) (net.Conn, int, error) {
 	}
 	_ = c.SetDeadline(time.Time{})
 	return c, maxItem, nil
+}
+
+// Role implements transport.Roles: the role this host's certificate
+// names it as (RoleNode without TLS).
+func (t *Transport) Role() transport.Role { return t.role }
+
+// PeerRole implements transport.Roles: the role peer's certificate named
+// on its latest connection, accepted or dialled (RoleNode without TLS, or
+// before any).
+func (t *Transport) PeerRole(peer string) transport.Role {
+	t.mu.RLock()
+	p := t.peers[peer]
+	t.mu.RUnlock()
+	if p == nil {
+		return transport.RoleNode
+	}
+	return transport.Role(p.role.Load())
 }
 
 // errRefused: the listener closed a connection instead of accepting it.
@@ -1291,9 +1321,16 @@ func (t *Transport) identify(s *slot) (net.Conn, *peer, bool) {
 		refuse("meant for "+strconv.Quote(to), nil)
 		return nil, nil, false
 	}
-	if cert != nil && (len(cert.PeerCertificates) == 0 || !names(cert.PeerCertificates[0], from)) {
-		refuse("the certificate does not name "+strconv.Quote(from), nil)
-		return nil, nil, false
+	role := transport.RoleNode
+	if cert != nil {
+		named := false
+		if len(cert.PeerCertificates) > 0 {
+			role, named = identity(cert.PeerCertificates[0], from)
+		}
+		if !named {
+			refuse("the certificate does not name "+strconv.Quote(from), nil)
+			return nil, nil, false
+		}
 	}
 	if br.Buffered() > 0 {
 		// Frames that came with the preamble: read them first.
@@ -1336,6 +1373,7 @@ func (t *Transport) identify(s *slot) (net.Conn, *peer, bool) {
 	}
 	old := p.in
 	p.in = conn
+	p.role.Store(uint32(role)) // before its first item is delivered
 	p.mu.Unlock()
 	if old != nil {
 		_ = old.Close() // the peer connected again: the old connection is over
