@@ -83,6 +83,12 @@ func (iq *inbounds) onFrame(ib *inbound, from string, buf payload.Buffer) {
 		m.Release()
 		return
 	}
+	if hv.Scope() == payload.ScopeObject && hv.Hops() > 0 && iq.fromGateway(from, "forwarded frame") {
+		// A gateway hosts no object, so it forwards none: a frame it
+		// says it forwards would restate another host's origin.
+		m.Release()
+		return
+	}
 	kr := h.owners.kinds[string(hv.TargetName())]
 	if kr == nil || hv.Scope() != payload.ScopeObject {
 		h.router.failMessage(m, payload.NewError(payload.NotFound, "actor", "host "+h.name+" has no kind "+string(hv.TargetName())))

@@ -102,6 +102,10 @@ func TestANodeRefusesFromAGatewayEverythingButMessages(t *testing.T) {
 		}
 		waitFor(t, "the gateway's "+it.Kind.String()+" refused", func() bool { return obs.snapshot()[RejectProtocol] == i+1 })
 	}
+	// A frame it says it forwards, as another host's (a gateway forwards
+	// none): refused, and it does not run.
+	sendFrame(t, gt, "a", transport.Frame, a, ref, payload.Header{Origin: "z", Hops: 1, Epoch: 1 << 60, Seq: 1})
+	waitFor(t, "the gateway's forwarded frame refused", func() bool { return obs.snapshot()[RejectProtocol] == len(items)+1 })
 	if e, ok := a.routes.lookup(obj); ok {
 		t.Fatalf("the gateway's hint made a route on a: %+v", e)
 	}

@@ -50,9 +50,9 @@ const (
 	StepKeep
 	// StepRefuse: the inbox is shut: the driver routes the message again.
 	StepRefuse
-	// StepRepeat: the message was sent again and the inbox has it
-	// already, released or held (Order.Repeat): the driver drops it,
-	// without running it. Counted (Counts.Repeats).
+	// StepRepeat: the inbox has the message's stamp already, released or
+	// held (Order.Repeat): it was sent again, or replayed. The driver
+	// drops it, without running it. Counted (Counts.Repeats).
 	StepRepeat
 )
 
@@ -95,8 +95,10 @@ func (in *Inbox[T]) Order() *Order[T] { return &in.order }
 // Offer says what to do with an arriving message of sender stamped st
 // (skip: it is a skip notice; again: a new run of its sender sent it
 // again, and this inbox may have had it from the old run). An unstamped
-// message is StepAdmit while open; a message sent again that the order
-// has already (released or held) is StepRepeat. On StepHeld and StepSkipped the inbox
+// message is StepAdmit while open; a message the order has already
+// (released or held: Order.Repeat) is StepRepeat — one sent again, or a
+// stamp that came twice (a member replaying a frame: a stamp never runs
+// twice in its sender's current epoch). On StepHeld and StepSkipped the inbox
 // has taken item; the driver then takes what became ready with Next. Over
 // reports, on StepHeld, whether sender is past its bound (Order.MaxHeld):
 // the driver pushes back on it; nothing is released out of order, and
@@ -112,7 +114,7 @@ func (in *Inbox[T]) Offer(sender []byte, st Stamp, skip, again bool, item T, now
 		return StepAdmit, false
 	}
 	v := in.order.Check(sender, st)
-	if again && v != Release && in.order.Repeat(sender, st) {
+	if v != Release && (again || !skip) && in.order.Repeat(sender, st) {
 		in.order.Dropped()
 		return StepRepeat, false
 	}
