@@ -142,6 +142,14 @@ type Config struct {
 	// CapacityExceeded, and a peer's Prepare declaring more fails that
 	// move before anything is kept for it. Default 1 GiB; at most 4 GiB.
 	MaxMoveRecord int64
+	// MaxIncomingMoveBytes bounds the bytes of move records this host
+	// assembles at once (the records of moves to it not yet opened, by
+	// their declared sizes): a Prepare that would pass it fails that move
+	// at once, before anything is kept for it, and the source's Relocate
+	// returns the reason. One source may take at most half of it, or
+	// MaxMoveRecord if that is more (so that one move of the largest
+	// record fits). Default 2 × MaxMoveRecord.
+	MaxIncomingMoveBytes int64
 	// GapTimeout is how long, after the membership reports a host gone
 	// without handing its work on (its lease expired, or it left without
 	// draining), an object still waits for the messages missing in its
@@ -287,6 +295,12 @@ func (c Config) withDefaults() (Config, error) {
 		bad("MaxMoveRecord", "negative")
 	case c.MaxMoveRecord > relocation.MaxMoveRecord:
 		bad("MaxMoveRecord", "more than a move carries (4 GiB)")
+	}
+	switch {
+	case c.MaxIncomingMoveBytes == 0:
+		c.MaxIncomingMoveBytes = 2 * c.MaxMoveRecord
+	case c.MaxIncomingMoveBytes < 0:
+		bad("MaxIncomingMoveBytes", "negative")
 	}
 	if c.CutoverWait < 0 {
 		bad("CutoverWait", "negative")

@@ -113,6 +113,7 @@ type moveDriver struct {
 	// relays that come late; the machine's Forget ends it.
 	abortErr error       // source: the capture's error, when it aborted the move
 	counted  atomic.Bool // target: counted in Host.incoming (addIncoming)
+	inBytes  int64       // target: its record's declared bytes, counted in moveTable.inBytes while counted
 
 	// clock measures the pause without comparing clocks (Host.Pauses):
 	// fed the records sent and received, the seal and the opening, each
@@ -144,6 +145,8 @@ type moveTable struct {
 	m        map[relocation.MoveID]*moveDriver // guarded by mu
 	underWay atomic.Int64                      // sources in m, and targets not yet open or ended: Stats.MovesUnderWay (changed under mu)
 	incoming map[string]int                    // moves to here not yet open or ended, by source; guarded by mu
+	inBytes  map[string]int64                  // their declared record bytes, by source; guarded by mu
+	inAll    int64                             // the sum of inBytes; guarded by mu
 	pending  map[incomingKey]*moveDriver       // the latest move to here of each object from each source, until it opens or ends; guarded by mu
 	owed     []owedAbort                       // Aborts the links refused, sent again at every tick (payOwed); guarded by mu
 	checked  map[string]*checkedPreflights     // the Preflights this host answered OK, by source; guarded by mu
@@ -261,16 +264,36 @@ type incomingKey struct {
 	obj  relocation.Object
 }
 
-// addIncoming adds a target move d from its source, d.peer, unless that
-// source has maxIncomingPerPeer under way here; prev is the move of the
+// addIncoming adds a target move d from its source, d.peer, whose record
+// declares size bytes, unless that source has maxIncomingPerPeer under
+// way here, or the bytes would pass the source's or the host's share of
+// Config.MaxIncomingMoveBytes (why says which); prev is the move of the
 // same object from the same source that was under way here (not yet open
 // or ended), if any.
-func (mt *moveTable) addIncoming(d *moveDriver) (prev *moveDriver, others []*moveDriver, ok bool) {
+func (mt *moveTable) addIncoming(d *moveDriver, size int64) (prev *moveDriver, others []*moveDriver, why string) {
 	mt.mu.Lock()
 	defer mt.mu.Unlock()
+	h := mt.h
 	if mt.incoming[d.peer] >= maxIncomingPerPeer {
-		return nil, nil, false
+		return nil, nil, "host " + h.name + " has " + strconv.Itoa(maxIncomingPerPeer) + " moves from " + d.peer + " under way"
 	}
+	all := h.cfg.MaxIncomingMoveBytes
+	perPeer := max(all/2, min(h.cfg.MaxMoveRecord, all))
+	switch {
+	case mt.inBytes[d.peer]+size > perPeer:
+		return nil, nil, "host " + h.name + " assembles " + strconv.FormatInt(mt.inBytes[d.peer], 10) + " bytes of moves from " + d.peer +
+			" already: this one's " + strconv.FormatInt(size, 10) + " would pass the " + strconv.FormatInt(perPeer, 10) +
+			" one source may have (half of Config.MaxIncomingMoveBytes, or MaxMoveRecord); try again once they end"
+	case mt.inAll+size > all:
+		return nil, nil, "host " + h.name + " assembles " + strconv.FormatInt(mt.inAll, 10) + " bytes of moves already: this one's " +
+			strconv.FormatInt(size, 10) + " would pass its Config.MaxIncomingMoveBytes (" + strconv.FormatInt(all, 10) + "); try again once they end"
+	}
+	if mt.inBytes == nil {
+		mt.inBytes = map[string]int64{}
+	}
+	mt.inBytes[d.peer] += size
+	mt.inAll += size
+	d.inBytes = size
 	for p := range mt.incoming { // the sources with moves under way here: a few hosts
 		if o := mt.pending[incomingKey{p, d.obj}]; p != d.peer && o != nil && d.owner.After(o.owner) {
 			others = append(others, o)
@@ -292,7 +315,7 @@ func (mt *moveTable) addIncoming(d *moveDriver) (prev *moveDriver, others []*mov
 	prev = mt.pending[k]
 	mt.pending[k] = d
 	d.counted.Store(true)
-	return prev, others, true
+	return prev, others, ""
 }
 
 // notIncoming ends d's count among its source's moves under way here
@@ -306,6 +329,10 @@ func (d *moveDriver) notIncoming() {
 	h.moves.underWay.Add(-1)
 	if h.moves.incoming[d.peer]--; h.moves.incoming[d.peer] <= 0 {
 		delete(h.moves.incoming, d.peer)
+	}
+	h.moves.inAll -= d.inBytes
+	if h.moves.inBytes[d.peer] -= d.inBytes; h.moves.inBytes[d.peer] <= 0 {
+		delete(h.moves.inBytes, d.peer)
 	}
 	if k := (incomingKey{d.peer, d.obj}); h.moves.pending[k] == d {
 		delete(h.moves.pending, k)
@@ -403,10 +430,10 @@ func (mt *moveTable) onRecord(from string, obj relocation.Object, rec relocation
 				tgt: relocation.NewTarget(relocation.TargetConfig{Host: h.name, CutoverWait: h.cfg.CutoverWait, MaxRecord: h.cfg.MaxMoveRecord,
 					FollowFor: h.cfg.FollowDuration})}
 			d.tgt.Step(relocation.Tick{Now: nanotime()}) // the machine's clock starts now
-			prev, others, ok := mt.addIncoming(d)
-			if !ok {
-				h.peers.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move,
-					Reason: "host " + h.name + " has " + strconv.Itoa(maxIncomingPerPeer) + " moves from " + from + " under way"})
+			prev, others, why := mt.addIncoming(d, int64(r.TotalLen))
+			if why != "" {
+				h.obs.Rejected(r.Object.Kind, RejectIncomingMoves)
+				h.peers.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move, Reason: why})
 				return
 			}
 			if prev != nil {

@@ -49,6 +49,11 @@ const (
 	// RejectPaused: the host was in jeopardy and had no job permit free
 	// for SendTimeout (ErrPaused).
 	RejectPaused = "paused"
+	// RejectIncomingMoves: a move to this host was refused at its Prepare:
+	// its source had maxIncomingPerPeer moves under way here, or its
+	// record would pass Config.MaxIncomingMoveBytes (the source's share or
+	// the host's). The source's Relocate got the reason.
+	RejectIncomingMoves = "incoming_moves"
 )
 
 // Observer receives a host's events: the narrow hook through which metrics
