@@ -21,10 +21,13 @@
 //	POST drain                 drain this host (actor.Host.Drain), then it stops: Options.AllowWrites;
 //	                           the drain goes on if the asker leaves; the answer comes when it ends
 //
-// Invariants: every request carries the admin credential (Authorization:
-// Bearer <Options.Token>), compared in constant time, or is refused 401
-// before anything is read; a route that changes the cluster answers 403
-// unless Options.AllowWrites; a request body is never read (the routes take
+// Invariants: every request carries an admin credential (Authorization:
+// Bearer <token>, or HTTP Basic with the token as its password), compared
+// in constant time, or is refused 401 before anything is read; a route
+// that changes the cluster answers 403 unless Options.AllowWrites, and,
+// when Options.WriteToken is set, unless it carries that one (the read
+// credential, Options.Token, then only reads); each such request leaves
+// an audit line naming the credential it carried; a request body is never read (the routes take
 // none), and an answer is bounded by what it lists. Errors are JSON
 // {"error": ..., "kind": ...} with the payload kind's name, and a status
 // from the kind (NotFound 404, InvalidOperation 400, Unavailable 503,
@@ -46,6 +49,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/berthrt/berth/actor"
@@ -66,6 +70,11 @@ type Options struct {
 	// Token is the admin credential every request must carry (required,
 	// at least 16 bytes).
 	Token string
+	// WriteToken, when set (at least 16 bytes, not Token), is the
+	// credential the routes that change the cluster need: Token then
+	// reads only (a write route answers it 403), and WriteToken reads
+	// too. Unset, Token does both.
+	WriteToken string
 	// AllowWrites turns on the routes that change the cluster (move,
 	// drain).
 	AllowWrites bool
@@ -80,12 +89,12 @@ type Options struct {
 }
 
 // ErrBadOptions: New's Options lack the host, or a token of at least 16
-// bytes.
-var ErrBadOptions = payload.NewError(payload.InvalidOperation, "admin.New", "Options need a Host and a Token of at least 16 bytes")
+// bytes, or have a WriteToken shorter than that or equal to Token.
+var ErrBadOptions = payload.NewError(payload.InvalidOperation, "admin.New", "Options need a Host and a Token of at least 16 bytes (and a WriteToken, if any, of at least 16 bytes other than Token)")
 
 // New returns the API's handler. It serves only /admin/v1/ paths.
 func New(o Options) (http.Handler, error) {
-	if o.Host == nil || len(o.Token) < 16 {
+	if o.Host == nil || len(o.Token) < 16 || (o.WriteToken != "" && (len(o.WriteToken) < 16 || o.WriteToken == o.Token)) {
 		return nil, ErrBadOptions
 	}
 	if o.Timeout <= 0 {
@@ -94,7 +103,10 @@ func New(o Options) (http.Handler, error) {
 	if o.Audit == nil {
 		o.Audit = slog.Default()
 	}
-	a := &api{o: o, token: []byte("Bearer " + o.Token)}
+	a := &api{o: o, token: []byte(o.Token)}
+	if o.WriteToken != "" {
+		a.writeToken = []byte(o.WriteToken)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /admin/v1/members", a.members)
 	mux.HandleFunc("GET /admin/v1/objects", a.objects)
@@ -111,8 +123,85 @@ func New(o Options) (http.Handler, error) {
 }
 
 type api struct {
-	o     Options
-	token []byte
+	o          Options
+	token      []byte
+	writeToken []byte // nil: token writes too
+}
+
+// credential is which credential a request carried.
+type credential int
+
+const (
+	credNone  credential = iota
+	credRead             // Options.Token, with a WriteToken set
+	credAdmin            // Options.Token, with no WriteToken: reads and writes
+	credWrite            // Options.WriteToken
+)
+
+func (c credential) String() string {
+	switch c {
+	case credRead:
+		return "read"
+	case credAdmin:
+		return "admin"
+	case credWrite:
+		return "write"
+	}
+	return "none"
+}
+
+type credKey struct{}
+
+// presented returns the credential a request carries: "Authorization:
+// Bearer <token>", or HTTP Basic with the token as the password (what a
+// browser sends for a page and its event stream), compared in constant
+// time.
+func presented(r *http.Request) []byte {
+	auth := r.Header.Get("Authorization")
+	if tok, ok := strings.CutPrefix(auth, "Bearer "); ok {
+		return []byte(tok)
+	}
+	if _, pass, ok := r.BasicAuth(); ok {
+		return []byte(pass)
+	}
+	return nil
+}
+
+// matches reports whether got is want, in constant time (want non-empty).
+func matches(got, want []byte) bool {
+	return len(want) > 0 && subtle.ConstantTimeCompare(got, want) == 1
+}
+
+// RequireToken returns next behind a credential: a request must carry one
+// of tokens (each at least 16 bytes), as "Authorization: Bearer <token>"
+// or as the password of HTTP Basic (a browser asks for it, and sends it
+// with the page's event stream), or it is answered 401 before next sees
+// it. berth node puts /metrics and the dashboard behind the admin
+// credentials this way when it serves them off loopback.
+func RequireToken(next http.Handler, tokens ...string) (http.Handler, error) {
+	var want [][]byte
+	for _, t := range tokens {
+		if len(t) < 16 {
+			return nil, ErrBadOptions
+		}
+		want = append(want, []byte(t))
+	}
+	if len(want) == 0 {
+		return nil, ErrBadOptions
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := presented(r)
+		ok := false
+		for _, t := range want {
+			ok = matches(got, t) || ok // every one compared: no early exit
+		}
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Basic realm="berth", charset="UTF-8"`)
+			writeJSON(w, http.StatusUnauthorized, Error{Error: "the admin credential is missing or wrong", Kind: "unauthorized"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	}), nil
 }
 
 // Member is a member as the members route lists it.
@@ -268,12 +357,23 @@ type Error struct {
 
 func (a *api) auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), a.token) != 1 {
+		got := presented(r)
+		cred := credNone
+		isToken, isWrite := matches(got, a.token), matches(got, a.writeToken)
+		switch {
+		case isWrite:
+			cred = credWrite
+		case isToken && a.writeToken != nil:
+			cred = credRead
+		case isToken:
+			cred = credAdmin
+		}
+		if cred == credNone {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="berth admin"`)
 			writeJSON(w, http.StatusUnauthorized, Error{Error: "the admin credential is missing or wrong", Kind: "unauthorized"})
 			return
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), credKey{}, cred)))
 	})
 }
 
@@ -281,12 +381,17 @@ func (a *api) write(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		began := time.Now()
 		rec := &recorder{ResponseWriter: w, status: http.StatusOK}
+		cred, _ := r.Context().Value(credKey{}).(credential)
 		defer func() {
 			a.o.Audit.Info("admin: a request to change the cluster", "route", r.Method+" "+r.URL.Path, "query", r.URL.RawQuery,
-				"remote", r.RemoteAddr, "status", rec.status, "error", rec.err, "took", time.Since(began).Round(time.Millisecond))
+				"remote", r.RemoteAddr, "credential", cred.String(), "status", rec.status, "error", rec.err, "took", time.Since(began).Round(time.Millisecond))
 		}()
 		if !a.o.AllowWrites {
 			writeJSON(rec, http.StatusForbidden, Error{Error: "routes that change the cluster are off (berth node -admin-write)", Kind: "forbidden"})
+			return
+		}
+		if cred == credRead {
+			writeJSON(rec, http.StatusForbidden, Error{Error: "this route changes the cluster: it needs the write credential (berth node -admin-write-token-file), not the read one", Kind: "forbidden"})
 			return
 		}
 		h(rec, r)

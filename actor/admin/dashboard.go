@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/berthrt/berth/actor"
@@ -32,11 +34,23 @@ type DashboardOptions struct {
 	// shows its rate.
 	Messages func() int64
 	// Every is how often a watching page gets a snapshot (default 1 s).
+	// One snapshot is read per interval, however many pages watch.
 	Every time.Duration
+	// MaxWatchers bounds the pages watching at once (default 16): one
+	// more is answered 503, naming the limit.
+	MaxWatchers int
 }
+
+// DefaultMaxWatchers is DashboardOptions.MaxWatchers' default.
+const DefaultMaxWatchers = 16
 
 // Snapshot is what a watching page receives, every DashboardOptions.Every.
 type Snapshot struct {
+	// Seq numbers the snapshots the host read for its watchers: pages
+	// watching at once get the same snapshot under the same Seq (its
+	// moves, events and rates are each page's own). A page that reads
+	// slowly skips to the latest.
+	Seq       uint64        `json:"seq"`
 	Host      string        `json:"host"`
 	Time      time.Time     `json:"time"`
 	Members   []Member      `json:"members"`
@@ -86,10 +100,12 @@ type PauseSummary struct {
 
 // Dashboard returns a handler serving a live page of the cluster as host
 // sees it: GET / is the page (embedded; no build step) and GET /events a
-// stream of Snapshots (server-sent events) while the page watches. Nothing
-// runs while nobody watches: each stream's loop ends with its request. It
-// is read-only; it shows what /metrics shows (names and counts), so serve
-// it where /metrics is served.
+// stream of Snapshots (server-sent events) while the page watches. One
+// snapshot is read per DashboardOptions.Every, however many pages watch
+// (at most MaxWatchers), and nothing runs while nobody watches: the
+// reading loop ends with the last watcher's request. It is read-only; it
+// shows what /metrics shows (names and counts), so serve it where
+// /metrics is served, behind the same credential (RequireToken).
 func Dashboard(o DashboardOptions) (http.Handler, error) {
 	if o.Host == nil {
 		return nil, ErrBadOptions
@@ -97,33 +113,150 @@ func Dashboard(o DashboardOptions) (http.Handler, error) {
 	if o.Every <= 0 {
 		o.Every = time.Second
 	}
+	if o.MaxWatchers <= 0 {
+		o.MaxWatchers = DefaultMaxWatchers
+	}
 	static, err := fs.Sub(dashboardFiles, "dashboard")
 	if err != nil {
 		return nil, err
 	}
+	h := &hub{o: o}
 	mux := http.NewServeMux()
 	mux.Handle("GET /", http.FileServerFS(static))
-	mux.HandleFunc("GET /events", func(w http.ResponseWriter, r *http.Request) { streamSnapshots(w, r, o) })
+	mux.HandleFunc("GET /events", h.stream)
 	return mux, nil
 }
 
-// streamSnapshots sends a Snapshot every o.Every until the request ends.
-func streamSnapshots(w http.ResponseWriter, r *http.Request, o DashboardOptions) {
+// hub reads one snapshot per interval while any page watches, and hands
+// the latest to every watcher. Lock: mu, a leaf (no call under it).
+type hub struct {
+	o        DashboardOptions
+	mu       sync.Mutex
+	watchers int           // guarded by mu
+	stop     chan struct{} // closed to end the reading loop; guarded by mu
+	cur      *frame        // the latest snapshot read (nil: none yet); guarded by mu
+	changed  chan struct{} // closed when cur changes; guarded by mu
+	loopDone chan struct{} // closed when the current reading loop has ended; guarded by mu
+}
+
+// frame is one snapshot the hub read, with the message count then.
+type frame struct {
+	s    Snapshot
+	msgs int64
+}
+
+// join counts a watcher, starting the reading loop for the first, and
+// reports false (counting nothing) past MaxWatchers.
+func (h *hub) join() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.watchers >= h.o.MaxWatchers {
+		return false
+	}
+	h.watchers++
+	if h.watchers == 1 {
+		h.stop, h.changed, h.cur = make(chan struct{}), make(chan struct{}), nil
+		done := make(chan struct{})
+		h.loopDone = done
+		go h.loop(h.stop, done)
+	}
+	return true
+}
+
+// leave ends a watcher; the last one ends the reading loop and waits for
+// it.
+func (h *hub) leave() {
+	h.mu.Lock()
+	h.watchers--
+	if h.watchers > 0 {
+		h.mu.Unlock()
+		return
+	}
+	stop, done := h.stop, h.loopDone
+	h.stop, h.cur = nil, nil
+	h.mu.Unlock()
+	close(stop)
+	<-done
+}
+
+// loop reads a snapshot every o.Every until stop closes, and publishes
+// each (while its loop is the current one).
+func (h *hub) loop(stop, done chan struct{}) {
+	defer close(done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	tick := time.NewTicker(h.o.Every)
+	defer tick.Stop()
+	for seq := uint64(1); ; seq++ {
+		s := snapshot(ctx, h.o)
+		s.Seq = seq
+		var msgs int64
+		if h.o.Messages != nil {
+			msgs = h.o.Messages()
+		}
+		h.mu.Lock()
+		if h.stop != stop {
+			h.mu.Unlock()
+			return
+		}
+		h.cur = &frame{s: s, msgs: msgs}
+		close(h.changed)
+		h.changed = make(chan struct{})
+		h.mu.Unlock()
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// stream sends the hub's snapshots to one page until its request ends,
+// each with the moves and events recorded since the page's previous one
+// and the rates over the time between them.
+func (h *hub) stream(w http.ResponseWriter, r *http.Request) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
 		return
 	}
+	if !h.join() {
+		writeJSON(w, http.StatusServiceUnavailable, Error{
+			Error: "the dashboard has " + strconv.Itoa(h.o.MaxWatchers) + " pages watching, its limit (DashboardOptions.MaxWatchers): try again later",
+			Kind:  "unavailable"})
+		return
+	}
+	defer h.leave()
+	o := h.o
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
-	tick := time.NewTicker(o.Every)
-	defer tick.Stop()
-	var last Snapshot
-	var lastMsgs int64
+	var last *frame
 	var seen uint64   // the last move the stream sent
 	var seenEv uint64 // the last event the stream sent
 	for first := true; ; first = false {
-		s := snapshot(r.Context(), o)
+		var f *frame
+		for f == nil {
+			h.mu.Lock()
+			cur, changed := h.cur, h.changed
+			h.mu.Unlock()
+			if cur != nil && (last == nil || cur.s.Seq > last.s.Seq) {
+				f = cur
+				break
+			}
+			select {
+			case <-r.Context().Done():
+				return
+			case <-changed:
+			}
+		}
+		s := f.s // the members and objects slices are shared, read only
 		moves := o.Host.RecentMoves(seen)
 		if first && len(moves) > firstMoves {
 			moves = moves[len(moves)-firstMoves:]
@@ -142,18 +275,13 @@ func streamSnapshots(w http.ResponseWriter, r *http.Request, o DashboardOptions)
 		if evs != nil {
 			s.Events = evs
 		}
-		var msgs int64
-		if o.Messages != nil {
-			msgs = o.Messages()
-		}
-		if !first {
-			secs := s.Time.Sub(last.Time).Seconds()
-			if secs > 0 {
-				s.MovesRate = float64(s.Moves-last.Moves) / secs
-				s.MsgRate = float64(msgs-lastMsgs) / secs
+		if last != nil {
+			if secs := s.Time.Sub(last.s.Time).Seconds(); secs > 0 {
+				s.MovesRate = float64(s.Moves-last.s.Moves) / secs
+				s.MsgRate = float64(f.msgs-last.msgs) / secs
 			}
 		}
-		last, lastMsgs = s, msgs
+		last = f
 		b, err := json.Marshal(s)
 		if err != nil {
 			return
@@ -162,11 +290,6 @@ func streamSnapshots(w http.ResponseWriter, r *http.Request, o DashboardOptions)
 			return
 		}
 		flusher.Flush()
-		select {
-		case <-r.Context().Done():
-			return
-		case <-tick.C:
-		}
 	}
 }
 
