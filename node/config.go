@@ -47,14 +47,21 @@ type Config struct {
 	Database string
 
 	// HTTP is the address of /metrics, /healthz, /readyz and /dashboard/
-	// (-http; "": not served). They ask for no credential, and the
-	// dashboard shows member addresses and object names: a non-loopback
-	// address needs HTTPPublic.
+	// (-http; "": not served). On loopback they ask for no credential; a
+	// non-loopback address needs HTTPPublic.
 	HTTP string
 	// HTTPPublic allows HTTP on an address other than loopback
 	// (-http-public): for a Prometheus scraper or a Kubernetes probe that
-	// reaches the node over the network, behind the network's controls.
+	// reaches the node over the network. There /metrics and /dashboard/
+	// need an admin credential (AdminToken or AdminWriteToken, as a
+	// Bearer token or HTTP Basic's password) unless HTTPOpen; /healthz
+	// and /readyz never do.
 	HTTPPublic bool
+	// HTTPOpen serves /metrics and /dashboard/ off loopback without a
+	// credential (-http-open): for a network whose own controls keep
+	// strangers out. The dashboard shows member addresses and object
+	// names.
+	HTTPOpen bool
 	// Admin is the address of the admin API (-admin; "": not served).
 	Admin string
 	// AdminToken is the admin API's credential, at least 16 bytes; Load
@@ -64,6 +71,12 @@ type Config struct {
 	// AdminWrite allows the admin API's routes that change the cluster:
 	// move and drain (-admin-write).
 	AdminWrite bool
+	// AdminWriteToken, when set, is the credential those routes need
+	// (at least 16 bytes, not AdminToken): AdminToken then only reads.
+	// Load reads it from -admin-write-token-file or
+	// $BERTH_ADMIN_WRITE_TOKEN, never from the command line. Needs
+	// AdminWrite.
+	AdminWriteToken string
 
 	// TLSCert, TLSKey and TLSCA are PEM files: the node's certificate,
 	// its key, and the CA its peers' certificates chain to (-tls-cert,
@@ -117,9 +130,9 @@ type Config struct {
 	// Stderr receives the log when Logger is nil. Nil: os.Stderr.
 	Stderr io.Writer
 
-	// configFile and tokenFile are where Load found the -config file and
-	// the admin credential's file.
-	configFile, tokenFile string
+	// configFile, tokenFile and writeTokenFile are where Load found the
+	// -config file and the admin credentials' files.
+	configFile, tokenFile, writeTokenFile string
 }
 
 // withDefaults returns c with each zero setting that has a default set to
@@ -186,7 +199,20 @@ func (c Config) check() (security, error) {
 		return 0, err
 	}
 	if c.HTTP != "" && !c.HTTPPublic && !isLoopback(c.HTTP) {
-		return 0, configErr("-http %q is not a loopback address: /metrics, /healthz, /readyz and /dashboard/ ask for no credential and the dashboard shows member addresses and object names; give -http-public to serve them there, behind your network's controls", c.HTTP)
+		return 0, configErr("-http %q is not a loopback address: give -http-public to serve /metrics, /healthz, /readyz and /dashboard/ there (/metrics and /dashboard/ then need the admin credential, unless -http-open)", c.HTTP)
+	}
+	if c.HTTP != "" && !isLoopback(c.HTTP) && !c.HTTPOpen && c.AdminToken == "" && c.AdminWriteToken == "" {
+		return 0, configErr("-http %q is not a loopback address: /metrics and /dashboard/ there need the admin credential (-admin-token-file or $BERTH_ADMIN_TOKEN), or -http-open to serve them to whoever reaches the address", c.HTTP)
+	}
+	if c.AdminWriteToken != "" {
+		switch {
+		case !c.AdminWrite || c.Admin == "":
+			return 0, configErr("a write credential (-admin-write-token-file or $BERTH_ADMIN_WRITE_TOKEN) needs -admin and -admin-write")
+		case len(c.AdminWriteToken) < token.MinLen:
+			return 0, configErr("the write credential needs at least %d bytes", token.MinLen)
+		case c.AdminWriteToken == c.AdminToken:
+			return 0, configErr("the write credential must differ from the admin (read) credential")
+		}
 	}
 	if c.Admin != "" {
 		if len(c.AdminToken) < token.MinLen {
@@ -301,7 +327,8 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 		"a password in it is refused on the command line, where ps shows it: give it in $BERTH_DB or the -config file")
 	fs.StringVar(&c.HTTP, "http", c.HTTP, "serve /metrics, /healthz, /readyz and /dashboard/ on this address (e.g. :9090)")
 	fs.StringVar(&c.HTTP, "metrics", c.HTTP, "the same as -http")
-	fs.BoolVar(&c.HTTPPublic, "http-public", c.HTTPPublic, "allow -http on an address other than loopback: its routes ask for no credential and the dashboard shows member addresses and object names, so keep it behind your network's controls")
+	fs.BoolVar(&c.HTTPPublic, "http-public", c.HTTPPublic, "allow -http on an address other than loopback; there /metrics and /dashboard/ need the admin credential (Bearer, or HTTP Basic's password), unless -http-open")
+	fs.BoolVar(&c.HTTPOpen, "http-open", c.HTTPOpen, "serve /metrics and /dashboard/ off loopback without a credential (the dashboard shows member addresses and object names): only behind your network's controls")
 	fs.StringVar(&c.Admin, "admin", c.Admin, "serve the admin API (berth admin) on this address: HTTPS with the node's certificate, or plain HTTP on loopback or with -insecure")
 	fs.BoolVar(&c.AdminWrite, "admin-write", c.AdminWrite, "allow the admin API's routes that change the cluster (move, drain)")
 	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM `file` of the node's certificate, which names it (-name among its DNS names); with -tls-key and -tls-ca")
@@ -318,6 +345,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.TextVar(&c.LogLevel, "log-level", c.LogLevel, "the least level logged: debug, info, warn or error (debug adds detail per object)")
 	fs.StringVar(&c.configFile, "config", "", "`file` of settings, one \"name = value\" per line (default $BERTH_CONFIG); flags and variables override it")
 	fs.StringVar(&c.tokenFile, "admin-token-file", "", "`file` holding the admin credential (at least 16 bytes; default $BERTH_ADMIN_TOKEN)")
+	fs.StringVar(&c.writeTokenFile, "admin-write-token-file", "", "`file` holding the admin API's write credential: with it, the routes that change the cluster need it, and the admin credential only reads (default $BERTH_ADMIN_WRITE_TOKEN)")
 }
 
 // The settings Load reads outside the flags: the file of -config, and the
@@ -329,6 +357,9 @@ const (
 	// EnvAdminToken holds the admin credential itself (-admin-token-file
 	// names a file holding it instead).
 	EnvAdminToken = "BERTH_ADMIN_TOKEN"
+	// EnvAdminWriteToken holds the admin API's write credential itself
+	// (-admin-write-token-file names a file holding it instead).
+	EnvAdminWriteToken = "BERTH_ADMIN_WRITE_TOKEN"
 )
 
 // Load makes a Config from the command-line arguments args (without the
@@ -408,6 +439,11 @@ func LoadFrom(fs *flag.FlagSet, c *Config, args []string, getenv func(string) st
 		return fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	c.AdminToken = tok
+	wtok, err := token.ReadFrom(c.writeTokenFile, EnvAdminWriteToken, getenv)
+	if err != nil {
+		return fmt.Errorf("%w: the write credential: %v", ErrConfig, err)
+	}
+	c.AdminWriteToken = wtok
 	// The flags' defaults are the settings' defaults: a zero here was
 	// given, and means none, not the default.
 	if c.LeaseTTL <= 0 || c.LeaseRenew <= 0 || c.StopTimeout <= 0 {

@@ -183,35 +183,77 @@ func TestAProgramsOwnFlagsSitBesideTheNodes(t *testing.T) {
 // interface included) it needs -http-public, from a flag or the file:
 // New refuses the settings otherwise, with an ErrConfig naming it.
 func TestHTTPOffLoopbackNeedsHTTPPublic(t *testing.T) {
-	db := env("BERTH_DB", "postgres://db/x")
+	const tok = "an-admin-token-of-enough-bytes"
 	for _, c := range []struct {
 		args []string
 		file string
+		tok  bool
 		ok   bool
+		name string // the setting the refusal names
 	}{
-		{[]string{"-http", "127.0.0.1:9090"}, "", true},
-		{[]string{"-http", "localhost:9090"}, "", true},
-		{[]string{"-http", "[::1]:9090"}, "", true},
-		{[]string{"-http", ":9090"}, "", false},
-		{[]string{"-http", "0.0.0.0:9090"}, "", false},
-		{[]string{"-http", "10.0.0.7:9090"}, "", false},
-		{[]string{"-http", ":9090", "-http-public"}, "", true},
-		{nil, "http = :9090\nhttp-public = true\n", true},
-		{nil, "http = :9090\n", false},
+		{[]string{"-http", "127.0.0.1:9090"}, "", false, true, ""},
+		{[]string{"-http", "localhost:9090"}, "", false, true, ""},
+		{[]string{"-http", "[::1]:9090"}, "", false, true, ""},
+		{[]string{"-http", ":9090"}, "", true, false, "-http-public"},
+		{[]string{"-http", "0.0.0.0:9090"}, "", true, false, "-http-public"},
+		{[]string{"-http", "10.0.0.7:9090"}, "", true, false, "-http-public"},
+		{[]string{"-http", ":9090", "-http-public"}, "", true, true, ""},
+		{nil, "http = :9090\nhttp-public = true\n", true, true, ""},
+		{nil, "http = :9090\n", true, false, "-http-public"},
+		// Off loopback, /metrics and /dashboard/ need the admin
+		// credential, or -http-open.
+		{[]string{"-http", ":9090", "-http-public"}, "", false, false, "-http-open"},
+		{[]string{"-http", ":9090", "-http-public", "-http-open"}, "", false, true, ""},
 	} {
 		args := append([]string{"-name", "n"}, c.args...)
 		if c.file != "" {
 			args = append(args, "-config", writeFile(t, "node.conf", c.file))
 		}
-		cfg, err := Load(args, db, &bytes.Buffer{})
+		vars := []string{"BERTH_DB", "postgres://db/x"}
+		if c.tok {
+			vars = append(vars, EnvAdminToken, tok)
+		}
+		cfg, err := Load(args, env(vars...), &bytes.Buffer{})
 		if err == nil {
 			_, err = cfg.check() // as New does
 		}
 		if c.ok && err != nil {
 			t.Errorf("Load(%q, file %q) = %v; want it taken", c.args, c.file, err)
 		}
-		if !c.ok && (!errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "-http-public")) {
-			t.Errorf("Load(%q, file %q) = %v; want ErrConfig naming -http-public", c.args, c.file, err)
+		if !c.ok && (!errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), c.name)) {
+			t.Errorf("Load(%q, file %q) = %v; want ErrConfig naming %s", c.args, c.file, err, c.name)
+		}
+	}
+}
+
+// A write credential needs -admin and -admin-write, and must differ from
+// the admin credential; it comes from its file or its variable, never a
+// flag.
+func TestAWriteCredentialNeedsAdminWriteAndDiffersFromTheReadOne(t *testing.T) {
+	const read, write = "an-admin-token-of-enough-bytes", "a-write-token-of-enough-bytes"
+	for _, c := range []struct {
+		args []string
+		vars []string
+		ok   bool
+	}{
+		{[]string{"-admin", "127.0.0.1:0", "-admin-write"}, []string{EnvAdminToken, read, EnvAdminWriteToken, write}, true},
+		{[]string{"-admin", "127.0.0.1:0", "-admin-write", "-admin-write-token-file", writeFile(t, "w", write+"\n")}, []string{EnvAdminToken, read}, true},
+		{[]string{"-admin", "127.0.0.1:0"}, []string{EnvAdminToken, read, EnvAdminWriteToken, write}, false},
+		{[]string{"-admin", "127.0.0.1:0", "-admin-write"}, []string{EnvAdminToken, read, EnvAdminWriteToken, read}, false},
+		{[]string{"-admin", "127.0.0.1:0", "-admin-write"}, []string{EnvAdminToken, read, EnvAdminWriteToken, "short"}, false},
+	} {
+		cfg, err := Load(append([]string{"-name", "n"}, c.args...), env(append(c.vars, "BERTH_DB", "postgres://db/x")...), &bytes.Buffer{})
+		if err == nil {
+			_, err = cfg.check()
+		}
+		if c.ok != (err == nil) {
+			t.Errorf("Load(%q, %q) = %v; want ok %v", c.args, c.vars, err, c.ok)
+		}
+		if c.ok && cfg.AdminWriteToken != write {
+			t.Errorf("Load(%q): the write credential %q", c.args, cfg.AdminWriteToken)
+		}
+		if !c.ok && !errors.Is(err, ErrConfig) {
+			t.Errorf("Load(%q, %q) = %v; want ErrConfig", c.args, c.vars, err)
 		}
 	}
 }

@@ -362,12 +362,7 @@ func (n *Node) serveHTTP(m http.Handler, dashboard *atomic.Pointer[http.Handler]
 	if err != nil {
 		return fmt.Errorf("node: cannot serve HTTP on %s: %w", n.cfg.HTTP, err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", m)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = io.WriteString(w, "ok\n")
-	})
-	mux.HandleFunc("GET /dashboard/", func(w http.ResponseWriter, r *http.Request) {
+	var dash http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d := dashboard.Load()
 		if d == nil {
 			http.Error(w, "starting", http.StatusServiceUnavailable)
@@ -375,6 +370,28 @@ func (n *Node) serveHTTP(m http.Handler, dashboard *atomic.Pointer[http.Handler]
 		}
 		(*d).ServeHTTP(w, r)
 	})
+	if !isLoopback(n.cfg.HTTP) && !n.cfg.HTTPOpen {
+		// Off loopback, what shows the cluster needs an admin credential
+		// (the probes' routes do not).
+		var tokens []string
+		for _, t := range []string{n.cfg.AdminToken, n.cfg.AdminWriteToken} {
+			if t != "" {
+				tokens = append(tokens, t)
+			}
+		}
+		if m, err = admin.RequireToken(m, tokens...); err != nil {
+			return fmt.Errorf("node: /metrics: %w", err)
+		}
+		if dash, err = admin.RequireToken(dash, tokens...); err != nil {
+			return fmt.Errorf("node: /dashboard/: %w", err)
+		}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.Handle("GET /dashboard/", dash)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if err := ready(); err != nil {
 			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
@@ -398,7 +415,8 @@ func (n *Node) serveHTTP(m http.Handler, dashboard *atomic.Pointer[http.Handler]
 // serveAdmin serves the admin API (actor/admin) on Config.Admin: over TLS
 // with the node's certificate when it has one.
 func (n *Node) serveAdmin() error {
-	h, err := admin.New(admin.Options{Host: n.host, Membership: n.members, Store: n.store, Token: n.cfg.AdminToken, AllowWrites: n.cfg.AdminWrite, Audit: n.log})
+	h, err := admin.New(admin.Options{Host: n.host, Membership: n.members, Store: n.store, Token: n.cfg.AdminToken, WriteToken: n.cfg.AdminWriteToken,
+		AllowWrites: n.cfg.AdminWrite, Audit: n.log})
 	if err != nil {
 		return fmt.Errorf("node: the admin API: %w", err)
 	}

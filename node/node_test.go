@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -285,5 +286,59 @@ func TestANodesMetricsCountEachLinksTraffic(t *testing.T) {
 	}
 	if got := n2.Host().Stats().OwnersActive; got != 1 {
 		t.Fatalf("n2 owns %d objects, want the one moved there", got)
+	}
+}
+
+// Off loopback (-http-public), /metrics and /dashboard/ answer only a
+// request with the admin credential — a Bearer token, or HTTP Basic's
+// password as a browser sends it — and 401 otherwise; /healthz and
+// /readyz, for probes, need none.
+func TestOffLoopbackTheMetricsAndDashboardNeedTheAdminCredential(t *testing.T) {
+	db := pgtest.New(t)
+	const tok = "an-admin-token-of-enough-bytes"
+	cfg := Config{Name: "n1", Listen: "127.0.0.1:0", Database: db.URL, HTTP: "0.0.0.0:0", HTTPPublic: true, AdminToken: tok,
+		Stdout: io.Discard, Logger: slog.New(slog.DiscardHandler)}
+	ctx := context.Background()
+	n, err := Start(ctx, cfg, counter.Kind())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = n.Stop(ctx) }()
+	_, port, err := net.SplitHostPort(n.HTTPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://127.0.0.1:" + port
+	do := func(path string, set func(*http.Request)) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", base+path, nil)
+		set(req)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	none := func(*http.Request) {}
+	bearer := func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+tok) }
+	basic := func(r *http.Request) { r.SetBasicAuth("me", tok) }
+	for _, path := range []string{"/metrics", "/dashboard/"} {
+		if code := do(path, none); code != http.StatusUnauthorized {
+			t.Errorf("%s without a credential: %d, want 401", path, code)
+		}
+		if code := do(path, func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+tok+"x") }); code != http.StatusUnauthorized {
+			t.Errorf("%s with a wrong credential: %d, want 401", path, code)
+		}
+		for _, set := range []func(*http.Request){bearer, basic} {
+			if code := do(path, set); code != http.StatusOK {
+				t.Errorf("%s with the credential: %d", path, code)
+			}
+		}
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if code := do(path, none); code != http.StatusOK {
+			t.Errorf("%s without a credential: %d, want 200", path, code)
+		}
 	}
 }

@@ -19,7 +19,12 @@ var ErrShort = fmt.Errorf("the admin API needs a credential of at least %d bytes
 // in $BERTH_ADMIN_TOKEN (getenv), else "". A credential found but shorter
 // than MinLen is ErrShort.
 func Read(file string, getenv func(string) string) (string, error) {
-	tok := getenv("BERTH_ADMIN_TOKEN")
+	return ReadFrom(file, "BERTH_ADMIN_TOKEN", getenv)
+}
+
+// ReadFrom is Read with the variable env instead of $BERTH_ADMIN_TOKEN.
+func ReadFrom(file, env string, getenv func(string) string) (string, error) {
+	tok := getenv(env)
 	if file != "" {
 		b, err := os.ReadFile(file)
 		if err != nil {
