@@ -4,9 +4,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"math/big"
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/berthrt/berth/payload"
@@ -23,6 +25,72 @@ type TLS struct {
 	Certificate tls.Certificate
 	// CA is the pool the peers' certificates are verified against.
 	CA *x509.CertPool
+	// Deny lists certificate serial numbers (hexadecimal, as openssl
+	// x509 -serial prints them; case and colons do not matter) that are
+	// refused whatever signed them: a leaked key's certificate, until it
+	// expires. Transport.SetTLS also closes the links on such a
+	// certificate.
+	Deny []string
+}
+
+// normalSerial spells a serial number as Deny's entries are compared:
+// lower-case hexadecimal without colons or leading zeros.
+func normalSerial(s string) string {
+	s = strings.ToLower(strings.ReplaceAll(strings.TrimSpace(s), ":", ""))
+	if t := strings.TrimLeft(s, "0"); t != "" || s == "" {
+		return t
+	}
+	return "0"
+}
+
+// tlsState is the TLS a transport uses now: what SetTLS swaps.
+type tlsState struct {
+	c      *TLS
+	deny   map[string]bool
+	server *tls.Config
+}
+
+func newTLSState(c *TLS) *tlsState {
+	st := &tlsState{c: c, deny: map[string]bool{}}
+	for _, d := range c.Deny {
+		if d = normalSerial(d); d != "" {
+			st.deny[d] = true
+		}
+	}
+	st.server = c.serverConfig(st.denied)
+	return st
+}
+
+// denied reports whether cert's serial number is on the deny list.
+func (st *tlsState) denied(cert *x509.Certificate) bool {
+	return cert != nil && cert.SerialNumber != nil && st.deny[normalSerial(cert.SerialNumber.Text(16))]
+}
+
+// errDenied is why a certificate on the deny list is refused.
+var errDenied = errors.New("the certificate's serial number is on the deny list")
+
+// LoadDenyList reads a deny list for TLS.Deny: one serial number per line
+// (hexadecimal, colons allowed), blank lines and lines starting with #
+// skipped. Errors are payload.InvalidOperation naming the file and line.
+func LoadDenyList(file string) ([]string, error) {
+	const op = "tcp.LoadDenyList"
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, payload.NewError(payload.InvalidOperation, op, err.Error())
+	}
+	var out []string
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		n := normalSerial(line)
+		if _, ok := new(big.Int).SetString(n, 16); !ok {
+			return nil, payload.NewError(payload.InvalidOperation, op, file+":"+strconv.Itoa(i+1)+": "+strconv.Quote(line)+" is not a hexadecimal serial number")
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // LoadTLS reads a host's certificate and key and the CA certificates
@@ -81,7 +149,7 @@ func names(cert *x509.Certificate, member string) bool {
 // serverConfig is the listener's TLS configuration: TLS 1.3 only, a client
 // certificate required and verified against the CA. Which member the
 // client is, is checked against its preamble once the handshake is done.
-func (c *TLS) serverConfig() *tls.Config {
+func (c *TLS) serverConfig(denied func(*x509.Certificate) bool) *tls.Config {
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{c.Certificate},
@@ -89,21 +157,30 @@ func (c *TLS) serverConfig() *tls.Config {
 		ClientCAs:    c.CA,
 		// A host dials each peer rarely: no resumption, no tickets.
 		SessionTicketsDisabled: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) > 0 && denied(cs.PeerCertificates[0]) {
+				return errDenied
+			}
+			return nil
+		},
 	}
 }
 
 // clientConfig is the dialer's TLS configuration for reaching member peer:
 // TLS 1.3 only, the listener's certificate verified against the CA and
 // required to name peer exactly.
-func (c *TLS) clientConfig(peer string) *tls.Config {
+func (st *tlsState) clientConfig(peer string) *tls.Config {
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{c.Certificate},
-		RootCAs:      c.CA,
+		Certificates: []tls.Certificate{st.c.Certificate},
+		RootCAs:      st.c.CA,
 		ServerName:   peer,
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) == 0 || !names(cs.PeerCertificates[0], peer) {
 				return errNotNamed
+			}
+			if st.denied(cs.PeerCertificates[0]) {
+				return errDenied
 			}
 			return nil
 		},

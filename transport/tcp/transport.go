@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"log/slog"
@@ -262,7 +263,7 @@ type Transport struct {
 
 	ln        net.Listener
 	addr      string
-	serverTLS *tls.Config
+	tlsNow    atomic.Pointer[tlsState] // nil without TLS; SetTLS swaps it
 
 	mu         sync.RWMutex
 	peers      map[string]*peer   // guarded by mu
@@ -431,7 +432,7 @@ func Listen(name string, h transport.Handler, opts Options) (*Transport, error) 
 		t.addr = opts.Advertise
 	}
 	if opts.TLS != nil {
-		t.serverTLS = opts.TLS.serverConfig()
+		t.tlsNow.Store(newTLSState(opts.TLS))
 	}
 	t.dialCtx, t.dialStop = context.WithCancel(context.Background())
 	t.wg.Add(2)
@@ -1143,8 +1144,8 @@ func (t *Transport) dial(name, addr string) (net.Conn, int, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(dl)
 	}
-	if t.opts.TLS != nil {
-		tc := tls.Client(c, t.opts.TLS.clientConfig(name))
+	if st := t.tlsNow.Load(); st != nil {
+		tc := tls.Client(c, st.clientConfig(name))
 		if err := tc.HandshakeContext(ctx); err != nil {
 			_ = c.Close()
 			t.logs.dial.Warn(t.log, "tcp: connecting to a peer failed its TLS handshake", "peer", name, "err", err)
@@ -1178,6 +1179,91 @@ func (t *Transport) dial(name, addr string) (net.Conn, int, error) {
 	}
 	_ = c.SetDeadline(time.Time{})
 	return c, maxItem, nil
+}
+
+// SetTLS makes c the transport's identity and trust from now on: new
+// handshakes, both ways, present c's certificate and verify peers against
+// c's CA and deny list; links on a certificate c denies are closed at
+// once (counted in Stats.Refused), and their peer's handshakes refused
+// from then on. Links on other certificates go on as they are. c's
+// certificate must name this host, in the role the first one did.
+// Errors are payload.InvalidOperation, changing nothing.
+func (t *Transport) SetTLS(c *TLS) error {
+	const op = "tcp.Transport.SetTLS"
+	if t.tlsNow.Load() == nil {
+		return payload.NewError(payload.InvalidOperation, op, "the transport runs without TLS")
+	}
+	if c == nil || c.Certificate.Leaf == nil {
+		return payload.NewError(payload.InvalidOperation, op, "the TLS certificate has no parsed leaf")
+	}
+	role, named := identity(c.Certificate.Leaf, t.name)
+	switch {
+	case !named:
+		return payload.NewError(payload.InvalidOperation, op, "the TLS certificate does not name "+t.name)
+	case role != t.role:
+		return payload.NewError(payload.InvalidOperation, op, "the TLS certificate names "+t.name+" a "+role.String()+", not a "+t.role.String()+" as the first one did")
+	}
+	st := newTLSState(c)
+	t.tlsNow.Store(st)
+	t.mu.RLock()
+	peers := make([]*peer, 0, len(t.peers))
+	for _, p := range t.peers {
+		peers = append(peers, p)
+	}
+	t.mu.RUnlock()
+	for _, p := range peers {
+		p.mu.Lock()
+		conns := [2]net.Conn{p.in, p.out}
+		p.mu.Unlock()
+		for _, c := range conns {
+			if c != nil && st.denied(peerCert(c)) {
+				t.refuse("the peer's certificate is on the deny list", c, nil)
+				_ = c.Close()
+			}
+		}
+	}
+	return nil
+}
+
+// peerCert returns the certificate the far end of c presented, if c runs
+// over TLS.
+func peerCert(c net.Conn) *x509.Certificate {
+	for {
+		switch v := c.(type) {
+		case *tls.Conn:
+			if cs := v.ConnectionState(); len(cs.PeerCertificates) > 0 {
+				return cs.PeerCertificates[0]
+			}
+			return nil
+		case *bufferedConn:
+			c = v.Conn
+		case *heardConn:
+			c = v.Conn
+		default:
+			return nil
+		}
+	}
+}
+
+// SetTLS makes c the identity and trust of every transport attached here
+// and of those attached later (a host's new run): Transport.SetTLS on
+// each. It returns the first error, having tried them all.
+func (a *Attacher) SetTLS(c *TLS) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var first error
+	for _, t := range a.attached {
+		if t.isClosing() {
+			continue
+		}
+		if err := t.SetTLS(c); err != nil && first == nil {
+			first = err
+		}
+	}
+	if first == nil {
+		a.opts.TLS = c
+	}
+	return first
 }
 
 // Role implements transport.Roles: the role this host's certificate
@@ -1302,8 +1388,8 @@ func (t *Transport) identify(s *slot) (net.Conn, *peer, bool) {
 	}
 	conn := net.Conn(&heardConn{Conn: raw, s: s})
 	var cert *tls.ConnectionState
-	if t.serverTLS != nil {
-		tc := tls.Server(conn, t.serverTLS)
+	if st := t.tlsNow.Load(); st != nil {
+		tc := tls.Server(conn, st.server)
 		if err := tc.HandshakeContext(t.dialCtx); err != nil {
 			refuse("TLS handshake", err)
 			return nil, nil, false
