@@ -82,6 +82,11 @@ type Config struct {
 	// its key, and the CA its peers' certificates chain to (-tls-cert,
 	// -tls-key, -tls-ca; all three or none).
 	TLSCert, TLSKey, TLSCA string
+	// TLSDeny is a file of certificate serial numbers the node refuses
+	// whatever signed them (-tls-deny; tcp.LoadDenyList's format). The
+	// node reads the three TLS files and this one again on SIGHUP
+	// (Node.ReloadTLS).
+	TLSDeny string
 	// TLS, when set, is used instead of the three files.
 	TLS *tcp.TLS
 	// Insecure runs the transport without TLS: plaintext, and a peer is
@@ -331,7 +336,8 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.HTTPOpen, "http-open", c.HTTPOpen, "serve /metrics and /dashboard/ off loopback without a credential (the dashboard shows member addresses and object names): only behind your network's controls")
 	fs.StringVar(&c.Admin, "admin", c.Admin, "serve the admin API (berth admin) on this address: HTTPS with the node's certificate, or plain HTTP on loopback or with -insecure")
 	fs.BoolVar(&c.AdminWrite, "admin-write", c.AdminWrite, "allow the admin API's routes that change the cluster (move, drain)")
-	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM `file` of the node's certificate, which names it (-name among its DNS names); with -tls-key and -tls-ca")
+	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM `file` of the node's certificate, which names it (an identity URI urn:berth:node:NAME, as berth certs makes, or -name among its DNS names); with -tls-key and -tls-ca; read again on SIGHUP")
+	fs.StringVar(&c.TLSDeny, "tls-deny", c.TLSDeny, "`file` of certificate serial numbers (hexadecimal, one per line) refused whatever signed them; read again on SIGHUP, when links on a newly denied certificate close")
 	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM `file` of the certificate's private key")
 	fs.StringVar(&c.TLSCA, "tls-ca", c.TLSCA, "PEM `file` of the CA certificates the peers' certificates must chain to")
 	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "run without TLS: plaintext, and a peer is whoever it says it is; needed without the -tls-* flags unless -listen is a loopback address")

@@ -72,7 +72,9 @@
 // to the other nodes, it leaves, and it exits 0. Past -stop-timeout, or on
 // a second signal, it closes the host, logs how many accepted messages
 // that dropped unrun, and exits 1. A drain through the admin API ends the
-// same way as a signal's.
+// same way as a signal's. On SIGHUP the node reads its TLS files
+// (-tls-cert, -tls-key, -tls-ca, -tls-deny) again: new handshakes use the
+// new ones, links on a newly denied certificate close (Node.ReloadTLS).
 //
 // Exit codes: 0 stopped gracefully; 1 could not start (a name held by a
 // live node, a database out of reach, bad files) or closed without

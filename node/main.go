@@ -57,7 +57,9 @@ func Main(kinds ...actor.Registrable) {
 // Command returns ExitOK. Past -stop-timeout, or on a second signal, it
 // closes the host, logs how many accepted messages that dropped unrun,
 // and returns ExitFailed; a third signal exits the process at once. A
-// drain through the admin API ends with ExitOK too. A node whose run is
+// drain through the admin API ends with ExitOK too. On SIGHUP it reads
+// its TLS files again (Node.ReloadTLS), and keeps the ones in use if they
+// do not load. A node whose run is
 // over because a newer run of its name holds the lease returns
 // ExitLeaseLost (a stall past its lease does not end the process: the
 // node joins again as a new run). A signal while the node waits for
@@ -74,11 +76,15 @@ func Command(args []string, stdout, stderr io.Writer, kinds ...actor.Registrable
 	sig := make(chan os.Signal, 3)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sig)
-	return run(cfg, sig, kinds)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	return run(cfg, sig, hup, kinds)
 }
 
-// run is Command once the configuration is loaded, with the signals sig.
-func run(cfg Config, sig <-chan os.Signal, kinds []actor.Registrable) int {
+// run is Command once the configuration is loaded, with the stop signals
+// sig and the reload signals hup (the TLS files are read again).
+func run(cfg Config, sig, hup <-chan os.Signal, kinds []actor.Registrable) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	signalled := make(chan os.Signal, 1)
@@ -91,6 +97,20 @@ func run(cfg Config, sig <-chan os.Signal, kinds []actor.Registrable) int {
 		}
 	}()
 	n, err := Start(ctx, cfg, kinds...)
+	if err == nil {
+		go func() {
+			for {
+				select {
+				case <-hup:
+					if err := n.ReloadTLS(); err != nil {
+						n.Logger().Error("SIGHUP: cannot reload the TLS files; the ones in use stay", "err", err)
+					}
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
 	if err != nil {
 		select {
 		case s := <-signalled:

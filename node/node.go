@@ -22,6 +22,7 @@ import (
 	"github.com/berthrt/berth/actor/admin"
 	"github.com/berthrt/berth/membership"
 	"github.com/berthrt/berth/metrics"
+	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/pgstore"
 	"github.com/berthrt/berth/transport/tcp"
 )
@@ -48,7 +49,9 @@ type Node struct {
 	store   *pgstore.Store
 	members *pgstore.Membership
 
-	links               *tcpCollector // the transport's counts on /metrics (nil without HTTP)
+	links               *tcpCollector                // the transport's counts on /metrics (nil without HTTP)
+	attacher            atomic.Pointer[tcp.Attacher] // the host's transports (ReloadTLS)
+	tlsNow              atomic.Pointer[tcp.TLS]      // the TLS in use (nil: none)
 	httpAddr, adminAddr string
 	stopping            atomic.Bool // Stop began: /readyz answers 503
 	stopHTTP, stopAdmin func()      // nil: not serving
@@ -83,10 +86,17 @@ func Start(ctx context.Context, cfg Config, kinds ...actor.Registrable) (_ *Node
 	switch sec {
 	case securityTLS:
 		if cfg.TLS == nil {
-			if n.cfg.TLS, err = tcp.LoadTLS(cfg.TLSCert, cfg.TLSKey, cfg.TLSCA); err != nil {
-				return nil, fmt.Errorf("node: cannot load the TLS files: %w", err)
+			if n.cfg.TLS, err = n.loadTLS(); err != nil {
+				return nil, err
 			}
+		} else if cfg.TLSDeny != "" {
+			c := *cfg.TLS
+			if c.Deny, err = tcp.LoadDenyList(cfg.TLSDeny); err != nil {
+				return nil, fmt.Errorf("node: cannot load the deny list: %w", err)
+			}
+			n.cfg.TLS = &c
 		}
+		n.tlsNow.Store(n.cfg.TLS)
 	case securityLoopback:
 		n.log.Warn("no TLS: the node runs unauthenticated on loopback (-tls-cert, -tls-key and -tls-ca authenticate its peers)", "listen", cfg.Listen)
 	case securityInsecure:
@@ -189,6 +199,7 @@ func (n *Node) startHost(ctx context.Context, obs actor.Observer, kinds []actor.
 	began := time.Now()
 	for attempt := 1; ; attempt++ {
 		links := tcp.New(tcp.Options{Listen: cfg.Listen, Advertise: cfg.Advertise, TLS: cfg.TLS, Insecure: cfg.TLS == nil, Logger: n.log})
+		n.attacher.Store(links)
 		host, err := actor.NewHost(actor.Config{
 			Name:       cfg.Name,
 			Transport:  links,
@@ -412,6 +423,52 @@ func (n *Node) serveHTTP(m http.Handler, dashboard *atomic.Pointer[http.Handler]
 	return nil
 }
 
+// loadTLS reads the node's TLS files: its certificate and key, the CA,
+// and the deny list, if any.
+func (n *Node) loadTLS() (*tcp.TLS, error) {
+	c, err := tcp.LoadTLS(n.cfg.TLSCert, n.cfg.TLSKey, n.cfg.TLSCA)
+	if err != nil {
+		return nil, fmt.Errorf("node: cannot load the TLS files: %w", err)
+	}
+	if n.cfg.TLSDeny != "" {
+		if c.Deny, err = tcp.LoadDenyList(n.cfg.TLSDeny); err != nil {
+			return nil, fmt.Errorf("node: cannot load the deny list: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// ErrNoTLSFiles: ReloadTLS on a node whose TLS came from no files.
+var ErrNoTLSFiles = payload.NewError(payload.InvalidOperation, "node.ReloadTLS", "the node's TLS comes from no files (-tls-cert, -tls-key, -tls-ca)")
+
+// ReloadTLS reads the node's TLS files (-tls-cert, -tls-key, -tls-ca,
+// -tls-deny) again and uses them from now on: new handshakes with peers
+// and on the admin listener present the new certificate and check the
+// new CA and deny list, links on a newly denied certificate close, and
+// links made before go on. A certificate that does not name the node, or
+// names it in another role, is refused and nothing changes. berth node
+// calls it on SIGHUP. Rotating the CA: give every node a CA file holding
+// the old and the new CA, reload each, then their new certificates, then
+// the new CA alone.
+func (n *Node) ReloadTLS() error {
+	if n.cfg.TLSCert == "" {
+		return ErrNoTLSFiles
+	}
+	c, err := n.loadTLS()
+	if err != nil {
+		return err
+	}
+	if a := n.attacher.Load(); a != nil {
+		if err := a.SetTLS(c); err != nil {
+			return fmt.Errorf("node: the new TLS files: %w", err)
+		}
+	}
+	n.tlsNow.Store(c)
+	leaf := c.Certificate.Leaf
+	n.log.Info("reloaded the TLS files", "serial", leaf.SerialNumber.Text(16), "not_after", leaf.NotAfter, "denied", len(c.Deny))
+	return nil
+}
+
 // serveAdmin serves the admin API (actor/admin) on Config.Admin: over TLS
 // with the node's certificate when it has one.
 func (n *Node) serveAdmin() error {
@@ -425,7 +482,8 @@ func (n *Node) serveAdmin() error {
 		return fmt.Errorf("node: cannot serve the admin API on %s: %w", n.cfg.Admin, err)
 	}
 	if n.cfg.TLS != nil {
-		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{n.cfg.TLS.Certificate}, MinVersion: tls.VersionTLS13})
+		ln = tls.NewListener(ln, &tls.Config{MinVersion: tls.VersionTLS13,
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &n.tlsNow.Load().Certificate, nil }})
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(n.log.Handler(), slog.LevelWarn)}
 	done := make(chan struct{})

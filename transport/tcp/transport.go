@@ -261,9 +261,9 @@ type Transport struct {
 	cfg  sessionConfig
 	log  *slog.Logger
 
-	ln        net.Listener
-	addr      string
-	tlsNow    atomic.Pointer[tlsState] // nil without TLS; SetTLS swaps it
+	ln     net.Listener
+	addr   string
+	tlsNow atomic.Pointer[tlsState] // nil without TLS; SetTLS swaps it
 
 	mu         sync.RWMutex
 	peers      map[string]*peer   // guarded by mu
