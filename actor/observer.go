@@ -151,7 +151,7 @@ type Stats struct {
 	Rejoins                int64         // times this host joined again as a new run after the membership ended its run (it was paused or starved past its lease), dropping the old run's objects
 	LostOnRejoin           int64         // items the old runs' links had not delivered when this host joined again that were not sent again — replies, move records, and messages to peers gone or no longer members meanwhile: lost with the old run (each rejoin logged at Warn)
 	SentAgain              int64         // messages the old runs' links had not seen taken when this host joined again, sent again by the new run, first and in order, marked so that their owners drop those they had (Repeats)
-	Repeats                int64         // messages sent again by a new run of their sender that this host had run already from the old run's link: dropped, not run twice
+	Repeats                int64         // messages whose stamp this host had run (or held) already — sent again by a new run of their sender, or replayed by a member: dropped, not run twice
 	Payload                payload.Stats // copy accounting of the host's payload pool
 }
 

@@ -42,7 +42,7 @@
 //	berth_order_skips_lost_total{host}             skip notices that could not reach their object
 //	berth_order_gaps_closed_total{host}            sequence numbers given up on after a host failure
 //	berth_order_late_messages_total{host}          messages run after their gap was given up on
-//	berth_order_repeats_dropped_total{host}        messages sent again by a sender's new run that had run here: dropped
+//	berth_order_repeats_dropped_total{host}        messages whose stamp had run here (sent again by a sender's new run, or replayed): dropped
 //	berth_order_oldest_gap_seconds{host}           how long the oldest gap has waited
 //	berth_order_over_bound_total{host}             arrivals past an object's reorder bound
 //	berth_order_pressure_waits_total{host}         outside sends that waited for a reorder buffer

@@ -156,7 +156,7 @@ func newHostCollector() *hostCollector {
 		sentAgain: desc("sent_again_total",
 			"Messages the old run's links had not seen taken when this host joined again, sent again by the new run."),
 		repeats: desc("order_repeats_dropped_total",
-			"Messages sent again by a new run of their sender that had run here already: dropped."),
+			"Messages whose stamp had run here already (sent again by a new run of their sender, or replayed): dropped."),
 		jeopardies: desc("lease_jeopardies_total",
 			"Times the host went into jeopardy."),
 		jeopardyTime: desc("lease_jeopardy_seconds_total",

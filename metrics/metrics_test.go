@@ -366,7 +366,7 @@ berth_order_gaps_closed_total{host="a"} 17
 # HELP berth_order_late_messages_total Messages run after a gap before them had been given up on.
 # TYPE berth_order_late_messages_total counter
 berth_order_late_messages_total{host="a"} 18
-# HELP berth_order_repeats_dropped_total Messages sent again by a new run of their sender that had run here already: dropped.
+# HELP berth_order_repeats_dropped_total Messages whose stamp had run here already (sent again by a new run of their sender, or replayed): dropped.
 # TYPE berth_order_repeats_dropped_total counter
 berth_order_repeats_dropped_total{host="a"} 48
 # HELP berth_order_oldest_gap_seconds How long the longest-waiting gap of any object on the host has waited for an older message.

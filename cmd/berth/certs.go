@@ -3,7 +3,7 @@ package main
 // berth certs: a development CA and node certificates for mutual TLS
 // between hosts (internal/devca). Production operators bring their own.
 //
-//	berth certs -dir DIR [-hosts h1,h2] [-gateway c1,c2] name1 name2 ...
+//	berth certs -dir DIR [-hosts h1,h2] [-gateway c1,c2] [-also m1,m2] name1 name2 ...
 //
 // makes DIR/ca.pem and DIR/ca-key.pem, unless both exist already (then it
 // loads that CA), and for each name DIR/NAME.pem and DIR/NAME-key.pem: a
@@ -31,11 +31,11 @@ func certsMain(args []string, stdout, stderr io.Writer) int {
 	flags := flag.NewFlagSet("certs", flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	flags.Usage = func() {
-		fmt.Fprintln(stderr, "usage: berth certs -dir DIR [-hosts h1,h2] [-gateway c1,c2] name1 name2 ...")
+		fmt.Fprintln(stderr, "usage: berth certs -dir DIR [-hosts h1,h2] [-gateway c1,c2] [-also m1,m2] name1 name2 ...")
 		fmt.Fprintln(stderr, "Makes a development CA in DIR (or loads DIR/ca.pem and DIR/ca-key.pem if they exist)")
 		fmt.Fprintln(stderr, "and a certificate and key for each name. It never overwrites a file.")
 		fmt.Fprintln(stderr, "Each certificate names one member and its role in a URI (urn:berth:node:NAME or")
-		fmt.Fprintln(stderr, "urn:berth:gateway:NAME), and acts as that member only. A node's may do everything a")
+		fmt.Fprintln(stderr, "urn:berth:gateway:NAME; -also adds more), and acts as those members only. A node's may do everything a")
 		fmt.Fprintln(stderr, "member does; a gateway's may send messages and asks and take replies, and nothing")
 		fmt.Fprintln(stderr, "else: nodes refuse its relocation records, route hints, pauses and relocation")
 		fmt.Fprintln(stderr, "requests, place no object on it, and a host with it does not start with kinds.")
@@ -43,6 +43,7 @@ func certsMain(args []string, stdout, stderr io.Writer) int {
 	}
 	dir := flags.String("dir", "", "directory for the files, made (mode 0700) if missing (required)")
 	hosts := flags.String("hosts", "", "comma-separated DNS names and IP addresses added to every certificate for hostname checks (the admin listener's, say), e.g. localhost,127.0.0.1; they name no member")
+	also := flags.String("also", "", "comma-separated further member names every certificate of this run names besides its own: one certificate for several hosts (the pods of a StatefulSet)")
 	gateways := flags.String("gateway", "", "comma-separated names, among the names given, that get a gateway's certificate (a client of the cluster: berth node -gateway, or actor.Config.Gateway)")
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -55,23 +56,7 @@ func certsMain(args []string, stdout, stderr io.Writer) int {
 		flags.Usage()
 		return 2
 	}
-	var hostList []string
-	if *hosts != "" {
-		for h := range strings.SplitSeq(*hosts, ",") {
-			if h = strings.TrimSpace(h); h != "" {
-				hostList = append(hostList, h)
-			}
-		}
-	}
-	var gatewayList []string
-	if *gateways != "" {
-		for g := range strings.SplitSeq(*gateways, ",") {
-			if g = strings.TrimSpace(g); g != "" {
-				gatewayList = append(gatewayList, g)
-			}
-		}
-	}
-	written, err := runCerts(*dir, flags.Args(), hostList, gatewayList)
+	written, err := runCerts(*dir, flags.Args(), devca.Spec{Hosts: list(*hosts), Gateways: list(*gateways), Also: list(*also)})
 	for _, p := range written {
 		fmt.Fprintln(stdout, "wrote", p)
 	}
@@ -85,7 +70,7 @@ func certsMain(args []string, stdout, stderr io.Writer) int {
 // runCerts loads the CA in dir, or makes one if dir holds neither of its
 // files, and writes a certificate for each of names. It returns the paths
 // it wrote, in order.
-func runCerts(dir string, names, hosts, gateways []string) ([]string, error) {
+func runCerts(dir string, names []string, sp devca.Spec) ([]string, error) {
 	caCert, caKey := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem")
 	certPEM, certErr := os.ReadFile(caCert)
 	keyPEM, keyErr := os.ReadFile(caKey)
@@ -114,11 +99,22 @@ func runCerts(dir string, names, hosts, gateways []string) ([]string, error) {
 	}
 	// WriteFiles checks every name and file before it writes any; so on
 	// its error nothing is written, unless the disk failed half way.
-	if err := devca.WriteFilesAs(dir, ca, names, gateways, hosts...); err != nil {
+	if err := devca.WriteFilesFor(dir, ca, names, sp); err != nil {
 		return nil, err
 	}
 	for _, n := range names {
 		written = append(written, filepath.Join(dir, n+".pem"), filepath.Join(dir, n+"-key.pem"))
 	}
 	return written, nil
+}
+
+// list splits a comma-separated flag, dropping empty entries.
+func list(s string) []string {
+	var out []string
+	for v := range strings.SplitSeq(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }

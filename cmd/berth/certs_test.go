@@ -165,3 +165,23 @@ func TestCertsGivesGatewaysTheirRole(t *testing.T) {
 		t.Fatal("files were written for a refused run")
 	}
 }
+
+// berth certs -also makes one certificate name several members (the pods
+// of a StatefulSet sharing one), each in an identity URI of its role.
+func TestCertsAlsoNamesFurtherMembers(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "certs")
+	if code, _, errOut := certsRun("-dir", dir, "-also", "berth-1,berth-2", "berth-0"); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, "berth-0.pem"), filepath.Join(dir, "berth-0-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, u := range pair.Leaf.URIs {
+		got = append(got, u.String())
+	}
+	if want := []string{"urn:berth:node:berth-0", "urn:berth:node:berth-1", "urn:berth:node:berth-2"}; !slices.Equal(got, want) {
+		t.Fatalf("URIs %q, want %q", got, want)
+	}
+}

@@ -242,9 +242,26 @@ func (c *CA) Issue(name string, hosts ...string) (certPEM, keyPEM []byte, err er
 // ("urn:berth:gateway:NAME") lets its holder send messages and asks and
 // take replies, and nothing a node does (transport.RoleGateway).
 func (c *CA) IssueAs(role transport.Role, name string, hosts ...string) (certPEM, keyPEM []byte, err error) {
+	return c.IssueMembers(role, []string{name}, hosts...)
+}
+
+// IssueMembers is IssueAs for one certificate naming several members of
+// role, each in an identity URI (the pods of a StatefulSet sharing one
+// certificate, say): names[0] is its subject and first DNS name.
+func (c *CA) IssueMembers(role transport.Role, names []string, hosts ...string) (certPEM, keyPEM []byte, err error) {
 	c.check()
-	if err := checkName(name); err != nil {
-		return nil, nil, fmt.Errorf("devca: member name: %w", err)
+	if len(names) == 0 {
+		return nil, nil, errors.New("devca: no member name")
+	}
+	for _, n := range names {
+		if err := checkName(n); err != nil {
+			return nil, nil, fmt.Errorf("devca: member name: %w", err)
+		}
+	}
+	name := names[0]
+	uris := make([]*url.URL, 0, len(names))
+	for _, n := range names {
+		uris = append(uris, transport.IdentityURI(role, n))
 	}
 	dnsHosts, ips, err := splitHosts(hosts)
 	if err != nil {
@@ -285,7 +302,7 @@ func (c *CA) IssueAs(role transport.Role, name string, hosts ...string) (certPEM
 		BasicConstraintsValid: true,
 		DNSNames:              dnsNames,
 		IPAddresses:           ips,
-		URIs:                  []*url.URL{transport.IdentityURI(role, name)},
+		URIs:                  uris,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
 	if err != nil {
@@ -332,17 +349,37 @@ func (c *CA) IssueTLSAs(role transport.Role, name string, hosts ...string) (tls.
 // anything. A failure to write (a full disk) can leave the files written
 // before it.
 func WriteFiles(dir string, ca *CA, names []string, hosts ...string) error {
-	return WriteFilesAs(dir, ca, names, nil, hosts...)
+	return WriteFilesFor(dir, ca, names, Spec{Hosts: hosts})
 }
 
-// WriteFilesAs is WriteFiles with gateways too: the names in gateways get
-// a gateway's certificate (IssueAs with transport.RoleGateway), the others
-// a node's. A name in gateways that is not in names is an error.
-func WriteFilesAs(dir string, ca *CA, names, gateways []string, hosts ...string) error {
+// Spec is what WriteFilesFor puts in the certificates besides their names.
+type Spec struct {
+	// Gateways are the names, among the names, that get a gateway's
+	// certificate (IssueAs with transport.RoleGateway); the others get a
+	// node's.
+	Gateways []string
+	// Also are further member names every certificate names besides its
+	// own (IssueMembers): one certificate for several hosts.
+	Also []string
+	// Hosts are DNS names and IP addresses added to every certificate for
+	// hostname checks (they name no member).
+	Hosts []string
+}
+
+// WriteFilesFor is WriteFiles with gateways, further member names and
+// hosts as sp says. A name in sp.Gateways that is not among names is an
+// error.
+func WriteFilesFor(dir string, ca *CA, names []string, sp Spec) error {
 	ca.check()
-	for _, g := range gateways {
+	hosts := sp.Hosts
+	for _, g := range sp.Gateways {
 		if !slices.Contains(names, g) {
 			return fmt.Errorf("devca: gateway %q is not among the names %q", g, names)
+		}
+	}
+	for _, n := range sp.Also {
+		if err := checkName(n); err != nil {
+			return fmt.Errorf("devca: member name: %w", err)
 		}
 	}
 	if dir == "" {
@@ -397,10 +434,16 @@ func WriteFilesAs(dir string, ca *CA, names, gateways []string, hosts ...string)
 	}
 	for _, n := range names {
 		role := transport.RoleNode
-		if slices.Contains(gateways, n) {
+		if slices.Contains(sp.Gateways, n) {
 			role = transport.RoleGateway
 		}
-		certPEM, keyPEM, err := ca.IssueAs(role, n, hosts...)
+		members := []string{n}
+		for _, a := range sp.Also {
+			if !slices.Contains(members, a) {
+				members = append(members, a)
+			}
+		}
+		certPEM, keyPEM, err := ca.IssueMembers(role, members, hosts...)
 		if err != nil {
 			return err
 		}
