@@ -34,17 +34,18 @@ func certsMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: berth certs -dir DIR [-hosts h1,h2] [-gateway c1,c2] [-also m1,m2] name1 name2 ...")
 		fmt.Fprintln(stderr, "Makes a development CA in DIR (or loads DIR/ca.pem and DIR/ca-key.pem if they exist)")
 		fmt.Fprintln(stderr, "and a certificate and key for each name. It never overwrites a file.")
-		fmt.Fprintln(stderr, "Each certificate names one member and its role in a URI (urn:berth:node:NAME or")
-		fmt.Fprintln(stderr, "urn:berth:gateway:NAME; -also adds more), and acts as those members only. A node's may do everything a")
-		fmt.Fprintln(stderr, "member does; a gateway's may send messages and asks and take replies, and nothing")
-		fmt.Fprintln(stderr, "else: nodes refuse its relocation records, route hints, pauses and relocation")
-		fmt.Fprintln(stderr, "requests, place no object on it, and a host with it does not start with kinds.")
+		fmt.Fprintln(stderr, "Each certificate names its member and role in a URI (urn:berth:node:NAME or")
+		fmt.Fprintln(stderr, "urn:berth:gateway:NAME; -also adds members), and acts as those members only.")
+		fmt.Fprintln(stderr, "A node's may do everything a member does; a gateway's may send messages and asks")
+		fmt.Fprintln(stderr, "and take replies, and nothing else: nodes refuse its relocation records, route")
+		fmt.Fprintln(stderr, "hints, pauses and relocation requests, place no object on it, and a host with it")
+		fmt.Fprintln(stderr, "does not start with kinds.")
 		flags.PrintDefaults()
 	}
 	dir := flags.String("dir", "", "directory for the files, made (mode 0700) if missing (required)")
 	hosts := flags.String("hosts", "", "comma-separated DNS names and IP addresses added to every certificate for hostname checks (the admin listener's, say), e.g. localhost,127.0.0.1; they name no member")
 	also := flags.String("also", "", "comma-separated further member names every certificate of this run names besides its own: one certificate for several hosts (the pods of a StatefulSet)")
-	gateways := flags.String("gateway", "", "comma-separated names, among the names given, that get a gateway's certificate (a client of the cluster: berth node -gateway, or actor.Config.Gateway)")
+	gateways := flags.String("gateway", "", "comma-separated names, among the names given, that get a gateway's certificate (a client of the cluster: a program's host with actor.Config.Gateway)")
 	if err := flags.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
