@@ -598,6 +598,9 @@ func (iq *inbounds) onPressure(from string, p *pressureItem) {
 	}
 }
 
+// owns is what this host knows of whether a pause's sender owns the
+// object: yes (its route names the sender), no (the object runs here), or
+// unknown (the Location Store decides).
 type owns int
 
 const (
