@@ -1,5 +1,5 @@
 // Package devca makes a development certificate authority and the node
-// certificates that berth's hosts present to each other over mutually
+// and gateway certificates that berth's hosts present to each other over mutually
 // authenticated TLS.
 //
 // It is for development, demos and tests: one command (berth certs) or a
@@ -16,9 +16,11 @@
 //   - The CA certificate is self-signed, IsCA with MaxPathLen 0 (it signs
 //     leaves, not intermediate CAs), valid from an hour before it was made
 //     (to tolerate clock skew between hosts) to ten years after.
-//   - A node certificate for member name has subject CN = name and name as
-//     its first DNS SAN, so a peer reads the member's name from the
-//     verified chain. It is good for both server and client authentication
+//   - A certificate for member name has subject CN = name, name as its
+//     first DNS SAN (for hostname checks), and one identity URI per member
+//     it names (transport.IdentityURI: "urn:berth:node:NAME", or
+//     "urn:berth:gateway:NAME" from IssueAs with transport.RoleGateway), so
+//     a peer reads the member and its role from the verified chain. It is good for both server and client authentication
 //     (each host dials and is dialled), valid from an hour before issue to
 //     a year after, never past the CA's own NotAfter.
 //   - Serial numbers are random 128-bit positive integers.

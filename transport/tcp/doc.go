@@ -7,10 +7,16 @@
 //
 // # Identity
 //
-// Each host has a certificate that names it (its member name is one of
-// the certificate's DNS names, compared exactly: a wildcard names no
-// member) and trusts one CA pool (Options.TLS; LoadTLS reads PEM files;
-// internal/devca makes a development CA). A connection's peer is the
+// Each host has a certificate that names it — in an identity URI
+// "urn:berth:ROLE:NAME" (transport.IdentityURI; a certificate with such
+// URIs names only those members, in their role, node or gateway), or, in
+// a certificate without one, as one of its DNS names, compared exactly (a
+// wildcard names no member), as a node — and trusts one CA pool
+// (Options.TLS; LoadTLS reads PEM files; internal/devca makes a
+// development CA). The role a peer's latest connection showed is
+// Transport.PeerRole. Transport.SetTLS swaps the certificate, the CA and
+// a deny list of certificate serials (TLS.Deny) while the transport runs:
+// new handshakes use them, links on a denied certificate close. A connection's peer is the
 // member its certificate names: the dialer says which member it is in a
 // preamble and the listener checks it against the verified certificate;
 // the dialer checks that the listener's certificate names the member it
