@@ -22,7 +22,7 @@
 // the dialer checks that the listener's certificate names the member it
 // meant to reach. Every frame on a connection is attributed to that
 // peer — no frame carries a sender name. A connection without a
-// certificate, with one of another CA, or claiming a member its
+// certificate, with one of another CA or on the deny list, or claiming a member its
 // certificate does not name is closed before it carries anything (counted
 // in Stats.Refused, logged at most once a second). Options.Insecure runs
 // without TLS: the preamble's name is then taken as it stands, so it is
