@@ -1,6 +1,7 @@
 package transport_test
 
 import (
+	"fmt"
 	"net/url"
 	"testing"
 
@@ -56,4 +57,13 @@ func FuzzParseIdentityURI(f *testing.F) {
 			t.Fatalf("%q: %v %q does not read back: %v %q %v", s, r, name, r2, name2, ok2)
 		}
 	})
+}
+
+// A certificate's identity URI names its member and role; a CA that
+// issues berth's certificates puts one in each.
+func ExampleIdentityURI() {
+	u := transport.IdentityURI(transport.RoleGateway, "c1")
+	role, name, ok := transport.ParseIdentityURI(u)
+	fmt.Println(u, role, name, ok)
+	// Output: urn:berth:gateway:c1 gateway c1 true
 }
