@@ -3,11 +3,13 @@ package tcp_test
 import (
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/berthrt/berth/internal/devca"
 	"github.com/berthrt/berth/internal/testutil"
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/transport"
@@ -122,4 +124,21 @@ func TestADenyListFileIsReadOneSerialPerLine(t *testing.T) {
 	if _, err := tcp.LoadDenyList(bad); !errors.Is(err, payload.InvalidOperation) || !strings.Contains(err.Error(), bad+":2") {
 		t.Fatalf("LoadDenyList of a bad line: %v", err)
 	}
+}
+
+// ExampleTransport_SetTLS: a host takes a new certificate and a deny list
+// while it runs — a leaked key's certificate, by its serial number.
+func ExampleTransport_SetTLS() {
+	ca, _ := devca.New("example CA")
+	cert, _ := ca.IssueTLS("a")
+	a, err := tcp.Listen("a", newSink(), tcp.Options{TLS: &tcp.TLS{Certificate: cert, CA: ca.Pool()}})
+	if err != nil {
+		panic(err)
+	}
+	defer a.Close(true)
+	leaked, _ := ca.IssueTLS("b")
+	fresh, _ := ca.IssueTLS("a")
+	err = a.SetTLS(&tcp.TLS{Certificate: fresh, CA: ca.Pool(), Deny: []string{leaked.Leaf.SerialNumber.Text(16)}})
+	fmt.Println(err)
+	// Output: <nil>
 }
