@@ -599,27 +599,33 @@ func (iq *inbounds) onPressure(from string, p *pressureItem) {
 }
 
 // owns is what this host knows of whether a pause's sender owns the
-// object: yes (its route names the sender), no (the object runs here), or
-// unknown (the Location Store decides).
+// object: yes (its route names the sender), no (the object runs here),
+// another (its route names another host, which may lag a move), or
+// unknown (no route).
 type owns int
 
 const (
 	ownsUnknown owns = iota
 	ownsYes
 	ownsNo
+	ownsAnother
 )
 
-// pauserOwns reports whether this host's own knowledge shows host by as
-// obj's owner: yes if its route names by, no if obj runs here.
+// pauserOwns reports what this host's own knowledge shows of host by as
+// obj's owner.
 func (iq *inbounds) pauserOwns(by string, obj relocation.Object) owns {
 	h := iq.h
 	if kr := h.owners.kinds[obj.Kind]; kr != nil && kr.local(obj.ID) != nil {
 		return ownsNo
 	}
-	if e, ok := h.routes.lookup(obj); ok && e.Host == by {
+	e, ok := h.routes.lookup(obj)
+	switch {
+	case !ok:
+		return ownsUnknown
+	case e.Host == by:
 		return ownsYes
 	}
-	return ownsUnknown
+	return ownsAnother
 }
 
 // checkPause takes by's pause of obj if the Location Store names by the
@@ -670,11 +676,7 @@ func (iq *inbounds) pauseJobs(tick *schedule) {
 func (iq *inbounds) endStalePauses() {
 	h := iq.h
 	for _, k := range h.gaps.pressure.pauses(h.name) {
-		if !h.routes.sending(k.obj) || iq.pauserOwns(k.by, k.obj) == ownsNo {
-			h.gaps.pressure.resume(k.obj, k.by)
-			continue
-		}
-		if e, ok := h.routes.lookup(k.obj); ok && e.Host != k.by {
+		if o := iq.pauserOwns(k.by, k.obj); o == ownsNo || o == ownsAnother || !h.routes.sending(k.obj) {
 			h.gaps.pressure.resume(k.obj, k.by)
 		}
 	}
