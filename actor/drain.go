@@ -69,10 +69,6 @@ func (h *Host) DrainState() DrainState { return h.drainer.current() }
 // current returns the drain state.
 func (dr *drainer) current() DrainState { return DrainState(dr.state.Load()) }
 
-// ErrNowhereToDrain: Drain found objects of a kind that relocates and no
-// other host serving that kind.
-var ErrNowhereToDrain = errors.New("nowhere to drain to")
-
 // strandedKind returns a kind that relocates, has objects here, and has no
 // other host to go to ("" if none).
 func (dr *drainer) strandedKind() string {

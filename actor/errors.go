@@ -2,6 +2,7 @@ package actor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/berthrt/berth/payload"
@@ -108,6 +109,50 @@ var (
 	ErrRequestTimeout error = &payload.Error{Kind: payload.DeadlineExceeded, Op: "actor.Ask",
 		Detail: "no reply before the deadline", Err: context.DeadlineExceeded}
 )
+
+// Errors of Relocate and Drain.
+var (
+	// ErrNotLocal: the host asked to move an object has no owner for it
+	// (it moved away or deactivated meanwhile). Relocate looks the object
+	// up again when it gets this from the owner's host it asked.
+	ErrNotLocal = payload.NewError(payload.NotFound, "actor.Host.Relocate", "the object has no owner on this host")
+	// ErrNoNetwork: Relocate or Drain on a host without a transport.
+	ErrNoNetwork = payload.NewError(payload.NotConfigured, "actor.Host.Relocate", "the host has no transport (Config.Transport)")
+	// ErrAlreadyThere: Relocate to the host the object already lives on
+	// (an InvalidOperation that wraps it names the object and the host).
+	ErrAlreadyThere = errors.New("nothing to move")
+	// ErrMoveInProgress: Relocate of an object that is already moving.
+	ErrMoveInProgress = payload.NewError(payload.InvalidOperation, "actor.Host.Relocate", "the object is already moving")
+)
+
+// ErrNowhereToDrain: Drain found objects of a kind that relocates and no
+// other host serving that kind.
+var ErrNowhereToDrain = errors.New("nowhere to drain to")
+
+// ErrNotActive: Locate found no live owner — the object was never
+// activated, was deactivated, or its owner host is gone. Its next message
+// activates it.
+var ErrNotActive = payload.NewError(payload.NotFound, "actor.Host.Locate", "the object is not active on any host")
+
+// ErrPeerBacklog: the object's host has too much of this host's traffic
+// already. Either it refused an Ask because it kept Config.PeerInbound of
+// the messages from this host's link (its objects did not keep up, or its
+// look-ups were slow), or this host did not send a message because the
+// link to that host holds as much as its bound allows of what the host
+// has not taken (it does not read, or is cut off: the transport's hard
+// bound, such as tcp.Options.MaxPendingItems). The message did not run;
+// sending it again later is safe. Sends from outside the handlers wait
+// for credit and room before either bound is reached (then get
+// ErrSendTimeout), so a host that sees it is sending from handlers faster
+// than the other host takes their messages.
+var ErrPeerBacklog = payload.NewError(payload.Unavailable, "actor",
+	"the object's host has too many messages from this host already: the message did not run")
+
+// ErrTooManyRelocations: Relocate asked of another host (the object's
+// owner) while that host runs 256 relocations asked by this one already.
+// The object stays where it is; asking again later is safe.
+var ErrTooManyRelocations = payload.NewError(payload.CapacityExceeded, "actor.Host.Relocate",
+	"the object's host runs too many relocations asked by this host already")
 
 // peerFailed is the error of the requests handed to host when it was
 // declared failed (requestTable.failRun): ErrPeerFailed, with the host's

@@ -18,11 +18,6 @@ type Location struct {
 	ObjectGeneration, OwnerGeneration uint64
 }
 
-// ErrNotActive: Locate found no live owner — the object was never
-// activated, was deactivated, or its owner host is gone. Its next message
-// activates it.
-var ErrNotActive = payload.NewError(payload.NotFound, "actor.Host.Locate", "the object is not active on any host")
-
 // Locate returns where object ref lives, from any host of the network (or
 // on a standalone host, itself): the owner host and generations the
 // Location Store records. It does not activate the object. While a move is

@@ -36,21 +36,6 @@ import (
 // registered for its follow window (the machine's Forget) to answer late
 // records.
 
-// Errors of Relocate and Drain.
-var (
-	// ErrNotLocal: the host asked to move an object has no owner for it
-	// (it moved away or deactivated meanwhile). Relocate looks the object
-	// up again when it gets this from the owner's host it asked.
-	ErrNotLocal = payload.NewError(payload.NotFound, "actor.Host.Relocate", "the object has no owner on this host")
-	// ErrNoNetwork: Relocate or Drain on a host without a transport.
-	ErrNoNetwork = payload.NewError(payload.NotConfigured, "actor.Host.Relocate", "the host has no transport (Config.Transport)")
-	// ErrAlreadyThere: Relocate to the host the object already lives on
-	// (an InvalidOperation that wraps it names the object and the host).
-	ErrAlreadyThere = errors.New("nothing to move")
-	// ErrMoveInProgress: Relocate of an object that is already moving.
-	ErrMoveInProgress = payload.NewError(payload.InvalidOperation, "actor.Host.Relocate", "the object is already moving")
-)
-
 // moveDriver carries out one move's state machine on this host: the source
 // side (the object moves away) or the target side (it moves here). Inputs
 // come from Relocate, the owner's lifecycle turns, the link, the tick and

@@ -348,20 +348,6 @@ func raise(v *atomic.Int64, to int64) {
 	}
 }
 
-// ErrPeerBacklog: the object's host has too much of this host's traffic
-// already. Either it refused an Ask because it kept Config.PeerInbound of
-// the messages from this host's link (its objects did not keep up, or its
-// look-ups were slow), or this host did not send a message because the
-// link to that host holds as much as its bound allows of what the host
-// has not taken (it does not read, or is cut off: the transport's hard
-// bound, such as tcp.Options.MaxPendingItems). The message did not run;
-// sending it again later is safe. Sends from outside the handlers wait
-// for credit and room before either bound is reached (then get
-// ErrSendTimeout), so a host that sees it is sending from handlers faster
-// than the other host takes their messages.
-var ErrPeerBacklog = payload.NewError(payload.Unavailable, "actor",
-	"the object's host has too many messages from this host already: the message did not run")
-
 // budgetBytes is what message m counts in a budget: its frame's length,
 // at most 4 GiB (a pendingSend keeps it in 32 bits).
 func budgetBytes(m *payload.Message) int64 { return budgetLen(m.Len()) }

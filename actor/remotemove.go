@@ -62,12 +62,6 @@ type servedOp struct {
 // request is answered with ErrTooManyRelocations.
 const maxServedPerPeer = 256
 
-// ErrTooManyRelocations: Relocate asked of another host (the object's
-// owner) while that host runs 256 relocations asked by this one already.
-// The object stays where it is; asking again later is safe.
-var ErrTooManyRelocations = payload.NewError(payload.CapacityExceeded, "actor.Host.Relocate",
-	"the object's host runs too many relocations asked by this host already")
-
 type remoteWaiter struct {
 	peer string
 	ch   chan error
