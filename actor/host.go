@@ -38,16 +38,10 @@ const (
 // at once. After Stop or Close returns, no goroutine of the host is left.
 // A Host is safe for concurrent use.
 type Host struct {
-	cfg   Config
-	name  string
-	obs   observer // the Config's Observer (a no-op one if none)
-	trace *tracing // the Config's TracerProvider's tracer; nil if none (trace.go)
-	log   *slog.Logger
+	hostEnv // what every part reads: the configuration, the name, the logger, the pools
 
 	windowWait func(ctx context.Context, d time.Duration) error // tests: Busiest's window (nil: waitWindow)
 
-	pool     *payload.Pool
-	reg      *payload.Registry
 	jobs     jobQueue     // the host-wide application job queue (mailbox.Permits) and the lanes' counts
 	requests requestTable // Asks waiting for their reply (requests.go)
 	stats    hostStats    // the counters and gauges of Stats (stats.go)
@@ -68,14 +62,30 @@ type Host struct {
 	drainer  drainer       // Drain and the leave stages (drain.go)
 	gaps     gapFacts      // failure facts and the gaps' gauge and log (gaps.go)
 	suspects suspicions    // failure suspicions from the links, checked against the Location Store (suspect.go)
-	peerLogs peerLogs      // rate limits of the lines peers' input causes (peerlog.go)
-	tallies  *tallies      // lines that sum bursts of per-object events (peerlog.go)
 	events   eventLog      // what happened to the cluster as this host saw it (events.go)
 	metrics  metricsServer // the /metrics server, if Config.MetricsAddr is set
 
 	// afterRelease, set by tests only, runs after held messages are
 	// released to an owner's mailbox, with the owner's seqMu held.
 	afterRelease atomic.Pointer[func()]
+}
+
+// hostEnv is the value every part of a host is given (by pointer; the
+// host's own copy): the configuration, the host's name, its Observer,
+// tracer and logger, the payload pool and codec registry, and the
+// rate-limited lines. None of it is another part: it is set by NewHost and
+// read-only after it (the limiters and tallies are safe for concurrent
+// use).
+type hostEnv struct {
+	cfg      Config
+	name     string
+	obs      observer // the Config's Observer (a no-op one if none)
+	trace    *tracing // the Config's TracerProvider's tracer; nil if none (trace.go)
+	log      *slog.Logger
+	pool     *payload.Pool
+	reg      *payload.Registry
+	peerLogs peerLogs // rate limits of the lines peers' input causes (peerlog.go)
+	tallies  *tallies // lines that sum bursts of per-object events (peerlog.go)
 }
 
 // lifecycle is where the host is between NewHost and Close.
@@ -139,26 +149,29 @@ func NewHost(cfg Config) (*Host, error) {
 		return nil, err
 	}
 	h := &Host{
-		cfg:     cfg,
-		name:    cfg.Name,
-		obs:     observer{Observer: cfg.Observer, timed: cfg.Observer != nil},
-		trace:   newTracing(cfg.TracerProvider, cfg.Name),
-		log:     cfg.Logger.With("host", cfg.Name),
-		pool:    payload.NewPool(payload.PoolOptions{OnRelease: cfg.OnPayloadRelease}),
-		reg:     payload.NewRegistry(),
+		hostEnv: hostEnv{
+			cfg:     cfg,
+			name:    cfg.Name,
+			obs:     observer{Observer: cfg.Observer, timed: cfg.Observer != nil},
+			trace:   newTracing(cfg.TracerProvider, cfg.Name),
+			log:     cfg.Logger.With("host", cfg.Name),
+			pool:    payload.NewPool(payload.PoolOptions{OnRelease: cfg.OnPayloadRelease}),
+			reg:     payload.NewRegistry(),
+			tallies: newTallies(),
+		},
 		life:    lifecycle{storeTimeout: cfg.StoreTimeout, done: make(chan struct{}), closed: make(chan struct{})},
 		svc:     newServices(nil),
 		owners:  ownerTable{seed: maphash.MakeSeed(), kinds: map[string]*kindRuntime{}, channels: map[string]*channelRuntime{}},
 		workers: workerPool{handoff: make(chan func()), stop: make(chan struct{})},
 		drainer: drainer{stopTurn: make(chan struct{}, 1)},
-		tallies: newTallies(),
 		events:  eventLog{self: cfg.Name},
 	}
 	h.life.close = h.Close
 	h.owners.handOn = h.router.handOn
 	h.suspects.h, h.suspects.confirm = h, make(chan membership.Member)
 	h.moves.h, h.moves.remote.h = h, h
-	h.peers.h, h.in.h, h.router.h, h.requests.h, h.owners.h, h.gaps.h, h.drainer.h, h.lease.h, h.admit.h = h, h, h, h, h, h, h, h, h
+	h.peers.h, h.in.h, h.router.h, h.owners.h, h.gaps.h, h.drainer.h, h.lease.h, h.admit.h = h, h, h, h, h, h, h, h
+	h.wire()
 	h.peers.view.selfVersion = cfg.AppVersion
 	if h.obs.Observer == nil {
 		h.obs.Observer = noObserver{}
@@ -177,6 +190,13 @@ func NewHost(cfg Config) (*Host, error) {
 		}
 	}
 	return h, nil
+}
+
+// wire hands each part the lower parts it uses and the host's env: the
+// host is the only value that knows them all.
+func (h *Host) wire() {
+	env := &h.hostEnv
+	h.requests.hostEnv, h.requests.life, h.requests.stats, h.requests.peers = env, &h.life, &h.stats, &h.peers
 }
 
 // Name returns the host's name.

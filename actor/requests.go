@@ -73,7 +73,10 @@ var pendings = sync.Pool{New: func() any {
 
 // requestTable maps operation ids of outstanding requests to their waiters.
 type requestTable struct {
-	h      *Host
+	*hostEnv
+	life   *lifecycle
+	stats  *hostStats
+	peers  *peers
 	shards [16]struct {
 		mu sync.Mutex
 		m  map[payload.OpID]*pending
@@ -98,7 +101,7 @@ func (t *requestTable) add(op payload.OpID, p *pending) {
 // its reply comes here (read before m is handed on and released).
 func (t *requestTable) own(m *payload.Message) (payload.OpID, bool) {
 	hv := m.Header()
-	if string(hv.ReplyTo()) != t.h.name {
+	if string(hv.ReplyTo()) != t.name {
 		return payload.OpID{}, false
 	}
 	return hv.Op(), true
@@ -116,7 +119,7 @@ func (t *requestTable) handedTo(op payload.OpID, to peerRun) {
 		p.to = to
 	}
 	s.mu.Unlock()
-	if p == nil || !t.h.peers.view.runFailed(to) {
+	if p == nil || !t.peers.view.runFailed(to) {
 		return
 	}
 	s.mu.Lock()
@@ -127,7 +130,7 @@ func (t *requestTable) handedTo(op payload.OpID, to peerRun) {
 	}
 	s.mu.Unlock()
 	if p != nil {
-		t.h.stats.failedWithPeer.Add(1)
+		t.stats.failedWithPeer.Add(1)
 		p.ch <- reply{err: peerFailed(to.name)}
 	}
 }
@@ -154,12 +157,12 @@ func (t *requestTable) failRun(r peerRun) {
 	if len(failed) == 0 {
 		return
 	}
-	t.h.stats.failedWithPeer.Add(int64(len(failed)))
+	t.stats.failedWithPeer.Add(int64(len(failed)))
 	err := peerFailed(r.name)
 	for _, p := range failed {
 		p.ch <- reply{err: err} // buffered: its one terminal
 	}
-	t.h.log.Info("requests ended: the host their messages were handed to failed (they may have run)",
+	t.log.Info("requests ended: the host their messages were handed to failed (they may have run)",
 		"host", r.name, "run", r.run, "requests", len(failed))
 }
 
@@ -216,9 +219,8 @@ func (t *requestTable) complete(op payload.OpID, r reply) bool {
 
 // onReply completes the request op with a reply frame from a link.
 func (rq *requestTable) onReply(op payload.OpID, flags uint8, buf payload.Buffer) {
-	h := rq.h
 	if flags&flagError != 0 {
-		rerr := decodeWireError(h, buf)
+		rerr := rq.decodeWireError(buf)
 		buf.Release()
 		rq.complete(op, reply{err: rerr})
 		return
@@ -230,7 +232,6 @@ func (rq *requestTable) onReply(op payload.OpID, flags uint8, buf payload.Buffer
 // the reply already taken by its deliverer, the reply came first and is
 // returned.
 func (rq *requestTable) await(ctx context.Context, op payload.OpID, p *pending, left time.Duration) (reply, error) {
-	h := rq.h
 	select {
 	case r := <-p.ch: // already answered (a turn run inline, or a fast owner)
 		pendings.Put(p)
@@ -248,7 +249,7 @@ func (rq *requestTable) await(ctx context.Context, op payload.OpID, p *pending, 
 		err = ctxErr(ctx)
 	case <-p.timer.C:
 		err = ErrRequestTimeout
-	case <-h.life.done:
+	case <-rq.life.done:
 		err = ErrShuttingDown
 	}
 	p.timer.Stop()
@@ -263,13 +264,12 @@ func (rq *requestTable) await(ctx context.Context, op payload.OpID, p *pending, 
 
 // routeReply delivers a reply to the asker's host. Replies take no permit.
 func (rq *requestTable) routeReply(route []byte, op payload.OpID, r reply) {
-	h := rq.h
-	if string(route) == h.name {
+	if string(route) == rq.name {
 		rq.complete(op, r)
 		return
 	}
-	if h.peers.tr == nil {
-		h.log.Warn("reply route unknown; reply dropped", "route", string(route))
+	if rq.peers.tr == nil {
+		rq.log.Warn("reply route unknown; reply dropped", "route", string(route))
 		if !r.buf.IsZero() {
 			r.buf.Release()
 		}
@@ -278,16 +278,16 @@ func (rq *requestTable) routeReply(route []byte, op payload.OpID, r reply) {
 	buf := r.buf
 	if r.err != nil {
 		var err error
-		if buf, err = encodeWireError(h, op, r.err); err != nil {
-			h.log.Error("error reply not encodable", "err", err)
+		if buf, err = rq.encodeWireError(op, r.err); err != nil {
+			rq.log.Error("error reply not encodable", "err", err)
 			return
 		}
 	}
-	err := h.peers.sendItem(string(route), transport.Reply, buf.Bytes())
+	err := rq.peers.sendItem(string(route), transport.Reply, buf.Bytes())
 	buf.Release()
 	if err != nil && !errors.Is(err, ErrPeerBacklog) { // that one is counted and logged
 		// The asker's host is not reachable from here (it left the
 		// network): nobody there waits for this reply any more.
-		h.peerLogs.replyLost.Warn(h.log, "reply lost: the asker's host is not reachable", "route", string(route), "err", err)
+		rq.peerLogs.replyLost.Warn(rq.log, "reply lost: the asker's host is not reachable", "route", string(route), "err", err)
 	}
 }

@@ -66,29 +66,6 @@ const (
 // flagError marks a reply frame that carries an error.
 const flagError uint8 = 2
 
-func encodeWireError(h *Host, op payload.OpID, err error) (payload.Buffer, error) {
-	he := handlerError(err)
-	return payload.Encode(h.pool, h.reg, payload.Header{Op: op, Flags: flagReply | flagError},
-		wireError{Kind: uint8(he.Kind), Text: he.Msg, Codes: he.Codes})
-}
-
-func decodeWireError(h *Host, buf payload.Buffer) error {
-	m, err := h.reg.Open(buf.Retain())
-	if err != nil {
-		return err
-	}
-	defer m.Release()
-	we, err := payload.Value[wireError](m)
-	if err != nil {
-		return err
-	}
-	k := payload.Kind(we.Kind)
-	if k == 0 {
-		k = payload.InternalFailure
-	}
-	return &HandlerError{Kind: k, Msg: we.Text, Codes: we.Codes}
-}
-
 // place is where an object runs: a local owner, or another host.
 type place struct {
 	o    *owner

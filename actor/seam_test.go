@@ -284,7 +284,7 @@ func TestFramesOffALinkThatCannotBeOpened(t *testing.T) {
 	if it.Kind != transport.Reply || hv.Op() != ask || hv.Flags() != flagReply|flagError {
 		t.Fatalf("answer to an unknown content type: kind %v, op %x, flags %b", it.Kind, hv.Op(), hv.Flags())
 	}
-	if rerr := decodeWireError(b, b.pool.Copy(it.Data)); !errors.Is(rerr, payload.ProtocolError) {
+	if rerr := b.decodeWireError(b.pool.Copy(it.Data)); !errors.Is(rerr, payload.ProtocolError) {
 		t.Fatalf("answer to an unknown content type: %v, want a ProtocolError", rerr)
 	}
 	// The reply went to its (absent) request: neither malformed nor

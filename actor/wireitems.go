@@ -189,3 +189,28 @@ func wireItemReader(b []byte, what string) *wire.Reader {
 	}
 	return r
 }
+
+// encodeWireError encodes err as the error reply of request op.
+func (h *hostEnv) encodeWireError(op payload.OpID, err error) (payload.Buffer, error) {
+	he := handlerError(err)
+	return payload.Encode(h.pool, h.reg, payload.Header{Op: op, Flags: flagReply | flagError},
+		wireError{Kind: uint8(he.Kind), Text: he.Msg, Codes: he.Codes})
+}
+
+// decodeWireError decodes an error reply into the HandlerError it carries.
+func (h *hostEnv) decodeWireError(buf payload.Buffer) error {
+	m, err := h.reg.Open(buf.Retain())
+	if err != nil {
+		return err
+	}
+	defer m.Release()
+	we, err := payload.Value[wireError](m)
+	if err != nil {
+		return err
+	}
+	k := payload.Kind(we.Kind)
+	if k == 0 {
+		k = payload.InternalFailure
+	}
+	return &HandlerError{Kind: k, Msg: we.Text, Codes: we.Codes}
+}
