@@ -167,8 +167,12 @@ func NewHost(cfg Config) (*Host, error) {
 		events:  eventLog{self: cfg.Name},
 	}
 	h.life.close = h.Close
+	h.store = cfg.Store
+	if h.store == nil {
+		h.store = relocation.NewMemoryStore(nil)
+	}
 	h.owners.handOn = h.router.handOn
-	h.suspects.h, h.suspects.confirm = h, make(chan membership.Member)
+	h.suspects.confirm = make(chan membership.Member)
 	h.moves.h, h.moves.remote.h = h, h
 	h.peers.h, h.in.h, h.router.h, h.owners.h, h.gaps.h, h.drainer.h, h.lease.h, h.admit.h = h, h, h, h, h, h, h, h
 	h.wire()
@@ -197,6 +201,8 @@ func NewHost(cfg Config) (*Host, error) {
 func (h *Host) wire() {
 	env := &h.hostEnv
 	h.requests.hostEnv, h.requests.life, h.requests.stats, h.requests.peers = env, &h.life, &h.stats, &h.peers
+	h.suspects.hostEnv, h.suspects.life, h.suspects.stats, h.suspects.events = env, &h.life, &h.stats, &h.events
+	h.suspects.svc, h.suspects.store, h.suspects.peers = h.svc, h.store, &h.peers
 }
 
 // Name returns the host's name.
@@ -254,10 +260,6 @@ func (h *Host) Start() error {
 			continue
 		}
 		h.owners.kinds[s.name] = &kindRuntime{spec: s, host: h}
-	}
-	h.store = h.cfg.Store
-	if h.store == nil {
-		h.store = relocation.NewMemoryStore(nil)
 	}
 	ss := h.cfg.StateStore
 	if ss == nil {

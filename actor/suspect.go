@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/berthrt/berth/membership"
+	"github.com/berthrt/berth/relocation"
 )
 
 // The suspicions part (suspicions): failure suspicions from the links,
@@ -50,7 +51,13 @@ import (
 // suspectRetry after a store error). Each check is counted in the
 // services' lanes and ends with the host's life.
 type suspicions struct {
-	h       *Host
+	*hostEnv
+	life    *lifecycle
+	stats   *hostStats
+	events  *eventLog
+	svc     *services
+	store   relocation.Store
+	peers   *peers
 	mu      sync.Mutex
 	checks  map[string]uint64      // peer → the run under check
 	confirm chan membership.Member // dead runs, to the membership watch
@@ -68,16 +75,15 @@ const suspectPace = 20 * time.Millisecond
 // suspect starts a check of peer's current run unless one runs, the peer
 // is not a member, or the host has no membership.
 func (s *suspicions) suspect(peer string) {
-	h := s.h
-	if h.peers.members == nil || peer == h.name {
+	if s.peers.members == nil || peer == s.name {
 		return
 	}
-	m, ok := h.peers.view.member(peer)
+	m, ok := s.peers.view.member(peer)
 	if !ok {
 		return
 	}
 	s.mu.Lock()
-	if s.stopped || s.checks[m.Name] == m.LeaseGen || h.life.ctx.Err() != nil {
+	if s.stopped || s.checks[m.Name] == m.LeaseGen || s.life.ctx.Err() != nil {
 		s.mu.Unlock()
 		return
 	}
@@ -85,7 +91,7 @@ func (s *suspicions) suspect(peer string) {
 		s.checks = map[string]uint64{}
 	}
 	s.checks[m.Name] = m.LeaseGen
-	h.svc.lanes.Add(1)
+	s.svc.lanes.Add(1)
 	s.mu.Unlock()
 	go s.check(m)
 }
@@ -99,8 +105,7 @@ func (s *suspicions) stop() {
 
 // check asks the store for m's lease until a fact ends the suspicion.
 func (s *suspicions) check(m membership.Member) {
-	h := s.h
-	defer h.svc.lanes.Done()
+	defer s.svc.lanes.Done()
 	defer func() {
 		s.mu.Lock()
 		if s.checks[m.Name] == m.LeaseGen {
@@ -108,13 +113,13 @@ func (s *suspicions) check(m membership.Member) {
 		}
 		s.mu.Unlock()
 	}()
-	h.stats.suspicions.Add(1)
-	h.events.add(EventUnreachable, m.Name, m.LeaseGen, 0, "its link broke: its lease is checked in the Location Store")
-	ctx := h.life.ctx
+	s.stats.suspicions.Add(1)
+	s.events.add(EventUnreachable, m.Name, m.LeaseGen, 0, "its link broke: its lease is checked in the Location Store")
+	ctx := s.life.ctx
 	for {
 		if !s.stillSuspect(m) {
 			if s.linkUp(m) {
-				h.events.add(EventReachable, m.Name, m.LeaseGen, 0, "its link is up again")
+				s.events.add(EventReachable, m.Name, m.LeaseGen, 0, "its link is up again")
 			}
 			return
 		}
@@ -152,7 +157,7 @@ func (s *suspicions) linkUp(m membership.Member) bool {
 // link reports whether m's run is still a member with a link (listed),
 // and whether that link is down, or its peer leaving or gone.
 func (s *suspicions) link(m membership.Member) (down, leaving, listed bool) {
-	v := &s.h.peers.view
+	v := &s.peers.view
 	cur, ok := v.member(m.Name)
 	if !ok || cur.LeaseGen != m.LeaseGen {
 		return false, false, false
@@ -172,10 +177,9 @@ func (s *suspicions) link(m membership.Member) (down, leaving, listed bool) {
 // the store's clock (a little more), or suspectRetry when the store could
 // not tell (an error, no lease of that run yet).
 func (s *suspicions) leaseGone(m membership.Member) (wait time.Duration, dead bool) {
-	h := s.h
-	ctx, cancel := h.life.storeContext()
+	ctx, cancel := s.life.storeContext()
 	defer cancel()
-	l, ok, err := h.store.Lease(ctx, m.Name)
+	l, ok, err := s.store.Lease(ctx, m.Name)
 	switch {
 	case err != nil || !ok || l.Gen < m.LeaseGen:
 		return suspectRetry, false
@@ -189,10 +193,9 @@ func (s *suspicions) leaseGone(m membership.Member) (wait time.Duration, dead bo
 // store-backed one sweep its expiries first, so its other watchers hear of
 // it sooner too — and reports whether m's run is no longer in it.
 func (s *suspicions) membershipEnded(m membership.Member) bool {
-	h := s.h
-	ctx, cancel := h.life.storeContext()
+	ctx, cancel := s.life.storeContext()
 	defer cancel()
-	list, err := h.peers.members.Members(ctx)
+	list, err := s.peers.members.Members(ctx)
 	if err != nil {
 		return false
 	}
@@ -207,11 +210,10 @@ func (s *suspicions) membershipEnded(m membership.Member) bool {
 // confirmed hands a dead run to the membership watch, which drops it from
 // the view as the membership's expiry will.
 func (s *suspicions) confirmed(m membership.Member) {
-	h := s.h
-	h.log.Info("a suspected peer's lease ran out and the membership ended its run; it is dropped from the view", "peer", m.Name, "run", m.LeaseGen)
+	s.log.Info("a suspected peer's lease ran out and the membership ended its run; it is dropped from the view", "peer", m.Name, "run", m.LeaseGen)
 	select {
 	case s.confirm <- m:
-	case <-h.life.ctx.Done():
+	case <-s.life.ctx.Done():
 	}
 }
 
