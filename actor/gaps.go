@@ -23,11 +23,10 @@ import (
 // overBound notes an arrival past the reorder bound at o: counted, and
 // (when the sender is told to pause) logged at most once per gapLogEvery.
 func (gp *gapFacts) overBound(o *owner, pushed string) {
-	h := gp.h
 	gp.overHeld.Add(1)
 	if pushed != "" && gp.boundLog.allow(nanotime()) {
-		h.log.Warn("a sender is past the reorder bound of an object: it is told to pause until an older message arrives",
-			"object", o.ref.String(), "sender", pushed, "bound", h.cfg.ReorderBound)
+		gp.log.Warn("a sender is past the reorder bound of an object: it is told to pause until an older message arrives",
+			"object", o.ref.String(), "sender", pushed, "bound", gp.cfg.ReorderBound)
 	}
 }
 
@@ -35,8 +34,7 @@ func (gp *gapFacts) overBound(o *owner, pushed string) {
 // without handing on its work (its lease expired, or it left without
 // draining).
 func (gp *gapFacts) failed(host string, why string) {
-	h := gp.h
-	f := route.Fact{At: nanotime(), Window: gp.factWindow(), Wait: int64(h.cfg.GapTimeout)}
+	f := route.Fact{At: nanotime(), Window: gp.factWindow(), Wait: int64(gp.cfg.GapTimeout)}
 	gp.factsMu.Lock()
 	gp.facts = append(gp.facts, f)
 	if len(gp.facts) > maxFacts {
@@ -47,7 +45,7 @@ func (gp *gapFacts) failed(host string, why string) {
 	gp.factsMu.Unlock()
 	gp.failures.Add(1)
 	gp.pressure.resumeBy(host) // its pauses end on the fact
-	h.log.Info("a host failed: gaps open now, or opening soon, close after the gap timeout", "failed", host, "why", why)
+	gp.log.Info("a host failed: gaps open now, or opening soon, close after the gap timeout", "failed", host, "why", why)
 }
 
 // factWindow is how long after a failure fact a gap that opens still
@@ -58,8 +56,7 @@ func (gp *gapFacts) failed(host string, why string) {
 // route up to FollowDuration (always longer), and then the message still
 // has its way to go.
 func (gp *gapFacts) factWindow() int64 {
-	h := gp.h
-	return int64(h.cfg.FollowDuration + h.cfg.GapTimeout)
+	return int64(gp.cfg.FollowDuration + gp.cfg.GapTimeout)
 }
 
 // currentFacts returns the failure facts that can still close a gap,
@@ -104,7 +101,7 @@ func (gp *gapFacts) waitToRoute(m *payload.Message) bool {
 	n := int64(len(m.Frame()))
 	gp.waitMu.Lock()
 	defer gp.waitMu.Unlock()
-	if gp.waitClosed || gp.h.peers.tr == nil || len(gp.waitList) >= maxWaiting || (!skip && gp.waitingBytes+n > maxWaitingBytes) {
+	if gp.waitClosed || gp.peers.tr == nil || len(gp.waitList) >= maxWaiting || (!skip && gp.waitingBytes+n > maxWaitingBytes) {
 		return false
 	}
 	gp.waitList = append(gp.waitList, m)
@@ -161,7 +158,8 @@ func (gp *gapFacts) closeWaiting() []*payload.Message {
 
 // gapFacts is a host's failure facts and what it reports of its gaps.
 type gapFacts struct {
-	h         *Host
+	*hostEnv
+	peers     *peers
 	factsMu   sync.Mutex   // a leaf
 	facts     []route.Fact // guarded by factsMu
 	failures  atomic.Int64 // failure facts recorded

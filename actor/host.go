@@ -174,7 +174,7 @@ func NewHost(cfg Config) (*Host, error) {
 	h.owners.handOn = h.router.handOn
 	h.suspects.confirm = make(chan membership.Member)
 	h.moves.h, h.moves.remote.h = h, h
-	h.peers.h, h.in.h, h.router.h, h.owners.h, h.gaps.h, h.drainer.h, h.lease.h, h.admit.h = h, h, h, h, h, h, h, h
+	h.peers.h, h.in.h, h.router.h, h.owners.h, h.drainer.h, h.lease.h, h.admit.h = h, h, h, h, h, h, h
 	h.wire()
 	h.peers.view.selfVersion = cfg.AppVersion
 	if h.obs.Observer == nil {
@@ -203,6 +203,7 @@ func (h *Host) wire() {
 	h.requests.hostEnv, h.requests.life, h.requests.stats, h.requests.peers = env, &h.life, &h.stats, &h.peers
 	h.suspects.hostEnv, h.suspects.life, h.suspects.stats, h.suspects.events = env, &h.life, &h.stats, &h.events
 	h.suspects.svc, h.suspects.store, h.suspects.peers = h.svc, h.store, &h.peers
+	h.gaps.hostEnv, h.gaps.peers = env, &h.peers
 }
 
 // Name returns the host's name.
