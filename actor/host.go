@@ -204,6 +204,7 @@ func (h *Host) wire() {
 	h.suspects.hostEnv, h.suspects.life, h.suspects.stats, h.suspects.events = env, &h.life, &h.stats, &h.events
 	h.suspects.svc, h.suspects.store, h.suspects.peers = h.svc, h.store, &h.peers
 	h.gaps.hostEnv, h.gaps.peers = env, &h.peers
+	h.owners.persist.hostEnv, h.owners.persist.life = env, &h.life
 }
 
 // Name returns the host's name.
@@ -266,7 +267,7 @@ func (h *Host) Start() error {
 	if ss == nil {
 		ss, _ = h.store.(relocation.StateStore)
 	}
-	h.owners.persist.init(h, ss)
+	h.owners.persist.init(ss)
 	for _, kr := range h.owners.kinds {
 		if kr.spec.persist && ss == nil {
 			errs = append(errs, payload.NewError(payload.InvalidOperation, "actor.Host.Start",

@@ -37,7 +37,8 @@ import (
 
 // persister writes the states of a host's persistent owners.
 type persister struct {
-	h     *Host
+	*hostEnv
+	life  *lifecycle
 	store relocation.StateStore // nil: no kind may persist
 
 	mu       sync.Mutex
@@ -95,7 +96,7 @@ type heldOutput struct {
 var errFenced = payload.NewError(payload.Unavailable, "actor",
 	"the object has a newer owner: this activation ended before its state was durable (try again)")
 
-func (p *persister) init(h *Host, store relocation.StateStore) { p.h, p.store = h, store }
+func (p *persister) init(store relocation.StateStore) { p.store = store }
 
 // gateFor returns a new owner's gate, or nil for a kind that does not persist.
 func (p *persister) gateFor(o *owner) *stateGate {
@@ -173,10 +174,9 @@ func (p *persister) flush() {
 // write makes one batch durable: it retries a failing store (outputs
 // wait meanwhile), until the host closes.
 func (p *persister) write(writes []relocation.StateWrite) ([]int, error) {
-	h := p.h
 	backoff := 5 * time.Millisecond
 	for {
-		ctx, cancel := h.life.storeContext()
+		ctx, cancel := p.life.storeContext()
 		fenced, err := p.store.WriteStates(ctx, writes)
 		cancel()
 		p.flushes.Add(1)
@@ -184,12 +184,12 @@ func (p *persister) write(writes []relocation.StateWrite) ([]int, error) {
 			return fenced, nil
 		}
 		p.failures.Add(1)
-		h.peerLogs.stateStore.Warn(h.log, "state store write failed; outputs wait, retrying", "writes", len(writes), "err", err)
+		p.peerLogs.stateStore.Warn(p.log, "state store write failed; outputs wait, retrying", "writes", len(writes), "err", err)
 		if errors.Is(err, relocation.ErrDuplicateWrite) {
 			return nil, err // a bug here, not the store's: retrying cannot help
 		}
 		select {
-		case <-h.life.done:
+		case <-p.life.done:
 			return nil, ErrShuttingDown
 		case <-time.After(backoff):
 		}
