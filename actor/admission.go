@@ -92,11 +92,11 @@ func (ad *admission) waitPressure(ctx context.Context, t target) error {
 	if ctx == nil || t.kr == nil {
 		return nil
 	}
-	ch := h.gaps.pressure.wait(t.obj())
+	ch := h.pressure.wait(t.obj())
 	if ch == nil {
 		return nil
 	}
-	h.gaps.pressureWaits.Add(1)
+	h.pressure.waits.Add(1)
 	timer := time.NewTimer(h.cfg.SendTimeout)
 	defer timer.Stop()
 	select {

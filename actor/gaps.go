@@ -175,11 +175,9 @@ type gapFacts struct {
 	waitClosed   bool
 	waiting      atomic.Int64 // len(waitList), read without waitMu (Stats.WaitingToRoute)
 	skipsLost    atomic.Int64 // skip notices ended without reaching their object (Stats.SkipsLost)
-	// pressure: objects this host's outside senders wait for (pressure.go).
-	pressure      pressureSet
-	pressureWaits atomic.Int64 // outside sends that waited for one
+	// pressure: objects this host's outside senders wait for (pressure.go);
+	// a host's failure ends its pauses.
+	pressure *pressureSet
 	// peers' budgets (peerbudget.go)
-	peerWaits   atomic.Int64 // outside sends that waited for a peer's credit
 	peerRefused atomic.Int64 // peers' messages refused past their budget
-	linkRefused atomic.Int64 // items not sent: their link was past its bound (linkBacklog)
 }

@@ -61,6 +61,7 @@ type Host struct {
 	admit    admission     // from a send to a queue, and the deferred sends (admission.go)
 	drainer  drainer       // Drain and the leave stages (drain.go)
 	gaps     gapFacts      // failure facts and the gaps' gauge and log (gaps.go)
+	pressure pressureSet   // the objects outside senders wait for: their owners paused them (pressure.go)
 	suspects suspicions    // failure suspicions from the links, checked against the Location Store (suspect.go)
 	events   eventLog      // what happened to the cluster as this host saw it (events.go)
 	metrics  metricsServer // the /metrics server, if Config.MetricsAddr is set
@@ -203,7 +204,8 @@ func (h *Host) wire() {
 	h.requests.hostEnv, h.requests.life, h.requests.stats, h.requests.peers = env, &h.life, &h.stats, &h.peers
 	h.suspects.hostEnv, h.suspects.life, h.suspects.stats, h.suspects.events = env, &h.life, &h.stats, &h.events
 	h.suspects.svc, h.suspects.store, h.suspects.peers = h.svc, h.store, &h.peers
-	h.gaps.hostEnv, h.gaps.peers = env, &h.peers
+	h.gaps.hostEnv, h.gaps.peers, h.gaps.pressure = env, &h.peers, &h.pressure
+	h.peers.pressure = &h.pressure
 	h.owners.persist.hostEnv, h.owners.persist.life = env, &h.life
 }
 
@@ -916,10 +918,10 @@ func (h *Host) Stats() Stats {
 		OverBound:              h.gaps.overHeld.Load(),
 		WaitingToRoute:         int(h.gaps.waiting.Load()),
 		SkipsLost:              h.gaps.skipsLost.Load(),
-		PressureWaits:          h.gaps.pressureWaits.Load(),
-		PeerWaits:              h.gaps.peerWaits.Load(),
+		PressureWaits:          h.pressure.waits.Load(),
+		PeerWaits:              h.peers.waits.Load(),
 		PeerRefused:            h.gaps.peerRefused.Load(),
-		LinkRefused:            h.gaps.linkRefused.Load(),
+		LinkRefused:            h.peers.linkRefused.Load(),
 		Dropped:                h.stats.droppedMsgs.Load(),
 		DroppedOnClose:         h.stats.closeDropped.Load(),
 		Bounced:                h.stats.bouncedMsgs.Load(),

@@ -253,7 +253,7 @@ func (iq *inbounds) onBounceFrom(from string, buf payload.Buffer) {
 func (iq *inbounds) peerGone(name string) {
 	h := iq.h
 	h.routes.forgetHost(name)
-	h.gaps.pressure.resumeBy(name)
+	h.pressure.resumeBy(name)
 	h.moves.moveEvent(name, relocation.TargetDead{})
 	h.moves.forgetPreflights(name)
 	h.moves.remote.remotePeerGone(name)
@@ -568,7 +568,7 @@ func (iq *inbounds) onCreditAsk(from string) {
 func (iq *inbounds) onPressure(from string, p *pressureItem) {
 	h := iq.h
 	if !p.paused {
-		h.gaps.pressure.resume(p.obj, from)
+		h.pressure.resume(p.obj, from)
 		return
 	}
 	// Only for an object this host sends to (a sending stream: it stamped
@@ -588,7 +588,7 @@ func (iq *inbounds) onPressure(from string, p *pressureItem) {
 	default:
 		// The routes name another owner or none (the pause may have come
 		// before the forwarder's route hint): the Location Store decides.
-		if !h.gaps.pressure.check(p.obj, from) {
+		if !h.pressure.check(p.obj, from) {
 			iq.refusePause(from, p.obj, payload.CapacityExceeded,
 				"it has "+strconv.Itoa(maxPauseChecksPerPeer)+" pauses waiting for the Location Store here already")
 			return
@@ -637,7 +637,7 @@ func (iq *inbounds) checkPause(by string, obj relocation.Object) {
 	ctx, cancel := h.life.storeContext()
 	row, err := h.store.Get(ctx, obj)
 	cancel()
-	if !h.gaps.pressure.checked(obj, by) {
+	if !h.pressure.checked(obj, by) {
 		return // resumed meanwhile, or by is gone
 	}
 	switch {
@@ -654,7 +654,7 @@ func (iq *inbounds) checkPause(by string, obj relocation.Object) {
 
 // takePause takes by's pause of obj, within maxPausesPerPeer.
 func (iq *inbounds) takePause(by string, obj relocation.Object) {
-	if !iq.h.gaps.pressure.pause(obj, by, true) {
+	if !iq.h.pressure.pause(obj, by, true) {
 		iq.refusePause(by, obj, payload.CapacityExceeded, "it has "+strconv.Itoa(maxPausesPerPeer)+" objects paused here already")
 	}
 }
@@ -675,9 +675,9 @@ func (iq *inbounds) pauseJobs(tick *schedule) {
 // it learnt that another host owns it, or it runs it itself.
 func (iq *inbounds) endStalePauses() {
 	h := iq.h
-	for _, k := range h.gaps.pressure.pauses(h.name) {
+	for _, k := range h.pressure.pauses(h.name) {
 		if o := iq.pauserOwns(k.by, k.obj); o == ownsNo || o == ownsAnother || !h.routes.sending(k.obj) {
-			h.gaps.pressure.resume(k.obj, k.by)
+			h.pressure.resume(k.obj, k.by)
 		}
 	}
 }

@@ -123,7 +123,7 @@ func (pr *peers) sendResult(to string, k transport.Kind, err error) error {
 // link to it is past its bound.
 func (pr *peers) linkBacklog(to string, k transport.Kind) {
 	h := pr.h
-	h.gaps.linkRefused.Add(1)
+	pr.linkRefused.Add(1)
 	h.peerLogs.link.Warn(h.log, "item not sent: the link to the host is past its bound (the host does not take what is sent to it)",
 		"host", to, "kind", k.String())
 }
@@ -254,7 +254,7 @@ func (pr *peers) waitRoom(ctx context.Context, host string, n int) error {
 		// What this host sent the peer and the peer keeps fills its
 		// window (peerbudget.go): wait for a credit report, asking the
 		// peer for one (once per report).
-		h.gaps.peerWaits.Add(1)
+		pr.waits.Add(1)
 		for !c.open(int64(n)) && wctx.Err() == nil {
 			ch := c.waitCh()
 			if c.open(int64(n)) {
@@ -295,6 +295,7 @@ func (pr *peers) waitRoom(ctx context.Context, host string, n int) error {
 // nil and nothing is stamped or sent.
 type peers struct {
 	h        *Host
+	pressure *pressureSet          // the objects outside senders wait for (a pause this host's owners take)
 	tr       *runLink              // nil: the host stands alone
 	attached atomic.Bool           // tr is set (items that come earlier wait for it)
 	dirMu    sync.Mutex            // a leaf: tellDirectory, one call at a time
@@ -304,6 +305,9 @@ type peers struct {
 	dir      map[string]peerAt     // peers' addresses (and runs) told to a transport.Directory
 	origin   string                // the origin stamped on messages: the name, with a transport
 	loadSent int64                 // the load last reported; the tick only
+
+	waits       atomic.Int64 // outside sends that waited for a peer's credit (Stats.PeerWaits)
+	linkRefused atomic.Int64 // items not sent: their link was past its bound (linkBacklog, Stats.LinkRefused)
 }
 
 // peerView is what this host knows of the other hosts: the members as
@@ -969,9 +973,9 @@ func (pr *peers) push(o *owner, sender string, pause bool) {
 	obj := relocation.Object{Kind: o.ref.Kind, ID: o.ref.ID}
 	if sender == h.name || sender == "" {
 		if pause {
-			h.gaps.pressure.pause(obj, h.name, false)
+			pr.pressure.pause(obj, h.name, false)
 		} else {
-			h.gaps.pressure.resume(obj, h.name)
+			pr.pressure.resume(obj, h.name)
 		}
 		return
 	}

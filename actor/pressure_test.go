@@ -72,7 +72,7 @@ func TestTheReorderBoundPushesBackOnTheSender(t *testing.T) {
 	if st := b.Stats(); st.GapsClosed != 0 || st.Late != 0 || st.HeldOutOfOrder != 0 {
 		t.Fatalf("b: %d given up on, %d late, %d held; want none", st.GapsClosed, st.Late, st.HeldOutOfOrder)
 	}
-	waitFor(t, "a to be told to resume", func() bool { return a.gaps.pressure.len() == 0 })
+	waitFor(t, "a to be told to resume", func() bool { return a.pressure.len() == 0 })
 }
 
 // A send pushed back for longer than SendTimeout fails with ErrPushedBack
@@ -89,7 +89,7 @@ func TestAPushedBackSendFailsWithErrPushedBackAndSendingAgainIsSafe(t *testing.T
 	var err error
 	for ; ; next++ {
 		if next == last {
-			waitFor(t, "b to push back on a", func() bool { return a.gaps.pressure.len() > 0 })
+			waitFor(t, "b to push back on a", func() bool { return a.pressure.len() > 0 })
 		}
 		if err = Tell(bg, a, ref, SeqMsg{Seq: next}); err != nil {
 			break
@@ -102,7 +102,7 @@ func TestAPushedBackSendFailsWithErrPushedBackAndSendingAgainIsSafe(t *testing.T
 		t.Fatalf("Tell #%d while pushed back: %v; want ErrPushedBack, a DeadlineExceeded", next, err)
 	}
 	n.Heal("a", "x")
-	waitFor(t, "a to be told to resume", func() bool { return a.gaps.pressure.len() == 0 })
+	waitFor(t, "a to be told to resume", func() bool { return a.pressure.len() == 0 })
 	total := next + 100
 	for i := next; i <= total; i++ { // #next again: it was not sent
 		if err := Tell(bg, a, ref, SeqMsg{Seq: i}); err != nil {
@@ -176,7 +176,7 @@ func TestAnOwnersPausesAndResumesReachTheSenderInTheOrderTheyWereDecided(t *test
 		o.seqMu.Lock()
 		_, pushed := o.pushed[b.name]
 		o.seqMu.Unlock()
-		if paused := b.gaps.pressure.wait(obj) != nil; paused != pushed {
+		if paused := b.pressure.wait(obj) != nil; paused != pushed {
 			t.Fatalf("round %d: the sender is paused: %v, the owner counts it as pushed: %v", round, paused, pushed)
 		}
 	}
@@ -280,7 +280,7 @@ func TestAPauseIsTakenOnlyForAnObjectThisHostSendsTo(t *testing.T) {
 		pause(relocation.Object{Kind: "counter", ID: "never-" + itoa(i)})
 	}
 	waitFor(t, "the pauses of objects a sends nothing to dropped", func() bool { return obs.snapshot()[RejectProtocol] == strangers })
-	if got := a.gaps.pressure.len(); got != 0 {
+	if got := a.pressure.len(); got != 0 {
 		t.Fatalf("%d objects paused on a by pauses of objects it sends nothing to", got)
 	}
 	// The control: an object a sends to (on b).
@@ -292,7 +292,7 @@ func TestAPauseIsTakenOnlyForAnObjectThisHostSendsTo(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.in.onPressure("b", &pressureItem{obj: relocation.Object{Kind: ref.Kind, ID: ref.ID}, paused: true}) // from its owner
-	waitFor(t, "the owner's pause of the object a sends to taken", func() bool { return a.gaps.pressure.len() == 1 })
+	waitFor(t, "the owner's pause of the object a sends to taken", func() bool { return a.pressure.len() == 1 })
 }
 
 // A pause is taken only from the object's owner: a member's pause of an
@@ -326,16 +326,16 @@ func TestAPauseIsTakenOnlyFromTheObjectsOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "x's pause refused", func() bool { return obs.snapshot()[RejectProtocol] == 1 })
-	if got := a.gaps.pressure.len(); got != 0 {
+	if got := a.pressure.len(); got != 0 {
 		t.Fatalf("%d objects paused on a by a member that owns none of them", got)
 	}
 	// Its owner, named by a's routes: taken at once.
 	a.in.onPressure("b", &pressureItem{obj: obj, paused: true})
-	if a.gaps.pressure.wait(obj) == nil {
+	if a.pressure.wait(obj) == nil {
 		t.Fatal("the owner's pause, its route known, was not taken")
 	}
 	a.in.onPressure("b", &pressureItem{obj: obj})
-	if a.gaps.pressure.len() != 0 {
+	if a.pressure.len() != 0 {
 		t.Fatal("the owner's resume did not end its pause")
 	}
 	// Its owner while a's route names another host: the store says b.
@@ -345,10 +345,10 @@ func TestAPauseIsTakenOnlyFromTheObjectsOwner(t *testing.T) {
 	}
 	a.routes.update(obj, "x", row.OwnerGen+1)
 	a.in.onPressure("b", &pressureItem{obj: obj, paused: true})
-	waitFor(t, "the owner's pause taken on the store's word", func() bool { return a.gaps.pressure.wait(obj) != nil })
+	waitFor(t, "the owner's pause taken on the store's word", func() bool { return a.pressure.wait(obj) != nil })
 	// The routes naming another owner than the pause's sender end it.
 	a.in.endStalePauses()
-	if a.gaps.pressure.wait(obj) != nil {
+	if a.pressure.wait(obj) != nil {
 		t.Fatal("b's pause outlived a's routes naming another owner")
 	}
 	if got := obs.snapshot()[RejectProtocol]; got != 1 {

@@ -112,8 +112,8 @@ func TestANodeRefusesFromAGatewayEverythingButMessages(t *testing.T) {
 	a.moves.mu.Lock()
 	checking := len(a.moves.checking)
 	a.moves.mu.Unlock()
-	if a.moves.underWay.Load() != 0 || checking != 0 || a.gaps.pressure.len() != 0 {
-		t.Fatalf("the gateway's items left %d moves, %d preflight checks, %d pauses on a", a.moves.underWay.Load(), checking, a.gaps.pressure.len())
+	if a.moves.underWay.Load() != 0 || checking != 0 || a.pressure.len() != 0 {
+		t.Fatalf("the gateway's items left %d moves, %d preflight checks, %d pauses on a", a.moves.underWay.Load(), checking, a.pressure.len())
 	}
 	if a.owners.kinds[ref.Kind].local(ref.ID) == nil {
 		t.Fatal("the object left a after the gateway's items")
