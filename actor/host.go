@@ -205,7 +205,7 @@ func (h *Host) wire() {
 	h.suspects.hostEnv, h.suspects.life, h.suspects.stats, h.suspects.events = env, &h.life, &h.stats, &h.events
 	h.suspects.svc, h.suspects.store, h.suspects.peers = h.svc, h.store, &h.peers
 	h.gaps.hostEnv, h.gaps.peers, h.gaps.pressure = env, &h.peers, &h.pressure
-	h.peers.pressure = &h.pressure
+	h.peers.pressure, h.peers.credits = &h.pressure, &h.in
 	h.owners.persist.hostEnv, h.owners.persist.life = env, &h.life
 }
 

@@ -294,14 +294,14 @@ func (iq *inbounds) deliver(from string, it transport.Item) {
 	h := iq.h
 	switch it.Kind {
 	case transport.Frame:
-		ib := h.peers.inboundFrom(from)
+		ib := iq.inboundFrom(from)
 		taken := ib.budget.takenN.Load()
 		iq.onFrame(ib, from, iq.keep(it))
 		if ib.budget.takenN.Load() == taken { // not kept: settled at once (credit, peerbudget.go)
 			ib.budget.unkept(budgetLen(len(it.Data)))
 		}
 	case transport.Reply:
-		iq.onFrame(h.peers.inboundFrom(from), from, iq.keep(it))
+		iq.onFrame(iq.inboundFrom(from), from, iq.keep(it))
 	case transport.Bounce:
 		iq.onBounceFrom(from, iq.keep(it))
 	case transport.Record:
@@ -416,7 +416,7 @@ func (iq *inbounds) linkEvent(e transport.Event) {
 	case transport.Gone:
 		h.peers.view.link(e.Peer, func(p *peerLink) { p.broke(); *p = peerLink{gone: true} })
 		// A new run of the peer counts its credit here from zero.
-		ib := h.peers.inboundFrom(e.Peer)
+		ib := iq.inboundFrom(e.Peer)
 		ib.credit.reset()
 		ib.budget.restart()
 		iq.peerGone(e.Peer)
@@ -487,6 +487,40 @@ type inbounds struct {
 	last atomic.Pointer[inbound] // the last inboundFrom's answer
 }
 
+// inboundFrom returns the inbound state of peer from, made on first use
+// (a look-up takes no lock).
+func (iq *inbounds) inboundFrom(from string) *inbound {
+	h := iq.h
+	if last := iq.last.Load(); last != nil && last.peer == from {
+		return last // the peer of the last look-up: no hashing
+	}
+	v, ok := iq.m.Load(from)
+	if !ok {
+		ib := &inbound{peer: from}
+		ib.in.host = h
+		ib.in.budget = &ib.budget
+		ib.budget.setLimits(h.cfg.PeerInbound)
+		ib.credit.winN.Store(int64(h.cfg.PeerInbound.Items / 2))
+		ib.credit.winB.Store(h.cfg.PeerInbound.Bytes / 2)
+		ib.budget.send = func(r *creditReport) {
+			// Advice: lost with a gone peer, which counts afresh on that fact.
+			_ = h.peers.sendItem(from, transport.Control, appendControl(nil, r))
+		}
+		ib.slow.wg = &h.svc.lanes
+		v, _ = iq.m.LoadOrStore(from, ib)
+	}
+	ib := v.(*inbound)
+	iq.last.Store(ib) // only on a change of peer: the hit above stores nothing
+	return ib
+}
+
+// creditAt returns this host's credit at peer (peerCredits).
+func (iq *inbounds) creditAt(peer string) *peerCredit { return &iq.inboundFrom(peer).credit }
+
+// reportWindow tells peer, which came up, this host's window for its
+// messages (peerCredits; peerbudget.go).
+func (iq *inbounds) reportWindow(peer string) { iq.inboundFrom(peer).budget.report(true) }
+
 // takeFromPeer counts message m off ib's link, for an object of kind kr,
 // in the peer's budget, and returns it with whether it is a skip notice
 // taken in the skip notices' allowance. Past the bound it refuses m
@@ -554,14 +588,12 @@ func (iq *inbounds) refuseFromPeer(ib *inbound, m *payload.Message) *payload.Mes
 
 // onCredit applies a credit report from peer from.
 func (iq *inbounds) onCredit(from string, r *creditReport) {
-	h := iq.h
-	h.peers.creditOf(from).apply(r)
+	iq.creditAt(from).apply(r)
 }
 
 // onCreditAsk answers a peer that waits for credit.
 func (iq *inbounds) onCreditAsk(from string) {
-	h := iq.h
-	h.peers.inboundFrom(from).budget.asked()
+	iq.inboundFrom(from).budget.asked()
 }
 
 // onPressure applies a pressure item from peer from.

@@ -150,7 +150,7 @@ func outsideSendersWaitForCredit(t *testing.T, delay time.Duration) {
 		errc <- nil
 	}()
 	waitFor(t, "a's senders to wait for credit", func() bool { return a.Stats().PeerWaits > 0 })
-	ib := b.peers.inboundFrom("a")
+	ib := b.in.inboundFrom("a")
 	// What a sent is what b admitted (its four permits) and what it keeps
 	// or has on its way: the window, half of b's bound.
 	for range 20 {
@@ -253,7 +253,7 @@ func TestMessagesPastAPeersBudgetAreRefusedCountedAndLeaveNoGap(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "b to refuse a's messages past the bound", func() bool { return b.Stats().PeerRefused > 0 })
-	ib := b.peers.inboundFrom("a")
+	ib := b.in.inboundFrom("a")
 	ranOf(t, a, src) // the flood's turn ended: every message was sent
 	waitFor(t, "the flood to be taken or refused", func() bool {
 		_, out := a.peers.tr.Pending()

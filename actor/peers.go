@@ -76,33 +76,6 @@ func (pr *peers) sendHint(to string, obj relocation.Object, at string, gen uint6
 	_ = pr.sendItem(to, transport.Hint, appendHint(nil, obj, routeHint{host: at, gen: gen})) // advice: lost with a gone peer
 }
 
-// inboundFrom returns the inbound state of peer from, made on first use
-// (a look-up takes no lock).
-func (pr *peers) inboundFrom(from string) *inbound {
-	h := pr.h
-	if last := h.in.last.Load(); last != nil && last.peer == from {
-		return last // the peer of the last look-up: no hashing
-	}
-	v, ok := h.in.m.Load(from)
-	if !ok {
-		ib := &inbound{peer: from}
-		ib.in.host = h
-		ib.in.budget = &ib.budget
-		ib.budget.setLimits(h.cfg.PeerInbound)
-		ib.credit.winN.Store(int64(h.cfg.PeerInbound.Items / 2))
-		ib.credit.winB.Store(h.cfg.PeerInbound.Bytes / 2)
-		ib.budget.send = func(r *creditReport) {
-			// Advice: lost with a gone peer, which counts afresh on that fact.
-			_ = pr.sendItem(from, transport.Control, appendControl(nil, r))
-		}
-		ib.slow.wg = &h.svc.lanes
-		v, _ = h.in.m.LoadOrStore(from, ib)
-	}
-	ib := v.(*inbound)
-	h.in.last.Store(ib) // only on a change of peer: the hit above stores nothing
-	return ib
-}
-
 // sendItem sends data as an item of kind k to host to.
 func (pr *peers) sendItem(to string, k transport.Kind, data []byte) error {
 	return pr.sendResult(to, k, pr.tr.Send(to, transport.Item{Kind: k, Data: data}))
@@ -225,7 +198,7 @@ func (pr *peers) reportLoad(all bool) {
 	for _, p := range up {
 		// A peer that came up learns this host's window for its
 		// messages (peerbudget.go).
-		pr.inboundFrom(p).budget.report(true)
+		pr.credits.reportWindow(p)
 	}
 }
 
@@ -295,6 +268,7 @@ func (pr *peers) waitRoom(ctx context.Context, host string, n int) error {
 // nil and nothing is stamped or sent.
 type peers struct {
 	h        *Host
+	credits  peerCredits           // this host's credit at each peer (the inbound side keeps it)
 	pressure *pressureSet          // the objects outside senders wait for (a pause this host's owners take)
 	tr       *runLink              // nil: the host stands alone
 	attached atomic.Bool           // tr is set (items that come earlier wait for it)
@@ -933,7 +907,16 @@ func (pr *peers) setMemberState(to membership.State) {
 // creditOf returns this host's credit at peer name (kept with what it
 // keeps of the peer's messages: inbound).
 func (pr *peers) creditOf(name string) *peerCredit {
-	return &pr.inboundFrom(name).credit
+	return pr.credits.creditAt(name)
+}
+
+// peerCredits is what peers need of the inbound side, which keeps this
+// host's credit at each peer with what it keeps of that peer's messages
+// (inbound.go): the credit, and the report of this host's window to a
+// peer that came up.
+type peerCredits interface {
+	creditAt(peer string) *peerCredit
+	reportWindow(peer string)
 }
 
 // sentFrame counts a message frame of n bytes sent to peer to.
