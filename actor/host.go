@@ -175,7 +175,7 @@ func NewHost(cfg Config) (*Host, error) {
 	h.owners.handOn = h.router.handOn
 	h.suspects.confirm = make(chan membership.Member)
 	h.moves.h, h.moves.remote.h = h, h
-	h.peers.h, h.in.h, h.router.h, h.owners.h, h.drainer.h, h.lease.h, h.admit.h = h, h, h, h, h, h, h
+	h.in.h, h.router.h, h.owners.h, h.drainer.h, h.lease.h, h.admit.h = h, h, h, h, h, h
 	h.wire()
 	h.peers.view.selfVersion = cfg.AppVersion
 	if h.obs.Observer == nil {
@@ -205,7 +205,8 @@ func (h *Host) wire() {
 	h.suspects.hostEnv, h.suspects.life, h.suspects.stats, h.suspects.events = env, &h.life, &h.stats, &h.events
 	h.suspects.svc, h.suspects.store, h.suspects.peers = h.svc, h.store, &h.peers
 	h.gaps.hostEnv, h.gaps.peers, h.gaps.pressure = env, &h.peers, &h.pressure
-	h.peers.pressure, h.peers.credits = &h.pressure, &h.in
+	h.peers.hostEnv, h.peers.life, h.peers.stats, h.peers.routes = env, &h.life, &h.stats, &h.routes
+	h.peers.pressure, h.peers.credits, h.peers.handler = &h.pressure, &h.in, h.in.handler(&h.peers.attached)
 	h.owners.persist.hostEnv, h.owners.persist.life = env, &h.life
 }
 

@@ -264,28 +264,37 @@ func (iq *inbounds) peerGone(name string) {
 // send back finds it; events do not wait (Attach reports the peers that
 // are up while it runs) and send nothing.
 type hostHandler struct {
-	h     *Host
-	ready <-chan struct{}
+	in       *inbounds
+	attached *atomic.Bool // the host has its transport (peers.attached)
+	ready    <-chan struct{}
+}
+
+// handler returns the transport.Handler of a new attachment, whose items
+// wait for ready.
+func (iq *inbounds) handler(attached *atomic.Bool) func(ready <-chan struct{}) transport.Handler {
+	return func(ready <-chan struct{}) transport.Handler {
+		return hostHandler{in: iq, attached: attached, ready: ready}
+	}
 }
 
 // Deliver implements transport.Handler.
 func (x hostHandler) Deliver(from string, it transport.Item) {
-	if !x.h.peers.attached.Load() {
+	if !x.attached.Load() {
 		<-x.ready
 	}
-	x.h.in.deliver(from, it)
+	x.in.deliver(from, it)
 }
 
 // Returned implements transport.Handler.
 func (x hostHandler) Returned(to string, it transport.Item) {
-	if !x.h.peers.attached.Load() {
+	if !x.attached.Load() {
 		<-x.ready
 	}
-	x.h.in.returned(to, it)
+	x.in.returned(to, it)
 }
 
 // Event implements transport.Handler.
-func (x hostHandler) Event(e transport.Event) { x.h.in.linkEvent(e) }
+func (x hostHandler) Event(e transport.Event) { x.in.linkEvent(e) }
 
 // deliver handles one item from peer from, on the transport's goroutine
 // for that peer. Its Data is lent for the call: a frame is copied into the

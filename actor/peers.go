@@ -65,9 +65,8 @@ import (
 // by the relocation protocol; a lost control item ends its Relocate by the
 // caller's deadline.
 func (pr *peers) malformedItem(from string, err error) {
-	h := pr.h
-	h.obs.Rejected("", RejectProtocol)
-	h.peerLogs.malformed.Warn(h.log, "malformed item from a link dropped", "from", from, "err", err)
+	pr.obs.Rejected("", RejectProtocol)
+	pr.peerLogs.malformed.Warn(pr.log, "malformed item from a link dropped", "from", from, "err", err)
 }
 
 // sendHint tells host to that obj runs on host at with owner generation
@@ -95,9 +94,8 @@ func (pr *peers) sendResult(to string, k transport.Kind, err error) error {
 // linkBacklog counts and logs an item of kind k not sent to host to: the
 // link to it is past its bound.
 func (pr *peers) linkBacklog(to string, k transport.Kind) {
-	h := pr.h
 	pr.linkRefused.Add(1)
-	h.peerLogs.link.Warn(h.log, "item not sent: the link to the host is past its bound (the host does not take what is sent to it)",
+	pr.peerLogs.link.Warn(pr.log, "item not sent: the link to the host is past its bound (the host does not take what is sent to it)",
 		"host", to, "kind", k.String())
 }
 
@@ -172,8 +170,7 @@ func (pr *peers) peerJobs(tick *schedule) {
 // peers that came up since the last report in any case (the tick
 // calls it).
 func (pr *peers) reportLoad(all bool) {
-	h := pr.h
-	n := h.stats.owners.Load()
+	n := pr.stats.owners.Load()
 	changed := n != pr.loadSent || all
 	pr.loadSent = n
 	var to []string
@@ -210,15 +207,14 @@ func (pr *peers) reportLoad(all bool) {
 // failed (a failure fact, peerView.whenFailed: an error wrapping
 // ErrPeerFailed; nothing was sent). No lock is held while it waits.
 func (pr *peers) waitRoom(ctx context.Context, host string, n int) error {
-	h := pr.h
 	c := pr.creditOf(host)
 	if c.open(int64(n)) && pr.tr.WaitRoom(doneCtx, host) == nil {
 		return nil
 	}
 	run := pr.view.runOf(host)
-	wctx, cancel := context.WithTimeout(ctx, h.cfg.SendTimeout)
+	wctx, cancel := context.WithTimeout(ctx, pr.cfg.SendTimeout)
 	defer cancel()
-	stop := context.AfterFunc(h.life.ctx, cancel)
+	stop := context.AfterFunc(pr.life.ctx, cancel)
 	defer stop()
 	// A failed run never gives credit or room: the fact ends the wait.
 	stopFailed := context.AfterFunc(pr.view.whenFailed(run), cancel)
@@ -246,7 +242,7 @@ func (pr *peers) waitRoom(ctx context.Context, host string, n int) error {
 		return nil
 	}
 	switch {
-	case h.life.ctx.Err() != nil:
+	case pr.life.ctx.Err() != nil:
 		return ErrShuttingDown
 	case pr.view.runFailed(run):
 		return peerFailedUnsent(host)
@@ -267,18 +263,22 @@ func (pr *peers) waitRoom(ctx context.Context, host string, n int) error {
 // Invariants: with no transport the host stands alone: tr and members are
 // nil and nothing is stamped or sent.
 type peers struct {
-	h        *Host
-	credits  peerCredits           // this host's credit at each peer (the inbound side keeps it)
-	pressure *pressureSet          // the objects outside senders wait for (a pause this host's owners take)
-	tr       *runLink              // nil: the host stands alone
-	attached atomic.Bool           // tr is set (items that come earlier wait for it)
-	dirMu    sync.Mutex            // a leaf: tellDirectory, one call at a time
-	kinds    []string              // the kinds the host offers (set by Start)
-	members  membership.Membership // nil when tr is
-	view     peerView              // what this host knows of its peers
-	dir      map[string]peerAt     // peers' addresses (and runs) told to a transport.Directory
-	origin   string                // the origin stamped on messages: the name, with a transport
-	loadSent int64                 // the load last reported; the tick only
+	*hostEnv
+	life     *lifecycle
+	stats    *hostStats
+	routes   *routes
+	handler  func(ready <-chan struct{}) transport.Handler // what the transport delivers to (the inbound side's)
+	credits  peerCredits                                   // this host's credit at each peer (the inbound side keeps it)
+	pressure *pressureSet                                  // the objects outside senders wait for (a pause this host's owners take)
+	tr       *runLink                                      // nil: the host stands alone
+	attached atomic.Bool                                   // tr is set (items that come earlier wait for it)
+	dirMu    sync.Mutex                                    // a leaf: tellDirectory, one call at a time
+	kinds    []string                                      // the kinds the host offers (set by Start)
+	members  membership.Membership                         // nil when tr is
+	view     peerView                                      // what this host knows of its peers
+	dir      map[string]peerAt                             // peers' addresses (and runs) told to a transport.Directory
+	origin   string                                        // the origin stamped on messages: the name, with a transport
+	loadSent int64                                         // the load last reported; the tick only
 
 	waits       atomic.Int64 // outside sends that waited for a peer's credit (Stats.PeerWaits)
 	linkRefused atomic.Int64 // items not sent: their link was past its bound (linkBacklog, Stats.LinkRefused)
@@ -684,7 +684,6 @@ type candidate struct {
 // hosts of several application versions serve the kind, only those of
 // the newest are candidates (version.go).
 func (pr *peers) candidates(kind string, takeSelf bool) []candidate {
-	h := pr.h
 	v := &pr.view
 	v.mu.RLock()
 	out := make([]candidate, 0, len(v.members))
@@ -692,9 +691,9 @@ func (pr *peers) candidates(kind string, takeSelf bool) []candidate {
 		if m.State != membership.Serving || !slices.Contains(m.Kinds, kind) {
 			continue
 		}
-		if name == h.name {
+		if name == pr.name {
 			if takeSelf {
-				out = append(out, candidate{name: name, load: h.stats.owners.Load(), version: h.cfg.AppVersion})
+				out = append(out, candidate{name: name, load: pr.stats.owners.Load(), version: pr.cfg.AppVersion})
 			}
 			continue
 		}
@@ -712,7 +711,7 @@ func (pr *peers) candidates(kind string, takeSelf bool) []candidate {
 	// A member whose certificate names it a gateway hosts nothing, whatever
 	// kinds it claims (its role is read after the view's lock: the
 	// transport's locks are not taken under it).
-	out = slices.DeleteFunc(out, func(c candidate) bool { return c.name != h.name && pr.peerRole(c.name) == transport.RoleGateway })
+	out = slices.DeleteFunc(out, func(c candidate) bool { return c.name != pr.name && pr.peerRole(c.name) == transport.RoleGateway })
 	out = newest(out)
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out
@@ -757,23 +756,21 @@ func (pr *peers) pickHost(kind string) string {
 // (tellDirectory), if the transport can carry it. What arrives waits for
 // ready to close (until the host has its transport).
 func (pr *peers) attachRun(gen uint64, ready <-chan struct{}) (transport.Transport, error) {
-	h := pr.h
-	if ra, ok := h.cfg.Transport.(transport.RunAttacher); ok {
-		return ra.AttachRun(h.name, gen, hostHandler{h: h, ready: ready})
+	if ra, ok := pr.cfg.Transport.(transport.RunAttacher); ok {
+		return ra.AttachRun(pr.name, gen, pr.handler(ready))
 	}
-	return h.cfg.Transport.Attach(h.name, hostHandler{h: h, ready: ready})
+	return pr.cfg.Transport.Attach(pr.name, pr.handler(ready))
 }
 
 // member is this host's membership record as run gen: its address on the
 // current attachment, the kinds it offers and its message limit.
 func (pr *peers) member(gen uint64) membership.Member {
-	h := pr.h
 	var addr string
 	if d := pr.tr.current().dir; d != nil {
 		addr = d.Addr()
 	}
-	return membership.Member{Name: h.name, Address: addr, Kinds: pr.kinds, LeaseGen: gen,
-		MaxMessage: h.cfg.ApplicationLimits.Bytes - mailbox.ItemOverhead, Version: h.cfg.AppVersion}
+	return membership.Member{Name: pr.name, Address: addr, Kinds: pr.kinds, LeaseGen: gen,
+		MaxMessage: pr.cfg.ApplicationLimits.Bytes - mailbox.ItemOverhead, Version: pr.cfg.AppVersion}
 }
 
 // tellDirectory tells a transport that needs its peers' addresses
@@ -783,7 +780,6 @@ func (pr *peers) member(gen uint64) membership.Member {
 // the view is applied (Start, then the membership watch), one call at a
 // time; h.peers.dir is what the transport was told.
 func (pr *peers) tellDirectory() {
-	h := pr.h
 	pr.dirMu.Lock()
 	defer pr.dirMu.Unlock()
 	a := pr.tr.current()
@@ -791,7 +787,7 @@ func (pr *peers) tellDirectory() {
 	if d == nil {
 		return
 	}
-	now := pr.view.addresses(h.name)
+	now := pr.view.addresses(pr.name)
 	for name, at := range now {
 		if pr.dir[name] == at {
 			continue
@@ -803,7 +799,7 @@ func (pr *peers) tellDirectory() {
 			err = d.AddPeer(name, at.addr)
 		}
 		if err != nil {
-			h.log.Warn("transport refused a member's address", "peer", name, "address", at.addr, "err", err)
+			pr.log.Warn("transport refused a member's address", "peer", name, "address", at.addr, "err", err)
 			delete(now, name) // told again with the next event
 		}
 	}
@@ -841,11 +837,10 @@ func (v *peerView) addresses(self string) map[string]peerAt {
 // knownHost reports whether the membership lists host name, asking it
 // afresh if this host's view does not (a host that has just joined).
 func (pr *peers) knownHost(name string) bool {
-	h := pr.h
 	if _, ok := pr.view.member(name); ok {
 		return true
 	}
-	ctx, cancel := h.life.storeContext()
+	ctx, cancel := pr.life.storeContext()
 	defer cancel()
 	list, err := pr.members.Members(ctx)
 	return err == nil && slices.ContainsFunc(list, func(m membership.Member) bool { return m.Name == name })
@@ -856,12 +851,11 @@ func (pr *peers) knownHost(name string) bool {
 // the membership afresh (Drain, once per round: it must see hosts that
 // joined a moment ago).
 func (pr *peers) otherHostsWithKind(kind string) []string {
-	h := pr.h
-	ctx, cancel := h.life.storeContext()
+	ctx, cancel := pr.life.storeContext()
 	defer cancel()
 	list, err := pr.members.Members(ctx)
 	if err != nil {
-		h.log.Warn("membership not reachable; using the last view", "err", err)
+		pr.log.Warn("membership not reachable; using the last view", "err", err)
 		var out []string
 		for _, c := range pr.candidates(kind, false) {
 			out = append(out, c.name)
@@ -870,7 +864,7 @@ func (pr *peers) otherHostsWithKind(kind string) []string {
 	}
 	var cands []candidate
 	for _, m := range list {
-		if m.Name != h.name && m.State == membership.Serving && slices.Contains(m.Kinds, kind) {
+		if m.Name != pr.name && m.State == membership.Serving && slices.Contains(m.Kinds, kind) {
 			if pr.view.leavingOrGone(m.Name) {
 				continue
 			}
@@ -896,11 +890,10 @@ func (v *peerView) leavingOrGone(name string) bool {
 // call; a failure is logged: peers then learn of the change from the
 // transport's Leaving and Gone events alone).
 func (pr *peers) setMemberState(to membership.State) {
-	h := pr.h
-	ctx, cancel := h.life.storeContext()
+	ctx, cancel := pr.life.storeContext()
 	defer cancel()
-	if _, err := pr.members.SetState(ctx, h.name, h.routes.self().run, to); err != nil {
-		h.log.Warn("membership state not updated", "state", to.String(), "err", err)
+	if _, err := pr.members.SetState(ctx, pr.name, pr.routes.self().run, to); err != nil {
+		pr.log.Warn("membership state not updated", "state", to.String(), "err", err)
 	}
 }
 
@@ -929,7 +922,7 @@ func (pr *peers) sentFrame(to string, n int) {
 // sentAgain counts a message the new run sent again from the old run's
 // links (runLink.replace): a frame sent to peer to.
 func (pr *peers) sentAgain(to string, it transport.Item) {
-	pr.h.stats.sentAgain.Add(1)
+	pr.stats.sentAgain.Add(1)
 	pr.sentFrame(to, len(it.Data))
 }
 
@@ -944,21 +937,20 @@ func (pr *peers) sendAgainToMembers() {
 	a := pr.tr.current()
 	a.sendAllAgain()
 	if n := a.dropAgain(func(name string) bool { _, ok := pr.view.member(name); return ok }); n > 0 {
-		pr.h.stats.lostOnRejoin.Add(int64(n))
-		pr.h.log.Warn("messages to send again to hosts that are no longer members were lost with them (Stats.LostOnRejoin)", "messages", n)
+		pr.stats.lostOnRejoin.Add(int64(n))
+		pr.log.Warn("messages to send again to hosts that are no longer members were lost with them (Stats.LostOnRejoin)", "messages", n)
 	}
 }
 
 // push tells sender to pause or resume its outside sends to o's object.
 // Not under any lock of the owner.
 func (pr *peers) push(o *owner, sender string, pause bool) {
-	h := pr.h
 	obj := relocation.Object{Kind: o.ref.Kind, ID: o.ref.ID}
-	if sender == h.name || sender == "" {
+	if sender == pr.name || sender == "" {
 		if pause {
-			pr.pressure.pause(obj, h.name, false)
+			pr.pressure.pause(obj, pr.name, false)
 		} else {
-			pr.pressure.resume(obj, h.name)
+			pr.pressure.resume(obj, pr.name)
 		}
 		return
 	}
