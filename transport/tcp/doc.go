@@ -128,6 +128,7 @@
 //     then closes every connection. Close(false) sends a crash notice
 //     instead. No goroutine of the transport runs after Close returns.
 //
-// Lock order: Transport.mu, then peer.mu, then the peer's inbox lock. No
+// Lock order: Attacher.mu (starting or reloading its transports), then
+// Transport.mu, then peer.mu, then the peer's inbox lock. No
 // lock is held during a network write or read, or while a Handler runs.
 package tcp

@@ -8,7 +8,7 @@ import (
 )
 
 // This file is the session layer: a pure machine per pair of hosts (no
-// goroutines, no clock, no I/O), driven by transport.go. Its inputs are
+// goroutines, no clock, no I/O), driven by driver.go. Its inputs are
 // items to send (send), envelopes received (receive), the handler's
 // progress (taken), a broken connection (connDown), ticks (tick) and this
 // host's leave and close; its outputs, appended to an output, are the
