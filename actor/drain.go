@@ -56,7 +56,6 @@ func (s DrainState) String() string {
 // (Serving → … → Stopped).
 type drainer struct {
 	h        *Host
-	draining atomic.Bool
 	leaving  atomic.Bool // beginLeave ran
 	state    atomic.Int32
 	stopTurn chan struct{}  // one slot: held by the Stop or Drain that runs
@@ -144,7 +143,7 @@ func (dr *drainer) drain(ctx context.Context, op string) error {
 		}
 		if dr.state.CompareAndSwap(int32(Serving), int32(Relocating)) {
 			h.events.addSelf(EventDrainStarted, h.lease.run(), h.owners.count(), "")
-			dr.draining.Store(true)
+			dr.h.life.draining.Store(true)
 			h.peers.setMemberState(membership.Draining) // peers place no new objects here
 		}
 		err := dr.relocateAll(ctx, op)

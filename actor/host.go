@@ -103,6 +103,7 @@ type lifecycle struct {
 	close        func() error  // the host's Close, for the parts that end it (a lost lease, a drain)
 	mu           sync.Mutex
 	state        atomic.Int32
+	draining     atomic.Bool           // a Drain or graceful Stop began: no new activation, no move in (drainer)
 	done         chan struct{}         // closed by Close when it starts
 	closed       chan struct{}         // closed by Close when it returns
 	lostErr      atomic.Pointer[error] // why the host closed itself (ErrLeaseLost); nil if it did not
@@ -520,7 +521,7 @@ func (h *Host) Ready() error {
 	if s := h.DrainState(); s != Serving {
 		return payload.NewError(payload.ShuttingDown, op, "draining ("+s.String()+")")
 	}
-	if h.lease.joining.Load() || h.lease.betweenRuns.Load() {
+	if h.lease.joining.Load() || h.gate.betweenRuns.Load() {
 		return payload.NewError(payload.Unavailable, op, "the membership ended this host's run: it is joining again as a new run")
 	}
 	if !h.gate.live() {
@@ -667,7 +668,7 @@ func (dr *drainer) stop(ctx context.Context, op string) error {
 // context ended) does nothing.
 func (dr *drainer) beginLeave() {
 	h := dr.h
-	dr.draining.Store(true)
+	dr.h.life.draining.Store(true)
 	if dr.leaving.Swap(true) {
 		return
 	}

@@ -73,20 +73,13 @@ type leaseKeeper struct {
 	every   time.Duration // Config.LeaseRenew
 	private bool          // the host's private store: nobody else can take its objects
 
-	local     membership.LocalLease // the lease as this host's clock holds it
-	uncertain bool                  // a renewal's outcome is unknown: the next answer is checked as if it said Lapsed
-	jeopardy  time.Time             // local time the renewer saw the current jeopardy begin (zero: none)
-	storeAway bool                  // the last store renewal answered failed (the renewer's own: the event log's store-unreachable)
-	joining   atomic.Bool           // a new run is attached and not yet in the membership (newRun; Ready reads it)
-	// betweenRuns: the host is becoming a new run and the store has not
-	// yet confirmed the new run's lease. No activation or move into the
-	// host commits meanwhile (a row it wrote would name the old run,
-	// which the new run's lease ends): router.activate and the move's
-	// store lane read it after the epoch (newRun says why that order).
-	betweenRuns atomic.Bool
-
-	memberRenewed time.Time     // local time the last membership renewal answered without an error was sent (memberTick's own)
-	memberTTL     time.Duration // the membership's lease, as its last Join said (memberTick's own)
+	local         membership.LocalLease // the lease as this host's clock holds it
+	uncertain     bool                  // a renewal's outcome is unknown: the next answer is checked as if it said Lapsed
+	jeopardy      time.Time             // local time the renewer saw the current jeopardy begin (zero: none)
+	storeAway     bool                  // the last store renewal answered failed (the renewer's own: the event log's store-unreachable)
+	joining       atomic.Bool           // a new run is attached and not yet in the membership (newRun; Ready reads it)
+	memberRenewed time.Time             // local time the last membership renewal answered without an error was sent (memberTick's own)
+	memberTTL     time.Duration         // the membership's lease, as its last Join said (memberTick's own)
 
 	// The renewals in flight of each lease (renewals.go): the store's
 	// lease's are its renewer's, the membership's its renewer's. flights
@@ -121,6 +114,13 @@ func (lk *leaseKeeper) run() uint64 { return lk.h.routes.selfRun.Load() }
 type leaseGate struct {
 	deadline atomic.Int64  // on wallNano's scale (monotonic from the start); past it no turn starts (0: no lease check)
 	epoch    atomic.Uint64 // lapses seen: an owner checked at an older one waits for a check
+	// betweenRuns: the host is becoming a new run and the store has not
+	// yet confirmed the new run's lease. No activation or move into the
+	// host commits meanwhile (a row it wrote would name the old run,
+	// which the new run's lease ends): router.activate and the move's
+	// store lane read it after the epoch (leaseKeeper.newRun says why
+	// that order).
+	betweenRuns atomic.Bool
 
 	mu      sync.Mutex
 	changed chan struct{}       // closed and replaced when the deadline moves or a check ends; guarded by mu
@@ -311,7 +311,7 @@ func (lk *leaseKeeper) leaseAnswer(a renewed[relocation.Lease], alone bool) erro
 		return &payload.Error{Kind: payload.Unavailable, Op: "actor.Host", Detail: "cannot renew the host lease", Err: a.err}
 	}
 	l := a.v
-	lk.betweenRuns.Store(false) // the store holds this run's lease: its rows name it
+	h.gate.betweenRuns.Store(false) // the store holds this run's lease: its rows name it
 	if l.Lapsed {
 		h.stats.lapses.Add(1)
 	}
@@ -619,7 +619,7 @@ func (lk *leaseKeeper) takeNewRunLease() {
 		h.log.Warn("the host's new run cannot take its lease yet; its renewer asks again", "err", err)
 		return
 	}
-	lk.betweenRuns.Store(false) // activations and moves in commit under the new run from now on
+	h.gate.betweenRuns.Store(false) // activations and moves in commit under the new run from now on
 }
 
 // mayRejoin reports whether the host whose run ended (why) joins again as
@@ -690,7 +690,7 @@ func (lk *leaseKeeper) newRun(why error) bool {
 		lk.endRun(why)
 		return false
 	}
-	lk.betweenRuns.Store(true)
+	h.gate.betweenRuns.Store(true)
 	owned := h.owners.count()
 	gen := max(uint64(time.Now().UnixNano()), lk.run()+1)
 	r, err := h.peers.tr.replace(func() (transport.Transport, error) {

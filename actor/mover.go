@@ -367,7 +367,7 @@ func (mt *moveTable) onRecord(from string, obj relocation.Object, rec relocation
 			reply.OK, reply.Reason = false, "host "+h.name+" has no kind "+r.Object.Kind
 		case kr.spec.policy == DisableRelocation:
 			reply.OK, reply.Reason = false, "kind "+r.Object.Kind+" does not relocate"
-		case h.drainer.draining.Load() || !h.life.acceptsExternal():
+		case h.life.draining.Load() || !h.life.acceptsExternal():
 			reply.OK, reply.Reason = false, "host "+h.name+" is draining or stopping"
 		case compareVersions(h.cfg.AppVersion, r.AppVersion) < 0:
 			// An older version may not read a newer one's state.
@@ -748,7 +748,7 @@ func (d *moveDriver) advance(in relocation.Input) {
 			epoch := d.h.gate.epoch.Load() // as an activation's (router.activate)
 			var row relocation.Row
 			var err error
-			if d.h.lease.betweenRuns.Load() {
+			if d.h.gate.betweenRuns.Load() {
 				// The host is becoming a new run (leaseKeeper.newRun): the
 				// commit waits for the new run's lease, asked again at the
 				// next tick as a store that did not answer. (The machine

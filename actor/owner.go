@@ -613,7 +613,7 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 	// network: then they go with the order state into the store row, and
 	// the object's next activation (elsewhere) holds them until the
 	// missing messages, which their senders send there, arrive.
-	leaving := stopping && h.peers.tr != nil && h.drainer.draining.Load()
+	leaving := stopping && h.peers.tr != nil && h.life.draining.Load()
 	if (o.inbox.Held() > 0 && !leaving) || !o.mb.CloseIfEmpty() {
 		held := o.inbox.Held() > 0
 		o.seqMu.Unlock()

@@ -185,7 +185,7 @@ func (rt *router) resolve(kr *kindRuntime, id string, mode lookupMode) (place, e
 		h.routes.learn(obj, other, 0, false)
 		return place{host: other, stored: true}, nil
 	}
-	if h.drainer.draining.Load() {
+	if h.life.draining.Load() {
 		if other := h.peers.pickHost(kr.spec.name); other != "" {
 			return place{host: other, stored: true}, nil
 		}
@@ -237,7 +237,7 @@ again:
 	// installed, the row may be another host's by then, and the owner's
 	// first turn waits for a check (lease.go).
 	epoch := h.gate.epoch.Load()
-	if h.lease.betweenRuns.Load() { // after the epoch (leaseKeeper.newRun)
+	if h.gate.betweenRuns.Load() { // after the epoch (leaseKeeper.newRun)
 		// Placed again later, as when the store cannot answer (errStoreAway).
 		return place{}, &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: "cannot activate " + obj.String(),
 			Err: fmt.Errorf("%w: the host is joining the cluster again as a new run", errStoreAway)}
@@ -758,14 +758,14 @@ func (rt *router) placeNew(s *spec, id string) string {
 	if h.peers.tr == nil || placement == PlaceLocal && !h.peers.view.newer.Load() {
 		return "" // here: no member runs a newer application version (the common case, one atomic load)
 	}
-	cands := h.peers.candidates(s.name, !h.drainer.draining.Load() && !h.cfg.Gateway)
+	cands := h.peers.candidates(s.name, !h.life.draining.Load() && !h.cfg.Gateway)
 	if len(cands) == 0 {
 		return ""
 	}
 	if placement == PlaceLocal {
 		// Here — unless hosts of a newer application version serve the
 		// kind (a rolling upgrade): then on one of them, by the id's hash.
-		if compareVersions(cands[0].version, h.cfg.AppVersion) <= 0 || h.drainer.draining.Load() {
+		if compareVersions(cands[0].version, h.cfg.AppVersion) <= 0 || h.life.draining.Load() {
 			return "" // (cands are of one version, the newest)
 		}
 		placement = PlaceHashed
