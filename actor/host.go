@@ -176,7 +176,7 @@ func NewHost(cfg Config) (*Host, error) {
 	h.owners.handOn = h.router.handOn
 	h.suspects.confirm = make(chan membership.Member)
 	h.moves.h, h.moves.remote.h = h, h
-	h.in.h, h.router.h, h.owners.h, h.drainer.h, h.lease.h, h.admit.h = h, h, h, h, h, h
+	h.in.h, h.router.h, h.owners.h, h.drainer.h, h.admit.h = h, h, h, h, h
 	h.wire()
 	h.peers.view.selfVersion = cfg.AppVersion
 	if h.obs.Observer == nil {
@@ -208,6 +208,8 @@ func (h *Host) wire() {
 	h.gaps.hostEnv, h.gaps.peers, h.gaps.pressure = env, &h.peers, &h.pressure
 	h.peers.hostEnv, h.peers.life, h.peers.stats, h.peers.routes = env, &h.life, &h.stats, &h.routes
 	h.peers.pressure, h.peers.credits, h.peers.handler = &h.pressure, &h.in, h.in.handler(&h.peers.attached)
+	h.lease.hostEnv, h.lease.life, h.lease.stats, h.lease.events, h.lease.gate = env, &h.life, &h.stats, &h.events, &h.gate
+	h.lease.routes, h.lease.store, h.lease.peers, h.lease.requests, h.lease.owners, h.lease.in = &h.routes, h.store, &h.peers, &h.requests, &h.owners, &h.in
 	h.owners.persist.hostEnv, h.owners.persist.life = env, &h.life
 }
 
@@ -281,7 +283,7 @@ func (h *Host) Start() error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	h.lease.init(h, h.cfg.Store == nil)
+	h.lease.init(h.cfg.Store == nil)
 	h.routes.init(h.cfg.RouteCacheTTL, h.cfg.FollowDuration)
 	h.routes.failed = func(hd route.Hand) bool { return h.peers.view.runFailed(peerRun{name: hd.Host, run: hd.Run}) }
 	h.life.ctx, h.life.end = context.WithCancel(context.Background())

@@ -68,10 +68,20 @@ import (
 // (or followed one whose answer was lost), before that renewal's deadline
 // is published.
 type leaseKeeper struct {
-	h       *Host
-	ttl     time.Duration // Config.LeaseTTL
-	every   time.Duration // Config.LeaseRenew
-	private bool          // the host's private store: nobody else can take its objects
+	*hostEnv
+	life     *lifecycle
+	stats    *hostStats
+	events   *eventLog
+	gate     *leaseGate
+	routes   *routes
+	store    relocation.Store
+	peers    *peers
+	requests *requestTable
+	owners   *ownerTable
+	in       *inbounds
+	ttl      time.Duration // Config.LeaseTTL
+	every    time.Duration // Config.LeaseRenew
+	private  bool          // the host's private store: nobody else can take its objects
 
 	local         membership.LocalLease // the lease as this host's clock holds it
 	uncertain     bool                  // a renewal's outcome is unknown: the next answer is checked as if it said Lapsed
@@ -95,7 +105,7 @@ type leaseKeeper struct {
 // run returns this run's lease generation: its run on the wire, kept as
 // the routes' own run (routes.self), which the lower parts read. It
 // changes only when the host joins again as a new run (newRun).
-func (lk *leaseKeeper) run() uint64 { return lk.h.routes.selfRun.Load() }
+func (lk *leaseKeeper) run() uint64 { return lk.routes.selfRun.Load() }
 
 // The lease gate (leaseGate): what every turn of an object reads of the
 // lease, and the turns and checks waiting on it.
@@ -200,22 +210,21 @@ func (g *leaseGate) broadcast() {
 var errRunEnded = errors.New("the host's run is over")
 
 // init sets the lease up for Start.
-func (lk *leaseKeeper) init(h *Host, private bool) {
-	lk.h = h
-	h.routes.selfName = h.name
-	h.routes.selfRun.Store(uint64(time.Now().UnixNano()))
-	lk.ttl, lk.every = h.cfg.LeaseTTL, h.cfg.LeaseRenew
+func (lk *leaseKeeper) init(private bool) {
+	lk.routes.selfName = lk.name
+	lk.routes.selfRun.Store(uint64(time.Now().UnixNano()))
+	lk.ttl, lk.every = lk.cfg.LeaseTTL, lk.cfg.LeaseRenew
 	lk.private = private
 	lk.local = membership.LocalLease{Margin: leaseMargin(lk.ttl, lk.every)}
 	var storeObs, memberObs func(time.Duration, error)
-	if o, ok := h.cfg.Observer.(LeaseObserver); ok {
+	if o, ok := lk.cfg.Observer.(LeaseObserver); ok {
 		storeObs = func(d time.Duration, err error) { o.LeaseRenewed(LeaseStore, d, err) }
 		memberObs = func(d time.Duration, err error) { o.LeaseRenewed(LeaseMembership, d, err) }
 	}
 	lk.storeRenewals = newRenewer[relocation.Lease](&lk.flights, storeObs)
 	lk.memberRenewals = newRenewer[membership.Lease](&lk.flights, memberObs)
 	lk.flightCtx, lk.endFlights = context.WithCancel(context.Background())
-	h.gate.changed, h.gate.kick = make(chan struct{}), make(chan struct{}, 1)
+	lk.gate.changed, lk.gate.kick = make(chan struct{}), make(chan struct{}, 1)
 	if private {
 		lk.ttl = privateLease
 	}
@@ -258,10 +267,9 @@ func (lk *leaseKeeper) stopFlights() {
 // longer): it keeps the lease live in the store for as long as it is in
 // flight, however late its answer comes.
 func (lk *leaseKeeper) callRenewLease(run uint64) (relocation.Lease, error) {
-	h := lk.h
 	ctx, cancel := context.WithTimeout(lk.flightCtx, lk.renewTimeout())
 	defer cancel()
-	return h.store.RenewLease(ctx, h.name, run, lk.ttl)
+	return lk.store.RenewLease(ctx, lk.name, run, lk.ttl)
 }
 
 // renewTimeout bounds one renewal: StoreTimeout, or renewalsInFlight
@@ -270,7 +278,7 @@ func (lk *leaseKeeper) callRenewLease(run uint64) (relocation.Lease, error) {
 // renewal whose context ends on a slow database closes its connection,
 // and a new one takes round trips more to open.)
 func (lk *leaseKeeper) renewTimeout() time.Duration {
-	return max(lk.h.life.storeTimeout, renewalsInFlight*lk.storeSpacing())
+	return max(lk.life.storeTimeout, renewalsInFlight*lk.storeSpacing())
 }
 
 // storeSpacing is how long the Location Store lease's renewal is out
@@ -295,7 +303,6 @@ func (lk *leaseKeeper) storeSpacing() time.Duration {
 // (wrapped) when the run is over, and another error when the store could
 // not answer (the host stays or goes into jeopardy and asks again).
 func (lk *leaseKeeper) leaseAnswer(a renewed[relocation.Lease], alone bool) error {
-	h := lk.h
 	if a.run != lk.run() {
 		// The host became a new run meanwhile (memberTick): this answer
 		// is about the old one. The next renewal is the new run's.
@@ -311,9 +318,9 @@ func (lk *leaseKeeper) leaseAnswer(a renewed[relocation.Lease], alone bool) erro
 		return &payload.Error{Kind: payload.Unavailable, Op: "actor.Host", Detail: "cannot renew the host lease", Err: a.err}
 	}
 	l := a.v
-	h.gate.betweenRuns.Store(false) // the store holds this run's lease: its rows name it
+	lk.gate.betweenRuns.Store(false) // the store holds this run's lease: its rows name it
 	if l.Lapsed {
-		h.stats.lapses.Add(1)
+		lk.stats.lapses.Add(1)
 	}
 	if !alone {
 		// Another renewal is in flight: it may have landed first and
@@ -328,8 +335,8 @@ func (lk *leaseKeeper) leaseAnswer(a renewed[relocation.Lease], alone bool) erro
 		lk.uncertain = false
 		lk.lapsed()
 	}
-	lk.local = lk.local.Renewed(a.sent, membership.Lease{Name: h.name, Gen: a.run, TTL: l.TTL})
-	h.gate.publish(wallNanoOf(lk.local.Deadline())) // monotonic: a wall clock step does not stretch it
+	lk.local = lk.local.Renewed(a.sent, membership.Lease{Name: lk.name, Gen: a.run, TTL: l.TTL})
+	lk.gate.publish(wallNanoOf(lk.local.Deadline())) // monotonic: a wall clock step does not stretch it
 	return nil
 }
 
@@ -337,16 +344,15 @@ func (lk *leaseKeeper) leaseAnswer(a renewed[relocation.Lease], alone bool) erro
 // before its next turn, and is queued for the check. Called by the
 // renewer before it publishes the renewal's deadline.
 func (lk *leaseKeeper) lapsed() {
-	h := lk.h
-	h.gate.epoch.Add(1)
-	h.stats.checks.Add(1)
+	lk.gate.epoch.Add(1)
+	lk.stats.checks.Add(1)
 	var all []*owner
-	for _, kr := range h.owners.kinds {
+	for _, kr := range lk.owners.kinds {
 		all = append(all, kr.all()...)
 	}
-	h.log.Warn("the host's lease lapsed in the Location Store (or a renewal's answer was lost): its objects are checked before they run again (those other hosts took over are dropped)", "objects", len(all))
+	lk.log.Warn("the host's lease lapsed in the Location Store (or a renewal's answer was lost): its objects are checked before they run again (those other hosts took over are dropped)", "objects", len(all))
 	for _, o := range all {
-		h.gate.request(o)
+		lk.gate.request(o)
 	}
 }
 
@@ -360,19 +366,18 @@ func (lk *leaseKeeper) lapsed() {
 // store that cannot answer is asked again after a renewal interval: the
 // owners keep waiting, their messages held.
 func (lk *leaseKeeper) checkOwners(stop <-chan struct{}) {
-	h := lk.h
 	for {
 		select {
-		case <-h.gate.kick:
+		case <-lk.gate.kick:
 		case <-stop:
 			return
 		}
 		for {
-			owners := h.gate.takePending()
+			owners := lk.gate.takePending()
 			if len(owners) == 0 {
 				break
 			}
-			ep := h.gate.epoch.Load()
+			ep := lk.gate.epoch.Load()
 			objs := make([]relocation.Object, len(owners))
 			incoming := make([]bool, len(owners))
 			for i, o := range owners {
@@ -382,13 +387,13 @@ func (lk *leaseKeeper) checkOwners(stop <-chan struct{}) {
 				// answer no longer sees (the answer says another host's).
 				incoming[i] = o.incoming.Load()
 			}
-			ctx, cancel := h.life.storeContext()
-			owned, err := h.store.Owned(ctx, h.name, lk.run(), objs)
+			ctx, cancel := lk.life.storeContext()
+			owned, err := lk.store.Owned(ctx, lk.name, lk.run(), objs)
 			cancel()
 			if err != nil {
-				h.log.Warn("the ownership check of a lapsed lease failed; asking again", "objects", len(objs), "err", err)
+				lk.log.Warn("the ownership check of a lapsed lease failed; asking again", "objects", len(objs), "err", err)
 				for _, o := range owners {
-					h.gate.request(o)
+					lk.gate.request(o)
 				}
 				t := time.NewTimer(lk.every)
 				select {
@@ -411,7 +416,7 @@ func (lk *leaseKeeper) checkOwners(stop <-chan struct{}) {
 					o.takenOver()
 				}
 			}
-			h.gate.broadcast()
+			lk.gate.broadcast()
 		}
 	}
 }
@@ -421,20 +426,19 @@ func (lk *leaseKeeper) checkOwners(stop <-chan struct{}) {
 // begins and once when it ends; it reports whether the host's run is over
 // (the host then closes itself: Host.Err is ErrLeaseLost).
 func (lk *leaseKeeper) leaseTick(now time.Time) (over bool) {
-	h := lk.h
-	if h.life.state.Load() == stateClosed {
+	if lk.life.state.Load() == stateClosed {
 		return true // Close runs: it leaves the membership, and nothing is renewed
 	}
 	if lk.joining.Load() {
 		// A new run renews its lease once it joined the
 		// membership (memberTick).
-		return h.life.lostErr.Load() != nil
+		return lk.life.lostErr.Load() != nil
 	}
 	lk.noteJeopardy(now)
 	run := lk.run()
 	return lk.storeRenewals.tick(lk.storeSpacing(), run,
 		func() (relocation.Lease, error) { return lk.callRenewLease(run) },
-		lk.leaseAnswered, h.life.done,
+		lk.leaseAnswered, lk.life.done,
 		lk.local.Deadline(), func() { lk.noteJeopardy(time.Now()) })
 }
 
@@ -446,39 +450,38 @@ func (lk *leaseKeeper) noteJeopardy(now time.Time) {
 		return
 	}
 	lk.jeopardy = now
-	lk.h.stats.jeopardies.Add(1)
-	lk.h.stats.jeopardyTime.begin(now)
-	lk.h.events.addSelf(EventJeopardy, lk.run(), 0, "")
-	lk.h.log.Warn("the host's lease ran out before a renewal was answered: jeopardy — its objects run no turn, and keep what arrives, until the Location Store answers",
+	lk.stats.jeopardies.Add(1)
+	lk.stats.jeopardyTime.begin(now)
+	lk.events.addSelf(EventJeopardy, lk.run(), 0, "")
+	lk.log.Warn("the host's lease ran out before a renewal was answered: jeopardy — its objects run no turn, and keep what arrives, until the Location Store answers",
 		"deadline", lk.local.Deadline())
 }
 
 // leaseAnswered handles a renewal's answer on the lease's renewer: it
 // judges it (leaseAnswer) and reports whether the host's run is over.
 func (lk *leaseKeeper) leaseAnswered(a renewed[relocation.Lease], alone bool) (over bool) {
-	h := lk.h
 	err := lk.leaseAnswer(a, alone)
 	switch {
 	case err != nil && !errors.Is(err, errRunEnded) && !lk.storeAway:
 		lk.storeAway = true
-		h.events.addSelf(EventStoreUnreachable, lk.run(), 0, err.Error())
+		lk.events.addSelf(EventStoreUnreachable, lk.run(), 0, err.Error())
 	case err == nil && lk.storeAway && a.err == nil:
 		lk.storeAway = false
-		h.events.addSelf(EventStoreReachable, lk.run(), 0, "")
+		lk.events.addSelf(EventStoreReachable, lk.run(), 0, "")
 	}
 	switch {
-	case errors.Is(err, errRunEnded) && h.life.state.Load() == stateClosed:
+	case errors.Is(err, errRunEnded) && lk.life.state.Load() == stateClosed:
 		return true // Close began meanwhile: not a run that ended
 	case errors.Is(err, errRunEnded):
 		lk.endRun(err)
 		return true
 	case err != nil && lk.jeopardy.IsZero():
-		h.log.Warn("lease renewal failed; the host goes on while its lease lasts", "err", err, "left", lk.local.Remaining(time.Now()))
+		lk.log.Warn("lease renewal failed; the host goes on while its lease lasts", "err", err, "left", lk.local.Remaining(time.Now()))
 	case err == nil && !lk.jeopardy.IsZero() && lk.local.Valid(time.Now()):
-		h.log.Warn("the lease is live again: the host's objects run again", "jeopardy", time.Since(lk.jeopardy).Round(time.Millisecond))
-		h.events.addSelf(EventResumed, lk.run(), 0, "in jeopardy "+time.Since(lk.jeopardy).Round(time.Millisecond).String())
+		lk.log.Warn("the lease is live again: the host's objects run again", "jeopardy", time.Since(lk.jeopardy).Round(time.Millisecond))
+		lk.events.addSelf(EventResumed, lk.run(), 0, "in jeopardy "+time.Since(lk.jeopardy).Round(time.Millisecond).String())
 		lk.jeopardy = time.Time{}
-		h.stats.jeopardyTime.end(time.Now())
+		lk.stats.jeopardyTime.end(time.Now())
 	}
 	return false
 }
@@ -492,20 +495,19 @@ func (lk *leaseKeeper) leaseAnswered(a renewed[relocation.Lease], alone bool) (o
 // new run (newRun, joinAgain), dropping the old run's objects. It reports
 // whether the host's run is over.
 func (lk *leaseKeeper) memberTick(time.Time) (over bool) {
-	h := lk.h
-	if h.life.state.Load() == stateClosed {
+	if lk.life.state.Load() == stateClosed {
 		return true // Close runs: it leaves the membership, and nothing is renewed
 	}
 	if lk.joining.Load() {
 		if lk.joinAgain() {
 			lk.takeNewRunLease()
 		}
-		return h.life.lostErr.Load() != nil // else asked again at the next tick
+		return lk.life.lostErr.Load() != nil // else asked again at the next tick
 	}
 	run := lk.run()
 	return lk.memberRenewals.tick(lk.memberSpacing(), run,
 		func() (membership.Lease, error) { return lk.callRenewMembership(run) },
-		lk.memberAnswered, h.life.done, time.Time{}, nil)
+		lk.memberAnswered, lk.life.done, time.Time{}, nil)
 }
 
 // memberSpacing is how long the membership lease's renewal is out before
@@ -529,26 +531,25 @@ func (lk *leaseKeeper) memberSpacing() time.Duration {
 // membership's renewer (every answer is judged: the membership's lease
 // gates no turn) and reports whether the host's run is over.
 func (lk *leaseKeeper) memberAnswered(a renewed[membership.Lease], _ bool) (over bool) {
-	h := lk.h
 	if a.run != lk.run() {
-		return h.life.lostErr.Load() != nil // about the host's old run: its new run renews its own
+		return lk.life.lostErr.Load() != nil // about the host's old run: its new run renews its own
 	}
 	err := lk.judgeMembership(a.sent, a.err)
 	switch {
 	case err == nil:
-		h.peers.sendAgainToMembers()
+		lk.peers.sendAgainToMembers()
 		return false
 	case !errors.Is(err, errRunEnded):
-		h.log.Warn("membership lease renewal failed; the host goes on and asks again", "err", err)
+		lk.log.Warn("membership lease renewal failed; the host goes on and asks again", "err", err)
 		return false
-	case h.life.state.Load() == stateClosed:
+	case lk.life.state.Load() == stateClosed:
 		return true // Close began meanwhile and left the membership: not a run that ended
 	}
 	if lk.mayRejoin(err) {
 		if lk.newRun(err) && lk.joinAgain() {
 			lk.takeNewRunLease()
 		}
-		return h.life.lostErr.Load() != nil
+		return lk.life.lostErr.Load() != nil
 	}
 	lk.endRun(err)
 	return true
@@ -563,7 +564,7 @@ func (lk *leaseKeeper) memberAnswered(a renewed[membership.Lease], _ bool) (over
 // renewal asks again.
 func (lk *leaseKeeper) renewMembershipWhileStarting() {
 	if err := lk.renewMembership(); err != nil && !errors.Is(err, errRunEnded) {
-		lk.h.log.Warn("membership lease renewal failed while the host starts; it asks again", "err", err)
+		lk.log.Warn("membership lease renewal failed while the host starts; it asks again", "err", err)
 	}
 }
 
@@ -583,10 +584,9 @@ func (lk *leaseKeeper) renewMembership() error {
 // callRenewMembership is one renewal of run's membership lease; like a
 // store renewal (callRenewLease), it may be out for several spacings.
 func (lk *leaseKeeper) callRenewMembership(run uint64) (membership.Lease, error) {
-	h := lk.h
 	ctx, cancel := context.WithTimeout(lk.flightCtx, lk.renewTimeout())
 	defer cancel()
-	return h.peers.members.Renew(ctx, h.name, run)
+	return lk.peers.members.Renew(ctx, lk.name, run)
 }
 
 // judgeMembership judges the answer of a membership renewal sent at sent
@@ -612,14 +612,13 @@ func (lk *leaseKeeper) judgeMembership(sent time.Time, err error) error {
 // the rest of the answer is the renewer's to judge: its next renewal,
 // under the new run, finds the lease held.
 func (lk *leaseKeeper) takeNewRunLease() {
-	h := lk.h
-	ctx, cancel := h.life.storeContext()
+	ctx, cancel := lk.life.storeContext()
 	defer cancel()
-	if _, err := h.store.RenewLease(ctx, h.name, lk.run(), lk.ttl); err != nil {
-		h.log.Warn("the host's new run cannot take its lease yet; its renewer asks again", "err", err)
+	if _, err := lk.store.RenewLease(ctx, lk.name, lk.run(), lk.ttl); err != nil {
+		lk.log.Warn("the host's new run cannot take its lease yet; its renewer asks again", "err", err)
 		return
 	}
-	h.gate.betweenRuns.Store(false) // activations and moves in commit under the new run from now on
+	lk.gate.betweenRuns.Store(false) // activations and moves in commit under the new run from now on
 }
 
 // mayRejoin reports whether the host whose run ended (why) joins again as
@@ -628,8 +627,7 @@ func (lk *leaseKeeper) takeNewRunLease() {
 // out). A newer run of its name (the store's lease, or the membership's
 // generation) is another process of that name: the host closes.
 func (lk *leaseKeeper) mayRejoin(why error) bool {
-	h := lk.h
-	if h.peers.tr == nil || errors.Is(why, payload.Rejected) {
+	if lk.peers.tr == nil || errors.Is(why, payload.Rejected) {
 		return false
 	}
 	var ge *membership.GenerationError
@@ -683,49 +681,48 @@ func (lk *leaseKeeper) mayRejoin(why error) bool {
 // It runs on the lease's service, under life.mu: Stop and Close wait for
 // it, and it does not start on a host that stops or closes.
 func (lk *leaseKeeper) newRun(why error) bool {
-	h := lk.h
-	h.life.mu.Lock()
-	if h.life.state.Load() != stateRunning {
-		h.life.mu.Unlock()
+	lk.life.mu.Lock()
+	if lk.life.state.Load() != stateRunning {
+		lk.life.mu.Unlock()
 		lk.endRun(why)
 		return false
 	}
-	h.gate.betweenRuns.Store(true)
-	owned := h.owners.count()
+	lk.gate.betweenRuns.Store(true)
+	owned := lk.owners.count()
 	gen := max(uint64(time.Now().UnixNano()), lk.run()+1)
-	r, err := h.peers.tr.replace(func() (transport.Transport, error) {
-		t, err := h.peers.attachRun(gen, closedChan)
+	r, err := lk.peers.tr.replace(func() (transport.Transport, error) {
+		t, err := lk.peers.attachRun(gen, closedChan)
 		if err == nil {
-			h.in.newRun() // before anything is sent on the new run's links
+			lk.in.newRun() // before anything is sent on the new run's links
 		}
 		return t, err
-	}, h.peers.sentAgain)
+	}, lk.peers.sentAgain)
 	if err == nil {
-		h.routes.newRun(gen, !r.reclaimed)
+		lk.routes.newRun(gen, !r.reclaimed)
 	}
-	h.life.mu.Unlock()
+	lk.life.mu.Unlock()
 	if err != nil {
 		lk.endRun(errors.Join(why, fmt.Errorf("cannot attach as a new run: %w", err)))
 		return false
 	}
 	// Every owner is checked under the new run, and dropped (see above).
-	h.gate.epoch.Add(1)
-	for _, kr := range h.owners.kinds {
+	lk.gate.epoch.Add(1)
+	for _, kr := range lk.owners.kinds {
 		for _, o := range kr.all() {
-			h.gate.request(o)
+			lk.gate.request(o)
 		}
 	}
 	lk.joining.Store(true)
-	h.stats.rejoins.Add(1)
-	h.events.addSelf(EventRejoined, gen, owned, "the membership had ended its run: "+why.Error())
-	h.stats.lostOnRejoin.Add(int64(r.lost))
-	failed := h.requests.failHanded(ErrRejoined, r.asks)
-	h.peers.dirMu.Lock()
-	h.peers.dir = nil // the new attachment knows no peer yet
-	h.peers.dirMu.Unlock()
-	h.peers.tellDirectory()
-	h.peers.tr.current().sendAllAgain()
-	h.log.Warn("the membership ended this host's run (it was paused or starved past its lease, and its peers saw it fail): it joins again as a new run; the objects of the old run are dropped (their messages handed on), the messages its peers had not taken go to them again, and what cannot go again is lost with the old run (Stats.LostOnRejoin)",
+	lk.stats.rejoins.Add(1)
+	lk.events.addSelf(EventRejoined, gen, owned, "the membership had ended its run: "+why.Error())
+	lk.stats.lostOnRejoin.Add(int64(r.lost))
+	failed := lk.requests.failHanded(ErrRejoined, r.asks)
+	lk.peers.dirMu.Lock()
+	lk.peers.dir = nil // the new attachment knows no peer yet
+	lk.peers.dirMu.Unlock()
+	lk.peers.tellDirectory()
+	lk.peers.tr.current().sendAllAgain()
+	lk.log.Warn("the membership ended this host's run (it was paused or starved past its lease, and its peers saw it fail): it joins again as a new run; the objects of the old run are dropped (their messages handed on), the messages its peers had not taken go to them again, and what cannot go again is lost with the old run (Stats.LostOnRejoin)",
 		"why", why, "run", gen, "objects_dropped", owned, "requests_ended", failed, "sent_again", r.again, "lost", r.lost)
 	return true
 }
@@ -738,16 +735,15 @@ func (lk *leaseKeeper) newRun(why error) bool {
 // life.mu, on a running host only: a Close that began leaves the
 // membership after it, never before.
 func (lk *leaseKeeper) joinAgain() bool {
-	h := lk.h
-	h.life.mu.Lock()
-	defer h.life.mu.Unlock()
-	if h.life.state.Load() != stateRunning {
+	lk.life.mu.Lock()
+	defer lk.life.mu.Unlock()
+	if lk.life.state.Load() != stateRunning {
 		return false
 	}
-	ctx, cancel := h.life.storeContext()
+	ctx, cancel := lk.life.storeContext()
 	defer cancel()
 	sent := time.Now()
-	ml, err := h.peers.members.Join(ctx, h.peers.member(lk.run()))
+	ml, err := lk.peers.members.Join(ctx, lk.peers.member(lk.run()))
 	if err != nil {
 		var ge *membership.GenerationError
 		if errors.Is(err, membership.ErrNameTaken) || errors.As(err, &ge) {
@@ -756,7 +752,7 @@ func (lk *leaseKeeper) joinAgain() bool {
 			lk.endRun(errors.Join(errRunEnded, err))
 			return false
 		}
-		h.log.Warn("the host's new run cannot join the membership yet; asking again", "err", err)
+		lk.log.Warn("the host's new run cannot join the membership yet; asking again", "err", err)
 		return false
 	}
 	lk.memberRenewed, lk.memberTTL = sent, ml.TTL
@@ -769,13 +765,12 @@ func (lk *leaseKeeper) joinAgain() bool {
 // without the graceful goodbyes its peers, which saw it fail, no longer
 // answer.
 func (lk *leaseKeeper) endRun(why error) {
-	h := lk.h
 	err := fmt.Errorf("%w: %w", ErrLeaseLost, why)
-	if !h.life.lostErr.CompareAndSwap(nil, &err) {
+	if !lk.life.lostErr.CompareAndSwap(nil, &err) {
 		return // the other renewer found the run over first
 	}
-	h.log.Error("the host's run is over: another run of its name holds the lease, or the membership ended this run; closing the host", "err", why)
-	h.events.addSelf(EventRunEnded, lk.run(), 0, why.Error())
-	h.gate.publish(1) // no turn starts from now on
-	go h.life.close() // not here: Close waits for this goroutine
+	lk.log.Error("the host's run is over: another run of its name holds the lease, or the membership ended this run; closing the host", "err", why)
+	lk.events.addSelf(EventRunEnded, lk.run(), 0, why.Error())
+	lk.gate.publish(1) // no turn starts from now on
+	go lk.life.close() // not here: Close waits for this goroutine
 }

@@ -212,7 +212,7 @@ func TestAnAnswerBesideAnotherRenewalInFlightNeverExtendsTheLease(t *testing.T) 
 		t.Fatal(err)
 	}
 	lk := &h.lease
-	lk.init(h, false) // as Start does; nothing else runs
+	lk.init(false) // as Start does; nothing else runs
 	answer := func(l relocation.Lease, err error) renewed[relocation.Lease] {
 		return renewed[relocation.Lease]{sent: time.Now(), run: lk.run(), v: l, err: err}
 	}
