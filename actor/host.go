@@ -66,9 +66,6 @@ type Host struct {
 	events   eventLog      // what happened to the cluster as this host saw it (events.go)
 	metrics  metricsServer // the /metrics server, if Config.MetricsAddr is set
 
-	// afterRelease, set by tests only, runs after held messages are
-	// released to an owner's mailbox, with the owner's seqMu held.
-	afterRelease atomic.Pointer[func()]
 }
 
 // hostEnv is the value every part of a host is given (by pointer; the
@@ -210,7 +207,10 @@ func (h *Host) wire() {
 	h.peers.pressure, h.peers.credits, h.peers.handler = &h.pressure, &h.in, h.in.handler(&h.peers.attached)
 	h.lease.hostEnv, h.lease.life, h.lease.stats, h.lease.events, h.lease.gate = env, &h.life, &h.stats, &h.events, &h.gate
 	h.lease.routes, h.lease.store, h.lease.peers, h.lease.requests, h.lease.owners, h.lease.in = &h.routes, h.store, &h.peers, &h.requests, &h.owners, &h.in
-	h.owners.persist.hostEnv, h.owners.persist.life = env, &h.life
+	h.owners.hostEnv, h.owners.life, h.owners.stats, h.owners.gate, h.owners.jobs = env, &h.life, &h.stats, &h.gate, &h.jobs
+	h.owners.store, h.owners.routes, h.owners.peers, h.owners.gaps, h.owners.requests = h.store, &h.routes, &h.peers, &h.gaps, &h.requests
+	h.owners.context = func(o *owner) Context { return Context{host: h, owner: o} }
+	h.owners.persist.hostEnv, h.owners.persist.life, h.owners.persist.stats, h.owners.persist.requests = env, &h.life, &h.stats, &h.requests
 }
 
 // Name returns the host's name.
@@ -267,7 +267,7 @@ func (h *Host) Start() error {
 			errs = append(errs, payload.NewError(payload.AlreadyExists, "actor.Host.Start", "kind "+s.name+" has the name of a channel"))
 			continue
 		}
-		h.owners.kinds[s.name] = &kindRuntime{spec: s, host: h}
+		h.owners.kinds[s.name] = &kindRuntime{spec: s, host: h, t: &h.owners}
 	}
 	ss := h.cfg.StateStore
 	if ss == nil {

@@ -132,12 +132,11 @@ type admitHow uint8
 // and e stays the caller's; otherwise e is the owner's (held, or admitted,
 // or — a skip notice — ended).
 func (o *owner) admit(e *mailbox.Envelope, how admitHow) (ran bool, room <-chan struct{}, stray []*mailbox.Envelope, err error) {
-	h := o.host
-	if h.cfg.IdleTimeout > 0 {
+	if o.t.cfg.IdleTimeout > 0 {
 		// Idleness counts from the last accepted message (the coarse clock
 		// ticks only with a transport).
-		if h.peers.tr != nil {
-			o.lastActive.Store(h.routes.coarseNow())
+		if o.t.peers.tr != nil {
+			o.lastActive.Store(o.t.routes.coarseNow())
 		} else {
 			o.lastActive.Store(nanotime())
 		}
@@ -154,7 +153,7 @@ func (o *owner) admit(e *mailbox.Envelope, how admitHow) (ran bool, room <-chan 
 	origin := append(originBuf[:0], hv.Origin()...)
 	skip := hv.Flags()&flagSkip != 0
 	again := sentAgain(hv.Flags())
-	now := h.routes.coarseNow()
+	now := o.t.routes.coarseNow()
 
 	o.seqMu.Lock()
 	var claimed bool
@@ -255,13 +254,13 @@ func (o *owner) readyLocked(a *orderAfter, into *[]*mailbox.Envelope) {
 	}
 	c := o.inbox.Order().TakeCounts()
 	if c.GapsClosed > 0 {
-		o.host.stats.gapsClosed.Add(int64(c.GapsClosed))
+		o.t.stats.gapsClosed.Add(int64(c.GapsClosed))
 	}
 	if c.Late > 0 {
-		o.host.stats.late.Add(int64(c.Late))
+		o.t.stats.late.Add(int64(c.Late))
 	}
 	if c.Repeats > 0 {
-		o.host.stats.repeats.Add(int64(c.Repeats))
+		o.t.stats.repeats.Add(int64(c.Repeats))
 	}
 	a.gapsClosed += c.GapsClosed
 	o.noteHeldLocked()
@@ -274,7 +273,7 @@ func (o *owner) readyLocked(a *orderAfter, into *[]*mailbox.Envelope) {
 		}
 	}
 	if len(ready) > 0 && into == nil {
-		if f := o.host.afterRelease.Load(); f != nil {
+		if f := o.t.afterRelease.Load(); f != nil {
 			(*f)()
 		}
 	}
@@ -287,18 +286,17 @@ func (o *owner) readyLocked(a *orderAfter, into *[]*mailbox.Envelope) {
 // given back, counts, pushback; it returns the strays (messages whose
 // object is not here), for the caller to route again.
 func (o *owner) finishOrder(a orderAfter) (stray []*mailbox.Envelope) {
-	h := o.host
 	for _, p := range a.permits {
 		p.Release()
 	}
 	if a.over {
-		h.gaps.overBound(o, a.pushTo)
+		o.t.gaps.overBound(o, a.pushTo)
 	}
 	if a.push {
 		o.sendPushes()
 	}
 	if a.gapsClosed > 0 { // counted in readyLocked
-		h.tallies.gapsGivenUp.Add(h.log, int64(a.gapsClosed), "object", o.ref.String(), "messages", a.gapsClosed)
+		o.t.tallies.gapsGivenUp.Add(o.t.log, int64(a.gapsClosed), "object", o.ref.String(), "messages", a.gapsClosed)
 	}
 	for _, e := range a.repeats {
 		// It came here from the old run's link already (it ran, or is
@@ -309,7 +307,7 @@ func (o *owner) finishOrder(a orderAfter) (stray []*mailbox.Envelope) {
 		// holds it for the turn's write), and this runs on the admitting
 		// goroutine, outside any turn, promising nothing durable.
 		if hv := e.Msg.Header(); len(hv.ReplyTo()) > 0 {
-			h.requests.routeReply(hv.ReplyTo(), hv.Op(), reply{err: ErrRejoined})
+			o.t.requests.routeReply(hv.ReplyTo(), hv.Op(), reply{err: ErrRejoined})
 		}
 		e.Release()
 	}
@@ -331,19 +329,18 @@ func (o *owner) noteHeldLocked() {
 	if o.heldCount == n {
 		return
 	}
-	h := o.host
-	h.owners.heldMu.Lock()
-	h.stats.heldOut.Add(int64(n - o.heldCount))
+	o.t.heldMu.Lock()
+	o.t.stats.heldOut.Add(int64(n - o.heldCount))
 	o.heldCount = n
 	if n > 0 {
-		if h.owners.held == nil {
-			h.owners.held = map[*owner]struct{}{}
+		if o.t.held == nil {
+			o.t.held = map[*owner]struct{}{}
 		}
-		h.owners.held[o] = struct{}{}
+		o.t.held[o] = struct{}{}
 	} else {
-		delete(h.owners.held, o)
+		delete(o.t.held, o)
 	}
-	h.owners.heldMu.Unlock()
+	o.t.heldMu.Unlock()
 }
 
 // openOrderLocked thaws the owner's inbox: items (already checked, in
@@ -351,7 +348,7 @@ func (o *owner) noteHeldLocked() {
 // order) is offered; then the mailbox opens with all of them in order.
 // With seqMu held; the caller finishes with orderDone.
 func (o *owner) openOrderLocked(items, unchecked []*mailbox.Envelope) orderAfter {
-	now := o.host.routes.coarseNow()
+	now := o.t.routes.coarseNow()
 	var a orderAfter
 	o.inbox.Thaw()
 	for _, e := range unchecked {
@@ -405,9 +402,8 @@ func (o *owner) orderSnapshotLocked(now int64) []byte {
 // restoreOrderLocked takes in an order snapshot (already decoded); with
 // seqMu held. Held frames are copied in (the boundary copy).
 func (o *owner) restoreOrderLocked(snap route.Snapshot, now int64) {
-	h := o.host
 	o.inbox.Order().Restore(snap, now, func(_ uint64, frame []byte) (*mailbox.Envelope, bool) {
-		e := h.owners.envelopeOf(frame)
+		e := o.t.envelopeOf(frame)
 		return e, e != nil
 	})
 	o.trail.Restore(snap.Trail, now)

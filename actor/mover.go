@@ -1417,11 +1417,10 @@ func (d *moveDriver) discardTemp(extra [][]byte, reason string) {
 // envelopeOf makes a queue item of a frame received in a move record or a
 // relay: the boundary copies it once.
 func (ow *ownerTable) envelopeOf(frame []byte) *mailbox.Envelope {
-	h := ow.h
-	m, err := h.reg.Open(h.pool.Copy(frame))
+	m, err := ow.reg.Open(ow.pool.Copy(frame))
 	if err != nil {
-		h.obs.Rejected("", RejectProtocol)
-		h.peerLogs.malformed.Warn(h.log, "relocation: undecodable frame in a move dropped", "err", err)
+		ow.obs.Rejected("", RejectProtocol)
+		ow.peerLogs.malformed.Warn(ow.log, "relocation: undecodable frame in a move dropped", "err", err)
 		return nil
 	}
 	e := mailbox.NewEnvelope()

@@ -804,10 +804,10 @@ func TestAReleasedMessageRunsAfterTheHeldGaugeLetItGo(t *testing.T) {
 		seen = <-heldSeen
 		close(ran)
 	}
-	hs["b"].afterRelease.Store(&hook)
+	hs["b"].owners.afterRelease.Store(&hook)
 	n.Heal("a", "x")
 	<-ran
-	hs["b"].afterRelease.Store(nil)
+	hs["b"].owners.afterRelease.Store(nil)
 	if seen != 0 {
 		t.Fatalf("message 2, released by message 1, saw %d messages held out of order when it ran; want 0", seen)
 	}

@@ -45,19 +45,35 @@ import (
 // Invariants: an owner is in held only while it keeps messages for its
 // gaps; every spawned actor is counted in actors until it stops.
 type ownerTable struct {
-	h        *Host
-	specs    []*spec                    // registered kinds and channels, until Start
-	kinds    map[string]*kindRuntime    // fixed at Start
-	channels map[string]*channelRuntime // fixed at Start
-	system   *pa.ActorSystem
-	props    *pa.Props
-	spawnMu  sync.Mutex
-	spawning *mailbox.Mailbox // the mailbox the next spawn takes; guarded by spawnMu
-	actors   sync.WaitGroup   // owners whose actor has not stopped
-	heldMu   sync.Mutex       // guards held
-	held     map[*owner]struct{}
-	seed     maphash.Seed // spreads objects over a kind's shards
-	persist  persister    // persistent kinds' writes and output gates (persist.go)
+	h *Host
+	*hostEnv
+	life     *lifecycle
+	stats    *hostStats
+	gate     *leaseGate
+	jobs     *jobQueue
+	store    relocation.Store
+	routes   *routes
+	peers    *peers
+	gaps     *gapFacts
+	requests *requestTable
+	// context returns an owner's Context, the API its handlers get (the
+	// host wires it: a Context sends through the host).
+	context func(o *owner) Context
+	// afterRelease, set by tests only, runs after held messages are
+	// released to an owner's mailbox, with the owner's seqMu held.
+	afterRelease atomic.Pointer[func()]
+	specs        []*spec                    // registered kinds and channels, until Start
+	kinds        map[string]*kindRuntime    // fixed at Start
+	channels     map[string]*channelRuntime // fixed at Start
+	system       *pa.ActorSystem
+	props        *pa.Props
+	spawnMu      sync.Mutex
+	spawning     *mailbox.Mailbox // the mailbox the next spawn takes; guarded by spawnMu
+	actors       sync.WaitGroup   // owners whose actor has not stopped
+	heldMu       sync.Mutex       // guards held
+	held         map[*owner]struct{}
+	seed         maphash.Seed // spreads objects over a kind's shards
+	persist      persister    // persistent kinds' writes and output gates (persist.go)
 	// handOn sends, in order, the messages of an object taken over by
 	// another host on to where it runs now (router.handOn, wired by the
 	// host: the router ranks above the owners).
@@ -66,6 +82,7 @@ type ownerTable struct {
 
 type owner struct {
 	host *Host
+	t    *ownerTable // the owners' part: its kinds and the parts it uses
 	spec *spec
 	ref  Ref
 	mb   *mailbox.Mailbox
@@ -122,12 +139,11 @@ const (
 
 // newOwner makes an owner and spawns its actor. Callers serialize per object.
 func (ow *ownerTable) newOwner(s *spec, kr *kindRuntime, ref Ref) *owner {
-	h := ow.h
-	o := &owner{host: h, spec: s, ref: ref, kr: kr, gone: make(chan struct{}), since: time.Now(), sinceNano: nanotime()}
-	o.ctx = Context{host: h, owner: o}
-	o.out.host, o.out.o = h, o
-	o.mb = mailbox.New(h.cfg.ApplicationLimits, h.cfg.LifecycleLimits, &h.jobs.counters)
-	o.inbox.Order().MaxHeld = h.cfg.ReorderBound
+	o := &owner{host: ow.h, t: ow, spec: s, ref: ref, kr: kr, gone: make(chan struct{}), since: time.Now(), sinceNano: nanotime()}
+	o.ctx = ow.context(o)
+	o.out.host, o.out.o = ow.h, o
+	o.mb = mailbox.New(ow.cfg.ApplicationLimits, ow.cfg.LifecycleLimits, &ow.jobs.counters)
+	o.inbox.Order().MaxHeld = ow.cfg.ReorderBound
 	o.mb.Owner = o
 	o.mb.OnStop = o.stopped
 	o.lastActive.Store(nanotime())
@@ -138,15 +154,15 @@ func (ow *ownerTable) newOwner(s *spec, kr *kindRuntime, ref Ref) *owner {
 	o.pid = ow.system.Root.Spawn(ow.props)
 	ow.spawning = nil
 	ow.spawnMu.Unlock()
-	h.stats.owners.Add(1)
-	h.obs.Activated(s.name)
+	ow.stats.owners.Add(1)
+	ow.obs.Activated(s.name)
 	return o
 }
 
 func (o *owner) stopped() {
 	o.stopOnce.Do(func() {
-		o.host.stats.owners.Add(-1)
-		o.host.owners.actors.Done()
+		o.t.stats.owners.Add(-1)
+		o.t.actors.Done()
 	})
 }
 
@@ -212,7 +228,7 @@ func (o *owner) turn(e *mailbox.Envelope) {
 // lease is live, its ownership checked since the last lapse, and no other
 // host took it over.
 func (o *owner) mayRun() bool {
-	g := &o.host.gate
+	g := o.t.gate
 	return g.live() && g.current(o.epoch.Load()) && !o.taken.Load()
 }
 
@@ -232,7 +248,6 @@ const (
 // over, the message's deadline (Unix ns, 0: none) passed, or the host
 // closes.
 func (o *owner) awaitTurn(deadline int64) turnOutcome {
-	h := o.host
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -243,8 +258,8 @@ func (o *owner) awaitTurn(deadline int64) turnOutcome {
 		if o.taken.Load() {
 			return turnTaken
 		}
-		checked := h.gate.current(o.epoch.Load())
-		ch, live := h.gate.look(o, checked)
+		checked := o.t.gate.current(o.epoch.Load())
+		ch, live := o.t.gate.look(o, checked)
 		if live && checked {
 			return turnRun
 		}
@@ -263,14 +278,14 @@ func (o *owner) awaitTurn(deadline int64) turnOutcome {
 			// A renewal publishes the deadline and wakes every turn; one
 			// that passes the deadline while this turn waits for a check
 			// wakes nobody: look again a renewal interval later.
-			again = time.After(h.cfg.LeaseRenew)
+			again = time.After(o.t.cfg.LeaseRenew)
 		}
 		select {
 		case <-ch:
 		case <-again:
 		case <-expire:
 			return turnExpired
-		case <-h.life.done:
+		case <-o.t.life.done:
 			return turnClosing
 		}
 	}
@@ -283,7 +298,6 @@ func (o *owner) awaitTurn(deadline int64) turnOutcome {
 // one of an object taken over goes on to its new owner (and ends the
 // activation); at Close, it ends with ShuttingDown.
 func (o *owner) waitTurn(e *mailbox.Envelope) bool {
-	h := o.host
 	var dl int64
 	if e.Msg != nil {
 		dl = e.Msg.Header().DeadlineUnixNano()
@@ -292,11 +306,11 @@ func (o *owner) waitTurn(e *mailbox.Envelope) bool {
 	case turnRun:
 		return true
 	case turnExpired:
-		h.obs.Rejected(o.spec.name, RejectExpired)
+		o.t.obs.Rejected(o.spec.name, RejectExpired)
 		o.fail(e, ErrRequestTimeout)
 	case turnClosing:
 		if e.Msg != nil {
-			h.obs.Rejected(o.spec.name, RejectShuttingDown)
+			o.t.obs.Rejected(o.spec.name, RejectShuttingDown)
 			o.fail(e, ErrShuttingDown)
 		}
 	case turnTaken:
@@ -324,30 +338,29 @@ func (o *owner) waitTurn(e *mailbox.Envelope) bool {
 // end in a turn of its own (controlTaken).
 func (o *owner) takenOver() {
 	if o.taken.CompareAndSwap(false, true) {
-		o.host.stats.takenOver.Add(1)
+		o.t.stats.takenOver.Add(1)
 		o.postControl(controlTaken)
 	}
 }
 
 // turnMsg runs one application message.
 func (o *owner) turnMsg(e *mailbox.Envelope) {
-	h := o.host
-	h.stats.running.Add(1)
-	defer h.stats.running.Add(-1)
+	o.t.stats.running.Add(1)
+	defer o.t.stats.running.Add(-1)
 	hv := e.Msg.Header()
 	hd := o.spec.handlers[string(hv.Type())]
 	if hd == nil {
-		h.obs.Rejected(o.spec.name, RejectUnknownType)
+		o.t.obs.Rejected(o.spec.name, RejectUnknownType)
 		o.fail(e, payload.NewError(payload.NotFound, "actor", describe(o.spec)+": no handler for message type "+string(hv.Type())))
 		return
 	}
 	var start int64
-	if h.obs.timed {
+	if o.t.obs.timed {
 		start = nanotime()
 	}
 	if dl := hv.DeadlineUnixNano(); dl != 0 && wallNano() > dl {
 		// The sender has given up; do not run work nobody waits for.
-		h.obs.Rejected(o.spec.name, RejectExpired)
+		o.t.obs.Rejected(o.spec.name, RejectExpired)
 		o.fail(e, ErrRequestTimeout)
 		return
 	}
@@ -356,10 +369,10 @@ func (o *owner) turnMsg(e *mailbox.Envelope) {
 	}
 	o.ctx.env = e
 	var outcome Outcome
-	if h.trace == nil {
+	if o.t.trace == nil {
 		outcome = o.run(hd, e)
 	} else {
-		h.trace.begin(&o.ctx, hd, hv) // the turn's span (trace.go)
+		o.t.trace.begin(&o.ctx, hd, hv) // the turn's span (trace.go)
 		outcome = o.run(hd, e)
 		o.ctx.endTurnSpan()
 	}
@@ -369,10 +382,10 @@ func (o *owner) turnMsg(e *mailbox.Envelope) {
 	}
 	end := nanotime()
 	o.lastTurn.Store(end)
-	if h.cfg.IdleTimeout > 0 || h.obs.timed {
+	if o.t.cfg.IdleTimeout > 0 || o.t.obs.timed {
 		o.lastActive.Store(end)
-		if h.obs.timed {
-			h.obs.Handled(o.spec.name, durationNs(start-e.Admitted), durationNs(end-start), outcome)
+		if o.t.obs.timed {
+			o.t.obs.Handled(o.spec.name, durationNs(start-e.Admitted), durationNs(end-start), outcome)
 		}
 	}
 }
@@ -381,7 +394,7 @@ func (o *owner) turnMsg(e *mailbox.Envelope) {
 func (o *owner) run(hd *handler, e *mailbox.Envelope) (outcome Outcome) {
 	defer func() {
 		if r := recover(); r != nil {
-			o.host.log.Error("handler panicked", "owner", o.ref.String(), "type", hd.typeName, "panic", r, "stack", string(debug.Stack()))
+			o.t.log.Error("handler panicked", "owner", o.ref.String(), "type", hd.typeName, "panic", r, "stack", string(debug.Stack()))
 			o.fail(e, &payload.Error{Kind: payload.InternalFailure, Op: "actor", Detail: fmt.Sprintf("%s: handler for %s panicked: %v", o.ref, hd.typeName, r)})
 			outcome = OutcomePanic
 		}
@@ -399,7 +412,7 @@ func (o *owner) run(hd *handler, e *mailbox.Envelope) (outcome Outcome) {
 			st, err = o.spec.factory(&o.ctx, o.ref.ID)
 		}
 		if err != nil {
-			o.host.obs.Rejected(o.spec.name, RejectActivation)
+			o.t.obs.Rejected(o.spec.name, RejectActivation)
 			o.fail(e, &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: o.ref.String() + ": activation failed", Err: err})
 			return OutcomeError
 		}
@@ -411,7 +424,7 @@ func (o *owner) run(hd *handler, e *mailbox.Envelope) (outcome Outcome) {
 	if err := hd.run(&o.ctx, o.state, e); err != nil {
 		if e.HasPermit() && payload.KindOf(err) == payload.ProtocolError {
 			// The payload did not decode: the handler never started.
-			o.host.obs.Rejected(o.spec.name, RejectProtocol)
+			o.t.obs.Rejected(o.spec.name, RejectProtocol)
 		}
 		o.fail(e, err)
 		return OutcomeError
@@ -428,14 +441,14 @@ func (o *owner) fail(e *mailbox.Envelope, err error) {
 		o.reply(route, hv.Op(), reply{err: handlerError(err)})
 		return
 	}
-	o.host.log.Debug("one-way message failed", "owner", o.ref.String(), "type", string(hv.Type()), "err", err)
+	o.t.log.Debug("one-way message failed", "owner", o.ref.String(), "type", string(hv.Type()), "err", err)
 }
 
 // control runs a lifecycle control item.
 func (o *owner) control(c control) {
 	switch c {
 	case controlPassivate:
-		if o.kr == nil || nanotime()-o.lastActive.Load() < int64(o.host.cfg.IdleTimeout) {
+		if o.kr == nil || nanotime()-o.lastActive.Load() < int64(o.t.cfg.IdleTimeout) {
 			return
 		}
 		o.kr.deactivate(o, false)
@@ -463,7 +476,6 @@ func (o *owner) control(c control) {
 // settles it (its commit finds the row another's): only first goes on,
 // ahead of the messages that come after it.
 func (kr *kindRuntime) endTaken(o *owner, first *payload.Message) {
-	h := kr.host
 	var msgs []*payload.Message
 	if first != nil {
 		msgs = append(msgs, first)
@@ -486,16 +498,16 @@ func (kr *kindRuntime) endTaken(o *owner, first *payload.Message) {
 		}
 	}
 	if len(msgs) > 0 {
-		h.owners.handOn(kr, o.ref.ID, msgs)
+		kr.t.handOn(kr, o.ref.ID, msgs)
 	}
 	if !ended {
 		return
 	}
-	h.tallies.droppedLapsed.Add(h.log, int64(len(msgs)), "object", o.ref.String(), "handed_on", len(msgs))
+	kr.t.tallies.droppedLapsed.Add(kr.t.log, int64(len(msgs)), "object", o.ref.String(), "handed_on", len(msgs))
 	o.state = nil
 	close(o.gone)
-	h.obs.Deactivated(kr.spec.name)
-	h.owners.system.Root.Stop(o.pid)
+	kr.t.obs.Deactivated(kr.spec.name)
+	kr.t.system.Root.Stop(o.pid)
 }
 
 // reply sends a reply the running turn made; a persistent owner's waits
@@ -505,7 +517,7 @@ func (o *owner) reply(route []byte, op payload.OpID, r reply) {
 		g.hold(heldOutput{route: append([]byte(nil), route...), op: op, r: r})
 		return
 	}
-	o.host.requests.routeReply(route, op, r)
+	o.t.requests.routeReply(route, op, r)
 }
 
 // send sends m to t from the running turn, through the owner's outbox; a
@@ -531,6 +543,7 @@ func (o *owner) sendFanout(ps *pendingSend) {
 type kindRuntime struct {
 	spec   *spec
 	host   *Host
+	t      *ownerTable
 	shards [32]ownerShard
 }
 
@@ -565,7 +578,7 @@ func (sh *ownerShard) leavingLocked(id string) (m leavingMove, ok bool, departed
 }
 
 func (kr *kindRuntime) shard(id string) *ownerShard {
-	return &kr.shards[maphash.String(kr.host.owners.seed, id)%uint64(len(kr.shards))]
+	return &kr.shards[maphash.String(kr.t.seed, id)%uint64(len(kr.shards))]
 }
 
 // count returns how many objects of every kind have an owner on this
@@ -603,7 +616,6 @@ func (kr *kindRuntime) all() []*owner {
 // stops. A sender that finds the mailbox closed looks the object up again
 // and activates a new owner, whose factory waits for this hook.
 func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
-	h := kr.host
 	sh := kr.shard(o.ref.ID)
 	sh.mu.Lock()
 	o.seqMu.Lock()
@@ -613,7 +625,7 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 	// network: then they go with the order state into the store row, and
 	// the object's next activation (elsewhere) holds them until the
 	// missing messages, which their senders send there, arrive.
-	leaving := stopping && h.peers.tr != nil && h.life.draining.Load()
+	leaving := stopping && kr.t.peers.tr != nil && kr.t.life.draining.Load()
 	if (o.inbox.Held() > 0 && !leaving) || !o.mb.CloseIfEmpty() {
 		held := o.inbox.Held() > 0
 		o.seqMu.Unlock()
@@ -624,7 +636,7 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 		return
 	}
 	var order []byte
-	if h.peers.tr != nil {
+	if kr.t.peers.tr != nil {
 		order = o.orderSnapshotLocked(nanotime())
 	}
 	handedOn := o.inbox.Shut() // their frames are in the order state
@@ -650,7 +662,7 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 		func() {
 			defer func() {
 				if r := recover(); r != nil {
-					h.log.Error("deactivate hook panicked", "owner", o.ref.String(), "panic", r, "stack", string(debug.Stack()))
+					kr.t.log.Error("deactivate hook panicked", "owner", o.ref.String(), "panic", r, "stack", string(debug.Stack()))
 				}
 			}()
 			kr.spec.deactivate(context.WithoutCancel(&o.ctx), o.ref.ID, o.state)
@@ -661,16 +673,16 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 		// the row is preserved: after that no write of this activation
 		// lands.
 		if err := o.gate.final(); err != nil {
-			h.log.Warn("final state of a persistent object not written", "object", o.ref.String(), "err", err)
+			kr.t.log.Warn("final state of a persistent object not written", "object", o.ref.String(), "err", err)
 		}
 	}
 	o.state = nil
 	obj := relocation.Object{Kind: o.ref.Kind, ID: o.ref.ID}
-	ctx, cancel := h.life.storeContext()
-	_, err := h.store.Preserve(ctx, obj, o.row, order)
+	ctx, cancel := kr.t.life.storeContext()
+	_, err := kr.t.store.Preserve(ctx, obj, o.row, order)
 	cancel()
 	if err != nil {
-		h.log.Debug("location store row not preserved", "object", obj.String(), "err", err)
+		kr.t.log.Debug("location store row not preserved", "object", obj.String(), "err", err)
 	}
 	sh.mu.Lock()
 	if sh.passivating[o.ref.ID] == o {
@@ -678,8 +690,8 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 	}
 	sh.mu.Unlock()
 	close(o.gone)
-	h.obs.Deactivated(kr.spec.name)
-	h.owners.system.Root.Stop(o.pid)
+	kr.t.obs.Deactivated(kr.spec.name)
+	kr.t.system.Root.Stop(o.pid)
 }
 
 // here finds object id on this host: its owner, or the move of it from
@@ -712,7 +724,7 @@ func (kr *kindRuntime) hereLocked(sh *ownerShard, id string) (place, bool) {
 // found (p names a host); a no-op otherwise.
 func (kr *kindRuntime) follow(id string, p place) {
 	if p.o == nil && p.host != "" {
-		kr.host.routes.learn(relocation.Object{Kind: kr.spec.name, ID: id}, p.host, p.gen, true)
+		kr.t.routes.learn(relocation.Object{Kind: kr.spec.name, ID: id}, p.host, p.gen, true)
 	}
 }
 
@@ -846,11 +858,10 @@ func (ow *ownerTable) deactivateAll() int {
 // passivateIdle passivates the objects idle for longer than IdleTimeout
 // (the janitor's job).
 func (ow *ownerTable) passivateIdle(time.Time) (done bool) {
-	h := ow.h
-	if !h.gate.live() {
+	if !ow.gate.live() {
 		return false // jeopardy: no turn would run (each would wait on a goroutine)
 	}
-	limit := nanotime() - int64(h.cfg.IdleTimeout)
+	limit := nanotime() - int64(ow.cfg.IdleTimeout)
 	for _, kr := range ow.kinds {
 		for _, o := range kr.all() {
 			if o.lastActive.Load() < limit && o.mb.Idle() && o.mayRun() {
@@ -864,9 +875,8 @@ func (ow *ownerTable) passivateIdle(time.Time) (done bool) {
 // forgetIdleSenders drops the order state of senders idle for twice the
 // streams' idle time, on every owner (they hold nothing).
 func (ow *ownerTable) forgetIdleSenders() {
-	h := ow.h
 	now := nanotime()
-	idle := 2 * int64(streamIdleFor(h.cfg.FollowDuration))
+	idle := 2 * int64(streamIdleFor(ow.cfg.FollowDuration))
 	for _, kr := range ow.kinds {
 		for _, o := range kr.all() {
 			o.seqMu.Lock()
@@ -880,15 +890,14 @@ func (ow *ownerTable) forgetIdleSenders() {
 
 // handlerFor finds the kind and its handler for a message type.
 func (ow *ownerTable) handlerFor(kind, typ string) (*kindRuntime, *handler, error) {
-	h := ow.h
 	kr := ow.kinds[kind]
 	if kr == nil {
-		h.obs.Rejected(kind, RejectNotFound)
-		return nil, nil, payload.NewError(payload.NotFound, "actor", "no kind "+kind+" on host "+h.name)
+		ow.obs.Rejected(kind, RejectNotFound)
+		return nil, nil, payload.NewError(payload.NotFound, "actor", "no kind "+kind+" on host "+ow.name)
 	}
 	hd := kr.spec.handlers[typ]
 	if hd == nil {
-		h.obs.Rejected(kind, RejectNotFound)
+		ow.obs.Rejected(kind, RejectNotFound)
 		return nil, nil, payload.NewError(payload.NotFound, "actor", "kind "+kind+" has no handler for "+typ)
 	}
 	return kr, hd, nil

@@ -38,8 +38,10 @@ import (
 // persister writes the states of a host's persistent owners.
 type persister struct {
 	*hostEnv
-	life  *lifecycle
-	store relocation.StateStore // nil: no kind may persist
+	life     *lifecycle
+	stats    *hostStats
+	requests *requestTable
+	store    relocation.StateStore // nil: no kind may persist
 
 	mu       sync.Mutex
 	queue    []*stateGate // gates with a write waiting, each once; guarded by mu
@@ -201,7 +203,7 @@ func (p *persister) write(writes []relocation.StateWrite) ([]int, error) {
 // durable state, restored, or the factory's for an object never written.
 func (g *stateGate) load(c *Context) (any, error) {
 	o := g.o
-	ctx, cancel := o.host.life.storeContext()
+	ctx, cancel := g.p.life.storeContext()
 	st, err := g.p.store.LoadState(ctx, g.obj)
 	cancel()
 	switch {
@@ -239,7 +241,7 @@ func (g *stateGate) queueWrite() {
 	if err != nil {
 		// The state cannot be made durable: what this turn did must not
 		// look as if it were. Its outputs end as failures.
-		o.host.log.Error("persistent state not captured; the turn's outputs fail", "owner", o.ref.String(), "err", err)
+		g.p.log.Error("persistent state not captured; the turn's outputs fail", "owner", o.ref.String(), "err", err)
 		g.failTurn(&payload.Error{Kind: payload.InternalFailure, Op: "actor", Detail: o.ref.String() + ": state capture failed", Err: err})
 		return
 	}
@@ -350,7 +352,7 @@ func (g *stateGate) perform(out *heldOutput) {
 	o := g.o
 	switch {
 	case out.route != nil:
-		o.host.requests.routeReply(out.route, out.op, out.r)
+		g.p.requests.routeReply(out.route, out.op, out.r)
 	case out.ps != nil:
 		o.out.enqueue(out.ps)
 	case out.m != nil:
@@ -364,7 +366,7 @@ func (g *stateGate) perform(out *heldOutput) {
 // drop ends outputs that must not go out as if their turns' writes had
 // landed: a reply becomes the error err, a send is dropped and counted.
 func (g *stateGate) drop(outs []heldOutput, err error) {
-	h := g.o.host
+	h := g.p
 	for i := range outs {
 		out := &outs[i]
 		switch {
@@ -404,7 +406,7 @@ func (g *stateGate) fence() {
 	g.broadcastLocked()
 	g.mu.Unlock()
 	g.p.held.Add(-int64(len(outs)))
-	g.o.host.log.Warn("state write fenced: the object has a newer owner; this activation ends", "owner", g.o.ref.String())
+	g.p.log.Warn("state write fenced: the object has a newer owner; this activation ends", "owner", g.o.ref.String())
 	g.drop(outs, errFenced)
 	g.o.postControl(controlFenced)
 }
@@ -466,7 +468,7 @@ func (g *stateGate) sync(deadline time.Time) error {
 // flushAll waits, between turns, until the owner's state is durable and
 // its outputs have gone (a move's capture, a deactivation).
 func (g *stateGate) flushAll() error {
-	ctx, cancel := g.o.host.life.storeContext()
+	ctx, cancel := g.p.life.storeContext()
 	defer cancel()
 	return g.settled(ctx, &payload.Error{Kind: payload.Unavailable, Op: "actor",
 		Detail: g.o.ref.String() + ": the state store did not make the state durable within StoreTimeout"})
@@ -494,7 +496,6 @@ func (g *stateGate) isFenced() bool {
 // runs and the Location Store row is not touched: it is not this
 // activation's any more.
 func (kr *kindRuntime) endFenced(o *owner) {
-	h := kr.host
 	sh := kr.shard(o.ref.ID)
 	sh.mu.Lock()
 	if sh.m[o.ref.ID] == o {
@@ -504,16 +505,16 @@ func (kr *kindRuntime) endFenced(o *owner) {
 	queued, held := o.closeBox()
 	for _, e := range append(queued, held...) {
 		if e.Msg != nil && isApplication(e) {
-			h.obs.Rejected(o.spec.name, RejectShuttingDown)
-			h.stats.droppedOutputs.Add(1)
+			kr.t.obs.Rejected(o.spec.name, RejectShuttingDown)
+			kr.t.stats.droppedOutputs.Add(1)
 			if hv := e.Msg.Header(); len(hv.ReplyTo()) > 0 {
-				h.requests.routeReply(hv.ReplyTo(), hv.Op(), reply{err: errFenced})
+				kr.t.requests.routeReply(hv.ReplyTo(), hv.Op(), reply{err: errFenced})
 			}
 		}
 		e.Release()
 	}
 	o.state = nil
 	close(o.gone)
-	h.obs.Deactivated(kr.spec.name)
-	h.owners.system.Root.Stop(o.pid)
+	kr.t.obs.Deactivated(kr.spec.name)
+	kr.t.system.Root.Stop(o.pid)
 }

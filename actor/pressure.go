@@ -276,7 +276,7 @@ func (o *owner) relievedLocked(all bool) bool {
 	queued := false
 	ord := o.inbox.Order()
 	for s := range o.pushed {
-		if all || o.inbox.State() != route.Open || ord.HeldOf([]byte(s)) <= o.host.cfg.ReorderBound/2 {
+		if all || o.inbox.State() != route.Open || ord.HeldOf([]byte(s)) <= o.t.cfg.ReorderBound/2 {
 			o.pushQ = append(o.pushQ, pushAdvice{sender: s})
 			delete(o.pushed, s)
 			queued = true
@@ -304,7 +304,7 @@ func (o *owner) sendPushes() {
 			yield()
 		}
 		for _, p := range q {
-			o.host.peers.push(o, p.sender, p.pause)
+			o.t.peers.push(o, p.sender, p.pause)
 		}
 		o.seqMu.Lock()
 	}
