@@ -1,0 +1,74 @@
+package archcheck
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"strconv"
+)
+
+// RanksFromFile reads the ranks of the parts from the Go file at path: the
+// package-level variable name, a map[string]int composite literal whose
+// keys are string literals and whose values are integer literals. It is
+// how the ranks have one home: actor/layers_test.go's partRank is what
+// TestHostPartsCallOnlyDownward checks, and what cmd/archmeasure and this
+// package's tests read.
+func RanksFromFile(path, name string) (map[string]int, error) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, path, nil, 0)
+	if err != nil {
+		return nil, fmt.Errorf("archcheck: %v", err)
+	}
+	for _, d := range f.Decls {
+		gd, ok := d.(*ast.GenDecl)
+		if !ok || gd.Tok != token.VAR {
+			continue
+		}
+		for _, spec := range gd.Specs {
+			vs := spec.(*ast.ValueSpec)
+			for i, id := range vs.Names {
+				if id.Name != name {
+					continue
+				}
+				if i >= len(vs.Values) {
+					return nil, fmt.Errorf("archcheck: %s: %s has no value", fset.Position(id.Pos()), name)
+				}
+				return ranksOf(fset, vs.Values[i])
+			}
+		}
+	}
+	return nil, fmt.Errorf("archcheck: %s: no package-level variable %s", path, name)
+}
+
+func ranksOf(fset *token.FileSet, e ast.Expr) (map[string]int, error) {
+	lit, ok := e.(*ast.CompositeLit)
+	if !ok {
+		return nil, fmt.Errorf("archcheck: %s: not a composite literal", fset.Position(e.Pos()))
+	}
+	m := map[string]int{}
+	for _, el := range lit.Elts {
+		kv, ok := el.(*ast.KeyValueExpr)
+		if !ok {
+			return nil, fmt.Errorf("archcheck: %s: not a key: value", fset.Position(el.Pos()))
+		}
+		k, ok1 := kv.Key.(*ast.BasicLit)
+		v, ok2 := kv.Value.(*ast.BasicLit)
+		if !ok1 || !ok2 || k.Kind != token.STRING || v.Kind != token.INT {
+			return nil, fmt.Errorf("archcheck: %s: want \"name\": integer", fset.Position(el.Pos()))
+		}
+		key, err := strconv.Unquote(k.Value)
+		if err != nil {
+			return nil, fmt.Errorf("archcheck: %s: %v", fset.Position(k.Pos()), err)
+		}
+		n, err := strconv.ParseInt(v.Value, 0, 0)
+		if err != nil {
+			return nil, fmt.Errorf("archcheck: %s: %v", fset.Position(v.Pos()), err)
+		}
+		if _, dup := m[key]; dup {
+			return nil, fmt.Errorf("archcheck: %s: %q twice", fset.Position(k.Pos()), key)
+		}
+		m[key] = int(n)
+	}
+	return m, nil
+}
