@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/membership"
 	"github.com/berthrt/berth/payload"
 	"golang.org/x/sync/errgroup"
@@ -360,6 +361,139 @@ func (dr *drainer) awaitMove(ctx context.Context, kr *kindRuntime, o *owner) {
 			return
 		case <-h.life.done:
 			return
+		case <-tick.C:
+		}
+	}
+}
+
+// stopTurnTake waits until no other Stop or Drain runs, or ctx ends; it
+// returns the function that ends this call's turn.
+func (dr *drainer) stopTurnTake(ctx context.Context, op string) (release func(), err error) {
+	select {
+	case dr.stopTurn <- struct{}{}:
+	default:
+		select {
+		case dr.stopTurn <- struct{}{}:
+		case <-ctx.Done():
+			return nil, dr.cutShort(ctx, op)
+		}
+	}
+	return func() { <-dr.stopTurn }, nil
+}
+
+// cutShort is the error of a Stop or Drain whose context ended before the
+// host stopped: of kind DeadlineExceeded, wrapping ctx's error. The host
+// keeps running what it has not handed on.
+func (dr *drainer) cutShort(ctx context.Context, op string) error {
+	h := dr.h
+	n := 0
+	for _, kr := range h.owners.kinds {
+		n += len(kr.all())
+	}
+	return &payload.Error{Kind: payload.DeadlineExceeded, Op: op,
+		Detail: "the context ended before the host stopped; it keeps serving its " + itoa(n) +
+			" objects not handed on yet (Stop again to finish, or Close to drop what is left)", Err: ctx.Err()}
+}
+
+// stop is Stop without the drain; op names the caller in errors. It goes
+// on from where an earlier stop whose context ended got to.
+//
+// On a network the host first stops the other hosts from routing here
+// (leaving): what they send from now on goes to the objects' new hosts, or
+// waits in its sender (up to SendTimeout) until this host has deactivated
+// the object — so Stop ends in bounded time however hard they send. What
+// they sent before, queued on the links, is still delivered and handled
+// (forwarded if its object is gone). If ctx ends first, stop returns
+// cutShort's error and the host goes on serving, leaving; nothing is
+// dropped.
+func (dr *drainer) stop(ctx context.Context, op string) error {
+	h := dr.h
+	if !h.life.state.CompareAndSwap(stateRunning, stateStopping) && h.life.state.Load() != stateStopping {
+		return h.life.close() // never started (Close), or closed: returns once closed
+	}
+	if h.peers.tr != nil {
+		dr.beginLeave()
+	}
+	// Deactivate every object once nothing is queued; hooks may send to
+	// objects that activate meanwhile, so repeat until no object is left.
+	for {
+		if err := dr.quiesce(ctx, op); err != nil {
+			return err
+		}
+		if h.owners.deactivateAll() == 0 {
+			break
+		}
+	}
+	if h.peers.tr != nil {
+		if err := dr.waitHandedOn(ctx, op); err != nil {
+			return err
+		}
+		// Everything was handed on: peers take this host's leave as no
+		// failure (no gap of theirs closes on it).
+		h.peers.setMemberState(membership.Gone)
+	}
+	return h.life.close()
+}
+
+// beginLeave starts this host's leave: peers stop placing objects here
+// (its membership state is Draining), forget their routes here and send
+// it no more frames (the transport's Leaving event); what they sent
+// before is still delivered. A second call (a Stop after one whose
+// context ended) does nothing.
+func (dr *drainer) beginLeave() {
+	h := dr.h
+	dr.h.life.draining.Store(true)
+	if dr.leaving.Swap(true) {
+		return
+	}
+	h.peers.setMemberState(membership.Draining)
+	h.peers.tr.Leave()
+}
+
+// quiesce waits until no message is queued, waiting for a permit, or
+// running. It polls: the conditions span many owners and there is no single
+// event to wait on. It returns cutShort's error if ctx ends first, and
+// closedMidStop's if the host closes.
+func (dr *drainer) quiesce(ctx context.Context, op string) error {
+	h := dr.h
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		if h.jobs.permits.InUse() == 0 && h.jobs.permits.Waiters() == 0 && h.stats.running.Load() == 0 &&
+			h.jobs.counters.Queued(mailbox.Application) == 0 && h.jobs.counters.Queued(mailbox.Lifecycle) == 0 &&
+			(h.peers.tr == nil || h.in.pending() == 0) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return dr.cutShort(ctx, op)
+		case <-h.life.done:
+			return closedMidStop(op)
+		case <-tick.C:
+		}
+	}
+}
+
+// waitHandedOn waits until everything sent here has been handled, as
+// quiesce does.
+func (dr *drainer) waitHandedOn(ctx context.Context, op string) error {
+	h := dr.h
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for quiet := 0; ; {
+		if h.in.pendingIn() == 0 && h.jobs.permits.InUse() == 0 && h.stats.running.Load() == 0 {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		if quiet == 3 { // a few quiet polls: senders that resolved just before the mark
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return dr.cutShort(ctx, op)
+		case <-h.life.done:
+			return closedMidStop(op)
 		case <-tick.C:
 		}
 	}

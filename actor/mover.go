@@ -664,26 +664,6 @@ func (mt *moveTable) recordOfAnotherPeer(from string, d *moveDriver) {
 		"a relocation record from "+from+" for a move with "+d.peer))
 }
 
-// sendRecords sends relocation records to host to, encoding them into
-// *scratch (reused: the transport does not keep what it is given; nil: a
-// new buffer); it reports whether that host has left the network (the
-// records went nowhere), or the link to it was past its bound (refused:
-// the records from the first refused one on were not sent).
-func (pr *peers) sendRecords(to string, obj relocation.Object, scratch *[]byte, recs ...relocation.Record) (gone, refused bool) {
-	if len(recs) == 0 || pr.tr == nil {
-		return false, false
-	}
-	if scratch == nil {
-		scratch = new([]byte)
-	}
-	for _, r := range recs {
-		if err := pr.sendRecord(to, obj, r, scratch); err != nil {
-			return errors.Is(err, errHostGone), errors.Is(err, ErrPeerBacklog)
-		}
-	}
-	return false, false
-}
-
 // moveJobs registers the moves' periodic job on the host's tick: every
 // target move under way here is ticked (its cutover wait, store retries);
 // one that opened only once its machine's follow window may have ended
@@ -1414,78 +1394,6 @@ func (d *moveDriver) discardTemp(extra [][]byte, reason string) {
 	})
 }
 
-// envelopeOf makes a queue item of a frame received in a move record or a
-// relay: the boundary copies it once.
-func (ow *ownerTable) envelopeOf(frame []byte) *mailbox.Envelope {
-	m, err := ow.reg.Open(ow.pool.Copy(frame))
-	if err != nil {
-		ow.obs.Rejected("", RejectProtocol)
-		ow.peerLogs.malformed.Warn(ow.log, "relocation: undecodable frame in a move dropped", "err", err)
-		return nil
-	}
-	e := mailbox.NewEnvelope()
-	e.Msg = m
-	return e
-}
-
-// redispatch sends an item that will not run here to wherever its object
-// runs now.
-func (rt *router) redispatch(e *mailbox.Envelope) {
-	m := e.Msg
-	e.Msg = nil
-	e.Release()
-	if m != nil {
-		rt.redispatchMessage(m)
-	}
-}
-
-func (rt *router) redispatchFrame(f []byte) {
-	h := rt.h
-	rt.redispatchBuffer(h.pool.Copy(f))
-}
-
-// redispatchBuffer opens buf and sends the message to wherever its object
-// runs; a frame that does not open is released (counted).
-func (rt *router) redispatchBuffer(buf payload.Buffer) {
-	h := rt.h
-	m, err := h.reg.Open(buf)
-	if err != nil {
-		h.obs.Rejected("", RejectProtocol)
-		buf.Release()
-		return
-	}
-	rt.redispatchMessage(m)
-}
-
-func (rt *router) redispatchMessage(m *payload.Message) { rt.routeAgain(m, false) }
-
-// routeAgain sends m to wherever its object runs. A message whose look-up
-// the Location Store could not answer (errStoreAway) waits to be routed
-// again (waitToRoute) — or, with giveBack, is returned to the caller.
-func (rt *router) routeAgain(m *payload.Message, giveBack bool) *payload.Message {
-	h := rt.h
-	hv := m.Header()
-	kr := h.owners.kinds[string(hv.TargetName())]
-	if kr == nil {
-		rt.failMessage(m, payload.NewError(payload.NotFound, "actor", "no kind "+string(hv.TargetName())))
-		return nil
-	}
-	id := string(hv.TargetID())
-	p, err := kr.host.router.locate(kr, id, fromLink)
-	switch {
-	case errors.Is(err, errStoreAway) && giveBack:
-		return m
-	case errors.Is(err, errStoreAway) && h.gaps.waitToRoute(m):
-	case err != nil:
-		rt.failMessage(m, err)
-	case p.o != nil:
-		rt.admitHere(p.o, m)
-	default:
-		rt.forward(kr, id, m, p)
-	}
-	return nil
-}
-
 func frames(items []*mailbox.Envelope) [][]byte {
 	out := make([][]byte, 0, len(items))
 	for _, e := range items {
@@ -1580,3 +1488,12 @@ func (l *moveLog) ended(e *MoveEntry, pause bool) {
 
 // maxPauses bounds the pauses kept between two calls of Host.Pauses.
 const maxPauses = 1 << 16
+
+// take returns the pauses not taken yet, and forgets them.
+func (p *moveLog) take() []time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := p.done
+	p.done = nil
+	return out
+}

@@ -902,3 +902,47 @@ func (ow *ownerTable) handlerFor(kind, typ string) (*kindRuntime, *handler, erro
 	}
 	return kr, hd, nil
 }
+
+// envelopeOf makes a queue item of a frame received in a move record or a
+// relay: the boundary copies it once.
+func (ow *ownerTable) envelopeOf(frame []byte) *mailbox.Envelope {
+	m, err := ow.reg.Open(ow.pool.Copy(frame))
+	if err != nil {
+		ow.obs.Rejected("", RejectProtocol)
+		ow.peerLogs.malformed.Warn(ow.log, "relocation: undecodable frame in a move dropped", "err", err)
+		return nil
+	}
+	e := mailbox.NewEnvelope()
+	e.Msg = m
+	return e
+}
+
+// endFenced ends a fenced activation in its own turn: the owner leaves
+// the kind's owners (its next message looks the object up again and
+// finds its newer owner), its queued requests fail with errFenced and
+// its queued one-way messages are counted as dropped. No deactivate hook
+// runs and the Location Store row is not touched: it is not this
+// activation's any more.
+func (kr *kindRuntime) endFenced(o *owner) {
+	sh := kr.shard(o.ref.ID)
+	sh.mu.Lock()
+	if sh.m[o.ref.ID] == o {
+		delete(sh.m, o.ref.ID)
+	}
+	sh.mu.Unlock()
+	queued, held := o.closeBox()
+	for _, e := range append(queued, held...) {
+		if e.Msg != nil && isApplication(e) {
+			kr.t.obs.Rejected(o.spec.name, RejectShuttingDown)
+			kr.t.stats.droppedOutputs.Add(1)
+			if hv := e.Msg.Header(); len(hv.ReplyTo()) > 0 {
+				kr.t.requests.routeReply(hv.ReplyTo(), hv.Op(), reply{err: errFenced})
+			}
+		}
+		e.Release()
+	}
+	o.state = nil
+	close(o.gone)
+	kr.t.obs.Deactivated(kr.spec.name)
+	kr.t.system.Root.Stop(o.pid)
+}

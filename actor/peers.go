@@ -984,3 +984,23 @@ var doneCtx = func() context.Context {
 	cancel()
 	return ctx
 }()
+
+// sendRecords sends relocation records to host to, encoding them into
+// *scratch (reused: the transport does not keep what it is given; nil: a
+// new buffer); it reports whether that host has left the network (the
+// records went nowhere), or the link to it was past its bound (refused:
+// the records from the first refused one on were not sent).
+func (pr *peers) sendRecords(to string, obj relocation.Object, scratch *[]byte, recs ...relocation.Record) (gone, refused bool) {
+	if len(recs) == 0 || pr.tr == nil {
+		return false, false
+	}
+	if scratch == nil {
+		scratch = new([]byte)
+	}
+	for _, r := range recs {
+		if err := pr.sendRecord(to, obj, r, scratch); err != nil {
+			return errors.Is(err, errHostGone), errors.Is(err, ErrPeerBacklog)
+		}
+	}
+	return false, false
+}

@@ -488,33 +488,3 @@ func (g *stateGate) isFenced() bool {
 	defer g.mu.Unlock()
 	return g.fenced
 }
-
-// endFenced ends a fenced activation in its own turn: the owner leaves
-// the kind's owners (its next message looks the object up again and
-// finds its newer owner), its queued requests fail with errFenced and
-// its queued one-way messages are counted as dropped. No deactivate hook
-// runs and the Location Store row is not touched: it is not this
-// activation's any more.
-func (kr *kindRuntime) endFenced(o *owner) {
-	sh := kr.shard(o.ref.ID)
-	sh.mu.Lock()
-	if sh.m[o.ref.ID] == o {
-		delete(sh.m, o.ref.ID)
-	}
-	sh.mu.Unlock()
-	queued, held := o.closeBox()
-	for _, e := range append(queued, held...) {
-		if e.Msg != nil && isApplication(e) {
-			kr.t.obs.Rejected(o.spec.name, RejectShuttingDown)
-			kr.t.stats.droppedOutputs.Add(1)
-			if hv := e.Msg.Header(); len(hv.ReplyTo()) > 0 {
-				kr.t.requests.routeReply(hv.ReplyTo(), hv.Op(), reply{err: errFenced})
-			}
-		}
-		e.Release()
-	}
-	o.state = nil
-	close(o.gone)
-	kr.t.obs.Deactivated(kr.spec.name)
-	kr.t.system.Root.Stop(o.pid)
-}

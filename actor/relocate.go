@@ -114,15 +114,6 @@ func (h *Host) RecentPauses() []time.Duration {
 	return out
 }
 
-// take returns the pauses not taken yet, and forgets them.
-func (p *moveLog) take() []time.Duration {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := p.done
-	p.done = nil
-	return out
-}
-
 // MoveEntry is one move this host was the source of, as it ended
 // (Host.RecentMoves).
 type MoveEntry struct {

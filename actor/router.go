@@ -828,3 +828,61 @@ func (rt *router) endUnrun(o *owner, kind string, e *mailbox.Envelope, err error
 
 // lookupLanes is how many look-up lanes a host has (Host.lookupLane).
 const lookupLanes = 8
+
+// redispatch sends an item that will not run here to wherever its object
+// runs now.
+func (rt *router) redispatch(e *mailbox.Envelope) {
+	m := e.Msg
+	e.Msg = nil
+	e.Release()
+	if m != nil {
+		rt.redispatchMessage(m)
+	}
+}
+
+func (rt *router) redispatchFrame(f []byte) {
+	h := rt.h
+	rt.redispatchBuffer(h.pool.Copy(f))
+}
+
+// redispatchBuffer opens buf and sends the message to wherever its object
+// runs; a frame that does not open is released (counted).
+func (rt *router) redispatchBuffer(buf payload.Buffer) {
+	h := rt.h
+	m, err := h.reg.Open(buf)
+	if err != nil {
+		h.obs.Rejected("", RejectProtocol)
+		buf.Release()
+		return
+	}
+	rt.redispatchMessage(m)
+}
+
+func (rt *router) redispatchMessage(m *payload.Message) { rt.routeAgain(m, false) }
+
+// routeAgain sends m to wherever its object runs. A message whose look-up
+// the Location Store could not answer (errStoreAway) waits to be routed
+// again (waitToRoute) — or, with giveBack, is returned to the caller.
+func (rt *router) routeAgain(m *payload.Message, giveBack bool) *payload.Message {
+	h := rt.h
+	hv := m.Header()
+	kr := h.owners.kinds[string(hv.TargetName())]
+	if kr == nil {
+		rt.failMessage(m, payload.NewError(payload.NotFound, "actor", "no kind "+string(hv.TargetName())))
+		return nil
+	}
+	id := string(hv.TargetID())
+	p, err := kr.host.router.locate(kr, id, fromLink)
+	switch {
+	case errors.Is(err, errStoreAway) && giveBack:
+		return m
+	case errors.Is(err, errStoreAway) && h.gaps.waitToRoute(m):
+	case err != nil:
+		rt.failMessage(m, err)
+	case p.o != nil:
+		rt.admitHere(p.o, m)
+	default:
+		rt.forward(kr, id, m, p)
+	}
+	return nil
+}
