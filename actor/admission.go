@@ -222,7 +222,7 @@ func (ad *admission) admitWait(ctx context.Context, t target, e *mailbox.Envelop
 	}()
 	retries := 0
 	for {
-		p, err := t.resolve(fromOutside)
+		p, err := h.router.place(t, fromOutside)
 		if err != nil {
 			h.router.reject(t.name(), e, RejectShuttingDown)
 			return false, err
@@ -336,10 +336,10 @@ func (ad *admission) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bo
 		var p place
 		var err error
 		if mayWait {
-			p, err = t.resolve(mode)
+			p, err = h.router.place(t, mode)
 		} else {
 			var ok bool
-			if p, ok = t.resolveCached(); !ok {
+			if p, ok = h.router.placeCached(t); !ok {
 				return false
 			}
 		}

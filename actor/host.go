@@ -267,7 +267,7 @@ func (h *Host) Start() error {
 			errs = append(errs, payload.NewError(payload.AlreadyExists, "actor.Host.Start", "kind "+s.name+" has the name of a channel"))
 			continue
 		}
-		h.owners.kinds[s.name] = &kindRuntime{spec: s, host: h, t: &h.owners}
+		h.owners.kinds[s.name] = &kindRuntime{spec: s, t: &h.owners}
 	}
 	ss := h.cfg.StateStore
 	if ss == nil {

@@ -81,7 +81,6 @@ type ownerTable struct {
 }
 
 type owner struct {
-	host *Host
 	t    *ownerTable // the owners' part: its kinds and the parts it uses
 	spec *spec
 	ref  Ref
@@ -139,7 +138,7 @@ const (
 
 // newOwner makes an owner and spawns its actor. Callers serialize per object.
 func (ow *ownerTable) newOwner(s *spec, kr *kindRuntime, ref Ref) *owner {
-	o := &owner{host: ow.h, t: ow, spec: s, ref: ref, kr: kr, gone: make(chan struct{}), since: time.Now(), sinceNano: nanotime()}
+	o := &owner{t: ow, spec: s, ref: ref, kr: kr, gone: make(chan struct{}), since: time.Now(), sinceNano: nanotime()}
 	o.ctx = ow.context(o)
 	o.out.host, o.out.o = ow.h, o
 	o.mb = mailbox.New(ow.cfg.ApplicationLimits, ow.cfg.LifecycleLimits, &ow.jobs.counters)
@@ -542,7 +541,6 @@ func (o *owner) sendFanout(ps *pendingSend) {
 // kindRuntime is a kind on a host: its owners, sharded by object id.
 type kindRuntime struct {
 	spec   *spec
-	host   *Host
 	t      *ownerTable
 	shards [32]ownerShard
 }

@@ -184,7 +184,7 @@ func TestConcurrentLookUpsOfANewObjectActivateItOnce(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				places[j], errs[j] = kr.host.router.locate(kr, id, mode)
+				places[j], errs[j] = h.router.locate(kr, id, mode)
 			}()
 		}
 		wg.Wait()

@@ -111,7 +111,7 @@ func (rt *router) locateCached(kr *kindRuntime, id string) (place, bool) {
 	if o := kr.local(id); o != nil {
 		return place{o: o}, true
 	}
-	h := kr.host
+	h := rt.h
 	if e, ok := h.routes.lookup(relocation.Object{Kind: kr.spec.name, ID: id}); ok && e.Host != h.name {
 		return place{host: e.Host, gen: e.Gen}, true
 	}
@@ -150,7 +150,7 @@ func storeAway(err error) error {
 }
 
 func (rt *router) resolve(kr *kindRuntime, id string, mode lookupMode) (place, error) {
-	h := kr.host
+	h := rt.h
 	if p, ok := kr.here(id); ok {
 		return p, nil
 	}
@@ -216,7 +216,7 @@ func (rt *router) resolve(kr *kindRuntime, id string, mode lookupMode) (place, e
 // crashed: the owner its row named, which crashed (its gaps are messages
 // that died with it: TakeoverGapTimeout); "" if none.
 func (rt *router) activate(kr *kindRuntime, id string, crashed string) (place, error) {
-	h := kr.host
+	h := rt.h
 	obj := relocation.Object{Kind: kr.spec.name, ID: id}
 	ctx, cancel := h.life.storeContext()
 	defer cancel()
@@ -872,7 +872,7 @@ func (rt *router) routeAgain(m *payload.Message, giveBack bool) *payload.Message
 		return nil
 	}
 	id := string(hv.TargetID())
-	p, err := kr.host.router.locate(kr, id, fromLink)
+	p, err := rt.locate(kr, id, fromLink)
 	switch {
 	case errors.Is(err, errStoreAway) && giveBack:
 		return m
@@ -885,4 +885,22 @@ func (rt *router) routeAgain(m *payload.Message, giveBack bool) *payload.Message
 		rt.forward(kr, id, m, p)
 	}
 	return nil
+}
+
+// placeCached is place without a store call: it reports false where
+// place would ask the store.
+func (rt *router) placeCached(t target) (place, bool) {
+	if t.o != nil {
+		return place{o: t.o}, true
+	}
+	return rt.locateCached(t.kr, t.id)
+}
+
+// place finds where target t runs: its owner here, or the host a route
+// or the store names (locate).
+func (rt *router) place(t target, mode lookupMode) (place, error) {
+	if t.o != nil {
+		return place{o: t.o}, nil
+	}
+	return rt.locate(t.kr, t.id, mode)
 }

@@ -341,21 +341,6 @@ func (t target) name() string {
 	return t.kr.spec.name
 }
 
-// resolveCached is resolve without a store call: it reports false where
-// resolve would ask the store.
-func (t target) resolveCached() (place, bool) {
-	if t.o != nil {
-		return place{o: t.o}, true
-	}
-	return t.kr.host.router.locateCached(t.kr, t.id)
-}
-
-func (t target) resolve(mode lookupMode) (place, error) {
-	if t.o != nil {
-		return place{o: t.o}, nil
-	}
-	return t.kr.host.router.locate(t.kr, t.id, mode)
-}
 
 // rejectReason names, for the observer, why a send to another host failed.
 func rejectReason(err error) string {
