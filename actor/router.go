@@ -85,13 +85,12 @@ type routeHint struct {
 // run this host already saw past its lease (a confirmed suspicion) is not
 // asked about again: a lease that ran out never comes back.
 func (rt *router) peerLive(host string, gen uint64) bool {
-	h := rt.h
-	if h.peers.view.isDead(host, gen) {
+	if rt.peers.view.isDead(host, gen) {
 		return false
 	}
-	ctx, cancel := h.life.storeContext()
+	ctx, cancel := rt.life.storeContext()
 	defer cancel()
-	l, ok, err := h.store.Lease(ctx, host)
+	l, ok, err := rt.store.Lease(ctx, host)
 	return err == nil && ok && l.Gen == gen && l.Remaining > 0 // by the store's clock: no clocks compared
 }
 
@@ -111,8 +110,7 @@ func (rt *router) locateCached(kr *kindRuntime, id string) (place, bool) {
 	if o := kr.local(id); o != nil {
 		return place{o: o}, true
 	}
-	h := rt.h
-	if e, ok := h.routes.lookup(relocation.Object{Kind: kr.spec.name, ID: id}); ok && e.Host != h.name {
+	if e, ok := rt.routes.lookup(relocation.Object{Kind: kr.spec.name, ID: id}); ok && e.Host != rt.name {
 		return place{host: e.Host, gen: e.Gen}, true
 	}
 	return place{}, false
@@ -150,20 +148,19 @@ func storeAway(err error) error {
 }
 
 func (rt *router) resolve(kr *kindRuntime, id string, mode lookupMode) (place, error) {
-	h := rt.h
 	if p, ok := kr.here(id); ok {
 		return p, nil
 	}
-	if (mode == fromOutside && !h.life.acceptsExternal()) || (mode != fromOutside && !h.life.acceptsInternal()) {
+	if (mode == fromOutside && !rt.life.acceptsExternal()) || (mode != fromOutside && !rt.life.acceptsInternal()) {
 		return place{}, ErrShuttingDown
 	}
 	obj := relocation.Object{Kind: kr.spec.name, ID: id}
-	ctx, cancel := h.life.storeContext()
+	ctx, cancel := rt.life.storeContext()
 	defer cancel()
-	row, err := h.store.Get(ctx, obj)
+	row, err := rt.store.Get(ctx, obj)
 	switch {
-	case err == nil && row.State != relocation.Preserved && row.Host != h.name && rt.peerLive(row.Host, row.LeaseGen):
-		h.routes.learn(obj, row.Host, row.OwnerGen, false)
+	case err == nil && row.State != relocation.Preserved && row.Host != rt.name && rt.peerLive(row.Host, row.LeaseGen):
+		rt.routes.learn(obj, row.Host, row.OwnerGen, false)
 		return place{host: row.Host, gen: row.OwnerGen, stored: true}, nil
 	case err != nil && !errors.Is(err, relocation.ErrNoRow):
 		return place{}, &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: "location store", Err: storeAway(err)}
@@ -176,28 +173,28 @@ func (rt *router) resolve(kr *kindRuntime, id string, mode lookupMode) (place, e
 	if takeover {
 		crashed = row.Host
 	}
-	if h.cfg.Gateway {
+	if rt.cfg.Gateway {
 		// Never here: the kind's placement among the hosts that serve it.
 		other := rt.placeNew(kr.spec, id)
-		if other == "" || other == h.name {
+		if other == "" || other == rt.name {
 			return place{}, payload.NewError(payload.Unavailable, "actor", "no host serves kind "+kr.spec.name+" (this host is a gateway)")
 		}
-		h.routes.learn(obj, other, 0, false)
+		rt.routes.learn(obj, other, 0, false)
 		return place{host: other, stored: true}, nil
 	}
-	if h.life.draining.Load() {
-		if other := h.peers.pickHost(kr.spec.name); other != "" {
+	if rt.life.draining.Load() {
+		if other := rt.peers.pickHost(kr.spec.name); other != "" {
 			return place{host: other, stored: true}, nil
 		}
 	} else if mode != fromLink {
 		// A send from this host activates the object where the kind's
 		// placement says; that host activates it (fromLink).
-		if other := rt.placeNew(kr.spec, id); other != "" && other != h.name {
+		if other := rt.placeNew(kr.spec, id); other != "" && other != rt.name {
 			// Later sends from here go the same way (a cached route) until
 			// the store names the owner: a second look-up before the
 			// activation is committed would place it again, maybe
 			// elsewhere (the store then keeps one, at the cost of a hop).
-			h.routes.learn(obj, other, 0, false)
+			rt.routes.learn(obj, other, 0, false)
 			return place{host: other, stored: true}, nil
 		}
 	}
@@ -216,9 +213,8 @@ func (rt *router) resolve(kr *kindRuntime, id string, mode lookupMode) (place, e
 // crashed: the owner its row named, which crashed (its gaps are messages
 // that died with it: TakeoverGapTimeout); "" if none.
 func (rt *router) activate(kr *kindRuntime, id string, crashed string) (place, error) {
-	h := rt.h
 	obj := relocation.Object{Kind: kr.spec.name, ID: id}
-	ctx, cancel := h.life.storeContext()
+	ctx, cancel := rt.life.storeContext()
 	defer cancel()
 again:
 	// A flight that ended just before this one, or a move from here past
@@ -236,23 +232,23 @@ again:
 	// The lapses seen so far: if one is seen before the owner is
 	// installed, the row may be another host's by then, and the owner's
 	// first turn waits for a check (lease.go).
-	epoch := h.gate.epoch.Load()
-	if h.gate.betweenRuns.Load() { // after the epoch (leaseKeeper.newRun)
+	epoch := rt.gate.epoch.Load()
+	if rt.gate.betweenRuns.Load() { // after the epoch (leaseKeeper.newRun)
 		// Placed again later, as when the store cannot answer (errStoreAway).
 		return place{}, &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: "cannot activate " + obj.String(),
 			Err: fmt.Errorf("%w: the host is joining the cluster again as a new run", errStoreAway)}
 	}
-	row, err := h.store.Reserve(ctx, obj, h.name)
+	row, err := rt.store.Reserve(ctx, obj, rt.name)
 	if err == nil && row.State != relocation.Active {
 		// An Active row that Reserve returns is this run's already: no
 		// write (a write would change the version a move's commit from
 		// here expects).
-		row, err = h.store.Commit(ctx, obj, row.Ownership)
+		row, err = rt.store.Commit(ctx, obj, row.Ownership)
 	}
 	if err != nil {
 		var ce *relocation.ConflictError
-		if errors.As(err, &ce) && ce.Current.Host != "" && ce.Current.Host != h.name {
-			h.routes.learn(obj, ce.Current.Host, ce.Current.OwnerGen, false)
+		if errors.As(err, &ce) && ce.Current.Host != "" && ce.Current.Host != rt.name {
+			rt.routes.learn(obj, ce.Current.Host, ce.Current.OwnerGen, false)
 			return place{host: ce.Current.Host, gen: ce.Current.OwnerGen, stored: true}, nil
 		}
 		return place{}, &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: "cannot activate " + obj.String(), Err: storeAway(err)}
@@ -260,7 +256,7 @@ again:
 	var snap route.Snapshot
 	if len(row.Order) > 0 {
 		if snap, err = route.DecodeSnapshot(row.Order); err != nil {
-			h.log.Warn("order state in the store row is malformed; starting without it", "object", obj.String(), "err", err)
+			rt.log.Warn("order state in the store row is malformed; starting without it", "object", obj.String(), "err", err)
 		}
 	}
 	sh.mu.Lock()
@@ -277,15 +273,15 @@ again:
 		goto again
 	}
 	defer sh.mu.Unlock()
-	o := h.owners.newOwner(kr.spec, kr, Ref{Kind: kr.spec.name, ID: id})
+	o := rt.owners.newOwner(kr.spec, kr, Ref{Kind: kr.spec.name, ID: id})
 	o.row = row.Ownership
 	o.epoch.Store(epoch)
 	o.prev = sh.passivating[id]
 	if crashed != "" {
-		h.events.count(EventTookOver, crashed, 1)
+		rt.events.count(EventTookOver, crashed, 1)
 		// The crashed owner is a failure fact for this object (not yet
 		// published: no lock needed).
-		o.inbox.TakenOver(nanotime(), h.gaps.factWindow(), int64(h.cfg.TakeoverGapTimeout))
+		o.inbox.TakenOver(nanotime(), rt.gaps.factWindow(), int64(rt.cfg.TakeoverGapTimeout))
 	}
 	if len(snap.Senders) > 0 || snap.Takeover != (route.TakeoverAge{}) {
 		o.restoreOrderLocked(snap, nanotime()) // not yet published: no lock needed
@@ -301,12 +297,11 @@ again:
 // Follow, route.Forward), keeping its identity, stamp, reply route and
 // deadline; it tells the message's origin where the object is.
 func (rt *router) forward(kr *kindRuntime, id string, m *payload.Message, p place) {
-	h := rt.h
 	obj := relocation.Object{Kind: kr.spec.name, ID: id}
 	for try := 0; ; try++ {
 		hv := m.Header()
 		hop := route.Hop{Hops: hv.Hops(), Gen: hv.Generation(), Bounces: bouncesOf(hv.Flags())}
-		d := route.Forward(hop, route.Entry{Host: p.host, Gen: p.gen}, !p.stored, h.name)
+		d := route.Forward(hop, route.Entry{Host: p.host, Gen: p.gen}, !p.stored, rt.name)
 		if d.Action == route.Resolve {
 			if !p.stored {
 				var ok bool
@@ -316,30 +311,30 @@ func (rt *router) forward(kr *kindRuntime, id string, m *payload.Message, p plac
 			}
 			// The look-up activates an object that no live host owns, so
 			// the store's answer names another host.
-			d = route.Placed(hop, p.host, p.gen, h.name)
+			d = route.Placed(hop, p.host, p.gen, rt.name)
 		}
 		switch {
 		case d.Action == route.Fail:
 			rt.failMessage(m, payload.NewError(payload.Unavailable, "actor", obj.String()+" moved too often to be reached"))
 			return
-		case d.Action == route.ToOrigin, d.Host == h.name:
+		case d.Action == route.ToOrigin, d.Host == rt.name:
 			rt.backOrFailBounded(m, hop, payload.NewError(payload.Unavailable, "actor", "no route to "+obj.String()))
 			return
 		}
-		origin := string(hv.Origin()) // m is gone once sent
-		op, mine := h.requests.own(m) // a request of this host notes where it went (requests.go)
+		origin := string(hv.Origin())  // m is gone once sent
+		op, mine := rt.requests.own(m) // a request of this host notes where it went (requests.go)
 		var to peerRun
 		if mine {
-			to = h.peers.view.runOf(d.Host)
+			to = rt.peers.view.runOf(d.Host)
 		}
 		err := rt.sendHop(m, d.Host, hop.Hops+1, d.Gen)
 		if err == nil {
 			if mine {
-				h.requests.handedTo(op, to)
+				rt.requests.handedTo(op, to)
 			}
-			h.stats.forwarded.Add(1)
-			if origin != "" && origin != h.name && origin != d.Host {
-				h.peers.sendHint(origin, obj, d.Host, d.Gen)
+			rt.stats.forwarded.Add(1)
+			if origin != "" && origin != rt.name && origin != d.Host {
+				rt.peers.sendHint(origin, obj, d.Host, d.Gen)
 			}
 			return
 		}
@@ -347,13 +342,13 @@ func (rt *router) forward(kr *kindRuntime, id string, m *payload.Message, p plac
 			// The next host does not take what this host sends it: no
 			// look-up helps. A skip notice waits for room (its gap has
 			// no other fact to close it while every host is up).
-			if hv.Flags()&flagSkip == 0 || !h.gaps.waitToRoute(m) {
+			if hv.Flags()&flagSkip == 0 || !rt.gaps.waitToRoute(m) {
 				rt.failMessage(m, err)
 			}
 			return
 		}
 		// The host is leaving or gone: look again (routes to it are gone).
-		if try == 3 && hv.Flags()&flagSkip != 0 && h.gaps.waitToRoute(m) {
+		if try == 3 && hv.Flags()&flagSkip != 0 && rt.gaps.waitToRoute(m) {
 			// A skip notice is the only fact that closes its gap while
 			// every host is up: it waits until the object is handed on.
 			return
@@ -374,8 +369,7 @@ func (rt *router) forward(kr *kindRuntime, id string, m *payload.Message, p plac
 // (or sent back to its origin) and ok is false; otherwise the caller
 // sends m to the returned place.
 func (rt *router) lookupAgain(kr *kindRuntime, id string, m *payload.Message) (p place, ok bool) {
-	h := rt.h
-	h.routes.forget(relocation.Object{Kind: kr.spec.name, ID: id}, true)
+	rt.routes.forget(relocation.Object{Kind: kr.spec.name, ID: id}, true)
 	p, err := rt.lookup(kr, id, fromLink)
 	switch {
 	case err != nil:
@@ -411,28 +405,27 @@ func (rt *router) backOrFailBounded(m *payload.Message, hop route.Hop, err error
 // sendHop sends m on to host as one more hop, towards owner generation
 // gen. On failure m stays the caller's, unchanged.
 func (rt *router) sendHop(m *payload.Message, host string, hops uint8, gen uint64) error {
-	h := rt.h
 	hv := m.Header()
 	oldHops, oldGen := hv.Hops(), hv.Generation()
 	_ = payload.SetForward(m.Frame(), hops, gen)
 	// A message of this host, handed on from here: its stream notes where
 	// it went (route.Streams.Handed) once it is sent (read now: a sent
 	// message is released).
-	mine := hv.Seq() != 0 && string(hv.Origin()) == h.name
+	mine := hv.Seq() != 0 && string(hv.Origin()) == rt.name
 	var obj relocation.Object
 	var st route.Stamp
 	var to peerRun
 	if mine { // another host's message needs none of it
 		obj = relocation.Object{Kind: string(hv.TargetName()), ID: string(hv.TargetID())}
 		st = route.Stamp{Epoch: hv.Epoch(), Seq: hv.Seq()}
-		to = h.peers.view.runOf(host)
+		to = rt.peers.view.runOf(host)
 	}
-	if err := h.peers.sendMessage(host, m, transport.Frame); err != nil {
+	if err := rt.peers.sendMessage(host, m, transport.Frame); err != nil {
 		_ = payload.SetForward(m.Frame(), oldHops, oldGen)
 		return err
 	}
 	if mine {
-		h.routes.handed(obj, st, to)
+		rt.routes.handed(obj, st, to)
 	}
 	return nil
 }
@@ -440,7 +433,6 @@ func (rt *router) sendHop(m *payload.Message, host string, hops uint8, gen uint6
 // admitHere admits a forwarded or re-routed message to a local owner; if
 // the owner closed meanwhile, it is routed again.
 func (rt *router) admitHere(o *owner, m *payload.Message) {
-	h := rt.h
 	e := newEnvelope(m)
 	for try := 0; ; try++ {
 		_, _, err := rt.admit(o, e, admitOverflow)
@@ -449,7 +441,7 @@ func (rt *router) admitHere(o *owner, m *payload.Message) {
 		}
 		var p place
 		hv := m.Header()
-		kr := h.owners.kinds[string(hv.TargetName())]
+		kr := rt.owners.kinds[string(hv.TargetName())]
 		if try < 3 {
 			p, err = rt.locate(kr, string(hv.TargetID()), fromLink)
 		} else {
@@ -475,13 +467,12 @@ func (rt *router) admitHere(o *owner, m *payload.Message) {
 // (it left), this host routes it afresh itself. It reports false (m stays
 // the caller's) if this host is closing.
 func (rt *router) sendBack(m *payload.Message) bool {
-	h := rt.h
-	if h.peers.tr == nil || !h.life.acceptsInternal() {
+	if rt.peers.tr == nil || !rt.life.acceptsInternal() {
 		return false
 	}
 	hv := m.Header()
-	if origin := string(hv.Origin()); origin != "" && origin != h.name {
-		if h.peers.sendMessage(origin, m, transport.Bounce) == nil {
+	if origin := string(hv.Origin()); origin != "" && origin != rt.name {
+		if rt.peers.sendMessage(origin, m, transport.Bounce) == nil {
 			return true
 		}
 	}
@@ -494,8 +485,7 @@ func (rt *router) sendBack(m *payload.Message) bool {
 // the routes for its object are forgotten, it starts again at hop 0 with
 // one more bounce, and an Ask whose deadline passed ends.
 func (rt *router) onBounce(buf payload.Buffer) {
-	h := rt.h
-	h.stats.bouncedMsgs.Add(1)
+	rt.stats.bouncedMsgs.Add(1)
 	b := buf.Bytes()
 	hv, _, err := payload.DecodeHeader(b)
 	if err != nil {
@@ -508,7 +498,7 @@ func (rt *router) onBounce(buf payload.Buffer) {
 	}
 	_ = payload.SetFlags(b, hv.Flags()&^bounceMask|bounces<<bounceShift)
 	_ = payload.SetForward(b, 0, 0)
-	m, err := h.reg.Open(buf)
+	m, err := rt.reg.Open(buf)
 	if err != nil {
 		rt.dropped(&hv)
 		buf.Release()
@@ -519,8 +509,8 @@ func (rt *router) onBounce(buf payload.Buffer) {
 		rt.failMessage(m, ErrRequestTimeout)
 		return
 	}
-	if kr := h.owners.kinds[string(hv2.TargetName())]; kr != nil {
-		h.routes.forget(relocation.Object{Kind: kr.spec.name, ID: string(hv2.TargetID())}, true)
+	if kr := rt.owners.kinds[string(hv2.TargetName())]; kr != nil {
+		rt.routes.forget(relocation.Object{Kind: kr.spec.name, ID: string(hv2.TargetID())}, true)
 	}
 	rt.redispatchMessage(m)
 }
@@ -530,15 +520,14 @@ func (rt *router) onBounce(buf payload.Buffer) {
 // way for now (err Unavailable) waits to be routed again (waitToRoute):
 // nothing else closes its gap while every host is up.
 func (rt *router) failMessage(m *payload.Message, err error) {
-	h := rt.h
 	hv := m.Header()
 	if hv.Flags()&flagSkip != 0 {
-		if payload.KindOf(err) == payload.Unavailable && h.gaps.waitToRoute(m) {
+		if payload.KindOf(err) == payload.Unavailable && rt.gaps.waitToRoute(m) {
 			return
 		}
-		h.gaps.skipsLost.Add(1)
-		if h.life.acceptsInternal() {
-			h.peerLogs.undeliverable.Warn(h.log, "a skip notice could not be delivered: its gap waits for a failure fact", "object", string(hv.TargetName())+"/"+string(hv.TargetID()), "err", err)
+		rt.gaps.skipsLost.Add(1)
+		if rt.life.acceptsInternal() {
+			rt.peerLogs.undeliverable.Warn(rt.log, "a skip notice could not be delivered: its gap waits for a failure fact", "object", string(hv.TargetName())+"/"+string(hv.TargetID()), "err", err)
 		}
 		m.Release()
 		return
@@ -549,12 +538,11 @@ func (rt *router) failMessage(m *payload.Message, err error) {
 }
 
 func (rt *router) failFrame(route []byte, op payload.OpID, err error) {
-	h := rt.h
-	h.obs.Rejected("", RejectUndeliverable)
+	rt.obs.Rejected("", RejectUndeliverable)
 	if len(route) > 0 {
-		h.requests.routeReply(route, op, reply{err: err})
+		rt.requests.routeReply(route, op, reply{err: err})
 	} else {
-		h.peerLogs.undeliverable.Warn(h.log, "one-way message could not be delivered", "err", err)
+		rt.peerLogs.undeliverable.Warn(rt.log, "one-way message could not be delivered", "err", err)
 	}
 }
 
@@ -571,9 +559,20 @@ type wireError struct {
 // look-ups of one object are one call, and admissions that may call the
 // store wait on look-up lanes, not on a peer's slow lane.
 type router struct {
-	h       *Host
-	lanes   [lookupLanes]serial // admissions that may call the store
-	lookups singleflight.Group  // concurrent store look-ups of one object
+	h *Host
+	*hostEnv
+	life     *lifecycle
+	stats    *hostStats
+	events   *eventLog
+	gate     *leaseGate
+	store    relocation.Store
+	routes   *routes
+	peers    *peers
+	gaps     *gapFacts
+	requests *requestTable
+	owners   *ownerTable
+	lanes    [lookupLanes]serial // admissions that may call the store
+	lookups  singleflight.Group  // concurrent store look-ups of one object
 }
 
 // lookupLane returns the lane on which admissions to t's object that may
@@ -596,14 +595,13 @@ func (rt *router) handOn(kr *kindRuntime, id string, msgs []*payload.Message) {
 // hint applies a route hint: obj runs on host with owner generation gen.
 // A host that runs obj itself ignores it.
 func (rt *router) hint(obj relocation.Object, host string, gen uint64) {
-	h := rt.h
-	if host == h.name {
+	if host == rt.name {
 		return
 	}
-	if kr := h.owners.kinds[obj.Kind]; kr == nil || kr.local(obj.ID) != nil {
+	if kr := rt.owners.kinds[obj.Kind]; kr == nil || kr.local(obj.ID) != nil {
 		return
 	}
-	h.routes.update(obj, host, gen)
+	rt.routes.update(obj, host, gen)
 }
 
 // orderJobs registers the order's periodic jobs on the host's tick: the
@@ -611,11 +609,10 @@ func (rt *router) hint(obj relocation.Object, host string, gen uint64) {
 // notices waiting for their host, and the pruning of idle routes and
 // senders.
 func (rt *router) orderJobs(tick *schedule) {
-	h := rt.h
-	tick.every("advance the coarse clock", tickEvery, func(time.Time) bool { h.routes.clk.Store(nanotime()); return false })
+	tick.every("advance the coarse clock", tickEvery, func(time.Time) bool { rt.routes.clk.Store(nanotime()); return false })
 	tick.every("close the gaps past their deadline", tickEvery, func(time.Time) bool { rt.closeGaps(); return false })
-	tick.every("prune idle routes", time.Second, func(time.Time) bool { h.routes.prune(nanotime()); return false })
-	tick.every("forget idle senders", 10*time.Second, func(time.Time) bool { h.owners.forgetIdleSenders(); return false })
+	tick.every("prune idle routes", time.Second, func(time.Time) bool { rt.routes.prune(nanotime()); return false })
+	tick.every("forget idle senders", 10*time.Second, func(time.Time) bool { rt.owners.forgetIdleSenders(); return false })
 }
 
 // orderDone finishes an order step outside the owner's lock: counts, the
@@ -640,15 +637,14 @@ func (rt *router) admit(o *owner, e *mailbox.Envelope, how admitHow) (ran bool, 
 // every owner that holds messages, and updates the oldest-gap gauge; a
 // long gap is logged (rate-limited) with the hosts it may wait for.
 func (rt *router) closeGaps() {
-	h := rt.h
-	h.owners.heldMu.Lock()
-	owners := make([]*owner, 0, len(h.owners.held))
-	for o := range h.owners.held {
+	rt.owners.heldMu.Lock()
+	owners := make([]*owner, 0, len(rt.owners.held))
+	for o := range rt.owners.held {
 		owners = append(owners, o)
 	}
-	h.owners.heldMu.Unlock()
+	rt.owners.heldMu.Unlock()
 	now := nanotime()
-	facts := h.gaps.currentFacts(now)
+	facts := rt.gaps.currentFacts(now)
 	var oldest route.Gap
 	var oldestAt *owner
 	var awaited []string
@@ -670,9 +666,9 @@ func (rt *router) closeGaps() {
 		}
 		o.seqMu.Unlock()
 	}
-	h.gaps.oldestGap.Store(oldest.Waited)
-	if oldestAt != nil && oldest.Waited >= int64(gapReportAfter) && h.gaps.gapLog.allow(now) {
-		h.log.Warn("a gap in a sender's messages is waiting for an older message (no host failed: it waits)",
+	rt.gaps.oldestGap.Store(oldest.Waited)
+	if oldestAt != nil && oldest.Waited >= int64(gapReportAfter) && rt.gaps.gapLog.allow(now) {
+		rt.log.Warn("a gap in a sender's messages is waiting for an older message (no host failed: it waits)",
 			"object", oldestAt.ref.String(), "sender", oldest.Sender, "missing", oldest.Missing,
 			"held", oldest.Held, "waited", time.Duration(oldest.Waited), "forwarding", awaited)
 	}
@@ -683,7 +679,7 @@ func (rt *router) closeGaps() {
 // for a slow store, which must not hold up the tick.
 func (rt *router) waitingJobs(sc *schedule) {
 	sc.every("route the messages that waited", tickEvery, func(time.Time) bool {
-		if rt.h.gaps.waiting.Load() > 0 {
+		if rt.gaps.waiting.Load() > 0 {
 			rt.routeWaiting()
 		}
 		return false
@@ -695,8 +691,7 @@ func (rt *router) waitingJobs(sc *schedule) {
 // look-up the store still cannot answer: it and the rest (which would ask
 // the store too) keep their places for the next round.
 func (rt *router) routeWaiting() {
-	h := rt.h
-	ms := h.gaps.takeWaiting()
+	ms := rt.gaps.takeWaiting()
 	for i, m := range ms {
 		hv := m.Header()
 		if dl := hv.DeadlineUnixNano(); dl != 0 && wallNano() > dl {
@@ -706,7 +701,7 @@ func (rt *router) routeWaiting() {
 		_ = payload.SetForward(m.Frame(), 0, 0)
 		if back := rt.routeAgain(m, true); back != nil {
 			ms[i] = back
-			if !h.gaps.putBack(ms[i:]) {
+			if !rt.gaps.putBack(ms[i:]) {
 				for _, m := range ms[i:] {
 					rt.failMessage(m, ErrShuttingDown)
 				}
@@ -730,12 +725,11 @@ func (rt *router) dropped(hv *payload.HeaderView) {
 // skipNotice returns the skip notice of a stamped message this host
 // drops, counted (Stats.Dropped); false for a message that needs none.
 func (rt *router) skipNotice(hv *payload.HeaderView) (payload.Buffer, bool) {
-	h := rt.h
-	if hv.Seq() == 0 || hv.Flags()&flagSkip != 0 || hv.Scope() != payload.ScopeObject || !h.life.acceptsInternal() {
+	if hv.Seq() == 0 || hv.Flags()&flagSkip != 0 || hv.Scope() != payload.ScopeObject || !rt.life.acceptsInternal() {
 		return payload.Buffer{}, false
 	}
-	h.stats.droppedMsgs.Add(1)
-	buf, err := payload.Encode(h.pool, h.reg, payload.Header{
+	rt.stats.droppedMsgs.Add(1)
+	buf, err := payload.Encode(rt.pool, rt.reg, payload.Header{
 		Type:   "berth.skip",
 		Target: payload.Target{Scope: payload.ScopeObject, Name: string(hv.TargetName()), ID: string(hv.TargetID())},
 		Op:     hv.Op(),
@@ -750,22 +744,21 @@ func (rt *router) skipNotice(hv *payload.HeaderView) (payload.Buffer, bool) {
 // placeNew returns the host that activates object id of kind s by its
 // placement ("" or this host's name: here).
 func (rt *router) placeNew(s *spec, id string) string {
-	h := rt.h
 	placement := s.placement
-	if h.cfg.Gateway && placement == PlaceLocal {
+	if rt.cfg.Gateway && placement == PlaceLocal {
 		placement = PlaceHashed // a gateway hosts nothing
 	}
-	if h.peers.tr == nil || placement == PlaceLocal && !h.peers.view.newer.Load() {
+	if rt.peers.tr == nil || placement == PlaceLocal && !rt.peers.view.newer.Load() {
 		return "" // here: no member runs a newer application version (the common case, one atomic load)
 	}
-	cands := h.peers.candidates(s.name, !h.life.draining.Load() && !h.cfg.Gateway)
+	cands := rt.peers.candidates(s.name, !rt.life.draining.Load() && !rt.cfg.Gateway)
 	if len(cands) == 0 {
 		return ""
 	}
 	if placement == PlaceLocal {
 		// Here — unless hosts of a newer application version serve the
 		// kind (a rolling upgrade): then on one of them, by the id's hash.
-		if compareVersions(cands[0].version, h.cfg.AppVersion) <= 0 || h.life.draining.Load() {
+		if compareVersions(cands[0].version, rt.cfg.AppVersion) <= 0 || rt.life.draining.Load() {
 			return "" // (cands are of one version, the newest)
 		}
 		placement = PlaceHashed
@@ -788,8 +781,8 @@ func (rt *router) placeNew(s *spec, id string) string {
 				best = c
 			}
 		}
-		if best.name != h.name {
-			h.peers.view.placed(best.name)
+		if best.name != rt.name {
+			rt.peers.view.placed(best.name)
 		}
 		return best.name
 	}
@@ -799,8 +792,7 @@ func (rt *router) placeNew(s *spec, id string) string {
 // reject ends an item that was never admitted (the sender gets the error;
 // a stamped one is announced dropped).
 func (rt *router) reject(kind string, e *mailbox.Envelope, reason string) {
-	h := rt.h
-	h.obs.Rejected(kind, reason)
+	rt.obs.Rejected(kind, reason)
 	if e.Msg != nil {
 		rt.dropped(e.Msg.Header())
 	}
@@ -811,16 +803,15 @@ func (rt *router) reject(kind string, e *mailbox.Envelope, reason string) {
 // gets err as its reply; the payload is released undecoded; a stamped one
 // is announced dropped.
 func (rt *router) endUnrun(o *owner, kind string, e *mailbox.Envelope, err error, reason string) {
-	h := rt.h
 	if o != nil {
 		kind = o.spec.name
 	}
-	h.obs.Rejected(kind, reason)
+	rt.obs.Rejected(kind, reason)
 	if e.Msg != nil {
 		hv := e.Msg.Header()
 		rt.dropped(hv)
 		if route := hv.ReplyTo(); len(route) > 0 {
-			h.requests.routeReply(route, hv.Op(), reply{err: err})
+			rt.requests.routeReply(route, hv.Op(), reply{err: err})
 		}
 	}
 	e.Release()
@@ -841,17 +832,15 @@ func (rt *router) redispatch(e *mailbox.Envelope) {
 }
 
 func (rt *router) redispatchFrame(f []byte) {
-	h := rt.h
-	rt.redispatchBuffer(h.pool.Copy(f))
+	rt.redispatchBuffer(rt.pool.Copy(f))
 }
 
 // redispatchBuffer opens buf and sends the message to wherever its object
 // runs; a frame that does not open is released (counted).
 func (rt *router) redispatchBuffer(buf payload.Buffer) {
-	h := rt.h
-	m, err := h.reg.Open(buf)
+	m, err := rt.reg.Open(buf)
 	if err != nil {
-		h.obs.Rejected("", RejectProtocol)
+		rt.obs.Rejected("", RejectProtocol)
 		buf.Release()
 		return
 	}
@@ -864,9 +853,8 @@ func (rt *router) redispatchMessage(m *payload.Message) { rt.routeAgain(m, false
 // the Location Store could not answer (errStoreAway) waits to be routed
 // again (waitToRoute) — or, with giveBack, is returned to the caller.
 func (rt *router) routeAgain(m *payload.Message, giveBack bool) *payload.Message {
-	h := rt.h
 	hv := m.Header()
-	kr := h.owners.kinds[string(hv.TargetName())]
+	kr := rt.owners.kinds[string(hv.TargetName())]
 	if kr == nil {
 		rt.failMessage(m, payload.NewError(payload.NotFound, "actor", "no kind "+string(hv.TargetName())))
 		return nil
@@ -876,7 +864,7 @@ func (rt *router) routeAgain(m *payload.Message, giveBack bool) *payload.Message
 	switch {
 	case errors.Is(err, errStoreAway) && giveBack:
 		return m
-	case errors.Is(err, errStoreAway) && h.gaps.waitToRoute(m):
+	case errors.Is(err, errStoreAway) && rt.gaps.waitToRoute(m):
 	case err != nil:
 		rt.failMessage(m, err)
 	case p.o != nil:
