@@ -559,7 +559,6 @@ type wireError struct {
 // look-ups of one object are one call, and admissions that may call the
 // store wait on look-up lanes, not on a peer's slow lane.
 type router struct {
-	h *Host
 	*hostEnv
 	life     *lifecycle
 	stats    *hostStats
