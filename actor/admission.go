@@ -474,3 +474,12 @@ func (ad *admission) closeDeferred() {
 		h.router.endUnrun(nil, d.t.name(), d.e, ErrShuttingDown, RejectShuttingDown)
 	}
 }
+
+// permits returns the host's job permits (admitter).
+func (ad *admission) permits() *mailbox.Permits { return ad.h.jobs.permits }
+
+// onLookupLane runs fn on t's look-up lane (admitter).
+func (ad *admission) onLookupLane(t target, fn func()) { ad.h.router.lookupLane(t).add(fn) }
+
+// rejected counts a refused send to a target of kind (admitter).
+func (ad *admission) rejected(kind, why string) { ad.h.obs.Rejected(kind, why) }

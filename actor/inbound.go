@@ -506,7 +506,7 @@ func (iq *inbounds) inboundFrom(from string) *inbound {
 	v, ok := iq.m.Load(from)
 	if !ok {
 		ib := &inbound{peer: from}
-		ib.in.host = h
+		ib.in.adm = &h.admit
 		ib.in.budget = &ib.budget
 		ib.budget.setLimits(h.cfg.PeerInbound)
 		ib.credit.winN.Store(int64(h.cfg.PeerInbound.Items / 2))

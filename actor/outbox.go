@@ -3,6 +3,7 @@ package actor
 import (
 	"sync"
 
+	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/payload"
 )
 
@@ -28,13 +29,30 @@ import (
 // receive loop): its waiter is a callback (mailbox.Grantee) that the
 // permits call when one is free, in FIFO order across sources.
 type outbox struct {
-	host   *Host
+	adm    admitter
 	o      *owner      // nil for an external fan-out or a link
 	budget *peerBudget // a link's: what its sends leave when their admission begins
 	mu     sync.Mutex
 	head   *pendingSend // guarded by mu
 	tail   *pendingSend
 	queued bool // a waiter is in the permit queue; guarded by mu
+}
+
+// admitter is what an outbox calls once its sends hold permits: the
+// admission (admission.go), which ranks above the owners and links whose
+// outboxes these are, so it is handed to them as an interface.
+type admitter interface {
+	// permits returns the host's job permits.
+	permits() *mailbox.Permits
+	// admitGranted admits e, which holds a permit, to t.
+	admitGranted(t target, e *mailbox.Envelope, relayed bool)
+	// admitGrantedUntil admits e to t unless that would wait for the
+	// store and mayWait is false (it reports false then; e is kept).
+	admitGrantedUntil(t target, e *mailbox.Envelope, relayed bool, until int64, mayWait bool) bool
+	// onLookupLane runs fn on t's look-up lane.
+	onLookupLane(t target, fn func())
+	// rejected counts a send to a target of kind the host refused, and why.
+	rejected(kind, why string)
 }
 
 // pendingSend is one send waiting in an outbox: a message and its targets
@@ -57,10 +75,10 @@ func (ob *outbox) sendOne(t target, m *payload.Message) {
 	ob.mu.Lock()
 	idle := ob.head == nil && !ob.queued
 	ob.mu.Unlock()
-	if idle && ob.host.jobs.permits.TryAcquire() {
+	if idle && ob.adm.permits().TryAcquire() {
 		e := newEnvelope(m)
-		e.HoldPermit(ob.host.jobs.permits)
-		ob.host.admit.admitGranted(t, e, false)
+		e.HoldPermit(ob.adm.permits())
+		ob.adm.admitGranted(t, e, false)
 		return
 	}
 	ps := &pendingSend{m: m}
@@ -90,7 +108,7 @@ func (ob *outbox) enqueue(ps *pendingSend) {
 	ob.queued = true
 	ob.mu.Unlock()
 	if wait {
-		ob.host.jobs.permits.Enqueue(ob)
+		ob.adm.permits().Enqueue(ob)
 	}
 }
 
@@ -117,12 +135,12 @@ func (ob *outbox) grant() {
 			m = ps.m.Share()
 		}
 		e := newEnvelope(m)
-		e.HoldPermit(ob.host.jobs.permits)
-		if !ob.host.admit.admitGrantedUntil(t, e, ps.relayed, 0, false) {
+		e.HoldPermit(ob.adm.permits())
+		if !ob.adm.admitGrantedUntil(t, e, ps.relayed, 0, false) {
 			// It would wait for the store: it goes on on a look-up lane,
 			// and so does the source after it.
-			ob.host.router.lookupLane(t).add(func() {
-				ob.host.admit.admitGrantedUntil(t, e, ps.relayed, 0, true)
+			ob.adm.onLookupLane(t, func() {
+				ob.adm.admitGrantedUntil(t, e, ps.relayed, 0, true)
 				if ob.advance(ps) {
 					ob.grant()
 				}
@@ -165,8 +183,8 @@ func (ob *outbox) advance(ps *pendingSend) bool {
 	if empty {
 		return false
 	}
-	if !ob.host.jobs.permits.TryAcquire() {
-		ob.host.jobs.permits.Enqueue(ob)
+	if !ob.adm.permits().TryAcquire() {
+		ob.adm.permits().Enqueue(ob)
 		return false
 	}
 	return true
@@ -184,7 +202,7 @@ func (ob *outbox) Abandoned() {
 			ob.budget.release(int64(ps.bytes), ps.skip)
 		}
 		for _, t := range ps.targets[ps.next:] {
-			ob.host.obs.Rejected(t.name(), RejectShuttingDown)
+			ob.adm.rejected(t.name(), RejectShuttingDown)
 		}
 		if ps.fanout || ps.next == 0 {
 			ps.m.Release()

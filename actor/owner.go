@@ -56,6 +56,7 @@ type ownerTable struct {
 	peers    *peers
 	gaps     *gapFacts
 	requests *requestTable
+	admit    admitter // the admission, which admits the owners' handlers' sends (outbox)
 	// context returns an owner's Context, the API its handlers get (the
 	// host wires it: a Context sends through the host).
 	context func(o *owner) Context
@@ -140,7 +141,7 @@ const (
 func (ow *ownerTable) newOwner(s *spec, kr *kindRuntime, ref Ref) *owner {
 	o := &owner{t: ow, spec: s, ref: ref, kr: kr, gone: make(chan struct{}), since: time.Now(), sinceNano: nanotime()}
 	o.ctx = ow.context(o)
-	o.out.host, o.out.o = ow.h, o
+	o.out.adm, o.out.o = ow.admit, o
 	o.mb = mailbox.New(ow.cfg.ApplicationLimits, ow.cfg.LifecycleLimits, &ow.jobs.counters)
 	o.inbox.Order().MaxHeld = ow.cfg.ReorderBound
 	o.mb.Owner = o

@@ -158,7 +158,7 @@ func Publish[M any](ctx context.Context, h *Host, channel string, msg M) error {
 		m.Release()
 		return nil
 	}
-	src := &outbox{host: h}
+	src := &outbox{adm: &h.admit}
 	src.enqueue(&pendingSend{m: m, targets: ts, next: 1, fanout: true})
 	return nil
 }
@@ -340,7 +340,6 @@ func (t target) name() string {
 	}
 	return t.kr.spec.name
 }
-
 
 // rejectReason names, for the observer, why a send to another host failed.
 func rejectReason(err error) string {
