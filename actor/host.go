@@ -173,7 +173,7 @@ func NewHost(cfg Config) (*Host, error) {
 	h.owners.handOn = h.router.handOn
 	h.suspects.confirm = make(chan membership.Member)
 	h.moves.h, h.moves.remote.h = h, h
-	h.in.h, h.owners.h, h.drainer.h, h.admit.h = h, h, h, h
+	h.in.h, h.drainer.h, h.admit.h = h, h, h
 	h.wire()
 	h.peers.view.selfVersion = cfg.AppVersion
 	if h.obs.Observer == nil {

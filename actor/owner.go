@@ -45,7 +45,6 @@ import (
 // Invariants: an owner is in held only while it keeps messages for its
 // gaps; every spawned actor is counted in actors until it stops.
 type ownerTable struct {
-	h *Host
 	*hostEnv
 	life     *lifecycle
 	stats    *hostStats
