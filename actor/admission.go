@@ -33,30 +33,29 @@ import (
 // leaving, errHostGone is returned (the caller looks the object up
 // again); on any failure m stays the caller's.
 func (ad *admission) sendRemote(ctx context.Context, host string, t target, m *payload.Message) error {
-	h := ad.h
-	if mx := h.peers.view.maxMessage(host); mx > 0 && int64(m.Len()) > mx {
+	if mx := ad.peers.view.maxMessage(host); mx > 0 && int64(m.Len()) > mx {
 		return mailbox.ErrTooLarge // the destination's lanes are smaller than this host's
 	}
 	if ctx != nil {
-		if err := h.peers.waitRoom(ctx, host, len(m.Frame())); err != nil {
+		if err := ad.peers.waitRoom(ctx, host, len(m.Frame())); err != nil {
 			return err
 		}
 	}
-	if h.peers.backlogged(host) {
+	if ad.peers.backlogged(host) {
 		return ErrPeerBacklog // not stamped: no gap is left
 	}
 	// The run the message is handed to, read before the send: the stream
 	// notes it (route.Streams.NextTo), and a request of this host too
 	// (requests.go) — a fact about that run that comes meanwhile is seen
 	// by handedTo.
-	to := h.peers.view.runOf(host)
+	to := ad.peers.view.runOf(host)
 	ad.stamp(t, m, to)
-	op, mine := h.requests.own(m)
-	if err := h.peers.sendMessage(host, m, transport.Frame); err != nil {
+	op, mine := ad.requests.own(m)
+	if err := ad.peers.sendMessage(host, m, transport.Frame); err != nil {
 		return err
 	}
 	if mine {
-		h.requests.handedTo(op, to)
+		ad.requests.handedTo(op, to)
 	}
 	return nil
 }
@@ -67,20 +66,19 @@ func (ad *admission) sendRemote(ctx context.Context, host string, t target, m *p
 // stream's epoch went to runs that failed since (route.Streams.NextTo) —
 // unless it has one: a retry, whose new hop the stream notes.
 func (ad *admission) stamp(t target, m *payload.Message, to peerRun) {
-	h := ad.h
-	if h.peers.tr == nil || t.kr == nil {
+	if ad.peers.tr == nil || t.kr == nil {
 		return
 	}
 	hv := m.Header()
-	if string(hv.Origin()) != h.name {
+	if string(hv.Origin()) != ad.name {
 		return // another host's message
 	}
 	obj := t.obj()
 	if hv.Seq() != 0 {
-		h.routes.handed(obj, route.Stamp{Epoch: hv.Epoch(), Seq: hv.Seq()}, to)
+		ad.routes.handed(obj, route.Stamp{Epoch: hv.Epoch(), Seq: hv.Seq()}, to)
 		return
 	}
-	st := h.routes.stamp(obj, to)
+	st := ad.routes.stamp(obj, to)
 	m.Stamp(st.Epoch, st.Seq)
 }
 
@@ -88,16 +86,15 @@ func (ad *admission) stamp(t target, m *payload.Message, to peerRun) {
 // of a message not yet stamped, until t's object is not paused here: up
 // to SendTimeout (ErrPushedBack), ctx's end, or the host's close.
 func (ad *admission) waitPressure(ctx context.Context, t target) error {
-	h := ad.h
 	if ctx == nil || t.kr == nil {
 		return nil
 	}
-	ch := h.pressure.wait(t.obj())
+	ch := ad.pressure.wait(t.obj())
 	if ch == nil {
 		return nil
 	}
-	h.pressure.waits.Add(1)
-	timer := time.NewTimer(h.cfg.SendTimeout)
+	ad.pressure.waits.Add(1)
+	timer := time.NewTimer(ad.cfg.SendTimeout)
 	defer timer.Stop()
 	select {
 	case <-ch:
@@ -106,18 +103,23 @@ func (ad *admission) waitPressure(ctx context.Context, t target) error {
 		return ErrPushedBack
 	case <-ctx.Done():
 		return ctxErr(ctx)
-	case <-h.life.done:
+	case <-ad.life.done:
 		return ErrShuttingDown
 	}
 }
 
+// fromHere reports whether turn is a turn of one of this host's owners
+// (its sends go through the owner's outbox).
+func (ad *admission) fromHere(turn *Context) bool {
+	return turn != nil && turn.owner != nil && turn.owner.t == ad.owners
+}
+
 // accepts reports whether the host takes a send from this context.
 func (ad *admission) accepts(turn *Context) bool {
-	h := ad.h
-	if turn != nil && turn.host == h {
-		return h.life.acceptsInternal()
+	if ad.fromHere(turn) {
+		return ad.life.acceptsInternal()
 	}
-	return h.life.acceptsExternal()
+	return ad.life.acceptsExternal()
 }
 
 // dispatch admits m for t and takes ownership of m in every case. From a
@@ -131,15 +133,14 @@ func (ad *admission) dispatch(ctx context.Context, turn *Context, t target, m *p
 // dispatchRun is dispatch that, with inline, may run the item's turn on
 // this goroutine (Config.InlineAsk); it reports whether it did.
 func (ad *admission) dispatchRun(ctx context.Context, turn *Context, t target, m *payload.Message, inline bool) (bool, error) {
-	h := ad.h
-	if int64(m.Len())+mailbox.ItemOverhead > h.cfg.ApplicationLimits.Bytes {
+	if int64(m.Len())+mailbox.ItemOverhead > ad.cfg.ApplicationLimits.Bytes {
 		// Larger than any lane: refused here, the same whether the
 		// object runs on this host or another.
 		m.Release()
-		h.obs.Rejected(t.name(), RejectTooLarge)
+		ad.obs.Rejected(t.name(), RejectTooLarge)
 		return false, mailbox.ErrTooLarge
 	}
-	if turn != nil && turn.host == h {
+	if ad.fromHere(turn) {
 		turn.owner.send(t, m)
 		return false, nil
 	}
@@ -148,24 +149,24 @@ func (ad *admission) dispatchRun(ctx context.Context, turn *Context, t target, m
 	// waits for may need one).
 	if err := ad.waitPressure(ctx, t); err != nil {
 		m.Release()
-		h.obs.Rejected(t.name(), rejectReason(err))
+		ad.obs.Rejected(t.name(), rejectReason(err))
 		return false, err
 	}
 	if err := ad.acquirePermit(ctx); err != nil {
 		m.Release()
 		switch {
 		case errors.Is(err, mailbox.ErrPermitsClosed):
-			h.obs.Rejected(t.name(), RejectShuttingDown)
+			ad.obs.Rejected(t.name(), RejectShuttingDown)
 			return false, ErrShuttingDown
 		case errors.Is(err, ErrPaused):
-			h.obs.Rejected(t.name(), RejectPaused)
+			ad.obs.Rejected(t.name(), RejectPaused)
 			return false, ErrPaused
 		}
-		h.obs.Rejected(t.name(), RejectCancelled)
+		ad.obs.Rejected(t.name(), RejectCancelled)
 		return false, ctxErr(ctx)
 	}
 	e := newEnvelope(m)
-	e.HoldPermit(h.jobs.permits)
+	e.HoldPermit(ad.jobs.permits)
 	return ad.admitWait(ctx, t, e, inline)
 }
 
@@ -178,13 +179,12 @@ func (ad *admission) dispatchRun(ctx context.Context, turn *Context, t target, m
 // looks again when the lease's deadline passes (jeopardy begins then,
 // unless a renewal moved it).
 func (ad *admission) acquirePermit(ctx context.Context) error {
-	h := ad.h
-	p := h.jobs.permits
+	p := ad.jobs.permits
 	if p.TryAcquire() {
 		return nil
 	}
 	for {
-		if dl := h.gate.deadline.Load(); dl == 0 || wallNano() < dl {
+		if dl := ad.gate.deadline.Load(); dl == 0 || wallNano() < dl {
 			wctx, cancel := ctx, context.CancelFunc(func() {})
 			if dl != 0 {
 				wctx, cancel = context.WithDeadline(ctx, time.Unix(0, dl))
@@ -196,7 +196,7 @@ func (ad *admission) acquirePermit(ctx context.Context) error {
 			}
 			continue // the deadline passed: paused now, unless renewed
 		}
-		wctx, cancel := context.WithTimeout(ctx, h.cfg.SendTimeout)
+		wctx, cancel := context.WithTimeout(ctx, ad.cfg.SendTimeout)
 		err := p.Acquire(wctx)
 		cancel()
 		if err != nil && ctx.Err() == nil && !errors.Is(err, mailbox.ErrPermitsClosed) {
@@ -210,7 +210,6 @@ func (ad *admission) acquirePermit(ctx context.Context) error {
 // for lane room. On failure the item is released undecoded (and, if it was
 // stamped, a skip notice takes its place).
 func (ad *admission) admitWait(ctx context.Context, t target, e *mailbox.Envelope, inline bool) (ran bool, err error) {
-	h := ad.h
 	var timer, leaving *time.Timer
 	defer func() {
 		if timer != nil {
@@ -222,9 +221,9 @@ func (ad *admission) admitWait(ctx context.Context, t target, e *mailbox.Envelop
 	}()
 	retries := 0
 	for {
-		p, err := h.router.place(t, fromOutside)
+		p, err := ad.router.place(t, fromOutside)
 		if err != nil {
-			h.router.reject(t.name(), e, RejectShuttingDown)
+			ad.router.reject(t.name(), e, RejectShuttingDown)
 			return false, err
 		}
 		if p.o == nil {
@@ -240,13 +239,13 @@ func (ad *admission) admitWait(ctx context.Context, t target, e *mailbox.Envelop
 				// (moves or deactivates them) within moments. Look again
 				// at once a few times, then every few milliseconds, for up
 				// to SendTimeout in all.
-				h.routes.forget(t.obj(), true)
+				ad.routes.forget(t.obj(), true)
 				retries++
 				if retries <= 3 {
 					continue
 				}
 				if leaving == nil {
-					leaving = time.NewTimer(h.cfg.SendTimeout)
+					leaving = time.NewTimer(ad.cfg.SendTimeout)
 				}
 				wait := time.NewTimer(time.Duration(min(retries, 20)) * time.Millisecond)
 				select {
@@ -256,18 +255,18 @@ func (ad *admission) admitWait(ctx context.Context, t target, e *mailbox.Envelop
 					err = notHandedOn(p.host, err)
 				case <-ctx.Done():
 					err = ctxErr(ctx)
-				case <-h.life.done:
+				case <-ad.life.done:
 					err = ErrShuttingDown
 				}
 				wait.Stop()
 			}
-			h.router.reject(t.name(), e, rejectReason(err))
+			ad.router.reject(t.name(), e, rejectReason(err))
 			return false, err
 		}
 		o := p.o
-		ad.stamp(t, e.Msg, h.routes.self())
+		ad.stamp(t, e.Msg, ad.routes.self())
 		size := e.Msg.Len()
-		if h.obs.timed {
+		if ad.obs.timed {
 			e.Admitted = nanotime()
 		}
 		how := admitWait
@@ -275,37 +274,37 @@ func (ad *admission) admitWait(ctx context.Context, t target, e *mailbox.Envelop
 			how, inline = admitInline, false // only the first attempt
 		}
 		var room <-chan struct{}
-		ran, room, err = h.router.admit(o, e, how)
+		ran, room, err = ad.router.admit(o, e, how)
 		if err == nil {
-			h.obs.Admitted(o.spec.name, mailbox.Application, size)
+			ad.obs.Admitted(o.spec.name, mailbox.Application, size)
 			return ran, nil
 		}
 		switch {
 		case errors.Is(err, mailbox.ErrClosed):
-			if t.o != nil || !h.life.acceptsExternal() {
-				h.router.reject(t.name(), e, RejectShuttingDown)
+			if t.o != nil || !ad.life.acceptsExternal() {
+				ad.router.reject(t.name(), e, RejectShuttingDown)
 				return false, ErrShuttingDown
 			}
 			continue // passivated or moved: the next lookup finds it
 		case errors.Is(err, mailbox.ErrFull):
 			if timer == nil {
-				timer = time.NewTimer(h.cfg.SendTimeout)
+				timer = time.NewTimer(ad.cfg.SendTimeout)
 			}
 			select {
 			case <-room:
 				continue
 			case <-ctx.Done():
-				h.router.reject(t.name(), e, RejectCancelled)
+				ad.router.reject(t.name(), e, RejectCancelled)
 				return false, ctxErr(ctx)
 			case <-timer.C:
-				h.router.reject(t.name(), e, RejectFull)
+				ad.router.reject(t.name(), e, RejectFull)
 				return false, ErrSendTimeout
-			case <-h.life.done:
-				h.router.reject(t.name(), e, RejectShuttingDown)
+			case <-ad.life.done:
+				ad.router.reject(t.name(), e, RejectShuttingDown)
 				return false, ErrShuttingDown
 			}
 		default:
-			h.router.reject(t.name(), e, RejectTooLarge)
+			ad.router.reject(t.name(), e, RejectTooLarge)
 			return false, err
 		}
 	}
@@ -326,7 +325,6 @@ func (ad *admission) admitGranted(t target, e *mailbox.Envelope, relayed bool) {
 // to look the object up or forward the message: the caller finishes it on
 // a look-up lane.
 func (ad *admission) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bool, until int64, mayWait bool) bool {
-	h := ad.h
 	retries := 0
 	for {
 		mode := fromHandler
@@ -336,15 +334,15 @@ func (ad *admission) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bo
 		var p place
 		var err error
 		if mayWait {
-			p, err = h.router.place(t, mode)
+			p, err = ad.router.place(t, mode)
 		} else {
 			var ok bool
-			if p, ok = h.router.placeCached(t); !ok {
+			if p, ok = ad.router.placeCached(t); !ok {
 				return false
 			}
 		}
 		if err != nil {
-			h.router.endUnrun(nil, t.name(), e, err, RejectShuttingDown)
+			ad.router.endUnrun(nil, t.name(), e, err, RejectShuttingDown)
 			return true
 		}
 		if p.o == nil {
@@ -355,7 +353,7 @@ func (ad *admission) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bo
 				m := e.Msg
 				e.Msg = nil
 				e.Release() // its permit: forwarding takes none
-				h.router.forward(t.kr, t.id, m, p)
+				ad.router.forward(t.kr, t.id, m, p)
 				return true
 			}
 			err := ad.sendRemote(nil, p.host, t, e.Msg)
@@ -365,7 +363,7 @@ func (ad *admission) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bo
 				e.Release()
 				return true
 			case retryable(err) && retries < 3 && t.kr != nil:
-				h.routes.forget(t.obj(), true)
+				ad.routes.forget(t.obj(), true)
 				retries++
 				continue
 			case retryable(err) && t.kr != nil:
@@ -373,36 +371,36 @@ func (ad *admission) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bo
 				// yet: a handler's send cannot wait here, so it is tried
 				// again on the tick, for up to SendTimeout.
 				if until == 0 {
-					until = nanotime() + int64(h.cfg.SendTimeout)
+					until = nanotime() + int64(ad.cfg.SendTimeout)
 				}
 				if nanotime() < until && ad.deferSend(deferredSend{t: t, e: e, until: until}) {
 					return true
 				}
 				err = notHandedOn(p.host, err)
 			}
-			h.router.endUnrun(nil, t.name(), e, err, rejectReason(err))
+			ad.router.endUnrun(nil, t.name(), e, err, rejectReason(err))
 			return true
 		}
 		if !relayed {
-			ad.stamp(t, e.Msg, h.routes.self())
+			ad.stamp(t, e.Msg, ad.routes.self())
 		}
 		o := p.o
 		size := e.Msg.Len()
-		if int64(size)+mailbox.ItemOverhead > h.cfg.ApplicationLimits.Bytes {
+		if int64(size)+mailbox.ItemOverhead > ad.cfg.ApplicationLimits.Bytes {
 			// From a host whose lanes are larger: this host's limit
 			// applies at admission, and the sender of an Ask hears of it.
-			h.router.endUnrun(o, "", e, mailbox.ErrTooLarge, RejectTooLarge)
+			ad.router.endUnrun(o, "", e, mailbox.ErrTooLarge, RejectTooLarge)
 			return true
 		}
-		if h.obs.timed {
+		if ad.obs.timed {
 			e.Admitted = nanotime()
 		}
-		if _, _, err = h.router.admit(o, e, admitOverflow); err == nil {
-			h.obs.Admitted(o.spec.name, mailbox.Application, size)
+		if _, _, err = ad.router.admit(o, e, admitOverflow); err == nil {
+			ad.obs.Admitted(o.spec.name, mailbox.Application, size)
 			return true
 		}
-		if t.o != nil || !h.life.acceptsInternal() {
-			h.router.endUnrun(nil, t.name(), e, ErrShuttingDown, RejectShuttingDown)
+		if t.o != nil || !ad.life.acceptsInternal() {
+			ad.router.endUnrun(nil, t.name(), e, ErrShuttingDown, RejectShuttingDown)
 			return true
 		}
 	}
@@ -413,7 +411,16 @@ func (ad *admission) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bo
 // a handler's send to a host that is leaving waits among the deferred
 // sends.
 type admission struct {
-	h        *Host
+	*hostEnv
+	life     *lifecycle
+	gate     *leaseGate
+	jobs     *jobQueue
+	pressure *pressureSet
+	routes   *routes
+	peers    *peers
+	requests *requestTable
+	owners   *ownerTable
+	router   *router
 	deferred deferredSends // handlers' sends waiting for a leaving host
 }
 
@@ -465,21 +472,20 @@ func (ad *admission) retryDeferred() {
 
 // closeDeferred ends the deferred sends of a closing host.
 func (ad *admission) closeDeferred() {
-	h := ad.h
 	ad.deferred.mu.Lock()
 	ds := ad.deferred.list
 	ad.deferred.list, ad.deferred.closed = nil, true
 	ad.deferred.mu.Unlock()
 	for _, d := range ds {
-		h.router.endUnrun(nil, d.t.name(), d.e, ErrShuttingDown, RejectShuttingDown)
+		ad.router.endUnrun(nil, d.t.name(), d.e, ErrShuttingDown, RejectShuttingDown)
 	}
 }
 
 // permits returns the host's job permits (admitter).
-func (ad *admission) permits() *mailbox.Permits { return ad.h.jobs.permits }
+func (ad *admission) permits() *mailbox.Permits { return ad.jobs.permits }
 
 // onLookupLane runs fn on t's look-up lane (admitter).
-func (ad *admission) onLookupLane(t target, fn func()) { ad.h.router.lookupLane(t).add(fn) }
+func (ad *admission) onLookupLane(t target, fn func()) { ad.router.lookupLane(t).add(fn) }
 
 // rejected counts a refused send to a target of kind (admitter).
-func (ad *admission) rejected(kind, why string) { ad.h.obs.Rejected(kind, why) }
+func (ad *admission) rejected(kind, why string) { ad.obs.Rejected(kind, why) }

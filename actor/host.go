@@ -173,7 +173,7 @@ func NewHost(cfg Config) (*Host, error) {
 	h.owners.handOn = h.router.handOn
 	h.suspects.confirm = make(chan membership.Member)
 	h.moves.h, h.moves.remote.h = h, h
-	h.in.h, h.drainer.h, h.admit.h = h, h, h
+	h.in.h, h.drainer.h = h, h
 	h.wire()
 	h.peers.view.selfVersion = cfg.AppVersion
 	if h.obs.Observer == nil {
@@ -213,6 +213,8 @@ func (h *Host) wire() {
 	h.owners.context = func(o *owner) Context { return Context{host: h, owner: o} }
 	h.router.hostEnv, h.router.life, h.router.stats, h.router.events, h.router.gate = env, &h.life, &h.stats, &h.events, &h.gate
 	h.router.store, h.router.routes, h.router.peers, h.router.gaps, h.router.requests, h.router.owners = h.store, &h.routes, &h.peers, &h.gaps, &h.requests, &h.owners
+	h.admit.hostEnv, h.admit.life, h.admit.gate, h.admit.jobs, h.admit.pressure = env, &h.life, &h.gate, &h.jobs, &h.pressure
+	h.admit.routes, h.admit.peers, h.admit.requests, h.admit.owners, h.admit.router = &h.routes, &h.peers, &h.requests, &h.owners, &h.router
 	h.owners.persist.hostEnv, h.owners.persist.life, h.owners.persist.stats, h.owners.persist.requests = env, &h.life, &h.stats, &h.requests
 }
 
