@@ -853,7 +853,7 @@ func TestRecentMovesListsTheMovesFromThisHostAsTheyEnded(t *testing.T) {
 	// The list keeps the last 256.
 	for i := range 300 {
 		e := MoveEntry{Ref: Ref{"counter", itoa(i)}, From: "a", To: "b", Outcome: MoveDone}
-		a.moves.log.ended(&e, false)
+		a.moves.record.ended(&e, false)
 	}
 	all := a.RecentMoves(0)
 	if len(all) != recentMoves || all[0].Seq != 302-recentMoves+1 || all[len(all)-1].Seq != 302 || all[len(all)-1].Ref.ID != "299" {

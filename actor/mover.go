@@ -137,7 +137,7 @@ type moveTable struct {
 	checked  map[string]*checkedPreflights     // the Preflights this host answered OK, by source; guarded by mu
 	checking map[string]int                    // Preflights of each source whose store check is under way; guarded by mu
 	remote   remoteOps                         // Relocate across hosts (remotemove.go)
-	log      moveLog                           // moves from here: their pauses and ends (Host.Pauses, Host.RecentMoves)
+	record   moveLog                           // moves from here: their pauses and ends (Host.Pauses, Host.RecentMoves)
 	// times, set by tests only (nil otherwise) before a move, sees the
 	// nanotime of each move's seal at its source and opening at its
 	// target.
@@ -1245,7 +1245,7 @@ func (d *moveDriver) followGen() uint64 { return d.row.OwnerGen + 1 }
 func (d *moveDriver) logEnd(out MoveOutcome, reason string, pause time.Duration, paused bool) {
 	e := MoveEntry{Ref: Ref{Kind: d.obj.Kind, ID: d.obj.ID}, From: d.h.name, To: d.peer, Started: d.started,
 		Ended: time.Now(), Pause: pause, Outcome: out, Reason: reason}
-	d.h.moves.log.ended(&e, paused)
+	d.h.moves.record.ended(&e, paused)
 }
 
 // registerTemp installs the incoming owner, sealed: messages sent here

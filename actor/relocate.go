@@ -96,14 +96,14 @@ func alreadyThere(ref Ref, target string) error {
 // opening, which the target reports in its Committed record. (Should the target not report it, the pause is taken
 // up to the Committed's arrival here: an upper bound.)
 func (h *Host) Pauses() []time.Duration {
-	return h.moves.log.take()
+	return h.moves.record.take()
 }
 
 // RecentPauses returns the pauses of the last moves (at most 1,024) this
 // host was the source of, oldest first, as Pauses works them out, without
 // taking them: Pauses still returns them. For dashboards.
 func (h *Host) RecentPauses() []time.Duration {
-	p := &h.moves.log
+	p := &h.moves.record
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := min(p.n, recentPauses)
@@ -190,7 +190,7 @@ func (o MoveOutcome) String() string {
 // then is above after+1). It takes nothing away, and costs nothing
 // unless called.
 func (h *Host) RecentMoves(after uint64) []MoveEntry {
-	l := &h.moves.log
+	l := &h.moves.record
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	first := max(after+1, l.seq+1-min(l.seq, recentMoves)) // the oldest kept: seq-255, or 1
