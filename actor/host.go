@@ -172,7 +172,6 @@ func NewHost(cfg Config) (*Host, error) {
 	}
 	h.owners.handOn = h.router.handOn
 	h.suspects.confirm = make(chan membership.Member)
-	h.moves.h, h.moves.remote.h = h, h
 	h.in.h, h.drainer.h = h, h
 	h.wire()
 	h.peers.view.selfVersion = cfg.AppVersion
@@ -215,6 +214,10 @@ func (h *Host) wire() {
 	h.router.store, h.router.routes, h.router.peers, h.router.gaps, h.router.requests, h.router.owners = h.store, &h.routes, &h.peers, &h.gaps, &h.requests, &h.owners
 	h.admit.hostEnv, h.admit.life, h.admit.gate, h.admit.jobs, h.admit.pressure = env, &h.life, &h.gate, &h.jobs, &h.pressure
 	h.admit.routes, h.admit.peers, h.admit.requests, h.admit.owners, h.admit.router = &h.routes, &h.peers, &h.requests, &h.owners, &h.router
+	h.moves.hostEnv, h.moves.life, h.moves.stats, h.moves.gate, h.moves.store, h.moves.svc = env, &h.life, &h.stats, &h.gate, h.store, h.svc
+	h.moves.events, h.moves.routes, h.moves.peers, h.moves.owners, h.moves.router = &h.events, &h.routes, &h.peers, &h.owners, &h.router
+	h.moves.requests = &h.requests
+	h.moves.remote.t = &h.moves
 	h.owners.persist.hostEnv, h.owners.persist.life, h.owners.persist.stats, h.owners.persist.requests = env, &h.life, &h.stats, &h.requests
 }
 

@@ -876,7 +876,7 @@ func TestRecentMovesListsTheMovesFromThisHostAsTheyEnded(t *testing.T) {
 // nothing once the ring exists (the pause log's own slice aside).
 func TestNotingAMovesEndAllocatesNothing(t *testing.T) {
 	h := startHost(t, Config{Name: "a", Logger: quietLogger()})
-	d := &moveDriver{h: h, obj: relocation.Object{Kind: "counter", ID: "x"}, peer: "b", started: time.Now()}
+	d := &moveDriver{t: &h.moves, obj: relocation.Object{Kind: "counter", ID: "x"}, peer: "b", started: time.Now()}
 	d.logEnd(MoveDone, "", 0, false) // makes the ring (AllocsPerRun runs its function 1001 times)
 	if n := testing.AllocsPerRun(1000, func() { d.logEnd(MoveAborted, "a reason", 0, false) }); n != 0 {
 		t.Fatalf("%v allocations per move's end; want none", n)
@@ -888,7 +888,7 @@ func TestNotingAMovesEndAllocatesNothing(t *testing.T) {
 
 func BenchmarkNotingAMovesEnd(b *testing.B) {
 	h := startHost(b, Config{Name: "a", Logger: quietLogger()})
-	d := &moveDriver{h: h, obj: relocation.Object{Kind: "counter", ID: "x"}, peer: "b", started: time.Now()}
+	d := &moveDriver{t: &h.moves, obj: relocation.Object{Kind: "counter", ID: "x"}, peer: "b", started: time.Now()}
 	b.ReportAllocs()
 	for b.Loop() {
 		d.logEnd(MoveDone, "", time.Microsecond, false)

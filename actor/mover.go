@@ -57,7 +57,7 @@ import (
 //
 // Every field below the lane is touched only by work on the lane.
 type moveDriver struct {
-	h    *Host
+	t    *moveTable // the moves' part: the table and the parts it uses
 	id   relocation.MoveID
 	obj  relocation.Object
 	kr   *kindRuntime
@@ -125,7 +125,18 @@ type moveDriver struct {
 // the Location Store named the source as the object's owner (checked), at
 // most maxIncomingPerPeer kept per source and as many checks under way.
 type moveTable struct {
-	h        *Host
+	events   *eventLog
+	requests *requestTable
+	*hostEnv
+	life     *lifecycle
+	stats    *hostStats
+	gate     *leaseGate
+	store    relocation.Store
+	svc      *services
+	routes   *routes
+	peers    *peers
+	owners   *ownerTable
+	router   *router
 	mu       sync.Mutex
 	m        map[relocation.MoveID]*moveDriver // guarded by mu
 	underWay atomic.Int64                      // sources in m, and targets not yet open or ended: Stats.MovesUnderWay (changed under mu)
@@ -157,8 +168,7 @@ func (m moveSeal) run()  { m.d.sealAndCapture() }
 // relocateLocal moves object ref, which has an owner here, to target (the
 // source side of Relocate); ErrNotLocal if its owner is not here.
 func (mt *moveTable) relocateLocal(ctx context.Context, kr *kindRuntime, ref Ref, target string) error {
-	h := mt.h
-	if target == h.name {
+	if target == mt.name {
 		return ErrNotLocal
 	}
 	sh := kr.shard(ref.ID)
@@ -171,7 +181,7 @@ func (mt *moveTable) relocateLocal(ctx context.Context, kr *kindRuntime, ref Ref
 	if !o.moving.CompareAndSwap(false, true) {
 		return ErrMoveInProgress
 	}
-	d := &moveDriver{h: h, lane: serial{wg: &h.svc.lanes}, storeLane: serial{wg: &h.svc.lanes}, id: payload.NewOpID(), obj: relocation.Object{Kind: ref.Kind, ID: ref.ID}, kr: kr,
+	d := &moveDriver{t: mt, lane: serial{wg: &mt.svc.lanes}, storeLane: serial{wg: &mt.svc.lanes}, id: payload.NewOpID(), obj: relocation.Object{Kind: ref.Kind, ID: ref.ID}, kr: kr,
 		peer: target, o: o, done: make(chan error, 1), started: time.Now()}
 	mt.addMove(d)
 	e := mailbox.NewEnvelope()
@@ -258,19 +268,18 @@ type incomingKey struct {
 func (mt *moveTable) addIncoming(d *moveDriver, size int64) (prev *moveDriver, others []*moveDriver, why string) {
 	mt.mu.Lock()
 	defer mt.mu.Unlock()
-	h := mt.h
 	if mt.incoming[d.peer] >= maxIncomingPerPeer {
-		return nil, nil, "host " + h.name + " has " + strconv.Itoa(maxIncomingPerPeer) + " moves from " + d.peer + " under way"
+		return nil, nil, "host " + mt.name + " has " + strconv.Itoa(maxIncomingPerPeer) + " moves from " + d.peer + " under way"
 	}
-	all := h.cfg.MaxIncomingMoveBytes
-	perPeer := max(all/2, min(h.cfg.MaxMoveRecord, all))
+	all := mt.cfg.MaxIncomingMoveBytes
+	perPeer := max(all/2, min(mt.cfg.MaxMoveRecord, all))
 	switch {
 	case mt.inBytes[d.peer]+size > perPeer:
-		return nil, nil, "host " + h.name + " assembles " + strconv.FormatInt(mt.inBytes[d.peer], 10) + " bytes of moves from " + d.peer +
+		return nil, nil, "host " + mt.name + " assembles " + strconv.FormatInt(mt.inBytes[d.peer], 10) + " bytes of moves from " + d.peer +
 			" already: this one's " + strconv.FormatInt(size, 10) + " would pass the " + strconv.FormatInt(perPeer, 10) +
 			" one source may have (half of Config.MaxIncomingMoveBytes, or MaxMoveRecord); try again once they end"
 	case mt.inAll+size > all:
-		return nil, nil, "host " + h.name + " assembles " + strconv.FormatInt(mt.inAll, 10) + " bytes of moves already: this one's " +
+		return nil, nil, "host " + mt.name + " assembles " + strconv.FormatInt(mt.inAll, 10) + " bytes of moves already: this one's " +
 			strconv.FormatInt(size, 10) + " would pass its Config.MaxIncomingMoveBytes (" + strconv.FormatInt(all, 10) + "); try again once they end"
 	}
 	if mt.inBytes == nil {
@@ -309,20 +318,19 @@ func (d *moveDriver) notIncoming() {
 	if !d.counted.CompareAndSwap(true, false) {
 		return
 	}
-	h := d.h
-	h.moves.mu.Lock()
-	h.moves.underWay.Add(-1)
-	if h.moves.incoming[d.peer]--; h.moves.incoming[d.peer] <= 0 {
-		delete(h.moves.incoming, d.peer)
+	d.t.mu.Lock()
+	d.t.underWay.Add(-1)
+	if d.t.incoming[d.peer]--; d.t.incoming[d.peer] <= 0 {
+		delete(d.t.incoming, d.peer)
 	}
-	h.moves.inAll -= d.inBytes
-	if h.moves.inBytes[d.peer] -= d.inBytes; h.moves.inBytes[d.peer] <= 0 {
-		delete(h.moves.inBytes, d.peer)
+	d.t.inAll -= d.inBytes
+	if d.t.inBytes[d.peer] -= d.inBytes; d.t.inBytes[d.peer] <= 0 {
+		delete(d.t.inBytes, d.peer)
 	}
-	if k := (incomingKey{d.peer, d.obj}); h.moves.pending[k] == d {
-		delete(h.moves.pending, k)
+	if k := (incomingKey{d.peer, d.obj}); d.t.pending[k] == d {
+		delete(d.t.pending, k)
 	}
-	h.moves.mu.Unlock()
+	d.t.mu.Unlock()
 }
 
 func (mt *moveTable) move(id relocation.MoveID) *moveDriver {
@@ -357,21 +365,20 @@ func (mt *moveTable) moveEvent(peer string, in relocation.Input) {
 
 // onRecord handles a relocation record off the link from host from.
 func (mt *moveTable) onRecord(from string, obj relocation.Object, rec relocation.Record) {
-	h := mt.h
 	switch r := rec.(type) {
 	case *relocation.Preflight:
 		reply := &relocation.PreflightReply{Move: r.Move, OK: true}
-		kr := h.owners.kinds[r.Object.Kind]
+		kr := mt.owners.kinds[r.Object.Kind]
 		switch {
 		case kr == nil:
-			reply.OK, reply.Reason = false, "host "+h.name+" has no kind "+r.Object.Kind
+			reply.OK, reply.Reason = false, "host "+mt.name+" has no kind "+r.Object.Kind
 		case kr.spec.policy == DisableRelocation:
 			reply.OK, reply.Reason = false, "kind "+r.Object.Kind+" does not relocate"
-		case h.life.draining.Load() || !h.life.acceptsExternal():
-			reply.OK, reply.Reason = false, "host "+h.name+" is draining or stopping"
-		case compareVersions(h.cfg.AppVersion, r.AppVersion) < 0:
+		case mt.life.draining.Load() || !mt.life.acceptsExternal():
+			reply.OK, reply.Reason = false, "host "+mt.name+" is draining or stopping"
+		case compareVersions(mt.cfg.AppVersion, r.AppVersion) < 0:
 			// An older version may not read a newer one's state.
-			reply.OK, reply.Reason = false, "application version "+h.cfg.AppVersion+" here, older than "+r.AppVersion+" at the source"
+			reply.OK, reply.Reason = false, "application version "+mt.cfg.AppVersion+" here, older than "+r.AppVersion+" at the source"
 		}
 		if reply.OK {
 			// The store says who owns the object before this host keeps
@@ -379,16 +386,16 @@ func (mt *moveTable) onRecord(from string, obj relocation.Object, rec relocation
 			mt.checkPreflight(from, r)
 			return
 		}
-		h.peers.sendRecords(from, r.Object, nil, reply)
+		mt.peers.sendRecords(from, r.Object, nil, reply)
 		return
 	case *relocation.Prepare:
 		if r.Source != from || r.Owner.Host != from {
 			// A move comes from the host that owns the object, on its own
 			// link: a Prepare naming another source or owner is refused
 			// (to its sender) and nothing is kept for it.
-			h.peers.malformedItem(from, payload.NewError(payload.ProtocolError, "actor",
+			mt.peers.malformedItem(from, payload.NewError(payload.ProtocolError, "actor",
 				"a Prepare from "+from+" naming "+r.Source+" as the source and "+r.Owner.Host+" as the owner"))
-			h.peers.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move,
+			mt.peers.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move,
 				Reason: "a move from " + from + " must name " + from + " as its source and owner"})
 			return
 		}
@@ -398,27 +405,27 @@ func (mt *moveTable) onRecord(from string, obj relocation.Object, rec relocation
 			return
 		}
 		if d == nil {
-			kr := h.owners.kinds[r.Object.Kind]
-			if kr == nil || !h.life.acceptsInternal() {
-				h.peers.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move, Reason: "host " + h.name + " cannot take " + r.Object.String()})
+			kr := mt.owners.kinds[r.Object.Kind]
+			if kr == nil || !mt.life.acceptsInternal() {
+				mt.peers.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move, Reason: "host " + mt.name + " cannot take " + r.Object.String()})
 				return
 			}
 			if why := mt.takePreflight(from, r); why != "" {
 				// Nothing is kept for a move the store did not show to be
 				// the sender's: its chunks find no move and are dropped.
-				h.peers.malformedItem(from, payload.NewError(payload.ProtocolError, "actor", "a Prepare from "+from+" of "+r.Object.String()+": "+why))
-				h.peers.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move, Reason: why})
+				mt.peers.malformedItem(from, payload.NewError(payload.ProtocolError, "actor", "a Prepare from "+from+" of "+r.Object.String()+": "+why))
+				mt.peers.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move, Reason: why})
 				return
 			}
-			d = &moveDriver{h: h, lane: serial{wg: &h.svc.lanes}, storeLane: serial{wg: &h.svc.lanes}, id: r.Move, obj: r.Object, kr: kr, peer: from, started: time.Now(),
+			d = &moveDriver{t: mt, lane: serial{wg: &mt.svc.lanes}, storeLane: serial{wg: &mt.svc.lanes}, id: r.Move, obj: r.Object, kr: kr, peer: from, started: time.Now(),
 				overCh: make(chan struct{}), owner: r.Owner,
-				tgt: relocation.NewTarget(relocation.TargetConfig{Host: h.name, CutoverWait: h.cfg.CutoverWait, MaxRecord: h.cfg.MaxMoveRecord,
-					FollowFor: h.cfg.FollowDuration})}
+				tgt: relocation.NewTarget(relocation.TargetConfig{Host: mt.name, CutoverWait: mt.cfg.CutoverWait, MaxRecord: mt.cfg.MaxMoveRecord,
+					FollowFor: mt.cfg.FollowDuration})}
 			d.tgt.Step(relocation.Tick{Now: nanotime()}) // the machine's clock starts now
 			prev, others, why := mt.addIncoming(d, int64(r.TotalLen))
 			if why != "" {
-				h.obs.Rejected(r.Object.Kind, RejectIncomingMoves)
-				h.peers.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move, Reason: why})
+				mt.obs.Rejected(r.Object.Kind, RejectIncomingMoves)
+				mt.peers.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move, Reason: why})
 				return
 			}
 			if prev != nil {
@@ -442,7 +449,7 @@ func (mt *moveTable) onRecord(from string, obj relocation.Object, rec relocation
 	if c, ok := rec.(*relocation.Relay); ok {
 		// A relay for a move that ended here (abandoned): hand the message
 		// on to wherever its object runs.
-		h.router.redispatchFrame(c.Frame)
+		mt.router.redispatchFrame(c.Frame)
 	}
 }
 
@@ -467,7 +474,6 @@ type checkedPreflight struct {
 // store call runs off the link, at most maxIncomingPerPeer per source at
 // once (past it the Preflight is answered not OK at once).
 func (mt *moveTable) checkPreflight(from string, r *relocation.Preflight) {
-	h := mt.h
 	mt.mu.Lock()
 	busy := mt.checking[from] >= maxIncomingPerPeer
 	if !busy {
@@ -478,11 +484,11 @@ func (mt *moveTable) checkPreflight(from string, r *relocation.Preflight) {
 	}
 	mt.mu.Unlock()
 	if busy {
-		h.peers.sendRecords(from, r.Object, nil, &relocation.PreflightReply{Move: r.Move,
-			Reason: "host " + h.name + " checks " + strconv.Itoa(maxIncomingPerPeer) + " moves from " + from + " already"})
+		mt.peers.sendRecords(from, r.Object, nil, &relocation.PreflightReply{Move: r.Move,
+			Reason: "host " + mt.name + " checks " + strconv.Itoa(maxIncomingPerPeer) + " moves from " + from + " already"})
 		return
 	}
-	lane := &serial{wg: &h.svc.lanes}
+	lane := &serial{wg: &mt.svc.lanes}
 	lane.add(func() {
 		reply := &relocation.PreflightReply{Move: r.Move, OK: true}
 		var row relocation.Row
@@ -492,8 +498,8 @@ func (mt *moveTable) checkPreflight(from string, r *relocation.Preflight) {
 		// or this host closes; the source's Relocate waits meanwhile, as
 		// a move's commit waits for the store.
 		for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-			ctx, cancel := h.life.storeContext()
-			row, err = h.store.Get(ctx, r.Object)
+			ctx, cancel := mt.life.storeContext()
+			row, err = mt.store.Get(ctx, r.Object)
 			cancel()
 			if err == nil || !errors.Is(storeAway(err), errStoreAway) {
 				break
@@ -502,14 +508,14 @@ func (mt *moveTable) checkPreflight(from string, r *relocation.Preflight) {
 			select {
 			case <-timer.C:
 				continue
-			case <-h.life.done:
+			case <-mt.life.done:
 				timer.Stop()
 			}
 			break
 		}
 		switch {
 		case err != nil:
-			reply.OK, reply.Reason = false, "host "+h.name+" cannot confirm that "+from+" owns "+r.Object.String()+": "+err.Error()
+			reply.OK, reply.Reason = false, "host "+mt.name+" cannot confirm that "+from+" owns "+r.Object.String()+": "+err.Error()
 		case row.State != relocation.Active || row.Host != from:
 			reply.OK, reply.Reason = false, "the Location Store does not name "+from+" as the owner of "+r.Object.String()+" (it names "+strconv.Quote(row.Host)+")"
 		}
@@ -521,7 +527,7 @@ func (mt *moveTable) checkPreflight(from string, r *relocation.Preflight) {
 			mt.keepPreflightLocked(from, r.Object, checkedPreflight{move: r.Move, owner: row.Ownership})
 		}
 		mt.mu.Unlock()
-		h.peers.sendRecords(from, r.Object, nil, reply)
+		mt.peers.sendRecords(from, r.Object, nil, reply)
 	})
 }
 
@@ -649,7 +655,7 @@ func (d *moveDriver) behindOther(other *moveDriver) {
 		d.waiting.Store(true)
 		select {
 		case <-other.overCh:
-		case <-d.h.life.done:
+		case <-d.t.life.done:
 		}
 		d.waiting.Store(false)
 	})
@@ -659,8 +665,7 @@ func (d *moveDriver) behindOther(other *moveDriver) {
 // d, which runs with another peer: a move's records come from its peer
 // only (the link is authenticated).
 func (mt *moveTable) recordOfAnotherPeer(from string, d *moveDriver) {
-	h := mt.h
-	h.peers.malformedItem(from, payload.NewError(payload.ProtocolError, "actor",
+	mt.peers.malformedItem(from, payload.NewError(payload.ProtocolError, "actor",
 		"a relocation record from "+from+" for a move with "+d.peer))
 }
 
@@ -676,7 +681,6 @@ func (mt *moveTable) moveJobs(tick *schedule) {
 }
 
 func (mt *moveTable) tickMoves(now int64) {
-	h := mt.h
 	mt.payOwed()
 	for _, d := range mt.allMoves() {
 		if d.tgt == nil {
@@ -695,7 +699,7 @@ func (mt *moveTable) tickMoves(now int64) {
 		// cutover that is slow (queued behind traffic, a starved
 		// source) is waited for — committing without the relays would
 		// run them late, after newer messages.
-		d.step(relocation.Tick{Now: now, SourceReachable: h.peers.view.reachable(d.peer)})
+		d.step(relocation.Tick{Now: now, SourceReachable: mt.peers.view.reachable(d.peer)})
 	}
 }
 
@@ -724,11 +728,11 @@ func (d *moveDriver) advance(in relocation.Input) {
 	d.flush()
 	if op != nil {
 		d.storeLane.add(func() {
-			ctx, cancel := d.h.life.storeContext()
-			epoch := d.h.gate.epoch.Load() // as an activation's (router.activate)
+			ctx, cancel := d.t.life.storeContext()
+			epoch := d.t.gate.epoch.Load() // as an activation's (router.activate)
 			var row relocation.Row
 			var err error
-			if d.h.gate.betweenRuns.Load() {
+			if d.t.gate.betweenRuns.Load() {
 				// The host is becoming a new run (leaseKeeper.newRun): the
 				// commit waits for the new run's lease, asked again at the
 				// next tick as a store that did not answer. (The machine
@@ -737,7 +741,7 @@ func (d *moveDriver) advance(in relocation.Input) {
 				// that check changes nothing.)
 				err = payload.NewError(payload.Unavailable, "actor", "the host is joining the cluster again as a new run")
 			} else {
-				row, err = d.h.store.NewOwner(ctx, op.Object, op.Expect, op.NewHost)
+				row, err = d.t.store.NewOwner(ctx, op.Object, op.Expect, op.NewHost)
 			}
 			cancel()
 			d.lane.tryHere(func() {
@@ -809,7 +813,7 @@ func (d *moveDriver) stepMachine(in relocation.Input) {
 func (d *moveDriver) send(r relocation.Record) {
 	if d.gone || d.refused {
 		if a, ok := r.(*relocation.Abort); ok && d.refused {
-			d.h.moves.oweAbort(d.peer, d.obj, a)
+			d.t.oweAbort(d.peer, d.obj, a)
 		}
 		return
 	}
@@ -818,10 +822,10 @@ func (d *moveDriver) send(r relocation.Record) {
 	// not find it counted (maxIncomingPerPeer).
 	d.noteOver()
 	r = d.clock.Sent(r, nanotime())
-	gone, refused := d.h.peers.sendRecords(d.peer, d.obj, &d.enc, r)
+	gone, refused := d.t.peers.sendRecords(d.peer, d.obj, &d.enc, r)
 	d.gone, d.refused = gone, refused
 	if a, ok := r.(*relocation.Abort); ok && refused {
-		d.h.moves.oweAbort(d.peer, d.obj, a)
+		d.t.oweAbort(d.peer, d.obj, a)
 	}
 }
 
@@ -856,7 +860,7 @@ func (mt *moveTable) payOwed() {
 	}
 	var again []owedAbort
 	for _, o := range owed {
-		if _, refused := mt.h.peers.sendRecords(o.peer, o.obj, nil, o.rec); refused {
+		if _, refused := mt.peers.sendRecords(o.peer, o.obj, nil, o.rec); refused {
 			again = append(again, o)
 		}
 	}
@@ -909,7 +913,6 @@ func (d *moveDriver) peerDead() relocation.Input {
 // apply carries out one action; it returns an input to feed back at once,
 // or nil.
 func (d *moveDriver) apply(a relocation.Action) relocation.Input {
-	h := d.h
 	switch a := a.(type) {
 	// Source actions.
 	case relocation.SealAndCapture:
@@ -929,17 +932,17 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 		after := o.openOrderLocked(d.captured, unchecked)
 		o.seqMu.Unlock()
 		d.captured, d.held = nil, nil
-		d.later(func() { h.router.orderDone(o, after) })
+		d.later(func() { d.t.router.orderDone(o, after) })
 	case relocation.InstallFollow:
 		// Before TakeHeld, which the machine asks for next: a sender that
 		// misses the owner once it left must find the route (the store
 		// still names this host until the target commits; the sender
 		// would otherwise activate the object here again).
-		h.routes.learn(d.obj, a.Target, d.followGen(), true)
+		d.t.routes.learn(d.obj, a.Target, d.followGen(), true)
 	case relocation.TakeHeld:
 		return relocation.HeldTaken{Frames: d.takeHeld()}
 	case relocation.DropFollow:
-		h.routes.forget(d.obj, true)
+		d.t.routes.forget(d.obj, true)
 	// Target actions.
 	case relocation.RegisterTempQueue:
 		d.registerTemp()
@@ -975,13 +978,13 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 	case relocation.OpenQueue:
 		d.open(a)
 	case relocation.DeliverLate:
-		h.log.Warn("relocation: relays after the commit delivered late", "object", d.obj.String(), "messages", len(a.Frames))
+		d.t.log.Warn("relocation: relays after the commit delivered late", "object", d.obj.String(), "messages", len(a.Frames))
 		o, frames := d.o, a.Frames
 		d.later(func() {
 			for _, f := range frames {
-				if e := h.owners.envelopeOf(f); e != nil {
-					if _, _, err := h.router.admit(o, e, admitOverflow); err != nil {
-						h.router.redispatch(e)
+				if e := d.t.owners.envelopeOf(f); e != nil {
+					if _, _, err := d.t.router.admit(o, e, admitOverflow); err != nil {
+						d.t.router.redispatch(e)
 					}
 				}
 			}
@@ -990,13 +993,13 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 		// The follow window ended: records of the move that come later
 		// find none (a relay goes on to the object's owner).
 		d.ended = true
-		h.moves.removeMove(d)
+		d.t.removeMove(d)
 	case relocation.Abandon:
 		d.discardTemp(append(append([][]byte(nil), a.Captured...), a.Relayed...), a.Reason)
 	case relocation.Finish:
 		d.finish(a)
 	case relocation.Log:
-		h.peerLogs.relocation.Info(h.log, "relocation: "+a.Msg, "object", d.obj.String(), "peer", d.peer)
+		d.t.peerLogs.relocation.Info(d.t.log, "relocation: "+a.Msg, "object", d.obj.String(), "peer", d.peer)
 	}
 	return nil
 }
@@ -1005,24 +1008,24 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 // row (before it takes its place on the move's lane: the lane does not
 // wait for the store) and starts the source machine with the preflight.
 func (d *moveDriver) startSource() {
-	ctx, cancel := d.h.life.storeContext()
-	row, err := d.h.store.Get(ctx, d.obj)
+	ctx, cancel := d.t.life.storeContext()
+	row, err := d.t.store.Get(ctx, d.obj)
 	cancel()
 	d.lane.runHere(func() {
 		if d.ended {
 			return
 		}
-		if err != nil || row.Host != d.h.name {
+		if err != nil || row.Host != d.t.name {
 			d.ended = true
 			d.o.moving.Store(false)
-			d.h.moves.removeMove(d)
+			d.t.removeMove(d)
 			d.logEnd(MoveRefused, "the store does not show this host as the owner", 0, false)
 			d.done <- &payload.Error{Kind: payload.Unavailable, Op: "actor.Host.Relocate", Detail: "the store does not show this host as the owner", Err: err}
 			return
 		}
 		d.row = row.Ownership
-		d.src = relocation.NewSource(relocation.SourceConfig{Move: d.id, Object: d.obj, Source: d.h.name, Target: d.peer,
-			Owner: row.Ownership, AppVersion: d.h.cfg.AppVersion})
+		d.src = relocation.NewSource(relocation.SourceConfig{Move: d.id, Object: d.obj, Source: d.t.name, Target: d.peer,
+			Owner: row.Ownership, AppVersion: d.t.cfg.AppVersion})
 		d.advance(relocation.Start{})
 	})
 }
@@ -1054,7 +1057,7 @@ func (d *moveDriver) sealAndCapture() {
 		o.seqMu.Unlock()
 		now := nanotime()
 		d.clock.Sealed(now)
-		if f := d.h.moves.times; f != nil {
+		if f := d.t.times; f != nil {
 			f(d.id, false, now)
 		}
 		rec, err := relocation.MoveRecord{}, flushErr
@@ -1062,7 +1065,7 @@ func (d *moveDriver) sealAndCapture() {
 			rec, err = d.capture()
 		}
 		if err != nil {
-			d.h.log.Error("relocation: capture failed; aborting", "object", d.obj.String(), "err", err)
+			d.t.log.Error("relocation: capture failed; aborting", "object", d.obj.String(), "err", err)
 			d.abortErr = err
 			d.advance(relocation.CaptureFailed{Err: err})
 			return
@@ -1093,13 +1096,13 @@ func (d *moveDriver) capture() (relocation.MoveRecord, error) {
 	}
 	rec.Queue = frames(d.captured)
 	rec.Extra = extra
-	if n := rec.EncodedLen(); int64(n) > d.h.cfg.MaxMoveRecord {
+	if n := rec.EncodedLen(); int64(n) > d.t.cfg.MaxMoveRecord {
 		// Not an error of the state's kind: the move cannot carry it.
 		return rec, payload.NewError(payload.CapacityExceeded, "actor.Host.Relocate",
 			"the move record of "+d.obj.String()+" would be "+strconv.Itoa(n)+" bytes, more than MaxMoveRecord ("+
-				strconv.FormatInt(d.h.cfg.MaxMoveRecord, 10)+")")
+				strconv.FormatInt(d.t.cfg.MaxMoveRecord, 10)+")")
 	}
-	d.h.stats.captured.Add(int64(len(rec.Queue)))
+	d.t.stats.captured.Add(int64(len(rec.Queue)))
 	return rec, nil
 }
 
@@ -1112,7 +1115,7 @@ func (d *moveDriver) capture() (relocation.MoveRecord, error) {
 // (records outlive this host's buffers) and the items released, returning
 // their permits.
 func (d *moveDriver) takeHeld() [][]byte {
-	h, o := d.h, d.o
+	mt, o := d.t, d.o
 	sh := d.kr.shard(d.obj.ID)
 	sh.mu.Lock()
 	if sh.m[d.obj.ID] == o {
@@ -1140,13 +1143,13 @@ func (d *moveDriver) takeHeld() [][]byte {
 	// Past relay-ready these messages are the target's, in the move record
 	// or the relays: a request of this host among them is failed with the
 	// target (requests.go).
-	to := h.peers.view.runOf(d.peer)
+	to := mt.peers.view.runOf(d.peer)
 	for _, e := range done {
 		if e.Msg == nil {
 			continue
 		}
-		if op, mine := h.requests.own(e.Msg); mine {
-			h.requests.handedTo(op, to)
+		if op, mine := mt.requests.own(e.Msg); mine {
+			mt.requests.handedTo(op, to)
 		}
 	}
 	d.later(func() {
@@ -1155,25 +1158,24 @@ func (d *moveDriver) takeHeld() [][]byte {
 		}
 	})
 	d.held, d.captured = nil, nil
-	h.stats.relayed.Add(int64(len(out)))
+	mt.stats.relayed.Add(int64(len(out)))
 	return out
 }
 
 // finish ends the move on this host.
 func (d *moveDriver) finish(f relocation.Finish) {
-	h := d.h
 	if d.tgt != nil && f.Outcome == relocation.Moved {
 		return // the target owns the object; the driver stays until Forget
 	}
 	d.ended = true
-	h.moves.removeMove(d)
+	d.t.removeMove(d)
 	if d.src != nil {
 		d.departed()
 		var err error
 		out, reason := MoveDone, f.Reason
 		switch f.Outcome {
 		case relocation.Moved:
-			h.stats.moved.Add(1)
+			d.t.stats.moved.Add(1)
 			reason = ""
 		case relocation.NotStarted:
 			out = MoveRefused
@@ -1204,8 +1206,8 @@ func (d *moveDriver) finish(f relocation.Finish) {
 			})
 			d.captured, d.held = nil, nil
 			d.o.state = nil
-			h.obs.Deactivated(d.kr.spec.name)
-			h.owners.system.Root.Stop(d.o.pid)
+			d.t.obs.Deactivated(d.kr.spec.name)
+			d.t.owners.system.Root.Stop(d.o.pid)
 		} else {
 			d.o.moving.Store(false)
 		}
@@ -1219,8 +1221,8 @@ func (d *moveDriver) finish(f relocation.Finish) {
 		return
 	}
 	if f.Outcome != relocation.Moved && d.o != nil && !d.conflict {
-		h.obs.Deactivated(d.kr.spec.name)
-		h.owners.system.Root.Stop(d.o.pid)
+		d.t.obs.Deactivated(d.kr.spec.name)
+		d.t.owners.system.Root.Stop(d.o.pid)
 	}
 }
 
@@ -1243,15 +1245,14 @@ func (d *moveDriver) followGen() uint64 { return d.row.OwnerGen + 1 }
 // logEnd notes in the host's move log the end of this move from here
 // (its pause, if paused).
 func (d *moveDriver) logEnd(out MoveOutcome, reason string, pause time.Duration, paused bool) {
-	e := MoveEntry{Ref: Ref{Kind: d.obj.Kind, ID: d.obj.ID}, From: d.h.name, To: d.peer, Started: d.started,
+	e := MoveEntry{Ref: Ref{Kind: d.obj.Kind, ID: d.obj.ID}, From: d.t.name, To: d.peer, Started: d.started,
 		Ended: time.Now(), Pause: pause, Outcome: out, Reason: reason}
-	d.h.moves.record.ended(&e, paused)
+	d.t.record.ended(&e, paused)
 }
 
 // registerTemp installs the incoming owner, sealed: messages sent here
 // directly wait in its hold — the temporary queue.
 func (d *moveDriver) registerTemp() {
-	h := d.h
 	sh := d.kr.shard(d.obj.ID)
 	sh.mu.Lock()
 	if sh.m[d.obj.ID] != nil {
@@ -1259,7 +1260,7 @@ func (d *moveDriver) registerTemp() {
 		d.conflict = true
 		return
 	}
-	o := h.owners.newOwner(d.kr.spec, d.kr, Ref{Kind: d.obj.Kind, ID: d.obj.ID})
+	o := d.t.owners.newOwner(d.kr.spec, d.kr, Ref{Kind: d.obj.Kind, ID: d.obj.ID})
 	o.incoming.Store(true)
 	o.inbox.Freeze() // not yet published: no lock needed
 	o.mb.Seal()
@@ -1271,13 +1272,13 @@ func (d *moveDriver) registerTemp() {
 	d.o = o
 	// The owner is found before any route from now on: the routes this
 	// host kept for the object are dropped after the shard's lock.
-	h.routes.forget(d.obj, true)
+	d.t.routes.forget(d.obj, true)
 }
 
 // restore rebuilds the state through the kind's policy; nothing runs yet.
 func (d *moveDriver) restore(rec relocation.MoveRecord) error {
 	if d.conflict || d.o == nil {
-		return errors.New("host " + d.h.name + " already hosts " + d.obj.String())
+		return errors.New("host " + d.t.name + " already hosts " + d.obj.String())
 	}
 	o := d.o
 	snap, err := route.DecodeSnapshot(rec.Extra)
@@ -1295,7 +1296,7 @@ func (d *moveDriver) restore(rec relocation.MoveRecord) error {
 	func() {
 		defer func() {
 			if r := recover(); r != nil {
-				d.h.log.Error("restore panicked", "object", d.obj.String(), "panic", r, "stack", string(debug.Stack()))
+				d.t.log.Error("restore panicked", "object", d.obj.String(), "panic", r, "stack", string(debug.Stack()))
 				err = payload.NewError(payload.InternalFailure, "actor", "restore panicked")
 			}
 		}()
@@ -1317,25 +1318,25 @@ func (d *moveDriver) restore(rec relocation.MoveRecord) error {
 // checked against the order state that came with the record. Then every
 // host the object left recently learns where it went.
 func (d *moveDriver) open(a relocation.OpenQueue) {
-	h, o := d.h, d.o
-	h.events.count(EventMovedIn, d.peer, 1)
+	mt, o := d.t, d.o
+	mt.events.count(EventMovedIn, d.peer, 1)
 	o.row = a.Owner
 	o.epoch.Store(d.epoch)
 	var captured, unchecked []*mailbox.Envelope
 	for _, f := range a.Captured {
-		if e := h.owners.envelopeOf(f); e != nil {
+		if e := mt.owners.envelopeOf(f); e != nil {
 			captured = append(captured, e)
 		}
 	}
 	for _, f := range a.Relayed {
-		if e := h.owners.envelopeOf(f); e != nil {
+		if e := mt.owners.envelopeOf(f); e != nil {
 			unchecked = append(unchecked, e)
 		}
 	}
 	now := nanotime()
 	o.seqMu.Lock()
 	o.restoreOrderLocked(d.snap, now)
-	o.trail.Add(d.peer, now+int64(h.cfg.FollowDuration))
+	o.trail.Add(d.peer, now+int64(mt.cfg.FollowDuration))
 	// Told where the object runs now: the hosts it left recently (they
 	// forward to here, not down a chain) and the hosts that sent to it
 	// recently (they send here, not to where it was).
@@ -1350,16 +1351,16 @@ func (d *moveDriver) open(a relocation.OpenQueue) {
 	d.snap = route.Snapshot{}
 	opened := nanotime()
 	d.clock.Opened(opened)
-	if f := d.h.moves.times; f != nil {
+	if f := d.t.times; f != nil {
 		f(d.id, true, opened)
 	}
-	h.stats.moved.Add(1)
+	mt.stats.moved.Add(1)
 	obj, gen := d.obj, a.Owner.OwnerGen
 	d.later(func() {
-		h.router.orderDone(o, after)
+		mt.router.orderDone(o, after)
 		for i, host := range tell {
-			if host != h.name && host != d.peer && !slices.Contains(tell[:i], host) {
-				h.peers.sendHint(host, obj, h.name, gen)
+			if host != mt.name && host != d.peer && !slices.Contains(tell[:i], host) {
+				mt.peers.sendHint(host, obj, mt.name, gen)
 			}
 		}
 	})
@@ -1369,7 +1370,6 @@ func (d *moveDriver) open(a relocation.OpenQueue) {
 // for an abandoned move) go on, after the driver's lock, to wherever the
 // object runs.
 func (d *moveDriver) discardTemp(extra [][]byte, reason string) {
-	h := d.h
 	if d.o == nil || d.conflict {
 		return
 	}
@@ -1383,13 +1383,13 @@ func (d *moveDriver) discardTemp(extra [][]byte, reason string) {
 	queued, outOfOrder := o.closeBox()
 	held := append(queued, outOfOrder...)
 	o.state, o.ready = nil, false
-	h.tallies.queueDiscard.Add(h.log, int64(len(held)), "object", d.obj.String(), "reason", reason, "messages", len(held))
+	d.t.tallies.queueDiscard.Add(d.t.log, int64(len(held)), "object", d.obj.String(), "reason", reason, "messages", len(held))
 	d.later(func() {
 		for _, e := range held {
-			h.router.redispatch(e)
+			d.t.router.redispatch(e)
 		}
 		for _, f := range extra {
-			h.router.redispatchFrame(f)
+			d.t.router.redispatchFrame(f)
 		}
 	})
 }
@@ -1418,7 +1418,7 @@ func (d *moveDriver) abandonOnClose() (dropped int) {
 		}
 		d.ended = true
 		d.markOver()
-		d.h.moves.removeMove(d)
+		d.t.removeMove(d)
 		unrun = append(d.captured, d.held...)
 		d.captured, d.held = nil, nil
 		if d.done != nil {
@@ -1434,14 +1434,14 @@ func (d *moveDriver) abandonOnClose() (dropped int) {
 		if isApplication(e) {
 			dropped++
 		}
-		d.h.router.endUnrun(o, "", e, ErrShuttingDown, RejectShuttingDown)
+		d.t.router.endUnrun(o, "", e, ErrShuttingDown, RejectShuttingDown)
 	}
 	// The owner the move holds may have left the owner map already (a
 	// source past relay-ready): Close's sweeps do not see it, so its actor
 	// stops here, or Close would wait for it for ever. (A second Stop of
 	// an owner Close does see is harmless.)
 	if o != nil && o.pid != nil {
-		d.h.owners.system.Root.Stop(o.pid)
+		d.t.owners.system.Root.Stop(o.pid)
 	}
 	return dropped
 }

@@ -40,7 +40,7 @@ type (
 // remoteOps are the relocate requests this host waits on (asked) and runs
 // for other hosts (serving). Lock order: remoteOps.mu is a leaf.
 type remoteOps struct {
-	h         *Host
+	t         *moveTable // the moves' part, whose Relocate it serves and asks
 	mu        sync.Mutex
 	asked     map[payload.OpID]remoteWaiter
 	serving   map[servedOp]context.CancelFunc
@@ -70,13 +70,12 @@ type remoteWaiter struct {
 // relocateVia asks host owner to move ref to target and waits for its
 // answer. errHostGone: the owner's host is not on the network.
 func (ro *remoteOps) relocateVia(ctx context.Context, owner string, ref Ref, target string) error {
-	h := ro.h
 	req := &relocateRequest{op: payload.NewOpID(), ref: ref, target: target}
 	if dl, ok := ctx.Deadline(); ok {
 		req.deadline = dl.UnixNano()
 	}
 	ch := make(chan error, 1)
-	r := &h.moves.remote
+	r := &ro.t.remote
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -87,7 +86,7 @@ func (ro *remoteOps) relocateVia(ctx context.Context, owner string, ref Ref, tar
 	}
 	r.asked[req.op] = remoteWaiter{peer: owner, ch: ch}
 	r.mu.Unlock()
-	if err := h.peers.sendControl(owner, req); err != nil {
+	if err := ro.t.peers.sendControl(owner, req); err != nil {
 		ro.takeAsked(req.op)
 		return errHostGone
 	}
@@ -96,7 +95,7 @@ func (ro *remoteOps) relocateVia(ctx context.Context, owner string, ref Ref, tar
 		return err
 	case <-ctx.Done():
 		if _, waiting := ro.takeAsked(req.op); waiting {
-			_ = h.peers.sendControl(owner, &relocateCancel{op: req.op}) // the owner's host aborts the move if it can
+			_ = ro.t.peers.sendControl(owner, &relocateCancel{op: req.op}) // the owner's host aborts the move if it can
 		} else if err := <-ch; err == nil {
 			// The answer came at the same moment: it wins if the move
 			// completed (as a local Relocate's does).
@@ -115,8 +114,7 @@ func (ro *remoteOps) takeAsked(op payload.OpID) (w remoteWaiter, ok bool) {
 // takeAskedOf is takeAsked for an answer from peer (unless ""): only the
 // host the request was sent to answers it.
 func (ro *remoteOps) takeAskedOf(peer string, op payload.OpID) (w remoteWaiter, ok bool) {
-	h := ro.h
-	r := &h.moves.remote
+	r := &ro.t.remote
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w, ok = r.asked[op]
@@ -148,8 +146,7 @@ func remoteDeadline(now time.Time, deadline int64) time.Time {
 // from host from, on the link's goroutine: a request's move runs on a
 // goroutine of its own.
 func (ro *remoteOps) onControl(from string, ctl any) {
-	h := ro.h
-	r := &h.moves.remote
+	r := &ro.t.remote
 	switch c := ctl.(type) {
 	case *relocateRequest:
 		ctx, cancel := context.WithDeadline(context.Background(), remoteDeadline(time.Now(), c.deadline))
@@ -209,40 +206,37 @@ func (ro *remoteOps) onControl(from string, ctl any) {
 // relocateHere is a relocate request from another host: the object's
 // owner is expected here.
 func (ro *remoteOps) relocateHere(ctx context.Context, ref Ref, target string) error {
-	h := ro.h
-	if !h.life.acceptsExternal() {
+	if !ro.t.life.acceptsExternal() {
 		return ErrShuttingDown
 	}
-	kr := h.owners.kinds[ref.Kind]
+	kr := ro.t.owners.kinds[ref.Kind]
 	if kr == nil {
-		return payload.NewError(payload.NotFound, "actor.Host.Relocate", "host "+h.name+" has no kind "+ref.Kind)
+		return payload.NewError(payload.NotFound, "actor.Host.Relocate", "host "+ro.t.name+" has no kind "+ref.Kind)
 	}
-	if target == h.name {
+	if target == ro.t.name {
 		if kr.local(ref.ID) != nil {
 			return alreadyThere(ref, target)
 		}
 		return ErrNotLocal
 	}
-	return h.moves.relocateLocal(ctx, kr, ref, target)
+	return ro.t.relocateLocal(ctx, kr, ref, target)
 }
 
 // answerRelocate sends the result of a relocate request back to the host
 // that asked.
 func (ro *remoteOps) answerRelocate(to string, op payload.OpID, err error) {
-	h := ro.h
 	a := &relocateAnswer{op: op}
 	if err != nil {
 		a.err = handlerError(err)
 	}
-	_ = h.peers.sendControl(to, a) // if it left, nobody waits for the answer
+	_ = ro.t.peers.sendControl(to, a) // if it left, nobody waits for the answer
 }
 
 // remoteClose ends the relocate requests of a closing host: moves run for
 // other hosts are aborted (and their answers sent), and Relocate calls
 // waiting on other hosts end with ShuttingDown. It waits for the moves.
 func (ro *remoteOps) remoteClose() {
-	h := ro.h
-	r := &h.moves.remote
+	r := &ro.t.remote
 	r.mu.Lock()
 	r.closed = true
 	for _, cancel := range r.serving {
@@ -260,8 +254,7 @@ func (ro *remoteOps) remoteClose() {
 // remotePeerGone ends the relocate requests waiting on host peer, which
 // left the network without answering.
 func (ro *remoteOps) remotePeerGone(peer string) {
-	h := ro.h
-	r := &h.moves.remote
+	r := &ro.t.remote
 	r.mu.Lock()
 	var gone []remoteWaiter
 	for op, w := range r.asked {
