@@ -56,7 +56,16 @@ func (s DrainState) String() string {
 // Invariants: draining and leaving only turn on; state only moves forward
 // (Serving → … → Stopped).
 type drainer struct {
-	h        *Host
+	*hostEnv
+	life     *lifecycle
+	stats    *hostStats
+	events   *eventLog
+	jobs     *jobQueue
+	peers    *peers
+	owners   *ownerTable
+	moves    *moveTable
+	in       *inbounds
+	lease    *leaseKeeper
 	leaving  atomic.Bool // beginLeave ran
 	state    atomic.Int32
 	stopTurn chan struct{}  // one slot: held by the Stop or Drain that runs
@@ -72,9 +81,8 @@ func (dr *drainer) current() DrainState { return DrainState(dr.state.Load()) }
 // strandedKind returns a kind that relocates, has objects here, and has no
 // other host to go to ("" if none).
 func (dr *drainer) strandedKind() string {
-	h := dr.h
-	for name, kr := range h.owners.kinds {
-		if kr.spec.policy != DisableRelocation && len(kr.all()) > 0 && len(h.peers.otherHostsWithKind(name)) == 0 {
+	for name, kr := range dr.owners.kinds {
+		if kr.spec.policy != DisableRelocation && len(kr.all()) > 0 && len(dr.peers.otherHostsWithKind(name)) == 0 {
 			return name
 		}
 	}
@@ -126,14 +134,13 @@ func (h *Host) Drain(ctx context.Context) error {
 // drain is Drain once no other Stop or Drain runs; op names the caller in
 // errors. It begins a drain, or goes on with one whose context ended.
 func (dr *drainer) drain(ctx context.Context, op string) error {
-	h := dr.h
 	switch dr.current() {
 	case Serving:
-		if !h.life.acceptsExternal() {
+		if !dr.life.acceptsExternal() {
 			return payload.NewError(payload.InvalidOperation, op, "the host is not serving")
 		}
 	case Stopped:
-		return h.life.close() // the drain finished: the host has closed
+		return dr.life.close() // the drain finished: the host has closed
 	}
 	if dr.current() <= Relocating {
 		// Objects whose state moves need somewhere to go: otherwise refuse,
@@ -143,16 +150,16 @@ func (dr *drainer) drain(ctx context.Context, op string) error {
 				Detail: "no other host serves kind " + name + ": its objects have nowhere to go (the host keeps serving)", Err: ErrNowhereToDrain}
 		}
 		if dr.state.CompareAndSwap(int32(Serving), int32(Relocating)) {
-			h.events.addSelf(EventDrainStarted, h.lease.run(), h.owners.count(), "")
-			dr.h.life.draining.Store(true)
-			h.peers.setMemberState(membership.Draining) // peers place no new objects here
+			dr.events.addSelf(EventDrainStarted, dr.lease.run(), dr.owners.count(), "")
+			dr.life.draining.Store(true)
+			dr.peers.setMemberState(membership.Draining) // peers place no new objects here
 		}
 		err := dr.relocateAll(ctx, op)
 		detail := ""
 		if err != nil {
 			detail = err.Error()
 		}
-		h.events.addSelf(EventDrainEnded, h.lease.run(), h.owners.count(), detail)
+		dr.events.addSelf(EventDrainEnded, dr.lease.run(), dr.owners.count(), detail)
 		if err != nil {
 			return err
 		}
@@ -192,17 +199,16 @@ func (dr *drainer) relocateAll(ctx context.Context, op string) error {
 // round's moves then end on their own, aborted or, past the point of no
 // return, done; Close waits for them.
 func (dr *drainer) drainRoundUntil(ctx context.Context, op string) (int, error) {
-	h := dr.h
 	if ctx.Err() != nil {
 		return 0, dr.cutShort(ctx, op)
 	}
-	h.life.mu.Lock() // no round starts once Close began (it waits for drainers)
-	if h.life.state.Load() == stateClosed {
-		h.life.mu.Unlock()
+	dr.life.mu.Lock() // no round starts once Close began (it waits for drainers)
+	if dr.life.state.Load() == stateClosed {
+		dr.life.mu.Unlock()
 		return 0, closedMidStop(op)
 	}
 	dr.rounds.Add(1)
-	h.life.mu.Unlock()
+	dr.life.mu.Unlock()
 	found := make(chan int, 1)
 	go func() {
 		defer dr.rounds.Done()
@@ -213,7 +219,7 @@ func (dr *drainer) drainRoundUntil(ctx context.Context, op string) (int, error) 
 		return n, nil
 	case <-ctx.Done():
 		return 0, dr.cutShort(ctx, op)
-	case <-h.life.done:
+	case <-dr.life.done:
 		return 0, closedMidStop(op)
 	}
 }
@@ -221,11 +227,10 @@ func (dr *drainer) drainRoundUntil(ctx context.Context, op string) (int, error) 
 // drainRound moves or deactivates every object here now, drainWorkers at
 // a time; it returns how many it found.
 func (dr *drainer) drainRound(ctx context.Context) int {
-	h := dr.h
 	var g errgroup.Group
 	g.SetLimit(drainWorkers)
 	n := 0
-	for _, kr := range h.owners.kinds {
+	for _, kr := range dr.owners.kinds {
 		objects := kr.all()
 		if len(objects) == 0 {
 			continue
@@ -234,7 +239,7 @@ func (dr *drainer) drainRound(ctx context.Context) int {
 		// round and kind (not once per object: a drain moves thousands).
 		var targets []string
 		if kr.spec.policy != DisableRelocation {
-			targets = h.peers.otherHostsWithKind(kr.spec.name)
+			targets = dr.peers.otherHostsWithKind(kr.spec.name)
 		}
 		for _, o := range objects {
 			if ctx.Err() != nil {
@@ -270,7 +275,6 @@ var drainSeed = maphash.MakeSeed()
 // a slow or cut-off host is not a dead one, and the object keeps its
 // state. (A move past relay-ready goes on; the object is no longer here.)
 func (dr *drainer) drainOne(ctx context.Context, kr *kindRuntime, o *owner, targets []string) {
-	h := dr.h
 	ref := o.ref
 	var lastErr error
 	if kr.spec.policy != DisableRelocation {
@@ -280,7 +284,7 @@ func (dr *drainer) drainOne(ctx context.Context, kr *kindRuntime, o *owner, targ
 			var later []string
 			for i := range n {
 				t := targets[(first+i)%n]
-				if h.peers.view.unreachable(t) {
+				if dr.peers.view.unreachable(t) {
 					later = append(later, t)
 				} else {
 					order = append(order, t)
@@ -299,7 +303,7 @@ func (dr *drainer) drainOne(ctx context.Context, kr *kindRuntime, o *owner, targ
 				if ctx.Err() != nil {
 					return
 				}
-				h.tallies.drainRetry.Add(h.log, 0, "object", ref.String(), "err", err)
+				dr.tallies.drainRetry.Add(dr.log, 0, "object", ref.String(), "err", err)
 				lastErr = err
 			}
 		}
@@ -310,8 +314,8 @@ func (dr *drainer) drainOne(ctx context.Context, kr *kindRuntime, o *owner, targ
 	if lastErr != nil && kr.spec.policy == PreserveState && !kr.spec.persist && o.stateEnded.CompareAndSwap(false, true) {
 		// Not silent: the state a move would have kept ends here (counted
 		// once: a later round may find the owner before it deactivated).
-		h.stats.stateDropped.Add(1)
-		h.tallies.drainEnded.Add(h.log, 0, "object", ref.String(), "hosts", len(targets), "err", lastErr)
+		dr.stats.stateDropped.Add(1)
+		dr.tallies.drainEnded.Add(dr.log, 0, "object", ref.String(), "hosts", len(targets), "err", lastErr)
 	}
 	o.requestDeactivate()
 }
@@ -324,22 +328,21 @@ var errTargetLinkDown = errors.New("the link to the target broke")
 // breaks or target is leaving (peerView.whenDown) while the link to one of
 // next (the targets to try after it) works.
 func (dr *drainer) moveTo(ctx context.Context, kr *kindRuntime, ref Ref, target string, next []string) error {
-	h := dr.h
 	mctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	down := h.peers.view.whenDown(target)
+	down := dr.peers.view.whenDown(target)
 	watch := make(chan struct{})
 	defer close(watch)
 	go func() {
 		select {
 		case <-down:
-			if slices.ContainsFunc(next, func(t string) bool { return !h.peers.view.unreachable(t) }) {
+			if slices.ContainsFunc(next, func(t string) bool { return !dr.peers.view.unreachable(t) }) {
 				cancel(errTargetLinkDown)
 			}
 		case <-watch:
 		}
 	}()
-	err := h.moves.relocateLocal(mctx, kr, ref, target)
+	err := dr.moves.relocateLocal(mctx, kr, ref, target)
 	if err != nil && ctx.Err() == nil && context.Cause(mctx) == errTargetLinkDown {
 		return fmt.Errorf("%w (%w)", err, errTargetLinkDown)
 	}
@@ -352,14 +355,13 @@ func (dr *drainer) moveTo(ctx context.Context, kr *kindRuntime, ref Ref, target 
 // ends, or the host closes. Deactivating o meanwhile would race with the
 // move.
 func (dr *drainer) awaitMove(ctx context.Context, kr *kindRuntime, o *owner) {
-	h := dr.h
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for o.moving.Load() && kr.local(o.ref.ID) == o {
 		select {
 		case <-ctx.Done():
 			return
-		case <-h.life.done:
+		case <-dr.life.done:
 			return
 		case <-tick.C:
 		}
@@ -385,9 +387,8 @@ func (dr *drainer) stopTurnTake(ctx context.Context, op string) (release func(),
 // host stopped: of kind DeadlineExceeded, wrapping ctx's error. The host
 // keeps running what it has not handed on.
 func (dr *drainer) cutShort(ctx context.Context, op string) error {
-	h := dr.h
 	n := 0
-	for _, kr := range h.owners.kinds {
+	for _, kr := range dr.owners.kinds {
 		n += len(kr.all())
 	}
 	return &payload.Error{Kind: payload.DeadlineExceeded, Op: op,
@@ -407,11 +408,10 @@ func (dr *drainer) cutShort(ctx context.Context, op string) error {
 // cutShort's error and the host goes on serving, leaving; nothing is
 // dropped.
 func (dr *drainer) stop(ctx context.Context, op string) error {
-	h := dr.h
-	if !h.life.state.CompareAndSwap(stateRunning, stateStopping) && h.life.state.Load() != stateStopping {
-		return h.life.close() // never started (Close), or closed: returns once closed
+	if !dr.life.state.CompareAndSwap(stateRunning, stateStopping) && dr.life.state.Load() != stateStopping {
+		return dr.life.close() // never started (Close), or closed: returns once closed
 	}
-	if h.peers.tr != nil {
+	if dr.peers.tr != nil {
 		dr.beginLeave()
 	}
 	// Deactivate every object once nothing is queued; hooks may send to
@@ -420,19 +420,19 @@ func (dr *drainer) stop(ctx context.Context, op string) error {
 		if err := dr.quiesce(ctx, op); err != nil {
 			return err
 		}
-		if h.owners.deactivateAll() == 0 {
+		if dr.owners.deactivateAll() == 0 {
 			break
 		}
 	}
-	if h.peers.tr != nil {
+	if dr.peers.tr != nil {
 		if err := dr.waitHandedOn(ctx, op); err != nil {
 			return err
 		}
 		// Everything was handed on: peers take this host's leave as no
 		// failure (no gap of theirs closes on it).
-		h.peers.setMemberState(membership.Gone)
+		dr.peers.setMemberState(membership.Gone)
 	}
-	return h.life.close()
+	return dr.life.close()
 }
 
 // beginLeave starts this host's leave: peers stop placing objects here
@@ -441,13 +441,12 @@ func (dr *drainer) stop(ctx context.Context, op string) error {
 // before is still delivered. A second call (a Stop after one whose
 // context ended) does nothing.
 func (dr *drainer) beginLeave() {
-	h := dr.h
-	dr.h.life.draining.Store(true)
+	dr.life.draining.Store(true)
 	if dr.leaving.Swap(true) {
 		return
 	}
-	h.peers.setMemberState(membership.Draining)
-	h.peers.tr.Leave()
+	dr.peers.setMemberState(membership.Draining)
+	dr.peers.tr.Leave()
 }
 
 // quiesce waits until no message is queued, waiting for a permit, or
@@ -455,19 +454,18 @@ func (dr *drainer) beginLeave() {
 // event to wait on. It returns cutShort's error if ctx ends first, and
 // closedMidStop's if the host closes.
 func (dr *drainer) quiesce(ctx context.Context, op string) error {
-	h := dr.h
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for {
-		if h.jobs.permits.InUse() == 0 && h.jobs.permits.Waiters() == 0 && h.stats.running.Load() == 0 &&
-			h.jobs.counters.Queued(mailbox.Application) == 0 && h.jobs.counters.Queued(mailbox.Lifecycle) == 0 &&
-			(h.peers.tr == nil || h.in.pending() == 0) {
+		if dr.jobs.permits.InUse() == 0 && dr.jobs.permits.Waiters() == 0 && dr.stats.running.Load() == 0 &&
+			dr.jobs.counters.Queued(mailbox.Application) == 0 && dr.jobs.counters.Queued(mailbox.Lifecycle) == 0 &&
+			(dr.peers.tr == nil || dr.in.pending() == 0) {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return dr.cutShort(ctx, op)
-		case <-h.life.done:
+		case <-dr.life.done:
 			return closedMidStop(op)
 		case <-tick.C:
 		}
@@ -477,11 +475,10 @@ func (dr *drainer) quiesce(ctx context.Context, op string) error {
 // waitHandedOn waits until everything sent here has been handled, as
 // quiesce does.
 func (dr *drainer) waitHandedOn(ctx context.Context, op string) error {
-	h := dr.h
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for quiet := 0; ; {
-		if h.in.pendingIn() == 0 && h.jobs.permits.InUse() == 0 && h.stats.running.Load() == 0 {
+		if dr.in.pendingIn() == 0 && dr.jobs.permits.InUse() == 0 && dr.stats.running.Load() == 0 {
 			quiet++
 		} else {
 			quiet = 0
@@ -492,7 +489,7 @@ func (dr *drainer) waitHandedOn(ctx context.Context, op string) error {
 		select {
 		case <-ctx.Done():
 			return dr.cutShort(ctx, op)
-		case <-h.life.done:
+		case <-dr.life.done:
 			return closedMidStop(op)
 		case <-tick.C:
 		}

@@ -172,7 +172,6 @@ func NewHost(cfg Config) (*Host, error) {
 	}
 	h.owners.handOn = h.router.handOn
 	h.suspects.confirm = make(chan membership.Member)
-	h.in.h, h.drainer.h = h, h
 	h.wire()
 	h.peers.view.selfVersion = cfg.AppVersion
 	if h.obs.Observer == nil {
@@ -218,6 +217,11 @@ func (h *Host) wire() {
 	h.moves.events, h.moves.routes, h.moves.peers, h.moves.owners, h.moves.router = &h.events, &h.routes, &h.peers, &h.owners, &h.router
 	h.moves.requests = &h.requests
 	h.moves.remote.t = &h.moves
+	h.in.hostEnv, h.in.life, h.in.svc, h.in.store, h.in.pressure, h.in.routes = env, &h.life, h.svc, h.store, &h.pressure, &h.routes
+	h.in.peers, h.in.suspects, h.in.gaps, h.in.requests, h.in.owners = &h.peers, &h.suspects, &h.gaps, &h.requests, &h.owners
+	h.in.router, h.in.admit, h.in.moves = &h.router, &h.admit, &h.moves
+	h.drainer.hostEnv, h.drainer.life, h.drainer.stats, h.drainer.events, h.drainer.jobs = env, &h.life, &h.stats, &h.events, &h.jobs
+	h.drainer.peers, h.drainer.owners, h.drainer.moves, h.drainer.in, h.drainer.lease = &h.peers, &h.owners, &h.moves, &h.in, &h.lease
 	h.owners.persist.hostEnv, h.owners.persist.life, h.owners.persist.stats, h.owners.persist.requests = env, &h.life, &h.stats, &h.requests
 }
 

@@ -36,10 +36,9 @@ import (
 // bounced takes back a frame this host sent that its destination left
 // before receiving: it is routed again (replies and messages alike).
 func (iq *inbounds) bounced(buf payload.Buffer) {
-	h := iq.h
 	hv, _, err := payload.DecodeHeader(buf.Bytes())
-	if err != nil || !h.life.acceptsInternal() {
-		h.obs.Rejected("", RejectUndeliverable)
+	if err != nil || !iq.life.acceptsInternal() {
+		iq.obs.Rejected("", RejectUndeliverable)
 		buf.Release()
 		return
 	}
@@ -47,16 +46,15 @@ func (iq *inbounds) bounced(buf payload.Buffer) {
 		buf.Release() // the asker left; nobody waits for this reply
 		return
 	}
-	h.router.redispatchBuffer(buf)
+	iq.router.redispatchBuffer(buf)
 }
 
 // onFrame handles a message or reply frame from peer from.
 func (iq *inbounds) onFrame(ib *inbound, from string, buf payload.Buffer) {
-	h := iq.h
 	// The header is decoded once, by Open; only a frame that Open refuses
 	// is decoded again, to tell a malformed header from a reply or an
 	// unknown content type.
-	m, err := h.reg.Open(buf)
+	m, err := iq.reg.Open(buf)
 	if err != nil {
 		iq.onUnopened(from, buf, err)
 		return
@@ -64,7 +62,7 @@ func (iq *inbounds) onFrame(ib *inbound, from string, buf payload.Buffer) {
 	hv := m.Header()
 	if hv.Flags()&flagReply != 0 {
 		op, flags := hv.Op(), hv.Flags()
-		h.requests.onReply(op, flags, m.TakeBuffer())
+		iq.requests.onReply(op, flags, m.TakeBuffer())
 		return
 	}
 	if hv.Scope() == payload.ScopeObject && hv.Hops() == 0 && string(hv.Origin()) != from {
@@ -73,11 +71,11 @@ func (iq *inbounds) onFrame(ib *inbound, from string, buf payload.Buffer) {
 		// origin orders the object's messages, so a first-hop frame
 		// naming another origin is refused (back to the peer, if it
 		// asked for an answer there).
-		h.obs.Rejected("", RejectProtocol)
-		h.peerLogs.malformed.Warn(h.log, "frame on its first hop naming another origin than the peer it came from dropped",
+		iq.obs.Rejected("", RejectProtocol)
+		iq.peerLogs.malformed.Warn(iq.log, "frame on its first hop naming another origin than the peer it came from dropped",
 			"from", from, "origin", string(hv.Origin()))
 		if string(hv.ReplyTo()) == from {
-			h.router.failFrame(hv.ReplyTo(), hv.Op(), payload.NewError(payload.ProtocolError, "actor",
+			iq.router.failFrame(hv.ReplyTo(), hv.Op(), payload.NewError(payload.ProtocolError, "actor",
 				"a message on its first hop must name the sending host ("+from+") as its origin"))
 		}
 		m.Release()
@@ -89,9 +87,9 @@ func (iq *inbounds) onFrame(ib *inbound, from string, buf payload.Buffer) {
 		m.Release()
 		return
 	}
-	kr := h.owners.kinds[string(hv.TargetName())]
+	kr := iq.owners.kinds[string(hv.TargetName())]
 	if kr == nil || hv.Scope() != payload.ScopeObject {
-		h.router.failMessage(m, payload.NewError(payload.NotFound, "actor", "host "+h.name+" has no kind "+string(hv.TargetName())))
+		iq.router.failMessage(m, payload.NewError(payload.NotFound, "actor", "host "+iq.name+" has no kind "+string(hv.TargetName())))
 		return
 	}
 	// What this host keeps of the peer's messages is bounded
@@ -111,7 +109,7 @@ func (iq *inbounds) onFrame(ib *inbound, from string, buf payload.Buffer) {
 	// it yet (it may have joined a moment ago) — so an object's senders
 	// are bounded by the membership.
 	var unknown string
-	if o := hv.Origin(); string(o) != from && !h.peers.view.known(string(o)) {
+	if o := hv.Origin(); string(o) != from && !iq.peers.view.known(string(o)) {
 		unknown = string(o)
 	}
 	if unknown != "" || kr.local(id) == nil {
@@ -122,7 +120,7 @@ func (iq *inbounds) onFrame(ib *inbound, from string, buf payload.Buffer) {
 		// sequence numbers.
 		ib.slow.add(func() {
 			switch {
-			case unknown != "" && !h.peers.knownHost(unknown):
+			case unknown != "" && !iq.peers.knownHost(unknown):
 				iq.unknownOrigin(from, m)
 			case iq.routeIn(ib, kr, id, m, n, skip):
 				return // it waits for a permit, in the budget
@@ -141,13 +139,12 @@ func (iq *inbounds) onFrame(ib *inbound, from string, buf payload.Buffer) {
 // a request answered with ProtocolError — and no skip notice, which would
 // give the unknown origin a place in the object's order state.
 func (iq *inbounds) unknownOrigin(from string, m *payload.Message) {
-	h := iq.h
 	hv := m.Header()
-	h.obs.Rejected(string(hv.TargetName()), RejectProtocol)
-	h.peerLogs.malformed.Warn(h.log, "forwarded frame naming an origin that is no member dropped",
+	iq.obs.Rejected(string(hv.TargetName()), RejectProtocol)
+	iq.peerLogs.malformed.Warn(iq.log, "forwarded frame naming an origin that is no member dropped",
 		"from", from, "origin", string(hv.Origin()))
 	if route := hv.ReplyTo(); len(route) > 0 {
-		h.requests.routeReply(route, hv.Op(), reply{err: payload.NewError(payload.ProtocolError, "actor",
+		iq.requests.routeReply(route, hv.Op(), reply{err: payload.NewError(payload.ProtocolError, "actor",
 			"the message names an origin that is no member of the cluster")})
 	}
 	m.Release()
@@ -157,18 +154,17 @@ func (iq *inbounds) unknownOrigin(from string, m *payload.Message) {
 // malformed header is dropped, a reply goes to its asker (who decodes it),
 // a message is failed back to its sender.
 func (iq *inbounds) onUnopened(from string, buf payload.Buffer, err error) {
-	h := iq.h
 	hv, _, herr := payload.DecodeHeader(buf.Bytes())
 	switch {
 	case herr != nil:
-		h.obs.Rejected("", RejectProtocol)
-		h.peerLogs.malformed.Warn(h.log, "malformed frame from a link dropped", "from", from, "err", herr)
+		iq.obs.Rejected("", RejectProtocol)
+		iq.peerLogs.malformed.Warn(iq.log, "malformed frame from a link dropped", "from", from, "err", herr)
 		buf.Release()
 	case hv.Flags()&flagReply != 0:
-		h.requests.onReply(hv.Op(), hv.Flags(), buf)
+		iq.requests.onReply(hv.Op(), hv.Flags(), buf)
 	default:
-		h.router.dropped(&hv)
-		h.router.failFrame(hv.ReplyTo(), hv.Op(), err)
+		iq.router.dropped(&hv)
+		iq.router.failFrame(hv.ReplyTo(), hv.Op(), err)
 		buf.Release()
 	}
 }
@@ -188,20 +184,19 @@ func (iq *inbounds) admitIn(ib *inbound, kr *kindRuntime, id string, m *payload.
 // wait for a permit (admitIn), still counted as n bytes in the peer's
 // budget; otherwise the caller counts it out.
 func (iq *inbounds) routeIn(ib *inbound, kr *kindRuntime, id string, m *payload.Message, n int64, skip bool) bool {
-	h := iq.h
-	p, err := h.router.locate(kr, id, fromLink)
+	p, err := iq.router.locate(kr, id, fromLink)
 	if err != nil {
 		switch {
 		case errors.Is(err, ErrShuttingDown):
-			h.router.backOrFail(m, err) // this host is closing: the origin routes it again
+			iq.router.backOrFail(m, err) // this host is closing: the origin routes it again
 		case payload.KindOf(err) == payload.Unavailable:
 			// This host cannot place the object for now (the store out
 			// of its reach, its own lease not renewed yet): the origin
 			// routes the message again, within the bounce bound — it
 			// is not dropped on a stall here.
-			h.router.backOrFailBounded(m, route.Hop{Bounces: bouncesOf(m.Header().Flags())}, err)
+			iq.router.backOrFailBounded(m, route.Hop{Bounces: bouncesOf(m.Header().Flags())}, err)
 		default:
-			h.router.failMessage(m, err)
+			iq.router.failMessage(m, err)
 		}
 		return false
 	}
@@ -218,20 +213,19 @@ func (iq *inbounds) routeIn(ib *inbound, kr *kindRuntime, id string, m *payload.
 	// bounded by that link's flow control and the peer's budget — at most
 	// SendTimeout, then it goes all the same (nothing is dropped for it).
 	iq.waitLinkRoom(p.host)
-	h.router.forward(kr, id, m, p)
+	iq.router.forward(kr, id, m, p)
 	return false
 }
 
 // waitLinkRoom waits until the link to host has room (Transport.WaitRoom),
 // at most SendTimeout, or until this host closes.
 func (iq *inbounds) waitLinkRoom(host string) {
-	h := iq.h
-	if host == "" || h.peers.tr.WaitRoom(doneCtx, host) == nil {
+	if host == "" || iq.peers.tr.WaitRoom(doneCtx, host) == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(h.life.ctx, h.cfg.SendTimeout)
+	ctx, cancel := context.WithTimeout(iq.life.ctx, iq.cfg.SendTimeout)
 	defer cancel()
-	_ = h.peers.tr.WaitRoom(ctx, host)
+	_ = iq.peers.tr.WaitRoom(ctx, host)
 }
 
 // onBounceFrom takes a bounce off the link from peer from: a message of
@@ -239,24 +233,22 @@ func (iq *inbounds) waitLinkRoom(host string) {
 // another origin's message is dropped, counted: routing it here would
 // send it on as this host's own, in another host's name.
 func (iq *inbounds) onBounceFrom(from string, buf payload.Buffer) {
-	h := iq.h
-	if hv, _, err := payload.DecodeHeader(buf.Bytes()); err != nil || string(hv.Origin()) != h.name {
-		h.obs.Rejected("", RejectProtocol)
-		h.peerLogs.malformed.Warn(h.log, "bounce of a message this host did not send dropped", "from", from)
+	if hv, _, err := payload.DecodeHeader(buf.Bytes()); err != nil || string(hv.Origin()) != iq.name {
+		iq.obs.Rejected("", RejectProtocol)
+		iq.peerLogs.malformed.Warn(iq.log, "bounce of a message this host did not send dropped", "from", from)
 		buf.Release()
 		return
 	}
-	h.router.onBounce(buf)
+	iq.router.onBounce(buf)
 }
 
 // peerGone: a host left the network (stopped or killed).
 func (iq *inbounds) peerGone(name string) {
-	h := iq.h
-	h.routes.forgetHost(name)
-	h.pressure.resumeBy(name)
-	h.moves.moveEvent(name, relocation.TargetDead{})
-	h.moves.forgetPreflights(name)
-	h.moves.remote.remotePeerGone(name)
+	iq.routes.forgetHost(name)
+	iq.pressure.resumeBy(name)
+	iq.moves.moveEvent(name, relocation.TargetDead{})
+	iq.moves.forgetPreflights(name)
+	iq.moves.remote.remotePeerGone(name)
 }
 
 // hostHandler receives what h's transport delivers. Items wait until the
@@ -300,7 +292,6 @@ func (x hostHandler) Event(e transport.Event) { x.in.linkEvent(e) }
 // for that peer. Its Data is lent for the call: a frame is copied into the
 // host's payload pool (no allocation in the steady state).
 func (iq *inbounds) deliver(from string, it transport.Item) {
-	h := iq.h
 	switch it.Kind {
 	case transport.Frame:
 		ib := iq.inboundFrom(from)
@@ -323,29 +314,29 @@ func (iq *inbounds) deliver(from string, it transport.Item) {
 		}
 		obj, rec, err := decode(it.Data)
 		if err != nil {
-			h.peers.malformedItem(from, err)
+			iq.peers.malformedItem(from, err)
 			return
 		}
-		h.moves.onRecord(from, obj, rec)
+		iq.moves.onRecord(from, obj, rec)
 	case transport.Hint:
 		if iq.fromGateway(from, it.Kind.String()) {
 			return
 		}
 		obj, hint, err := decodeHint(it.Data)
 		if err != nil {
-			h.peers.malformedItem(from, err)
+			iq.peers.malformedItem(from, err)
 			return
 		}
-		h.router.hint(obj, hint.host, hint.gen)
+		iq.router.hint(obj, hint.host, hint.gen)
 	case transport.Control:
 		ctl, err := decodeControl(it.Data)
 		if err != nil {
-			h.peers.malformedItem(from, err)
+			iq.peers.malformedItem(from, err)
 			return
 		}
 		switch c := ctl.(type) {
 		case *loadReport:
-			h.peers.view.setLoad(from, c.load)
+			iq.peers.view.setLoad(from, c.load)
 			return
 		case *pressureItem:
 			if iq.fromGateway(from, "pause") {
@@ -363,9 +354,9 @@ func (iq *inbounds) deliver(from string, it transport.Item) {
 		if iq.fromGateway(from, "control item") {
 			return
 		}
-		h.moves.remote.onControl(from, ctl)
+		iq.moves.remote.onControl(from, ctl)
 	default:
-		h.peers.malformedItem(from, payload.NewError(payload.ProtocolError, "actor", "item of unknown kind "+it.Kind.String()))
+		iq.peers.malformedItem(from, payload.NewError(payload.ProtocolError, "actor", "item of unknown kind "+it.Kind.String()))
 	}
 }
 
@@ -375,10 +366,10 @@ func (iq *inbounds) deliver(from string, it transport.Item) {
 // load report), nothing a node does — no relocation record, route hint,
 // pause or relocation request. Only items other than frames ask.
 func (iq *inbounds) fromGateway(from, what string) bool {
-	if iq.h.peers.peerRole(from) != transport.RoleGateway {
+	if iq.peers.peerRole(from) != transport.RoleGateway {
 		return false
 	}
-	iq.h.peers.malformedItem(from, payload.NewError(payload.Rejected, "actor",
+	iq.peers.malformedItem(from, payload.NewError(payload.Rejected, "actor",
 		"a "+what+" from "+from+", whose certificate names it a gateway: a gateway sends messages, asks and replies only"))
 	return true
 }
@@ -387,11 +378,10 @@ func (iq *inbounds) fromGateway(from, what string) bool {
 // the item is Owned, else copied into the payload pool (the bytes are
 // lent).
 func (iq *inbounds) keep(it transport.Item) payload.Buffer {
-	h := iq.h
 	if it.Owned {
-		return h.pool.Adopt(it.Data, nil)
+		return iq.pool.Adopt(it.Data, nil)
 	}
-	return h.pool.Copy(it.Data)
+	return iq.pool.Copy(it.Data)
 }
 
 // returned takes back a frame this host sent to peer to that left before
@@ -406,24 +396,23 @@ func (iq *inbounds) returned(_ string, it transport.Item) {
 
 // linkEvent applies a transport event.
 func (iq *inbounds) linkEvent(e transport.Event) {
-	h := iq.h
 	switch e.Kind {
 	case transport.Up:
 		// The peer hears this host's load from the tick: no send
 		// from here (this may run inside Attach, before Start has the
 		// transport).
-		h.peers.view.link(e.Peer, func(p *peerLink) { p.down, p.gone, p.needLoad = false, false, true })
-		h.moves.moveEvent(e.Peer, relocation.LinkUp{})
+		iq.peers.view.link(e.Peer, func(p *peerLink) { p.down, p.gone, p.needLoad = false, false, true })
+		iq.moves.moveEvent(e.Peer, relocation.LinkUp{})
 	case transport.Down:
-		h.peers.view.link(e.Peer, func(p *peerLink) { p.down = true; p.broke() })
-		h.suspects.suspect(e.Peer) // a suspicion: the Location Store's lease decides
+		iq.peers.view.link(e.Peer, func(p *peerLink) { p.down = true; p.broke() })
+		iq.suspects.suspect(e.Peer) // a suspicion: the Location Store's lease decides
 	case transport.Leaving:
 		// The peer is about to leave: route to it no more by the caches
 		// (ask the store again); what is on its way there is still taken.
-		h.peers.view.link(e.Peer, func(p *peerLink) { p.leaving = true; p.broke() })
-		h.routes.forgetHost(e.Peer)
+		iq.peers.view.link(e.Peer, func(p *peerLink) { p.leaving = true; p.broke() })
+		iq.routes.forgetHost(e.Peer)
 	case transport.Gone:
-		h.peers.view.link(e.Peer, func(p *peerLink) { p.broke(); *p = peerLink{gone: true} })
+		iq.peers.view.link(e.Peer, func(p *peerLink) { p.broke(); *p = peerLink{gone: true} })
 		// A new run of the peer counts its credit here from zero.
 		ib := iq.inboundFrom(e.Peer)
 		ib.credit.reset()
@@ -476,46 +465,56 @@ func (iq *inbounds) inboundPending() int {
 // pending returns how many items wait on the links to or from this host,
 // or on its slow lanes.
 func (iq *inbounds) pending() int {
-	h := iq.h
-	in, out := h.peers.tr.Pending()
+	in, out := iq.peers.tr.Pending()
 	return in + out + iq.inboundPending()
 }
 
 // pendingIn returns how many items wait on, or are being handled off, the
 // links to this host.
 func (iq *inbounds) pendingIn() int {
-	h := iq.h
-	in, _ := h.peers.tr.Pending()
+	in, _ := iq.peers.tr.Pending()
 	return in + iq.inboundPending()
 }
 
 // inbounds is what this host keeps per sending peer (inbound).
 type inbounds struct {
-	h    *Host
-	m    sync.Map                // per sending peer: *inbound
-	last atomic.Pointer[inbound] // the last inboundFrom's answer
+	*hostEnv
+	life     *lifecycle
+	svc      *services
+	store    relocation.Store
+	pressure *pressureSet
+	routes   *routes
+	peers    *peers
+	suspects *suspicions
+	gaps     *gapFacts
+	requests *requestTable
+	owners   *ownerTable
+	router   *router
+	admit    *admission
+	moves    *moveTable
+	m        sync.Map                // per sending peer: *inbound
+	last     atomic.Pointer[inbound] // the last inboundFrom's answer
 }
 
 // inboundFrom returns the inbound state of peer from, made on first use
 // (a look-up takes no lock).
 func (iq *inbounds) inboundFrom(from string) *inbound {
-	h := iq.h
 	if last := iq.last.Load(); last != nil && last.peer == from {
 		return last // the peer of the last look-up: no hashing
 	}
 	v, ok := iq.m.Load(from)
 	if !ok {
 		ib := &inbound{peer: from}
-		ib.in.adm = &h.admit
+		ib.in.adm = iq.admit
 		ib.in.budget = &ib.budget
-		ib.budget.setLimits(h.cfg.PeerInbound)
-		ib.credit.winN.Store(int64(h.cfg.PeerInbound.Items / 2))
-		ib.credit.winB.Store(h.cfg.PeerInbound.Bytes / 2)
+		ib.budget.setLimits(iq.cfg.PeerInbound)
+		ib.credit.winN.Store(int64(iq.cfg.PeerInbound.Items / 2))
+		ib.credit.winB.Store(iq.cfg.PeerInbound.Bytes / 2)
 		ib.budget.send = func(r *creditReport) {
 			// Advice: lost with a gone peer, which counts afresh on that fact.
-			_ = h.peers.sendItem(from, transport.Control, appendControl(nil, r))
+			_ = iq.peers.sendItem(from, transport.Control, appendControl(nil, r))
 		}
-		ib.slow.wg = &h.svc.lanes
+		ib.slow.wg = &iq.svc.lanes
 		v, _ = iq.m.LoadOrStore(from, ib)
 	}
 	ib := v.(*inbound)
@@ -542,7 +541,6 @@ func (iq *inbounds) reportWindow(peer string) { iq.inboundFrom(peer).budget.repo
 // (never routed here: that may take a store call) — or, if this host is
 // its origin or the origin is gone, is dropped, counted.
 func (iq *inbounds) takeFromPeer(ib *inbound, kr *kindRuntime, m *payload.Message) (_ *payload.Message, skip bool) {
-	h := iq.h
 	if ib.budget.take(budgetBytes(m), false) {
 		return m, false
 	}
@@ -552,7 +550,7 @@ func (iq *inbounds) takeFromPeer(ib *inbound, kr *kindRuntime, m *payload.Messag
 	}
 	if o := kr.local(string(s.Header().TargetID())); o != nil {
 		e := newEnvelope(s)
-		if _, _, err := h.router.admit(o, e, admitOverflow); err == nil {
+		if _, _, err := iq.router.admit(o, e, admitOverflow); err == nil {
 			return nil, false
 		}
 		e.Msg = nil // the owner closed meanwhile: the skip notice goes the other way
@@ -561,10 +559,10 @@ func (iq *inbounds) takeFromPeer(ib *inbound, kr *kindRuntime, m *payload.Messag
 	if ib.budget.take(budgetBytes(s), true) {
 		return s, true
 	}
-	if origin := string(s.Header().Origin()); origin != h.name && h.peers.sendMessage(origin, s, transport.Bounce) == nil {
+	if origin := string(s.Header().Origin()); origin != iq.name && iq.peers.sendMessage(origin, s, transport.Bounce) == nil {
 		return nil, false
 	}
-	h.gaps.peerRefused.Add(1) // a gone origin's gaps close on that fact
+	iq.gaps.peerRefused.Add(1) // a gone origin's gaps close on that fact
 	s.Release()
 	return nil, false
 }
@@ -574,18 +572,17 @@ func (iq *inbounds) takeFromPeer(ib *inbound, kr *kindRuntime, m *payload.Messag
 // and a stamped message's skip notice is returned (nil if none), for the
 // caller to route in m's place. m is released.
 func (iq *inbounds) refuseFromPeer(ib *inbound, m *payload.Message) *payload.Message {
-	h := iq.h
 	hv := m.Header()
-	h.gaps.peerRefused.Add(1)
-	h.obs.Rejected(string(hv.TargetName()), RejectPeerBacklog)
-	h.peerLogs.backlog.Warn(h.log, "message from a peer refused: this host keeps Config.PeerInbound of its messages already",
+	iq.gaps.peerRefused.Add(1)
+	iq.obs.Rejected(string(hv.TargetName()), RejectPeerBacklog)
+	iq.peerLogs.backlog.Warn(iq.log, "message from a peer refused: this host keeps Config.PeerInbound of its messages already",
 		"from", ib.peer, "messages", ib.budget.takenN.Load()-ib.budget.relN.Load())
 	if route := hv.ReplyTo(); len(route) > 0 {
-		h.requests.routeReply(route, hv.Op(), reply{err: ErrPeerBacklog})
+		iq.requests.routeReply(route, hv.Op(), reply{err: ErrPeerBacklog})
 	}
 	var skip *payload.Message
-	if buf, ok := h.router.skipNotice(hv); ok {
-		if s, err := h.reg.Open(buf); err == nil {
+	if buf, ok := iq.router.skipNotice(hv); ok {
+		if s, err := iq.reg.Open(buf); err == nil {
 			skip = s
 		} else {
 			buf.Release()
@@ -607,9 +604,8 @@ func (iq *inbounds) onCreditAsk(from string) {
 
 // onPressure applies a pressure item from peer from.
 func (iq *inbounds) onPressure(from string, p *pressureItem) {
-	h := iq.h
 	if !p.paused {
-		h.pressure.resume(p.obj, from)
+		iq.pressure.resume(p.obj, from)
 		return
 	}
 	// Only for an object this host sends to (a sending stream: it stamped
@@ -617,7 +613,7 @@ func (iq *inbounds) onPressure(from string, p *pressureItem) {
 	// bounded number per peer: a member cannot pause sends this host does
 	// not make, nor another member's object, nor make it keep pauses
 	// without end.
-	if !h.routes.sending(p.obj) {
+	if !iq.routes.sending(p.obj) {
 		iq.refusePause(from, p.obj, payload.ProtocolError, "this host sends nothing to it")
 		return
 	}
@@ -629,12 +625,12 @@ func (iq *inbounds) onPressure(from string, p *pressureItem) {
 	default:
 		// The routes name another owner or none (the pause may have come
 		// before the forwarder's route hint): the Location Store decides.
-		if !h.pressure.check(p.obj, from) {
+		if !iq.pressure.check(p.obj, from) {
 			iq.refusePause(from, p.obj, payload.CapacityExceeded,
 				"it has "+strconv.Itoa(maxPauseChecksPerPeer)+" pauses waiting for the Location Store here already")
 			return
 		}
-		lane := &serial{wg: &h.svc.lanes}
+		lane := &serial{wg: &iq.svc.lanes}
 		lane.add(func() { iq.checkPause(from, p.obj) })
 	}
 }
@@ -655,11 +651,10 @@ const (
 // pauserOwns reports what this host's own knowledge shows of host by as
 // obj's owner.
 func (iq *inbounds) pauserOwns(by string, obj relocation.Object) owns {
-	h := iq.h
-	if kr := h.owners.kinds[obj.Kind]; kr != nil && kr.local(obj.ID) != nil {
+	if kr := iq.owners.kinds[obj.Kind]; kr != nil && kr.local(obj.ID) != nil {
 		return ownsNo
 	}
-	e, ok := h.routes.lookup(obj)
+	e, ok := iq.routes.lookup(obj)
 	switch {
 	case !ok:
 		return ownsUnknown
@@ -674,11 +669,10 @@ func (iq *inbounds) pauserOwns(by string, obj relocation.Object) owns {
 // is advice: the owner's reorder bound still holds), unless a resume came
 // meanwhile. Off the link.
 func (iq *inbounds) checkPause(by string, obj relocation.Object) {
-	h := iq.h
-	ctx, cancel := h.life.storeContext()
-	row, err := h.store.Get(ctx, obj)
+	ctx, cancel := iq.life.storeContext()
+	row, err := iq.store.Get(ctx, obj)
 	cancel()
-	if !h.pressure.checked(obj, by) {
+	if !iq.pressure.checked(obj, by) {
 		return // resumed meanwhile, or by is gone
 	}
 	switch {
@@ -686,7 +680,7 @@ func (iq *inbounds) checkPause(by string, obj relocation.Object) {
 		iq.refusePause(by, obj, payload.Unavailable, "the Location Store could not say who owns it: "+err.Error())
 	case row.Host != by:
 		iq.refusePause(by, obj, payload.Rejected, "the Location Store names "+strconv.Quote(row.Host)+" its owner")
-	case !h.routes.sending(obj):
+	case !iq.routes.sending(obj):
 		iq.refusePause(by, obj, payload.ProtocolError, "this host sends nothing to it")
 	default:
 		iq.takePause(by, obj)
@@ -695,14 +689,14 @@ func (iq *inbounds) checkPause(by string, obj relocation.Object) {
 
 // takePause takes by's pause of obj, within maxPausesPerPeer.
 func (iq *inbounds) takePause(by string, obj relocation.Object) {
-	if !iq.h.pressure.pause(obj, by, true) {
+	if !iq.pressure.pause(obj, by, true) {
 		iq.refusePause(by, obj, payload.CapacityExceeded, "it has "+strconv.Itoa(maxPausesPerPeer)+" objects paused here already")
 	}
 }
 
 // refusePause drops by's pause of obj, counted as a rejected item.
 func (iq *inbounds) refusePause(by string, obj relocation.Object, code payload.Kind, why string) {
-	iq.h.peers.malformedItem(by, payload.NewError(code, "actor", "a pause of "+obj.String()+" from "+by+": "+why))
+	iq.peers.malformedItem(by, payload.NewError(code, "actor", "a pause of "+obj.String()+" from "+by+": "+why))
 }
 
 // pauseJobs registers the ending of stale pauses on the host's tick.
@@ -715,10 +709,9 @@ func (iq *inbounds) pauseJobs(tick *schedule) {
 // at most the streams' idle time after the last send it held back), or
 // it learnt that another host owns it, or it runs it itself.
 func (iq *inbounds) endStalePauses() {
-	h := iq.h
-	for _, k := range h.pressure.pauses(h.name) {
-		if o := iq.pauserOwns(k.by, k.obj); o == ownsNo || o == ownsAnother || !h.routes.sending(k.obj) {
-			h.pressure.resume(k.obj, k.by)
+	for _, k := range iq.pressure.pauses(iq.name) {
+		if o := iq.pauserOwns(k.by, k.obj); o == ownsNo || o == ownsAnother || !iq.routes.sending(k.obj) {
+			iq.pressure.resume(k.obj, k.by)
 		}
 	}
 }
