@@ -317,7 +317,7 @@ func (h *Host) Start() error {
 	}))
 	h.owners.props = pa.PropsFromProducer(func() pa.Actor { return ownerActor{} },
 		pa.WithMailbox(func() pa.Mailbox { return h.owners.spawning }),
-		pa.WithDispatcher(dispatcher{h}))
+		pa.WithDispatcher(dispatcher{workers: &h.workers, throughput: h.cfg.Throughput}))
 
 	h.life.state.Store(stateRunning)
 	for _, cr := range h.owners.channels {
@@ -861,34 +861,39 @@ type metricsServer struct {
 // needs no new goroutine and no stack growth. When no worker is idle it
 // starts one, so a drain never waits behind a blocked handler. Workers are
 // counted in drains, so Close can wait for every one.
-type dispatcher struct{ h *Host }
+type dispatcher struct {
+	workers    *workerPool
+	throughput int // Config.Throughput
+}
 
 // workerIdle is how long a worker waits for another drain before it exits.
 const workerIdle = time.Second
 
 func (d dispatcher) Schedule(fn func()) {
 	select {
-	case d.h.workers.handoff <- fn: // an idle worker took it
+	case d.workers.handoff <- fn: // an idle worker took it
 	default:
-		d.h.workers.running.Add(1)
-		go d.h.worker(fn)
+		d.workers.running.Add(1)
+		go d.workers.worker(fn)
 	}
 }
 
-func (d dispatcher) Throughput() int { return d.h.cfg.Throughput }
+func (d dispatcher) Throughput() int { return d.throughput }
 
-func (h *Host) worker(fn func()) {
-	defer h.workers.running.Done()
+// worker runs fn, then the drains handed to it, until it has been idle
+// for workerIdle or the pool stops.
+func (w *workerPool) worker(fn func()) {
+	defer w.running.Done()
 	idle := time.NewTimer(workerIdle)
 	defer idle.Stop()
 	for {
 		fn()
 		idle.Reset(workerIdle)
 		select {
-		case fn = <-h.workers.handoff:
+		case fn = <-w.handoff:
 		case <-idle.C:
 			return
-		case <-h.workers.stop:
+		case <-w.stop:
 			return
 		}
 	}
