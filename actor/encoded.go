@@ -202,8 +202,8 @@ func ackReply(c *Context) error {
 	if len(route) == 0 {
 		return nil
 	}
-	h := c.host
-	buf, err := payload.Encode(h.pool, h.reg, payload.Header{Op: hv.Op(), Flags: flagReply | flagAck}, struct{}{})
+	t := c.owner.t
+	buf, err := payload.Encode(t.pool, t.reg, payload.Header{Op: hv.Op(), Flags: flagReply | flagAck}, struct{}{})
 	if err != nil {
 		return err
 	}

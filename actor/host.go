@@ -207,7 +207,7 @@ func (h *Host) wire() {
 	h.lease.routes, h.lease.store, h.lease.peers, h.lease.requests, h.lease.owners, h.lease.in = &h.routes, h.store, &h.peers, &h.requests, &h.owners, &h.in
 	h.owners.hostEnv, h.owners.life, h.owners.stats, h.owners.gate, h.owners.jobs = env, &h.life, &h.stats, &h.gate, &h.jobs
 	h.owners.store, h.owners.routes, h.owners.peers, h.owners.gaps, h.owners.requests = h.store, &h.routes, &h.peers, &h.gaps, &h.requests
-	h.owners.admit = &h.admit
+	h.owners.admit, h.owners.record = &h.admit, &h.moves.record
 	h.owners.context = func(o *owner) Context { return Context{host: h, owner: o} }
 	h.router.hostEnv, h.router.life, h.router.stats, h.router.events, h.router.gate = env, &h.life, &h.stats, &h.events, &h.gate
 	h.router.store, h.router.routes, h.router.peers, h.router.gaps, h.router.requests, h.router.owners = h.store, &h.routes, &h.peers, &h.gaps, &h.requests, &h.owners

@@ -64,12 +64,12 @@ func inspectHandler() *handler {
 			e.ReturnPermit()
 			c.StateUnchanged()
 			o := c.owner
-			in := Inspection{Ref: o.ref, Host: c.host.name, ObjectGeneration: o.row.ObjectGen, OwnerGeneration: o.row.OwnerGen,
+			in := Inspection{Ref: o.ref, Host: o.t.name, ObjectGeneration: o.row.ObjectGen, OwnerGeneration: o.row.OwnerGen,
 				Since: o.since, Queued: o.mb.Len(mailbox.Application), Turns: o.turns.Load()}
 			if last := o.lastTurn.Load(); last != 0 {
 				in.LastTurn = o.since.Add(time.Duration(last - o.sinceNano))
 			}
-			for _, m := range c.host.RecentMoves(0) {
+			for _, m := range o.t.record.since(0) {
 				if m.Ref == o.ref {
 					in.Moves = append(in.Moves, m)
 				}

@@ -56,6 +56,7 @@ type ownerTable struct {
 	gaps     *gapFacts
 	requests *requestTable
 	admit    admitter // the admission, which admits the owners' handlers' sends (outbox)
+	record   *moveLog // the moves this host noted (an object's Inspection lists its own)
 	// context returns an owner's Context, the API its handlers get (the
 	// host wires it: a Context sends through the host).
 	context func(o *owner) Context

@@ -317,8 +317,8 @@ func replyWith[R any](c *Context, r R) error {
 	if len(route) == 0 {
 		return nil
 	}
-	h := c.host
-	buf, err := payload.Encode(h.pool, h.reg, payload.Header{Op: hv.Op(), Flags: flagReply}, r)
+	t := c.owner.t
+	buf, err := payload.Encode(t.pool, t.reg, payload.Header{Op: hv.Op(), Flags: flagReply}, r)
 	if err != nil {
 		return err
 	}

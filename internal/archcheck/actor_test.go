@@ -32,8 +32,8 @@ func TestActor(t *testing.T) {
 	for _, s := range r.UpwardCalls {
 		t.Errorf("upward call: %s", s)
 	}
-	if len(r.Files) < 10 || len(r.LargestSCC) == 0 || len(r.Mutexes) == 0 || len(r.HoldRoot) == 0 {
-		t.Errorf("files %d, largest cycle %d, mutexes %d, root holders %d: the analysis sees little",
-			len(r.Files), len(r.LargestSCC), len(r.Mutexes), len(r.HoldRoot))
+	if len(r.Files) < 10 || len(r.LargestSCC) == 0 || len(r.Mutexes) == 0 || len(r.OwnFieldSites) < 100 {
+		t.Errorf("files %d, largest cycle %d, mutexes %d, own field sites %d: the analysis sees little",
+			len(r.Files), len(r.LargestSCC), len(r.Mutexes), len(r.OwnFieldSites))
 	}
 }

@@ -102,7 +102,8 @@ type Report struct {
 
 	// RootHops: every selector x.f whose x is of the root's type (or a
 	// pointer to it), in methods of types other than the root and the API
-	// types and in package-level funcs. RootHopsToParts counts those that
+	// types and in package-level funcs that neither take nor return the
+	// root (those are the root's own code). RootHopsToParts counts those that
 	// select a field whose type is a part, RootHopsToMethods those that
 	// select a method of the root.
 	RootHops                           []Site

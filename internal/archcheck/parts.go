@@ -302,6 +302,11 @@ func (a *analysis) walk(r *Report) {
 				c.rank, c.part = a.ranks[c.recv]
 				c.part = c.part && c.recv != a.root
 				c.exempt = c.recv == a.root || a.api[c.recv]
+			} else if obj, _ := a.p.info.Defs[fd.Name].(*types.Func); obj != nil {
+				// A function that takes or returns the root (NewHost, the
+				// API's Tell and Ask, their helpers) is the root's own
+				// code: what it selects on the root is no hop.
+				c.exempt = a.rootInSignature(obj.Type().(*types.Signature))
 			}
 			if c.part {
 				r.Methods++
@@ -514,4 +519,17 @@ func isMutex(t types.Type) bool {
 // fileOf is the base name of the file that holds p.
 func (a *analysis) fileOf(p token.Pos) string {
 	return filepath.Base(a.p.fset.Position(p).Filename)
+}
+
+// rootInSignature reports whether a parameter or result of sig is the
+// root or a pointer to it.
+func (a *analysis) rootInSignature(sig *types.Signature) bool {
+	for _, tup := range []*types.Tuple{sig.Params(), sig.Results()} {
+		for i := 0; i < tup.Len(); i++ {
+			if a.localName(tup.At(i).Type()) == a.root {
+				return true
+			}
+		}
+	}
+	return false
 }
