@@ -27,6 +27,9 @@ var partRank = map[string]int{
 	// Leaves: serial work runners, the route table, counters, the
 	// background services, the peer view, the move log, the event log.
 	"serial": 0, "routes": 0, "hostStats": 0, "services": 0, "schedule": 0, "peerView": 0, "moveLog": 0, "eventLog": 0,
+	// The host's life (running, draining, closed), the lease as turns
+	// read it, the objects outside senders wait for.
+	"lifecycle": 0, "leaseGate": 0, "pressureSet": 0,
 	// What is sent to peers, and the credit to send.
 	"peers": 1,
 	// Failure suspicions from the links, checked against the store.
@@ -51,6 +54,18 @@ var partRank = map[string]int{
 	"drainer": 9, "leaseKeeper": 9,
 	// The composition root and the API.
 	"Host": 10,
+}
+
+// partOf groups the types that make one part, naming the part's
+// principal type: they may touch each other's fields and locks. Every
+// other part reaches them through the principal's methods.
+var partOf = map[string]string{
+	"owner": "ownerTable", "kindRuntime": "ownerTable", "channelRuntime": "ownerTable",
+	"stateGate":     "persister",
+	"peerView":      "peers",
+	"inbound":       "inbounds",
+	"deferredSends": "admission",
+	"moveDriver":    "moveTable", "remoteOps": "moveTable",
 }
 
 // The host's parts call only downward: no method of a part calls a

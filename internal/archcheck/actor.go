@@ -10,12 +10,17 @@ import (
 // Actor is the configuration for the module's actor/ package, whose module
 // root is the directory moduleRoot: its parts ranked by partRank in
 // actor/layers_test.go (read with RanksFromFile: the one list of ranks,
-// the one TestHostPartsCallOnlyDownward checks), Host the root, Context
+// the one TestHostPartsCallOnlyDownward checks) and grouped by its partOf
+// (GroupsFromFile), Host the root, Context
 // and Request the API values that hold it, actor/LOCK_ORDER.md the lock
 // document. cmd/archmeasure and this package's tests both use it.
 func Actor(moduleRoot string) (Config, error) {
 	dir := filepath.Join(moduleRoot, "actor")
 	ranks, err := RanksFromFile(filepath.Join(dir, "layers_test.go"), "partRank")
+	if err != nil {
+		return Config{}, err
+	}
+	groups, err := GroupsFromFile(filepath.Join(dir, "layers_test.go"), "partOf")
 	if err != nil {
 		return Config{}, err
 	}
@@ -30,6 +35,7 @@ func Actor(moduleRoot string) (Config, error) {
 		Root:       "Host",
 		API:        []string{"Context", "Request"},
 		LockDoc:    filepath.Join(dir, "LOCK_ORDER.md"),
+		Groups:     groups,
 	}, nil
 }
 

@@ -57,6 +57,11 @@ type Config struct {
 	Root       string         // the composition root type, "Host"
 	API        []string       // types besides Root that may hold a *Root (API values handed to users, e.g. "Context")
 	LockDoc    string         // path of the lock-order document (actor/LOCK_ORDER.md); "" to skip
+	// Groups names, for a ranked type that is one of several types of one
+	// part, that part's principal type (owner -> ownerTable). The types
+	// of one part may touch each other's fields and locks: neither is
+	// foreign nor upward.
+	Groups map[string]string
 }
 
 // Site is one place in the package where a measure found something.

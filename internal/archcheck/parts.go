@@ -186,6 +186,15 @@ func (a *analysis) partOf(t string) string {
 	return ""
 }
 
+// group is the part that ranked type t is one of the types of
+// (Config.Groups): its principal type, or t itself.
+func (a *analysis) group(t string) string {
+	if g, ok := a.cfg.Groups[t]; ok {
+		return g
+	}
+	return t
+}
+
 // parts fills Parts and MissingParts.
 func (a *analysis) parts(r *Report) {
 	scope := a.p.pkg.Scope()
@@ -366,7 +375,7 @@ func (a *analysis) selector(r *Report, c fn, se *ast.SelectorExpr, own, foreign 
 		if !strings.HasPrefix(name, owner+".") {
 			what += " (" + owner + "'s)"
 		}
-		if owner == c.recv {
+		if a.group(owner) == a.group(c.recv) {
 			own[name] = true
 			r.OwnFieldSites = append(r.OwnFieldSites, Site{at, what})
 			return
@@ -495,7 +504,7 @@ func (a *analysis) lock(r *Report, c fn, call *ast.CallExpr) {
 }
 
 func (a *analysis) addLock(r *Report, c fn, se *ast.SelectorExpr, owner, name string) {
-	if a.partOf(owner) == c.recv {
+	if a.group(a.partOf(owner)) == a.group(c.recv) {
 		return
 	}
 	site := Site{pos(a.p.fset, se.Sel.Pos()), fmt.Sprintf("%s: %s.%s()", c.name, name, se.Sel.Name)}

@@ -15,10 +15,53 @@ import (
 // TestHostPartsCallOnlyDownward checks, and what cmd/archmeasure and this
 // package's tests read.
 func RanksFromFile(path, name string) (map[string]int, error) {
+	fset, e, err := varValue(path, name)
+	if err != nil {
+		return nil, err
+	}
+	return ranksOf(fset, e)
+}
+
+// GroupsFromFile reads Config.Groups from the Go file at path: the
+// package-level variable name, a map[string]string composite literal of
+// string literals (actor/layers_test.go's partOf).
+func GroupsFromFile(path, name string) (map[string]string, error) {
+	fset, e, err := varValue(path, name)
+	if err != nil {
+		return nil, err
+	}
+	lit, ok := e.(*ast.CompositeLit)
+	if !ok {
+		return nil, fmt.Errorf("archcheck: %s: not a composite literal", fset.Position(e.Pos()))
+	}
+	m := map[string]string{}
+	for _, el := range lit.Elts {
+		kv, ok := el.(*ast.KeyValueExpr)
+		if !ok {
+			return nil, fmt.Errorf("archcheck: %s: not a key: value", fset.Position(el.Pos()))
+		}
+		k, ok1 := kv.Key.(*ast.BasicLit)
+		v, ok2 := kv.Value.(*ast.BasicLit)
+		if !ok1 || !ok2 || k.Kind != token.STRING || v.Kind != token.STRING {
+			return nil, fmt.Errorf("archcheck: %s: want \"name\": \"name\"", fset.Position(el.Pos()))
+		}
+		key, err1 := strconv.Unquote(k.Value)
+		val, err2 := strconv.Unquote(v.Value)
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("archcheck: %s: bad string", fset.Position(k.Pos()))
+		}
+		m[key] = val
+	}
+	return m, nil
+}
+
+// varValue finds the value of the package-level variable name in the Go
+// file at path.
+func varValue(path, name string) (*token.FileSet, ast.Expr, error) {
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, path, nil, 0)
 	if err != nil {
-		return nil, fmt.Errorf("archcheck: %v", err)
+		return nil, nil, fmt.Errorf("archcheck: %v", err)
 	}
 	for _, d := range f.Decls {
 		gd, ok := d.(*ast.GenDecl)
@@ -32,13 +75,13 @@ func RanksFromFile(path, name string) (map[string]int, error) {
 					continue
 				}
 				if i >= len(vs.Values) {
-					return nil, fmt.Errorf("archcheck: %s: %s has no value", fset.Position(id.Pos()), name)
+					return nil, nil, fmt.Errorf("archcheck: %s: %s has no value", fset.Position(id.Pos()), name)
 				}
-				return ranksOf(fset, vs.Values[i])
+				return fset, vs.Values[i], nil
 			}
 		}
 	}
-	return nil, fmt.Errorf("archcheck: %s: no package-level variable %s", path, name)
+	return nil, nil, fmt.Errorf("archcheck: %s: no package-level variable %s", path, name)
 }
 
 func ranksOf(fset *token.FileSet, e ast.Expr) (map[string]int, error) {
