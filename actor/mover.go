@@ -454,18 +454,21 @@ func (mt *moveTable) onRecord(from string, obj relocation.Object, rec relocation
 }
 
 // checkedPreflights is what a host keeps of one source's Preflights that
-// it answered OK: the owner the Location Store named, by object, and the
+// it answered OK: the owner the Location Store named, by move, and the
 // order they were answered in (the oldest is forgotten past the bound).
+// It is keyed by the move, not by the object alone: the checks of two
+// moves of one object (one the source gave up on, then another) may end
+// in either order, and the later end must not hide the newer move's
+// answer.
 type checkedPreflights struct {
-	m     map[relocation.Object]checkedPreflight
-	order []relocation.Object
+	m     map[preflightKey]relocation.Ownership
+	order []preflightKey
 }
 
-// checkedPreflight is a Preflight answered OK: its move and the object's
-// ownership in the store when it was checked.
-type checkedPreflight struct {
-	move  relocation.MoveID
-	owner relocation.Ownership
+// preflightKey is one move of one object.
+type preflightKey struct {
+	obj  relocation.Object
+	move relocation.MoveID
 }
 
 // checkPreflight answers a Preflight from source from whose other checks
@@ -524,29 +527,30 @@ func (mt *moveTable) checkPreflight(from string, r *relocation.Preflight) {
 			delete(mt.checking, from)
 		}
 		if reply.OK {
-			mt.keepPreflightLocked(from, r.Object, checkedPreflight{move: r.Move, owner: row.Ownership})
+			mt.keepPreflightLocked(from, preflightKey{obj: r.Object, move: r.Move}, row.Ownership)
 		}
 		mt.mu.Unlock()
 		mt.peers.sendRecords(from, r.Object, nil, reply)
 	})
 }
 
-// keepPreflightLocked keeps c for from's Prepare of obj, forgetting from's
-// oldest past maxIncomingPerPeer (its Prepare, if one comes, is refused:
-// the move aborts at its source, which keeps the object). Under mt.mu.
-func (mt *moveTable) keepPreflightLocked(from string, obj relocation.Object, c checkedPreflight) {
+// keepPreflightLocked keeps owner, the ownership the store showed, for
+// from's Prepare of move k, forgetting from's oldest past
+// maxIncomingPerPeer (its Prepare, if one comes, is refused: the move
+// aborts at its source, which keeps the object). Under mt.mu.
+func (mt *moveTable) keepPreflightLocked(from string, k preflightKey, owner relocation.Ownership) {
 	if mt.checked == nil {
 		mt.checked = map[string]*checkedPreflights{}
 	}
 	cp := mt.checked[from]
 	if cp == nil {
-		cp = &checkedPreflights{m: map[relocation.Object]checkedPreflight{}}
+		cp = &checkedPreflights{m: map[preflightKey]relocation.Ownership{}}
 		mt.checked[from] = cp
 	}
-	if _, ok := cp.m[obj]; !ok {
-		cp.order = append(cp.order, obj)
+	if _, ok := cp.m[k]; !ok {
+		cp.order = append(cp.order, k)
 	}
-	cp.m[obj] = c
+	cp.m[k] = owner
 	for len(cp.m) > maxIncomingPerPeer {
 		delete(cp.m, cp.order[0])
 		cp.order = cp.order[1:]
@@ -572,15 +576,16 @@ func (mt *moveTable) takePreflight(from string, r *relocation.Prepare) string {
 	if cp == nil {
 		return "no Preflight of this move was answered here"
 	}
-	c, ok := cp.m[r.Object]
-	if !ok || c.move != r.Move {
+	k := preflightKey{obj: r.Object, move: r.Move}
+	o, ok := cp.m[k]
+	if !ok {
 		return "no Preflight of this move was answered here"
 	}
-	delete(cp.m, r.Object)
+	delete(cp.m, k)
 	if len(cp.m) == 0 {
 		delete(mt.checked, from)
 	}
-	o, w := c.owner, r.Owner
+	w := r.Owner
 	if o.Host != w.Host || o.LeaseGen != w.LeaseGen || o.ObjectGen != w.ObjectGen || o.OwnerGen != w.OwnerGen {
 		return "the Prepare names an owner other than the one the Location Store named at its Preflight"
 	}

@@ -454,6 +454,88 @@ func TestAPrepareNamingAnotherSourceThanItsLinkIsRefused(t *testing.T) {
 	}
 }
 
+// heldGets is a Location Store whose next Get of the object armed (arm)
+// waits until released: a store check that ends late.
+type heldGets struct {
+	relocation.Store
+	mu      sync.Mutex
+	armed   *relocation.Object
+	landed  chan struct{} // closed when the armed Get arrived
+	release chan struct{} // closed to let it answer
+}
+
+// arm makes the next Get of obj wait for release.
+func (s *heldGets) arm(obj relocation.Object) {
+	s.mu.Lock()
+	s.armed, s.landed, s.release = &obj, make(chan struct{}), make(chan struct{})
+	s.mu.Unlock()
+}
+
+func (s *heldGets) Get(ctx context.Context, obj relocation.Object) (relocation.Row, error) {
+	s.mu.Lock()
+	hold := s.armed != nil && *s.armed == obj
+	var landed, release chan struct{}
+	if hold {
+		s.armed, landed, release = nil, s.landed, s.release
+	}
+	s.mu.Unlock()
+	if hold {
+		close(landed)
+		<-release
+	}
+	return s.Store.Get(ctx, obj)
+}
+
+// The store checks of two Preflights of one object from one source may
+// end in either order (each runs off the link, on a lane of its own): a
+// check of an earlier move (its source gave up on it) that ends after the
+// check of the next move must not hide that move's answer, or its Prepare
+// is refused and a drain finds no host for the object.
+func TestAnEarlierMovesLatePreflightCheckDoesNotHideTheNextMovesAnswer(t *testing.T) {
+	st := &heldGets{Store: relocation.NewMemoryStore(nil)}
+	n := NewNetwork(st)
+	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger()}), movableKind(newGates()))
+	x := &rawPeer{}
+	tr, err := n.Transport.Attach("x", x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tr.Close(false) }()
+	obj := relocation.Object{Kind: "counter", ID: "xs"}
+	earlier, next := relocation.MoveID{0xc1}, relocation.MoveID{0xc2}
+	// The earlier move's check waits in the store; the next move's is
+	// answered OK meanwhile (preflightAs makes x the owner first).
+	st.arm(obj)
+	if err := tr.Send("b", transport.Item{Kind: transport.Record, Data: relocation.AppendRecord(nil, obj, &relocation.Preflight{Move: earlier, Object: obj})}); err != nil {
+		t.Fatal(err)
+	}
+	<-st.landed
+	owner := preflightAs(t, n, b, tr, "x", obj, next)
+	close(st.release) // the earlier check ends now, after the next one
+	waitFor(t, "the earlier move's check to end", func() bool {
+		b.moves.mu.Lock()
+		defer b.moves.mu.Unlock()
+		return b.moves.checking["x"] == 0
+	})
+	if err := tr.Send("b", transport.Item{Kind: transport.Record, Data: relocation.AppendRecord(nil, obj,
+		&relocation.Prepare{Move: next, Object: obj, Source: "x", Owner: owner, TotalLen: 8, ChunkCount: 1, CRC: 1})}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the next move's Prepare to be taken or refused", func() bool {
+		if b.moves.move(next) != nil {
+			return true
+		}
+		for _, it := range x.items() {
+			if _, r, err := relocation.DecodeRecord(it.Data); err == nil && r.MoveID() == next {
+				if f, ok := r.(*relocation.Failed); ok {
+					t.Fatalf("the next move's Prepare was refused: %s", f.Reason)
+				}
+			}
+		}
+		return false
+	})
+}
+
 // preflightAs makes peer name the owner of obj in the Location Store (a
 // lease of its own, a row it reserved and committed) and sends b the
 // Preflight of move mv on tr, waiting until b answered it OK; it returns
@@ -479,7 +561,11 @@ func preflightAs(t *testing.T, n *Network, b *Host, tr transport.Transport, name
 		b.moves.mu.Lock()
 		defer b.moves.mu.Unlock()
 		cp := b.moves.checked[name]
-		return cp != nil && cp.m[obj].move == mv
+		if cp == nil {
+			return false
+		}
+		_, ok := cp.m[preflightKey{obj: obj, move: mv}]
+		return ok
 	})
 	return row.Ownership
 }
