@@ -202,13 +202,10 @@ func (dr *drainer) drainRoundUntil(ctx context.Context, op string) (int, error) 
 	if ctx.Err() != nil {
 		return 0, dr.cutShort(ctx, op)
 	}
-	dr.life.mu.Lock() // no round starts once Close began (it waits for drainers)
-	if dr.life.state.Load() == stateClosed {
-		dr.life.mu.Unlock()
+	// No round starts once Close began (it waits for drainers).
+	if !dr.life.unlessClosed(func() { dr.rounds.Add(1) }) {
 		return 0, closedMidStop(op)
 	}
-	dr.rounds.Add(1)
-	dr.life.mu.Unlock()
 	found := make(chan int, 1)
 	go func() {
 		defer dr.rounds.Done()

@@ -108,6 +108,31 @@ type lifecycle struct {
 	end          context.CancelFunc
 }
 
+// whileRunning runs fn under mu if the host is running, and reports
+// whether it did: a transition (Stop, Close) waits for fn, and none
+// happens while it runs.
+func (l *lifecycle) whileRunning(fn func()) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state.Load() != stateRunning {
+		return false
+	}
+	fn()
+	return true
+}
+
+// unlessClosed runs fn under mu unless the host has closed, and reports
+// whether it did: Close waits for fn.
+func (l *lifecycle) unlessClosed(fn func()) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state.Load() == stateClosed {
+		return false
+	}
+	fn()
+	return true
+}
+
 // acceptsExternal reports whether sends from outside a handler are taken.
 func (l *lifecycle) acceptsExternal() bool { return l.state.Load() == stateRunning }
 

@@ -681,26 +681,30 @@ func (lk *leaseKeeper) mayRejoin(why error) bool {
 // It runs on the lease's service, under life.mu: Stop and Close wait for
 // it, and it does not start on a host that stops or closes.
 func (lk *leaseKeeper) newRun(why error) bool {
-	lk.life.mu.Lock()
-	if lk.life.state.Load() != stateRunning {
-		lk.life.mu.Unlock()
+	var (
+		owned int
+		gen   uint64
+		r     rejoined
+		err   error
+	)
+	if !lk.life.whileRunning(func() {
+		lk.gate.betweenRuns.Store(true)
+		owned = lk.owners.count()
+		gen = max(uint64(time.Now().UnixNano()), lk.run()+1)
+		r, err = lk.peers.tr.replace(func() (transport.Transport, error) {
+			t, err := lk.peers.attachRun(gen, closedChan)
+			if err == nil {
+				lk.in.newRun() // before anything is sent on the new run's links
+			}
+			return t, err
+		}, lk.peers.sentAgain)
+		if err == nil {
+			lk.routes.newRun(gen, !r.reclaimed)
+		}
+	}) {
 		lk.endRun(why)
 		return false
 	}
-	lk.gate.betweenRuns.Store(true)
-	owned := lk.owners.count()
-	gen := max(uint64(time.Now().UnixNano()), lk.run()+1)
-	r, err := lk.peers.tr.replace(func() (transport.Transport, error) {
-		t, err := lk.peers.attachRun(gen, closedChan)
-		if err == nil {
-			lk.in.newRun() // before anything is sent on the new run's links
-		}
-		return t, err
-	}, lk.peers.sentAgain)
-	if err == nil {
-		lk.routes.newRun(gen, !r.reclaimed)
-	}
-	lk.life.mu.Unlock()
 	if err != nil {
 		lk.endRun(errors.Join(why, fmt.Errorf("cannot attach as a new run: %w", err)))
 		return false
@@ -717,9 +721,7 @@ func (lk *leaseKeeper) newRun(why error) bool {
 	lk.events.addSelf(EventRejoined, gen, owned, "the membership had ended its run: "+why.Error())
 	lk.stats.lostOnRejoin.Add(int64(r.lost))
 	failed := lk.requests.failHanded(ErrRejoined, r.asks)
-	lk.peers.dirMu.Lock()
-	lk.peers.dir = nil // the new attachment knows no peer yet
-	lk.peers.dirMu.Unlock()
+	lk.peers.forgetDirectory() // the new attachment knows no peer yet
 	lk.peers.tellDirectory()
 	lk.peers.tr.current().sendAllAgain()
 	lk.log.Warn("the membership ended this host's run (it was paused or starved past its lease, and its peers saw it fail): it joins again as a new run; the objects of the old run are dropped (their messages handed on), the messages its peers had not taken go to them again, and what cannot go again is lost with the old run (Stats.LostOnRejoin)",
@@ -735,11 +737,14 @@ func (lk *leaseKeeper) newRun(why error) bool {
 // life.mu, on a running host only: a Close that began leaves the
 // membership after it, never before.
 func (lk *leaseKeeper) joinAgain() bool {
-	lk.life.mu.Lock()
-	defer lk.life.mu.Unlock()
-	if lk.life.state.Load() != stateRunning {
-		return false
-	}
+	joined := false
+	lk.life.whileRunning(func() { joined = lk.joinAgainRunning() })
+	return joined
+}
+
+// joinAgainRunning is joinAgain while the host is running (under the
+// lifecycle's lock: Stop and Close wait for it).
+func (lk *leaseKeeper) joinAgainRunning() bool {
 	ctx, cancel := lk.life.storeContext()
 	defer cancel()
 	sent := time.Now()

@@ -773,6 +773,14 @@ func (pr *peers) member(gen uint64) membership.Member {
 		MaxMessage: pr.cfg.ApplicationLimits.Bytes - mailbox.ItemOverhead, Version: pr.cfg.AppVersion}
 }
 
+// forgetDirectory forgets what the transport was told of its peers (a new
+// attachment knows none yet).
+func (pr *peers) forgetDirectory() {
+	pr.dirMu.Lock()
+	pr.dir = nil
+	pr.dirMu.Unlock()
+}
+
 // tellDirectory tells a transport that needs its peers' addresses
 // (transport.Directory) where the members are, and which are gone — and
 // one that checks its peers' runs against the membership
@@ -879,6 +887,23 @@ func (pr *peers) otherHostsWithKind(kind string) []string {
 	return out
 }
 
+// linkOf reports whether m's run is still a member with a link (listed),
+// and whether that link is down, or its peer leaving or gone.
+func (v *peerView) linkOf(m membership.Member) (down, leaving, listed bool) {
+	cur, ok := v.member(m.Name)
+	if !ok || cur.LeaseGen != m.LeaseGen {
+		return false, false, false
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	p := v.links[m.Name]
+	if p == nil {
+		return false, false, false
+	}
+	return p.down, p.leaving || p.gone, true
+}
+
+// leavingOrGone reports whether peer name is leaving or gone.
 func (v *peerView) leavingOrGone(name string) bool {
 	v.mu.RLock()
 	defer v.mu.RUnlock()

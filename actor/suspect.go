@@ -157,18 +157,7 @@ func (s *suspicions) linkUp(m membership.Member) bool {
 // link reports whether m's run is still a member with a link (listed),
 // and whether that link is down, or its peer leaving or gone.
 func (s *suspicions) link(m membership.Member) (down, leaving, listed bool) {
-	v := &s.peers.view
-	cur, ok := v.member(m.Name)
-	if !ok || cur.LeaseGen != m.LeaseGen {
-		return false, false, false
-	}
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	p := v.links[m.Name]
-	if p == nil {
-		return false, false, false
-	}
-	return p.down, p.leaving || p.gone, true
+	return s.peers.view.linkOf(m)
 }
 
 // leaseGone asks the Location Store for m's lease: dead when the store
