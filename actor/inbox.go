@@ -409,3 +409,81 @@ func (o *owner) restoreOrderLocked(snap route.Snapshot, now int64) {
 	o.trail.Restore(snap.Trail, now)
 	o.inbox.RestoreTakeover(snap.Takeover, now)
 }
+
+// sealForMove freezes o's receive side and seals its mailbox for a move's
+// seal, and reports whether senders it pushed back on are relieved (the
+// target pushes back again if it must); the caller sends the resumes
+// (sendPushes) after it.
+func (o *owner) sealForMove() (relieved bool) {
+	o.seqMu.Lock()
+	defer o.seqMu.Unlock()
+	o.inbox.Freeze()
+	o.mb.Seal()
+	return o.relievedLocked(true)
+}
+
+// drainForMove takes o's unexecuted queue and what arrived after the seal
+// (both in order), and the order state with its held messages, encoded,
+// at now: what a move's capture carries.
+func (o *owner) drainForMove(now int64) (queued, held []*mailbox.Envelope, order []byte) {
+	o.seqMu.Lock()
+	defer o.seqMu.Unlock()
+	queued, held = o.mb.Drain()
+	return queued, held, o.orderSnapshotLocked(now)
+}
+
+// reopenAfterMove opens o's receive side again after a move from here
+// aborted: captured (checked) and held (unchecked) go back in order before
+// what its mailbox holds. The caller finishes the order (router.orderDone)
+// with what it returns.
+func (o *owner) reopenAfterMove(captured, held []*mailbox.Envelope) orderAfter {
+	o.seqMu.Lock()
+	defer o.seqMu.Unlock()
+	return o.openOrderLocked(captured, append(held, o.mb.TakeHeld()...))
+}
+
+// openAfterMove opens o, the target's new owner, at now: its order state
+// restored from snap, from (the source) added to its trail, the captured
+// and unchecked messages (then what waited in its hold) taken in order. It
+// returns the hosts to tell where the object runs now — those it left
+// recently and those that sent to it recently — and what the caller
+// finishes the order with (router.orderDone).
+func (o *owner) openAfterMove(snap route.Snapshot, from string, captured, unchecked []*mailbox.Envelope, now int64) (tell []string, after orderAfter) {
+	o.seqMu.Lock()
+	defer o.seqMu.Unlock()
+	o.restoreOrderLocked(snap, now)
+	o.trail.Add(from, now+int64(o.t.cfg.FollowDuration))
+	for _, t := range o.trail.Live(now) {
+		tell = append(tell, t.Host)
+	}
+	tell = o.inbox.Order().SenderNames(tell)
+	o.incoming.Store(false)
+	return tell, o.openOrderLocked(captured, append(unchecked, o.mb.TakeHeld()...))
+}
+
+// closeGaps gives up, at now, on the gaps of o's senders that facts
+// cover, and reports whether it did; the caller finishes the order with
+// what it returns (router.orderDone).
+func (o *owner) closeGaps(now int64, facts []route.Fact) (after orderAfter, closed bool) {
+	o.seqMu.Lock()
+	defer o.seqMu.Unlock()
+	if o.inbox.CloseGaps(now, facts) == 0 {
+		return after, false
+	}
+	o.readyLocked(&after, nil)
+	return after, true
+}
+
+// oldestGap returns o's oldest gap at now, if it has one, and the hosts
+// its object left recently (which it may wait for).
+func (o *owner) oldestGap(now int64) (g route.Gap, awaited []string, ok bool) {
+	o.seqMu.Lock()
+	defer o.seqMu.Unlock()
+	if g, ok = o.inbox.Order().OldestGap(now); !ok {
+		return g, nil, false
+	}
+	for _, t := range o.trail.Live(now) {
+		awaited = append(awaited, t.Host)
+	}
+	return g, awaited, true
+}

@@ -171,10 +171,7 @@ func (mt *moveTable) relocateLocal(ctx context.Context, kr *kindRuntime, ref Ref
 	if target == mt.name {
 		return ErrNotLocal
 	}
-	sh := kr.shard(ref.ID)
-	sh.mu.RLock()
-	o := sh.m[ref.ID]
-	sh.mu.RUnlock()
+	o := kr.local(ref.ID)
 	if o == nil || o.incoming.Load() {
 		return ErrNotLocal
 	}
@@ -932,10 +929,7 @@ func (d *moveDriver) apply(a relocation.Action) relocation.Input {
 		}
 	case relocation.ReopenOwner:
 		o := d.o
-		o.seqMu.Lock()
-		unchecked := append(d.held, o.mb.TakeHeld()...)
-		after := o.openOrderLocked(d.captured, unchecked)
-		o.seqMu.Unlock()
+		after := o.reopenAfterMove(d.captured, d.held)
 		d.captured, d.held = nil, nil
 		d.later(func() { d.t.router.orderDone(o, after) })
 	case relocation.InstallFollow:
@@ -1055,11 +1049,7 @@ func (d *moveDriver) sealAndCapture() {
 		if d.src == nil || d.ended {
 			return
 		}
-		o.seqMu.Lock()
-		o.inbox.Freeze()
-		o.mb.Seal()
-		relieved = o.relievedLocked(true) // the target pushes back again if it must
-		o.seqMu.Unlock()
+		relieved = o.sealForMove()
 		now := nanotime()
 		d.clock.Sealed(now)
 		if f := d.t.times; f != nil {
@@ -1086,10 +1076,7 @@ func (d *moveDriver) sealAndCapture() {
 // check), the order state with its held messages, and the state.
 func (d *moveDriver) capture() (relocation.MoveRecord, error) {
 	o := d.o
-	o.seqMu.Lock()
-	queued, held := o.mb.Drain()
-	extra := o.orderSnapshotLocked(nanotime())
-	o.seqMu.Unlock()
+	queued, held, extra := o.drainForMove(nanotime())
 	d.captured, d.held = queued, held
 	var rec relocation.MoveRecord
 	if d.kr.spec.policy == PreserveState && o.ready {
@@ -1121,19 +1108,9 @@ func (d *moveDriver) capture() (relocation.MoveRecord, error) {
 // their permits.
 func (d *moveDriver) takeHeld() [][]byte {
 	mt, o := d.t, d.o
-	sh := d.kr.shard(d.obj.ID)
-	sh.mu.Lock()
-	if sh.m[d.obj.ID] == o {
-		delete(sh.m, d.obj.ID)
-	}
 	// Until the move ends, the store still names this run: the object is
 	// never activated here again meanwhile (router.activate).
-	if sh.leaving == nil {
-		sh.leaving = map[string]leavingMove{}
-	}
-	sh.leaving[d.obj.ID] = leavingMove{id: d.id, to: d.peer, gen: d.followGen()}
-	o.left.Store(true)
-	sh.mu.Unlock()
+	d.kr.leave(o, leavingMove{id: d.id, to: d.peer, gen: d.followGen()})
 	late, copies := o.closeBox()
 	held := append(d.held, late...)
 	out := make([][]byte, 0, len(held))
@@ -1233,15 +1210,7 @@ func (d *moveDriver) finish(f relocation.Finish) {
 
 // departed ends the source's hold on its object's id (takeHeld): the
 // target committed (the store names it), or the move ended without it.
-func (d *moveDriver) departed() {
-	sh := d.kr.shard(d.obj.ID)
-	sh.mu.Lock()
-	if m, ok := sh.leaving[d.obj.ID]; ok && m.id == d.id {
-		delete(sh.leaving, d.obj.ID)
-		sh.departed++
-	}
-	sh.mu.Unlock()
-}
+func (d *moveDriver) departed() { d.kr.departed(d.obj.ID, d.id) }
 
 // followGen is the owner generation the object has once this move (from
 // here) commits: the forwarding route's.
@@ -1258,22 +1227,11 @@ func (d *moveDriver) logEnd(out MoveOutcome, reason string, pause time.Duration,
 // registerTemp installs the incoming owner, sealed: messages sent here
 // directly wait in its hold — the temporary queue.
 func (d *moveDriver) registerTemp() {
-	sh := d.kr.shard(d.obj.ID)
-	sh.mu.Lock()
-	if sh.m[d.obj.ID] != nil {
-		sh.mu.Unlock()
+	o := d.kr.addIncoming(d.obj.ID)
+	if o == nil {
 		d.conflict = true
 		return
 	}
-	o := d.t.owners.newOwner(d.kr.spec, d.kr, Ref{Kind: d.obj.Kind, ID: d.obj.ID})
-	o.incoming.Store(true)
-	o.inbox.Freeze() // not yet published: no lock needed
-	o.mb.Seal()
-	if sh.m == nil {
-		sh.m = map[string]*owner{}
-	}
-	sh.m[d.obj.ID] = o
-	sh.mu.Unlock()
 	d.o = o
 	// The owner is found before any route from now on: the routes this
 	// host kept for the object are dropped after the shard's lock.
@@ -1338,21 +1296,10 @@ func (d *moveDriver) open(a relocation.OpenQueue) {
 			unchecked = append(unchecked, e)
 		}
 	}
-	now := nanotime()
-	o.seqMu.Lock()
-	o.restoreOrderLocked(d.snap, now)
-	o.trail.Add(d.peer, now+int64(mt.cfg.FollowDuration))
 	// Told where the object runs now: the hosts it left recently (they
 	// forward to here, not down a chain) and the hosts that sent to it
 	// recently (they send here, not to where it was).
-	var tell []string
-	for _, t := range o.trail.Live(now) {
-		tell = append(tell, t.Host)
-	}
-	tell = o.inbox.Order().SenderNames(tell)
-	o.incoming.Store(false)
-	after := o.openOrderLocked(captured, append(unchecked, o.mb.TakeHeld()...))
-	o.seqMu.Unlock()
+	tell, after := o.openAfterMove(d.snap, d.peer, captured, unchecked, nanotime())
 	d.snap = route.Snapshot{}
 	opened := nanotime()
 	d.clock.Opened(opened)
@@ -1379,12 +1326,7 @@ func (d *moveDriver) discardTemp(extra [][]byte, reason string) {
 		return
 	}
 	o := d.o
-	sh := d.kr.shard(d.obj.ID)
-	sh.mu.Lock()
-	if sh.m[d.obj.ID] == o {
-		delete(sh.m, d.obj.ID)
-	}
-	sh.mu.Unlock()
+	d.kr.remove(o)
 	queued, outOfOrder := o.closeBox()
 	held := append(queued, outOfOrder...)
 	o.state, o.ready = nil, false

@@ -580,6 +580,17 @@ func (kr *kindRuntime) shard(id string) *ownerShard {
 	return &kr.shards[maphash.String(kr.t.seed, id)%uint64(len(kr.shards))]
 }
 
+// holding returns the owners that hold messages out of order now.
+func (ot *ownerTable) holding() []*owner {
+	ot.heldMu.Lock()
+	defer ot.heldMu.Unlock()
+	owners := make([]*owner, 0, len(ot.held))
+	for o := range ot.held {
+		owners = append(owners, o)
+	}
+	return owners
+}
+
 // count returns how many objects of every kind have an owner on this
 // host, those passivating included (their rows may still name this run).
 func (ot *ownerTable) count() int {
@@ -734,6 +745,125 @@ func (kr *kindRuntime) local(id string) *owner {
 	o := sh.m[id]
 	sh.mu.RUnlock()
 	return o
+}
+
+// leave takes o, whose move from here is past relay-ready, out of the
+// kind's owners and marks its object leaving by move m until the move
+// ends (departed): it is never activated here again meanwhile
+// (router.activate).
+func (kr *kindRuntime) leave(o *owner, m leavingMove) {
+	id := o.ref.ID
+	sh := kr.shard(id)
+	sh.mu.Lock()
+	if sh.m[id] == o {
+		delete(sh.m, id)
+	}
+	if sh.leaving == nil {
+		sh.leaving = map[string]leavingMove{}
+	}
+	sh.leaving[id] = m
+	o.left.Store(true)
+	sh.mu.Unlock()
+}
+
+// departed ends move's mark on object id (leave): the target committed,
+// or the move ended without it.
+func (kr *kindRuntime) departed(id string, move relocation.MoveID) {
+	sh := kr.shard(id)
+	sh.mu.Lock()
+	if m, ok := sh.leaving[id]; ok && m.id == move {
+		delete(sh.leaving, id)
+		sh.departed++
+	}
+	sh.mu.Unlock()
+}
+
+// addIncoming installs a new owner of object id for a move to here,
+// sealed (messages sent here directly wait in its hold: the temporary
+// queue); nil if the object has an owner here already.
+func (kr *kindRuntime) addIncoming(id string) *owner {
+	sh := kr.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.m[id] != nil {
+		return nil
+	}
+	o := kr.t.newOwner(kr.spec, kr, Ref{Kind: kr.spec.name, ID: id})
+	o.incoming.Store(true)
+	o.inbox.Freeze() // not yet published: no lock needed
+	o.mb.Seal()
+	if sh.m == nil {
+		sh.m = map[string]*owner{}
+	}
+	sh.m[id] = o
+	return o
+}
+
+// lookHere finds object id on this host (hereLocked: its owner, or the
+// move from here it is leaving by), and how many moves from here have
+// ended in its shard so far (install compares them).
+func (kr *kindRuntime) lookHere(id string) (p place, ok bool, departed uint64) {
+	sh := kr.shard(id)
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	p, ok = kr.hereLocked(sh, id)
+	_, _, departed = sh.leavingLocked(id)
+	return p, ok, departed
+}
+
+// activation is what an activation's store calls found, for its owner.
+type activation struct {
+	row      relocation.Ownership // the row committed for this run
+	epoch    uint64               // the lease's lapses seen before the store calls (lease.go)
+	snap     route.Snapshot       // the order state the row kept
+	tookOver bool                 // the row named a crashed owner: its gaps are a failure fact
+	window   int64                // the failure fact's window (gapFacts.factWindow), if tookOver
+	// gapTimeout is Config.TakeoverGapTimeout, if tookOver.
+	gapTimeout int64
+}
+
+// install installs the owner of object id that an activation made, unless
+// the shard has meanwhile an owner of it, or a move from here of it
+// (found: that place), or a move from here ended since lookHere counted
+// departed (changed: the row the store returned may be that move's
+// target's by now; the caller asks the store again).
+func (kr *kindRuntime) install(id string, departed uint64, a activation) (p place, found, changed bool) {
+	sh := kr.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if p, ok := kr.hereLocked(sh, id); ok {
+		return p, true, false
+	}
+	if _, _, now := sh.leavingLocked(id); now != departed {
+		return place{}, false, true
+	}
+	o := kr.t.newOwner(kr.spec, kr, Ref{Kind: kr.spec.name, ID: id})
+	o.row = a.row
+	o.epoch.Store(a.epoch)
+	o.prev = sh.passivating[id]
+	if a.tookOver {
+		// The crashed owner is a failure fact for this object (not yet
+		// published: no lock needed).
+		o.inbox.TakenOver(nanotime(), a.window, a.gapTimeout)
+	}
+	if len(a.snap.Senders) > 0 || a.snap.Takeover != (route.TakeoverAge{}) {
+		o.restoreOrderLocked(a.snap, nanotime()) // not yet published: no lock needed
+	}
+	if sh.m == nil {
+		sh.m = map[string]*owner{}
+	}
+	sh.m[id] = o
+	return place{o: o}, false, false
+}
+
+// remove takes o out of the kind's owners, if it is still there.
+func (kr *kindRuntime) remove(o *owner) {
+	sh := kr.shard(o.ref.ID)
+	sh.mu.Lock()
+	if sh.m[o.ref.ID] == o {
+		delete(sh.m, o.ref.ID)
+	}
+	sh.mu.Unlock()
 }
 
 // closeBox closes the owner's mailbox for good and returns every item it

@@ -220,11 +220,7 @@ again:
 	// A flight that ended just before this one, or a move from here past
 	// relay-ready: the store names this run until its target commits, and
 	// the Reserve below would find the row "already ours".
-	sh := kr.shard(id)
-	sh.mu.RLock()
-	p, ok := kr.hereLocked(sh, id)
-	_, _, departed := sh.leavingLocked(id)
-	sh.mu.RUnlock()
+	p, ok, departed := kr.lookHere(id)
 	if ok {
 		kr.follow(id, p)
 		return p, nil
@@ -259,38 +255,25 @@ again:
 			rt.log.Warn("order state in the store row is malformed; starting without it", "object", obj.String(), "err", err)
 		}
 	}
-	sh.mu.Lock()
-	if p, ok := kr.hereLocked(sh, id); ok {
-		sh.mu.Unlock()
-		kr.follow(id, p)
-		return p, nil // an incoming move's owner, a racing activation, or a move from here
+	a := activation{row: row.Ownership, epoch: epoch, snap: snap, tookOver: crashed != ""}
+	if a.tookOver {
+		a.window, a.gapTimeout = rt.gaps.factWindow(), int64(rt.cfg.TakeoverGapTimeout)
 	}
-	if _, _, now := sh.leavingLocked(id); now != departed {
+	p, found, changed := kr.install(id, departed, a)
+	switch {
+	case changed:
 		// A move from here may have ended since the look before the
 		// store: the row Reserve found "already ours" may be its target's
 		// by now. Ask again.
-		sh.mu.Unlock()
 		goto again
+	case found:
+		kr.follow(id, p)
+		return p, nil // an incoming move's owner, a racing activation, or a move from here
 	}
-	defer sh.mu.Unlock()
-	o := rt.owners.newOwner(kr.spec, kr, Ref{Kind: kr.spec.name, ID: id})
-	o.row = row.Ownership
-	o.epoch.Store(epoch)
-	o.prev = sh.passivating[id]
-	if crashed != "" {
+	if a.tookOver {
 		rt.events.count(EventTookOver, crashed, 1)
-		// The crashed owner is a failure fact for this object (not yet
-		// published: no lock needed).
-		o.inbox.TakenOver(nanotime(), rt.gaps.factWindow(), int64(rt.cfg.TakeoverGapTimeout))
 	}
-	if len(snap.Senders) > 0 || snap.Takeover != (route.TakeoverAge{}) {
-		o.restoreOrderLocked(snap, nanotime()) // not yet published: no lock needed
-	}
-	if sh.m == nil {
-		sh.m = map[string]*owner{}
-	}
-	sh.m[id] = o
-	return place{o: o}, nil
+	return p, nil
 }
 
 // forward hands a message on towards where its object runs now (Message
@@ -636,34 +619,19 @@ func (rt *router) admit(o *owner, e *mailbox.Envelope, how admitHow) (ran bool, 
 // every owner that holds messages, and updates the oldest-gap gauge; a
 // long gap is logged (rate-limited) with the hosts it may wait for.
 func (rt *router) closeGaps() {
-	rt.owners.heldMu.Lock()
-	owners := make([]*owner, 0, len(rt.owners.held))
-	for o := range rt.owners.held {
-		owners = append(owners, o)
-	}
-	rt.owners.heldMu.Unlock()
+	owners := rt.owners.holding()
 	now := nanotime()
 	facts := rt.gaps.currentFacts(now)
 	var oldest route.Gap
 	var oldestAt *owner
 	var awaited []string
 	for _, o := range owners {
-		o.seqMu.Lock()
-		if o.inbox.CloseGaps(now, facts) > 0 {
-			var a orderAfter
-			o.readyLocked(&a, nil)
-			o.seqMu.Unlock()
+		if a, closed := o.closeGaps(now, facts); closed {
 			rt.orderDone(o, a)
-			o.seqMu.Lock()
 		}
-		if g, ok := o.inbox.Order().OldestGap(now); ok && g.Waited > oldest.Waited {
-			oldest, oldestAt = g, o
-			awaited = awaited[:0]
-			for _, t := range o.trail.Live(now) {
-				awaited = append(awaited, t.Host)
-			}
+		if g, hosts, ok := o.oldestGap(now); ok && g.Waited > oldest.Waited {
+			oldest, oldestAt, awaited = g, o, hosts
 		}
-		o.seqMu.Unlock()
 	}
 	rt.gaps.oldestGap.Store(oldest.Waited)
 	if oldestAt != nil && oldest.Waited >= int64(gapReportAfter) && rt.gaps.gapLog.allow(now) {
