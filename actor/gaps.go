@@ -20,13 +20,14 @@ import (
 // Invariants: a fact is recorded only from the membership (a host gone)
 // and kept for factKeep; facts are bounded (maxFacts).
 
-// overBound notes an arrival past the reorder bound at o: counted, and
-// (when the sender is told to pause) logged at most once per gapLogEvery.
-func (gp *gapFacts) overBound(o *owner, pushed string) {
+// overBound notes an arrival past the reorder bound at object ref:
+// counted, and (when the sender is told to pause) logged at most once per
+// gapLogEvery.
+func (gp *gapFacts) overBound(ref Ref, pushed string) {
 	gp.overHeld.Add(1)
 	if pushed != "" && gp.boundLog.allow(nanotime()) {
 		gp.log.Warn("a sender is past the reorder bound of an object: it is told to pause until an older message arrives",
-			"object", o.ref.String(), "sender", pushed, "bound", gp.cfg.ReorderBound)
+			"object", ref.String(), "sender", pushed, "bound", gp.cfg.ReorderBound)
 	}
 }
 

@@ -290,7 +290,7 @@ func (o *owner) finishOrder(a orderAfter) (stray []*mailbox.Envelope) {
 		p.Release()
 	}
 	if a.over {
-		o.t.gaps.overBound(o, a.pushTo)
+		o.t.gaps.overBound(o.ref, a.pushTo)
 	}
 	if a.push {
 		o.sendPushes()

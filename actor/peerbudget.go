@@ -354,3 +354,9 @@ func budgetBytes(m *payload.Message) int64 { return budgetLen(m.Len()) }
 
 // budgetLen is what a frame of n bytes counts in a budget and in credit.
 func budgetLen(n int) int64 { return min(int64(n), math.MaxUint32) }
+
+// sent counts a message frame of n bytes sent to the peer.
+func (c *peerCredit) sent(n int) {
+	c.sentN.Add(1)
+	c.sentB.Add(budgetLen(n))
+}

@@ -939,9 +939,7 @@ type peerCredits interface {
 
 // sentFrame counts a message frame of n bytes sent to peer to.
 func (pr *peers) sentFrame(to string, n int) {
-	c := pr.creditOf(to)
-	c.sentN.Add(1)
-	c.sentB.Add(budgetLen(n))
+	pr.creditOf(to).sent(n)
 }
 
 // sentAgain counts a message the new run sent again from the old run's
@@ -967,10 +965,10 @@ func (pr *peers) sendAgainToMembers() {
 	}
 }
 
-// push tells sender to pause or resume its outside sends to o's object.
+// push tells sender to pause or resume its outside sends to object ref.
 // Not under any lock of the owner.
-func (pr *peers) push(o *owner, sender string, pause bool) {
-	obj := relocation.Object{Kind: o.ref.Kind, ID: o.ref.ID}
+func (pr *peers) push(ref Ref, sender string, pause bool) {
+	obj := relocation.Object{Kind: ref.Kind, ID: ref.ID}
 	if sender == pr.name || sender == "" {
 		if pause {
 			pr.pressure.pause(obj, pr.name, false)

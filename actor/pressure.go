@@ -304,7 +304,7 @@ func (o *owner) sendPushes() {
 			yield()
 		}
 		for _, p := range q {
-			o.t.peers.push(o, p.sender, p.pause)
+			o.t.peers.push(o.ref, p.sender, p.pause)
 		}
 		o.seqMu.Lock()
 	}
