@@ -6,10 +6,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"sort"
-	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	pa "github.com/asynkron/protoactor-go/actor"
@@ -19,14 +16,6 @@ import (
 	"github.com/berthrt/berth/relocation"
 	"github.com/berthrt/berth/route"
 	"github.com/berthrt/berth/transport"
-)
-
-// Host states.
-const (
-	stateCreated int32 = iota
-	stateRunning
-	stateStopping
-	stateClosed
 )
 
 // Host hosts stateful objects and channel subscribers: one owner per object
@@ -66,103 +55,6 @@ type Host struct {
 	events   eventLog      // what happened to the cluster as this host saw it (events.go)
 	metrics  metricsServer // the /metrics server, if Config.MetricsAddr is set
 
-}
-
-// hostEnv is the value every part of a host is given (by pointer; the
-// host's own copy): the configuration, the host's name, its Observer,
-// tracer and logger, the payload pool and codec registry, and the
-// rate-limited lines. None of it is another part: it is set by NewHost and
-// read-only after it (the limiters and tallies are safe for concurrent
-// use).
-type hostEnv struct {
-	cfg      Config
-	name     string
-	obs      observer // the Config's Observer (a no-op one if none)
-	trace    *tracing // the Config's TracerProvider's tracer; nil if none (trace.go)
-	log      *slog.Logger
-	pool     *payload.Pool
-	reg      *payload.Registry
-	peerLogs peerLogs // rate limits of the lines peers' input causes (peerlog.go)
-	tallies  *tallies // lines that sum bursts of per-object events (peerlog.go)
-}
-
-// lifecycle is where the host is between NewHost and Close.
-//
-// Owns: the state, the host's context, Done's channels, why it closed.
-// Lock: mu guards registration and the state transitions (it is taken by
-// Register, Start, Stop and Close only, never on a message's path); state
-// is atomic and read on every send.
-// Invariants: the state only moves forward (created → running → stopping
-// → closed); done closes when Close starts, closed when it returns; ctx
-// ends when the host closes.
-type lifecycle struct {
-	storeTimeout time.Duration // Config.StoreTimeout
-	close        func() error  // the host's Close, for the parts that end it (a lost lease, a drain)
-	mu           sync.Mutex
-	state        atomic.Int32
-	draining     atomic.Bool           // a Drain or graceful Stop began: no new activation, no move in (drainer)
-	done         chan struct{}         // closed by Close when it starts
-	closed       chan struct{}         // closed by Close when it returns
-	lostErr      atomic.Pointer[error] // why the host closed itself (ErrLeaseLost); nil if it did not
-	ctx          context.Context       // ends when the host closes
-	end          context.CancelFunc
-}
-
-// whileRunning runs fn under mu if the host is running, and reports
-// whether it did: a transition (Stop, Close) waits for fn, and none
-// happens while it runs.
-func (l *lifecycle) whileRunning(fn func()) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.state.Load() != stateRunning {
-		return false
-	}
-	fn()
-	return true
-}
-
-// unlessClosed runs fn under mu unless the host has closed, and reports
-// whether it did: Close waits for fn.
-func (l *lifecycle) unlessClosed(fn func()) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.state.Load() == stateClosed {
-		return false
-	}
-	fn()
-	return true
-}
-
-// acceptsExternal reports whether sends from outside a handler are taken.
-func (l *lifecycle) acceptsExternal() bool { return l.state.Load() == stateRunning }
-
-// acceptsInternal reports whether sends from handlers are taken: also while
-// stopping gracefully, so that chains of messages finish.
-func (l *lifecycle) acceptsInternal() bool {
-	s := l.state.Load()
-	return s == stateRunning || s == stateStopping
-}
-
-// storeContext is the context of one Location Store call: it ends after
-// Config.StoreTimeout. (It does not end when the host closes: a move's
-// last store call, or the membership's leave, still runs then.)
-func (l *lifecycle) storeContext() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), l.storeTimeout)
-}
-
-// jobQueue is the host-wide application job queue: the permits every
-// application message holds from its admission to the end of its turn
-// (mailbox.Permits), and the lanes' queued counts (mailbox.Counters).
-type jobQueue struct {
-	permits  *mailbox.Permits
-	counters mailbox.Counters
-}
-
-// observer is the Config's Observer, and whether there is one (turns are
-// timed only then).
-type observer struct {
-	Observer
-	timed bool
 }
 
 // NewHost returns a host configured by cfg (see Config for defaults). It
@@ -809,119 +701,10 @@ func (h *Host) noteDropped(n *int) {
 	h.log.Warn("close ended accepted messages unrun (Stats.DroppedOnClose); a Stop that returns nil first drops none", "dropped", *n)
 }
 
-// Stats returns a snapshot of the host's gauges and counters.
-func (h *Host) Stats() Stats {
-	return Stats{
-		OwnersActive:           int(h.stats.owners.Load()),
-		QueuedApplication:      h.jobs.counters.Queued(mailbox.Application),
-		QueuedLifecycle:        h.jobs.counters.Queued(mailbox.Lifecycle),
-		PermitsInUse:           h.jobs.permits.InUse(),
-		PermitWaiters:          h.jobs.permits.Waiters(),
-		PermitsMax:             h.jobs.permits.Max(),
-		RequestsInFlight:       int(h.stats.inflight.Load()),
-		HeldOutOfOrder:         int(h.stats.heldOut.Load()),
-		GapsClosed:             h.stats.gapsClosed.Load(),
-		Late:                   h.stats.late.Load(),
-		OldestGap:              time.Duration(h.gaps.oldestGap.Load()),
-		OverBound:              h.gaps.overHeld.Load(),
-		WaitingToRoute:         int(h.gaps.waiting.Load()),
-		SkipsLost:              h.gaps.skipsLost.Load(),
-		PressureWaits:          h.pressure.waits.Load(),
-		PeerWaits:              h.peers.waits.Load(),
-		PeerRefused:            h.gaps.peerRefused.Load(),
-		LinkRefused:            h.peers.linkRefused.Load(),
-		Dropped:                h.stats.droppedMsgs.Load(),
-		DroppedOnClose:         h.stats.closeDropped.Load(),
-		Bounced:                h.stats.bouncedMsgs.Load(),
-		Relocations:            h.stats.moved.Load(),
-		MovesUnderWay:          int(h.moves.underWay.Load()),
-		Captured:               h.stats.captured.Load(),
-		Relayed:                h.stats.relayed.Load(),
-		Forwarded:              h.stats.forwarded.Load(),
-		StateWrites:            h.owners.persist.writes.Load(),
-		StateFlushes:           h.owners.persist.flushes.Load(),
-		StateFenced:            h.owners.persist.fencedN.Load(),
-		StateWriteErrors:       h.owners.persist.failures.Load(),
-		OutputsHeld:            int(h.owners.persist.held.Load()),
-		OutputsDropped:         h.stats.droppedOutputs.Load(),
-		Suspicions:             h.stats.suspicions.Load(),
-		SuspectsConfirmed:      h.stats.confirmedDead.Load(),
-		RequestsFailedWithPeer: h.stats.failedWithPeer.Load(),
-		Jeopardy:               h.life.state.Load() == stateRunning && !h.gate.live(),
-		Jeopardies:             h.stats.jeopardies.Load(),
-		JeopardyTime:           h.stats.jeopardyTime.total(time.Now()),
-		Rejoins:                h.stats.rejoins.Load(),
-		LostOnRejoin:           h.stats.lostOnRejoin.Load(),
-		SentAgain:              h.stats.sentAgain.Load(),
-		Repeats:                h.stats.repeats.Load(),
-		LeaseLapses:            h.stats.lapses.Load(),
-		OwnershipChecks:        h.stats.checks.Load(),
-		TakenOver:              h.stats.takenOver.Load(),
-		DrainStateDropped:      h.stats.stateDropped.Load(),
-		Payload:                h.pool.Stats(),
-	}
-}
-
-// workerPool is the dispatcher's goroutines: a mailbox's drain is handed
-// to an idle worker, or starts a new one; a worker idle for workerIdle
-// ends.
-//
-// Owns: its goroutines. Lock: none (channels). May call: the drains it is
-// handed. Invariants: after stop is closed and running is waited, no
-// drain runs.
-type workerPool struct {
-	running sync.WaitGroup // the workers
-	handoff chan func()    // unbuffered: drains handed to idle workers
-	stop    chan struct{}  // closed by Close after the last drain
-}
-
 // metricsServer is the /metrics server Config.MetricsAddr asks for.
 type metricsServer struct {
 	addr string       // the listener's address
 	stop func() error // ends the server (MetricsServer)
-}
-
-// dispatcher runs mailbox drains on worker goroutines that it keeps for a
-// while after their drain (a cached pool): a drain handed to an idle worker
-// needs no new goroutine and no stack growth. When no worker is idle it
-// starts one, so a drain never waits behind a blocked handler. Workers are
-// counted in drains, so Close can wait for every one.
-type dispatcher struct {
-	workers    *workerPool
-	throughput int // Config.Throughput
-}
-
-// workerIdle is how long a worker waits for another drain before it exits.
-const workerIdle = time.Second
-
-func (d dispatcher) Schedule(fn func()) {
-	select {
-	case d.workers.handoff <- fn: // an idle worker took it
-	default:
-		d.workers.running.Add(1)
-		go d.workers.worker(fn)
-	}
-}
-
-func (d dispatcher) Throughput() int { return d.throughput }
-
-// worker runs fn, then the drains handed to it, until it has been idle
-// for workerIdle or the pool stops.
-func (w *workerPool) worker(fn func()) {
-	defer w.running.Done()
-	idle := time.NewTimer(workerIdle)
-	defer idle.Stop()
-	for {
-		fn()
-		idle.Reset(workerIdle)
-		select {
-		case fn = <-w.handoff:
-		case <-idle.C:
-			return
-		case <-w.stop:
-			return
-		}
-	}
 }
 
 // MetricsServer is an Observer that serves itself over HTTP, for
@@ -949,28 +732,6 @@ func (h *Host) serveMetrics() error {
 // MetricsAddr returns the address /metrics is served on (with the port
 // chosen when Config.MetricsAddr asked for port 0), or "" if none.
 func (h *Host) MetricsAddr() string { return h.metrics.addr }
-
-var clockBase = time.Now()
-
-// nanotime is a monotonic clock in nanoseconds.
-func nanotime() int64 { return int64(time.Since(clockBase)) }
-
-func itoa(i int) string { return strconv.Itoa(i) }
-
-// minLevel drops records below a level (protoactor logs chattily at Info).
-type minLevel struct {
-	slog.Handler
-	min slog.Level
-}
-
-func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= m.min && m.Handler.Enabled(ctx, l)
-}
-
-func (m minLevel) WithAttrs(a []slog.Attr) slog.Handler {
-	return minLevel{m.Handler.WithAttrs(a), m.min}
-}
-func (m minLevel) WithGroup(g string) slog.Handler { return minLevel{m.Handler.WithGroup(g), m.min} }
 
 // noteMemberEvent records in the event log what a membership event
 // applied to the view says: a join, a drain, a leave that handed its

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/berthrt/berth/mailbox"
 )
 
 // hostStats holds the host's counters and gauges that no single part owns:
@@ -79,4 +81,57 @@ func (s *spells) total(now time.Time) time.Duration {
 		t += now.Sub(s.since)
 	}
 	return t
+}
+
+// Stats returns a snapshot of the host's gauges and counters.
+func (h *Host) Stats() Stats {
+	return Stats{
+		OwnersActive:           int(h.stats.owners.Load()),
+		QueuedApplication:      h.jobs.counters.Queued(mailbox.Application),
+		QueuedLifecycle:        h.jobs.counters.Queued(mailbox.Lifecycle),
+		PermitsInUse:           h.jobs.permits.InUse(),
+		PermitWaiters:          h.jobs.permits.Waiters(),
+		PermitsMax:             h.jobs.permits.Max(),
+		RequestsInFlight:       int(h.stats.inflight.Load()),
+		HeldOutOfOrder:         int(h.stats.heldOut.Load()),
+		GapsClosed:             h.stats.gapsClosed.Load(),
+		Late:                   h.stats.late.Load(),
+		OldestGap:              time.Duration(h.gaps.oldestGap.Load()),
+		OverBound:              h.gaps.overHeld.Load(),
+		WaitingToRoute:         int(h.gaps.waiting.Load()),
+		SkipsLost:              h.gaps.skipsLost.Load(),
+		PressureWaits:          h.pressure.waits.Load(),
+		PeerWaits:              h.peers.waits.Load(),
+		PeerRefused:            h.gaps.peerRefused.Load(),
+		LinkRefused:            h.peers.linkRefused.Load(),
+		Dropped:                h.stats.droppedMsgs.Load(),
+		DroppedOnClose:         h.stats.closeDropped.Load(),
+		Bounced:                h.stats.bouncedMsgs.Load(),
+		Relocations:            h.stats.moved.Load(),
+		MovesUnderWay:          int(h.moves.underWay.Load()),
+		Captured:               h.stats.captured.Load(),
+		Relayed:                h.stats.relayed.Load(),
+		Forwarded:              h.stats.forwarded.Load(),
+		StateWrites:            h.owners.persist.writes.Load(),
+		StateFlushes:           h.owners.persist.flushes.Load(),
+		StateFenced:            h.owners.persist.fencedN.Load(),
+		StateWriteErrors:       h.owners.persist.failures.Load(),
+		OutputsHeld:            int(h.owners.persist.held.Load()),
+		OutputsDropped:         h.stats.droppedOutputs.Load(),
+		Suspicions:             h.stats.suspicions.Load(),
+		SuspectsConfirmed:      h.stats.confirmedDead.Load(),
+		RequestsFailedWithPeer: h.stats.failedWithPeer.Load(),
+		Jeopardy:               h.life.state.Load() == stateRunning && !h.gate.live(),
+		Jeopardies:             h.stats.jeopardies.Load(),
+		JeopardyTime:           h.stats.jeopardyTime.total(time.Now()),
+		Rejoins:                h.stats.rejoins.Load(),
+		LostOnRejoin:           h.stats.lostOnRejoin.Load(),
+		SentAgain:              h.stats.sentAgain.Load(),
+		Repeats:                h.stats.repeats.Load(),
+		LeaseLapses:            h.stats.lapses.Load(),
+		OwnershipChecks:        h.stats.checks.Load(),
+		TakenOver:              h.stats.takenOver.Load(),
+		DrainStateDropped:      h.stats.stateDropped.Load(),
+		Payload:                h.pool.Stats(),
+	}
 }

@@ -85,7 +85,8 @@ type MayCall struct {
 // declared in To.
 type Edge struct {
 	From, To string
-	Names    int
+	Names    int      // how many declarations of To From uses
+	Used     []string // their names, sorted (a method or field as "T.name")
 }
 
 // Report holds the measures of one package. Every slice of sites is in

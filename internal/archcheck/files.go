@@ -17,6 +17,7 @@ func (a *analysis) fileGraph(r *Report) {
 		index[f] = i
 	}
 	names := map[[2]int]map[token.Pos]bool{} // edge -> the declarations it uses
+	used := map[[2]int]map[string]bool{}
 	for id, obj := range a.p.info.Uses {
 		if obj == nil || obj.Pkg() != a.p.pkg || !a.declared(obj) {
 			continue
@@ -31,11 +32,15 @@ func (a *analysis) fileGraph(r *Report) {
 			names[e] = map[token.Pos]bool{}
 		}
 		names[e][obj.Pos()] = true
+		if used[e] == nil {
+			used[e] = map[string]bool{}
+		}
+		used[e][a.objName(obj)] = true
 	}
 	adj := make([][]int, len(r.Files))
 	for e, n := range names {
 		adj[e[0]] = append(adj[e[0]], e[1])
-		r.Edges = append(r.Edges, Edge{From: r.Files[e[0]], To: r.Files[e[1]], Names: len(n)})
+		r.Edges = append(r.Edges, Edge{From: r.Files[e[0]], To: r.Files[e[1]], Names: len(n), Used: sortedKeys(used[e])})
 	}
 	sort.Slice(r.Edges, func(i, j int) bool {
 		if r.Edges[i].From != r.Edges[j].From {
@@ -126,4 +131,22 @@ func tarjan(adj [][]int) [][]int {
 		}
 	}
 	return comps
+}
+
+// objName names obj for an edge: "T.name" for a method or a field of
+// named type T, else its name.
+func (a *analysis) objName(obj types.Object) string {
+	switch o := obj.(type) {
+	case *types.Func:
+		if recv := o.Type().(*types.Signature).Recv(); recv != nil {
+			if n := a.localName(recv.Type()); n != "" {
+				return n + "." + o.Name()
+			}
+		}
+	case *types.Var:
+		if fi, ok := a.fields[o.Origin()]; ok {
+			return fi.name
+		}
+	}
+	return obj.Name()
 }

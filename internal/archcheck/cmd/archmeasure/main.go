@@ -78,6 +78,7 @@ func print(w io.Writer, dir, root string, r *archcheck.Report, files []archcheck
 	if verbose {
 		fmt.Fprintf(w, "    %s\n", strings.Join(r.ForeignFields, " "))
 	}
+	sites(r.ForeignFieldSites)
 	row("distinct own fields touched", "%d (%d sites)", len(r.OwnFields), len(r.OwnFieldSites))
 	row("upward field accesses", "%d", len(r.UpwardFields))
 	sites(r.UpwardFields)
@@ -93,7 +94,7 @@ func print(w io.Writer, dir, root string, r *archcheck.Report, files []archcheck
 	if verbose {
 		fmt.Fprintf(w, "    %s\n", strings.Join(r.LargestSCC, " "))
 		for _, e := range r.Edges {
-			fmt.Fprintf(w, "    %s -> %s (%d names)\n", e.From, e.To, e.Names)
+			fmt.Fprintf(w, "    %s -> %s (%d names: %s)\n", e.From, e.To, e.Names, strings.Join(e.Used, " "))
 		}
 	}
 	row("mutexes", "%d", len(r.Mutexes))

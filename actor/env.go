@@ -1,0 +1,67 @@
+package actor
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/berthrt/berth/mailbox"
+	"github.com/berthrt/berth/payload"
+)
+
+// hostEnv is the value every part of a host is given (by pointer; the
+// host's own copy): the configuration, the host's name, its Observer,
+// tracer and logger, the payload pool and codec registry, and the
+// rate-limited lines. None of it is another part: it is set by NewHost and
+// read-only after it (the limiters and tallies are safe for concurrent
+// use).
+type hostEnv struct {
+	cfg      Config
+	name     string
+	obs      observer // the Config's Observer (a no-op one if none)
+	trace    *tracing // the Config's TracerProvider's tracer; nil if none (trace.go)
+	log      *slog.Logger
+	pool     *payload.Pool
+	reg      *payload.Registry
+	peerLogs peerLogs // rate limits of the lines peers' input causes (peerlog.go)
+	tallies  *tallies // lines that sum bursts of per-object events (peerlog.go)
+}
+
+// jobQueue is the host-wide application job queue: the permits every
+// application message holds from its admission to the end of its turn
+// (mailbox.Permits), and the lanes' queued counts (mailbox.Counters).
+type jobQueue struct {
+	permits  *mailbox.Permits
+	counters mailbox.Counters
+}
+
+// observer is the Config's Observer, and whether there is one (turns are
+// timed only then).
+type observer struct {
+	Observer
+	timed bool
+}
+
+var clockBase = time.Now()
+
+// nanotime is a monotonic clock in nanoseconds.
+func nanotime() int64 { return int64(time.Since(clockBase)) }
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// minLevel drops records below a level (protoactor logs chattily at Info).
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (m minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= m.min && m.Handler.Enabled(ctx, l)
+}
+
+func (m minLevel) WithAttrs(a []slog.Attr) slog.Handler {
+	return minLevel{m.Handler.WithAttrs(a), m.min}
+}
+
+func (m minLevel) WithGroup(g string) slog.Handler { return minLevel{m.Handler.WithGroup(g), m.min} }
