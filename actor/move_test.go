@@ -374,10 +374,15 @@ func TestExternalSendsWaitForRoomOnTheLink(t *testing.T) {
 // A move's pause (Host.Pauses) runs from the seal at the source to the
 // opening at the target, and the source works it out without comparing
 // clocks between hosts: it must not include the way back of the target's
-// Committed. With every item on the link between the hosts delayed by d,
-// the Committed's way back is d: a figure taken up to the Committed's
-// arrival would be off by at least d, this one by far less. (Both hosts
-// share the process's clock here, so the test knows the true pause.)
+// Committed. With every item between the hosts arriving d after its send
+// (Latency), each way takes d and the Committed's way back is d: a figure
+// taken up to the Committed's arrival would be off by at least d, this
+// one by far less. (Both hosts share the process's clock here, so the
+// test knows the true pause.) Not Delay: a link that carries one item per
+// d makes a record wait behind the load report a host sends every second
+// (up to d more on one way only, which no clock-free figure can see), and
+// whether one goes just before the Prepare or the Committed is up to
+// where the move falls in the hosts' second.
 func TestPauseRunsFromTheSealToTheOpeningWithoutTheWayBack(t *testing.T) {
 	const d = 400 * time.Millisecond // well above a loaded machine's scheduling noise (78 ms seen under -race beside four busy processes), which the estimate also carries
 	n, hs := startNetwork(t, "a", "b")
@@ -398,11 +403,11 @@ func TestPauseRunsFromTheSealToTheOpeningWithoutTheWayBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitViews(t, a, b)
-	n.Transport.Delay("a", "b", d)
+	n.Transport.Latency("a", "b", d)
 	if err := a.Relocate(bg, ref, "b"); err != nil {
 		t.Fatal(err)
 	}
-	n.Transport.Delay("a", "b", 0)
+	n.Transport.Latency("a", "b", 0)
 	p := a.Pauses()
 	if len(p) != 1 || sealed.Load() == 0 || opened.Load() == 0 {
 		t.Fatalf("pauses %v, sealed at %d, opened at %d: want one move, sealed and opened", p, sealed.Load(), opened.Load())

@@ -130,7 +130,7 @@ func (x *host) peerLocked(to string, k transport.Kind) (*host, error) {
 func (x *host) newLinkLocked(p *host) {
 	n := x.net
 	l := &link{from: x, to: p, notify: make(chan struct{}, 1), stop: make(chan struct{}), ended: make(chan struct{}),
-		broken: n.broken[pair(x.name, p.name)], delay: n.delay[pair(x.name, p.name)]}
+		broken: n.broken[pair(x.name, p.name)], delay: n.delay[pair(x.name, p.name)], latency: n.latency[pair(x.name, p.name)]}
 	x.out[p] = l
 	x.publishOutLocked()
 	p.in[x] = l

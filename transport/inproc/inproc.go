@@ -12,7 +12,11 @@
 // batch; a Break, Kill or Delay during a batch stops it after the item
 // being delivered (the rest go back to the head of the queue), so at most
 // one item is delivered after Break returns, as on an unbatched link. A
-// Send wakes the goroutine only when it sleeps.
+// Send wakes the goroutine only when it sleeps. A link delays in two ways:
+// Delay makes each delivery wait in turn (a slow link: one item per delay,
+// and what is sent queues behind what was sent before), Latency holds each
+// item back from its own Send (a long link: any number of items in flight
+// at once).
 //
 // Invariants, beyond those of package transport:
 //
@@ -86,7 +90,7 @@ type Options struct {
 }
 
 // Network joins the hosts of one process. Hosts join with Attach; faults
-// are injected with Break, Heal, Delay, Kill and SetHook.
+// are injected with Break, Heal, Delay, Latency, Kill and SetHook.
 //
 // A Network is safe for concurrent use.
 type Network struct {
@@ -94,10 +98,11 @@ type Network struct {
 	noCopy    bool
 	hook      atomic.Pointer[func(from, to string, it transport.Item) bool]
 
-	mu     sync.RWMutex
-	hosts  map[string]*host            // attached and not closing; guarded by mu
-	broken map[[2]string]bool          // by pair(a, b); guarded by mu
-	delay  map[[2]string]time.Duration // by pair(a, b); guarded by mu
+	mu      sync.RWMutex
+	hosts   map[string]*host            // attached and not closing; guarded by mu
+	broken  map[[2]string]bool          // by pair(a, b); guarded by mu
+	delay   map[[2]string]time.Duration // by pair(a, b); guarded by mu
+	latency map[[2]string]time.Duration // by pair(a, b); guarded by mu
 }
 
 // NewNetwork returns an empty network. It panics if opts.High is negative.
@@ -112,6 +117,7 @@ func NewNetwork(opts Options) *Network {
 	return &Network{
 		high: high, low: max(high/2, 1), noCopy: opts.NoCopy,
 		hosts: map[string]*host{}, broken: map[[2]string]bool{}, delay: map[[2]string]time.Duration{},
+		latency: map[[2]string]time.Duration{},
 	}
 }
 
@@ -250,6 +256,29 @@ func (n *Network) Delay(a, b string, d time.Duration) {
 		l.mu.Lock()
 		l.delay = max(d, 0)
 		l.setHaltLocked()
+		l.mu.Unlock()
+	})
+	n.mu.Unlock()
+}
+
+// Latency makes every item sent between a and b, both ways, arrive d
+// after its Send (0 removes it), as over a network path whose one-way
+// delay is d: the link carries any number of items at once, in order, and
+// an item waits behind an earlier one only until that one's own time is
+// up. Unlike Delay, the link is no slower for it: what else is sent on it
+// (a host's periodic reports) holds nothing up, so each way takes d. An
+// item keeps the latency of its Send: one queued before Latency is called
+// is not held back by it, nor let go sooner by a later Latency.
+func (n *Network) Latency(a, b string, d time.Duration) {
+	n.mu.Lock()
+	if d <= 0 {
+		delete(n.latency, pair(a, b))
+	} else {
+		n.latency[pair(a, b)] = d
+	}
+	n.forPairLocked(a, b, func(l *link) {
+		l.mu.Lock()
+		l.latency = max(d, 0)
 		l.mu.Unlock()
 	})
 	n.mu.Unlock()

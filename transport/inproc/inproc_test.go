@@ -188,6 +188,71 @@ func TestDelay(t *testing.T) {
 	n.Delay("a", "b", 0)
 }
 
+// timedSink records when each item arrived.
+type timedSink struct {
+	sink
+	at []time.Time // guarded by sink.mu
+}
+
+func (s *timedSink) Deliver(from string, it transport.Item) {
+	now := time.Now()
+	s.sink.Deliver(from, it)
+	s.mu.Lock()
+	s.at = append(s.at, now)
+	s.mu.Unlock()
+}
+
+// A link with Latency holds each item back d from its own Send, and
+// carries any number at once: items sent together arrive together, not
+// one per d as with Delay. An item queued before the Latency is not held
+// back by it, and a crash cuts a wait short.
+func TestLatency(t *testing.T) {
+	leakCheck(t)
+	const d, items = 50 * time.Millisecond, 20
+	n := inproc.NewNetwork(inproc.Options{})
+	rb := &timedSink{}
+	a, _ := attach(t, n, "a", &sink{}), attach(t, n, "b", rb)
+	n.Latency("b", "a", d) // either order names the pair
+	sent := make([]time.Time, items)
+	for i := range items {
+		sent[i] = time.Now()
+		if err := a.Send("b", transport.Item{Kind: transport.Frame, Data: []byte{byte(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.WaitFor(t, "the items", func() bool { return rb.count() == items })
+	together := false
+	for i, it := range rb.items {
+		if it.Data[0] != byte(i) {
+			t.Fatalf("out of order: %v", rb.items)
+		}
+		if w := rb.at[i].Sub(sent[i]); w < d {
+			t.Fatalf("item %d arrived %v after its send, want at least %v", i, w, d)
+		}
+		if i > 0 && rb.at[i].Sub(rb.at[i-1]) < d {
+			together = true
+		}
+	}
+	if !together {
+		t.Fatalf("each of %d items sent together arrived at least %v after the one before (%v in all): the link carried one at a time", items, d, rb.at[items-1].Sub(rb.at[0]))
+	}
+	// An item queued before the latency is not held back by it.
+	n.Latency("a", "b", 0)
+	n.Break("a", "b")
+	if err := a.Send("b", transport.Item{Kind: transport.Frame, Data: []byte{items}}); err != nil {
+		t.Fatal(err)
+	}
+	n.Latency("a", "b", time.Hour)
+	n.Heal("a", "b")
+	testutil.WaitFor(t, "the item queued before the latency", func() bool { return rb.count() == items+1 })
+	// A crash cuts a wait short.
+	if err := a.Send("b", transport.Item{Kind: transport.Frame}); err != nil {
+		t.Fatal(err)
+	}
+	n.Kill("b")
+	n.Latency("a", "b", 0)
+}
+
 func TestKill(t *testing.T) {
 	leakCheck(t)
 	n := inproc.NewNetwork(inproc.Options{})

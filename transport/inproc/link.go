@@ -41,6 +41,7 @@ type link struct {
 
 	mu         sync.Mutex
 	items      []transport.Item // queued from items[head]; guarded by mu
+	due        []int64          // when each of items may be delivered (Latency: since epoch), 0 at once; guarded by mu
 	free       [][]byte         // delivered copies, for reuse; guarded by mu
 	queued     atomic.Int64     // len(items) - head, for WaitRoom's fast path (written under mu)
 	inFlight   atomic.Int64     // taken off the queue, not yet delivered (raised under mu)
@@ -50,6 +51,7 @@ type link struct {
 	sleeping   bool             // the goroutine waits for a wake; guarded by mu
 	broken     bool             // Network.Break; guarded by mu
 	delay      time.Duration    // Network.Delay; guarded by mu
+	latency    time.Duration    // Network.Latency; guarded by mu
 	flush      bool             // the sender closed gracefully: end once empty; guarded by mu
 	senderGone bool             // the sender closed: its peer gets Gone when the link ends; guarded by mu
 	dead       bool             // end now, undelivered items go as giveBack says; guarded by mu
@@ -88,7 +90,12 @@ func (l *link) push(it transport.Item, copy bool) {
 		}
 		it.Data = append(buf[:0], it.Data...)
 	}
+	var due int64
+	if l.latency > 0 {
+		due = sinceEpoch() + int64(l.latency)
+	}
 	l.items = append(l.items, it)
+	l.due = append(l.due, due)
 	l.queued.Add(1)
 	sleeping := l.sleeping
 	l.mu.Unlock()
@@ -176,6 +183,16 @@ func (l *link) run() {
 			return
 		}
 		n := min(l.queuedLocked(), maxBatch)
+		if wait := l.dueLocked(&n); wait > 0 {
+			l.mu.Unlock()
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-l.stop:
+			}
+			t.Stop()
+			continue // look again: the link may have broken or died meanwhile
+		}
 		if d := l.delay; d > 0 {
 			if !delayed {
 				l.mu.Unlock()
@@ -195,6 +212,7 @@ func (l *link) run() {
 		clear(l.items[l.head : l.head+n])
 		l.queued.Add(-int64(n))
 		l.inFlight.Store(int64(n))
+		l.due, _ = fifo.Compact(l.due, l.head+n) // as items: the same length and head
 		l.items, l.head = fifo.Compact(l.items, l.head+n)
 		if l.room != nil && l.queuedLocked() < l.from.net.low {
 			l.openRoomLocked()
@@ -225,10 +243,40 @@ func (l *link) run() {
 	}
 }
 
+// dueLocked cuts *n, the items to take off the head of the queue, to
+// those whose Latency is up, and returns how long the head item's has
+// still to run (then *n is not changed).
+func (l *link) dueLocked(n *int) time.Duration {
+	var now int64
+	for i, due := range l.due[l.head : l.head+*n] {
+		if due == 0 {
+			continue
+		}
+		if now == 0 {
+			now = sinceEpoch()
+		}
+		if due > now {
+			if i == 0 {
+				return time.Duration(due - now)
+			}
+			*n = i
+			break
+		}
+	}
+	return 0
+}
+
+// epoch is the origin of the links' due times.
+var epoch = time.Now()
+
+func sinceEpoch() int64 { return int64(time.Since(epoch)) }
+
 // requeueLocked puts items a halted batch did not deliver back at the head
-// of the queue, in order.
+// of the queue, in order (due at once: their Latency was up).
 func (l *link) requeueLocked(rest []transport.Item) {
-	l.items = append(append(make([]transport.Item, 0, len(rest)+l.queuedLocked()), rest...), l.items[l.head:]...)
+	q := l.queuedLocked()
+	l.items = append(append(make([]transport.Item, 0, len(rest)+q), rest...), l.items[l.head:]...)
+	l.due = append(make([]int64, len(rest), len(rest)+q), l.due[l.head:]...)
 	l.head = 0
 	l.queued.Add(int64(len(rest)))
 	l.inFlight.Add(-int64(len(rest)))
@@ -245,7 +293,7 @@ func (l *link) end() {
 		}
 		l.reclaimed, rest = rest, nil
 	}
-	l.items, l.head = nil, 0
+	l.items, l.due, l.head = nil, nil, 0
 	l.queued.Store(0)
 	l.openRoomLocked()
 	l.mu.Unlock()
