@@ -1,22 +1,9 @@
 package actor
 
 import (
-	"bufio"
-	"bytes"
-	"fmt"
-	"go/ast"
-	"go/importer"
-	"go/parser"
-	"go/token"
-	"go/types"
-	"io"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
-	"sort"
-	"strings"
 	"testing"
+
+	"github.com/berthrt/berth/internal/archcheck"
 )
 
 // partRank is the order of the host's parts (docs/architecture.md,
@@ -68,112 +55,43 @@ var partOf = map[string]string{
 	"moveDriver":    "moveTable", "remoteOps": "moveTable",
 }
 
-// The host's parts call only downward: no method of a part calls a
-// method of a part above it, or of Host. (A part reaches a lower part
-// through the host it belongs to; what a lower part needs from a higher
-// one it returns to its caller.)
-func TestHostPartsCallOnlyDownward(t *testing.T) {
-	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, ".", func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+// The host's parts reach only downward, and only through what they hold:
+// no type but Host and the API's values holds the host; nothing reaches a
+// part through it; no method of a part calls a method of a part above it
+// or reads or writes a field of one; no part takes a mutex of another part
+// (it asks that part's methods); and LOCK_ORDER.md names every mutex.
+// The measures are internal/archcheck's (go run
+// ./internal/archcheck/cmd/archmeasure prints them all, with -v every
+// site).
+func TestHostPartsReachOnlyDownward(t *testing.T) {
+	cfg, err := archcheck.Actor("..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	pkg := pkgs["actor"]
-	if pkg == nil {
-		t.Fatal("no package actor here")
-	}
-	var files []*ast.File
-	for _, f := range pkg.Files {
-		files = append(files, f)
-	}
-	exports := exportData(t)
-	imp := importer.ForCompiler(fset, "gc", func(path string) (io.ReadCloser, error) {
-		f, ok := exports[path]
-		if !ok {
-			return nil, fmt.Errorf("no export data for %s", path)
-		}
-		return os.Open(f)
-	})
-	info := &types.Info{Selections: map[*ast.SelectorExpr]*types.Selection{}}
-	if _, err := (&types.Config{Importer: imp}).Check("github.com/berthrt/berth/actor", fset, files, info); err != nil {
+	r, err := archcheck.Analyze(cfg)
+	if err != nil {
 		t.Fatal(err)
 	}
-	recvName := func(tp types.Type) string {
-		if p, ok := tp.(*types.Pointer); ok {
-			tp = p.Elem()
-		}
-		if n, ok := tp.(*types.Named); ok {
-			return n.Obj().Name()
-		}
-		return ""
+	if r.Methods < 300 {
+		t.Fatalf("found only %d methods of the parts: the check does not see the package", r.Methods)
 	}
-	var bad []string
-	methods := 0
-	for _, f := range files {
-		for _, d := range f.Decls {
-			fd, ok := d.(*ast.FuncDecl)
-			if !ok || fd.Recv == nil || fd.Body == nil {
-				continue
-			}
-			var caller string
-			switch rt := fd.Recv.List[0].Type.(type) {
-			case *ast.StarExpr:
-				caller = fmt.Sprint(rt.X)
-			case *ast.Ident:
-				caller = rt.Name
-			}
-			from, ok := partRank[caller]
-			if !ok {
-				continue
-			}
-			methods++
-			ast.Inspect(fd.Body, func(n ast.Node) bool {
-				call, ok := n.(*ast.CallExpr)
-				if !ok {
-					return true
-				}
-				sel, ok := call.Fun.(*ast.SelectorExpr)
-				if !ok {
-					return true
-				}
-				s := info.Selections[sel]
-				if s == nil || s.Kind() != types.MethodVal {
-					return true
-				}
-				callee := recvName(s.Obj().(*types.Func).Type().(*types.Signature).Recv().Type())
-				to, ok := partRank[callee]
-				if !ok || to <= from || callee == caller {
-					return true
-				}
-				bad = append(bad, fmt.Sprintf("%s: (%s).%s calls (%s).%s", fset.Position(call.Pos()), caller, fd.Name.Name, callee, sel.Sel.Name))
-				return true
-			})
+	for _, p := range r.MissingParts {
+		t.Errorf("partRank names %s, which is no type of actor", p)
+	}
+	for _, c := range []struct {
+		what  string
+		sites []archcheck.Site
+	}{
+		{"a field holding the host", r.HoldRoot},
+		{"a hop through the host", r.RootHops},
+		{"an upward call", r.UpwardCalls},
+		{"an upward field access", r.UpwardFields},
+		{"a lock of another part's mutex", r.ForeignLocks},
+		{"an unlock of another part's mutex", r.ForeignUnlocks},
+		{"a mutex LOCK_ORDER.md does not name", r.MutexesMissing},
+	} {
+		for _, s := range c.sites {
+			t.Errorf("%s: %s: %s", c.what, s.Pos, s.What)
 		}
 	}
-	if methods < 100 {
-		t.Fatalf("found only %d methods of the parts: the check does not see the package", methods)
-	}
-	sort.Strings(bad)
-	for _, b := range bad {
-		t.Error(b)
-	}
-}
-
-// exportData maps the import paths actor depends on to their compiled
-// export data (go list -export).
-func exportData(t *testing.T) map[string]string {
-	t.Helper()
-	goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-	out, err := exec.Command(goTool, "list", "-export", "-deps", "-f", "{{.ImportPath}}={{.Export}}", ".").Output()
-	if err != nil {
-		t.Fatalf("go list -export: %v", err)
-	}
-	m := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		if p, f, ok := strings.Cut(sc.Text(), "="); ok && f != "" {
-			m[p] = f
-		}
-	}
-	return m
 }

@@ -10,7 +10,7 @@ import (
 // Actor is the configuration for the module's actor/ package, whose module
 // root is the directory moduleRoot: its parts ranked by partRank in
 // actor/layers_test.go (read with RanksFromFile: the one list of ranks,
-// the one TestHostPartsCallOnlyDownward checks) and grouped by its partOf
+// the one TestHostPartsReachOnlyDownward checks) and grouped by its partOf
 // (GroupsFromFile), Host the root, Context
 // and Request the API values that hold it, actor/LOCK_ORDER.md the lock
 // document. cmd/archmeasure and this package's tests both use it.

@@ -7,7 +7,7 @@ import (
 
 // The analysis sees actor/: its ranks read, every ranked name a type of
 // the package, the parts' methods found, and no upward call (what
-// TestHostPartsCallOnlyDownward holds, seen the same way here).
+// TestHostPartsReachOnlyDownward holds, seen the same way here).
 func TestActor(t *testing.T) {
 	if testing.Short() {
 		t.Skip("type-checks actor/ against its dependencies' export data")

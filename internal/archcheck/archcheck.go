@@ -10,7 +10,7 @@
 //
 // Analyze type-checks the package's non-test files (the go/build default
 // context's list) against the compiled export data of its imports
-// (go list -export -deps, as TestHostPartsCallOnlyDownward does), then
+// (go list -export -deps, as TestHostPartsReachOnlyDownward does), then
 // walks the syntax once. It reports sites (file:line and what), so that a
 // count can be printed by anyone (cmd/archmeasure) and held by a test.
 //
@@ -32,7 +32,7 @@
 //     counted as another part's fields: a selection on the root is a root
 //     hop (RootHops) instead.
 //   - Calls of the root's methods do count as upward calls (the root has
-//     the highest rank), as in TestHostPartsCallOnlyDownward. Calls through
+//     the highest rank), as in TestHostPartsReachOnlyDownward. Calls through
 //     an interface never count: an interface is the allowed seam.
 //   - A lock counts as foreign when the mutex's type belongs (as above) to
 //     another part than the method's, or to none: ownerShard.mu is

@@ -12,7 +12,7 @@ import (
 // package-level variable name, a map[string]int composite literal whose
 // keys are string literals and whose values are integer literals. It is
 // how the ranks have one home: actor/layers_test.go's partRank is what
-// TestHostPartsCallOnlyDownward checks, and what cmd/archmeasure and this
+// TestHostPartsReachOnlyDownward checks, and what cmd/archmeasure and this
 // package's tests read.
 func RanksFromFile(path, name string) (map[string]int, error) {
 	fset, e, err := varValue(path, name)

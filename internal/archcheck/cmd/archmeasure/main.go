@@ -6,7 +6,7 @@
 //
 // The ranks are not copied here: archcheck.Actor reads them from the
 // partRank composite literal of actor/layers_test.go, the map
-// TestHostPartsCallOnlyDownward checks, so that there is one list. With -v
+// TestHostPartsReachOnlyDownward checks, so that there is one list. With -v
 // it prints every site behind each count; -n sets how many of the largest
 // files it prints.
 package main
