@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -234,7 +233,7 @@ func (dr *drainer) drainRound(ctx context.Context) int {
 		}
 		// The hosts to move to, asked of the membership afresh once per
 		// round and kind (not once per object: a drain moves thousands).
-		var targets []string
+		var targets []HostLoad
 		if kr.spec.policy != DisableRelocation {
 			targets = dr.peers.otherHostsWithKind(kr.spec.name)
 		}
@@ -256,8 +255,6 @@ func (dr *drainer) drainRound(ctx context.Context) int {
 	return n
 }
 
-var drainSeed = maphash.MakeSeed()
-
 // drainOne moves one object away, trying targets (the other hosts with
 // its kind) in turn; if none takes it, it deactivates the object — unless
 // ctx ended: then the object stays, and serves, for a later drain.
@@ -271,16 +268,16 @@ var drainSeed = maphash.MakeSeed()
 // gone. With no other target reachable, the move waits, as any move does:
 // a slow or cut-off host is not a dead one, and the object keeps its
 // state. (A move past relay-ready goes on; the object is no longer here.)
-func (dr *drainer) drainOne(ctx context.Context, kr *kindRuntime, o *owner, targets []string) {
+func (dr *drainer) drainOne(ctx context.Context, kr *kindRuntime, o *owner, targets []HostLoad) {
 	ref := o.ref
 	var lastErr error
 	if kr.spec.policy != DisableRelocation {
-		if n := len(targets); n > 0 {
-			first := int(maphash.String(drainSeed, ref.ID) % uint64(n))
+		if len(targets) > 0 {
+			tries := drainTries(kr.spec.placement, ref.ID, targets)
+			n := len(tries)
 			order := make([]string, 0, n)
 			var later []string
-			for i := range n {
-				t := targets[(first+i)%n]
+			for _, t := range tries {
 				if dr.peers.view.unreachable(t) {
 					later = append(later, t)
 				} else {
@@ -491,4 +488,21 @@ func (dr *drainer) waitHandedOn(ctx context.Context, op string) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// drainTries is p's order of the targets to move object id to, without
+// the names that are not targets or come twice; if p names none of them,
+// every target in berth's order (drainOrder): a placement's mistake does
+// not end an object's state.
+func drainTries(p Placement, id string, targets []HostLoad) []string {
+	var tries []string
+	for _, t := range p.Drain(id, targets) {
+		if slices.ContainsFunc(targets, func(h HostLoad) bool { return h.Name == t }) && !slices.Contains(tries, t) {
+			tries = append(tries, t)
+		}
+	}
+	if len(tries) == 0 {
+		return drainOrder(id, targets)
+	}
+	return tries
 }

@@ -169,6 +169,52 @@ func ExampleKind_SetPlacement() {
 	// hosts used: 3
 }
 
+// byRegion is a program's own Placement: a cart whose id begins with a
+// host's name activates on that host, and drains to the host after it.
+type byRegion struct{}
+
+func (byRegion) Activate(id, self string, among []actor.HostLoad) string {
+	for _, h := range among {
+		if strings.HasPrefix(id, h.Name+"-") {
+			return h.Name
+		}
+	}
+	return "" // here
+}
+
+func (byRegion) Drain(id string, among []actor.HostLoad) []string {
+	var order []string
+	for _, h := range among {
+		order = append(order, h.Name)
+	}
+	return order // sorted by name
+}
+
+func (byRegion) String() string { return "by-region" }
+
+// A Placement of the program's own: where a kind's objects activate, and
+// where a drain sends them.
+func ExamplePlacement() {
+	ctx := context.Background()
+	regional := func() *actor.Kind[Cart] {
+		carts := cartKind()
+		carts.SetPlacement(byRegion{}) // the same on every host
+		return carts
+	}
+	hosts, closeAll := startHosts(regional, "a", "b", "c")
+	defer closeAll()
+	for _, id := range []string{"b-7", "c-1", "x-2"} {
+		cart := actor.Ref{Kind: "cart", ID: id}
+		actor.Ask[CountItems, int](ctx, hosts[0], cart, CountItems{}) // sent from a
+		loc, _ := hosts[0].Locate(ctx, cart)
+		fmt.Println(id, "on", loc.Host)
+	}
+	// Output:
+	// b-7 on b
+	// c-1 on c
+	// x-2 on a
+}
+
 // Hosts in one process: an in-process transport, a Location Store and a
 // membership, shared. Each host learns the others from the membership;
 // one that joined later is known a moment after its Start returned.

@@ -115,7 +115,7 @@ type Kind[S any] struct {
 // it activates, in the object's first turn; an error fails that turn's
 // message and the next message tries again.
 func NewKind[S any](name string, factory func(ctx *Context, id string) (*S, error)) *Kind[S] {
-	s := &spec{name: name, handlers: map[string]*handler{}, spanName: turnSpanName(name)}
+	s := &spec{name: name, handlers: map[string]*handler{}, spanName: turnSpanName(name), placement: PlaceLocal}
 	if name == "" {
 		s.errs = append(s.errs, payload.NewError(payload.InvalidOperation, "actor.NewKind", "empty kind name"))
 	}
@@ -290,7 +290,7 @@ func (ch *Channel) specs() []*spec {
 }
 
 func (ch *Channel) subscriber() *spec {
-	s := &spec{name: ch.name, channel: true, handlers: map[string]*handler{}, spanName: turnSpanName(ch.name),
+	s := &spec{name: ch.name, channel: true, placement: PlaceLocal, handlers: map[string]*handler{}, spanName: turnSpanName(ch.name),
 		factory: func(*Context, string) (any, error) { return struct{}{}, nil }}
 	ch.subs = append(ch.subs, s)
 	return s

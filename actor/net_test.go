@@ -54,13 +54,3 @@ func waitViews(t testing.TB, hs ...*Host) {
 		return true
 	})
 }
-
-// loadOf returns peer name's load as this host knows it.
-func (v *peerView) loadOf(name string) int64 {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	if p := v.links[name]; p != nil {
-		return p.load + p.placed
-	}
-	return 0
-}

@@ -857,16 +857,16 @@ func (pr *peers) knownHost(name string) bool {
 // otherHostsWithKind returns the other serving hosts that have kind —
 // of the newest application version among them — sorted by name, asking
 // the membership afresh (Drain, once per round: it must see hosts that
-// joined a moment ago).
-func (pr *peers) otherHostsWithKind(kind string) []string {
+// joined a moment ago), each with its load as this host heard it.
+func (pr *peers) otherHostsWithKind(kind string) []HostLoad {
 	ctx, cancel := pr.life.storeContext()
 	defer cancel()
 	list, err := pr.members.Members(ctx)
 	if err != nil {
 		pr.log.Warn("membership not reachable; using the last view", "err", err)
-		var out []string
+		var out []HostLoad
 		for _, c := range pr.candidates(kind, false) {
-			out = append(out, c.name)
+			out = append(out, HostLoad{Name: c.name, Objects: c.load})
 		}
 		return out
 	}
@@ -879,12 +879,23 @@ func (pr *peers) otherHostsWithKind(kind string) []string {
 			cands = append(cands, candidate{name: m.Name, version: m.Version})
 		}
 	}
-	var out []string
+	var out []HostLoad
 	for _, c := range newest(cands) { // a rolling upgrade: onto the newest version only
-		out = append(out, c.name)
+		out = append(out, HostLoad{Name: c.name, Objects: pr.view.loadOf(c.name)})
 	}
-	sort.Strings(out)
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// loadOf is peer name's load as this host heard it: its last report, plus
+// the objects placed on it since.
+func (v *peerView) loadOf(name string) int64 {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	if p := v.links[name]; p != nil {
+		return p.load + p.placed
+	}
+	return 0
 }
 
 // linkOf reports whether m's run is still a member with a link (listed),

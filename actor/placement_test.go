@@ -3,6 +3,7 @@ package actor
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -231,5 +232,62 @@ func TestAGatewayHostsNothingAndPlacesOnServingHosts(t *testing.T) {
 	}
 	if _, err := NewHost(Config{Name: "x", Gateway: true}); !errors.Is(err, payload.InvalidOperation) {
 		t.Fatalf("a gateway without a transport: %v, want InvalidOperation", err)
+	}
+}
+
+// pinned is a program's own Placement: every object activates on host on
+// and drains to the hosts of drain, in that order.
+type pinned struct {
+	on    string
+	drain []string
+}
+
+func (p pinned) Activate(id, self string, among []HostLoad) string { return p.on }
+func (p pinned) Drain(id string, among []HostLoad) []string        { return p.drain }
+func (p pinned) String() string                                    { return "pinned" }
+
+// A kind's own Placement decides where its objects activate and where a
+// drain sends them; a Drain that names no host serving the kind leaves
+// berth's order, not the end of the objects' state.
+func TestAKindsOwnPlacementDecidesWhereItsObjectsActivateAndDrainTo(t *testing.T) {
+	for _, tc := range []struct {
+		what  string
+		drain []string
+		to    []string // where the drained objects may end
+	}{
+		{"a drain to b, then a", []string{"b", "a"}, []string{"b"}},
+		{"a drain naming no host", []string{"nobody"}, []string{"a", "b"}},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			n := NewNetwork(nil)
+			var hs []*Host
+			for _, name := range []string{"a", "b", "c"} {
+				k := placedKind("pinned", pinned{on: "c", drain: tc.drain})
+				k.PreserveStateJSON()
+				hs = append(hs, startHost(t, n.With(Config{Name: name, Logger: quietLogger()}), k))
+			}
+			waitViews(t, hs...)
+			a, c := hs[0], hs[2]
+			const objects = 8
+			for i := range objects {
+				if got := where(t, a, Ref{"pinned", fmt.Sprint(i)}); got != "c" {
+					t.Fatalf("object %d activated on %s; its placement says c", i, got)
+				}
+			}
+			if err := c.Drain(bg); err != nil {
+				t.Fatal(err)
+			}
+			for i := range objects {
+				ref := Ref{"pinned", fmt.Sprint(i)}
+				n, err := Ask[Get, int](bg, a, ref, Get{})
+				if err != nil || n != 1 {
+					t.Fatalf("%v after the drain: %d, %v; want its state (1)", ref, n, err)
+				}
+				loc, err := a.Locate(bg, ref)
+				if err != nil || !slices.Contains(tc.to, loc.Host) {
+					t.Fatalf("%v drained to %s (%v); want one of %v", ref, loc.Host, err, tc.to)
+				}
+			}
+		})
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/berthrt/berth/mailbox"
@@ -730,30 +730,23 @@ func (rt *router) placeNew(s *spec, id string) string {
 		}
 		placement = PlaceHashed
 	}
-	switch placement {
-	case PlaceRandom:
-		return cands[rand.IntN(len(cands))].name
-	case PlaceHashed:
-		best, bestScore := "", uint64(0)
-		for _, c := range cands {
-			if score := rendezvous(c.name, id); best == "" || score > bestScore {
-				best, bestScore = c.name, score
-			}
-		}
-		return best
-	case PlaceLeastLoaded:
-		best := cands[0]
-		for _, c := range cands[1:] {
-			if c.load < best.load {
-				best = c
-			}
-		}
-		if best.name != rt.name {
-			rt.peers.view.placed(best.name)
-		}
-		return best.name
+	among := make([]HostLoad, len(cands))
+	for i, c := range cands {
+		among[i] = HostLoad{Name: c.name, Objects: c.load}
 	}
-	return ""
+	to := placement.Activate(id, rt.name, among)
+	if to == rt.name {
+		return ""
+	}
+	if to != "" {
+		if !slices.ContainsFunc(cands, func(c candidate) bool { return c.name == to }) {
+			// Not a host that serves the kind: here, as with no
+			// candidate (the look-up then finds it or activates it).
+			return ""
+		}
+		rt.peers.view.placed(to) // its load as heard, until its next report
+	}
+	return to
 }
 
 // reject ends an item that was never admitted (the sender gets the error;
