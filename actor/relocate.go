@@ -190,19 +190,3 @@ func (o MoveOutcome) String() string {
 // then is above after+1). It takes nothing away, and costs nothing
 // unless called.
 func (h *Host) RecentMoves(after uint64) []MoveEntry { return h.moves.record.since(after) }
-
-// since returns the moves noted after sequence number after, oldest first
-// (Host.RecentMoves).
-func (l *moveLog) since(after uint64) []MoveEntry {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	first := max(after+1, l.seq+1-min(l.seq, recentMoves)) // the oldest kept: seq-255, or 1
-	if first > l.seq {
-		return nil
-	}
-	out := make([]MoveEntry, 0, l.seq-first+1)
-	for s := first; s <= l.seq; s++ {
-		out = append(out, l.moves[s%recentMoves])
-	}
-	return out
-}
