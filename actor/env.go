@@ -65,3 +65,31 @@ func (m minLevel) WithAttrs(a []slog.Attr) slog.Handler {
 }
 
 func (m minLevel) WithGroup(g string) slog.Handler { return minLevel{m.Handler.WithGroup(g), m.min} }
+
+// wallNano approximates the wall clock in Unix nanoseconds from the
+// monotonic clock, which is cheaper to read; it drifts from the wall clock
+// only by clock adjustments since the process started, which is precise
+// enough for skipping expired work.
+func wallNano() int64 { return clockBaseWall + nanotime() }
+
+var clockBaseWall = clockBase.UnixNano()
+
+// wallNanoOf returns t on wallNano's scale: the process's start on the
+// wall clock plus t's monotonic distance from it. A step of the wall clock
+// since the start (NTP) moves neither t's figure nor wallNano's, so a
+// deadline compared with wallNano keeps its length. t must carry a
+// monotonic reading (time.Now and what is added to it do).
+func wallNanoOf(t time.Time) int64 { return wallNanoOfFrom(t, clockBase, clockBaseWall) }
+
+// wallNanoOfFrom is wallNanoOf for a start base, whose wall clock read
+// baseWall.
+func wallNanoOfFrom(t, base time.Time, baseWall int64) int64 {
+	return baseWall + int64(t.Sub(base))
+}
+
+func durationNs(ns int64) time.Duration {
+	if ns < 0 {
+		return 0
+	}
+	return time.Duration(ns)
+}
