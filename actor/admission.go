@@ -267,7 +267,7 @@ func (ad *admission) admitWait(ctx context.Context, t target, e *mailbox.Envelop
 		ad.stamp(t, e.Msg, ad.routes.self())
 		size := e.Msg.Len()
 		if ad.obs.timed {
-			e.Admitted = nanotime()
+			e.Admitted = ad.nanotime()
 		}
 		how := admitWait
 		if inline {
@@ -371,9 +371,9 @@ func (ad *admission) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bo
 				// yet: a handler's send cannot wait here, so it is tried
 				// again on the tick, for up to SendTimeout.
 				if until == 0 {
-					until = nanotime() + int64(ad.cfg.SendTimeout)
+					until = ad.nanotime() + int64(ad.cfg.SendTimeout)
 				}
-				if nanotime() < until && ad.deferSend(deferredSend{t: t, e: e, until: until}) {
+				if ad.nanotime() < until && ad.deferSend(deferredSend{t: t, e: e, until: until}) {
 					return true
 				}
 				err = notHandedOn(p.host, err)
@@ -393,7 +393,7 @@ func (ad *admission) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bo
 			return true
 		}
 		if ad.obs.timed {
-			e.Admitted = nanotime()
+			e.Admitted = ad.nanotime()
 		}
 		if _, _, err = ad.router.admit(o, e, admitOverflow); err == nil {
 			ad.obs.Admitted(o.spec.name, mailbox.Application, size)

@@ -240,6 +240,15 @@ type Config struct {
 	// even when other hosts of the network could take them. By default Stop
 	// moves objects of kinds that relocate to those hosts first (Drain).
 	StopDeactivates bool
+
+	// clock, set by this package's tests only, is the host's clock (nil:
+	// the process's). It drives the host's services (the tick, the
+	// janitor, the lease's and the membership's schedules) and every
+	// time the host's rules compare (hostEnv.nanotime): idle objects,
+	// gaps and failure facts, routes and streams, moves' machines. The
+	// lease's deadline, renewals in flight and requests' deadlines keep
+	// the process's clock.
+	clock clock
 }
 
 // withDefaults validates c and fills in defaults. Errors name the field.

@@ -26,6 +26,22 @@ type hostEnv struct {
 	reg      *payload.Registry
 	peerLogs peerLogs // rate limits of the lines peers' input causes (peerlog.go)
 	tallies  *tallies // lines that sum bursts of per-object events (peerlog.go)
+
+	// clock is Config.clock: nil for the process's clock (nanotime),
+	// which the host's own nanotime then reads at no extra cost.
+	clock     clock
+	clockBase time.Time // the clock's time when the host was made, less a second
+}
+
+// nanotime is the host's monotonic clock in nanoseconds: the process's
+// (the package's nanotime) unless a test gave the host a clock, then that
+// clock's time since the host was made, plus a second (a reading is never
+// 0, which some fields take for "never").
+func (e *hostEnv) nanotime() int64 {
+	if e.clock == nil {
+		return nanotime()
+	}
+	return int64(e.clock.Now().Sub(e.clockBase))
 }
 
 // jobQueue is the host-wide application job queue: the permits every

@@ -25,7 +25,7 @@ import (
 // gapLogEvery.
 func (gp *gapFacts) overBound(ref Ref, pushed string) {
 	gp.overHeld.Add(1)
-	if pushed != "" && gp.boundLog.allow(nanotime()) {
+	if pushed != "" && gp.boundLog.allow(gp.nanotime()) {
 		gp.log.Warn("a sender is past the reorder bound of an object: it is told to pause until an older message arrives",
 			"object", ref.String(), "sender", pushed, "bound", gp.cfg.ReorderBound)
 	}
@@ -35,7 +35,7 @@ func (gp *gapFacts) overBound(ref Ref, pushed string) {
 // without handing on its work (its lease expired, or it left without
 // draining).
 func (gp *gapFacts) failed(host string, why string) {
-	f := route.Fact{At: nanotime(), Window: gp.factWindow(), Wait: int64(gp.cfg.GapTimeout)}
+	f := route.Fact{At: gp.nanotime(), Window: gp.factWindow(), Wait: int64(gp.cfg.GapTimeout)}
 	gp.factsMu.Lock()
 	gp.facts = append(gp.facts, f)
 	if len(gp.facts) > maxFacts {

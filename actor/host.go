@@ -74,15 +74,19 @@ func NewHost(cfg Config) (*Host, error) {
 			pool:    payload.NewPool(payload.PoolOptions{OnRelease: cfg.OnPayloadRelease}),
 			reg:     payload.NewRegistry(),
 			tallies: newTallies(),
+			clock:   cfg.clock,
 		},
 		life:    lifecycle{storeTimeout: cfg.StoreTimeout, done: make(chan struct{}), closed: make(chan struct{})},
-		svc:     newServices(nil),
+		svc:     newServices(cfg.clock),
 		owners:  ownerTable{seed: maphash.MakeSeed(), kinds: map[string]*kindRuntime{}, channels: map[string]*channelRuntime{}},
 		workers: workerPool{handoff: make(chan func()), stop: make(chan struct{})},
 		drainer: drainer{stopTurn: make(chan struct{}, 1)},
 		events:  eventLog{self: cfg.Name},
 	}
 	h.life.close = h.Close
+	if h.clock != nil {
+		h.clockBase = h.clock.Now().Add(-time.Second)
+	}
 	h.store = cfg.Store
 	if h.store == nil {
 		h.store = relocation.NewMemoryStore(nil)
@@ -213,7 +217,7 @@ func (h *Host) Start() error {
 		return err
 	}
 	h.lease.init(h.cfg.Store == nil)
-	h.routes.init(h.cfg.RouteCacheTTL, h.cfg.FollowDuration)
+	h.routes.init(h.cfg.RouteCacheTTL, h.cfg.FollowDuration, h.nanotime())
 	h.routes.failed = func(hd route.Hand) bool { return h.peers.view.runFailed(peerRun{name: hd.Host, run: hd.Run}) }
 	h.life.ctx, h.life.end = context.WithCancel(context.Background())
 	if err := h.join(); err != nil {

@@ -138,7 +138,7 @@ func (o *owner) admit(e *mailbox.Envelope, how admitHow) (ran bool, room <-chan 
 		if o.t.peers.tr != nil {
 			o.lastActive.Store(o.t.routes.coarseNow())
 		} else {
-			o.lastActive.Store(nanotime())
+			o.lastActive.Store(o.t.nanotime())
 		}
 	}
 	hv := e.Msg.Header()

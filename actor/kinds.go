@@ -106,7 +106,7 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 	}
 	var order []byte
 	if kr.t.peers.tr != nil {
-		order = o.orderSnapshotLocked(nanotime())
+		order = o.orderSnapshotLocked(kr.t.nanotime())
 	}
 	handedOn := o.inbox.Shut() // their frames are in the order state
 	o.noteHeldLocked()
@@ -303,10 +303,10 @@ func (kr *kindRuntime) install(id string, departed uint64, a activation) (p plac
 	if a.tookOver {
 		// The crashed owner is a failure fact for this object (not yet
 		// published: no lock needed).
-		o.inbox.TakenOver(nanotime(), a.window, a.gapTimeout)
+		o.inbox.TakenOver(kr.t.nanotime(), a.window, a.gapTimeout)
 	}
 	if len(a.snap.Senders) > 0 || a.snap.Takeover != (route.TakeoverAge{}) {
-		o.restoreOrderLocked(a.snap, nanotime()) // not yet published: no lock needed
+		o.restoreOrderLocked(a.snap, kr.t.nanotime()) // not yet published: no lock needed
 	}
 	if sh.m == nil {
 		sh.m = map[string]*owner{}

@@ -92,7 +92,7 @@ func (d *moveDriver) markOver() {
 // yielded it.
 func (d *moveDriver) stepMachine(in relocation.Input) {
 	if r, ok := in.(relocation.Receive); ok {
-		d.clock.Received(r.Record, nanotime())
+		d.clock.Received(r.Record, d.t.nanotime())
 	}
 	queue := []relocation.Input{in}
 	for len(queue) > 0 && !d.ended {
@@ -136,7 +136,7 @@ func (d *moveDriver) send(r relocation.Record) {
 	// its source can hear of it: the source's next move to this host must
 	// not find it counted (maxIncomingPerPeer).
 	d.noteOver()
-	r = d.clock.Sent(r, nanotime())
+	r = d.clock.Sent(r, d.t.nanotime())
 	gone, refused := d.t.peers.sendRecords(d.peer, d.obj, &d.enc, r)
 	d.gone, d.refused = gone, refused
 	if a, ok := r.(*relocation.Abort); ok && refused {

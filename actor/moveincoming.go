@@ -166,7 +166,7 @@ func (mt *moveTable) onRecord(from string, obj relocation.Object, rec relocation
 				overCh: make(chan struct{}), owner: r.Owner,
 				tgt: relocation.NewTarget(relocation.TargetConfig{Host: mt.name, CutoverWait: mt.cfg.CutoverWait, MaxRecord: mt.cfg.MaxMoveRecord,
 					FollowFor: mt.cfg.FollowDuration})}
-			d.tgt.Step(relocation.Tick{Now: nanotime()}) // the machine's clock starts now
+			d.tgt.Step(relocation.Tick{Now: mt.nanotime()}) // the machine's clock starts now
 			prev, others, why := mt.addIncoming(d, int64(r.TotalLen))
 			if why != "" {
 				mt.obs.Rejected(r.Object.Kind, RejectIncomingMoves)

@@ -277,7 +277,7 @@ func (mt *moveTable) moveEvent(peer string, in relocation.Input) {
 // (ForgetAt), when the machine says Forget.
 func (mt *moveTable) moveJobs(tick *schedule) {
 	tick.every("tick the moves", tickEvery, func(time.Time) bool {
-		mt.tickMoves(nanotime())
+		mt.tickMoves(mt.nanotime())
 		return false
 	})
 }

@@ -67,7 +67,7 @@ func (d *moveDriver) sealAndCapture() {
 			return
 		}
 		relieved = o.sealForMove()
-		now := nanotime()
+		now := d.t.nanotime()
 		d.clock.Sealed(now)
 		if f := d.t.times; f != nil {
 			f(d.id, false, now)
@@ -93,7 +93,7 @@ func (d *moveDriver) sealAndCapture() {
 // check), the order state with its held messages, and the state.
 func (d *moveDriver) capture() (relocation.MoveRecord, error) {
 	o := d.o
-	queued, held, extra := o.drainForMove(nanotime())
+	queued, held, extra := o.drainForMove(d.t.nanotime())
 	d.captured, d.held = queued, held
 	var rec relocation.MoveRecord
 	if d.kr.spec.policy == PreserveState && o.ready {
@@ -213,7 +213,7 @@ func (d *moveDriver) finish(f relocation.Finish) {
 		var pause time.Duration
 		paused := false
 		if f.Outcome == relocation.Moved {
-			pause, paused = d.clock.Pause(nanotime())
+			pause, paused = d.clock.Pause(d.t.nanotime())
 		}
 		d.logEnd(out, reason, pause, paused)
 		d.done <- err

@@ -97,9 +97,9 @@ func (d *moveDriver) open(a relocation.OpenQueue) {
 	// Told where the object runs now: the hosts it left recently (they
 	// forward to here, not down a chain) and the hosts that sent to it
 	// recently (they send here, not to where it was).
-	tell, after := o.openAfterMove(d.snap, d.peer, captured, unchecked, nanotime())
+	tell, after := o.openAfterMove(d.snap, d.peer, captured, unchecked, d.t.nanotime())
 	d.snap = route.Snapshot{}
-	opened := nanotime()
+	opened := d.t.nanotime()
 	d.clock.Opened(opened)
 	if f := d.t.times; f != nil {
 		f(d.id, true, opened)

@@ -138,14 +138,14 @@ const (
 
 // newOwner makes an owner and spawns its actor. Callers serialize per object.
 func (ow *ownerTable) newOwner(s *spec, kr *kindRuntime, ref Ref) *owner {
-	o := &owner{t: ow, spec: s, ref: ref, kr: kr, gone: make(chan struct{}), since: time.Now(), sinceNano: nanotime()}
+	o := &owner{t: ow, spec: s, ref: ref, kr: kr, gone: make(chan struct{}), since: time.Now(), sinceNano: ow.nanotime()}
 	o.ctx = ow.context(o)
 	o.out.adm, o.out.o = ow.admit, o
 	o.mb = mailbox.New(ow.cfg.ApplicationLimits, ow.cfg.LifecycleLimits, &ow.jobs.counters)
 	o.inbox.Order().MaxHeld = ow.cfg.ReorderBound
 	o.mb.Owner = o
 	o.mb.OnStop = o.stopped
-	o.lastActive.Store(nanotime())
+	o.lastActive.Store(ow.nanotime())
 	o.gate = ow.persist.gateFor(o)
 	ow.actors.Add(1)
 	ow.spawnMu.Lock()
@@ -355,7 +355,7 @@ func (o *owner) turnMsg(e *mailbox.Envelope) {
 	}
 	var start int64
 	if o.t.obs.timed {
-		start = nanotime()
+		start = o.t.nanotime()
 	}
 	if dl := hv.DeadlineUnixNano(); dl != 0 && wallNano() > dl {
 		// The sender has given up; do not run work nobody waits for.
@@ -379,7 +379,7 @@ func (o *owner) turnMsg(e *mailbox.Envelope) {
 	if hd.builtin {
 		return // an inspection: not the object's activity
 	}
-	end := nanotime()
+	end := o.t.nanotime()
 	o.lastTurn.Store(end)
 	if o.t.cfg.IdleTimeout > 0 || o.t.obs.timed {
 		o.lastActive.Store(end)
@@ -447,7 +447,7 @@ func (o *owner) fail(e *mailbox.Envelope, err error) {
 func (o *owner) control(c control) {
 	switch c {
 	case controlPassivate:
-		if o.kr == nil || nanotime()-o.lastActive.Load() < int64(o.t.cfg.IdleTimeout) {
+		if o.kr == nil || o.t.nanotime()-o.lastActive.Load() < int64(o.t.cfg.IdleTimeout) {
 			return
 		}
 		o.kr.deactivate(o, false)
@@ -566,7 +566,7 @@ func (ow *ownerTable) passivateIdle(time.Time) (done bool) {
 	if !ow.gate.live() {
 		return false // jeopardy: no turn would run (each would wait on a goroutine)
 	}
-	limit := nanotime() - int64(ow.cfg.IdleTimeout)
+	limit := ow.nanotime() - int64(ow.cfg.IdleTimeout)
 	for _, kr := range ow.kinds {
 		for _, o := range kr.all() {
 			if o.lastActive.Load() < limit && o.mb.Idle() && o.mayRun() {
@@ -580,7 +580,7 @@ func (ow *ownerTable) passivateIdle(time.Time) (done bool) {
 // forgetIdleSenders drops the order state of senders idle for twice the
 // streams' idle time, on every owner (they hold nothing).
 func (ow *ownerTable) forgetIdleSenders() {
-	now := nanotime()
+	now := ow.nanotime()
 	idle := 2 * int64(streamIdleFor(ow.cfg.FollowDuration))
 	for _, kr := range ow.kinds {
 		for _, o := range kr.all() {

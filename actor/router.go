@@ -478,9 +478,9 @@ func (rt *router) hint(obj relocation.Object, host string, gen uint64) {
 // notices waiting for their host, and the pruning of idle routes and
 // senders.
 func (rt *router) orderJobs(tick *schedule) {
-	tick.every("advance the coarse clock", tickEvery, func(time.Time) bool { rt.routes.clk.Store(nanotime()); return false })
+	tick.every("advance the coarse clock", tickEvery, func(time.Time) bool { rt.routes.clk.Store(rt.nanotime()); return false })
 	tick.every("close the gaps past their deadline", tickEvery, func(time.Time) bool { rt.closeGaps(); return false })
-	tick.every("prune idle routes", time.Second, func(time.Time) bool { rt.routes.prune(nanotime()); return false })
+	tick.every("prune idle routes", time.Second, func(time.Time) bool { rt.routes.prune(rt.nanotime()); return false })
 	tick.every("forget idle senders", 10*time.Second, func(time.Time) bool { rt.owners.forgetIdleSenders(); return false })
 }
 
@@ -507,7 +507,7 @@ func (rt *router) admit(o *owner, e *mailbox.Envelope, how admitHow) (ran bool, 
 // long gap is logged (rate-limited) with the hosts it may wait for.
 func (rt *router) closeGaps() {
 	owners := rt.owners.holding()
-	now := nanotime()
+	now := rt.nanotime()
 	facts := rt.gaps.currentFacts(now)
 	var oldest route.Gap
 	var oldestAt *owner

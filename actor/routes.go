@@ -64,10 +64,11 @@ var shardSeed = maphash.MakeSeed()
 func objHash(obj relocation.Object) uint64 { return maphash.String(shardSeed, obj.ID) }
 
 // init readies the table for a host whose routes are cached for cacheTTL
-// and whose forwarding routes last followFor; the clock starts now.
-func (r *routes) init(cacheTTL, followFor time.Duration) {
+// and whose forwarding routes last followFor; the clock starts at now
+// (the host's nanotime: the tick advances it).
+func (r *routes) init(cacheTTL, followFor time.Duration, now int64) {
 	r.cacheTTL, r.followFor = cacheTTL, followFor
-	r.clk.Store(nanotime())
+	r.clk.Store(now)
 	r.startStreams()
 }
 
@@ -171,7 +172,7 @@ func (r *routes) learn(obj relocation.Object, host string, gen uint64, follow bo
 	if follow {
 		ttl = r.followFor
 	}
-	now := nanotime()
+	now := r.coarseNow()
 	sh := r.shard(obj)
 	sh.mu.Lock()
 	sh.t.Learn(obj, route.Entry{Host: host, Gen: gen, Expires: now + int64(ttl), Follow: follow}, now)
@@ -181,7 +182,7 @@ func (r *routes) learn(obj relocation.Object, host string, gen uint64, follow bo
 // update applies a hint: obj runs on host with owner generation gen. A
 // known route is moved on if gen is newer; otherwise the hint is cached.
 func (r *routes) update(obj relocation.Object, host string, gen uint64) {
-	now := nanotime()
+	now := r.coarseNow()
 	sh := r.shard(obj)
 	sh.mu.Lock()
 	if !sh.t.Update(obj, host, gen, now) {
