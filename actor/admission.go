@@ -33,7 +33,7 @@ import (
 // leaving, errHostGone is returned (the caller looks the object up
 // again); on any failure m stays the caller's.
 func (ad *admission) sendRemote(ctx context.Context, host string, t target, m *payload.Message) error {
-	if mx := ad.peers.view.maxMessage(host); mx > 0 && int64(m.Len()) > mx {
+	if mx := ad.view.maxMessage(host); mx > 0 && int64(m.Len()) > mx {
 		return mailbox.ErrTooLarge // the destination's lanes are smaller than this host's
 	}
 	if ctx != nil {
@@ -48,7 +48,7 @@ func (ad *admission) sendRemote(ctx context.Context, host string, t target, m *p
 	// notes it (route.Streams.NextTo), and a request of this host too
 	// (requests.go) — a fact about that run that comes meanwhile is seen
 	// by handedTo.
-	to := ad.peers.view.runOf(host)
+	to := ad.view.runOf(host)
 	ad.stamp(t, m, to)
 	op, mine := ad.requests.own(m)
 	if err := ad.peers.sendMessage(host, m, transport.Frame); err != nil {
@@ -103,7 +103,7 @@ func (ad *admission) waitPressure(ctx context.Context, t target) error {
 		return ErrPushedBack
 	case <-ctx.Done():
 		return ctxErr(ctx)
-	case <-ad.life.done:
+	case <-ad.life.closing():
 		return ErrShuttingDown
 	}
 }
@@ -255,7 +255,7 @@ func (ad *admission) admitWait(ctx context.Context, t target, e *mailbox.Envelop
 					err = notHandedOn(p.host, err)
 				case <-ctx.Done():
 					err = ctxErr(ctx)
-				case <-ad.life.done:
+				case <-ad.life.closing():
 					err = ErrShuttingDown
 				}
 				wait.Stop()
@@ -299,7 +299,7 @@ func (ad *admission) admitWait(ctx context.Context, t target, e *mailbox.Envelop
 			case <-timer.C:
 				ad.router.reject(t.name(), e, RejectFull)
 				return false, ErrSendTimeout
-			case <-ad.life.done:
+			case <-ad.life.closing():
 				ad.router.reject(t.name(), e, RejectShuttingDown)
 				return false, ErrShuttingDown
 			}
@@ -411,6 +411,7 @@ func (ad *admission) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bo
 // a handler's send to a host that is leaving waits among the deferred
 // sends.
 type admission struct {
+	view *peerView // what this host knows of its peers (the peers' leaf)
 	*hostEnv
 	life     *lifecycle
 	gate     *leaseGate

@@ -31,12 +31,12 @@ type turnKey struct{}
 func (c *Context) Deadline() (time.Time, bool) { return time.Time{}, false }
 
 // Done implements context.Context: it is closed when the host closes.
-func (c *Context) Done() <-chan struct{} { return c.host.life.done }
+func (c *Context) Done() <-chan struct{} { return c.host.life.closing() }
 
 // Err implements context.Context.
 func (c *Context) Err() error {
 	select {
-	case <-c.host.life.done:
+	case <-c.host.life.closing():
 		return context.Canceled
 	default:
 		return nil

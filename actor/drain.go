@@ -55,6 +55,7 @@ func (s DrainState) String() string {
 // Invariants: draining and leaving only turn on; state only moves forward
 // (Serving → … → Stopped).
 type drainer struct {
+	view *peerView // what this host knows of its peers (the peers' leaf)
 	*hostEnv
 	life     *lifecycle
 	stats    *hostStats
@@ -139,7 +140,7 @@ func (dr *drainer) drain(ctx context.Context, op string) error {
 			return payload.NewError(payload.InvalidOperation, op, "the host is not serving")
 		}
 	case Stopped:
-		return dr.life.close() // the drain finished: the host has closed
+		return dr.life.closeHost() // the drain finished: the host has closed
 	}
 	if dr.current() <= Relocating {
 		// Objects whose state moves need somewhere to go: otherwise refuse,
@@ -150,7 +151,7 @@ func (dr *drainer) drain(ctx context.Context, op string) error {
 		}
 		if dr.state.CompareAndSwap(int32(Serving), int32(Relocating)) {
 			dr.events.addSelf(EventDrainStarted, dr.lease.run(), dr.owners.count(), "")
-			dr.life.draining.Store(true)
+			dr.life.beginDraining()
 			dr.peers.setMemberState(membership.Draining) // peers place no new objects here
 		}
 		err := dr.relocateAll(ctx, op)
@@ -215,7 +216,7 @@ func (dr *drainer) drainRoundUntil(ctx context.Context, op string) (int, error) 
 		return n, nil
 	case <-ctx.Done():
 		return 0, dr.cutShort(ctx, op)
-	case <-dr.life.done:
+	case <-dr.life.closing():
 		return 0, closedMidStop(op)
 	}
 }
@@ -278,7 +279,7 @@ func (dr *drainer) drainOne(ctx context.Context, kr *kindRuntime, o *owner, targ
 			order := make([]string, 0, n)
 			var later []string
 			for _, t := range tries {
-				if dr.peers.view.unreachable(t) {
+				if dr.view.unreachable(t) {
 					later = append(later, t)
 				} else {
 					order = append(order, t)
@@ -324,13 +325,13 @@ var errTargetLinkDown = errors.New("the link to the target broke")
 func (dr *drainer) moveTo(ctx context.Context, kr *kindRuntime, ref Ref, target string, next []string) error {
 	mctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	down := dr.peers.view.whenDown(target)
+	down := dr.view.whenDown(target)
 	watch := make(chan struct{})
 	defer close(watch)
 	go func() {
 		select {
 		case <-down:
-			if slices.ContainsFunc(next, func(t string) bool { return !dr.peers.view.unreachable(t) }) {
+			if slices.ContainsFunc(next, func(t string) bool { return !dr.view.unreachable(t) }) {
 				cancel(errTargetLinkDown)
 			}
 		case <-watch:
@@ -355,7 +356,7 @@ func (dr *drainer) awaitMove(ctx context.Context, kr *kindRuntime, o *owner) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-dr.life.done:
+		case <-dr.life.closing():
 			return
 		case <-tick.C:
 		}
@@ -402,8 +403,8 @@ func (dr *drainer) cutShort(ctx context.Context, op string) error {
 // cutShort's error and the host goes on serving, leaving; nothing is
 // dropped.
 func (dr *drainer) stop(ctx context.Context, op string) error {
-	if !dr.life.state.CompareAndSwap(stateRunning, stateStopping) && dr.life.state.Load() != stateStopping {
-		return dr.life.close() // never started (Close), or closed: returns once closed
+	if !dr.life.beginStopping() && dr.life.current() != stateStopping {
+		return dr.life.closeHost() // never started (Close), or closed: returns once closed
 	}
 	if dr.peers.tr != nil {
 		dr.beginLeave()
@@ -426,7 +427,7 @@ func (dr *drainer) stop(ctx context.Context, op string) error {
 		// failure (no gap of theirs closes on it).
 		dr.peers.setMemberState(membership.Gone)
 	}
-	return dr.life.close()
+	return dr.life.closeHost()
 }
 
 // beginLeave starts this host's leave: peers stop placing objects here
@@ -435,7 +436,7 @@ func (dr *drainer) stop(ctx context.Context, op string) error {
 // before is still delivered. A second call (a Stop after one whose
 // context ended) does nothing.
 func (dr *drainer) beginLeave() {
-	dr.life.draining.Store(true)
+	dr.life.beginDraining()
 	if dr.leaving.Swap(true) {
 		return
 	}
@@ -459,7 +460,7 @@ func (dr *drainer) quiesce(ctx context.Context, op string) error {
 		select {
 		case <-ctx.Done():
 			return dr.cutShort(ctx, op)
-		case <-dr.life.done:
+		case <-dr.life.closing():
 			return closedMidStop(op)
 		case <-tick.C:
 		}
@@ -483,7 +484,7 @@ func (dr *drainer) waitHandedOn(ctx context.Context, op string) error {
 		select {
 		case <-ctx.Done():
 			return dr.cutShort(ctx, op)
-		case <-dr.life.done:
+		case <-dr.life.closing():
 			return closedMidStop(op)
 		case <-tick.C:
 		}

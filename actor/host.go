@@ -76,7 +76,7 @@ func NewHost(cfg Config) (*Host, error) {
 			tallies: newTallies(),
 			clock:   cfg.clock,
 		},
-		life:    lifecycle{storeTimeout: cfg.StoreTimeout, done: make(chan struct{}), closed: make(chan struct{})},
+		life:    lifecycle{storeWait: cfg.StoreTimeout, done: make(chan struct{}), closed: make(chan struct{})},
 		svc:     newServices(cfg.clock),
 		owners:  ownerTable{seed: maphash.MakeSeed(), kinds: map[string]*kindRuntime{}, channels: map[string]*channelRuntime{}},
 		workers: workerPool{handoff: make(chan func()), stop: make(chan struct{})},
@@ -143,6 +143,9 @@ func (h *Host) wire() {
 	h.in.router, h.in.admit, h.in.moves = &h.router, &h.admit, &h.moves
 	h.drainer.hostEnv, h.drainer.life, h.drainer.stats, h.drainer.events, h.drainer.jobs = env, &h.life, &h.stats, &h.events, &h.jobs
 	h.drainer.peers, h.drainer.owners, h.drainer.moves, h.drainer.in, h.drainer.lease = &h.peers, &h.owners, &h.moves, &h.in, &h.lease
+	for _, v := range []**peerView{&h.admit.view, &h.drainer.view, &h.in.view, &h.requests.view, &h.router.view, &h.suspects.view, &h.moves.view} {
+		*v = &h.peers.view
+	}
 	h.owners.persist.hostEnv, h.owners.persist.life, h.owners.persist.stats, h.owners.persist.requests = env, &h.life, &h.stats, &h.requests
 }
 

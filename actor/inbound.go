@@ -109,7 +109,7 @@ func (iq *inbounds) onFrame(ib *inbound, from string, buf payload.Buffer) {
 	// it yet (it may have joined a moment ago) — so an object's senders
 	// are bounded by the membership.
 	var unknown string
-	if o := hv.Origin(); string(o) != from && !iq.peers.view.known(string(o)) {
+	if o := hv.Origin(); string(o) != from && !iq.view.known(string(o)) {
 		unknown = string(o)
 	}
 	if unknown != "" || kr.local(id) == nil {
@@ -223,7 +223,7 @@ func (iq *inbounds) waitLinkRoom(host string) {
 	if host == "" || iq.peers.tr.WaitRoom(doneCtx, host) == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(iq.life.ctx, iq.cfg.SendTimeout)
+	ctx, cancel := context.WithTimeout(iq.life.context(), iq.cfg.SendTimeout)
 	defer cancel()
 	_ = iq.peers.tr.WaitRoom(ctx, host)
 }
@@ -336,7 +336,7 @@ func (iq *inbounds) deliver(from string, it transport.Item) {
 		}
 		switch c := ctl.(type) {
 		case *loadReport:
-			iq.peers.view.setLoad(from, c.load)
+			iq.view.setLoad(from, c.load)
 			return
 		case *pressureItem:
 			if iq.fromGateway(from, "pause") {
@@ -401,18 +401,18 @@ func (iq *inbounds) linkEvent(e transport.Event) {
 		// The peer hears this host's load from the tick: no send
 		// from here (this may run inside Attach, before Start has the
 		// transport).
-		iq.peers.view.link(e.Peer, func(p *peerLink) { p.down, p.gone, p.needLoad = false, false, true })
+		iq.view.linkUp(e.Peer)
 		iq.moves.moveEvent(e.Peer, relocation.LinkUp{})
 	case transport.Down:
-		iq.peers.view.link(e.Peer, func(p *peerLink) { p.down = true; p.broke() })
+		iq.view.linkDown(e.Peer)
 		iq.suspects.suspect(e.Peer) // a suspicion: the Location Store's lease decides
 	case transport.Leaving:
 		// The peer is about to leave: route to it no more by the caches
 		// (ask the store again); what is on its way there is still taken.
-		iq.peers.view.link(e.Peer, func(p *peerLink) { p.leaving = true; p.broke() })
+		iq.view.linkLeaving(e.Peer)
 		iq.routes.forgetHost(e.Peer)
 	case transport.Gone:
-		iq.peers.view.link(e.Peer, func(p *peerLink) { p.broke(); *p = peerLink{gone: true} })
+		iq.view.linkGone(e.Peer)
 		// A new run of the peer counts its credit here from zero.
 		ib := iq.inboundFrom(e.Peer)
 		ib.credit.reset()
@@ -478,6 +478,7 @@ func (iq *inbounds) pendingIn() int {
 
 // inbounds is what this host keeps per sending peer (inbound).
 type inbounds struct {
+	view *peerView // what this host knows of its peers (the peers' leaf)
 	*hostEnv
 	life     *lifecycle
 	svc      *services

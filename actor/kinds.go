@@ -94,7 +94,7 @@ func (kr *kindRuntime) deactivate(o *owner, stopping bool) {
 	// network: then they go with the order state into the store row, and
 	// the object's next activation (elsewhere) holds them until the
 	// missing messages, which their senders send there, arrive.
-	leaving := stopping && kr.t.peers.tr != nil && kr.t.life.draining.Load()
+	leaving := stopping && kr.t.peers.tr != nil && kr.t.life.isDraining()
 	if (o.inbox.Held() > 0 && !leaving) || !o.mb.CloseIfEmpty() {
 		held := o.inbox.Held() > 0
 		o.seqMu.Unlock()

@@ -48,7 +48,8 @@ var partRank = map[string]int{
 // other part reaches them through the principal's methods.
 var partOf = map[string]string{
 	"owner": "ownerTable", "kindRuntime": "ownerTable", "channelRuntime": "ownerTable",
-	"stateGate":     "persister",
+	"persister": "ownerTable", "stateGate": "ownerTable",
+	"schedule":      "services",
 	"peerView":      "peers",
 	"inbound":       "inbounds",
 	"deferredSends": "admission",

@@ -278,7 +278,7 @@ func (lk *leaseKeeper) callRenewLease(run uint64) (relocation.Lease, error) {
 // renewal whose context ends on a slow database closes its connection,
 // and a new one takes round trips more to open.)
 func (lk *leaseKeeper) renewTimeout() time.Duration {
-	return max(lk.life.storeTimeout, renewalsInFlight*lk.storeSpacing())
+	return max(lk.life.storeTimeout(), renewalsInFlight*lk.storeSpacing())
 }
 
 // storeSpacing is how long the Location Store lease's renewal is out
@@ -426,19 +426,19 @@ func (lk *leaseKeeper) checkOwners(stop <-chan struct{}) {
 // begins and once when it ends; it reports whether the host's run is over
 // (the host then closes itself: Host.Err is ErrLeaseLost).
 func (lk *leaseKeeper) leaseTick(now time.Time) (over bool) {
-	if lk.life.state.Load() == stateClosed {
+	if lk.life.current() == stateClosed {
 		return true // Close runs: it leaves the membership, and nothing is renewed
 	}
 	if lk.joining.Load() {
 		// A new run renews its lease once it joined the
 		// membership (memberTick).
-		return lk.life.lostErr.Load() != nil
+		return lk.life.lost()
 	}
 	lk.noteJeopardy(now)
 	run := lk.run()
 	return lk.storeRenewals.tick(lk.storeSpacing(), run,
 		func() (relocation.Lease, error) { return lk.callRenewLease(run) },
-		lk.leaseAnswered, lk.life.done,
+		lk.leaseAnswered, lk.life.closing(),
 		lk.local.Deadline(), func() { lk.noteJeopardy(time.Now()) })
 }
 
@@ -470,7 +470,7 @@ func (lk *leaseKeeper) leaseAnswered(a renewed[relocation.Lease], alone bool) (o
 		lk.events.addSelf(EventStoreReachable, lk.run(), 0, "")
 	}
 	switch {
-	case errors.Is(err, errRunEnded) && lk.life.state.Load() == stateClosed:
+	case errors.Is(err, errRunEnded) && lk.life.current() == stateClosed:
 		return true // Close began meanwhile: not a run that ended
 	case errors.Is(err, errRunEnded):
 		lk.endRun(err)
@@ -495,19 +495,19 @@ func (lk *leaseKeeper) leaseAnswered(a renewed[relocation.Lease], alone bool) (o
 // new run (newRun, joinAgain), dropping the old run's objects. It reports
 // whether the host's run is over.
 func (lk *leaseKeeper) memberTick(time.Time) (over bool) {
-	if lk.life.state.Load() == stateClosed {
+	if lk.life.current() == stateClosed {
 		return true // Close runs: it leaves the membership, and nothing is renewed
 	}
 	if lk.joining.Load() {
 		if lk.joinAgain() {
 			lk.takeNewRunLease()
 		}
-		return lk.life.lostErr.Load() != nil // else asked again at the next tick
+		return lk.life.lost() // else asked again at the next tick
 	}
 	run := lk.run()
 	return lk.memberRenewals.tick(lk.memberSpacing(), run,
 		func() (membership.Lease, error) { return lk.callRenewMembership(run) },
-		lk.memberAnswered, lk.life.done, time.Time{}, nil)
+		lk.memberAnswered, lk.life.closing(), time.Time{}, nil)
 }
 
 // memberSpacing is how long the membership lease's renewal is out before
@@ -532,7 +532,7 @@ func (lk *leaseKeeper) memberSpacing() time.Duration {
 // gates no turn) and reports whether the host's run is over.
 func (lk *leaseKeeper) memberAnswered(a renewed[membership.Lease], _ bool) (over bool) {
 	if a.run != lk.run() {
-		return lk.life.lostErr.Load() != nil // about the host's old run: its new run renews its own
+		return lk.life.lost() // about the host's old run: its new run renews its own
 	}
 	err := lk.judgeMembership(a.sent, a.err)
 	switch {
@@ -542,14 +542,14 @@ func (lk *leaseKeeper) memberAnswered(a renewed[membership.Lease], _ bool) (over
 	case !errors.Is(err, errRunEnded):
 		lk.log.Warn("membership lease renewal failed; the host goes on and asks again", "err", err)
 		return false
-	case lk.life.state.Load() == stateClosed:
+	case lk.life.current() == stateClosed:
 		return true // Close began meanwhile and left the membership: not a run that ended
 	}
 	if lk.mayRejoin(err) {
 		if lk.newRun(err) && lk.joinAgain() {
 			lk.takeNewRunLease()
 		}
-		return lk.life.lostErr.Load() != nil
+		return lk.life.lost()
 	}
 	lk.endRun(err)
 	return true
@@ -771,11 +771,11 @@ func (lk *leaseKeeper) joinAgainRunning() bool {
 // answer.
 func (lk *leaseKeeper) endRun(why error) {
 	err := fmt.Errorf("%w: %w", ErrLeaseLost, why)
-	if !lk.life.lostErr.CompareAndSwap(nil, &err) {
+	if !lk.life.setLost(err) {
 		return // the other renewer found the run over first
 	}
 	lk.log.Error("the host's run is over: another run of its name holds the lease, or the membership ended this run; closing the host", "err", why)
 	lk.events.addSelf(EventRunEnded, lk.run(), 0, why.Error())
-	lk.gate.publish(1) // no turn starts from now on
-	go lk.life.close() // not here: Close waits for this goroutine
+	lk.gate.publish(1)     // no turn starts from now on
+	go lk.life.closeHost() // not here: Close waits for this goroutine
 }

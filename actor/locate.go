@@ -3,7 +3,6 @@ package actor
 import (
 	"context"
 	"errors"
-	"sort"
 
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
@@ -72,14 +71,5 @@ func (h *Host) Addr() string {
 // each to place objects on all the others waits until their Peers list
 // them.
 func (h *Host) Peers() []string {
-	h.peers.view.mu.RLock()
-	defer h.peers.view.mu.RUnlock()
-	var out []string
-	for name := range h.peers.view.members {
-		if name != h.name {
-			out = append(out, name)
-		}
-	}
-	sort.Strings(out)
-	return out
+	return h.peers.view.others(h.name)
 }

@@ -119,7 +119,7 @@ func (mt *moveTable) onRecord(from string, obj relocation.Object, rec relocation
 			reply.OK, reply.Reason = false, "host "+mt.name+" has no kind "+r.Object.Kind
 		case kr.spec.policy == DisableRelocation:
 			reply.OK, reply.Reason = false, "kind "+r.Object.Kind+" does not relocate"
-		case mt.life.draining.Load() || !mt.life.acceptsExternal():
+		case mt.life.isDraining() || !mt.life.acceptsExternal():
 			reply.OK, reply.Reason = false, "host "+mt.name+" is draining or stopping"
 		case compareVersions(mt.cfg.AppVersion, r.AppVersion) < 0:
 			// An older version may not read a newer one's state.
@@ -256,7 +256,7 @@ func (mt *moveTable) checkPreflight(from string, r *relocation.Preflight) {
 			select {
 			case <-timer.C:
 				continue
-			case <-mt.life.done:
+			case <-mt.life.closing():
 				timer.Stop()
 			}
 			break
@@ -405,7 +405,7 @@ func (d *moveDriver) behindOther(other *moveDriver) {
 		d.waiting.Store(true)
 		select {
 		case <-other.overCh:
-		case <-d.t.life.done:
+		case <-d.t.life.closing():
 		}
 		d.waiting.Store(false)
 	})

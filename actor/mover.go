@@ -121,6 +121,7 @@ type moveDriver struct {
 // the Location Store named the source as the object's owner (checked), at
 // most maxIncomingPerPeer kept per source and as many checks under way.
 type moveTable struct {
+	view     *peerView // what this host knows of its peers (the peers' leaf)
 	events   *eventLog
 	requests *requestTable
 	*hostEnv
@@ -301,7 +302,7 @@ func (mt *moveTable) tickMoves(now int64) {
 		// cutover that is slow (queued behind traffic, a starved
 		// source) is waited for — committing without the relays would
 		// run them late, after newer messages.
-		d.step(relocation.Tick{Now: now, SourceReachable: mt.peers.view.reachable(d.peer)})
+		d.step(relocation.Tick{Now: now, SourceReachable: mt.view.reachable(d.peer)})
 	}
 }
 

@@ -142,7 +142,7 @@ func (d *moveDriver) takeHeld() [][]byte {
 	// Past relay-ready these messages are the target's, in the move record
 	// or the relays: a request of this host among them is failed with the
 	// target (requests.go).
-	to := mt.peers.view.runOf(d.peer)
+	to := mt.view.runOf(d.peer)
 	for _, e := range done {
 		if e.Msg == nil {
 			continue

@@ -284,7 +284,7 @@ func (o *owner) awaitTurn(deadline int64) turnOutcome {
 		case <-again:
 		case <-expire:
 			return turnExpired
-		case <-o.t.life.done:
+		case <-o.t.life.closing():
 			return turnClosing
 		}
 	}

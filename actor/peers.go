@@ -214,7 +214,7 @@ func (pr *peers) waitRoom(ctx context.Context, host string, n int) error {
 	run := pr.view.runOf(host)
 	wctx, cancel := context.WithTimeout(ctx, pr.cfg.SendTimeout)
 	defer cancel()
-	stop := context.AfterFunc(pr.life.ctx, cancel)
+	stop := context.AfterFunc(pr.life.context(), cancel)
 	defer stop()
 	// A failed run never gives credit or room: the fact ends the wait.
 	stopFailed := context.AfterFunc(pr.view.whenFailed(run), cancel)
@@ -242,7 +242,7 @@ func (pr *peers) waitRoom(ctx context.Context, host string, n int) error {
 		return nil
 	}
 	switch {
-	case pr.life.ctx.Err() != nil:
+	case pr.life.context().Err() != nil:
 		return ErrShuttingDown
 	case pr.view.runFailed(run):
 		return peerFailedUnsent(host)

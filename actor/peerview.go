@@ -2,6 +2,7 @@ package actor
 
 import (
 	"context"
+	"sort"
 	"sync"
 	"sync/atomic"
 
@@ -469,3 +470,42 @@ func (v *peerView) leavingOrGone(name string) bool {
 	p := v.links[name]
 	return p != nil && (p.leaving || p.gone)
 }
+
+// linkUp notes that the link to peer name is up (a new link: the peer
+// hears this host's load).
+func (v *peerView) linkUp(name string) {
+	v.link(name, func(p *peerLink) { p.down, p.gone, p.needLoad = false, false, true })
+}
+
+// linkDown notes that the link to peer name broke.
+func (v *peerView) linkDown(name string) {
+	v.link(name, func(p *peerLink) { p.down = true; p.broke() })
+}
+
+// linkLeaving notes that peer name is about to leave.
+func (v *peerView) linkLeaving(name string) {
+	v.link(name, func(p *peerLink) { p.leaving = true; p.broke() })
+}
+
+// linkGone notes that peer name left the network.
+func (v *peerView) linkGone(name string) {
+	v.link(name, func(p *peerLink) { p.broke(); *p = peerLink{gone: true} })
+}
+
+// others returns the members' names but self, sorted.
+func (v *peerView) others(self string) []string {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	var out []string
+	for name := range v.members {
+		if name != self {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// hasNewer reports whether a member runs a newer application version
+// than this host.
+func (v *peerView) hasNewer() bool { return v.newer.Load() }

@@ -191,7 +191,7 @@ func (p *persister) write(writes []relocation.StateWrite) ([]int, error) {
 			return nil, err // a bug here, not the store's: retrying cannot help
 		}
 		select {
-		case <-p.life.done:
+		case <-p.life.closing():
 			return nil, ErrShuttingDown
 		case <-time.After(backoff):
 		}

@@ -73,6 +73,7 @@ var pendings = sync.Pool{New: func() any {
 
 // requestTable maps operation ids of outstanding requests to their waiters.
 type requestTable struct {
+	view *peerView // what this host knows of its peers (the peers' leaf)
 	*hostEnv
 	life   *lifecycle
 	stats  *hostStats
@@ -119,7 +120,7 @@ func (t *requestTable) handedTo(op payload.OpID, to peerRun) {
 		p.to = to
 	}
 	s.mu.Unlock()
-	if p == nil || !t.peers.view.runFailed(to) {
+	if p == nil || !t.view.runFailed(to) {
 		return
 	}
 	s.mu.Lock()
@@ -249,7 +250,7 @@ func (rq *requestTable) await(ctx context.Context, op payload.OpID, p *pending, 
 		err = ctxErr(ctx)
 	case <-p.timer.C:
 		err = ErrRequestTimeout
-	case <-rq.life.done:
+	case <-rq.life.closing():
 		err = ErrShuttingDown
 	}
 	p.timer.Stop()

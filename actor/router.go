@@ -85,7 +85,7 @@ type routeHint struct {
 // run this host already saw past its lease (a confirmed suspicion) is not
 // asked about again: a lease that ran out never comes back.
 func (rt *router) peerLive(host string, gen uint64) bool {
-	if rt.peers.view.isDead(host, gen) {
+	if rt.view.isDead(host, gen) {
 		return false
 	}
 	ctx, cancel := rt.life.storeContext()
@@ -182,7 +182,7 @@ func (rt *router) resolve(kr *kindRuntime, id string, mode lookupMode) (place, e
 		rt.routes.learn(obj, other, 0, false)
 		return place{host: other, stored: true}, nil
 	}
-	if rt.life.draining.Load() {
+	if rt.life.isDraining() {
 		if other := rt.peers.pickHost(kr.spec.name); other != "" {
 			return place{host: other, stored: true}, nil
 		}
@@ -308,7 +308,7 @@ func (rt *router) forward(kr *kindRuntime, id string, m *payload.Message, p plac
 		op, mine := rt.requests.own(m) // a request of this host notes where it went (requests.go)
 		var to peerRun
 		if mine {
-			to = rt.peers.view.runOf(d.Host)
+			to = rt.view.runOf(d.Host)
 		}
 		err := rt.sendHop(m, d.Host, hop.Hops+1, d.Gen)
 		if err == nil {
@@ -381,7 +381,7 @@ func (rt *router) sendHop(m *payload.Message, host string, hops uint8, gen uint6
 	if mine { // another host's message needs none of it
 		obj = relocation.Object{Kind: string(hv.TargetName()), ID: string(hv.TargetID())}
 		st = route.Stamp{Epoch: hv.Epoch(), Seq: hv.Seq()}
-		to = rt.peers.view.runOf(host)
+		to = rt.view.runOf(host)
 	}
 	if err := rt.peers.sendMessage(host, m, transport.Frame); err != nil {
 		_ = payload.SetForward(m.Frame(), oldHops, oldGen)
@@ -429,6 +429,7 @@ func (rt *router) admitHere(o *owner, m *payload.Message) {
 // look-ups of one object are one call, and admissions that may call the
 // store wait on look-up lanes, not on a peer's slow lane.
 type router struct {
+	view *peerView // what this host knows of its peers (the peers' leaf)
 	*hostEnv
 	life     *lifecycle
 	stats    *hostStats
@@ -572,17 +573,17 @@ func (rt *router) placeNew(s *spec, id string) string {
 	if rt.cfg.Gateway && placement == PlaceLocal {
 		placement = PlaceHashed // a gateway hosts nothing
 	}
-	if rt.peers.tr == nil || placement == PlaceLocal && !rt.peers.view.newer.Load() {
+	if rt.peers.tr == nil || placement == PlaceLocal && !rt.view.hasNewer() {
 		return "" // here: no member runs a newer application version (the common case, one atomic load)
 	}
-	cands := rt.peers.candidates(s.name, !rt.life.draining.Load() && !rt.cfg.Gateway)
+	cands := rt.peers.candidates(s.name, !rt.life.isDraining() && !rt.cfg.Gateway)
 	if len(cands) == 0 {
 		return ""
 	}
 	if placement == PlaceLocal {
 		// Here — unless hosts of a newer application version serve the
 		// kind (a rolling upgrade): then on one of them, by the id's hash.
-		if compareVersions(cands[0].version, rt.cfg.AppVersion) <= 0 || rt.life.draining.Load() {
+		if compareVersions(cands[0].version, rt.cfg.AppVersion) <= 0 || rt.life.isDraining() {
 			return "" // (cands are of one version, the newest)
 		}
 		placement = PlaceHashed
@@ -601,7 +602,7 @@ func (rt *router) placeNew(s *spec, id string) string {
 			// candidate (the look-up then finds it or activates it).
 			return ""
 		}
-		rt.peers.view.placed(to) // its load as heard, until its next report
+		rt.view.placed(to) // its load as heard, until its next report
 	}
 	return to
 }

@@ -121,7 +121,7 @@ func (h *Host) Stats() Stats {
 		Suspicions:             h.stats.suspicions.Load(),
 		SuspectsConfirmed:      h.stats.confirmedDead.Load(),
 		RequestsFailedWithPeer: h.stats.failedWithPeer.Load(),
-		Jeopardy:               h.life.state.Load() == stateRunning && !h.gate.live(),
+		Jeopardy:               h.life.current() == stateRunning && !h.gate.live(),
 		Jeopardies:             h.stats.jeopardies.Load(),
 		JeopardyTime:           h.stats.jeopardyTime.total(time.Now()),
 		Rejoins:                h.stats.rejoins.Load(),

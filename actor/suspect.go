@@ -51,6 +51,7 @@ import (
 // suspectRetry after a store error). Each check is counted in the
 // services' lanes and ends with the host's life.
 type suspicions struct {
+	view *peerView // what this host knows of its peers (the peers' leaf)
 	*hostEnv
 	life    *lifecycle
 	stats   *hostStats
@@ -78,12 +79,12 @@ func (s *suspicions) suspect(peer string) {
 	if s.peers.members == nil || peer == s.name {
 		return
 	}
-	m, ok := s.peers.view.member(peer)
+	m, ok := s.view.member(peer)
 	if !ok {
 		return
 	}
 	s.mu.Lock()
-	if s.stopped || s.checks[m.Name] == m.LeaseGen || s.life.ctx.Err() != nil {
+	if s.stopped || s.checks[m.Name] == m.LeaseGen || s.life.context().Err() != nil {
 		s.mu.Unlock()
 		return
 	}
@@ -115,7 +116,7 @@ func (s *suspicions) check(m membership.Member) {
 	}()
 	s.stats.suspicions.Add(1)
 	s.events.add(EventUnreachable, m.Name, m.LeaseGen, 0, "its link broke: its lease is checked in the Location Store")
-	ctx := s.life.ctx
+	ctx := s.life.context()
 	for {
 		if !s.stillSuspect(m) {
 			if s.linkUp(m) {
@@ -157,7 +158,7 @@ func (s *suspicions) linkUp(m membership.Member) bool {
 // link reports whether m's run is still a member with a link (listed),
 // and whether that link is down, or its peer leaving or gone.
 func (s *suspicions) link(m membership.Member) (down, leaving, listed bool) {
-	return s.peers.view.linkOf(m)
+	return s.view.linkOf(m)
 }
 
 // leaseGone asks the Location Store for m's lease: dead when the store
@@ -202,7 +203,7 @@ func (s *suspicions) confirmed(m membership.Member) {
 	s.log.Info("a suspected peer's lease ran out and the membership ended its run; it is dropped from the view", "peer", m.Name, "run", m.LeaseGen)
 	select {
 	case s.confirm <- m:
-	case <-s.life.ctx.Done():
+	case <-s.life.context().Done():
 	}
 }
 
