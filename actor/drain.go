@@ -70,6 +70,9 @@ type drainer struct {
 	state    atomic.Int32
 	stopTurn chan struct{}  // one slot: held by the Stop or Drain that runs
 	rounds   sync.WaitGroup // drain rounds (one may outlive a cut-short Drain briefly)
+
+	// Counters of Stats, this part's own.
+	stateDropped atomic.Int64 // objects whose in-memory state a drain ended: no host took them (Stats.DrainStateDropped)
 }
 
 // DrainState returns the host's drain state.
@@ -309,7 +312,7 @@ func (dr *drainer) drainOne(ctx context.Context, kr *kindRuntime, o *owner, targ
 	if lastErr != nil && kr.spec.policy == PreserveState && !kr.spec.persist && o.stateEnded.CompareAndSwap(false, true) {
 		// Not silent: the state a move would have kept ends here (counted
 		// once: a later round may find the owner before it deactivated).
-		dr.stats.stateDropped.Add(1)
+		dr.stateDropped.Add(1)
 		dr.tallies.drainEnded.Add(dr.log, 0, "object", ref.String(), "hosts", len(targets), "err", lastErr)
 	}
 	o.requestDeactivate()
@@ -452,7 +455,7 @@ func (dr *drainer) quiesce(ctx context.Context, op string) error {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for {
-		if dr.jobs.permits.InUse() == 0 && dr.jobs.permits.Waiters() == 0 && dr.stats.running.Load() == 0 &&
+		if dr.jobs.permits.InUse() == 0 && dr.jobs.permits.Waiters() == 0 && dr.owners.turnsRunning() == 0 &&
 			dr.jobs.counters.Queued(mailbox.Application) == 0 && dr.jobs.counters.Queued(mailbox.Lifecycle) == 0 &&
 			(dr.peers.tr == nil || dr.in.pending() == 0) {
 			return nil
@@ -473,7 +476,7 @@ func (dr *drainer) waitHandedOn(ctx context.Context, op string) error {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for quiet := 0; ; {
-		if dr.in.pendingIn() == 0 && dr.jobs.permits.InUse() == 0 && dr.stats.running.Load() == 0 {
+		if dr.in.pendingIn() == 0 && dr.jobs.permits.InUse() == 0 && dr.owners.turnsRunning() == 0 {
 			quiet++
 		} else {
 			quiet = 0

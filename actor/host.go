@@ -647,7 +647,7 @@ func (h *Host) Close() error {
 	h.workers.running.Wait()
 	// Turns run inline by callers (Config.InlineAsk) are not drains; wait
 	// for them too. Their handlers see their Context done.
-	for h.stats.running.Load() > 0 {
+	for h.owners.turnsRunning() > 0 {
 		time.Sleep(100 * time.Microsecond)
 	}
 	h.owners.system.Shutdown()
@@ -782,7 +782,7 @@ func (h *Host) watchMembers(ch <-chan membership.Event) {
 			ev = e
 		case m := <-h.suspects.confirm:
 			if cur, ok := h.peers.view.member(m.Name); ok && cur.LeaseGen == m.LeaseGen {
-				h.stats.confirmedDead.Add(1) // else the membership said so first
+				h.suspects.confirmedDead.Add(1) // else the membership said so first
 			}
 			h.peers.view.markDead(m.Name, m.LeaseGen)
 			ev = confirmedExpiry(m)

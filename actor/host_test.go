@@ -377,7 +377,7 @@ func TestInlineAskRunsIdleObjectsTurnAndKeepsOrderAndDeadlines(t *testing.T) {
 	if _, err := Ask[Echo, string](bg, h, Ref{"counter", "slow"}, Echo{S: "activate"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "idle", func() bool { return h.Stats().QueuedApplication == 0 && h.stats.running.Load() == 0 })
+	waitFor(t, "idle", func() bool { return h.Stats().QueuedApplication == 0 && h.owners.running.Load() == 0 })
 	if _, err := Ask[Wait, string](bg, h, Ref{"counter", "slow"}, Wait{}); err != nil {
 		t.Fatal(err)
 	}

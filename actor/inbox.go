@@ -254,13 +254,13 @@ func (o *owner) readyLocked(a *orderAfter, into *[]*mailbox.Envelope) {
 	}
 	c := o.inbox.Order().TakeCounts()
 	if c.GapsClosed > 0 {
-		o.t.stats.gapsClosed.Add(int64(c.GapsClosed))
+		o.t.gapsClosed.Add(int64(c.GapsClosed))
 	}
 	if c.Late > 0 {
-		o.t.stats.late.Add(int64(c.Late))
+		o.t.late.Add(int64(c.Late))
 	}
 	if c.Repeats > 0 {
-		o.t.stats.repeats.Add(int64(c.Repeats))
+		o.t.repeats.Add(int64(c.Repeats))
 	}
 	a.gapsClosed += c.GapsClosed
 	o.noteHeldLocked()
@@ -330,7 +330,7 @@ func (o *owner) noteHeldLocked() {
 		return
 	}
 	o.t.heldMu.Lock()
-	o.t.stats.heldOut.Add(int64(n - o.heldCount))
+	o.t.heldOut.Add(int64(n - o.heldCount))
 	o.heldCount = n
 	if n > 0 {
 		if o.t.held == nil {

@@ -385,7 +385,7 @@ func (kr *kindRuntime) endFenced(o *owner) {
 	for _, e := range append(queued, held...) {
 		if e.Msg != nil && isApplication(e) {
 			kr.t.obs.Rejected(o.spec.name, RejectShuttingDown)
-			kr.t.stats.droppedOutputs.Add(1)
+			kr.t.persist.droppedOutputs.Add(1)
 			if hv := e.Msg.Header(); len(hv.ReplyTo()) > 0 {
 				kr.t.requests.routeReply(hv.ReplyTo(), hv.Op(), reply{err: errFenced})
 			}

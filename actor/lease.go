@@ -100,6 +100,13 @@ type leaseKeeper struct {
 	flights        sync.WaitGroup
 	flightCtx      context.Context // the renewals' parent: ends when Close stops them (stopFlights)
 	endFlights     context.CancelFunc
+
+	// Counters of Stats, this part's own.
+	checks       atomic.Int64 // ownership checks of all objects after a lapse or a lost answer (Stats.OwnershipChecks)
+	jeopardies   atomic.Int64 // times the lease ran out before a renewal was answered (Stats.Jeopardies)
+	jeopardyTime spells       // time spent in jeopardy (Stats.JeopardyTime)
+	lapses       atomic.Int64 // renewals that found the lease lapsed in the store (Stats.LeaseLapses)
+	rejoins      atomic.Int64 // times a gateway joined again as a new run (Stats.Rejoins)
 }
 
 // run returns this run's lease generation: its run on the wire, kept as
@@ -320,7 +327,7 @@ func (lk *leaseKeeper) leaseAnswer(a renewed[relocation.Lease], alone bool) erro
 	l := a.v
 	lk.gate.betweenRuns.Store(false) // the store holds this run's lease: its rows name it
 	if l.Lapsed {
-		lk.stats.lapses.Add(1)
+		lk.lapses.Add(1)
 	}
 	if !alone {
 		// Another renewal is in flight: it may have landed first and
@@ -345,7 +352,7 @@ func (lk *leaseKeeper) leaseAnswer(a renewed[relocation.Lease], alone bool) erro
 // renewer before it publishes the renewal's deadline.
 func (lk *leaseKeeper) lapsed() {
 	lk.gate.epoch.Add(1)
-	lk.stats.checks.Add(1)
+	lk.checks.Add(1)
 	var all []*owner
 	for _, kr := range lk.owners.kinds {
 		all = append(all, kr.all()...)
@@ -450,8 +457,8 @@ func (lk *leaseKeeper) noteJeopardy(now time.Time) {
 		return
 	}
 	lk.jeopardy = now
-	lk.stats.jeopardies.Add(1)
-	lk.stats.jeopardyTime.begin(now)
+	lk.jeopardies.Add(1)
+	lk.jeopardyTime.begin(now)
 	lk.events.addSelf(EventJeopardy, lk.run(), 0, "")
 	lk.log.Warn("the host's lease ran out before a renewal was answered: jeopardy — its objects run no turn, and keep what arrives, until the Location Store answers",
 		"deadline", lk.local.Deadline())
@@ -481,7 +488,7 @@ func (lk *leaseKeeper) leaseAnswered(a renewed[relocation.Lease], alone bool) (o
 		lk.log.Warn("the lease is live again: the host's objects run again", "jeopardy", time.Since(lk.jeopardy).Round(time.Millisecond))
 		lk.events.addSelf(EventResumed, lk.run(), 0, "in jeopardy "+time.Since(lk.jeopardy).Round(time.Millisecond).String())
 		lk.jeopardy = time.Time{}
-		lk.stats.jeopardyTime.end(time.Now())
+		lk.jeopardyTime.end(time.Now())
 	}
 	return false
 }
@@ -717,9 +724,9 @@ func (lk *leaseKeeper) newRun(why error) bool {
 		}
 	}
 	lk.joining.Store(true)
-	lk.stats.rejoins.Add(1)
+	lk.rejoins.Add(1)
 	lk.events.addSelf(EventRejoined, gen, owned, "the membership had ended its run: "+why.Error())
-	lk.stats.lostOnRejoin.Add(int64(r.lost))
+	lk.peers.noteLostOnRejoin(r.lost)
 	failed := lk.requests.failHanded(ErrRejoined, r.asks)
 	lk.peers.forgetDirectory() // the new attachment knows no peer yet
 	lk.peers.tellDirectory()

@@ -150,6 +150,11 @@ type moveTable struct {
 	// nanotime of each move's seal at its source and opening at its
 	// target.
 	times func(id relocation.MoveID, opened bool, at int64)
+
+	// Counters of Stats, this part's own.
+	captured atomic.Int64 // messages in move records sent from here (Stats.Captured)
+	moved    atomic.Int64 // relocations completed here, either side (Stats.Relocations)
+	relayed  atomic.Int64 // messages relayed from here (Stats.Relayed)
 }
 
 // Lifecycle items the move puts on the owner's mailbox: each runs in a

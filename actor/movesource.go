@@ -111,7 +111,7 @@ func (d *moveDriver) capture() (relocation.MoveRecord, error) {
 			"the move record of "+d.obj.String()+" would be "+strconv.Itoa(n)+" bytes, more than MaxMoveRecord ("+
 				strconv.FormatInt(d.t.cfg.MaxMoveRecord, 10)+")")
 	}
-	d.t.stats.captured.Add(int64(len(rec.Queue)))
+	d.t.captured.Add(int64(len(rec.Queue)))
 	return rec, nil
 }
 
@@ -157,7 +157,7 @@ func (d *moveDriver) takeHeld() [][]byte {
 		}
 	})
 	d.held, d.captured = nil, nil
-	mt.stats.relayed.Add(int64(len(out)))
+	mt.relayed.Add(int64(len(out)))
 	return out
 }
 
@@ -174,7 +174,7 @@ func (d *moveDriver) finish(f relocation.Finish) {
 		out, reason := MoveDone, f.Reason
 		switch f.Outcome {
 		case relocation.Moved:
-			d.t.stats.moved.Add(1)
+			d.t.moved.Add(1)
 			reason = ""
 		case relocation.NotStarted:
 			out = MoveRefused

@@ -104,7 +104,7 @@ func (d *moveDriver) open(a relocation.OpenQueue) {
 	if f := d.t.times; f != nil {
 		f(d.id, true, opened)
 	}
-	mt.stats.moved.Add(1)
+	mt.moved.Add(1)
 	obj, gen := d.obj, a.Owner.OwnerGen
 	d.later(func() {
 		mt.router.orderDone(o, after)

@@ -78,6 +78,14 @@ type ownerTable struct {
 	// another host on to where it runs now (router.handOn, wired by the
 	// host: the router ranks above the owners).
 	handOn func(kr *kindRuntime, id string, msgs []*payload.Message)
+
+	// Counters of Stats, this part's own.
+	gapsClosed atomic.Int64 // sequence numbers given up on after a host failure (Stats.GapsClosed)
+	heldOut    atomic.Int64 // messages held out of order (Stats.HeldOutOfOrder)
+	late       atomic.Int64 // messages run after a gap before them was given up on (Stats.Late)
+	repeats    atomic.Int64 // messages sent again that ran here already, dropped (Stats.Repeats)
+	takenOver  atomic.Int64 // objects found taken over by another host after a lapse (Stats.TakenOver)
+	running    atomic.Int64 // turns running now
 }
 
 type owner struct {
@@ -153,14 +161,14 @@ func (ow *ownerTable) newOwner(s *spec, kr *kindRuntime, ref Ref) *owner {
 	o.pid = ow.system.Root.Spawn(ow.props)
 	ow.spawning = nil
 	ow.spawnMu.Unlock()
-	ow.stats.owners.Add(1)
+	ow.stats.addOwners(1)
 	ow.obs.Activated(s.name)
 	return o
 }
 
 func (o *owner) stopped() {
 	o.stopOnce.Do(func() {
-		o.t.stats.owners.Add(-1)
+		o.t.stats.addOwners(-1)
 		o.t.actors.Done()
 	})
 }
@@ -337,15 +345,15 @@ func (o *owner) waitTurn(e *mailbox.Envelope) bool {
 // end in a turn of its own (controlTaken).
 func (o *owner) takenOver() {
 	if o.taken.CompareAndSwap(false, true) {
-		o.t.stats.takenOver.Add(1)
+		o.t.takenOver.Add(1)
 		o.postControl(controlTaken)
 	}
 }
 
 // turnMsg runs one application message.
 func (o *owner) turnMsg(e *mailbox.Envelope) {
-	o.t.stats.running.Add(1)
-	defer o.t.stats.running.Add(-1)
+	o.t.running.Add(1)
+	defer o.t.running.Add(-1)
 	hv := e.Msg.Header()
 	hd := o.spec.handlers[string(hv.Type())]
 	if hd == nil {
@@ -621,3 +629,6 @@ func (ow *ownerTable) envelopeOf(frame []byte) *mailbox.Envelope {
 	e.Msg = m
 	return e
 }
+
+// turnsRunning returns how many turns run now.
+func (ow *ownerTable) turnsRunning() int64 { return ow.running.Load() }

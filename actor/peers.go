@@ -170,7 +170,7 @@ func (pr *peers) peerJobs(tick *schedule) {
 // peers that came up since the last report in any case (the tick
 // calls it).
 func (pr *peers) reportLoad(all bool) {
-	n := pr.stats.owners.Load()
+	n := pr.stats.ownersNow()
 	changed := n != pr.loadSent || all
 	pr.loadSent = n
 	var to []string
@@ -282,6 +282,10 @@ type peers struct {
 
 	waits       atomic.Int64 // outside sends that waited for a peer's credit (Stats.PeerWaits)
 	linkRefused atomic.Int64 // items not sent: their link was past its bound (linkBacklog, Stats.LinkRefused)
+
+	// Counters of Stats, this part's own.
+	sentAgainN   atomic.Int64 // messages a new run sent again from the old run's links (Stats.SentAgain)
+	lostOnRejoin atomic.Int64 // items the old run's links had not delivered at a rejoin, not sent again (Stats.LostOnRejoin)
 }
 
 // closedChan is a closed channel.
@@ -308,7 +312,7 @@ func (pr *peers) candidates(kind string, takeSelf bool) []candidate {
 		}
 		if name == pr.name {
 			if takeSelf {
-				out = append(out, candidate{name: name, load: pr.stats.owners.Load(), version: pr.cfg.AppVersion})
+				out = append(out, candidate{name: name, load: pr.stats.ownersNow(), version: pr.cfg.AppVersion})
 			}
 			continue
 		}
@@ -506,7 +510,7 @@ func (pr *peers) sentFrame(to string, n int) {
 // sentAgain counts a message the new run sent again from the old run's
 // links (runLink.replace): a frame sent to peer to.
 func (pr *peers) sentAgain(to string, it transport.Item) {
-	pr.stats.sentAgain.Add(1)
+	pr.sentAgainN.Add(1)
 	pr.sentFrame(to, len(it.Data))
 }
 
@@ -521,7 +525,7 @@ func (pr *peers) sendAgainToMembers() {
 	a := pr.tr.current()
 	a.sendAllAgain()
 	if n := a.dropAgain(func(name string) bool { _, ok := pr.view.member(name); return ok }); n > 0 {
-		pr.stats.lostOnRejoin.Add(int64(n))
+		pr.lostOnRejoin.Add(int64(n))
 		pr.log.Warn("messages to send again to hosts that are no longer members were lost with them (Stats.LostOnRejoin)", "messages", n)
 	}
 }
@@ -588,3 +592,7 @@ func (pr *peers) sendRecords(to string, obj relocation.Object, scratch *[]byte, 
 	}
 	return false, false
 }
+
+// noteLostOnRejoin counts n items the old run's links had not delivered at
+// a rejoin, not sent again (Stats.LostOnRejoin).
+func (pr *peers) noteLostOnRejoin(n int) { pr.lostOnRejoin.Add(int64(n)) }

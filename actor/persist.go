@@ -53,6 +53,9 @@ type persister struct {
 	fencedN  atomic.Int64 // writes fenced: activations ended (Stats.StateFenced)
 	failures atomic.Int64 // store calls that failed and were retried (Stats.StateWriteErrors)
 	held     atomic.Int64 // outputs waiting for a write now (Stats.OutputsHeld)
+
+	// Counters of Stats, this part's own.
+	droppedOutputs atomic.Int64 // outputs of persistent owners ended as failures (Stats.OutputsDropped)
 }
 
 // stateGate is a persistent owner's write count and output gate.
@@ -389,7 +392,7 @@ func (g *stateGate) drop(outs []heldOutput, err error) {
 			out.m.Release()
 		}
 	}
-	h.stats.droppedOutputs.Add(int64(len(outs)))
+	h.droppedOutputs.Add(int64(len(outs)))
 }
 
 // fence ends the activation: a write found that the object has a newer

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/berthrt/berth/payload"
@@ -83,6 +84,9 @@ type requestTable struct {
 		m  map[payload.OpID]*pending
 		_  [40]byte
 	}
+
+	// Counters of Stats, this part's own.
+	failedWithPeer atomic.Int64 // requests ended because the host their message was handed to failed (Stats.RequestsFailedWithPeer)
 }
 
 func (t *requestTable) shard(op payload.OpID) int { return int(op[15] & 15) }
@@ -131,7 +135,7 @@ func (t *requestTable) handedTo(op payload.OpID, to peerRun) {
 	}
 	s.mu.Unlock()
 	if p != nil {
-		t.stats.failedWithPeer.Add(1)
+		t.failedWithPeer.Add(1)
 		p.ch <- reply{err: peerFailed(to.name)}
 	}
 }
@@ -158,7 +162,7 @@ func (t *requestTable) failRun(r peerRun) {
 	if len(failed) == 0 {
 		return
 	}
-	t.stats.failedWithPeer.Add(int64(len(failed)))
+	t.failedWithPeer.Add(int64(len(failed)))
 	err := peerFailed(r.name)
 	for _, p := range failed {
 		p.ch <- reply{err: err} // buffered: its one terminal

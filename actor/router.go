@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/berthrt/berth/mailbox"
@@ -315,7 +316,7 @@ func (rt *router) forward(kr *kindRuntime, id string, m *payload.Message, p plac
 			if mine {
 				rt.requests.handedTo(op, to)
 			}
-			rt.stats.forwarded.Add(1)
+			rt.forwarded.Add(1)
 			if origin != "" && origin != rt.name && origin != d.Host {
 				rt.peers.sendHint(origin, obj, d.Host, d.Gen)
 			}
@@ -443,6 +444,11 @@ type router struct {
 	owners   *ownerTable
 	lanes    [lookupLanes]serial // admissions that may call the store
 	lookups  singleflight.Group  // concurrent store look-ups of one object
+
+	// Counters of Stats, this part's own.
+	bouncedMsgs atomic.Int64 // messages sent back to their origin to be routed again (Stats.Bounced)
+	droppedMsgs atomic.Int64 // stamped messages not delivered; a skip notice followed (Stats.Dropped)
+	forwarded   atomic.Int64 // messages forwarded from here (Stats.Forwarded)
 }
 
 // lookupLane returns the lane on which admissions to t's object that may

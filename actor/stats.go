@@ -8,43 +8,19 @@ import (
 	"github.com/berthrt/berth/mailbox"
 )
 
-// hostStats holds the host's counters and gauges that no single part owns:
-// they are bumped on the paths of many parts and read only by Host.Stats.
+// hostStats holds the host's own counters and gauges (the API's requests
+// in flight, what Close dropped) and the number of live owners, which the
+// owners count (addOwners) and the peers report (owners). Every other
+// counter of Stats is its part's own field; Host.Stats reads them all.
 //
-// Lock: none but jeopardyTime's own mutex, a leaf (spells: nothing is
-// called under it); every other field is atomic and may be touched from
-// any goroutine.
+// Lock: none; every field is atomic.
 // May call: nothing.
-// Invariants: counters only grow; the gauges (inflight, owners, running,
-// heldOut) return to zero when the host is idle.
+// Invariants: counters only grow; the gauges (inflight, owners) return to
+// zero when the host is idle.
 type hostStats struct {
-	inflight       atomic.Int32 // requests waiting for their reply (Stats.RequestsInFlight)
-	owners         atomic.Int64 // live owners, objects and subscribers (Stats.OwnersActive)
-	running        atomic.Int64 // turns running now
-	heldOut        atomic.Int64 // messages held out of order (Stats.HeldOutOfOrder)
-	moved          atomic.Int64 // relocations completed here, either side (Stats.Relocations)
-	captured       atomic.Int64 // messages in move records sent from here (Stats.Captured)
-	relayed        atomic.Int64 // messages relayed from here (Stats.Relayed)
-	forwarded      atomic.Int64 // messages forwarded from here (Stats.Forwarded)
-	gapsClosed     atomic.Int64 // sequence numbers given up on after a host failure (Stats.GapsClosed)
-	late           atomic.Int64 // messages run after a gap before them was given up on (Stats.Late)
-	droppedMsgs    atomic.Int64 // stamped messages not delivered; a skip notice followed (Stats.Dropped)
-	bouncedMsgs    atomic.Int64 // messages sent back to their origin to be routed again (Stats.Bounced)
-	closeDropped   atomic.Int64 // accepted messages Close ended unrun (Stats.DroppedOnClose)
-	droppedOutputs atomic.Int64 // outputs of persistent owners ended as failures (Stats.OutputsDropped)
-	suspicions     atomic.Int64 // checks of a suspected peer's lease started (Stats.Suspicions)
-	confirmedDead  atomic.Int64 // suspected peers the Location Store showed dead (Stats.SuspectsConfirmed)
-	failedWithPeer atomic.Int64 // requests ended because the host their message was handed to failed (Stats.RequestsFailedWithPeer)
-	jeopardies     atomic.Int64 // times the lease ran out before a renewal was answered (Stats.Jeopardies)
-	rejoins        atomic.Int64 // times a gateway joined again as a new run (Stats.Rejoins)
-	lostOnRejoin   atomic.Int64 // items the old run's links had not delivered at a rejoin, not sent again (Stats.LostOnRejoin)
-	sentAgain      atomic.Int64 // messages a new run sent again from the old run's links (Stats.SentAgain)
-	repeats        atomic.Int64 // messages sent again that ran here already, dropped (Stats.Repeats)
-	lapses         atomic.Int64 // renewals that found the lease lapsed in the store (Stats.LeaseLapses)
-	checks         atomic.Int64 // ownership checks of all objects after a lapse or a lost answer (Stats.OwnershipChecks)
-	takenOver      atomic.Int64 // objects found taken over by another host after a lapse (Stats.TakenOver)
-	stateDropped   atomic.Int64 // objects whose in-memory state a drain ended: no host took them (Stats.DrainStateDropped)
-	jeopardyTime   spells       // time spent in jeopardy (Stats.JeopardyTime)
+	inflight     atomic.Int32 // requests waiting for their reply (Stats.RequestsInFlight)
+	owners       atomic.Int64 // live owners, objects and subscribers (Stats.OwnersActive)
+	closeDropped atomic.Int64 // accepted messages Close ended unrun (Stats.DroppedOnClose)
 }
 
 // spells sums the time spent in spells of a state (jeopardy), the
@@ -93,9 +69,9 @@ func (h *Host) Stats() Stats {
 		PermitWaiters:          h.jobs.permits.Waiters(),
 		PermitsMax:             h.jobs.permits.Max(),
 		RequestsInFlight:       int(h.stats.inflight.Load()),
-		HeldOutOfOrder:         int(h.stats.heldOut.Load()),
-		GapsClosed:             h.stats.gapsClosed.Load(),
-		Late:                   h.stats.late.Load(),
+		HeldOutOfOrder:         int(h.owners.heldOut.Load()),
+		GapsClosed:             h.owners.gapsClosed.Load(),
+		Late:                   h.owners.late.Load(),
 		OldestGap:              time.Duration(h.gaps.oldestGap.Load()),
 		OverBound:              h.gaps.overHeld.Load(),
 		WaitingToRoute:         int(h.gaps.waiting.Load()),
@@ -104,34 +80,40 @@ func (h *Host) Stats() Stats {
 		PeerWaits:              h.peers.waits.Load(),
 		PeerRefused:            h.gaps.peerRefused.Load(),
 		LinkRefused:            h.peers.linkRefused.Load(),
-		Dropped:                h.stats.droppedMsgs.Load(),
+		Dropped:                h.router.droppedMsgs.Load(),
 		DroppedOnClose:         h.stats.closeDropped.Load(),
-		Bounced:                h.stats.bouncedMsgs.Load(),
-		Relocations:            h.stats.moved.Load(),
+		Bounced:                h.router.bouncedMsgs.Load(),
+		Relocations:            h.moves.moved.Load(),
 		MovesUnderWay:          int(h.moves.underWay.Load()),
-		Captured:               h.stats.captured.Load(),
-		Relayed:                h.stats.relayed.Load(),
-		Forwarded:              h.stats.forwarded.Load(),
+		Captured:               h.moves.captured.Load(),
+		Relayed:                h.moves.relayed.Load(),
+		Forwarded:              h.router.forwarded.Load(),
 		StateWrites:            h.owners.persist.writes.Load(),
 		StateFlushes:           h.owners.persist.flushes.Load(),
 		StateFenced:            h.owners.persist.fencedN.Load(),
 		StateWriteErrors:       h.owners.persist.failures.Load(),
 		OutputsHeld:            int(h.owners.persist.held.Load()),
-		OutputsDropped:         h.stats.droppedOutputs.Load(),
-		Suspicions:             h.stats.suspicions.Load(),
-		SuspectsConfirmed:      h.stats.confirmedDead.Load(),
-		RequestsFailedWithPeer: h.stats.failedWithPeer.Load(),
+		OutputsDropped:         h.owners.persist.droppedOutputs.Load(),
+		Suspicions:             h.suspects.suspicions.Load(),
+		SuspectsConfirmed:      h.suspects.confirmedDead.Load(),
+		RequestsFailedWithPeer: h.requests.failedWithPeer.Load(),
 		Jeopardy:               h.life.current() == stateRunning && !h.gate.live(),
-		Jeopardies:             h.stats.jeopardies.Load(),
-		JeopardyTime:           h.stats.jeopardyTime.total(time.Now()),
-		Rejoins:                h.stats.rejoins.Load(),
-		LostOnRejoin:           h.stats.lostOnRejoin.Load(),
-		SentAgain:              h.stats.sentAgain.Load(),
-		Repeats:                h.stats.repeats.Load(),
-		LeaseLapses:            h.stats.lapses.Load(),
-		OwnershipChecks:        h.stats.checks.Load(),
-		TakenOver:              h.stats.takenOver.Load(),
-		DrainStateDropped:      h.stats.stateDropped.Load(),
+		Jeopardies:             h.lease.jeopardies.Load(),
+		JeopardyTime:           h.lease.jeopardyTime.total(time.Now()),
+		Rejoins:                h.lease.rejoins.Load(),
+		LostOnRejoin:           h.peers.lostOnRejoin.Load(),
+		SentAgain:              h.peers.sentAgainN.Load(),
+		Repeats:                h.owners.repeats.Load(),
+		LeaseLapses:            h.lease.lapses.Load(),
+		OwnershipChecks:        h.lease.checks.Load(),
+		TakenOver:              h.owners.takenOver.Load(),
+		DrainStateDropped:      h.drainer.stateDropped.Load(),
 		Payload:                h.pool.Stats(),
 	}
 }
+
+// addOwners counts n owners more (or fewer, n < 0).
+func (s *hostStats) addOwners(n int64) { s.owners.Add(n) }
+
+// ownersNow returns how many owners are live.
+func (s *hostStats) ownersNow() int64 { return s.owners.Load() }

@@ -2,6 +2,7 @@ package actor
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/berthrt/berth/membership"
@@ -63,6 +64,10 @@ type suspicions struct {
 	checks  map[string]uint64      // peer → the run under check
 	confirm chan membership.Member // dead runs, to the membership watch
 	stopped bool                   // the host closes: no new checks
+
+	// Counters of Stats, this part's own.
+	suspicions    atomic.Int64 // checks of a suspected peer's lease started (Stats.Suspicions)
+	confirmedDead atomic.Int64 // suspected peers the Location Store showed dead (Stats.SuspectsConfirmed)
 }
 
 // suspectRetry paces the checks of a suspected peer whose lease the store
@@ -114,7 +119,7 @@ func (s *suspicions) check(m membership.Member) {
 		}
 		s.mu.Unlock()
 	}()
-	s.stats.suspicions.Add(1)
+	s.suspicions.Add(1)
 	s.events.add(EventUnreachable, m.Name, m.LeaseGen, 0, "its link broke: its lease is checked in the Location Store")
 	ctx := s.life.context()
 	for {

@@ -62,7 +62,7 @@ func (rt *router) sendBack(m *payload.Message) bool {
 // the routes for its object are forgotten, it starts again at hop 0 with
 // one more bounce, and an Ask whose deadline passed ends.
 func (rt *router) onBounce(buf payload.Buffer) {
-	rt.stats.bouncedMsgs.Add(1)
+	rt.bouncedMsgs.Add(1)
 	b := buf.Bytes()
 	hv, _, err := payload.DecodeHeader(b)
 	if err != nil {
@@ -149,7 +149,7 @@ func (rt *router) skipNotice(hv *payload.HeaderView) (payload.Buffer, bool) {
 	if hv.Seq() == 0 || hv.Flags()&flagSkip != 0 || hv.Scope() != payload.ScopeObject || !rt.life.acceptsInternal() {
 		return payload.Buffer{}, false
 	}
-	rt.stats.droppedMsgs.Add(1)
+	rt.droppedMsgs.Add(1)
 	buf, err := payload.Encode(rt.pool, rt.reg, payload.Header{
 		Type:   "berth.skip",
 		Target: payload.Target{Scope: payload.ScopeObject, Name: string(hv.TargetName()), ID: string(hv.TargetID())},
