@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/berthrt/berth/mailbox"
@@ -93,7 +94,7 @@ func (ad *admission) waitPressure(ctx context.Context, t target) error {
 	if ch == nil {
 		return nil
 	}
-	ad.pressure.waits.Add(1)
+	ad.pressureWaits.Add(1)
 	timer := time.NewTimer(ad.cfg.SendTimeout)
 	defer timer.Stop()
 	select {
@@ -184,7 +185,7 @@ func (ad *admission) acquirePermit(ctx context.Context) error {
 		return nil
 	}
 	for {
-		if dl := ad.gate.deadline.Load(); dl == 0 || wallNano() < dl {
+		if dl, live := ad.gate.liveUntil(); live {
 			wctx, cancel := ctx, context.CancelFunc(func() {})
 			if dl != 0 {
 				wctx, cancel = context.WithDeadline(ctx, time.Unix(0, dl))
@@ -411,7 +412,8 @@ func (ad *admission) admitGrantedUntil(t target, e *mailbox.Envelope, relayed bo
 // a handler's send to a host that is leaving waits among the deferred
 // sends.
 type admission struct {
-	view *peerView // what this host knows of its peers (the peers' leaf)
+	pressureWaits atomic.Int64 // outside sends that waited for a pause to end (Stats.PressureWaits)
+	view          *peerView    // what this host knows of its peers (the peers' leaf)
 	*hostEnv
 	life     *lifecycle
 	gate     *leaseGate

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/berthrt/berth/mailbox"
@@ -29,6 +30,11 @@ type hostEnv struct {
 
 	// clock is Config.clock: nil for the process's clock (nanotime),
 	// which the host's own nanotime then reads at no extra cost.
+	// lanes counts the goroutines of the host's serial lanes (a move's, a
+	// peer's slow lane, a look-up lane, a check's): the services' group,
+	// which Close waits for.
+	lanes *sync.WaitGroup
+
 	clock     clock
 	clockBase time.Time // the clock's time when the host was made, less a second
 }

@@ -175,10 +175,18 @@ type gapFacts struct {
 	waitingBytes int64
 	waitClosed   bool
 	waiting      atomic.Int64 // len(waitList), read without waitMu (Stats.WaitingToRoute)
-	skipsLost    atomic.Int64 // skip notices ended without reaching their object (Stats.SkipsLost)
 	// pressure: objects this host's outside senders wait for (pressure.go);
 	// a host's failure ends its pauses.
 	pressure *pressureSet
 	// peers' budgets (peerbudget.go)
-	peerRefused atomic.Int64 // peers' messages refused past their budget
 }
+
+// noteOldestGap notes how long the oldest gap had waited at now (the
+// gauge), and reports whether its line may be logged now (rate-limited).
+func (gp *gapFacts) noteOldestGap(waited, now int64) (logIt bool) {
+	gp.oldestGap.Store(waited)
+	return waited >= int64(gapReportAfter) && gp.gapLog.allow(now)
+}
+
+// anyWaiting reports whether messages wait to be routed again.
+func (gp *gapFacts) anyWaiting() bool { return gp.waiting.Load() > 0 }

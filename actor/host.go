@@ -84,6 +84,7 @@ func NewHost(cfg Config) (*Host, error) {
 		events:  eventLog{self: cfg.Name},
 	}
 	h.life.close = h.Close
+	h.lanes = &h.svc.lanes
 	if h.clock != nil {
 		h.clockBase = h.clock.Now().Add(-time.Second)
 	}

@@ -478,7 +478,8 @@ func (iq *inbounds) pendingIn() int {
 
 // inbounds is what this host keeps per sending peer (inbound).
 type inbounds struct {
-	view *peerView // what this host knows of its peers (the peers' leaf)
+	peerRefused atomic.Int64 // peers\' messages refused past their budget (Stats.PeerRefused)
+	view        *peerView    // what this host knows of its peers (the peers' leaf)
 	*hostEnv
 	life     *lifecycle
 	svc      *services
@@ -505,7 +506,7 @@ func (iq *inbounds) inboundFrom(from string) *inbound {
 	}
 	v, ok := iq.m.Load(from)
 	if !ok {
-		ib := &inbound{peer: from}
+		ib := &inbound{peer: from, slow: serial{wg: iq.lanes}}
 		ib.in.adm = iq.admit
 		ib.in.budget = &ib.budget
 		ib.budget.setLimits(iq.cfg.PeerInbound)
@@ -515,7 +516,6 @@ func (iq *inbounds) inboundFrom(from string) *inbound {
 			// Advice: lost with a gone peer, which counts afresh on that fact.
 			_ = iq.peers.sendItem(from, transport.Control, appendControl(nil, r))
 		}
-		ib.slow.wg = &iq.svc.lanes
 		v, _ = iq.m.LoadOrStore(from, ib)
 	}
 	ib := v.(*inbound)
@@ -563,7 +563,7 @@ func (iq *inbounds) takeFromPeer(ib *inbound, kr *kindRuntime, m *payload.Messag
 	if origin := string(s.Header().Origin()); origin != iq.name && iq.peers.sendMessage(origin, s, transport.Bounce) == nil {
 		return nil, false
 	}
-	iq.gaps.peerRefused.Add(1) // a gone origin's gaps close on that fact
+	iq.peerRefused.Add(1) // a gone origin's gaps close on that fact
 	s.Release()
 	return nil, false
 }
@@ -574,7 +574,7 @@ func (iq *inbounds) takeFromPeer(ib *inbound, kr *kindRuntime, m *payload.Messag
 // caller to route in m's place. m is released.
 func (iq *inbounds) refuseFromPeer(ib *inbound, m *payload.Message) *payload.Message {
 	hv := m.Header()
-	iq.gaps.peerRefused.Add(1)
+	iq.peerRefused.Add(1)
 	iq.obs.Rejected(string(hv.TargetName()), RejectPeerBacklog)
 	iq.peerLogs.backlog.Warn(iq.log, "message from a peer refused: this host keeps Config.PeerInbound of its messages already",
 		"from", ib.peer, "messages", ib.budget.takenN.Load()-ib.budget.relN.Load())
@@ -631,7 +631,7 @@ func (iq *inbounds) onPressure(from string, p *pressureItem) {
 				"it has "+strconv.Itoa(maxPauseChecksPerPeer)+" pauses waiting for the Location Store here already")
 			return
 		}
-		lane := &serial{wg: &iq.svc.lanes}
+		lane := &serial{wg: iq.lanes}
 		lane.add(func() { iq.checkPause(from, p.obj) })
 	}
 }

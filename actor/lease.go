@@ -112,7 +112,7 @@ type leaseKeeper struct {
 // run returns this run's lease generation: its run on the wire, kept as
 // the routes' own run (routes.self), which the lower parts read. It
 // changes only when the host joins again as a new run (newRun).
-func (lk *leaseKeeper) run() uint64 { return lk.routes.selfRun.Load() }
+func (lk *leaseKeeper) run() uint64 { return lk.routes.selfRunNow() }
 
 // The lease gate (leaseGate): what every turn of an object reads of the
 // lease, and the turns and checks waiting on it.
@@ -147,8 +147,15 @@ type leaseGate struct {
 
 // live reports whether a turn may start now by the lease's deadline.
 func (g *leaseGate) live() bool {
+	_, live := g.liveUntil()
+	return live
+}
+
+// liveUntil returns the lease's deadline (0: none to check) and whether a
+// turn may start now by it.
+func (g *leaseGate) liveUntil() (deadline int64, live bool) {
 	dl := g.deadline.Load()
-	return dl == 0 || wallNano() < dl
+	return dl, dl == 0 || wallNano() < dl
 }
 
 // current reports whether an ownership checked at epoch is good now.
@@ -218,8 +225,7 @@ var errRunEnded = errors.New("the host's run is over")
 
 // init sets the lease up for Start.
 func (lk *leaseKeeper) init(private bool) {
-	lk.routes.selfName = lk.name
-	lk.routes.selfRun.Store(uint64(time.Now().UnixNano()))
+	lk.routes.setSelf(lk.name, uint64(time.Now().UnixNano()))
 	lk.ttl, lk.every = lk.cfg.LeaseTTL, lk.cfg.LeaseRenew
 	lk.private = private
 	lk.local = membership.LocalLease{Margin: leaseMargin(lk.ttl, lk.every)}
@@ -786,3 +792,10 @@ func (lk *leaseKeeper) endRun(why error) {
 	lk.gate.publish(1)     // no turn starts from now on
 	go lk.life.closeHost() // not here: Close waits for this goroutine
 }
+
+// epochNow returns the lapses seen so far.
+func (g *leaseGate) epochNow() uint64 { return g.epoch.Load() }
+
+// isBetweenRuns reports whether the host is becoming a new run and the
+// store has not yet confirmed the new run's lease.
+func (g *leaseGate) isBetweenRuns() bool { return g.betweenRuns.Load() }

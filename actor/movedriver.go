@@ -44,10 +44,10 @@ func (d *moveDriver) advance(in relocation.Input) {
 	if op != nil {
 		d.storeLane.add(func() {
 			ctx, cancel := d.t.life.storeContext()
-			epoch := d.t.gate.epoch.Load() // as an activation's (router.activate)
+			epoch := d.t.gate.epochNow() // as an activation's (router.activate)
 			var row relocation.Row
 			var err error
-			if d.t.gate.betweenRuns.Load() {
+			if d.t.gate.isBetweenRuns() {
 				// The host is becoming a new run (leaseKeeper.newRun): the
 				// commit waits for the new run's lease, asked again at the
 				// next tick as a store that did not answer. (The machine

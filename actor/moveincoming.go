@@ -162,7 +162,7 @@ func (mt *moveTable) onRecord(from string, obj relocation.Object, rec relocation
 				mt.peers.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move, Reason: why})
 				return
 			}
-			d = &moveDriver{t: mt, lane: serial{wg: &mt.svc.lanes}, storeLane: serial{wg: &mt.svc.lanes}, id: r.Move, obj: r.Object, kr: kr, peer: from, started: time.Now(),
+			d = &moveDriver{t: mt, lane: serial{wg: mt.lanes}, storeLane: serial{wg: mt.lanes}, id: r.Move, obj: r.Object, kr: kr, peer: from, started: time.Now(),
 				overCh: make(chan struct{}), owner: r.Owner,
 				tgt: relocation.NewTarget(relocation.TargetConfig{Host: mt.name, CutoverWait: mt.cfg.CutoverWait, MaxRecord: mt.cfg.MaxMoveRecord,
 					FollowFor: mt.cfg.FollowDuration})}
@@ -236,7 +236,7 @@ func (mt *moveTable) checkPreflight(from string, r *relocation.Preflight) {
 			Reason: "host " + mt.name + " checks " + strconv.Itoa(maxIncomingPerPeer) + " moves from " + from + " already"})
 		return
 	}
-	lane := &serial{wg: &mt.svc.lanes}
+	lane := &serial{wg: mt.lanes}
 	lane.add(func() {
 		reply := &relocation.PreflightReply{Move: r.Move, OK: true}
 		var row relocation.Row

@@ -180,7 +180,7 @@ func (mt *moveTable) relocateLocal(ctx context.Context, kr *kindRuntime, ref Ref
 	if !o.moving.CompareAndSwap(false, true) {
 		return ErrMoveInProgress
 	}
-	d := &moveDriver{t: mt, lane: serial{wg: &mt.svc.lanes}, storeLane: serial{wg: &mt.svc.lanes}, id: payload.NewOpID(), obj: relocation.Object{Kind: ref.Kind, ID: ref.ID}, kr: kr,
+	d := &moveDriver{t: mt, lane: serial{wg: mt.lanes}, storeLane: serial{wg: mt.lanes}, id: payload.NewOpID(), obj: relocation.Object{Kind: ref.Kind, ID: ref.ID}, kr: kr,
 		peer: target, o: o, done: make(chan error, 1), started: time.Now()}
 	mt.addMove(d)
 	e := mailbox.NewEnvelope()

@@ -53,7 +53,6 @@ type pressureSet struct {
 	// resume meanwhile takes its pause out. Guarded by mu.
 	checking   map[pauseKey]struct{}
 	checksOfBy map[string]int // len of checking per host; guarded by mu
-	waits      atomic.Int64   // outside sends that waited for a pause to end (Stats.PressureWaits)
 }
 
 // pauseKey is one host's pause of one object.

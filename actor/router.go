@@ -229,8 +229,8 @@ again:
 	// The lapses seen so far: if one is seen before the owner is
 	// installed, the row may be another host's by then, and the owner's
 	// first turn waits for a check (lease.go).
-	epoch := rt.gate.epoch.Load()
-	if rt.gate.betweenRuns.Load() { // after the epoch (leaseKeeper.newRun)
+	epoch := rt.gate.epochNow()
+	if rt.gate.isBetweenRuns() { // after the epoch (leaseKeeper.newRun)
 		// Placed again later, as when the store cannot answer (errStoreAway).
 		return place{}, &payload.Error{Kind: payload.Unavailable, Op: "actor", Detail: "cannot activate " + obj.String(),
 			Err: fmt.Errorf("%w: the host is joining the cluster again as a new run", errStoreAway)}
@@ -446,6 +446,7 @@ type router struct {
 	lookups  singleflight.Group  // concurrent store look-ups of one object
 
 	// Counters of Stats, this part's own.
+	skipsLost   atomic.Int64 // skip notices ended without reaching their object (Stats.SkipsLost)
 	bouncedMsgs atomic.Int64 // messages sent back to their origin to be routed again (Stats.Bounced)
 	droppedMsgs atomic.Int64 // stamped messages not delivered; a skip notice followed (Stats.Dropped)
 	forwarded   atomic.Int64 // messages forwarded from here (Stats.Forwarded)
@@ -485,7 +486,7 @@ func (rt *router) hint(obj relocation.Object, host string, gen uint64) {
 // notices waiting for their host, and the pruning of idle routes and
 // senders.
 func (rt *router) orderJobs(tick *schedule) {
-	tick.every("advance the coarse clock", tickEvery, func(time.Time) bool { rt.routes.clk.Store(rt.nanotime()); return false })
+	tick.every("advance the coarse clock", tickEvery, func(time.Time) bool { rt.routes.advance(rt.nanotime()); return false })
 	tick.every("close the gaps past their deadline", tickEvery, func(time.Time) bool { rt.closeGaps(); return false })
 	tick.every("prune idle routes", time.Second, func(time.Time) bool { rt.routes.prune(rt.nanotime()); return false })
 	tick.every("forget idle senders", 10*time.Second, func(time.Time) bool { rt.owners.forgetIdleSenders(); return false })
@@ -527,8 +528,7 @@ func (rt *router) closeGaps() {
 			oldest, oldestAt, awaited = g, o, hosts
 		}
 	}
-	rt.gaps.oldestGap.Store(oldest.Waited)
-	if oldestAt != nil && oldest.Waited >= int64(gapReportAfter) && rt.gaps.gapLog.allow(now) {
+	if rt.gaps.noteOldestGap(oldest.Waited, now) && oldestAt != nil {
 		rt.log.Warn("a gap in a sender's messages is waiting for an older message (no host failed: it waits)",
 			"object", oldestAt.ref.String(), "sender", oldest.Sender, "missing", oldest.Missing,
 			"held", oldest.Held, "waited", time.Duration(oldest.Waited), "forwarding", awaited)
@@ -540,7 +540,7 @@ func (rt *router) closeGaps() {
 // for a slow store, which must not hold up the tick.
 func (rt *router) waitingJobs(sc *schedule) {
 	sc.every("route the messages that waited", tickEvery, func(time.Time) bool {
-		if rt.gaps.waiting.Load() > 0 {
+		if rt.gaps.anyWaiting() {
 			rt.routeWaiting()
 		}
 		return false

@@ -229,3 +229,15 @@ func (r *routes) prune(now int64) {
 		sh.mu.Unlock()
 	}
 }
+
+// advance moves the coarse clock to now (the tick).
+func (r *routes) advance(now int64) { r.clk.Store(now) }
+
+// setSelf names this host and its run.
+func (r *routes) setSelf(name string, run uint64) {
+	r.selfName = name
+	r.selfRun.Store(run)
+}
+
+// selfRunNow returns this host's run.
+func (r *routes) selfRunNow() uint64 { return r.selfRun.Load() }

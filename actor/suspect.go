@@ -97,7 +97,7 @@ func (s *suspicions) suspect(peer string) {
 		s.checks = map[string]uint64{}
 	}
 	s.checks[m.Name] = m.LeaseGen
-	s.svc.lanes.Add(1)
+	s.lanes.Add(1)
 	s.mu.Unlock()
 	go s.check(m)
 }
@@ -111,7 +111,7 @@ func (s *suspicions) stop() {
 
 // check asks the store for m's lease until a fact ends the suspicion.
 func (s *suspicions) check(m membership.Member) {
-	defer s.svc.lanes.Done()
+	defer s.lanes.Done()
 	defer func() {
 		s.mu.Lock()
 		if s.checks[m.Name] == m.LeaseGen {

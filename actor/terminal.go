@@ -102,7 +102,7 @@ func (rt *router) failMessage(m *payload.Message, err error) {
 		if payload.KindOf(err) == payload.Unavailable && rt.gaps.waitToRoute(m) {
 			return
 		}
-		rt.gaps.skipsLost.Add(1)
+		rt.skipsLost.Add(1)
 		if rt.life.acceptsInternal() {
 			rt.peerLogs.undeliverable.Warn(rt.log, "a skip notice could not be delivered: its gap waits for a failure fact", "object", string(hv.TargetName())+"/"+string(hv.TargetID()), "err", err)
 		}
