@@ -84,8 +84,8 @@ func (dr *drainer) current() DrainState { return DrainState(dr.state.Load()) }
 // strandedKind returns a kind that relocates, has objects here, and has no
 // other host to go to ("" if none).
 func (dr *drainer) strandedKind() string {
-	for name, kr := range dr.owners.kinds {
-		if kr.spec.policy != DisableRelocation && len(kr.all()) > 0 && len(dr.peers.otherHostsWithKind(name)) == 0 {
+	for name, kr := range dr.owners.allKinds() {
+		if kr.def().policy != DisableRelocation && len(kr.all()) > 0 && len(dr.peers.otherHostsWithKind(name)) == 0 {
 			return name
 		}
 	}
@@ -230,7 +230,7 @@ func (dr *drainer) drainRound(ctx context.Context) int {
 	var g errgroup.Group
 	g.SetLimit(drainWorkers)
 	n := 0
-	for _, kr := range dr.owners.kinds {
+	for _, kr := range dr.owners.allKinds() {
 		objects := kr.all()
 		if len(objects) == 0 {
 			continue
@@ -238,8 +238,8 @@ func (dr *drainer) drainRound(ctx context.Context) int {
 		// The hosts to move to, asked of the membership afresh once per
 		// round and kind (not once per object: a drain moves thousands).
 		var targets []HostLoad
-		if kr.spec.policy != DisableRelocation {
-			targets = dr.peers.otherHostsWithKind(kr.spec.name)
+		if kr.def().policy != DisableRelocation {
+			targets = dr.peers.otherHostsWithKind(kr.def().name)
 		}
 		for _, o := range objects {
 			if ctx.Err() != nil {
@@ -275,9 +275,9 @@ func (dr *drainer) drainRound(ctx context.Context) int {
 func (dr *drainer) drainOne(ctx context.Context, kr *kindRuntime, o *owner, targets []HostLoad) {
 	ref := o.ref
 	var lastErr error
-	if kr.spec.policy != DisableRelocation {
+	if kr.def().policy != DisableRelocation {
 		if len(targets) > 0 {
-			tries := drainTries(kr.spec.placement, ref.ID, targets)
+			tries := drainTries(kr.def().placement, ref.ID, targets)
 			n := len(tries)
 			order := make([]string, 0, n)
 			var later []string
@@ -309,7 +309,7 @@ func (dr *drainer) drainOne(ctx context.Context, kr *kindRuntime, o *owner, targ
 	if ctx.Err() != nil {
 		return
 	}
-	if lastErr != nil && kr.spec.policy == PreserveState && !kr.spec.persist && o.stateEnded.CompareAndSwap(false, true) {
+	if lastErr != nil && kr.def().policy == PreserveState && !kr.def().persist && o.stateEnded.CompareAndSwap(false, true) {
 		// Not silent: the state a move would have kept ends here (counted
 		// once: a later round may find the owner before it deactivated).
 		dr.stateDropped.Add(1)
@@ -386,7 +386,7 @@ func (dr *drainer) stopTurnTake(ctx context.Context, op string) (release func(),
 // keeps running what it has not handed on.
 func (dr *drainer) cutShort(ctx context.Context, op string) error {
 	n := 0
-	for _, kr := range dr.owners.kinds {
+	for _, kr := range dr.owners.allKinds() {
 		n += len(kr.all())
 	}
 	return &payload.Error{Kind: payload.DeadlineExceeded, Op: op,

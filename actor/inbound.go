@@ -87,7 +87,7 @@ func (iq *inbounds) onFrame(ib *inbound, from string, buf payload.Buffer) {
 		m.Release()
 		return
 	}
-	kr := iq.owners.kinds[string(hv.TargetName())]
+	kr := iq.owners.kind(string(hv.TargetName()))
 	if kr == nil || hv.Scope() != payload.ScopeObject {
 		iq.router.failMessage(m, payload.NewError(payload.NotFound, "actor", "host "+iq.name+" has no kind "+string(hv.TargetName())))
 		return
@@ -248,7 +248,7 @@ func (iq *inbounds) peerGone(name string) {
 	iq.pressure.resumeBy(name)
 	iq.moves.moveEvent(name, relocation.TargetDead{})
 	iq.moves.forgetPreflights(name)
-	iq.moves.remote.remotePeerGone(name)
+	iq.moves.remotePeerGone(name)
 }
 
 // hostHandler receives what h's transport delivers. Items wait until the
@@ -354,7 +354,7 @@ func (iq *inbounds) deliver(from string, it transport.Item) {
 		if iq.fromGateway(from, "control item") {
 			return
 		}
-		iq.moves.remote.onControl(from, ctl)
+		iq.moves.onRemoteControl(from, ctl)
 	default:
 		iq.peers.malformedItem(from, payload.NewError(payload.ProtocolError, "actor", "item of unknown kind "+it.Kind.String()))
 	}
@@ -652,7 +652,7 @@ const (
 // pauserOwns reports what this host's own knowledge shows of host by as
 // obj's owner.
 func (iq *inbounds) pauserOwns(by string, obj relocation.Object) owns {
-	if kr := iq.owners.kinds[obj.Kind]; kr != nil && kr.local(obj.ID) != nil {
+	if kr := iq.owners.kind(obj.Kind); kr != nil && kr.local(obj.ID) != nil {
 		return ownsNo
 	}
 	e, ok := iq.routes.lookup(obj)

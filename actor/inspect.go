@@ -145,7 +145,7 @@ func (h *Host) Busiest(ctx context.Context, n int, window time.Duration) (top []
 		return nil, 0, payload.NewError(payload.InvalidOperation, op, "n "+strconv.Itoa(n)+" is below 1")
 	}
 	before := map[*owner]uint64{}
-	for _, kr := range h.owners.kinds {
+	for _, kr := range h.owners.allKinds() {
 		for _, o := range kr.all() {
 			before[o] = o.turns.Load()
 		}
@@ -158,7 +158,7 @@ func (h *Host) Busiest(ctx context.Context, n int, window time.Duration) (top []
 		return nil, 0, err
 	}
 	secs := window.Seconds()
-	for _, kr := range h.owners.kinds {
+	for _, kr := range h.owners.allKinds() {
 		for _, o := range kr.all() {
 			ran := o.turns.Load() - before[o] // a new activation: all it ran
 			if ran == 0 {
@@ -176,7 +176,7 @@ func (h *Host) Busiest(ctx context.Context, n int, window time.Duration) (top []
 	})
 	top = top[:min(n, len(top))]
 	for i := range top {
-		if o := h.owners.kinds[top[i].Ref.Kind].local(top[i].Ref.ID); o != nil {
+		if o := h.owners.kind(top[i].Ref.Kind).local(top[i].Ref.ID); o != nil {
 			top[i].Queued = o.mb.Len(mailbox.Application)
 		}
 	}

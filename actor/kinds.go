@@ -448,3 +448,6 @@ func (cr *channelRuntime) pick(t string, avoid *owner) *owner {
 	}
 	return nil
 }
+
+// def returns the kind's definition (read-only after Start).
+func (kr *kindRuntime) def() *spec { return kr.spec }

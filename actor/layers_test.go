@@ -54,6 +54,7 @@ var partOf = map[string]string{
 	"inbound":       "inbounds",
 	"deferredSends": "admission",
 	"moveDriver":    "moveTable", "remoteOps": "moveTable",
+	"leaseGate": "leaseKeeper",
 }
 
 // The host's parts reach only downward, and only through what they hold:

@@ -360,7 +360,7 @@ func (lk *leaseKeeper) lapsed() {
 	lk.gate.epoch.Add(1)
 	lk.checks.Add(1)
 	var all []*owner
-	for _, kr := range lk.owners.kinds {
+	for _, kr := range lk.owners.allKinds() {
 		all = append(all, kr.all()...)
 	}
 	lk.log.Warn("the host's lease lapsed in the Location Store (or a renewal's answer was lost): its objects are checked before they run again (those other hosts took over are dropped)", "objects", len(all))
@@ -724,7 +724,7 @@ func (lk *leaseKeeper) newRun(why error) bool {
 	}
 	// Every owner is checked under the new run, and dropped (see above).
 	lk.gate.epoch.Add(1)
-	for _, kr := range lk.owners.kinds {
+	for _, kr := range lk.owners.allKinds() {
 		for _, o := range kr.all() {
 			lk.gate.request(o)
 		}

@@ -31,7 +31,7 @@ type Location struct {
 // (the store did not answer within StoreTimeout or ctx).
 func (h *Host) Locate(ctx context.Context, ref Ref) (Location, error) {
 	const op = "actor.Host.Locate"
-	if h.owners.kinds[ref.Kind] == nil {
+	if h.owners.kind(ref.Kind) == nil {
 		return Location{}, payload.NewError(payload.NotFound, op, "no kind "+ref.Kind+" on host "+h.name)
 	}
 	if ctx.Err() != nil {

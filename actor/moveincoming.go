@@ -113,11 +113,11 @@ func (mt *moveTable) onRecord(from string, obj relocation.Object, rec relocation
 	switch r := rec.(type) {
 	case *relocation.Preflight:
 		reply := &relocation.PreflightReply{Move: r.Move, OK: true}
-		kr := mt.owners.kinds[r.Object.Kind]
+		kr := mt.owners.kind(r.Object.Kind)
 		switch {
 		case kr == nil:
 			reply.OK, reply.Reason = false, "host "+mt.name+" has no kind "+r.Object.Kind
-		case kr.spec.policy == DisableRelocation:
+		case kr.def().policy == DisableRelocation:
 			reply.OK, reply.Reason = false, "kind "+r.Object.Kind+" does not relocate"
 		case mt.life.isDraining() || !mt.life.acceptsExternal():
 			reply.OK, reply.Reason = false, "host "+mt.name+" is draining or stopping"
@@ -150,7 +150,7 @@ func (mt *moveTable) onRecord(from string, obj relocation.Object, rec relocation
 			return
 		}
 		if d == nil {
-			kr := mt.owners.kinds[r.Object.Kind]
+			kr := mt.owners.kind(r.Object.Kind)
 			if kr == nil || !mt.life.acceptsInternal() {
 				mt.peers.sendRecords(from, r.Object, nil, &relocation.Failed{Move: r.Move, Reason: "host " + mt.name + " cannot take " + r.Object.String()})
 				return

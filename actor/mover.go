@@ -352,3 +352,11 @@ func (mt *moveTable) payOwed() {
 		mt.mu.Unlock()
 	}
 }
+
+// remotePeerGone ends the Relocates asked of, and served for, peer name,
+// which left (remoteOps).
+func (mt *moveTable) remotePeerGone(name string) { mt.remote.remotePeerGone(name) }
+
+// onRemoteControl takes a control item of a Relocate asked across hosts
+// from peer from (remoteOps).
+func (mt *moveTable) onRemoteControl(from string, ctl any) { mt.remote.onControl(from, ctl) }

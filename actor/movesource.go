@@ -96,8 +96,8 @@ func (d *moveDriver) capture() (relocation.MoveRecord, error) {
 	queued, held, extra := o.drainForMove(d.t.nanotime())
 	d.captured, d.held = queued, held
 	var rec relocation.MoveRecord
-	if d.kr.spec.policy == PreserveState && o.ready {
-		st, err := d.kr.spec.capture(o.state)
+	if d.kr.def().policy == PreserveState && o.ready {
+		st, err := d.kr.def().capture(o.state)
 		if err != nil {
 			return rec, err
 		}
@@ -205,7 +205,7 @@ func (d *moveDriver) finish(f relocation.Finish) {
 			})
 			d.captured, d.held = nil, nil
 			d.o.state = nil
-			d.t.obs.Deactivated(d.kr.spec.name)
+			d.t.obs.Deactivated(d.kr.def().name)
 			d.t.owners.system.Root.Stop(d.o.pid)
 		} else {
 			d.o.moving.Store(false)
@@ -220,7 +220,7 @@ func (d *moveDriver) finish(f relocation.Finish) {
 		return
 	}
 	if f.Outcome != relocation.Moved && d.o != nil && !d.conflict {
-		d.t.obs.Deactivated(d.kr.spec.name)
+		d.t.obs.Deactivated(d.kr.def().name)
 		d.t.owners.system.Root.Stop(d.o.pid)
 	}
 }

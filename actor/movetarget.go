@@ -47,7 +47,7 @@ func (d *moveDriver) restore(rec relocation.MoveRecord) error {
 		return err
 	}
 	d.snap = snap
-	if d.kr.spec.persist && len(rec.State) == 0 {
+	if d.kr.def().persist && len(rec.State) == 0 {
 		// The source had not made the state yet (its activation ran no
 		// turn): the store holds the object's last durable state, which
 		// the first turn here loads.
@@ -61,10 +61,10 @@ func (d *moveDriver) restore(rec relocation.MoveRecord) error {
 				err = payload.NewError(payload.InternalFailure, "actor", "restore panicked")
 			}
 		}()
-		if d.kr.spec.policy == PreserveState && d.kr.spec.restore != nil && len(rec.State) > 0 {
-			st, err = d.kr.spec.restore(&o.ctx, d.obj.ID, rec.State)
+		if d.kr.def().policy == PreserveState && d.kr.def().restore != nil && len(rec.State) > 0 {
+			st, err = d.kr.def().restore(&o.ctx, d.obj.ID, rec.State)
 		} else {
-			st, err = d.kr.spec.factory(&o.ctx, d.obj.ID)
+			st, err = d.kr.def().factory(&o.ctx, d.obj.ID)
 		}
 	}()
 	if err != nil {

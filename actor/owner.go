@@ -632,3 +632,9 @@ func (ow *ownerTable) envelopeOf(frame []byte) *mailbox.Envelope {
 
 // turnsRunning returns how many turns run now.
 func (ow *ownerTable) turnsRunning() int64 { return ow.running.Load() }
+
+// kind returns the kind named name, or nil.
+func (ow *ownerTable) kind(name string) *kindRuntime { return ow.kinds[name] }
+
+// allKinds returns the kinds by name (fixed at Start: callers only read).
+func (ow *ownerTable) allKinds() map[string]*kindRuntime { return ow.kinds }

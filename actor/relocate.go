@@ -35,14 +35,14 @@ func (h *Host) Relocate(ctx context.Context, ref Ref, target string) error {
 	if h.peers.tr == nil {
 		return ErrNoNetwork
 	}
-	kr := h.owners.kinds[ref.Kind]
+	kr := h.owners.kind(ref.Kind)
 	if kr == nil {
 		return payload.NewError(payload.NotFound, op, "no kind "+ref.Kind)
 	}
 	if target != h.name && !h.peers.knownHost(target) {
 		return payload.NewError(payload.NotFound, op, "no host named "+target+" on the network")
 	}
-	if kr.spec.policy == DisableRelocation {
+	if kr.def().policy == DisableRelocation {
 		return payload.NewError(payload.InvalidOperation, op, "kind "+ref.Kind+" does not relocate (DisableRelocation)")
 	}
 	// The owner may move or leave between the look-up and the request:

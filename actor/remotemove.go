@@ -209,7 +209,7 @@ func (ro *remoteOps) relocateHere(ctx context.Context, ref Ref, target string) e
 	if !ro.t.life.acceptsExternal() {
 		return ErrShuttingDown
 	}
-	kr := ro.t.owners.kinds[ref.Kind]
+	kr := ro.t.owners.kind(ref.Kind)
 	if kr == nil {
 		return payload.NewError(payload.NotFound, "actor.Host.Relocate", "host "+ro.t.name+" has no kind "+ref.Kind)
 	}

@@ -111,7 +111,7 @@ func (rt *router) locateCached(kr *kindRuntime, id string) (place, bool) {
 	if o := kr.local(id); o != nil {
 		return place{o: o}, true
 	}
-	if e, ok := rt.routes.lookup(relocation.Object{Kind: kr.spec.name, ID: id}); ok && e.Host != rt.name {
+	if e, ok := rt.routes.lookup(relocation.Object{Kind: kr.def().name, ID: id}); ok && e.Host != rt.name {
 		return place{host: e.Host, gen: e.Gen}, true
 	}
 	return place{}, false
@@ -121,7 +121,7 @@ func (rt *router) locateCached(kr *kindRuntime, id string) (place, bool) {
 // live host owns it. Concurrent look-ups of one object on this host share
 // one store call; no lock is held across it.
 func (rt *router) lookup(kr *kindRuntime, id string, mode lookupMode) (place, error) {
-	key := kr.spec.name + "\x00" + id
+	key := kr.def().name + "\x00" + id
 	if mode != fromOutside {
 		key += "\x00" + string(rune('0'+mode))
 	}
@@ -155,7 +155,7 @@ func (rt *router) resolve(kr *kindRuntime, id string, mode lookupMode) (place, e
 	if (mode == fromOutside && !rt.life.acceptsExternal()) || (mode != fromOutside && !rt.life.acceptsInternal()) {
 		return place{}, ErrShuttingDown
 	}
-	obj := relocation.Object{Kind: kr.spec.name, ID: id}
+	obj := relocation.Object{Kind: kr.def().name, ID: id}
 	ctx, cancel := rt.life.storeContext()
 	defer cancel()
 	row, err := rt.store.Get(ctx, obj)
@@ -178,13 +178,13 @@ func (rt *router) resolve(kr *kindRuntime, id string, mode lookupMode) (place, e
 		// Never here: the kind's placement among the hosts that serve it.
 		other := rt.placeNew(kr.spec, id)
 		if other == "" || other == rt.name {
-			return place{}, payload.NewError(payload.Unavailable, "actor", "no host serves kind "+kr.spec.name+" (this host is a gateway)")
+			return place{}, payload.NewError(payload.Unavailable, "actor", "no host serves kind "+kr.def().name+" (this host is a gateway)")
 		}
 		rt.routes.learn(obj, other, 0, false)
 		return place{host: other, stored: true}, nil
 	}
 	if rt.life.isDraining() {
-		if other := rt.peers.pickHost(kr.spec.name); other != "" {
+		if other := rt.peers.pickHost(kr.def().name); other != "" {
 			return place{host: other, stored: true}, nil
 		}
 	} else if mode != fromLink {
@@ -202,7 +202,7 @@ func (rt *router) resolve(kr *kindRuntime, id string, mode lookupMode) (place, e
 	// The activation itself is one flight per object on this host, whatever
 	// the look-ups' modes: two of them (a local send and a message off a
 	// link) must not both reserve and commit.
-	v, err, _ := rt.lookups.Do(kr.spec.name+"\x00"+id+"\x00activate", func() (any, error) { return rt.activate(kr, id, crashed) })
+	v, err, _ := rt.lookups.Do(kr.def().name+"\x00"+id+"\x00activate", func() (any, error) { return rt.activate(kr, id, crashed) })
 	if err != nil {
 		return place{}, err
 	}
@@ -214,7 +214,7 @@ func (rt *router) resolve(kr *kindRuntime, id string, mode lookupMode) (place, e
 // crashed: the owner its row named, which crashed (its gaps are messages
 // that died with it: TakeoverGapTimeout); "" if none.
 func (rt *router) activate(kr *kindRuntime, id string, crashed string) (place, error) {
-	obj := relocation.Object{Kind: kr.spec.name, ID: id}
+	obj := relocation.Object{Kind: kr.def().name, ID: id}
 	ctx, cancel := rt.life.storeContext()
 	defer cancel()
 again:
@@ -281,7 +281,7 @@ again:
 // Follow, route.Forward), keeping its identity, stamp, reply route and
 // deadline; it tells the message's origin where the object is.
 func (rt *router) forward(kr *kindRuntime, id string, m *payload.Message, p place) {
-	obj := relocation.Object{Kind: kr.spec.name, ID: id}
+	obj := relocation.Object{Kind: kr.def().name, ID: id}
 	for try := 0; ; try++ {
 		hv := m.Header()
 		hop := route.Hop{Hops: hv.Hops(), Gen: hv.Generation(), Bounces: bouncesOf(hv.Flags())}
@@ -353,7 +353,7 @@ func (rt *router) forward(kr *kindRuntime, id string, m *payload.Message, p plac
 // (or sent back to its origin) and ok is false; otherwise the caller
 // sends m to the returned place.
 func (rt *router) lookupAgain(kr *kindRuntime, id string, m *payload.Message) (p place, ok bool) {
-	rt.routes.forget(relocation.Object{Kind: kr.spec.name, ID: id}, true)
+	rt.routes.forget(relocation.Object{Kind: kr.def().name, ID: id}, true)
 	p, err := rt.lookup(kr, id, fromLink)
 	switch {
 	case err != nil:
@@ -405,7 +405,7 @@ func (rt *router) admitHere(o *owner, m *payload.Message) {
 		}
 		var p place
 		hv := m.Header()
-		kr := rt.owners.kinds[string(hv.TargetName())]
+		kr := rt.owners.kind(string(hv.TargetName()))
 		if try < 3 {
 			p, err = rt.locate(kr, string(hv.TargetID()), fromLink)
 		} else {
@@ -475,7 +475,7 @@ func (rt *router) hint(obj relocation.Object, host string, gen uint64) {
 	if host == rt.name {
 		return
 	}
-	if kr := rt.owners.kinds[obj.Kind]; kr == nil || kr.local(obj.ID) != nil {
+	if kr := rt.owners.kind(obj.Kind); kr == nil || kr.local(obj.ID) != nil {
 		return
 	}
 	rt.routes.update(obj, host, gen)
@@ -650,7 +650,7 @@ func (rt *router) redispatchMessage(m *payload.Message) { rt.routeAgain(m, false
 // again (waitToRoute) — or, with giveBack, is returned to the caller.
 func (rt *router) routeAgain(m *payload.Message, giveBack bool) *payload.Message {
 	hv := m.Header()
-	kr := rt.owners.kinds[string(hv.TargetName())]
+	kr := rt.owners.kind(string(hv.TargetName()))
 	if kr == nil {
 		rt.failMessage(m, payload.NewError(payload.NotFound, "actor", "no kind "+string(hv.TargetName())))
 		return nil

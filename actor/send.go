@@ -338,7 +338,7 @@ func (t target) name() string {
 	if t.o != nil {
 		return t.o.spec.name
 	}
-	return t.kr.spec.name
+	return t.kr.def().name
 }
 
 // rejectReason names, for the observer, why a send to another host failed.
@@ -364,7 +364,7 @@ func rejectReason(err error) string {
 
 // objOf names a target's object for routing and ordering.
 func (t target) obj() relocation.Object {
-	return relocation.Object{Kind: t.kr.spec.name, ID: t.id}
+	return relocation.Object{Kind: t.kr.def().name, ID: t.id}
 }
 
 // newEnvelope returns an application item for m.

@@ -86,8 +86,8 @@ func (rt *router) onBounce(buf payload.Buffer) {
 		rt.failMessage(m, ErrRequestTimeout)
 		return
 	}
-	if kr := rt.owners.kinds[string(hv2.TargetName())]; kr != nil {
-		rt.routes.forget(relocation.Object{Kind: kr.spec.name, ID: string(hv2.TargetID())}, true)
+	if kr := rt.owners.kind(string(hv2.TargetName())); kr != nil {
+		rt.routes.forget(relocation.Object{Kind: kr.def().name, ID: string(hv2.TargetID())}, true)
 	}
 	rt.redispatchMessage(m)
 }
