@@ -347,3 +347,23 @@ func orDefault[T int | time.Duration](v *T, def T, field string, bad func(field,
 		bad(field, "negative")
 	}
 }
+
+// Defaults for routing.
+const (
+	DefaultFollowDuration = 30 * time.Second
+	DefaultRouteCacheTTL  = 15 * time.Second
+	// MaxHops is Message Follow's loop guard: a message forwarded this
+	// often goes back to its origin to be routed afresh.
+	MaxHops = route.MaxHops
+)
+
+// DefaultGapTimeout is how long, after the membership reports a host gone,
+// an owner still waits for the messages missing in its gaps (they may be
+// on live links) before it gives up on them (Config.GapTimeout). No gap
+// closes while every host is up.
+const DefaultGapTimeout = 5 * time.Second
+
+// DefaultTakeoverGapTimeout is the wait of the gaps of an object taken
+// over from a crashed owner, open or opening soon after its activation
+// (Config.TakeoverGapTimeout): their messages died with that owner.
+const DefaultTakeoverGapTimeout = 250 * time.Millisecond

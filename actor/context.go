@@ -17,7 +17,7 @@ import (
 // saturated they queue, in order, behind the owner's earlier sends, and
 // Tell returns once the message is queued.
 type Context struct {
-	host  *Host
+	host  hostHandle // the owner's host (Host returns it)
 	owner *owner
 	env   *mailbox.Envelope // the running item; nil outside a turn
 
@@ -31,12 +31,12 @@ type turnKey struct{}
 func (c *Context) Deadline() (time.Time, bool) { return time.Time{}, false }
 
 // Done implements context.Context: it is closed when the host closes.
-func (c *Context) Done() <-chan struct{} { return c.host.life.closing() }
+func (c *Context) Done() <-chan struct{} { return c.owner.t.life.closing() }
 
 // Err implements context.Context.
 func (c *Context) Err() error {
 	select {
-	case <-c.host.life.closing():
+	case <-c.owner.t.life.closing():
 		return context.Canceled
 	default:
 		return nil
@@ -58,8 +58,9 @@ func (c *Context) Value(key any) any {
 // subscriber Ref{Kind: channel name, ID: "#" and its index}.
 func (c *Context) Self() Ref { return c.owner.ref }
 
-// Host returns the host the owner runs on.
-func (c *Context) Host() *Host { return c.host }
+// hostHandle is the host a Context's owner runs on, as the Context holds
+// it: a *Host (Context.Host, in host.go, returns it as one).
+type hostHandle interface{ Name() string }
 
 // StateUnchanged tells the host that the running turn did not change the
 // object's state: for a persistent kind (Kind.PersistState) no write

@@ -75,9 +75,6 @@ type drainer struct {
 	stateDropped atomic.Int64 // objects whose in-memory state a drain ended: no host took them (Stats.DrainStateDropped)
 }
 
-// DrainState returns the host's drain state.
-func (h *Host) DrainState() DrainState { return h.drainer.current() }
-
 // current returns the drain state.
 func (dr *drainer) current() DrainState { return DrainState(dr.state.Load()) }
 
@@ -90,48 +87,6 @@ func (dr *drainer) strandedKind() string {
 		}
 	}
 	return ""
-}
-
-// drainWorkers bounds the moves a drain runs at once.
-const drainWorkers = 64
-
-// Drain moves every owner off this host while traffic continues, then
-// stops the host gracefully: Serving → Relocating → Relocated → Draining →
-// Stopped. Objects of kinds that relocate move to the other hosts of the
-// network (spread by object id over the hosts that have the kind); a move
-// that aborts is tried again with another host, and an object that cannot
-// move is deactivated instead (its hook runs; it activates again elsewhere
-// on its next message), as are objects of kinds with DisableRelocation.
-// Messages that arrive meanwhile follow their objects. It returns nil
-// once the host has stopped, or the final stop's error.
-//
-// If ctx ends first, Drain returns promptly with an error of kind
-// DeadlineExceeded that wraps ctx.Err() (errors.Is matches
-// context.DeadlineExceeded or context.Canceled), and the host does not
-// close; nothing accepted is dropped. Moves under way when ctx ended are
-// aborted (their objects stay here) or completed, and no object is
-// deactivated for want of time. The host stays where the drain got to:
-// Relocating — its objects not moved yet keep running and peers keep
-// sending to them, but no new object is placed here — or, once every
-// object is handed on, Draining, leaving as Stop leaves (see Stop). A
-// later Drain or Stop goes on from there; only Close drops work.
-//
-// A host with objects of a kind that relocates and no other host serving
-// that kind has nowhere to drain to: Drain returns Unavailable
-// (ErrNowhereToDrain) at once and the host keeps serving (Stop
-// deactivates objects instead). Concurrent calls of Drain and Stop run one
-// at a time.
-func (h *Host) Drain(ctx context.Context) error {
-	const op = "actor.Host.Drain"
-	if h.peers.tr == nil {
-		return ErrNoNetwork
-	}
-	release, err := h.drainer.stopTurnTake(ctx, op)
-	if err != nil {
-		return err
-	}
-	defer release()
-	return h.drainer.drain(ctx, op)
 }
 
 // drain is Drain once no other Stop or Drain runs; op names the caller in
@@ -509,4 +464,11 @@ func drainTries(p Placement, id string, targets []HostLoad) []string {
 		return drainOrder(id, targets)
 	}
 	return tries
+}
+
+// closedMidStop is the error of a Stop or Drain during which Close closed
+// the host: of kind ShuttingDown; what was left was dropped
+// (Stats.DroppedOnClose).
+func closedMidStop(op string) error {
+	return payload.NewError(payload.ShuttingDown, op, "Close closed the host before it stopped gracefully")
 }

@@ -189,28 +189,6 @@ func (h *Host) Deliver(ctx context.Context, to Ref, enc Encoded) (*payload.Messa
 	return r.Wait(ctx)
 }
 
-// flagAck marks the empty reply a one-way handler sends when its message
-// carries a reply route (only an encoded Request does): the handler
-// returned nil.
-const flagAck uint8 = 8
-
-// ackReply tells the sender of an encoded Request that a one-way handler
-// returned nil.
-func ackReply(c *Context) error {
-	hv := c.env.Msg.Header()
-	route := hv.ReplyTo()
-	if len(route) == 0 {
-		return nil
-	}
-	t := c.owner.t
-	buf, err := payload.Encode(t.pool, t.reg, payload.Header{Op: hv.Op(), Flags: flagReply | flagAck}, struct{}{})
-	if err != nil {
-		return err
-	}
-	c.owner.reply(route, hv.Op(), reply{buf: buf})
-	return nil
-}
-
 // PayloadStats returns the copy accounting of the host's payload pool:
 // boundary copies (NewRequest's copy of an encoded body among them), views
 // and decodes.

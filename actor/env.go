@@ -9,6 +9,8 @@ import (
 
 	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/payload"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // hostEnv is the value every part of a host is given (by pointer; the
@@ -114,4 +116,21 @@ func durationNs(ns int64) time.Duration {
 		return 0
 	}
 	return time.Duration(ns)
+}
+
+// tracing is a host's tracing (Config.TracerProvider). A host without a
+// tracer provider has none (a nil *tracing): its sends and turns check
+// that one pointer and do nothing else for tracing.
+//
+// Owns: the tracer and the host's name attribute; immutable after NewHost.
+type tracing struct {
+	tracer trace.Tracer
+	host   attribute.KeyValue
+}
+
+func newTracing(tp trace.TracerProvider, host string) *tracing {
+	if tp == nil {
+		return nil
+	}
+	return &tracing{tracer: tp.Tracer(TracerName), host: AttrHost.String(host)}
 }

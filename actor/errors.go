@@ -167,3 +167,16 @@ func peerFailed(host string) error {
 func peerFailedUnsent(host string) error {
 	return fmt.Errorf("host %s failed while the send waited for room on its link (nothing was sent): %w", host, ErrPeerFailed)
 }
+
+// ctxErr is the error of a send whose context is done: of kind
+// DeadlineExceeded (the sender's time ran out: its deadline passed or it
+// gave up), wrapping ctx's error, so that errors.Is matches
+// context.DeadlineExceeded or context.Canceled as well — the conventions
+// of net/http and pgx.
+func ctxErr(ctx context.Context) error {
+	err := ctx.Err()
+	if err == nil {
+		return nil
+	}
+	return &payload.Error{Kind: payload.DeadlineExceeded, Op: "actor", Err: err}
+}

@@ -182,13 +182,3 @@ func (l *eventLog) since(seq uint64) []Event {
 	}
 	return out
 }
-
-// Events returns the events of the host's event log recorded after seq
-// (0: all it keeps), oldest first: members that joined, drained, left or
-// failed as this host saw them; its own jeopardy, resumption, new run or
-// end; objects it took over or received; its drains (EventKind lists
-// them). A host keeps its newest 1024 events; a burst over many objects
-// is one event a second with a count. A follower passes the Seq of the
-// last event it has; a gap between that and the first Seq returned means
-// events it missed were dropped from the ring.
-func (h *Host) Events(after uint64) []Event { return h.events.since(after) }

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/route"
@@ -190,3 +191,17 @@ func (gp *gapFacts) noteOldestGap(waited, now int64) (logIt bool) {
 
 // anyWaiting reports whether messages wait to be routed again.
 func (gp *gapFacts) anyWaiting() bool { return gp.waiting.Load() > 0 }
+
+// maxFacts bounds the failure facts a host keeps; past it the oldest two
+// merge into one that covers what both did.
+const maxFacts = 64
+
+// factKeep is how long a host keeps a failure fact past its window and
+// wait: an owner frozen meanwhile (a move) applies it when it opens.
+const factKeep = 10 * time.Minute
+
+// gapLogEvery spaces the log lines about long gaps.
+const gapLogEvery = 5 * time.Second
+
+// gapReportAfter is how long a gap waits before the host logs it.
+const gapReportAfter = time.Second

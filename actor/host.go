@@ -150,6 +150,9 @@ func (h *Host) wire() {
 	h.owners.persist.hostEnv, h.owners.persist.life, h.owners.persist.stats, h.owners.persist.requests = env, &h.life, &h.stats, &h.requests
 }
 
+// Host returns the host the owner runs on.
+func (c *Context) Host() *Host { return c.host.(*Host) }
+
 // Name returns the host's name.
 func (h *Host) Name() string { return h.name }
 
@@ -524,13 +527,6 @@ func (h *Host) Stop(ctx context.Context) error {
 	return h.drainer.stop(ctx, op)
 }
 
-// closedMidStop is the error of a Stop or Drain during which Close closed
-// the host: of kind ShuttingDown; what was left was dropped
-// (Stats.DroppedOnClose).
-func closedMidStop(op string) error {
-	return payload.NewError(payload.ShuttingDown, op, "Close closed the host before it stopped gracefully")
-}
-
 // Close stops the host at once: queued messages end with ShuttingDown
 // (their payloads released undecoded), waiting requests complete with
 // ShuttingDown, running handlers see their Context done and are waited for,
@@ -653,12 +649,6 @@ func (h *Host) Close() error {
 	}
 	h.owners.system.Shutdown()
 	return nil
-}
-
-// isApplication reports whether e is an application message (not a
-// control item or a skip notice).
-func isApplication(e *mailbox.Envelope) bool {
-	return e.Msg != nil && e.Msg.Header().Flags()&flagSkip == 0
 }
 
 // waitingForPermits counts the application messages that wait here for a

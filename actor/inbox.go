@@ -1,8 +1,6 @@
 package actor
 
 import (
-	"time"
-
 	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/route"
 )
@@ -49,49 +47,9 @@ import (
 //
 // Hosts without a transport stamp nothing: objects never move there.
 
-// flagSkip marks a skip notice: a frame that carries a stamp and nothing
-// to run.
-const flagSkip uint8 = 4
-
-// flagAgain marks a message frame that a new run of its sender sent again
-// after the old run's links closed (runlink.go): its owner may have had it
-// from the old run, and drops it if so (route.StepRepeat). On a reply
-// frame the same bit is flagError.
-const flagAgain uint8 = 2
-
-// sentAgain reports whether a frame's flags mark a message sent again.
-func sentAgain(flags uint8) bool { return flags&(flagReply|flagAgain) == flagAgain }
-
-// Bounces (how often a message went back to its origin) are kept in the
-// flags' upper nibble.
-const (
-	bounceShift = 4
-	bounceMask  = 0xF0
-)
-
-func bouncesOf(flags uint8) uint8 { return flags >> bounceShift }
-
-// DefaultGapTimeout is how long, after the membership reports a host gone,
-// an owner still waits for the messages missing in its gaps (they may be
-// on live links) before it gives up on them (Config.GapTimeout). No gap
-// closes while every host is up.
-const DefaultGapTimeout = 5 * time.Second
-
-// DefaultTakeoverGapTimeout is the wait of the gaps of an object taken
-// over from a crashed owner, open or opening soon after its activation
-// (Config.TakeoverGapTimeout): their messages died with that owner.
-const DefaultTakeoverGapTimeout = 250 * time.Millisecond
-
 // streamIdle is how long a host keeps an idle sending stream; owners keep
 // an idle sender's state twice as long (route.Order.Forget), so a sender
 // always forgets first.
-
-func streamIdleFor(follow time.Duration) time.Duration { return 2 * follow }
-
-// tickEvery is the period of the host's tick: the coarse route clock, the
-// gap deadlines, deferred sends and skip notices, load reports and the
-// moves' ticks run at it.
-const tickEvery = 25 * time.Millisecond
 
 const (
 	// admitWait: lane limits apply; when full, the caller gets ErrFull and
@@ -106,20 +64,6 @@ const (
 )
 
 // Failure facts (route.Fact): what lets a gap close.
-
-// maxFacts bounds the failure facts a host keeps; past it the oldest two
-// merge into one that covers what both did.
-const maxFacts = 64
-
-// factKeep is how long a host keeps a failure fact past its window and
-// wait: an owner frozen meanwhile (a move) applies it when it opens.
-const factKeep = 10 * time.Minute
-
-// gapLogEvery spaces the log lines about long gaps.
-const gapLogEvery = 5 * time.Second
-
-// gapReportAfter is how long a gap waits before the host logs it.
-const gapReportAfter = time.Second
 
 // admitHow says how an item enters its owner.
 type admitHow uint8
@@ -486,4 +430,66 @@ func (o *owner) oldestGap(now int64) (g route.Gap, awaited []string, ok bool) {
 		awaited = append(awaited, t.Host)
 	}
 	return g, awaited, true
+}
+
+// pushBackLocked notes, with o.seqMu held, that sender is past o's
+// reorder bound; when the sender was not told already, it queues the
+// pause and reports true: the caller calls sendPushes after the lock.
+func (o *owner) pushBackLocked(sender []byte) bool {
+	if o.pushed == nil {
+		o.pushed = map[string]struct{}{}
+	}
+	if _, ok := o.pushed[string(sender)]; ok {
+		return false
+	}
+	o.pushed[string(sender)] = struct{}{}
+	o.pushQ = append(o.pushQ, pushAdvice{sender: string(sender), pause: true})
+	return true
+}
+
+// relievedLocked queues, with o.seqMu held, a resume for each pushed
+// sender that may go on: its held messages are back to half the bound, or
+// (all) the inbox is not open any more. It reports whether it queued one:
+// the caller calls sendPushes after the lock.
+func (o *owner) relievedLocked(all bool) bool {
+	if len(o.pushed) == 0 {
+		return false
+	}
+	queued := false
+	ord := o.inbox.Order()
+	for s := range o.pushed {
+		if all || o.inbox.State() != route.Open || ord.HeldOf([]byte(s)) <= o.t.cfg.ReorderBound/2 {
+			o.pushQ = append(o.pushQ, pushAdvice{sender: s})
+			delete(o.pushed, s)
+			queued = true
+		}
+	}
+	return queued
+}
+
+// sendPushes sends o's queued advice in the order it was decided: one
+// goroutine at a time sends, and takes what others queue meanwhile. Not
+// under seqMu (it takes it between batches).
+func (o *owner) sendPushes() {
+	o.seqMu.Lock()
+	if o.pushing { // the sender of the queue takes what we queued
+		o.seqMu.Unlock()
+		return
+	}
+	o.pushing = true
+	for len(o.pushQ) > 0 {
+		q := o.pushQ
+		o.pushQ = nil
+		yield := o.yieldBeforePush
+		o.seqMu.Unlock()
+		if yield != nil {
+			yield()
+		}
+		for _, p := range q {
+			o.t.peers.push(o.ref, p.sender, p.pause)
+		}
+		o.seqMu.Lock()
+	}
+	o.pushing = false
+	o.seqMu.Unlock()
 }

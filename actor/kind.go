@@ -8,15 +8,6 @@ import (
 	"github.com/berthrt/berth/payload"
 )
 
-// Ref names an object: its kind and its id.
-type Ref struct {
-	Kind string
-	ID   string
-}
-
-// String returns "kind/id".
-func (r Ref) String() string { return r.Kind + "/" + r.ID }
-
 // typeName is the message type name a declared type M travels under; it is
 // the name payload.Encode writes into the header.
 func typeName[M any]() string { return reflect.TypeFor[M]().String() }

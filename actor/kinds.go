@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/payload"
 	"github.com/berthrt/berth/relocation"
 	"github.com/berthrt/berth/route"
@@ -451,3 +452,18 @@ func (cr *channelRuntime) pick(t string, avoid *owner) *owner {
 
 // def returns the kind's definition (read-only after Start).
 func (kr *kindRuntime) def() *spec { return kr.spec }
+
+// isApplication reports whether e is an application message (not a
+// control item or a skip notice).
+func isApplication(e *mailbox.Envelope) bool {
+	return e.Msg != nil && e.Msg.Header().Flags()&flagSkip == 0
+}
+
+// place is where an object runs: a local owner, or another host.
+type place struct {
+	o    *owner
+	host string
+	gen  uint64 // the owner generation the route knows (0: unknown)
+	// stored: the place comes from the store, not the route table.
+	stored bool
+}

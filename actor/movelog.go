@@ -3,6 +3,8 @@ package actor
 import (
 	"sync"
 	"time"
+
+	"github.com/berthrt/berth/payload"
 )
 
 // The move log: the pauses of the moves from here and a ring of the last
@@ -79,4 +81,76 @@ func (l *moveLog) since(after uint64) []MoveEntry {
 		out = append(out, l.moves[s%recentMoves])
 	}
 	return out
+}
+
+func alreadyThere(ref Ref, target string) error {
+	return &payload.Error{Kind: payload.InvalidOperation, Op: "actor.Host.Relocate", Detail: ref.String() + " already lives on " + target, Err: ErrAlreadyThere}
+}
+
+// MoveEntry is one move this host was the source of, as it ended
+// (Host.RecentMoves).
+type MoveEntry struct {
+	// Seq numbers the moves from this host as they end: 1, 2, 3, … (from
+	// 1 again when the host is made again).
+	Seq uint64
+	// Ref is the object that moved (or was to).
+	Ref Ref
+	// From is this host; To the target.
+	From, To string
+	// Started is when Relocate (or a drain) began the move here; Ended
+	// when it ended here.
+	Started, Ended time.Time
+	// Pause is the time the object ran nowhere, as Pauses works it out;
+	// 0 unless Outcome is MoveDone (or if the pause could not be worked
+	// out).
+	Pause time.Duration
+	// Outcome is how the move ended; Reason says why, unless it is
+	// MoveDone.
+	Outcome MoveOutcome
+	Reason  string
+}
+
+// MoveOutcome is how a move ended at its source.
+type MoveOutcome uint8
+
+// Outcomes of a move, at its source.
+const (
+	// MoveDone: the target owns the object and runs it.
+	MoveDone MoveOutcome = iota + 1
+	// MoveRefused: the move did not start (the target's preflight refused
+	// it, the store did not show this host as the owner, or Relocate's
+	// context ended first); the object was not disturbed.
+	MoveRefused
+	// MoveAborted: aborted before the point of no return (the capture
+	// failed, the target failed or left, Relocate's context ended); the
+	// object runs here again, nothing lost.
+	MoveAborted
+	// MoveAbandoned: the target could not take ownership in the Location
+	// Store (a newer owner, or the store out of reach past its deadline).
+	MoveAbandoned
+	// MoveLost: the target left past the point of no return; the object's
+	// queued work went with it.
+	MoveLost
+	// MoveClosed: this host closed during the move.
+	MoveClosed
+)
+
+// String returns the outcome's name: moved, refused, aborted, abandoned,
+// lost or closed.
+func (o MoveOutcome) String() string {
+	switch o {
+	case MoveDone:
+		return "moved"
+	case MoveRefused:
+		return "refused"
+	case MoveAborted:
+		return "aborted"
+	case MoveAbandoned:
+		return "abandoned"
+	case MoveLost:
+		return "lost"
+	case MoveClosed:
+		return "closed"
+	}
+	return "none"
 }

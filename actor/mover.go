@@ -360,3 +360,6 @@ func (mt *moveTable) remotePeerGone(name string) { mt.remote.remotePeerGone(name
 // onRemoteControl takes a control item of a Relocate asked across hosts
 // from peer from (remoteOps).
 func (mt *moveTable) onRemoteControl(from string, ctl any) { mt.remote.onControl(from, ctl) }
+
+// drainWorkers bounds the moves a drain runs at once.
+const drainWorkers = 64

@@ -288,16 +288,6 @@ type peers struct {
 	lostOnRejoin atomic.Int64 // items the old run's links had not delivered at a rejoin, not sent again (Stats.LostOnRejoin)
 }
 
-// closedChan is a closed channel.
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-// candidate is a host that can take a new activation, with its load.
-type candidate struct {
-	name    string
-	load    int64  // active owners
-	version string // its application version (Config.AppVersion)
-}
-
 // candidates returns the serving hosts that have kind and take frames,
 // sorted by name; self (with its own live load) only if takeSelf. While
 // hosts of several application versions serve the kind, only those of
@@ -565,13 +555,9 @@ func sendError(err error) error {
 	return errLinkDown
 }
 
-// doneCtx is a context that is already done: WaitRoom with it only tells
-// whether there is room.
-var doneCtx = func() context.Context {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return ctx
-}()
+// noteLostOnRejoin counts n items the old run's links had not delivered at
+// a rejoin, not sent again (Stats.LostOnRejoin).
+func (pr *peers) noteLostOnRejoin(n int) { pr.lostOnRejoin.Add(int64(n)) }
 
 // sendRecords sends relocation records to host to, encoding them into
 // *scratch (reused: the transport does not keep what it is given; nil: a
@@ -592,7 +578,3 @@ func (pr *peers) sendRecords(to string, obj relocation.Object, scratch *[]byte, 
 	}
 	return false, false
 }
-
-// noteLostOnRejoin counts n items the old run's links had not delivered at
-// a rejoin, not sent again (Stats.LostOnRejoin).
-func (pr *peers) noteLostOnRejoin(n int) { pr.lostOnRejoin.Add(int64(n)) }

@@ -509,3 +509,14 @@ func (v *peerView) others(self string) []string {
 // hasNewer reports whether a member runs a newer application version
 // than this host.
 func (v *peerView) hasNewer() bool { return v.newer.Load() }
+
+// closedChan is a closed channel.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// doneCtx is a context that is already done: WaitRoom with it only tells
+// whether there is room.
+var doneCtx = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()

@@ -38,13 +38,6 @@ type Placement interface {
 	String() string
 }
 
-// HostLoad is a host a Placement may choose, with its load as the asking
-// host last heard it.
-type HostLoad struct {
-	Name    string
-	Objects int64 // its active objects (its own reports, plus those placed on it since)
-}
-
 // berth's placements. Their Drain tries the other hosts in an order that
 // starts at one picked by the object's id (a process's own hash: drains of
 // many objects spread over the hosts).

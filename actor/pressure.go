@@ -5,7 +5,6 @@ import (
 	"sync/atomic"
 
 	"github.com/berthrt/berth/relocation"
-	"github.com/berthrt/berth/route"
 )
 
 // Back-pressure from a reorder buffer (docs/architecture.md, "Order, routing and transports"): the bound on what an
@@ -247,66 +246,4 @@ type pressureItem struct {
 type pushAdvice struct {
 	sender string
 	pause  bool
-}
-
-// pushBackLocked notes, with o.seqMu held, that sender is past o's
-// reorder bound; when the sender was not told already, it queues the
-// pause and reports true: the caller calls sendPushes after the lock.
-func (o *owner) pushBackLocked(sender []byte) bool {
-	if o.pushed == nil {
-		o.pushed = map[string]struct{}{}
-	}
-	if _, ok := o.pushed[string(sender)]; ok {
-		return false
-	}
-	o.pushed[string(sender)] = struct{}{}
-	o.pushQ = append(o.pushQ, pushAdvice{sender: string(sender), pause: true})
-	return true
-}
-
-// relievedLocked queues, with o.seqMu held, a resume for each pushed
-// sender that may go on: its held messages are back to half the bound, or
-// (all) the inbox is not open any more. It reports whether it queued one:
-// the caller calls sendPushes after the lock.
-func (o *owner) relievedLocked(all bool) bool {
-	if len(o.pushed) == 0 {
-		return false
-	}
-	queued := false
-	ord := o.inbox.Order()
-	for s := range o.pushed {
-		if all || o.inbox.State() != route.Open || ord.HeldOf([]byte(s)) <= o.t.cfg.ReorderBound/2 {
-			o.pushQ = append(o.pushQ, pushAdvice{sender: s})
-			delete(o.pushed, s)
-			queued = true
-		}
-	}
-	return queued
-}
-
-// sendPushes sends o's queued advice in the order it was decided: one
-// goroutine at a time sends, and takes what others queue meanwhile. Not
-// under seqMu (it takes it between batches).
-func (o *owner) sendPushes() {
-	o.seqMu.Lock()
-	if o.pushing { // the sender of the queue takes what we queued
-		o.seqMu.Unlock()
-		return
-	}
-	o.pushing = true
-	for len(o.pushQ) > 0 {
-		q := o.pushQ
-		o.pushQ = nil
-		yield := o.yieldBeforePush
-		o.seqMu.Unlock()
-		if yield != nil {
-			yield()
-		}
-		for _, p := range q {
-			o.t.peers.push(o.ref, p.sender, p.pause)
-		}
-		o.seqMu.Lock()
-	}
-	o.pushing = false
-	o.seqMu.Unlock()
 }

@@ -81,10 +81,6 @@ func (h *Host) Relocate(ctx context.Context, ref Ref, target string) error {
 	return err
 }
 
-func alreadyThere(ref Ref, target string) error {
-	return &payload.Error{Kind: payload.InvalidOperation, Op: "actor.Host.Relocate", Detail: ref.String() + " already lives on " + target, Err: ErrAlreadyThere}
-}
-
 // Pauses returns the pause of every move this host was the source of
 // since the last call (at most the newest 65,536), and forgets them. A
 // pause runs from the seal here (no turn of the object starts any more) to
@@ -114,74 +110,6 @@ func (h *Host) RecentPauses() []time.Duration {
 	return out
 }
 
-// MoveEntry is one move this host was the source of, as it ended
-// (Host.RecentMoves).
-type MoveEntry struct {
-	// Seq numbers the moves from this host as they end: 1, 2, 3, … (from
-	// 1 again when the host is made again).
-	Seq uint64
-	// Ref is the object that moved (or was to).
-	Ref Ref
-	// From is this host; To the target.
-	From, To string
-	// Started is when Relocate (or a drain) began the move here; Ended
-	// when it ended here.
-	Started, Ended time.Time
-	// Pause is the time the object ran nowhere, as Pauses works it out;
-	// 0 unless Outcome is MoveDone (or if the pause could not be worked
-	// out).
-	Pause time.Duration
-	// Outcome is how the move ended; Reason says why, unless it is
-	// MoveDone.
-	Outcome MoveOutcome
-	Reason  string
-}
-
-// MoveOutcome is how a move ended at its source.
-type MoveOutcome uint8
-
-// Outcomes of a move, at its source.
-const (
-	// MoveDone: the target owns the object and runs it.
-	MoveDone MoveOutcome = iota + 1
-	// MoveRefused: the move did not start (the target's preflight refused
-	// it, the store did not show this host as the owner, or Relocate's
-	// context ended first); the object was not disturbed.
-	MoveRefused
-	// MoveAborted: aborted before the point of no return (the capture
-	// failed, the target failed or left, Relocate's context ended); the
-	// object runs here again, nothing lost.
-	MoveAborted
-	// MoveAbandoned: the target could not take ownership in the Location
-	// Store (a newer owner, or the store out of reach past its deadline).
-	MoveAbandoned
-	// MoveLost: the target left past the point of no return; the object's
-	// queued work went with it.
-	MoveLost
-	// MoveClosed: this host closed during the move.
-	MoveClosed
-)
-
-// String returns the outcome's name: moved, refused, aborted, abandoned,
-// lost or closed.
-func (o MoveOutcome) String() string {
-	switch o {
-	case MoveDone:
-		return "moved"
-	case MoveRefused:
-		return "refused"
-	case MoveAborted:
-		return "aborted"
-	case MoveAbandoned:
-		return "abandoned"
-	case MoveLost:
-		return "lost"
-	case MoveClosed:
-		return "closed"
-	}
-	return "none"
-}
-
 // RecentMoves returns the moves this host was the source of that ended
 // after the one numbered after (MoveEntry.Seq), oldest first: at most the
 // last 256, moved or not. RecentMoves(0) returns the last 256; a watcher
@@ -190,3 +118,45 @@ func (o MoveOutcome) String() string {
 // then is above after+1). It takes nothing away, and costs nothing
 // unless called.
 func (h *Host) RecentMoves(after uint64) []MoveEntry { return h.moves.record.since(after) }
+
+// DrainState returns the host's drain state.
+func (h *Host) DrainState() DrainState { return h.drainer.current() }
+
+// Drain moves every owner off this host while traffic continues, then
+// stops the host gracefully: Serving → Relocating → Relocated → Draining →
+// Stopped. Objects of kinds that relocate move to the other hosts of the
+// network (spread by object id over the hosts that have the kind); a move
+// that aborts is tried again with another host, and an object that cannot
+// move is deactivated instead (its hook runs; it activates again elsewhere
+// on its next message), as are objects of kinds with DisableRelocation.
+// Messages that arrive meanwhile follow their objects. It returns nil
+// once the host has stopped, or the final stop's error.
+//
+// If ctx ends first, Drain returns promptly with an error of kind
+// DeadlineExceeded that wraps ctx.Err() (errors.Is matches
+// context.DeadlineExceeded or context.Canceled), and the host does not
+// close; nothing accepted is dropped. Moves under way when ctx ended are
+// aborted (their objects stay here) or completed, and no object is
+// deactivated for want of time. The host stays where the drain got to:
+// Relocating — its objects not moved yet keep running and peers keep
+// sending to them, but no new object is placed here — or, once every
+// object is handed on, Draining, leaving as Stop leaves (see Stop). A
+// later Drain or Stop goes on from there; only Close drops work.
+//
+// A host with objects of a kind that relocates and no other host serving
+// that kind has nowhere to drain to: Drain returns Unavailable
+// (ErrNowhereToDrain) at once and the host keeps serving (Stop
+// deactivates objects instead). Concurrent calls of Drain and Stop run one
+// at a time.
+func (h *Host) Drain(ctx context.Context) error {
+	const op = "actor.Host.Drain"
+	if h.peers.tr == nil {
+		return ErrNoNetwork
+	}
+	release, err := h.drainer.stopTurnTake(ctx, op)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return h.drainer.drain(ctx, op)
+}

@@ -18,25 +18,6 @@ import (
 // Invariants: every ask completes once (answer, error, the peer gone,
 // the caller's deadline); a peer can cancel only its own asks.
 
-// Relocate called on a host that does not own the object asks the owner's
-// host to move it: a relocateRequest on the link to that host, answered
-// by a relocateAnswer (a relocateCancel withdraws it when the caller's
-// context ends first). The owner's host runs the move as its own
-// Relocate would, under the caller's deadline.
-type (
-	relocateRequest struct {
-		op       payload.OpID
-		ref      Ref
-		target   string
-		deadline int64 // wall clock, Unix ns; 0: none
-	}
-	relocateAnswer struct {
-		op  payload.OpID
-		err *HandlerError // nil: moved
-	}
-	relocateCancel struct{ op payload.OpID }
-)
-
 // remoteOps are the relocate requests this host waits on (asked) and runs
 // for other hosts (serving). Lock order: remoteOps.mu is a leaf.
 type remoteOps struct {

@@ -55,33 +55,6 @@ import (
 // one that went back to its origin MaxBounces times ends with Unavailable
 // (counted: Stats.Dropped), and a skip notice closes its gap.
 
-// Defaults for routing.
-const (
-	DefaultFollowDuration = 30 * time.Second
-	DefaultRouteCacheTTL  = 15 * time.Second
-	// MaxHops is Message Follow's loop guard: a message forwarded this
-	// often goes back to its origin to be routed afresh.
-	MaxHops = route.MaxHops
-)
-
-// flagError marks a reply frame that carries an error.
-const flagError uint8 = 2
-
-// place is where an object runs: a local owner, or another host.
-type place struct {
-	o    *owner
-	host string
-	gen  uint64 // the owner generation the route knows (0: unknown)
-	// stored: the place comes from the store, not the route table.
-	stored bool
-}
-
-// routeHint tells a host where an object runs now.
-type routeHint struct {
-	host string
-	gen  uint64
-}
-
 // peerLive reports whether host holds a live lease of generation gen. A
 // run this host already saw past its lease (a confirmed suspicion) is not
 // asked about again: a lease that ran out never comes back.

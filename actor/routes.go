@@ -241,3 +241,5 @@ func (r *routes) setSelf(name string, run uint64) {
 
 // selfRunNow returns this host's run.
 func (r *routes) selfRunNow() uint64 { return r.selfRun.Load() }
+
+func streamIdleFor(follow time.Duration) time.Duration { return 2 * follow }

@@ -166,3 +166,8 @@ func (r realTimer) C() <-chan time.Time { return r.t.C }
 // channel holds no stale value, so no drain is needed.
 func (r realTimer) Reset(d time.Duration) { r.t.Reset(d) }
 func (r realTimer) Stop()                 { r.t.Stop() }
+
+// tickEvery is the period of the host's tick: the coarse route clock, the
+// gap deadlines, deferred sends and skip notices, load reports and the
+// moves' ticks run at it.
+const tickEvery = 25 * time.Millisecond

@@ -123,15 +123,6 @@ func (rt *router) failFrame(route []byte, op payload.OpID, err error) {
 	}
 }
 
-// wireError is how an error reply travels between hosts: its kind and
-// text. Errors other than berth kinds arrive as their text only.
-// wireError is a HandlerError between hosts.
-type wireError struct {
-	Kind  uint8    `json:"k"`
-	Text  string   `json:"t"`
-	Codes []string `json:"c,omitempty"`
-}
-
 // dropped is called when this host ends a stamped message without
 // delivering it to its object (a routing failure, a rejected send): it
 // sends a skip notice with the message's stamp after it, so that the

@@ -35,23 +35,6 @@ const (
 	metaTracestate  = "tracestate"
 )
 
-// tracing is a host's tracing (Config.TracerProvider). A host without a
-// tracer provider has none (a nil *tracing): its sends and turns check
-// that one pointer and do nothing else for tracing.
-//
-// Owns: the tracer and the host's name attribute; immutable after NewHost.
-type tracing struct {
-	tracer trace.Tracer
-	host   attribute.KeyValue
-}
-
-func newTracing(tp trace.TracerProvider, host string) *tracing {
-	if tp == nil {
-		return nil
-	}
-	return &tracing{tracer: tp.Tracer(TracerName), host: AttrHost.String(host)}
-}
-
 // traceContext reads and writes the W3C traceparent and tracestate; a
 // malformed traceparent reads as no trace context at all, a malformed
 // tracestate as an empty one.

@@ -77,3 +77,10 @@ func newest(cands []candidate) []candidate {
 	}
 	return out
 }
+
+// candidate is a host that can take a new activation, with its load.
+type candidate struct {
+	name    string
+	load    int64  // active owners
+	version string // its application version (Config.AppVersion)
+}

@@ -214,3 +214,70 @@ func (h *hostEnv) decodeWireError(buf payload.Buffer) error {
 	}
 	return &HandlerError{Kind: k, Msg: we.Text, Codes: we.Codes}
 }
+
+// Bounces (how often a message went back to its origin) are kept in the
+// flags' upper nibble.
+const (
+	bounceShift = 4
+	bounceMask  = 0xF0
+)
+
+// flagSkip marks a skip notice: a frame that carries a stamp and nothing
+// to run.
+const flagSkip uint8 = 4
+
+// flagAgain marks a message frame that a new run of its sender sent again
+// after the old run's links closed (runlink.go): its owner may have had it
+// from the old run, and drops it if so (route.StepRepeat). On a reply
+// frame the same bit is flagError.
+const flagAgain uint8 = 2
+
+// sentAgain reports whether a frame's flags mark a message sent again.
+func sentAgain(flags uint8) bool { return flags&(flagReply|flagAgain) == flagAgain }
+
+func bouncesOf(flags uint8) uint8 { return flags >> bounceShift }
+
+// flagError marks a reply frame that carries an error.
+const flagError uint8 = 2
+
+// routeHint tells a host where an object runs now.
+type routeHint struct {
+	host string
+	gen  uint64
+}
+
+// flagReply marks a reply frame.
+const flagReply uint8 = 1
+
+// flagAck marks the empty reply a one-way handler sends when its message
+// carries a reply route (only an encoded Request does): the handler
+// returned nil.
+const flagAck uint8 = 8
+
+// Relocate called on a host that does not own the object asks the owner's
+// host to move it: a relocateRequest on the link to that host, answered
+// by a relocateAnswer (a relocateCancel withdraws it when the caller's
+// context ends first). The owner's host runs the move as its own
+// Relocate would, under the caller's deadline.
+type (
+	relocateRequest struct {
+		op       payload.OpID
+		ref      Ref
+		target   string
+		deadline int64 // wall clock, Unix ns; 0: none
+	}
+	relocateAnswer struct {
+		op  payload.OpID
+		err *HandlerError // nil: moved
+	}
+	relocateCancel struct{ op payload.OpID }
+)
+
+// wireError is how an error reply travels between hosts: its kind and
+// text. Errors other than berth kinds arrive as their text only.
+// wireError is a HandlerError between hosts.
+type wireError struct {
+	Kind  uint8    `json:"k"`
+	Text  string   `json:"t"`
+	Codes []string `json:"c,omitempty"`
+}
