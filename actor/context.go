@@ -6,6 +6,8 @@ import (
 
 	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/payload"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Context is what a handler (or a factory) runs in: a context.Context for
@@ -101,4 +103,36 @@ func turnOf(ctx context.Context) *Context {
 		return nil
 	}
 	return c
+}
+
+// begin starts the span of the turn c is about to run for the message
+// whose header is hv, a child of the span that sent it, and makes c carry
+// it: the sends of the turn's handler continue its trace.
+func (t *tracing) begin(c *Context, hd *handler, hv *payload.HeaderView) {
+	kind := trace.SpanKindConsumer
+	if len(hv.ReplyTo()) > 0 {
+		kind = trace.SpanKindServer // a request: its asker waits
+	}
+	o := c.owner
+	c.traced, _ = t.tracer.Start(parentOf(hv), o.spec.spanName,
+		trace.WithSpanKind(kind),
+		trace.WithAttributes(AttrKind.String(o.spec.name), AttrID.String(o.ref.ID),
+			AttrMessageType.String(hd.typeName), t.host))
+}
+
+// endTurnSpan ends the span of c's turn.
+func (c *Context) endTurnSpan() {
+	trace.SpanFromContext(c.traced).End()
+	c.traced = nil
+}
+
+// traceError records err, which fails the running turn, on its span, if
+// it has one.
+func (c *Context) traceError(err error) {
+	if c.traced == nil {
+		return
+	}
+	s := trace.SpanFromContext(c.traced)
+	s.RecordError(err)
+	s.SetStatus(codes.Error, err.Error())
 }

@@ -127,10 +127,3 @@ type tracing struct {
 	tracer trace.Tracer
 	host   attribute.KeyValue
 }
-
-func newTracing(tp trace.TracerProvider, host string) *tracing {
-	if tp == nil {
-		return nil
-	}
-	return &tracing{tracer: tp.Tracer(TracerName), host: AttrHost.String(host)}
-}

@@ -3,8 +3,6 @@ package actor
 import (
 	"time"
 	"unicode/utf8"
-
-	"github.com/berthrt/berth/mailbox"
 )
 
 // Inspection is what Host.Inspect found of an object, in a turn of its
@@ -44,37 +42,6 @@ const MaxSummary = 1024
 // inspectRequest asks an object's owner for an Inspection. It travels as
 // any request to the object does, and runs in a turn of its own.
 type inspectRequest struct{}
-
-// Summarize sets how Host.Inspect summarizes an object's state: fn runs in
-// the inspection's turn, with the state, and its result (cut to
-// MaxSummary bytes) is Inspection.Summary. It must not change the state.
-func (k *Kind[S]) Summarize(fn func(state *S) string) {
-	k.s.summary = func(st any) string { return fn(st.(*S)) }
-}
-
-// inspectHandler is the request handler every kind has for inspectRequest.
-func inspectHandler() *handler {
-	return &handler{typeName: typeName[inspectRequest](), request: true, replyType: typeName[Inspection](), builtin: true,
-		run: func(c *Context, st any, e *mailbox.Envelope) error {
-			e.ReturnPermit()
-			c.StateUnchanged()
-			o := c.owner
-			in := Inspection{Ref: o.ref, Host: o.t.name, ObjectGeneration: o.row.ObjectGen, OwnerGeneration: o.row.OwnerGen,
-				Since: o.since, Queued: o.mb.Len(mailbox.Application), Turns: o.turns.Load()}
-			if last := o.lastTurn.Load(); last != 0 {
-				in.LastTurn = o.since.Add(time.Duration(last - o.sinceNano))
-			}
-			for _, m := range o.t.record.since(0) {
-				if m.Ref == o.ref {
-					in.Moves = append(in.Moves, m)
-				}
-			}
-			if o.spec.summary != nil {
-				in.Summary = cutSummary(o.spec.summary(st))
-			}
-			return replyWith(c, in)
-		}}
-}
 
 // cutSummary cuts s to MaxSummary bytes at a character boundary.
 func cutSummary(s string) string {

@@ -3,6 +3,7 @@ package actor
 import (
 	"context"
 	"reflect"
+	"time"
 
 	"github.com/berthrt/berth/mailbox"
 	"github.com/berthrt/berth/payload"
@@ -317,3 +318,47 @@ func Serve[M, R any](ch *Channel, fn func(ctx *Context, msg M) (R, error)) {
 		return replyWith(c, r)
 	}})
 }
+
+// Summarize sets how Host.Inspect summarizes an object's state: fn runs in
+// the inspection's turn, with the state, and its result (cut to
+// MaxSummary bytes) is Inspection.Summary. It must not change the state.
+func (k *Kind[S]) Summarize(fn func(state *S) string) {
+	k.s.summary = func(st any) string { return fn(st.(*S)) }
+}
+
+// inspectHandler is the request handler every kind has for inspectRequest.
+func inspectHandler() *handler {
+	return &handler{typeName: typeName[inspectRequest](), request: true, replyType: typeName[Inspection](), builtin: true,
+		run: func(c *Context, st any, e *mailbox.Envelope) error {
+			e.ReturnPermit()
+			c.StateUnchanged()
+			o := c.owner
+			in := Inspection{Ref: o.ref, Host: o.t.name, ObjectGeneration: o.row.ObjectGen, OwnerGeneration: o.row.OwnerGen,
+				Since: o.since, Queued: o.mb.Len(mailbox.Application), Turns: o.turns.Load()}
+			if last := o.lastTurn.Load(); last != 0 {
+				in.LastTurn = o.since.Add(time.Duration(last - o.sinceNano))
+			}
+			for _, m := range o.t.record.since(0) {
+				if m.Ref == o.ref {
+					in.Moves = append(in.Moves, m)
+				}
+			}
+			if o.spec.summary != nil {
+				in.Summary = cutSummary(o.spec.summary(st))
+			}
+			return replyWith(c, in)
+		}}
+}
+
+// SetPlacement sets where the kind's objects activate and drain to (see
+// Placement); the default, and nil, is PlaceLocal. On a host without a
+// transport every placement is local.
+func (k *Kind[S]) SetPlacement(p Placement) {
+	if p == nil {
+		p = PlaceLocal
+	}
+	k.s.placement = p
+}
+
+// Placement returns the kind's placement.
+func (k *Kind[S]) Placement() Placement { return k.s.placement }

@@ -19,7 +19,9 @@ import (
 // leaseGate is the lease as turns read it: its deadline and lapse epoch,
 // the owners waiting for a check, and the broadcast that wakes turns
 // waiting for either.
-type leaseGate struct {
+// checkGate is the lease gate, over the waiters of an ownership check (the
+// owners: leaseGate; the gate knows nothing else of them).
+type checkGate[W comparable] struct {
 	deadline atomic.Int64  // on wallNano's scale (monotonic from the start); past it no turn starts (0: no lease check)
 	epoch    atomic.Uint64 // lapses seen: an owner checked at an older one waits for a check
 	// betweenRuns: the host is becoming a new run and the store has not
@@ -32,30 +34,30 @@ type leaseGate struct {
 
 	mu      sync.Mutex
 	changed chan struct{}       // closed and replaced when the deadline moves or a check ends; guarded by mu
-	pending map[*owner]struct{} // owners waiting for an ownership check; guarded by mu
+	pending map[W]struct{} // owners waiting for an ownership check; guarded by mu
 	kick    chan struct{}       // one slot: pending is not empty
 }
 
 // live reports whether a turn may start now by the lease's deadline.
-func (g *leaseGate) live() bool {
+func (g *checkGate[W]) live() bool {
 	_, live := g.liveUntil()
 	return live
 }
 
 // liveUntil returns the lease's deadline (0: none to check) and whether a
 // turn may start now by it.
-func (g *leaseGate) liveUntil() (deadline int64, live bool) {
+func (g *checkGate[W]) liveUntil() (deadline int64, live bool) {
 	dl := g.deadline.Load()
 	return dl, dl == 0 || wallNano() < dl
 }
 
 // current reports whether an ownership checked at epoch is good now.
-func (g *leaseGate) current(epoch uint64) bool { return epoch == g.epoch.Load() }
+func (g *checkGate[W]) current(epoch uint64) bool { return epoch == g.epoch.Load() }
 
 // look returns, under one lock, the channel the next change closes and
 // whether the lease is live; a turn that finds the lease live but its
 // ownership not current (checked false) is queued for a check.
-func (g *leaseGate) look(o *owner, checked bool) (ch <-chan struct{}, live bool) {
+func (g *checkGate[W]) look(o W, checked bool) (ch <-chan struct{}, live bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	live = g.live()
@@ -66,15 +68,15 @@ func (g *leaseGate) look(o *owner, checked bool) (ch <-chan struct{}, live bool)
 }
 
 // request queues o for an ownership check.
-func (g *leaseGate) request(o *owner) {
+func (g *checkGate[W]) request(o W) {
 	g.mu.Lock()
 	g.requestLocked(o)
 	g.mu.Unlock()
 }
 
-func (g *leaseGate) requestLocked(o *owner) {
+func (g *checkGate[W]) requestLocked(o W) {
 	if g.pending == nil {
-		g.pending = map[*owner]struct{}{}
+		g.pending = map[W]struct{}{}
 	}
 	g.pending[o] = struct{}{}
 	select {
@@ -84,10 +86,10 @@ func (g *leaseGate) requestLocked(o *owner) {
 }
 
 // takePending takes the owners waiting for a check.
-func (g *leaseGate) takePending() []*owner {
+func (g *checkGate[W]) takePending() []W {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := make([]*owner, 0, len(g.pending))
+	out := make([]W, 0, len(g.pending))
 	for o := range g.pending {
 		out = append(out, o)
 	}
@@ -96,13 +98,13 @@ func (g *leaseGate) takePending() []*owner {
 }
 
 // publish sets the deadline (Unix ns) and wakes the waiting turns.
-func (g *leaseGate) publish(deadline int64) {
+func (g *checkGate[W]) publish(deadline int64) {
 	g.deadline.Store(deadline)
 	g.broadcast()
 }
 
 // broadcast wakes the turns waiting for the lease or a check.
-func (g *leaseGate) broadcast() {
+func (g *checkGate[W]) broadcast() {
 	g.mu.Lock()
 	close(g.changed)
 	g.changed = make(chan struct{})
@@ -110,8 +112,8 @@ func (g *leaseGate) broadcast() {
 }
 
 // epochNow returns the lapses seen so far.
-func (g *leaseGate) epochNow() uint64 { return g.epoch.Load() }
+func (g *checkGate[W]) epochNow() uint64 { return g.epoch.Load() }
 
 // isBetweenRuns reports whether the host is becoming a new run and the
 // store has not yet confirmed the new run's lease.
-func (g *leaseGate) isBetweenRuns() bool { return g.betweenRuns.Load() }
+func (g *checkGate[W]) isBetweenRuns() bool { return g.betweenRuns.Load() }

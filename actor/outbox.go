@@ -30,7 +30,6 @@ import (
 // permits call when one is free, in FIFO order across sources.
 type outbox struct {
 	adm    admitter
-	o      *owner      // nil for an external fan-out or a link
 	budget *peerBudget // a link's: what its sends leave when their admission begins
 	mu     sync.Mutex
 	head   *pendingSend // guarded by mu

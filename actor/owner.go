@@ -148,7 +148,7 @@ const (
 func (ow *ownerTable) newOwner(s *spec, kr *kindRuntime, ref Ref) *owner {
 	o := &owner{t: ow, spec: s, ref: ref, kr: kr, gone: make(chan struct{}), since: time.Now(), sinceNano: ow.nanotime()}
 	o.ctx = ow.context(o)
-	o.out.adm, o.out.o = ow.admit, o
+	o.out.adm = ow.admit
 	o.mb = mailbox.New(ow.cfg.ApplicationLimits, ow.cfg.LifecycleLimits, &ow.jobs.counters)
 	o.inbox.Order().MaxHeld = ow.cfg.ReorderBound
 	o.mb.Owner = o
@@ -638,3 +638,6 @@ func (ow *ownerTable) kind(name string) *kindRuntime { return ow.kinds[name] }
 
 // allKinds returns the kinds by name (fixed at Start: callers only read).
 func (ow *ownerTable) allKinds() map[string]*kindRuntime { return ow.kinds }
+
+// leaseGate is the lease gate (leasegate.go) whose waiters are owners.
+type leaseGate = checkGate[*owner]

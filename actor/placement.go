@@ -122,19 +122,6 @@ func drainOrder(id string, among []HostLoad) []string {
 	return order
 }
 
-// SetPlacement sets where the kind's objects activate and drain to (see
-// Placement); the default, and nil, is PlaceLocal. On a host without a
-// transport every placement is local.
-func (k *Kind[S]) SetPlacement(p Placement) {
-	if p == nil {
-		p = PlaceLocal
-	}
-	k.s.placement = p
-}
-
-// Placement returns the kind's placement.
-func (k *Kind[S]) Placement() Placement { return k.s.placement }
-
 // lookupMode is why a host looks an object up: placement applies to
 // messages sent from this host, not to messages that came from another
 // host (their sender placed them, or they follow a route) — those activate

@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -82,40 +81,8 @@ func parentOf(hv *payload.HeaderView) context.Context {
 	return traceContext.Extract(context.Background(), viewCarrier{hv})
 }
 
-// begin starts the span of the turn c is about to run for the message
-// whose header is hv, a child of the span that sent it, and makes c carry
-// it: the sends of the turn's handler continue its trace.
-func (t *tracing) begin(c *Context, hd *handler, hv *payload.HeaderView) {
-	kind := trace.SpanKindConsumer
-	if len(hv.ReplyTo()) > 0 {
-		kind = trace.SpanKindServer // a request: its asker waits
-	}
-	o := c.owner
-	c.traced, _ = t.tracer.Start(parentOf(hv), o.spec.spanName,
-		trace.WithSpanKind(kind),
-		trace.WithAttributes(AttrKind.String(o.spec.name), AttrID.String(o.ref.ID),
-			AttrMessageType.String(hd.typeName), t.host))
-}
-
 // turnSpanName is the name of the spans of the turns of a kind or channel.
 func turnSpanName(name string) string { return "berth.turn " + name }
-
-// endTurnSpan ends the span of c's turn.
-func (c *Context) endTurnSpan() {
-	trace.SpanFromContext(c.traced).End()
-	c.traced = nil
-}
-
-// traceError records err, which fails the running turn, on its span, if
-// it has one.
-func (c *Context) traceError(err error) {
-	if c.traced == nil {
-		return
-	}
-	s := trace.SpanFromContext(c.traced)
-	s.RecordError(err)
-	s.SetStatus(codes.Error, err.Error())
-}
 
 // metaCarrier collects the entries a propagator injects.
 type metaCarrier struct{ meta []payload.MetaEntry }
@@ -163,4 +130,11 @@ func (c viewCarrier) Keys() []string {
 		keys = append(keys, string(k))
 	}
 	return keys
+}
+
+func newTracing(tp trace.TracerProvider, host string) *tracing {
+	if tp == nil {
+		return nil
+	}
+	return &tracing{tracer: tp.Tracer(TracerName), host: AttrHost.String(host)}
 }
