@@ -19,7 +19,8 @@ import (
 //
 // Owns: the drain state, the one Stop or Drain that runs, the drain
 // rounds. Lock: none (atomics; stopTurn is a one-slot channel).
-// May call: every part below it; the host's Close through lifecycle.
+// May call: every part below it, the lease (its leave stages); the
+// host's Close through lifecycle.
 // Invariants: the drain state only moves forward; a Stop that returns nil
 // dropped nothing it had accepted.
 

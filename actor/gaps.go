@@ -17,7 +17,7 @@ import (
 // Owns: the failure facts, the gauges and logs of gaps, the messages
 // waiting to be routed again, the pressure set and its counters.
 // Lock: factsMu, waitMu and pressureSet.mu, all leaves.
-// May call: the leaves.
+// May call: peers (is there a transport), the leaves.
 // Invariants: a fact is recorded only from the membership (a host gone)
 // and kept for factKeep; facts are bounded (maxFacts).
 

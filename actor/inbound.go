@@ -25,7 +25,8 @@ import (
 // not here goes to the peer's slow lane, a move's record to the move's own
 // lane (whose restore, the user's Restore or factory, runs on the lane's
 // own goroutine).
-// May call: the mover and remote moves, admission, the router, requests,
+// May call: the mover and remote moves, admission, the router, the
+// owners (a kind, an object here), requests, suspicions (a link down),
 // peers and the leaves.
 // Invariants: everything off a link is attributed to the authenticated
 // peer, not to a name it carries; a malformed item is dropped and

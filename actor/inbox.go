@@ -13,7 +13,8 @@ import (
 // Lock: owner.seqMu, taken after ownerShard.mu and before mailbox.mu and
 // ownerTable.heldMu; nothing that can call back into admission (a permit
 // given back) runs under it.
-// May call: the owner's mailbox, gaps, peers (pushback), the leaves; what
+// May call: the owner's mailbox, gaps, peers (pushback), requests
+// (replies to asks the order ends), the leaves; what
 // a step sets free that does not run here (strays) goes back to its caller
 // (the router routes it again).
 // Invariants: per sender and object, messages run in the order they were

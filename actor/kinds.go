@@ -21,7 +21,8 @@ import (
 // Owns: the shards' maps. Lock: ownerShard.mu (RW), above owner.seqMu and
 // ownerTable.spawnMu (LOCK_ORDER.md); taken only by the methods here and
 // ownerTable's. No store call and no send under it.
-// May call: the owners' own methods, routes, the leaves.
+// May call: the owners' own methods, peers (is there a transport),
+// requests (replies a deactivation ends), routes, the leaves.
 // Invariants: one owner per object per host; an object leaving by a move
 // from here is never activated here again until that move ends.
 

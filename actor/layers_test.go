@@ -1,6 +1,7 @@
 package actor
 
 import (
+	"regexp"
 	"testing"
 
 	"github.com/berthrt/berth/internal/archcheck"
@@ -57,6 +58,72 @@ var partOf = map[string]string{
 	"leaseGate": "leaseKeeper",
 }
 
+// partWords are the words that name a part (by its principal type) in a
+// file's "May call:" line; a leaf (rank 0) is also named by "leaves".
+var partWords = map[string][]string{
+	"ownerTable":   {"owners", "owner", "owner's"},
+	"peers":        {"peers", "peerView", "peer view"},
+	"requestTable": {"requests"},
+	"gapFacts":     {"gaps"},
+	"router":       {"router"},
+	"admission":    {"admission"},
+	"moveTable":    {"mover", "moves", "move's"},
+	"inbounds":     {"inbound"},
+	"drainer":      {"drain", "drainer"},
+	"leaseKeeper":  {"lease", "lease gate"},
+	"suspicions":   {"suspicions"},
+	"lifecycle":    {"lifecycle"},
+}
+
+// Each file's "May call:" line names every part (of another part than the
+// file's own) whose methods or fields the file's code uses: by a word of
+// partWords, "leaves" for a leaf, or "every part below it" for a part of
+// a lower rank.
+func TestEachFilesMayCallLineNamesThePartsItUses(t *testing.T) {
+	cfg, err := archcheck.Actor("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := archcheck.Analyze(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	group := func(p string) string {
+		if g, ok := partOf[p]; ok {
+			return g
+		}
+		return p
+	}
+	named := func(promise, word string) bool {
+		return regexp.MustCompile(`(?i)(^|[^\pL\pN_'])` + regexp.QuoteMeta(word) + `($|[^\pL\pN_])`).MatchString(promise)
+	}
+	if len(r.MayCall) < 20 {
+		t.Fatalf("found only %d May call lines", len(r.MayCall))
+	}
+	for _, mc := range r.MayCall {
+		own, top := map[string]bool{}, 0
+		for _, p := range append(append([]string(nil), mc.Parts...), mc.Receivers...) {
+			own[group(p)] = true
+			top = max(top, partRank[p])
+		}
+		for _, u := range mc.Uses {
+			g := group(u)
+			if own[g] {
+				continue
+			}
+			ok := partRank[u] == 0 && named(mc.Promise, "leaves") ||
+				partRank[g] < top && named(mc.Promise, "every part below it") ||
+				named(mc.Promise, u)
+			for _, w := range partWords[g] {
+				ok = ok || named(mc.Promise, w)
+			}
+			if !ok {
+				t.Errorf("%s uses %s (%s's part), which its May call line does not name: %q", mc.File, u, g, mc.Promise)
+			}
+		}
+	}
+}
+
 // The host's parts reach only downward, and only through what they hold:
 // no type but Host and the API's values holds the host; nothing reaches a
 // part through it; no method of a part calls a method of a part above it
@@ -95,5 +162,29 @@ func TestHostPartsReachOnlyDownward(t *testing.T) {
 		for _, s := range c.sites {
 			t.Errorf("%s: %s: %s", c.what, s.Pos, s.What)
 		}
+	}
+	// A part's methods live in its part's files: no file holds methods
+	// of two parts.
+	for file, parts := range r.FileParts {
+		groups := map[string]bool{}
+		for _, p := range parts {
+			if g, ok := partOf[p]; ok {
+				p = g
+			}
+			groups[p] = true
+		}
+		if len(groups) > 1 {
+			t.Errorf("%s holds methods of several parts: %v", file, parts)
+		}
+	}
+	// What the parts still touch of each other's state stays small, and
+	// the files form no cycle beyond the owners' own (their turns, the
+	// Context handlers get, the kinds' definitions, the targets).
+	const maxForeignFields, maxCycle = 20, 8
+	if n := len(r.ForeignFields); n > maxForeignFields {
+		t.Errorf("the parts touch %d distinct fields of other parts, more than %d: %v", n, maxForeignFields, r.ForeignFields)
+	}
+	if n := len(r.LargestSCC); n > maxCycle {
+		t.Errorf("the largest cycle of files holds %d, more than %d: %v", n, maxCycle, r.LargestSCC)
 	}
 }

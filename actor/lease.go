@@ -23,7 +23,9 @@ import (
 // or failing call delays the other's renewal.
 // Lock: mu, a leaf (never held across a store call or a send).
 // May call: the Location Store, the membership, the owners (marking one
-// taken over, posting it a control item), the host's Close through
+// taken over, posting it a control item), peers (a new run's transport),
+// inbound (a new run's per-peer entries), requests (the asks a new run
+// ends), the leaves (routes, the event log); the host's Close through
 // lifecycle.
 // Invariants: no turn of an object starts past the lease's deadline, nor
 // after a lapse before the object's ownership was checked; a host closes
@@ -687,4 +689,40 @@ func (lk *leaseKeeper) endRun(why error) {
 	lk.events.addSelf(EventRunEnded, lk.run(), 0, why.Error())
 	lk.gate.publish(1)     // no turn starts from now on
 	go lk.life.closeHost() // not here: Close waits for this goroutine
+}
+
+// spells sums the time spent in spells of a state (jeopardy), the
+// current one included, so that the sum only grows.
+type spells struct {
+	mu    sync.Mutex
+	ended time.Duration // the spells that ended
+	since time.Time     // the current spell's start; zero: none
+}
+
+// begin starts a spell at now.
+func (s *spells) begin(now time.Time) {
+	s.mu.Lock()
+	s.since = now
+	s.mu.Unlock()
+}
+
+// end ends the current spell at now.
+func (s *spells) end(now time.Time) {
+	s.mu.Lock()
+	if !s.since.IsZero() {
+		s.ended += now.Sub(s.since)
+		s.since = time.Time{}
+	}
+	s.mu.Unlock()
+}
+
+// total is the time of every spell up to now.
+func (s *spells) total(now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.ended
+	if !s.since.IsZero() {
+		t += now.Sub(s.since)
+	}
+	return t
 }

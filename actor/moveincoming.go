@@ -18,8 +18,9 @@ import (
 //
 // Owns: nothing of its own; moveTable's incoming counts, pending moves and
 // kept Preflight answers, under moveTable.mu.
-// May call: the router (relays of ended moves), peers (answers), the
-// Location Store (a Preflight's check, on a lane of its own), the leaves.
+// May call: the router (relays of ended moves), the owners (the kind of a
+// move's object), peers (answers), the Location Store (a Preflight's
+// check, on a lane of its own), the leaves.
 // Invariants: nothing is kept of a move whose Preflight the store did not
 // confirm; what a source holds here is bounded by count and bytes.
 

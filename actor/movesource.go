@@ -15,7 +15,7 @@ import (
 //
 // Owns: nothing beyond the moveDriver's fields.
 // May call: the owners' methods (seal, drain, leave, reopen), peers,
-// routes, the router, the leaves.
+// requests (the asks a dropped move ends), routes, the router, the leaves.
 // Invariants: the Capture runs in the owner's turn; past relay-ready the
 // source never reopens, and its object is never activated here again
 // until the move ends.

@@ -14,7 +14,7 @@ import (
 // Owns: the asks waiting for an answer, the asks served here (bounded
 // per asking peer). Lock: remoteOps.mu, a leaf; answers are sent, moves
 // run and waiters are woken after it.
-// May call: the mover, peers and the leaves.
+// May call: the mover, the owners (the kind asked), peers and the leaves.
 // Invariants: every ask completes once (answer, error, the peer gone,
 // the caller's deadline); a peer can cancel only its own asks.
 

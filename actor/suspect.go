@@ -46,7 +46,7 @@ import (
 // Lock: mu, a leaf.
 // May call: peerView, the Location Store, the membership (a list, which
 // makes a store-backed membership sweep its expiries, and whose word
-// confirms).
+// confirms), the leaves (lifecycle, the event log).
 // Invariants: only a fact confirms; a timer only bounds the wait for the
 // next store answer (the lease's remaining time, by the store's clock, or
 // suspectRetry after a store error). Each check is counted in the

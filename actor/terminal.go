@@ -15,7 +15,8 @@ import (
 //
 // Owns: nothing of its own.
 // May call: requests (error replies), peers (bounces, skip notices), the
-// leaves.
+// owners (an item's kind and owner), gaps (messages waiting to be routed
+// again), the leaves.
 // Invariants: every message routed here ends once: delivered on, bounced,
 // or failed with its sender told.
 

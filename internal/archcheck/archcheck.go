@@ -75,10 +75,11 @@ func (s Site) String() string { return s.Pos + " " + s.What }
 // MayCall is what one file's "May call:" header promises, beside the
 // parts its code actually uses.
 type MayCall struct {
-	File    string   // the file's base name
-	Promise string   // the header's text after "May call:", lines joined
-	Parts   []string // the parts declared in the file
-	Uses    []string // the other parts (not the root) whose methods or fields its code selects, sorted
+	File      string   // the file's base name
+	Promise   string   // the header's text after "May call:", lines joined
+	Parts     []string // the parts declared in the file
+	Receivers []string // the parts (not the root) whose methods the file declares, or whose types' methods (partOf), sorted
+	Uses      []string // the other parts (not the root) whose methods or fields its code selects, sorted
 }
 
 // Edge is one edge of the file graph: From uses Names distinct objects
@@ -149,6 +150,10 @@ type Report struct {
 
 	// MayCall: one entry per file with a "May call:" header.
 	MayCall []MayCall
+	// FileParts maps each file to the parts whose methods it declares (a
+	// method of a type that belongs to a part, partOf, counts for the
+	// part), sorted; files that declare none are left out.
+	FileParts map[string][]string
 }
 
 // PossiblePairs is the number of unordered pairs of files.

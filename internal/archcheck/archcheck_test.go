@@ -117,8 +117,8 @@ func TestFixtureSites(t *testing.T) {
 		t.Errorf("the first upward call is at %s, want %s", got, want)
 	}
 	want := []MayCall{
-		{File: "b.go", Promise: "low.", Parts: []string{"aux", "mid", "seam"}, Uses: []string{"high", "low"}},
-		{File: "c.go", Promise: "nothing.", Parts: []string{"high"}, Uses: []string{"mid"}},
+		{File: "b.go", Promise: "low.", Parts: []string{"aux", "mid", "seam"}, Receivers: []string{"mid"}, Uses: []string{"high", "low"}},
+		{File: "c.go", Promise: "nothing.", Parts: []string{"high"}, Receivers: []string{"high"}, Uses: []string{"mid"}},
 	}
 	if !reflect.DeepEqual(r.MayCall, want) {
 		t.Errorf("MayCall:\n got %+v\nwant %+v", r.MayCall, want)

@@ -2,6 +2,7 @@ package archcheck
 
 import (
 	"fmt"
+	"go/ast"
 	"go/types"
 	"os"
 	"regexp"
@@ -69,8 +70,24 @@ func (a *analysis) mayCall(r *Report) {
 		f := a.fileOf(a.p.pkg.Scope().Lookup(p).Pos())
 		declaredIn[f] = append(declaredIn[f], p)
 	}
+	r.FileParts = map[string][]string{}
 	for i, f := range a.p.files {
 		file := a.p.names[i]
+		recv := map[string]bool{}
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Recv == nil {
+				continue
+			}
+			if obj, _ := a.p.info.Defs[fd.Name].(*types.Func); obj != nil {
+				if n := a.partOf(a.localName(obj.Type().(*types.Signature).Recv().Type())); a.isPart(n) {
+					recv[n] = true
+				}
+			}
+		}
+		if len(recv) > 0 {
+			r.FileParts[file] = sortedKeys(recv)
+		}
 		var promises []string
 		for _, cg := range f.Comments {
 			lines := strings.Split(cg.Text(), "\n")
@@ -104,7 +121,7 @@ func (a *analysis) mayCall(r *Report) {
 			}
 		}
 		sort.Strings(uses)
-		r.MayCall = append(r.MayCall, MayCall{File: file, Promise: strings.Join(promises, " | "), Parts: declaredIn[file], Uses: uses})
+		r.MayCall = append(r.MayCall, MayCall{File: file, Promise: strings.Join(promises, " | "), Parts: declaredIn[file], Receivers: sortedKeys(recv), Uses: uses})
 	}
 }
 
