@@ -33,9 +33,9 @@ type checkGate[W comparable] struct {
 	betweenRuns atomic.Bool
 
 	mu      sync.Mutex
-	changed chan struct{}       // closed and replaced when the deadline moves or a check ends; guarded by mu
+	changed chan struct{}  // closed and replaced when the deadline moves or a check ends; guarded by mu
 	pending map[W]struct{} // owners waiting for an ownership check; guarded by mu
-	kick    chan struct{}       // one slot: pending is not empty
+	kick    chan struct{}  // one slot: pending is not empty
 }
 
 // live reports whether a turn may start now by the lease's deadline.
