@@ -1,6 +1,7 @@
 package archcheck
 
 import (
+	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -81,8 +82,11 @@ func varValue(path, name string) (*token.FileSet, ast.Expr, error) {
 			}
 		}
 	}
-	return nil, nil, fmt.Errorf("archcheck: %s: no package-level variable %s", path, name)
+	return nil, nil, fmt.Errorf("archcheck: %s: no package-level variable %s: %w", path, name, errNoVar)
 }
+
+// errNoVar: the file has no package-level variable of the name asked.
+var errNoVar = errors.New("no such variable")
 
 func ranksOf(fset *token.FileSet, e ast.Expr) (map[string]int, error) {
 	lit, ok := e.(*ast.CompositeLit)
