@@ -247,12 +247,7 @@ func TestFramesOffALinkThatCannotBeOpened(t *testing.T) {
 	obs := &rejections{}
 	g := newGates()
 	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger(), Observer: obs}), counterKind(g))
-	x := &rawPeer{}
-	tr, err := n.Transport.Attach("x", x)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tr.Close(false) }()
+	x, tr := attachRaw(t, n, "x")
 	frame := func(h payload.Header, body string) []byte {
 		f, err := payload.AppendHeader(nil, &h)
 		if err != nil {
@@ -310,12 +305,7 @@ func TestMalformedItemsFromAPeerAreCountedAndTheirLogLinesRateLimited(t *testing
 	var buf syncBuffer
 	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	b := startHost(t, n.With(Config{Name: "b", Logger: logger, Observer: obs}), counterKind(newGates()))
-	x := &rawPeer{}
-	tr, err := n.Transport.Attach("x", x)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tr.Close(false) }()
+	_, tr := attachRaw(t, n, "x")
 	const garbage = 1000
 	began := time.Now()
 	for range garbage {
@@ -346,12 +336,7 @@ func TestMalformedItemsFromAPeerAreCountedAndTheirLogLinesRateLimited(t *testing
 func TestIncomingMovesFromOnePeerAreCapped(t *testing.T) {
 	n := NewNetwork(nil)
 	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger()}), movableKind(newGates()))
-	x := &rawPeer{}
-	tr, err := n.Transport.Attach("x", x)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tr.Close(false) }()
+	x, tr := attachRaw(t, n, "x")
 	moveID := func(i int) relocation.MoveID { return relocation.MoveID{0xee, byte(i >> 8), byte(i)} }
 	obj := func(i int) relocation.Object { return relocation.Object{Kind: "counter", ID: "in" + itoa(i)} }
 	prepare := func(i int) {
@@ -406,12 +391,7 @@ func TestIncomingMovesFromOnePeerAreCapped(t *testing.T) {
 func TestAPrepareNamingAnotherSourceThanItsLinkIsRefused(t *testing.T) {
 	n := NewNetwork(nil)
 	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger()}), movableKind(newGates()))
-	x := &rawPeer{}
-	tr, err := n.Transport.Attach("x", x)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tr.Close(false) }()
+	x, tr := attachRaw(t, n, "x")
 	obj := relocation.Object{Kind: "counter", ID: "claimed"}
 	prepare := func(id byte, source, owner string) relocation.MoveID {
 		t.Helper()
@@ -495,12 +475,7 @@ func TestAnEarlierMovesLatePreflightCheckDoesNotHideTheNextMovesAnswer(t *testin
 	st := &heldGets{Store: relocation.NewMemoryStore(nil)}
 	n := NewNetwork(st)
 	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger()}), movableKind(newGates()))
-	x := &rawPeer{}
-	tr, err := n.Transport.Attach("x", x)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tr.Close(false) }()
+	x, tr := attachRaw(t, n, "x")
 	obj := relocation.Object{Kind: "counter", ID: "xs"}
 	earlier, next := relocation.MoveID{0xc1}, relocation.MoveID{0xc2}
 	// The earlier move's check waits in the store; the next move's is
@@ -568,6 +543,19 @@ func preflightAs(t *testing.T, n *Network, b *Host, tr transport.Transport, name
 		return ok
 	})
 	return row.Ownership
+}
+
+// attachRaw attaches a peer named name to n whose items the test reads
+// (rawPeer), closed when the test ends.
+func attachRaw(t *testing.T, n *Network, name string) (*rawPeer, transport.Transport) {
+	t.Helper()
+	x := &rawPeer{}
+	tr, err := n.Transport.Attach(name, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tr.Close(false) })
+	return x, tr
 }
 
 // rawLink attaches a peer named name to n that speaks the wire by hand
@@ -733,12 +721,7 @@ func TestAPrepareIsTakenOnlyAfterAPreflightTheStoreConfirmed(t *testing.T) {
 	n := NewNetwork(nil)
 	obs := &rejections{}
 	b := startHost(t, n.With(Config{Name: "b", Logger: quietLogger(), Observer: obs}), movableKind(newGates()))
-	x := &rawPeer{}
-	tr, err := n.Transport.Attach("x", x)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tr.Close(false) }()
+	x, tr := attachRaw(t, n, "x")
 	send := func(obj relocation.Object, rec relocation.Record) {
 		t.Helper()
 		if err := tr.Send("b", transport.Item{Kind: transport.Record, Data: relocation.AppendRecord(nil, obj, rec)}); err != nil {

@@ -31,11 +31,38 @@ func GroupsFromFile(path, name string) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	es, err := entries(fset, e, token.STRING, `"name": "name"`)
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]string{}
+	for _, en := range es {
+		v, err := strconv.Unquote(en.value.Value)
+		if err != nil {
+			return nil, fmt.Errorf("archcheck: %s: %v", fset.Position(en.value.Pos()), err)
+		}
+		m[en.key] = v
+	}
+	return m, nil
+}
+
+// entry is one key: value of a map literal: the key unquoted, the value's
+// literal.
+type entry struct {
+	key   string
+	value *ast.BasicLit
+}
+
+// entries reads the composite literal e, whose keys must be string
+// literals and whose values literals of kind (want names the form, for
+// the error); a key may come once.
+func entries(fset *token.FileSet, e ast.Expr, kind token.Token, want string) ([]entry, error) {
 	lit, ok := e.(*ast.CompositeLit)
 	if !ok {
 		return nil, fmt.Errorf("archcheck: %s: not a composite literal", fset.Position(e.Pos()))
 	}
-	m := map[string]string{}
+	var out []entry
+	seen := map[string]bool{}
 	for _, el := range lit.Elts {
 		kv, ok := el.(*ast.KeyValueExpr)
 		if !ok {
@@ -43,17 +70,20 @@ func GroupsFromFile(path, name string) (map[string]string, error) {
 		}
 		k, ok1 := kv.Key.(*ast.BasicLit)
 		v, ok2 := kv.Value.(*ast.BasicLit)
-		if !ok1 || !ok2 || k.Kind != token.STRING || v.Kind != token.STRING {
-			return nil, fmt.Errorf("archcheck: %s: want \"name\": \"name\"", fset.Position(el.Pos()))
+		if !ok1 || !ok2 || k.Kind != token.STRING || v.Kind != kind {
+			return nil, fmt.Errorf("archcheck: %s: want %s", fset.Position(el.Pos()), want)
 		}
-		key, err1 := strconv.Unquote(k.Value)
-		val, err2 := strconv.Unquote(v.Value)
-		if err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("archcheck: %s: bad string", fset.Position(k.Pos()))
+		key, err := strconv.Unquote(k.Value)
+		if err != nil {
+			return nil, fmt.Errorf("archcheck: %s: %v", fset.Position(k.Pos()), err)
 		}
-		m[key] = val
+		if seen[key] {
+			return nil, fmt.Errorf("archcheck: %s: %q twice", fset.Position(k.Pos()), key)
+		}
+		seen[key] = true
+		out = append(out, entry{key, v})
 	}
-	return m, nil
+	return out, nil
 }
 
 // varValue finds the value of the package-level variable name in the Go
@@ -89,33 +119,17 @@ func varValue(path, name string) (*token.FileSet, ast.Expr, error) {
 var errNoVar = errors.New("no such variable")
 
 func ranksOf(fset *token.FileSet, e ast.Expr) (map[string]int, error) {
-	lit, ok := e.(*ast.CompositeLit)
-	if !ok {
-		return nil, fmt.Errorf("archcheck: %s: not a composite literal", fset.Position(e.Pos()))
+	es, err := entries(fset, e, token.INT, `"name": integer`)
+	if err != nil {
+		return nil, err
 	}
 	m := map[string]int{}
-	for _, el := range lit.Elts {
-		kv, ok := el.(*ast.KeyValueExpr)
-		if !ok {
-			return nil, fmt.Errorf("archcheck: %s: not a key: value", fset.Position(el.Pos()))
-		}
-		k, ok1 := kv.Key.(*ast.BasicLit)
-		v, ok2 := kv.Value.(*ast.BasicLit)
-		if !ok1 || !ok2 || k.Kind != token.STRING || v.Kind != token.INT {
-			return nil, fmt.Errorf("archcheck: %s: want \"name\": integer", fset.Position(el.Pos()))
-		}
-		key, err := strconv.Unquote(k.Value)
+	for _, en := range es {
+		n, err := strconv.ParseInt(en.value.Value, 0, 0)
 		if err != nil {
-			return nil, fmt.Errorf("archcheck: %s: %v", fset.Position(k.Pos()), err)
+			return nil, fmt.Errorf("archcheck: %s: %v", fset.Position(en.value.Pos()), err)
 		}
-		n, err := strconv.ParseInt(v.Value, 0, 0)
-		if err != nil {
-			return nil, fmt.Errorf("archcheck: %s: %v", fset.Position(v.Pos()), err)
-		}
-		if _, dup := m[key]; dup {
-			return nil, fmt.Errorf("archcheck: %s: %q twice", fset.Position(k.Pos()), key)
-		}
-		m[key] = int(n)
+		m[en.key] = int(n)
 	}
 	return m, nil
 }
