@@ -342,12 +342,7 @@ func (kr *kindRuntime) endTaken(o *owner, first *payload.Message) {
 	}
 	ended := !o.moving.Load() && o.dropped.CompareAndSwap(false, true)
 	if ended {
-		sh := kr.shard(o.ref.ID)
-		sh.mu.Lock()
-		if sh.m[o.ref.ID] == o {
-			delete(sh.m, o.ref.ID)
-		}
-		sh.mu.Unlock()
+		kr.remove(o)
 		queued, held := o.closeBox()
 		for _, e := range append(queued, held...) {
 			if e.Msg != nil {
@@ -377,12 +372,7 @@ func (kr *kindRuntime) endTaken(o *owner, first *payload.Message) {
 // runs and the Location Store row is not touched: it is not this
 // activation's any more.
 func (kr *kindRuntime) endFenced(o *owner) {
-	sh := kr.shard(o.ref.ID)
-	sh.mu.Lock()
-	if sh.m[o.ref.ID] == o {
-		delete(sh.m, o.ref.ID)
-	}
-	sh.mu.Unlock()
+	kr.remove(o)
 	queued, held := o.closeBox()
 	for _, e := range append(queued, held...) {
 		if e.Msg != nil && isApplication(e) {

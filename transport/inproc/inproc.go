@@ -246,19 +246,10 @@ func (n *Network) linkEvents(ha, hb *host, k transport.EventKind) {
 // Delay makes every delivery between a and b, both ways, wait d first (0
 // removes the delay). Items keep their order.
 func (n *Network) Delay(a, b string, d time.Duration) {
-	n.mu.Lock()
-	if d <= 0 {
-		delete(n.delay, pair(a, b))
-	} else {
-		n.delay[pair(a, b)] = d
-	}
-	n.forPairLocked(a, b, func(l *link) {
-		l.mu.Lock()
+	n.setPair(n.delay, a, b, d, func(l *link) {
 		l.delay = max(d, 0)
 		l.setHaltLocked()
-		l.mu.Unlock()
 	})
-	n.mu.Unlock()
 }
 
 // Latency makes every item sent between a and b, both ways, arrive d
@@ -270,15 +261,21 @@ func (n *Network) Delay(a, b string, d time.Duration) {
 // item keeps the latency of its Send: one queued before Latency is called
 // is not held back by it, nor let go sooner by a later Latency.
 func (n *Network) Latency(a, b string, d time.Duration) {
+	n.setPair(n.latency, a, b, d, func(l *link) { l.latency = max(d, 0) })
+}
+
+// setPair sets the pair's duration in m (0 or less removes it) and
+// applies it with set, under each link's lock, to the pair's links.
+func (n *Network) setPair(m map[[2]string]time.Duration, a, b string, d time.Duration, set func(*link)) {
 	n.mu.Lock()
 	if d <= 0 {
-		delete(n.latency, pair(a, b))
+		delete(m, pair(a, b))
 	} else {
-		n.latency[pair(a, b)] = d
+		m[pair(a, b)] = d
 	}
 	n.forPairLocked(a, b, func(l *link) {
 		l.mu.Lock()
-		l.latency = max(d, 0)
+		set(l)
 		l.mu.Unlock()
 	})
 	n.mu.Unlock()
